@@ -1,0 +1,78 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+/// AuthBridge: a token broker host that loads OAuth provider plugins and
+/// speaks JSON-RPC 2.0 on stdio. Modules depend one way, top to bottom:
+///
+///   CAuthBridgePlugin (C ABI header)   CJansson (system library)
+///            │                              │
+///            │                        AuthBridgeJSON      (JSON value type over jansson)
+///            │                         │          │
+///            │                  AuthBridgeRPC     │       (JSON-RPC 2.0 framing, connection)
+///            └──────── AuthBridgePluginHost ──────┘       (manifests, loader, host services)
+///                              │
+///                      AuthBridgeSession                  (profiles, sessions, flows)
+///                              │
+///                       AuthBridgeHost  ── AuthBridgeRPC  (bridge methods, lifecycle)
+///                              │
+///                         authbridge                      (executable / CLI)
+///
+/// Plugin authors use AuthBridgePluginSDK (Swift) or the C header directly.
+let package = Package(
+    name: "AuthBridge",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "authbridge", targets: ["authbridge"]),
+        .library(name: "AuthBridgePluginSDK", targets: ["AuthBridgePluginSDK"]),
+        // Lazily dlopen'ed by the host on the first HTTP request, so that
+        // FoundationNetworking stays off the start-up path.
+        .library(name: "AuthBridgeHTTP", type: .dynamic, targets: ["AuthBridgeHTTP"]),
+        // Test plugins: built for the test suites, never installed.
+        .library(name: "authbridge-testplugin-swift", type: .dynamic, targets: ["SwiftTestPlugin"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        // 3.12.3 or 4.x: jwt-kit (next issue) needs >= 4.1.
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+    ],
+    targets: [
+        .systemLibrary(name: "CJansson", pkgConfig: "jansson",
+                       providers: [.apt(["libjansson-dev"])]),
+        .target(name: "CAuthBridgePlugin"),
+
+        .target(name: "AuthBridgeJSON", dependencies: ["CJansson"]),
+        .target(name: "AuthBridgeRPC", dependencies: [
+            "AuthBridgeJSON",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .target(name: "AuthBridgePluginHost", dependencies: [
+            "CAuthBridgePlugin", "AuthBridgeJSON",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .target(name: "AuthBridgeSession", dependencies: [
+            "AuthBridgePluginHost", "AuthBridgeJSON",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .target(name: "AuthBridgeHost", dependencies: [
+            "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .executableTarget(name: "authbridge", dependencies: [
+            "AuthBridgeHost",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .target(name: "AuthBridgeHTTP", dependencies: ["AuthBridgeJSON"]),
+
+        .target(name: "AuthBridgePluginSDK", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"]),
+        .target(name: "SwiftTestPlugin", dependencies: ["AuthBridgePluginSDK"],
+                path: "Tests/Plugins/SwiftTestPlugin"),
+
+        .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"]),
+        .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"]),
+        .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost"]),
+        .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"]),
+    ]
+)

@@ -1,0 +1,231 @@
+import AuthBridgeJSON
+import AuthBridgePluginHost
+import AuthBridgeRPC
+import AuthBridgeSession
+import Logging
+import Synchronization
+
+/// What the host needs to start: where plugins and profiles come from.
+public struct HostConfiguration: Sendable {
+    public var pluginFolders: [String]
+    public var profiles: [Profile]
+    /// Problems found while reading the configuration; reported in `initialize`.
+    public var warnings: [String]
+    /// Enables `$/test/advanceClock` (test suites only).
+    public var testClock: Bool
+
+    public init(pluginFolders: [String], profiles: [Profile] = [], warnings: [String] = [], testClock: Bool = false) {
+        self.pluginFolders = pluginFolders
+        self.profiles = profiles
+        self.warnings = warnings
+        self.testClock = testClock
+    }
+}
+
+/// The bridge: AuthBridge's JSON-RPC methods on top of the session engine,
+/// with the LSP-style lifecycle (initialize → initialized → … → shutdown → exit).
+///
+/// Threading: lifecycle state changes happen in `admit`/`received` on the
+/// connection's reader thread, in arrival order; methods run concurrently.
+public final class BridgeServer: ConnectionDelegate {
+    public static let serverName = "authbridge"
+    public static let serverVersion = "0.1.0"
+    public static let protocolVersion = (major: 1, minor: 0)
+
+    private enum Phase { case uninitialized, initialized, shuttingDown }
+
+    private let configuration: HostConfiguration
+    private let logger: Logger
+    private let phase = Mutex(Phase.uninitialized)
+    private let shutdownRequested = Atomic<Bool>(false)
+    private let connection: Connection
+    /// Plugins load in the background from process start; `initialize` waits.
+    private let runtime: Task<Runtime, Never>
+
+    struct Runtime: Sendable {
+        var reports: [PluginReport]
+        var engine: SessionEngine
+    }
+
+    public init(configuration: HostConfiguration, connection: Connection, store: any SessionStore, logger: Logger) {
+        self.configuration = configuration
+        self.connection = connection
+        self.logger = logger
+        self.runtime = Task.detached {
+            let reports = PluginLoader(folders: configuration.pluginFolders, logger: logger).loadAll()
+            let engine = SessionEngine(plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
+                                       logger: logger, emit: { method, params in connection.notify(method, params) })
+            return Runtime(reports: reports, engine: engine)
+        }
+    }
+
+    /// Runs the bridge until end of input or `exit`; returns the exit code.
+    public func run() async -> Int32 {
+        let ending = await connection.run(delegate: self)
+        let runtime = await runtime.value
+        for report in runtime.reports { report.plugin?.shutdown() }
+        connection.flush()
+        switch ending {
+        case .exit(let code): return code
+        case .endOfInput, .peerGone: return 0
+        }
+    }
+
+    /// The plugin reports, once loading has finished (for the `plugins` command).
+    public func pluginReports() async -> [PluginReport] { await runtime.value.reports }
+
+    // MARK: - ConnectionDelegate
+
+    public func admit(_ request: Request) -> RPCError? {
+        phase.withLock { phase in
+            switch (phase, request.method) {
+            case (.uninitialized, "initialize"):
+                phase = .initialized
+                return nil
+            case (.uninitialized, _):
+                return RPCError(.serverNotInitialized, "Server not initialized: send \"initialize\" first")
+            case (.initialized, "initialize"):
+                return RPCError.invalidRequest("the server is already initialized")
+            case (.initialized, "shutdown"):
+                phase = .shuttingDown
+                return nil
+            case (.initialized, _):
+                return nil
+            case (.shuttingDown, _):
+                return RPCError.invalidRequest("the server is shutting down; only \"exit\" is accepted")
+            }
+        }
+    }
+
+    public func received(_ notification: Notification) -> Connection.Disposition {
+        switch notification.method {
+        case "exit":
+            return .exit(code: shutdownRequested.load(ordering: .acquiring) ? 0 : 1)
+        case "initialized":
+            logger.debug("client initialized")
+        default:
+            logger.debug("ignored notification", metadata: ["method": "\(notification.method)"])
+        }
+        return .proceed
+    }
+
+    public func handle(_ request: Request) async throws -> JSON {
+        do {
+            return try await dispatch(request)
+        } catch let error as SessionError {
+            throw RPCError(error)
+        }
+    }
+
+    // MARK: - Methods
+
+    private func dispatch(_ request: Request) async throws -> JSON {
+        let params = try Params(request)
+        switch request.method {
+        case "initialize": return try await initialize(params)
+        case "shutdown":
+            shutdownRequested.store(true, ordering: .releasing)
+            return .null
+        case "rpc.discover": return try JSON.parse(OpenRPCDocument.text)
+        default: break
+        }
+        let engine = await runtime.value.engine
+        switch request.method {
+        case "listProviders":
+            try params.allowOnly([])
+            return ["plugins": .array(await runtime.value.reports.map(\.json)), "profiles": .array(await engine.profileList())]
+        case "configureProfile":
+            try params.allowOnly(["name", "plugin", "settings"])
+            let settings = JSON.object(try params.optionalObject("settings") ?? [:])
+            return try await engine.configureProfile(name: try params.string("name"), plugin: try params.string("plugin"), settings: settings)
+        case "removeProfile":
+            try params.allowOnly(["name"])
+            return ["removed": .bool(await engine.removeProfile(try params.string("name")))]
+        case "listAccounts":
+            try params.allowOnly(["provider"])
+            return ["accounts": .array(try await engine.listAccounts(try params.optionalString("provider")))]
+        case "checkSignInStatus":
+            try params.allowOnly(["provider"])
+            return try await engine.checkSignInStatus(try params.string("provider"))
+        case "requestOAuthTokens":
+            try params.allowOnly(["provider", "flow", "sessionId", "scopes", "loginHint", "redirectUri", "timeoutMs"])
+            let provider = try params.string("provider")
+            _ = try params.optionalEnum("flow", ["browser", "external", "device", "session"])
+            _ = try params.optionalString("sessionId")
+            _ = try params.optionalStringArray("scopes")
+            _ = try params.optionalString("loginHint")
+            _ = try params.optionalString("redirectUri")
+            _ = try params.optionalInt("timeoutMs", in: 1_000...3_600_000)
+            return try await engine.requestOAuthTokens(provider, params: .object(params.members), requestID: request.id.json)
+        case "completeSignIn":
+            try params.allowOnly(["provider", "callbackUrl"])
+            return try await engine.completeSignIn(try params.string("provider"), callbackURL: try params.string("callbackUrl"))
+        case "signOut":
+            try params.allowOnly(["provider"])
+            return try await engine.signOut(try params.string("provider"), requestID: request.id.json)
+        case "getAccessToken":
+            try params.allowOnly(["provider", "minValidityMs"])
+            let minimum = try params.optionalInt("minValidityMs", in: 0...86_400_000) ?? SessionEngine.defaultMinimumValidityMilliseconds
+            return try await engine.getAccessToken(try params.string("provider"), minimumValidity: minimum)
+        case "fetch":
+            try params.allowOnly(["provider", "url", "method", "headers", "body", "timeoutMs"])
+            let provider = try params.string("provider")
+            var headers: [String: JSON] = [:]
+            for (name, value) in try params.optionalObject("headers") ?? [:] {
+                guard case .string = value else { throw RPCError.invalidParams(field: "headers.\(name)", "must be a string") }
+                headers[name] = value
+            }
+            let outgoing: JSON = .compactObject([
+                "method": .string(try params.optionalString("method")?.uppercased() ?? "GET"),
+                "url": .string(try params.string("url")),
+                "headers": .object(headers),
+                "body": try params.optionalString("body").map(JSON.string),
+                "timeoutMs": try params.optionalInt("timeoutMs", in: 1_000...300_000).map(JSON.int),
+            ])
+            return try await engine.fetch(provider, request: outgoing, requestID: request.id.json)
+        case "$/test/advanceClock" where configuration.testClock:
+            try params.allowOnly(["milliseconds"])
+            guard let step = try params.optionalInt("milliseconds", in: -31_536_000_000...31_536_000_000) else {
+                throw RPCError.invalidParams(field: "milliseconds", "is required")
+            }
+            HostClock.shift(by: step)
+            return ["now": .int(HostClock.nowMilliseconds())]
+        default:
+            throw RPCError.methodNotFound(request.method)
+        }
+    }
+
+    private func initialize(_ params: Params) async throws -> JSON {
+        try params.allowOnly(["protocolVersion", "clientInfo", "capabilities"])
+        let requested = try params.string("protocolVersion")
+        let parts = requested.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 2, let major = Int(parts[0]), let minor = Int(parts[1]) else {
+            phase.withLock { $0 = .uninitialized }
+            throw RPCError.invalidParams(field: "protocolVersion", "must look like \"1.0\"")
+        }
+        guard major == Self.protocolVersion.major else {
+            phase.withLock { $0 = .uninitialized }
+            throw RPCError(.unsupportedProtocolVersion, "Protocol version \(requested) is not supported; this host speaks 1.x",
+                           data: ["supported": ["1.0"], "requested": .string(requested)])
+        }
+        _ = try params.optionalObject("clientInfo")
+        _ = try params.optionalObject("capabilities")
+        let runtime = await runtime.value
+        let agreedMinor = min(minor, Self.protocolVersion.minor)
+        let flows = Set(runtime.reports.compactMap(\.plugin).flatMap { $0.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? [] })
+        return [
+            "protocolVersion": .string("\(Self.protocolVersion.major).\(agreedMinor)"),
+            "serverInfo": ["name": .string(Self.serverName), "version": .string(Self.serverVersion)],
+            "capabilities": [
+                "batches": false,
+                "cancellation": true,
+                "flows": .array(flows.sorted().map(JSON.string)),
+                "notifications": ["session/changed", "signIn/progress"],
+            ],
+            "providers": .array(runtime.reports.map(\.json)),
+            "profiles": .array(await runtime.engine.profileList()),
+            "storage": runtime.engine.storageInfo,
+            "warnings": .array(configuration.warnings.map(JSON.string)),
+        ]
+    }
+}

@@ -1,0 +1,4 @@
+// Placeholder until generated from bridge-spec/openrpc.json.
+enum OpenRPCDocument {
+    static let text = "{}"
+}

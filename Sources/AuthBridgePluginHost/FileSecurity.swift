@@ -1,0 +1,74 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// sshd-style StrictModes checks for what the host is about to execute.
+public enum FileSecurity {
+    /// Refuses a path that another user could change: owned by someone other
+    /// than us or root, or writable by group or others. Checks the path itself
+    /// without following a final symlink (`lstat`).
+    static func checkNotTamperable(_ path: String, what: String) throws(PluginLoadError) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else {
+            throw PluginLoadError(.loadFailed, "cannot read \(what) \(path): \(String(cString: strerror(errno)))")
+        }
+        let owner = info.st_uid
+        guard owner == geteuid() || owner == 0 else {
+            throw PluginLoadError(.insecurePermissions, "\(what) \(path) is owned by uid \(owner), not by this user or root")
+        }
+        if info.st_mode & (S_IWGRP | S_IWOTH) != 0 {
+            let mode = String(info.st_mode & 0o777, radix: 8)
+            throw PluginLoadError(.insecurePermissions, "\(what) \(path) is writable by group or others (mode \(mode))")
+        }
+    }
+
+    /// The canonical path, or nil when it does not exist.
+    static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    static func isSymlink(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFLNK
+    }
+
+    static func isDirectory(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    public static func readFile(_ path: String, limit: Int = 1 << 20) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16 << 10)
+        while bytes.count <= limit {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 { if errno == EINTR { continue }; return nil }
+            if count == 0 { return bytes }
+            bytes.append(contentsOf: chunk[0..<count])
+        }
+        return nil
+    }
+
+    /// Names in a folder, sorted, without "." and "..".
+    static func listFolder(_ path: String) -> [String]? {
+        guard let dir = opendir(path) else { return nil }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+}

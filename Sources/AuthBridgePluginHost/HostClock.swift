@@ -1,0 +1,27 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Synchronization
+
+/// The host's wall clock, in milliseconds since the Unix epoch, shared with
+/// plugins (`host->now_ms`). Tests advance it with `HostClock.shift` (the
+/// bridge exposes that only when the host runs with `--test-clock`).
+public enum HostClock {
+    private static let offset = Atomic<Int64>(0)
+
+    public static func nowMilliseconds() -> Int64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        return Int64(spec.tv_sec) * 1000 + Int64(spec.tv_nsec) / 1_000_000 + offset.load(ordering: .relaxed)
+    }
+
+    /// Moves the clock forward (or back) by `milliseconds`; returns the new offset.
+    @discardableResult
+    public static func shift(by milliseconds: Int64) -> Int64 {
+        offset.add(milliseconds, ordering: .relaxed).newValue
+    }
+}

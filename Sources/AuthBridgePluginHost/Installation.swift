@@ -1,0 +1,61 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Where an installed AuthBridge finds its parts, relative to its own
+/// executable so that an install tree can be moved anywhere:
+///
+///     PREFIX/bin/authbridge
+///     PREFIX/lib/authbridge/plugins/NAME.json + libNAME.so
+///     PREFIX/lib/authbridge/libAuthBridgeHTTP.so
+///
+/// In a SwiftPM build folder the libraries sit next to the executable.
+public enum Installation {
+    /// The folder holding the running executable (from /proc/self/exe).
+    public static let executableFolder: String = {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink("/proc/self/exe", &buffer, Int(PATH_MAX))
+        guard count > 0 else { return "." }
+        let path = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return parent(of: path)
+    }()
+
+    /// `PREFIX/lib/authbridge` for an installed tree.
+    public static var libraryFolder: String { parent(of: executableFolder) + "/lib/authbridge" }
+
+    /// The bundled plugins folder of an installed tree.
+    public static var bundledPluginsFolder: String { libraryFolder + "/plugins" }
+
+    /// `$XDG_DATA_HOME/authbridge` (default `~/.local/share/authbridge`).
+    public static var userDataFolder: String? { xdg("XDG_DATA_HOME", fallback: ".local/share").map { $0 + "/authbridge" } }
+
+    /// `$XDG_CONFIG_HOME/authbridge` (default `~/.config/authbridge`).
+    public static var userConfigFolder: String? { xdg("XDG_CONFIG_HOME", fallback: ".config").map { $0 + "/authbridge" } }
+
+    /// The default plugin search path: bundled, then the user's.
+    public static func defaultPluginFolders() -> [String] {
+        var folders = [bundledPluginsFolder]
+        if let user = userDataFolder { folders.append(user + "/plugins") }
+        return folders
+    }
+
+    /// Candidate paths of a helper library shipped with the host.
+    public static func helperLibraryCandidates(_ file: String) -> [String] {
+        [libraryFolder + "/" + file, executableFolder + "/" + file]
+    }
+
+    static func xdg(_ variable: String, fallback: String) -> String? {
+        if let value = getenv(variable).map({ String(cString: $0) }), value.hasPrefix("/") { return value }
+        guard let home = getenv("HOME").map({ String(cString: $0) }), !home.isEmpty else { return nil }
+        return home + "/" + fallback
+    }
+
+    static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+}

@@ -1,0 +1,72 @@
+import AuthBridgeJSON
+
+/// The JSON file beside a plugin library that lets the host vet a plugin
+/// before running any of its code.
+///
+///     {"id": "oidc", "version": "0.1.0", "abi": "1.0",
+///      "library": "libauthbridge-oidc.so", "description": "…"}
+public struct PluginManifest: Sendable, Equatable {
+    public var id: String
+    public var version: String
+    public var abiMajor: Int
+    public var abiMinor: Int
+    /// The library's file name, relative to the manifest's folder.
+    public var library: String
+    public var description: String
+
+    public init(json: JSON) throws(PluginLoadError) {
+        func string(_ key: String) throws(PluginLoadError) -> String {
+            guard let value = json[key]?.stringValue, !value.isEmpty else {
+                throw PluginLoadError(.invalidManifest, "manifest field \"\(key)\" must be a non-empty string")
+            }
+            return value
+        }
+        guard case .object = json else { throw PluginLoadError(.invalidManifest, "manifest must be a JSON object") }
+        id = try string("id")
+        guard id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == ".") }) else {
+            throw PluginLoadError(.invalidManifest, "manifest id \"\(id)\" may only use letters, digits, '-', '_' and '.'")
+        }
+        version = try string("version")
+        let abi = try string("abi")
+        let parts = abi.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 2, let major = Int(parts[0]), let minor = Int(parts[1]) else {
+            throw PluginLoadError(.invalidManifest, "manifest \"abi\" must look like \"1.0\", not \"\(abi)\"")
+        }
+        abiMajor = major
+        abiMinor = minor
+        library = try string("library")
+        guard !library.contains("/"), library != "..", library != "." else {
+            throw PluginLoadError(.invalidManifest, "manifest \"library\" must be a file name in the plugin folder")
+        }
+        description = json["description"]?.stringValue ?? ""
+    }
+}
+
+/// Why a plugin was refused. `reason` is a stable word for machines,
+/// `message` a sentence for people.
+public struct PluginLoadError: Error, Sendable, Equatable, CustomStringConvertible {
+    public struct Reason: RawRepresentable, Hashable, Sendable {
+        public var rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public static let invalidManifest = Reason(rawValue: "invalidManifest")
+        public static let insecurePermissions = Reason(rawValue: "insecurePermissions")
+        public static let symlinkEscapes = Reason(rawValue: "symlinkEscapes")
+        public static let duplicateID = Reason(rawValue: "duplicateId")
+        public static let abiMismatch = Reason(rawValue: "abiMismatch")
+        public static let loadFailed = Reason(rawValue: "loadFailed")
+        public static let missingSymbol = Reason(rawValue: "missingSymbol")
+        public static let badEntry = Reason(rawValue: "badEntry")
+        public static let initFailed = Reason(rawValue: "initFailed")
+        public static let describeFailed = Reason(rawValue: "describeFailed")
+    }
+
+    public var reason: Reason
+    public var message: String
+
+    public init(_ reason: Reason, _ message: String) {
+        self.reason = reason
+        self.message = message
+    }
+
+    public var description: String { "\(reason.rawValue): \(message)" }
+}

@@ -1,0 +1,55 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A mutex with one condition variable, for the reader and writer threads.
+/// (Foundation's NSCondition would pull Foundation onto the start-up path.)
+final class ConditionLock: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+
+    init() {
+        pthread_mutex_init(mutex, nil)
+        pthread_cond_init(condition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
+    }
+
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body()
+    }
+
+    /// Waits for a signal; only call inside `withLock`.
+    func wait() { pthread_cond_wait(condition, mutex) }
+
+    func broadcast() { pthread_cond_broadcast(condition) }
+}
+
+/// Starts a detached OS thread (with a stack large enough for deep JSON).
+func startThread(name: String, _ body: @escaping @Sendable () -> Void) {
+    final class Box { let body: @Sendable () -> Void; init(_ body: @escaping @Sendable () -> Void) { self.body = body } }
+    var attributes = pthread_attr_t()
+    pthread_attr_init(&attributes)
+    pthread_attr_setstacksize(&attributes, 16 << 20)
+    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+    let context = Unmanaged.passRetained(Box(body)).toOpaque()
+    var thread = pthread_t()
+    let result = pthread_create(&thread, &attributes, { raw in
+        let box = Unmanaged<AnyObject>.fromOpaque(raw!).takeRetainedValue() as! Box
+        box.body()
+        return nil
+    }, context)
+    pthread_attr_destroy(&attributes)
+    precondition(result == 0, "cannot start the \(name) thread")
+}

@@ -1,0 +1,96 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The one serialized writer of protocol frames.
+///
+/// Threading: `send` may be called from any thread or task; frames are
+/// written whole, in the order `send` was called, by a dedicated thread that
+/// coalesces whatever is queued into one `write(2)`. It never blocks a caller
+/// on I/O. After a write error (the peer closed its end: EPIPE), frames are
+/// dropped and `onFailure` runs once.
+public final class FrameWriter: @unchecked Sendable {
+    private let fd: Int32
+    private let lock = ConditionLock()
+    private var queued: [UInt8] = []
+    private var busy = false
+    private var closing = false
+    private var stopped = false
+    private var failed = false
+    private let onFailure: @Sendable (Int32) -> Void
+
+    public init(fd: Int32, onFailure: @escaping @Sendable (_ errno: Int32) -> Void = { _ in }) {
+        self.fd = fd
+        self.onFailure = onFailure
+        startThread(name: "ab-writer") { [self] in self.loop() }
+    }
+
+    /// Queues one frame; the newline is added here.
+    public func send(_ frame: [UInt8]) {
+        lock.withLock {
+            guard !failed, !closing else { return }
+            queued.append(contentsOf: frame)
+            queued.append(0x0A)
+            lock.broadcast()
+        }
+    }
+
+    /// Waits until everything queued so far has been written (or dropped).
+    public func flush() {
+        lock.withLock {
+            while (!queued.isEmpty || busy) && !failed && !stopped { lock.wait() }
+        }
+    }
+
+    /// Flushes, then stops the writer thread. Later frames are dropped.
+    public func close() {
+        flush()
+        lock.withLock {
+            closing = true
+            lock.broadcast()
+            while !stopped { lock.wait() }
+        }
+    }
+
+    private func loop() {
+        var batch: [UInt8] = []
+        while true {
+            let stop: Bool = lock.withLock {
+                while queued.isEmpty && !closing { lock.wait() }
+                if queued.isEmpty { return true }
+                swap(&batch, &queued)
+                busy = true
+                return false
+            }
+            if stop { break }
+            let error = writeAll(batch)
+            batch.removeAll(keepingCapacity: batch.capacity <= 1 << 20)
+            lock.withLock {
+                busy = false
+                if error != 0 { failed = true; queued.removeAll() }
+                lock.broadcast()
+            }
+            if error != 0 { onFailure(error) }
+        }
+        lock.withLock { stopped = true; lock.broadcast() }
+    }
+
+    private func writeAll(_ bytes: [UInt8]) -> Int32 {
+        bytes.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let written = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+                if written < 0 {
+                    if errno == EINTR || errno == EAGAIN { continue }
+                    return errno
+                }
+                offset += written
+            }
+            return 0
+        }
+    }
+}

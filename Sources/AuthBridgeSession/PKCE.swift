@@ -1,0 +1,22 @@
+import Crypto
+
+/// Proof Key for Code Exchange (RFC 7636), S256 only: a fresh verifier for
+/// every sign-in attempt.
+public struct PKCE: Sendable {
+    public let verifier: String
+    public let challenge: String
+    public let method = "S256"
+
+    public init() {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        verifier = Base64URL.encode(bytes)            // 43 characters
+        challenge = Base64URL.encode(SHA256.hash(data: Array(verifier.utf8)))
+    }
+
+    /// A random URL-safe value for `state` and `nonce` (128 bits).
+    public static func randomToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return Base64URL.encode((0..<16).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
+    }
+}

@@ -1,0 +1,555 @@
+import AuthBridgeJSON
+import AuthBridgePluginHost
+import Logging
+
+/// The host's session state machine, shared by every provider plugin: the
+/// seed flowchart (checkSignInStatus), interactive sign-in, single-flight
+/// refresh, revocation on sign-out, and the authorized request proxy.
+///
+/// Plugins only translate; the engine owns state, storage, coordination and
+/// events. Threading: an actor. Hooks run on plugin worker threads and are
+/// awaited, so calls for different profiles proceed concurrently; refreshes of
+/// one profile are single-flight, and a second sign-in for a profile
+/// supersedes the first.
+public actor SessionEngine {
+    /// A host → frontend notification: (method, params).
+    public typealias EventSink = @Sendable (String, JSON) -> Void
+
+    /// How close to expiry a token may be before `getAccessToken` refreshes it.
+    public static let defaultMinimumValidityMilliseconds: Int64 = 60_000
+
+    private let plugins: [String: LoadedPlugin]
+    private let store: any SessionStore
+    private let http: HTTPClient
+    private let logger: Logger
+    private let emit: EventSink
+
+    private var profiles: [String: Profile] = [:]
+    private var configs: [String: JSON] = [:]
+    private var refreshes: [String: Task<Result<StoredSession, ProviderFailure>, Never>] = [:]
+    private var pendingSignIns: [String: PendingSignIn] = [:]
+
+    public init(plugins: [LoadedPlugin], profiles: [Profile], store: any SessionStore,
+                http: HTTPClient = .shared, logger: Logger, emit: @escaping EventSink) {
+        self.plugins = Dictionary(plugins.map { ($0.manifest.id, $0) }, uniquingKeysWith: { first, _ in first })
+        self.profiles = Dictionary(profiles.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
+        self.store = store
+        self.http = http
+        self.logger = logger
+        self.emit = emit
+    }
+
+    public nonisolated var storageInfo: JSON {
+        ["backend": .string(store.backend), "protection": .string(store.protection)]
+    }
+
+    // MARK: - Profiles
+
+    /// Every profile with its readiness (bridge-spec: ProfileInfo).
+    public func profileList() -> [JSON] {
+        profiles.values.sorted(by: { $0.name < $1.name }).map(profileInfo)
+    }
+
+    private func profileInfo(_ profile: Profile) -> JSON {
+        let plugin = plugins[profile.plugin]
+        var problem: String?
+        if plugin == nil { problem = "plugin \"\(profile.plugin)\" is not loaded" }
+        else if let issue = SettingsValidator.problem(in: profile.settings, schema: plugin?.descriptor["settings"]) {
+            problem = "\(issue.field) \(issue.message)"
+        }
+        return .compactObject([
+            "name": .string(profile.name), "plugin": .string(profile.plugin),
+            "status": .string(problem == nil ? "ready" : "error"), "message": problem.map(JSON.string),
+            "flows": plugin?.descriptor["flows"] ?? [], "source": .string(profile.source.rawValue),
+        ])
+    }
+
+    /// Adds or replaces a profile at run time; configuration runs at once so
+    /// that mistakes are reported to the caller.
+    public func configureProfile(name: String, plugin pluginID: String, settings: JSON) async throws(SessionError) -> JSON {
+        guard plugins[pluginID] != nil else {
+            throw SessionError(.providerUnknown, "No loaded plugin has the id \"\(pluginID)\".", provider: name, reason: "unknownPlugin", field: "plugin")
+        }
+        let previous = profiles[name]
+        profiles[name] = Profile(name: name, plugin: pluginID, settings: settings, source: .runtime)
+        configs[name] = nil
+        do {
+            _ = try await context(for: name)
+        } catch {
+            profiles[name] = previous
+            throw error
+        }
+        return profileInfo(profiles[name]!)
+    }
+
+    public func removeProfile(_ name: String) -> Bool {
+        configs[name] = nil
+        return profiles.removeValue(forKey: name) != nil
+    }
+
+    /// The profile, its plugin and its resolved configuration.
+    struct Context: Sendable {
+        var profile: Profile
+        var plugin: LoadedPlugin
+        var config: JSON
+        var profileJSON: JSON { ["name": .string(profile.name), "settings": profile.settings, "config": config] }
+    }
+
+    private func context(for name: String) async throws(SessionError) -> Context {
+        guard let profile = profiles[name] else {
+            throw SessionError(.providerUnknown, "No profile is named \"\(name)\". Configure it with configureProfile or in the configuration file.", provider: name, reason: "unknownProfile", field: "provider")
+        }
+        guard let plugin = plugins[profile.plugin] else {
+            throw SessionError(.pluginError, "Profile \"\(name)\" uses plugin \"\(profile.plugin)\", which is not loaded.", provider: name, reason: "pluginNotLoaded")
+        }
+        if let config = configs[name] { return Context(profile: profile, plugin: plugin, config: config) }
+        if let issue = SettingsValidator.problem(in: profile.settings, schema: plugin.descriptor["settings"]) {
+            throw SessionError(.configurationError, "Profile \"\(name)\": \(issue.field) \(issue.message).", provider: name, reason: "invalidSettings", field: issue.field)
+        }
+        let input: JSON = ["profile": .string(name), "settings": profile.settings]
+        let config: JSON
+        switch await run(.configure, input: input, plugin: plugin, provider: name, requestID: nil) {
+        case .success(let value):
+            guard case .object = value else {
+                throw SessionError(.pluginError, "The \(plugin.manifest.id) plugin's configure answer is not an object.", provider: name, reason: "pluginError")
+            }
+            config = value
+        case .failure(let failure):
+            throw SessionError(failure, provider: name)
+        }
+        configs[name] = config
+        return Context(profile: profile, plugin: plugin, config: config)
+    }
+
+    // MARK: - checkSignInStatus
+
+    /// The seed flowchart: not expired → signed in; expired without tokens →
+    /// not signed in; expired with a refresh token → refresh → signed in, or
+    /// not signed in on a definitive refusal. Transient failures answer
+    /// `offline` and keep the tokens.
+    public func checkSignInStatus(_ provider: String) async throws(SessionError) -> JSON {
+        let context = try await context(for: provider)
+        guard let session = try await loadSession(provider) else {
+            return status(provider, state: "notSignedIn", session: nil, reason: "noTokens")
+        }
+        if session.licenseRevoked {
+            return status(provider, state: "licenseRevoked", session: session, reason: "licenseRevoked")
+        }
+        var expired: Bool
+        if context.plugin.implements(.checkSession) {
+            let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json]
+            switch await run(.checkSession, input: input, plugin: context.plugin, provider: provider, requestID: nil) {
+            case .success(let answer):
+                switch answer["state"]?.stringValue {
+                case "valid": return status(provider, state: "signedIn", session: session, reason: "valid")
+                case "expired": expired = true
+                case "revoked", "licenseRevoked":
+                    let reason = answer["state"]!.stringValue!
+                    let message = answer["message"]?.stringValue
+                    if reason == "licenseRevoked" {
+                        return try await markLicenseRevoked(provider, session: session, message: message)
+                    }
+                    try await signOutLocally(provider, reason: "revoked", message: message)
+                    return status(provider, state: "notSignedIn", session: nil, reason: "revoked", message: message)
+                default:
+                    return status(provider, state: "offline", session: session, reason: "unknown", message: answer["message"]?.stringValue)
+                }
+            case .failure(let failure) where failure.kind == .definitive:
+                try await signOutLocally(provider, reason: eventReason(failure.reason), message: failure.message)
+                return status(provider, state: "notSignedIn", session: nil, reason: eventReason(failure.reason), message: failure.message)
+            case .failure(let failure):
+                return status(provider, state: "offline", session: session, reason: "transient", message: failure.message)
+            }
+        } else {
+            let now = HostClock.nowMilliseconds()
+            expired = session.tokens.expiresAt.map { $0 <= now } ?? false
+        }
+        guard expired else { return status(provider, state: "signedIn", session: session, reason: "valid") }
+        guard session.tokens.refreshToken != nil else {
+            try await signOutLocally(provider, reason: "expired", message: nil)
+            return status(provider, state: "notSignedIn", session: nil, reason: "expired")
+        }
+        switch await refreshed(provider, context: context, stale: session) {
+        case .success(let fresh):
+            return status(provider, state: "signedIn", session: fresh, reason: "refreshed")
+        case .failure(let failure) where failure.kind == .definitive:
+            return status(provider, state: "notSignedIn", session: nil, reason: eventReason(failure.reason), message: failure.message)
+        case .failure(let failure):
+            return status(provider, state: "offline", session: session, reason: "transient", message: failure.message)
+        }
+    }
+
+    /// Stored sessions as seen locally, without contacting any provider.
+    public func listAccounts(_ provider: String?) async throws(SessionError) -> [JSON] {
+        let names: [String]
+        if let provider { names = [provider] } else {
+            do { names = try await store.profiles() } catch { throw storageError(error, provider: nil) }
+        }
+        var accounts: [JSON] = []
+        for name in names {
+            guard let session = try await loadSession(name) else { continue }
+            let expired = session.tokens.expiresAt.map { $0 <= HostClock.nowMilliseconds() } ?? false
+            accounts.append(status(name, state: session.licenseRevoked ? "licenseRevoked" : "signedIn", session: session,
+                                   reason: expired ? "expired" : "valid"))
+        }
+        return accounts
+    }
+
+    // MARK: - requestOAuthTokens
+
+    /// Interactive sign-in. `params` are the bridge params (flow, sessionId,
+    /// scopes, loginHint, redirectUri, timeoutMs).
+    public func requestOAuthTokens(_ provider: String, params: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
+        let context = try await context(for: provider)
+        let flows = context.plugin.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        let flow = params["flow"]?.stringValue ?? flows.first ?? "browser"
+        guard flows.contains(flow) else {
+            throw SessionError(.unsupported, "The \(context.plugin.manifest.id) plugin does not support the \"\(flow)\" flow (it supports: \(flows.joined(separator: ", "))).",
+                               provider: provider, reason: "unsupportedFlow", field: "flow")
+        }
+        let tokens: JSON
+        switch flow {
+        case "session":
+            guard let sessionID = params["sessionId"]?.stringValue, !sessionID.isEmpty else {
+                throw SessionError(.invalidParams, "The session flow needs \"sessionId\" (e.g. Tableau's workgroup_session_id).", provider: provider, field: "sessionId")
+            }
+            progress(provider, requestID: requestID, ["stage": "exchanging"])
+            let input: JSON = ["profile": context.profileJSON, "flow": "session", "sessionId": .string(sessionID)]
+            tokens = try await complete(input, context: context, provider: provider, requestID: requestID)
+        case "external":
+            tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID)
+        default:
+            throw SessionError(.unsupported, "The \"\(flow)\" flow is not available in this build of AuthBridge yet.", provider: provider, reason: "unsupportedFlow", field: "flow")
+        }
+        guard let tokenSet = TokenSet(json: tokens["tokens"] ?? .null) else {
+            throw SessionError(.pluginError, "The \(context.plugin.manifest.id) plugin finished sign-in without an access token.", provider: provider, reason: "pluginError")
+        }
+        let session = StoredSession(tokens: tokenSet, account: tokens["account"])
+        try await saveSession(session, provider: provider)
+        emit("session/changed", .compactObject(["provider": .string(provider), "state": "signedIn", "reason": "signedIn",
+                                                "account": session.account]))
+        return status(provider, state: "signedIn", session: session, reason: "signedIn")
+    }
+
+    /// The external flow: the frontend opens the URL (its own web view or
+    /// browser), catches the redirect, and hands the URL back with `completeSignIn`.
+    private func externalSignIn(_ provider: String, context: Context, params: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
+        let pkce = PKCE()
+        let state = PKCE.randomToken()
+        let nonce = PKCE.randomToken()
+        let redirectURI = params["redirectUri"]?.stringValue ?? context.config["redirectUri"]?.stringValue
+        let begin: JSON = .compactObject([
+            "profile": context.profileJSON, "flow": "external", "state": .string(state),
+            "redirectUri": redirectURI.map(JSON.string), "codeChallenge": .string(pkce.challenge),
+            "codeChallengeMethod": "S256", "nonce": .string(nonce), "scopes": params["scopes"], "loginHint": params["loginHint"],
+        ])
+        let started: JSON
+        switch await run(.beginSignIn, input: begin, plugin: context.plugin, provider: provider, requestID: requestID) {
+        case .success(let value): started = value
+        case .failure(let failure): throw SessionError(failure, provider: provider)
+        }
+        guard let url = started["url"]?.stringValue, let parsed = ParsedURL(url), parsed.isSecureTransport else {
+            throw SessionError(.pluginError, "The sign-in URL is missing or not https.", provider: provider, reason: "insecureUrl")
+        }
+        // Supersede an earlier sign-in for this profile rather than losing its answer.
+        pendingSignIns.removeValue(forKey: provider)?.fail(SessionError(.userCancelled, "A newer sign-in for this profile replaced this one.", provider: provider, reason: "superseded"))
+        let pending = PendingSignIn(callbackPrefix: started["callbackPrefix"]?.stringValue)
+        pendingSignIns[provider] = pending
+        progress(provider, requestID: requestID, ["stage": "openUrl", "url": .string(url)])
+
+        let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 300_000, 3_600_000))
+        let callbackURL: String
+        do {
+            callbackURL = try await pending.wait(timeoutMilliseconds: timeout, provider: provider)
+        } catch {
+            if pendingSignIns[provider] === pending { pendingSignIns[provider] = nil }
+            throw error
+        }
+        if pendingSignIns[provider] === pending { pendingSignIns[provider] = nil }
+        progress(provider, requestID: requestID, ["stage": "exchanging"])
+        let input: JSON = .compactObject([
+            "profile": context.profileJSON, "flow": "external", "callbackUrl": .string(callbackURL),
+            "state": .string(state), "codeVerifier": .string(pkce.verifier), "redirectUri": redirectURI.map(JSON.string),
+            "nonce": .string(nonce),
+            "expectedIssuer": context.config["issuerInCallback"]?.boolValue == true ? context.config["issuer"] : nil,
+        ])
+        return try await complete(input, context: context, provider: provider, requestID: requestID)
+    }
+
+    private func complete(_ input: JSON, context: Context, provider: String, requestID: JSON?) async throws(SessionError) -> JSON {
+        switch await run(.completeSignIn, input: input, plugin: context.plugin, provider: provider, requestID: requestID) {
+        case .success(let value): return value
+        case .failure(let failure): throw SessionError(failure, provider: provider)
+        }
+    }
+
+    /// Hands the callback URL of an external sign-in to the waiting request.
+    public func completeSignIn(_ provider: String, callbackURL: String) throws(SessionError) -> JSON {
+        guard let pending = pendingSignIns[provider] else {
+            throw SessionError(.noPendingSignIn, "No sign-in is waiting for a callback on profile \"\(provider)\".", provider: provider, reason: "noPendingSignIn")
+        }
+        if let prefix = pending.callbackPrefix, !callbackURL.hasPrefix(prefix) {
+            throw SessionError(.invalidParams, "The callback URL does not belong to this sign-in.", provider: provider, field: "callbackUrl")
+        }
+        pendingSignIns[provider] = nil
+        pending.deliver(callbackURL)
+        return ["accepted": true]
+    }
+
+    // MARK: - signOut
+
+    /// Revokes at the provider (best effort, bounded), then wipes the session
+    /// locally whatever the provider said, then notifies.
+    public func signOut(_ provider: String, requestID: JSON?) async throws(SessionError) -> JSON {
+        let context = try await context(for: provider)
+        pendingSignIns.removeValue(forKey: provider)?.fail(SessionError(.userCancelled, "The profile was signed out.", provider: provider, reason: "signedOut"))
+        guard let session = try await loadSession(provider) else {
+            return ["provider": .string(provider), "signedOut": true, "revoked": [], "failures": []]
+        }
+        let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json]
+        var revoked: JSON = []
+        var failures: JSON = []
+        switch await run(.revoke, input: input, plugin: context.plugin, provider: provider, requestID: requestID) {
+        case .success(let answer):
+            revoked = answer["revoked"] ?? []
+            failures = answer["failures"] ?? []
+        case .failure(let failure):
+            failures = [["token": "all", "reason": .string(failure.reason), "message": .string(failure.message)]]
+        }
+        try await signOutLocally(provider, reason: "userSignedOut", message: nil)
+        return ["provider": .string(provider), "signedOut": true, "revoked": revoked, "failures": failures]
+    }
+
+    // MARK: - getAccessToken and fetch
+
+    /// A valid access token and what to attach to a request, refreshing first
+    /// when the token expires within `minimumValidity`.
+    public func getAccessToken(_ provider: String, minimumValidity: Int64 = defaultMinimumValidityMilliseconds) async throws(SessionError) -> JSON {
+        let context = try await context(for: provider)
+        guard var session = try await loadSession(provider) else {
+            throw SessionError(.notSignedIn, "Profile \"\(provider)\" is not signed in.", provider: provider, reason: "noTokens")
+        }
+        if let expiresAt = session.tokens.expiresAt, expiresAt - HostClock.nowMilliseconds() < minimumValidity {
+            session = try await refreshOrThrow(provider, context: context, stale: session)
+        }
+        var request: JSON = ["method": "GET", "headers": [:]]
+        if let base = context.config["apiBaseUrl"]?.stringValue { request = request.setting("url", .string(base)) }
+        let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": request]
+        let authorized: JSON
+        switch await run(.authorizeRequest, input: input, plugin: context.plugin, provider: provider, requestID: nil) {
+        case .success(let value): authorized = value
+        case .failure(let failure): throw SessionError(failure, provider: provider)
+        }
+        return .compactObject([
+            "provider": .string(provider),
+            "accessToken": .string(session.tokens.accessToken),
+            "tokenType": .string(session.tokens.tokenType),
+            "expiresAt": session.tokens.expiresAt.map(JSON.int) ?? .null,
+            "headers": authorized["request"]?["headers"] ?? [:],
+            "cookies": authorized["cookies"] ?? [],
+        ])
+    }
+
+    /// An authorized request through the provider plugin. A "session expired"
+    /// answer (as the plugin classifies it) refreshes and replays once; a
+    /// revocation signs the profile out.
+    public func fetch(_ provider: String, request: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
+        let context = try await context(for: provider)
+        guard var session = try await loadSession(provider) else {
+            throw SessionError(.notSignedIn, "Profile \"\(provider)\" is not signed in.", provider: provider, reason: "noTokens")
+        }
+        var replayed = false
+        while true {
+            let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": request]
+            let authorized: JSON
+            switch await run(.authorizeRequest, input: input, plugin: context.plugin, provider: provider, requestID: requestID) {
+            case .success(let value): authorized = value
+            case .failure(let failure): throw SessionError(failure, provider: provider)
+            }
+            var outgoing = authorized["request"] ?? request
+            if let cookies = authorized["cookies"]?.arrayValue, !cookies.isEmpty {
+                let header = cookies.compactMap { cookie -> String? in
+                    guard let name = cookie["name"]?.stringValue, let value = cookie["value"]?.stringValue else { return nil }
+                    return "\(name)=\(value)"
+                }.joined(separator: "; ")
+                var headers = outgoing["headers"]?.objectValue ?? [:]
+                headers["Cookie"] = .string(header)
+                outgoing = outgoing.setting("headers", .object(headers))
+            }
+            let response: JSON
+            switch await http.perform(outgoing) {
+            case .success(let value): response = value
+            case .failure(let failure):
+                if Task.isCancelled { throw SessionError(.userCancelled, "The request was cancelled.", provider: provider, reason: "cancelled") }
+                throw SessionError(failure, provider: provider)
+            }
+            let classifyInput: JSON = ["profile": context.profileJSON, "request": outgoing, "response": response]
+            let outcome: JSON
+            switch await run(.classifyResponse, input: classifyInput, plugin: context.plugin, provider: provider, requestID: requestID) {
+            case .success(let value): outcome = value
+            case .failure: outcome = ["outcome": "ok"]
+            }
+            switch outcome["outcome"]?.stringValue {
+            case "sessionExpired" where !replayed:
+                replayed = true
+                session = try await refreshOrThrow(provider, context: context, stale: session)
+                continue
+            case "revoked":
+                let message = outcome["message"]?.stringValue
+                try await signOutLocally(provider, reason: "revoked", message: message)
+                throw SessionError(.notSignedIn, message ?? "The provider revoked this session.", provider: provider, reason: "revoked")
+            case "licenseRevoked":
+                _ = try await markLicenseRevoked(provider, session: session, message: outcome["message"]?.stringValue)
+            default:
+                break
+            }
+            return .compactObject(["status": response["status"] ?? 0, "headers": response["headers"] ?? [:], "body": response["body"] ?? ""])
+        }
+    }
+
+    // MARK: - Refresh (single-flight)
+
+    private func refreshOrThrow(_ provider: String, context: Context, stale: StoredSession) async throws(SessionError) -> StoredSession {
+        switch await refreshed(provider, context: context, stale: stale) {
+        case .success(let session): return session
+        case .failure(let failure) where failure.kind == .definitive:
+            throw SessionError(.notSignedIn, failure.message, provider: provider, reason: eventReason(failure.reason))
+        case .failure(let failure):
+            throw SessionError(failure, provider: provider)
+        }
+    }
+
+    /// Refreshes once for any number of concurrent callers. If the stored
+    /// session already differs from `stale`, someone else refreshed: use it.
+    private func refreshed(_ provider: String, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
+        if let running = refreshes[provider] { return await running.value }
+        let task = Task { await self.performRefresh(provider, context: context, stale: stale) }
+        refreshes[provider] = task
+        let result = await task.value
+        refreshes[provider] = nil
+        return result
+    }
+
+    private func performRefresh(_ provider: String, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
+        if let current = try? await store.load(provider), current.tokens != stale.tokens {
+            return .success(current)
+        }
+        let input: JSON = ["profile": context.profileJSON, "tokens": stale.tokens.json]
+        switch await run(.refresh, input: input, plugin: context.plugin, provider: provider, requestID: nil) {
+        case .success(let answer):
+            guard let fresh = TokenSet(json: answer["tokens"] ?? .null) else {
+                return .failure(ProviderFailure(.transient, reason: "badResponse", message: "The refresh answer had no access token."))
+            }
+            var session = stale
+            session.tokens = stale.tokens.updated(with: fresh)
+            if let account = answer["account"] { session.account = account }
+            // Durable before anyone sees the new access token (rotation safety).
+            do { try await store.save(session, for: provider) } catch {
+                return .failure(ProviderFailure(.transient, reason: "storageError", message: "The refreshed session could not be stored."))
+            }
+            emit("session/changed", .compactObject(["provider": .string(provider), "state": "refreshed", "reason": "refreshed", "account": session.account]))
+            return .success(session)
+        case .failure(let failure) where failure.kind == .definitive:
+            try? await signOutLocally(provider, reason: eventReason(failure.reason), message: failure.message)
+            return .failure(failure)
+        case .failure(let failure):
+            logger.notice("refresh failed transiently; the session is kept", metadata: ["provider": "\(provider)", "reason": "\(failure.reason)"])
+            return .failure(failure)
+        }
+    }
+
+    // MARK: - Helpers
+
+    private func markLicenseRevoked(_ provider: String, session: StoredSession, message: String?) async throws(SessionError) -> JSON {
+        var updated = session
+        if !session.licenseRevoked {
+            updated.licenseRevoked = true
+            try await saveSession(updated, provider: provider)
+            emit("session/changed", .compactObject(["provider": .string(provider), "state": "licenseRevoked", "reason": "licenseRevoked",
+                                                    "message": message.map(JSON.string), "account": session.account]))
+        }
+        return status(provider, state: "licenseRevoked", session: updated, reason: "licenseRevoked", message: message)
+    }
+
+    /// Wipes the session and tells the frontend why.
+    private func signOutLocally(_ provider: String, reason: String, message: String?) async throws(SessionError) {
+        do { try await store.delete(provider) } catch { throw storageError(error, provider: provider) }
+        emit("session/changed", .compactObject(["provider": .string(provider), "state": "signedOut", "reason": .string(reason),
+                                                "message": message.map(JSON.string)]))
+    }
+
+    private func loadSession(_ provider: String) async throws(SessionError) -> StoredSession? {
+        do { return try await store.load(provider) } catch { throw storageError(error, provider: provider) }
+    }
+
+    private func saveSession(_ session: StoredSession, provider: String) async throws(SessionError) {
+        do { try await store.save(session, for: provider) } catch { throw storageError(error, provider: provider) }
+    }
+
+    private func storageError(_ error: any Error, provider: String?) -> SessionError {
+        SessionError(.storageError, "The session store failed: \(error)", provider: provider, reason: "storage")
+    }
+
+    private func status(_ provider: String, state: String, session: StoredSession?, reason: String, message: String? = nil) -> JSON {
+        .compactObject([
+            "provider": .string(provider), "state": .string(state),
+            "account": session?.account ?? .null,
+            "expiresAt": session?.tokens.expiresAt.map(JSON.int) ?? .null,
+            "reason": .string(reason), "message": message.map(JSON.string),
+            "storage": storageInfo,
+        ])
+    }
+
+    private func progress(_ provider: String, requestID: JSON?, _ fields: [String: JSON]) {
+        var params = fields
+        params["provider"] = .string(provider)
+        params["requestId"] = requestID ?? .null
+        emit("signIn/progress", .object(params))
+    }
+
+    /// "invalid_grant" → "invalidGrant": event reasons are camelCase words.
+    private func eventReason(_ reason: String) -> String {
+        let parts = reason.split(separator: "_")
+        guard parts.count > 1 else { return reason }
+        return String(parts[0]) + parts.dropFirst().map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined()
+    }
+
+    /// Runs a hook, or the host's standard step when the plugin leaves it to the host.
+    func run(_ hook: PluginHook, input: JSON, plugin: LoadedPlugin, provider: String, requestID: JSON?) async -> Result<JSON, ProviderFailure> {
+        let environment = EngineEnvironment(provider: provider, requestID: requestID, http: http, emit: emit)
+        switch await plugin.invoke(hook, input: input, environment: environment) {
+        case .result(let value): return .success(value)
+        case .failure(let failure): return .failure(failure)
+        case .useDefault:
+            if hook == .checkSession { return .success(StandardSteps.checkSession(input)) }
+            let http = self.http
+            return await plugin.runHostStep(hook, environment: environment) { call in
+                StandardSteps.run(hook, input: input, call: call, http: http)
+            }
+        }
+    }
+}
+
+/// What hooks may use while serving one bridge request.
+struct EngineEnvironment: HookEnvironment {
+    let provider: String
+    let requestID: JSON?
+    let http: HTTPClient
+    let emit: SessionEngine.EventSink
+
+    func emit(_ event: JSON, from call: HookCall) {
+        var params = event.objectValue ?? [:]
+        if params["stage"]?.stringValue == nil { params["stage"] = "plugin" }
+        params["provider"] = .string(provider)
+        params["requestId"] = requestID ?? .null
+        emit("signIn/progress", .object(params))
+    }
+
+    func http(_ request: JSON, call: HookCall) -> Result<JSON, ProviderFailure> {
+        http.perform(request, call: call)
+    }
+
+    func standard(_ hook: PluginHook, input: JSON, call: HookCall) -> Result<JSON, ProviderFailure> {
+        StandardSteps.run(hook, input: input, call: call, http: http)
+    }
+}

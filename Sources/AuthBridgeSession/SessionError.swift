@@ -1,0 +1,68 @@
+import AuthBridgeJSON
+import AuthBridgePluginHost
+
+/// Why a session operation failed, in terms the bridge maps to its stable
+/// error codes (bridge-spec, "Error codes"). The message is for people and
+/// never contains a token.
+public struct SessionError: Error, Sendable, CustomStringConvertible {
+    public enum Kind: String, Sendable {
+        case notSignedIn
+        case providerUnknown
+        /// The provider definitively refused (sign-in denied, grant invalid).
+        case providerRefused
+        case userCancelled
+        case timeout
+        /// Network, 5xx, garbage: try again later; nothing was lost.
+        case providerUnavailable
+        case pluginError
+        case unsupported
+        case storageError
+        case noPendingSignIn
+        case configurationError
+        /// A parameter is wrong; `field` names it.
+        case invalidParams
+    }
+
+    public var kind: Kind
+    public var message: String
+    public var provider: String?
+    /// A stable word: "invalid_grant", "timeout", "noTokens"…
+    public var reason: String?
+    public var field: String?
+
+    public init(_ kind: Kind, _ message: String, provider: String? = nil, reason: String? = nil, field: String? = nil) {
+        self.kind = kind
+        self.message = message
+        self.provider = provider
+        self.reason = reason
+        self.field = field
+    }
+
+    public var description: String { "\(kind.rawValue): \(message)" }
+
+    /// True when the same call may succeed later without the user doing anything.
+    public var retryable: Bool { kind == .providerUnavailable || kind == .timeout }
+
+    /// `error.data` on the wire.
+    public var data: JSON {
+        .compactObject([
+            "provider": provider.map(JSON.string),
+            "reason": reason.map(JSON.string),
+            "field": field.map(JSON.string),
+            "retryable": .bool(retryable),
+        ])
+    }
+
+    /// Maps a classified provider failure onto the bridge's error kinds.
+    init(_ failure: ProviderFailure, provider: String) {
+        let kind: Kind
+        switch failure.kind {
+        case .definitive: kind = .providerRefused
+        case .transient: kind = failure.reason == "timeout" ? .timeout : .providerUnavailable
+        case .configuration: kind = failure.reason == "unsupported" ? .unsupported : .configurationError
+        case .internal: kind = .pluginError
+        case .cancelled: kind = .userCancelled
+        }
+        self.init(kind, failure.message, provider: provider, reason: failure.reason)
+    }
+}

@@ -1,0 +1,237 @@
+import AuthBridgeJSON
+import AuthBridgePluginHost
+
+/// The host's standard OAuth 2.0 behaviour for each hook: what runs when a
+/// plugin leaves a hook out (or answers AB_DEFAULT), and what a plugin gets
+/// from `host->standard` to adjust instead of rewriting a step.
+///
+/// Every step reads the hook's input JSON (bridge-spec, "Plugin ABI") and
+/// blocks on HTTP, so it runs on a plugin worker thread.
+public enum StandardSteps {
+    public static func run(_ hook: PluginHook, input: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+        let config = input["profile"]?["config"] ?? [:]
+        switch hook {
+        case .describe:
+            return .failure(ProviderFailure(.internal, reason: "unsupported", message: "describe has no standard implementation."))
+        case .configure:
+            return .success(input["settings"] ?? [:])
+        case .beginSignIn:
+            return beginSignIn(input, config: config)
+        case .completeSignIn:
+            return completeSignIn(input, config: config, call: call, http: http)
+        case .refresh:
+            return refresh(input, config: config, call: call, http: http)
+        case .revoke:
+            return revoke(input, config: config, call: call, http: http)
+        case .checkSession:
+            return .success(checkSession(input))
+        case .authorizeRequest:
+            return authorizeRequest(input, config: config)
+        case .classifyResponse:
+            return .success(classifyResponse(input))
+        }
+    }
+
+    // MARK: - Sign-in
+
+    static func beginSignIn(_ input: JSON, config: JSON) -> Result<JSON, ProviderFailure> {
+        guard let endpoint = config["authorizationEndpoint"]?.stringValue, let url = ParsedURL(endpoint) else {
+            return .failure(missingSetting("authorizationEndpoint"))
+        }
+        guard url.isSecureTransport else { return .failure(insecure("authorizationEndpoint")) }
+        guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
+        var pairs: [(String, String)] = [("response_type", "code"), ("client_id", clientID)]
+        if let redirect = input["redirectUri"]?.stringValue { pairs.append(("redirect_uri", redirect)) }
+        let scopes = (input["scopes"] ?? config["scopes"])?.arrayValue?.compactMap(\.stringValue) ?? []
+        if !scopes.isEmpty { pairs.append(("scope", scopes.joined(separator: " "))) }
+        for key in ["state", "nonce"] {
+            if let value = input[key]?.stringValue { pairs.append((key, value)) }
+        }
+        if let challenge = input["codeChallenge"]?.stringValue {
+            pairs.append(("code_challenge", challenge))
+            pairs.append(("code_challenge_method", input["codeChallengeMethod"]?.stringValue ?? "S256"))
+        }
+        if let hint = input["loginHint"]?.stringValue { pairs.append(("login_hint", hint)) }
+        for (key, value) in (config["extraAuthorizationParams"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
+            if let value = value.stringValue { pairs.append((key, value)) }
+        }
+        let separator = endpoint.contains("?") ? "&" : "?"
+        return .success(["url": .string(endpoint + separator + FormEncoding.encode(pairs))])
+    }
+
+    static func completeSignIn(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+        var code = input["code"]?.stringValue
+        if let callback = input["callbackUrl"]?.stringValue {
+            guard let url = ParsedURL(callback) else {
+                return .failure(ProviderFailure(.definitive, reason: "invalidCallback", message: "The callback URL could not be read."))
+            }
+            if let error = url.queryValue("error") {
+                let description = url.queryValue("error_description").map { ": " + Redaction.redact($0) } ?? ""
+                let kind: ProviderFailure.Kind = error == "access_denied" ? .cancelled : .definitive
+                return .failure(ProviderFailure(kind, reason: error, message: "The provider refused the sign-in (\(error))\(description)."))
+            }
+            if let expected = input["state"]?.stringValue {
+                guard let state = url.queryValue("state"), constantTimeEquals(state, expected) else {
+                    return .failure(ProviderFailure(.definitive, reason: "stateMismatch", message: "The callback's state does not match this sign-in; it was ignored."))
+                }
+            }
+            if let expectedIssuer = input["expectedIssuer"]?.stringValue {
+                guard let issuer = url.queryValue("iss"), issuer == expectedIssuer else {
+                    return .failure(ProviderFailure(.definitive, reason: "issuerMismatch", message: "The callback's issuer (iss) does not match the provider."))
+                }
+            }
+            code = url.queryValue("code")
+        }
+        guard let code, !code.isEmpty else {
+            if input["flow"]?.stringValue == "session" {
+                return .failure(ProviderFailure(.configuration, reason: "unsupported", message: "This provider has no session grant."))
+            }
+            return .failure(ProviderFailure(.definitive, reason: "missingCode", message: "The callback carried no authorization code."))
+        }
+        guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
+        var form: [String: JSON] = ["grant_type": "authorization_code", "code": .string(code), "client_id": .string(clientID)]
+        form["redirect_uri"] = input["redirectUri"]
+        form["code_verifier"] = input["codeVerifier"]
+        form["client_secret"] = config["clientSecret"]
+        return tokenRequest(form: form, config: config, call: call, http: http)
+    }
+
+    static func refresh(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+        guard let refreshToken = input["tokens"]?["refreshToken"]?.stringValue else {
+            return .failure(ProviderFailure(.definitive, reason: "noRefreshToken", message: "The session has no refresh token; sign in again."))
+        }
+        guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
+        var form: [String: JSON] = ["grant_type": "refresh_token", "refresh_token": .string(refreshToken), "client_id": .string(clientID)]
+        form["client_secret"] = config["clientSecret"]
+        return tokenRequest(form: form, config: config, call: call, http: http)
+    }
+
+    static func tokenRequest(form: [String: JSON], config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+        guard let endpoint = config["tokenEndpoint"]?.stringValue else { return .failure(missingSetting("tokenEndpoint")) }
+        let request: JSON = ["method": "POST", "url": .string(endpoint), "form": .object(form),
+                             "headers": ["Accept": "application/json"]]
+        return http.perform(request, call: call).flatMap { parseTokenResponse($0) }
+    }
+
+    /// Reads an RFC 6749 §5 token response and classifies failures: only the
+    /// provider's definitive refusals are `.definitive`; 5xx, 429 and garbage
+    /// are `.transient` (the session is kept).
+    public static func parseTokenResponse(_ response: JSON, now: Int64 = HostClock.nowMilliseconds()) -> Result<JSON, ProviderFailure> {
+        let status = Int(response["status"]?.intValue ?? 0)
+        let body = (try? JSON.parse(response["body"]?.stringValue ?? "")) ?? .null
+        if (200..<300).contains(status) {
+            guard case .object(var members) = body, let access = members["access_token"]?.stringValue, !access.isEmpty else {
+                return .failure(ProviderFailure(.transient, reason: "badResponse", message: "The token endpoint answered without an access token.", status: status))
+            }
+            var tokens: [String: JSON] = ["accessToken": .string(access),
+                                          "tokenType": .string(normalisedTokenType(members["token_type"]?.stringValue))]
+            if let refresh = members["refresh_token"]?.stringValue, !refresh.isEmpty { tokens["refreshToken"] = .string(refresh) }
+            if let idToken = members["id_token"]?.stringValue { tokens["idToken"] = .string(idToken) }
+            if let scope = members["scope"]?.stringValue { tokens["scope"] = .string(scope) }
+            let expiresIn = members["expires_in"]?.intValue ?? members["expires_in"]?.stringValue.flatMap { Int64($0) }
+            if let expiresIn { tokens["expiresAt"] = .int(now + expiresIn * 1000) }
+            for key in ["access_token", "refresh_token", "id_token", "token_type", "scope", "expires_in"] { members[key] = nil }
+            if !members.isEmpty { tokens["extras"] = .object(members) }
+            return .success(["tokens": .object(tokens)])
+        }
+        return .failure(classifyTokenError(status: status, body: body))
+    }
+
+    static func classifyTokenError(status: Int, body: JSON) -> ProviderFailure {
+        let error = body["error"]?.stringValue
+        let description = body["error_description"]?.stringValue.map(Redaction.redact)
+        if status >= 500 || status == 429 || status == 0 {
+            return ProviderFailure(.transient, reason: status == 429 ? "rateLimited" : "serverError",
+                                   message: "The provider is unavailable (HTTP \(status)).", status: status)
+        }
+        guard let error else {
+            return ProviderFailure(.transient, reason: "badResponse", message: "The token endpoint answered HTTP \(status) without an OAuth error.", status: status)
+        }
+        let message = description.map { "\(error): \($0)" } ?? error
+        switch error {
+        case "invalid_grant", "unauthorized_client", "invalid_client", "access_denied":
+            return ProviderFailure(.definitive, reason: error, message: message, status: status)
+        default:
+            return ProviderFailure(.transient, reason: error, message: message, status: status)
+        }
+    }
+
+    // MARK: - Revocation, session checks, requests
+
+    static func revoke(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+        guard let endpoint = config["revocationEndpoint"]?.stringValue else {
+            return .success(["revoked": [], "failures": [["token": "all", "reason": "unsupported",
+                                                          "message": "The provider has no revocation endpoint."]]])
+        }
+        var revoked: [JSON] = []
+        var failures: [JSON] = []
+        // The refresh token first: revoking it usually ends the whole grant (RFC 7009 §2.1).
+        for (key, hint) in [("refreshToken", "refresh_token"), ("accessToken", "access_token")] {
+            guard let token = input["tokens"]?[key]?.stringValue else { continue }
+            var form: [String: JSON] = ["token": .string(token), "token_type_hint": .string(hint)]
+            form["client_id"] = config["clientId"]
+            form["client_secret"] = config["clientSecret"]
+            let request: JSON = ["method": "POST", "url": .string(endpoint), "form": .object(form), "timeoutMs": 10_000]
+            switch http.perform(request, call: call) {
+            case .success(let response) where (200..<300).contains(Int(response["status"]?.intValue ?? 0)):
+                revoked.append(.string(hint))
+            case .success(let response):
+                failures.append(["token": .string(hint), "reason": "httpStatus",
+                                 "message": .string("The revocation endpoint answered HTTP \(response["status"]?.intValue ?? 0).")])
+            case .failure(let failure):
+                failures.append(["token": .string(hint), "reason": .string(failure.reason), "message": .string(failure.message)])
+            }
+        }
+        return .success(["revoked": .array(revoked), "failures": .array(failures)])
+    }
+
+    static func checkSession(_ input: JSON, now: Int64 = HostClock.nowMilliseconds()) -> JSON {
+        guard let expiresAt = input["tokens"]?["expiresAt"]?.intValue else { return ["state": "valid"] }
+        return ["state": expiresAt > now ? "valid" : "expired"]
+    }
+
+    static func authorizeRequest(_ input: JSON, config: JSON) -> Result<JSON, ProviderFailure> {
+        guard let access = input["tokens"]?["accessToken"]?.stringValue else {
+            return .failure(ProviderFailure(.definitive, reason: "noTokens", message: "The session has no access token."))
+        }
+        var request = input["request"]?.objectValue ?? [:]
+        if let url = request["url"]?.stringValue, ParsedURL(url) == nil {
+            guard let base = config["apiBaseUrl"]?.stringValue else {
+                return .failure(ProviderFailure(.configuration, reason: "relativeUrl", message: "A relative URL needs the profile setting \"apiBaseUrl\"."))
+            }
+            request["url"] = .string(joinURL(base, url))
+        }
+        var headers = request["headers"]?.objectValue ?? [:]
+        let type = normalisedTokenType(input["tokens"]?["tokenType"]?.stringValue)
+        headers["Authorization"] = .string("\(type) \(access)")
+        request["headers"] = .object(headers)
+        return .success(["request": .object(request), "cookies": []])
+    }
+
+    static func classifyResponse(_ input: JSON) -> JSON {
+        let status = input["response"]?["status"]?.intValue ?? 0
+        if status == 401 { return ["outcome": "sessionExpired"] }
+        return ["outcome": "ok"]
+    }
+
+    // MARK: - Helpers
+
+    public static func joinURL(_ base: String, _ path: String) -> String {
+        if base.hasSuffix("/") && path.hasPrefix("/") { return base + path.dropFirst() }
+        if !base.hasSuffix("/") && !path.hasPrefix("/") { return base + "/" + path }
+        return base + path
+    }
+
+    static func normalisedTokenType(_ type: String?) -> String {
+        guard let type, !type.isEmpty else { return "Bearer" }
+        return type.lowercased() == "bearer" ? "Bearer" : type
+    }
+
+    static func missingSetting(_ name: String) -> ProviderFailure {
+        ProviderFailure(.configuration, reason: "missingSetting", message: "The profile needs the setting \"\(name)\".")
+    }
+
+    static func insecure(_ name: String) -> ProviderFailure {
+        ProviderFailure(.configuration, reason: "insecureUrl", message: "The setting \"\(name)\" must be an https URL (http only on a loopback IP address).")
+    }
+}

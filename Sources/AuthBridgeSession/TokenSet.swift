@@ -1,0 +1,105 @@
+import AuthBridgeJSON
+
+/// The credentials of one signed-in session, as plugins exchange them
+/// (bridge-spec: TokenSet). Never printed: `description` is redacted.
+public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
+    public var accessToken: String
+    public var refreshToken: String?
+    public var tokenType: String
+    /// Milliseconds since the epoch; nil when the provider does not say
+    /// (Salesforce): expiry is then learnt from a 401.
+    public var expiresAt: Int64?
+    public var idToken: String?
+    public var scope: String?
+    /// Provider-specific values (Salesforce instance_url, Tableau xsrf_token…).
+    public var extras: [String: JSON]
+
+    public init(accessToken: String, refreshToken: String? = nil, tokenType: String = "Bearer",
+                expiresAt: Int64? = nil, idToken: String? = nil, scope: String? = nil, extras: [String: JSON] = [:]) {
+        self.accessToken = accessToken
+        self.refreshToken = refreshToken
+        self.tokenType = tokenType
+        self.expiresAt = expiresAt
+        self.idToken = idToken
+        self.scope = scope
+        self.extras = extras
+    }
+
+    /// Reads a plugin's TokenSet JSON; nil when `accessToken` is missing.
+    public init?(json: JSON) {
+        guard let access = json["accessToken"]?.stringValue, !access.isEmpty else { return nil }
+        self.init(accessToken: access,
+                  refreshToken: json["refreshToken"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 },
+                  tokenType: json["tokenType"]?.stringValue ?? "Bearer",
+                  expiresAt: json["expiresAt"]?.intValue,
+                  idToken: json["idToken"]?.stringValue,
+                  scope: json["scope"]?.stringValue,
+                  extras: json["extras"]?.objectValue ?? [:])
+    }
+
+    public var json: JSON {
+        .compactObject([
+            "accessToken": .string(accessToken),
+            "refreshToken": refreshToken.map(JSON.string),
+            "tokenType": .string(tokenType),
+            "expiresAt": expiresAt.map(JSON.int),
+            "idToken": idToken.map(JSON.string),
+            "scope": scope.map(JSON.string),
+            "extras": extras.isEmpty ? nil : .object(extras),
+        ])
+    }
+
+    /// A refresh answer replaces what it carries and keeps the rest: a
+    /// provider that does not rotate (Salesforce) omits the refresh token.
+    public func updated(with fresh: TokenSet) -> TokenSet {
+        var merged = fresh
+        if merged.refreshToken == nil { merged.refreshToken = refreshToken }
+        if merged.idToken == nil { merged.idToken = idToken }
+        merged.extras = extras.merging(fresh.extras, uniquingKeysWith: { _, new in new })
+        return merged
+    }
+
+    public var description: String {
+        "TokenSet(accessToken: [REDACTED], refreshToken: \(refreshToken == nil ? "nil" : "[REDACTED]"), expiresAt: \(expiresAt.map(String.init) ?? "nil"))"
+    }
+}
+
+/// One stored session: tokens plus who they belong to.
+public struct StoredSession: Sendable, Equatable {
+    public var tokens: TokenSet
+    public var account: JSON?
+    /// Set while a licence is revoked (MarketSharp) and sign-out is pending.
+    public var licenseRevoked: Bool = false
+
+    public init(tokens: TokenSet, account: JSON?) {
+        self.tokens = tokens
+        self.account = account
+    }
+}
+
+/// Where sessions are kept. The memory store is the only one until the
+/// vault lands; the engine depends on this protocol alone.
+public protocol SessionStore: Sendable {
+    /// "memory", "encrypted-file", "secret-service".
+    var backend: String { get }
+    /// "none" (memory only), "encrypted", "keyring".
+    var protection: String { get }
+    func load(_ profile: String) async throws -> StoredSession?
+    func save(_ session: StoredSession, for profile: String) async throws
+    func delete(_ profile: String) async throws
+    func profiles() async throws -> [String]
+}
+
+/// Sessions that live as long as the process: nothing touches the disk.
+public actor MemorySessionStore: SessionStore {
+    private var sessions: [String: StoredSession] = [:]
+    public nonisolated let backend = "memory"
+    public nonisolated let protection = "none"
+
+    public init() {}
+
+    public func load(_ profile: String) -> StoredSession? { sessions[profile] }
+    public func save(_ session: StoredSession, for profile: String) { sessions[profile] = session }
+    public func delete(_ profile: String) { sessions[profile] = nil }
+    public func profiles() -> [String] { sessions.keys.sorted() }
+}

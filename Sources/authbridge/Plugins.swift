@@ -1,0 +1,34 @@
+import ArgumentParser
+import AuthBridgeHost
+import AuthBridgeJSON
+import AuthBridgePluginHost
+
+/// `authbridge plugins`: which plugins load, and why others were refused.
+struct Plugins: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List loaded and refused plugins with their reasons.")
+
+    @OptionGroup var options: HostOptions
+
+    @Flag(help: "Print JSON (the same entries as initialize's provider list).")
+    var json = false
+
+    func run() async throws {
+        let logger = bootstrapLogging(options.logLevel == "info" ? "warning" : options.logLevel)
+        let reports = PluginLoader(folders: options.folders, logger: logger).loadAll()
+        defer { for report in reports { report.plugin?.shutdown() } }
+        if json {
+            print(JSON.array(reports.map(\.json)).prettyPrinted())
+            return
+        }
+        if reports.isEmpty { print("No plugins found in: \(options.folders.joined(separator: ", "))") }
+        for report in reports {
+            switch report.status {
+            case .loaded(let plugin):
+                print("loaded   \(plugin.manifest.id) \(plugin.version)  \(plugin.libraryPath)")
+            case .refused(let error):
+                print("refused  \(report.id ?? "?")  \(error.reason.rawValue): \(error.message)")
+            }
+        }
+    }
+}

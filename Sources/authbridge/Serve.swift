@@ -1,0 +1,48 @@
+import ArgumentParser
+import AuthBridgeHost
+import AuthBridgeRPC
+import AuthBridgeSession
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// `authbridge serve`: the JSON-RPC bridge on stdin/stdout.
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve the JSON-RPC 2.0 bridge on stdin/stdout (the default).")
+
+    @OptionGroup var options: HostOptions
+
+    @Flag(help: .hidden)
+    var testClock = false
+
+    func run() async throws {
+        // stdout is the protocol: keep a private copy of fd 1 for frames and
+        // point fd 1 at stderr, so nothing a plugin prints can corrupt it.
+        let protocolFD = fcntl(1, F_DUPFD_CLOEXEC, 3)
+        guard protocolFD >= 0, dup2(2, 1) >= 0 else {
+            throw ValidationError("cannot set up stdout for the protocol")
+        }
+        signal(SIGPIPE, SIG_IGN)
+        let logger = bootstrapLogging(options.logLevel)
+        let connection = Connection(input: 0, output: protocolFD, logger: logger)
+        let server = BridgeServer(configuration: options.hostConfiguration(testClock: testClock), connection: connection,
+                                  store: MemorySessionStore(), logger: logger)
+        let code = await server.run()
+        Glibc.exit(code)
+    }
+}
+
+func bootstrapLogging(_ level: String) -> Logger {
+    let logLevel = Logger.Level(rawValue: level) ?? .info
+    LoggingSystem.bootstrap { label in
+        var handler = StreamLogHandler.standardError(label: label)
+        handler.logLevel = logLevel
+        return handler
+    }
+    return Logger(label: "authbridge")
+}

@@ -1,0 +1,631 @@
+/*
+ * ctestplugin.c — the AuthBridge C test provider ("ctest").
+ *
+ * A deterministic provider plugin written against the C ABI
+ * (Sources/CAuthBridgePlugin/include/authbridge/plugin.h) with jansson. It
+ * exercises every ABI entry from C — init, shutdown, the nine hooks — and every
+ * host service (log, now_ms, set_result, set_error, emit, http, standard,
+ * is_cancelled), so that the host's contract tests can assert on its answers.
+ *
+ * Build (or use build.sh beside this file):
+ *   gcc -shared -fPIC -O2 -Wall -Wextra -I Sources/CAuthBridgePlugin/include \
+ *       -o libauthbridge-ctest.so Tests/Plugins/CTestPlugin/ctestplugin.c -ljansson
+ *
+ * Compile-time variants for loader tests (-D...):
+ *   CTEST_PRINT_STDOUT  init, shutdown and every hook printf to stdout (+ fflush)
+ *   CTEST_INIT_FAILS    init returns AB_ERROR, reason "init refused by test"
+ *   CTEST_ABI_MAJOR_2   the entry reports abi_major 2
+ *   CTEST_NO_ENTRY      no authbridge_plugin_v1 symbol (another name is exported)
+ *   CTEST_WRONG_ID      the entry reports id "other"
+ *   CTEST_ID=name       the entry reports id "name" (a bare token, e.g. ctest2)
+ *
+ * Ownership: everything the host lends (hook input, http/standard answers) is
+ * borrowed and never freed here; every jansson value and string this file
+ * creates is released before the hook returns (the host copies what it gets).
+ * Thread safety: the only state is the immutable struct built by init.
+ */
+#define _GNU_SOURCE /* memmem, nanosleep */
+
+#include <authbridge/plugin.h>
+#include <jansson.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define AB_XSTR_(x) #x
+#define AB_XSTR(x) AB_XSTR_(x)
+
+#if defined(CTEST_WRONG_ID)
+#define CTEST_PLUGIN_ID "other"
+#elif defined(CTEST_ID)
+#define CTEST_PLUGIN_ID AB_XSTR(CTEST_ID)
+#else
+#define CTEST_PLUGIN_ID "ctest"
+#endif
+#define CTEST_VERSION "1.0.0"
+
+#define HOUR_MS 3600000
+#define SLOW_POLL_MS 10
+#define SLOW_MAX_MS 30000
+
+#ifdef CTEST_PRINT_STDOUT
+#define TRACE(what)                                   \
+    do {                                              \
+        printf("ctest stdout noise: %s\n", (what));   \
+        fflush(stdout);                               \
+    } while (0)
+#else
+#define TRACE(what) ((void)0)
+#endif
+
+/* The plugin's state: set once by init, read-only afterwards. */
+struct ab_plugin {
+    const ab_host_api *host;
+};
+
+/* ── Answer helpers ─────────────────────────────────────────────────────── */
+
+static void logmsg(const ab_host_api *host, ab_call *call, ab_log_level level, const char *msg)
+{
+    if (AB_HAS(host, log))
+        host->log(call, level, msg, strlen(msg));
+}
+
+/* Sets a Failure {kind, reason, message} and returns AB_ERROR. */
+static ab_status fail(const ab_host_api *host, ab_call *call,
+                      const char *kind, const char *reason, const char *message)
+{
+    json_t *err = json_pack("{s:s, s:s, s:s}", "kind", kind, "reason", reason, "message", message);
+    char *text = err ? json_dumps(err, JSON_COMPACT) : NULL;
+    json_decref(err);
+    if (text == NULL) {
+        static const char oom[] =
+            "{\"kind\":\"internal\",\"reason\":\"outOfMemory\",\"message\":\"out of memory\"}";
+        host->set_error(call, (ab_json){ oom, sizeof oom - 1 });
+        return AB_ERROR;
+    }
+    host->set_error(call, (ab_json){ text, strlen(text) });
+    free(text);
+    return AB_ERROR;
+}
+
+/* Sets `value` as the result (and releases it); returns AB_OK. */
+static ab_status reply(const ab_host_api *host, ab_call *call, json_t *value)
+{
+    char *text = value ? json_dumps(value, JSON_COMPACT) : NULL;
+    json_decref(value);
+    if (text == NULL)
+        return fail(host, call, "internal", "outOfMemory", "could not encode the result");
+    ab_status st = host->set_result(call, (ab_json){ text, strlen(text) });
+    free(text);
+    if (st != AB_OK)
+        return fail(host, call, "internal", "resultRefused", "the host refused the result");
+    return AB_OK;
+}
+
+/* Sets a constant JSON text as the result (no allocation: hot paths). */
+static ab_status reply_static(const ab_host_api *host, ab_call *call, const char *text)
+{
+    host->set_result(call, (ab_json){ text, strlen(text) });
+    return AB_OK;
+}
+
+static ab_status cancelled(const ab_host_api *host, ab_call *call)
+{
+    fail(host, call, "cancelled", "cancelled", "the request was cancelled");
+    return AB_CANCELLED;
+}
+
+/* Parses a hook's borrowed input; NULL (with an error set) when malformed. */
+static json_t *parse_input(const ab_host_api *host, ab_call *call, ab_json input)
+{
+    json_t *v = json_loadb(input.data, input.length, 0, NULL);
+    if (v != NULL && json_is_object(v))
+        return v;
+    json_decref(v);
+    fail(host, call, "internal", "badInput", "the hook input is not a JSON object");
+    return NULL;
+}
+
+/* Reads a string member of an object; NULL when absent or not a string. */
+static const char *str_at(json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(obj, key));
+}
+
+/* profile.config.KEY, falling back to profile.settings.KEY. */
+static const char *profile_str(json_t *input, const char *key)
+{
+    json_t *profile = json_object_get(input, "profile");
+    const char *v = str_at(json_object_get(profile, "config"), key);
+    return v ? v : str_at(json_object_get(profile, "settings"), key);
+}
+
+static int starts_with(const char *s, const char *prefix)
+{
+    return s != NULL && strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* ── URL helpers ────────────────────────────────────────────────────────── */
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes src[0..n) into dst (n bytes suffice); returns the length.
+ * '+' stays '+' (RFC 3986, not form encoding); a bad escape is kept as is. */
+static size_t percent_decode(const char *src, size_t n, char *dst)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int hi, lo;
+        if (src[i] == '%' && i + 2 < n &&
+            (hi = hexval(src[i + 1])) >= 0 && (lo = hexval(src[i + 2])) >= 0) {
+            dst[o++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            dst[o++] = src[i];
+        }
+    }
+    return o;
+}
+
+/* Finds the query parameter `name` of `url` by name (first occurrence, the
+ * fragment ignored) and returns it as a jansson string (new reference), or
+ * NULL when absent, empty or not UTF-8 once decoded. */
+static json_t *query_param(const char *url, const char *name)
+{
+    const char *q = strchr(url, '?');
+    if (q == NULL)
+        return NULL;
+    q++;
+    const char *end = strchr(q, '#');
+    if (end == NULL)
+        end = q + strlen(q);
+
+    size_t namelen = strlen(name);
+    char *buf = malloc((size_t)(end - q) + 1);
+    if (buf == NULL)
+        return NULL;
+    json_t *found = NULL;
+    while (q < end) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *seg_end = amp ? amp : end;
+        const char *eq = memchr(q, '=', (size_t)(seg_end - q));
+        const char *key_end = eq ? eq : seg_end;
+        size_t klen = percent_decode(q, (size_t)(key_end - q), buf);
+        if (klen == namelen && memcmp(buf, name, namelen) == 0) {
+            if (eq != NULL) {
+                size_t vlen = percent_decode(eq + 1, (size_t)(seg_end - eq - 1), buf);
+                if (vlen > 0)
+                    found = json_stringn(buf, vlen);
+            }
+            break;
+        }
+        q = seg_end + 1;
+    }
+    free(buf);
+    return found;
+}
+
+/* Percent-encodes everything but RFC 3986 unreserved characters (malloc'd). */
+static char *percent_encode(const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(s);
+    char *out = malloc(3 * n + 1), *o = out;
+    if (out == NULL)
+        return NULL;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+            *p == '-' || *p == '.' || *p == '_' || *p == '~') {
+            *o++ = (char)*p;
+        } else {
+            *o++ = '%';
+            *o++ = hex[*p >> 4];
+            *o++ = hex[*p & 15];
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* Length of `server` without trailing slashes (so "<server>/login" is clean). */
+static int trimmed_len(const char *server)
+{
+    size_t n = strlen(server);
+    while (n > 0 && server[n - 1] == '/')
+        n--;
+    return (int)n;
+}
+
+/* ── Lifecycle ──────────────────────────────────────────────────────────── */
+
+static ab_status ctest_init(const ab_host_api *host, ab_plugin **plugin, const char **error)
+{
+    TRACE("init");
+#ifdef CTEST_INIT_FAILS
+    logmsg(host, NULL, AB_LOG_WARNING, "ctest: refusing init (CTEST_INIT_FAILS)");
+    *plugin = NULL;
+    *error = "init refused by test";
+    return AB_ERROR;
+#else
+    /* Seed jansson's hash function now, on the single init thread, so that
+     * hooks running concurrently never race on its lazy initialisation
+     * (a no-op when the host has already seeded the shared libjansson). */
+    json_object_seed(0);
+    ab_plugin *state = malloc(sizeof *state);
+    if (state == NULL) {
+        *error = "ctest: out of memory";
+        return AB_ERROR;
+    }
+    state->host = host;
+    *plugin = state;
+    char msg[160];
+    snprintf(msg, sizeof msg, "ctest %s initialised (host %s, ABI %u.%u)", CTEST_VERSION,
+             host->host_version ? host->host_version : "?", (unsigned)host->abi_major,
+             (unsigned)host->abi_minor);
+    logmsg(host, NULL, AB_LOG_INFO, msg);
+    return AB_OK;
+#endif
+}
+
+static void ctest_shutdown(ab_plugin *plugin)
+{
+    TRACE("shutdown");
+    if (plugin == NULL)
+        return;
+    logmsg(plugin->host, NULL, AB_LOG_DEBUG, "ctest shutting down");
+    free(plugin);
+}
+
+/* ── Hooks ──────────────────────────────────────────────────────────────── */
+
+static ab_status ctest_describe(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    (void)input;
+    TRACE("describe");
+    json_t *d = json_pack(
+        "{s:s, s:s, s:s, s:s, s:[s,s], s:[s,s,s], s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s]}}",
+        "id", CTEST_PLUGIN_ID,
+        "version", CTEST_VERSION,
+        "displayName", "C test provider",
+        "description", "Deterministic provider written in C, used by AuthBridge's contract tests",
+        "flows", "external", "session",
+        "capabilities", "revoke", "checkSession", "fetch",
+        "settings",
+            "type", "object",
+            "properties",
+                "server", "type", "string", "description", "Base URL of the test server",
+                "probeUrl", "type", "string", "description", "URL fetched during the \"http\" session sign-in",
+            "required", "server");
+    return reply(plugin->host, call, d);
+}
+
+static ab_status ctest_configure(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    TRACE("configure");
+    const ab_host_api *host = plugin->host;
+    json_t *in = parse_input(host, call, input);
+    if (in == NULL)
+        return AB_ERROR;
+    json_t *settings = json_object_get(in, "settings");
+    if (!json_is_string(json_object_get(settings, "server"))) {
+        json_decref(in);
+        return fail(host, call, "configuration", "missingSetting", "setting \"server\" is required");
+    }
+    json_t *config = json_deep_copy(settings);
+    json_decref(in);
+    if (config == NULL)
+        return fail(host, call, "internal", "outOfMemory", "out of memory");
+    json_object_set_new(config, "configuredBy", json_string("ctest"));
+    return reply(host, call, config);
+}
+
+static ab_status ctest_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    TRACE("begin_sign_in");
+    const ab_host_api *host = plugin->host;
+    json_t *in = parse_input(host, call, input);
+    if (in == NULL)
+        return AB_ERROR;
+    const char *server = profile_str(in, "server");
+    if (server == NULL) {
+        json_decref(in);
+        return fail(host, call, "configuration", "missingSetting", "setting \"server\" is required");
+    }
+    const char *state = str_at(in, "state");
+    char *enc = percent_encode(state ? state : "");
+    if (enc == NULL) {
+        json_decref(in);
+        return fail(host, call, "internal", "outOfMemory", "out of memory");
+    }
+    int n = trimmed_len(server);
+    json_t *url = json_sprintf("%.*s/login?state=%s", n, server, enc);
+    json_t *prefix = json_sprintf("%.*s/callback", n, server);
+    free(enc);
+    json_decref(in);
+    json_t *out = NULL;
+    if (url != NULL && prefix != NULL)
+        out = json_pack("{s:O, s:O}", "url", url, "callbackPrefix", prefix);
+    json_decref(url);
+    json_decref(prefix);
+
+    static const char event[] = "{\"stage\":\"plugin\",\"message\":\"C plugin began sign-in\"}";
+    if (AB_HAS(host, emit))
+        host->emit(call, (ab_json){ event, sizeof event - 1 });
+    return reply(host, call, out);
+}
+
+/* {tokens:{...}, account?:{...}} from the pieces (references are stolen). */
+static json_t *token_result(json_t *access, json_t *refresh, int64_t expires_at, json_t *extras,
+                            json_t *account)
+{
+    json_t *tokens = json_object();
+    json_object_set_new(tokens, "accessToken", access);
+    if (refresh)
+        json_object_set_new(tokens, "refreshToken", refresh);
+    json_object_set_new(tokens, "tokenType", json_string("Bearer"));
+    json_object_set_new(tokens, "expiresAt", expires_at ? json_integer(expires_at) : json_null());
+    if (extras)
+        json_object_set_new(tokens, "extras", extras);
+    json_t *result = json_object();
+    json_object_set_new(result, "tokens", tokens);
+    if (account)
+        json_object_set_new(result, "account", account);
+    return result;
+}
+
+/* Fetches probeUrl through host->http and records the outcome in extras.
+ * Returns AB_CANCELLED when the call was cancelled, else AB_OK. */
+static ab_status probe(const ab_host_api *host, ab_call *call, const char *url, json_t *extras)
+{
+    if (!AB_HAS(host, http)) {
+        json_object_set_new(extras, "probeError", json_string("unavailable"));
+        return AB_OK;
+    }
+    json_t *req = json_pack("{s:s, s:s}", "method", "GET", "url", url);
+    char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    if (text == NULL) {
+        json_object_set_new(extras, "probeError", json_string("outOfMemory"));
+        return AB_OK;
+    }
+    ab_json response = { NULL, 0 };
+    ab_status st = host->http(call, (ab_json){ text, strlen(text) }, &response);
+    free(text);
+    if (st == AB_CANCELLED)
+        return AB_CANCELLED;
+    /* `response` is borrowed: parse it, never free it. */
+    json_t *r = response.data ? json_loadb(response.data, response.length, 0, NULL) : NULL;
+    if (st == AB_OK && json_is_integer(json_object_get(r, "status"))) {
+        json_object_set(extras, "probeStatus", json_object_get(r, "status"));
+    } else if (st == AB_ERROR) {
+        const char *reason = str_at(r, "reason");
+        json_object_set_new(extras, "probeError", json_string(reason ? reason : "unknown"));
+    } else {
+        json_object_set_new(extras, "probeError", json_string(st == AB_OK ? "badResponse" : "invalid"));
+    }
+    json_decref(r);
+    return AB_OK;
+}
+
+static ab_status complete_session(const ab_host_api *host, ab_call *call, json_t *in)
+{
+    const char *sid = str_at(in, "sessionId");
+    if (sid == NULL || *sid == '\0')
+        return fail(host, call, "definitive", "missingSessionId", "a session id is required");
+    if (strcmp(sid, "bad") == 0)
+        return fail(host, call, "definitive", "invalid_grant", "session id refused");
+
+    if (strcmp(sid, "slow") == 0 && AB_HAS(host, is_cancelled)) {
+        logmsg(host, call, AB_LOG_DEBUG, "ctest: slow sign-in, waiting for cancellation");
+        const struct timespec tick = { 0, SLOW_POLL_MS * 1000000L };
+        for (int waited = 0; waited < SLOW_MAX_MS; waited += SLOW_POLL_MS) {
+            if (host->is_cancelled(call))
+                return cancelled(host, call);
+            nanosleep(&tick, NULL);
+        }
+        if (host->is_cancelled(call))
+            return cancelled(host, call);
+    }
+
+    json_t *extras = json_pack("{s:s}", "sessionId", sid);
+    if (strcmp(sid, "http") == 0) {
+        const char *url = profile_str(in, "probeUrl");
+        if (url != NULL && probe(host, call, url, extras) == AB_CANCELLED) {
+            json_decref(extras);
+            return cancelled(host, call);
+        }
+    }
+    json_t *result = token_result(json_sprintf("at-%s", sid), json_sprintf("rt-%s", sid),
+                                  host->now_ms() + HOUR_MS, extras,
+                                  json_pack("{s:s, s:s}", "id", sid, "name", "C Test User"));
+    return reply(host, call, result);
+}
+
+static ab_status complete_external(const ab_host_api *host, ab_call *call, json_t *in)
+{
+    const char *url = str_at(in, "callbackUrl");
+    if (url == NULL)
+        return fail(host, call, "definitive", "missingToken", "the callback URL is missing");
+    json_t *access = query_param(url, "access_token");
+    json_t *session = query_param(url, "session_token");
+    if (access == NULL || session == NULL) {
+        json_decref(access);
+        json_decref(session);
+        return fail(host, call, "definitive", "missingToken",
+                    "the callback URL lacks access_token or session_token");
+    }
+    return reply(host, call, token_result(access, session, 0, NULL, NULL));
+}
+
+static ab_status ctest_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    TRACE("complete_sign_in");
+    const ab_host_api *host = plugin->host;
+    json_t *in = parse_input(host, call, input);
+    if (in == NULL)
+        return AB_ERROR;
+    const char *flow = str_at(in, "flow");
+    logmsg(host, call, AB_LOG_DEBUG, "ctest: completing sign-in");
+    ab_status st;
+    if (flow != NULL && strcmp(flow, "session") == 0)
+        st = complete_session(host, call, in);
+    else if (flow != NULL && strcmp(flow, "external") == 0)
+        st = complete_external(host, call, in);
+    else
+        st = fail(host, call, "definitive", "unsupportedFlow", "ctest supports the external and session flows");
+    json_decref(in);
+    return st;
+}
+
+static ab_status ctest_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    TRACE("refresh");
+    const ab_host_api *host = plugin->host;
+    json_t *in = parse_input(host, call, input);
+    if (in == NULL)
+        return AB_ERROR;
+    json_t *tokens = json_object_get(in, "tokens");
+    const char *rt = str_at(tokens, "refreshToken");
+    ab_status st;
+    if (rt == NULL) {
+        st = fail(host, call, "definitive", "missingToken", "no refresh token");
+    } else if (starts_with(rt, "rt-revoked")) {
+        st = fail(host, call, "definitive", "invalid_grant", "refresh token revoked");
+    } else if (starts_with(rt, "rt-transient")) {
+        st = fail(host, call, "transient", "unavailable", "the test server is unavailable");
+    } else {
+        const char *suffix = starts_with(rt, "rt-") ? rt + 3 : rt;
+        json_t *extras = json_object_get(tokens, "extras");
+        st = reply(host, call,
+                   token_result(json_sprintf("at2-%s", suffix), json_sprintf("%s+", rt),
+                                host->now_ms() + HOUR_MS,
+                                json_is_object(extras) ? json_deep_copy(extras) : NULL, NULL));
+    }
+    json_decref(in);
+    return st;
+}
+
+static ab_status ctest_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    (void)input;
+    TRACE("revoke");
+    return reply_static(plugin->host, call, "{\"revoked\":[\"access_token\",\"refresh_token\"]}");
+}
+
+static ab_status ctest_check_session(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    TRACE("check_session");
+    const ab_host_api *host = plugin->host;
+    /* Parses its input like any real plugin would: the benchmark measures
+     * the honest plugin path. */
+    json_t *in = parse_input(host, call, input);
+    if (in == NULL)
+        return AB_ERROR;
+    const char *sid = str_at(json_object_get(json_object_get(in, "tokens"), "extras"), "sessionId");
+    int expired = sid != NULL && strcmp(sid, "expired") == 0;
+    json_decref(in);
+    return reply_static(host, call, expired ? "{\"state\":\"expired\"}" : "{\"state\":\"valid\"}");
+}
+
+static ab_status ctest_authorize_request(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    TRACE("authorize_request");
+    const ab_host_api *host = plugin->host;
+    if (!AB_HAS(host, standard))
+        return AB_DEFAULT;
+    ab_json std_out = { NULL, 0 };
+    ab_status st = host->standard(call, AB_HOOK_AUTHORIZE_REQUEST, input, &std_out);
+    if (st == AB_ERROR && std_out.data != NULL) {
+        host->set_error(call, std_out); /* borrowed → copied by the host */
+        return AB_ERROR;
+    }
+    if (st == AB_CANCELLED)
+        return cancelled(host, call);
+    if (st != AB_OK || std_out.data == NULL)
+        return fail(host, call, "internal", "standardFailed", "the standard authorize_request failed");
+
+    json_t *out = json_loadb(std_out.data, std_out.length, 0, NULL);
+    json_t *request = json_object_get(out, "request");
+    if (!json_is_object(request)) {
+        json_decref(out);
+        return fail(host, call, "internal", "standardFailed", "the standard result has no request");
+    }
+    json_t *headers = json_object_get(request, "headers");
+    if (!json_is_object(headers)) {
+        headers = json_object();
+        json_object_set_new(request, "headers", headers);
+    }
+    json_object_set_new(headers, "X-CTest", json_string("1"));
+    return reply(host, call, out);
+}
+
+static ab_status ctest_classify_response(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    TRACE("classify_response");
+    const ab_host_api *host = plugin->host;
+    json_t *in = parse_input(host, call, input);
+    if (in == NULL)
+        return AB_ERROR;
+    json_t *response = json_object_get(in, "response");
+    json_int_t status = json_integer_value(json_object_get(response, "status"));
+    const char *body = str_at(response, "body");
+    const char *answer = "{\"outcome\":\"ok\"}";
+    if (status == 401)
+        answer = "{\"outcome\":\"sessionExpired\"}";
+    else if (status == 403 && body != NULL && strstr(body, "LICENSE") != NULL)
+        answer = "{\"outcome\":\"licenseRevoked\",\"message\":\"license removed\"}";
+    json_decref(in);
+    return reply_static(host, call, answer);
+}
+
+/* ── Entry ──────────────────────────────────────────────────────────────── */
+
+static const ab_plugin_vtable ctest_vtable = {
+    .size = sizeof(ab_plugin_vtable),
+    .init = ctest_init,
+    .shutdown = ctest_shutdown,
+    .describe = ctest_describe,
+    .configure = ctest_configure,
+    .begin_sign_in = ctest_begin_sign_in,
+    .complete_sign_in = ctest_complete_sign_in,
+    .refresh = ctest_refresh,
+    .revoke = ctest_revoke,
+    .check_session = ctest_check_session,
+    .authorize_request = ctest_authorize_request,
+    .classify_response = ctest_classify_response,
+};
+
+#if defined(CTEST_NO_ENTRY) || defined(CTEST_ABI_MAJOR_2)
+#ifdef CTEST_ABI_MAJOR_2
+#define CTEST_ABI_MAJOR 2
+#else
+#define CTEST_ABI_MAJOR AB_ABI_MAJOR
+#endif
+/* Written by hand (not AB_DEFINE_PLUGIN) to report a foreign ABI major, or to
+ * export the table under a name the host does not look for. */
+#ifdef CTEST_NO_ENTRY
+#define CTEST_ENTRY_NAME ctest_not_the_entry
+#else
+#define CTEST_ENTRY_NAME authbridge_plugin_v1
+#endif
+const ab_plugin_info *CTEST_ENTRY_NAME(void);
+__attribute__((visibility("default"))) const ab_plugin_info *CTEST_ENTRY_NAME(void)
+{
+    static const ab_plugin_info info = {
+        AB_PLUGIN_MAGIC, CTEST_ABI_MAJOR, AB_ABI_MINOR, CTEST_PLUGIN_ID, CTEST_VERSION, &ctest_vtable
+    };
+    return &info;
+}
+#else
+const ab_plugin_info *authbridge_plugin_v1(void);
+AB_DEFINE_PLUGIN(CTEST_PLUGIN_ID, CTEST_VERSION, &ctest_vtable)
+#endif
