@@ -27,6 +27,8 @@ let package = Package(
         // Lazily dlopen'ed by the host on the first HTTP request, so that
         // FoundationNetworking stays off the start-up path.
         .library(name: "AuthBridgeHTTP", type: .dynamic, targets: ["AuthBridgeHTTP"]),
+        // Bundled provider plugins (installed into lib/authbridge/plugins).
+        .library(name: "authbridge-oidc", type: .dynamic, targets: ["OIDCPlugin"]),
         // Test plugins: built for the test suites, never installed.
         .library(name: "authbridge-testplugin-swift", type: .dynamic, targets: ["SwiftTestPlugin"]),
     ],
@@ -67,8 +69,10 @@ let package = Package(
         .target(name: "AuthBridgeHTTP", dependencies: ["AuthBridgeJSON"]),
 
         .target(name: "AuthBridgePluginSDK", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"]),
+        .target(name: "OIDCPlugin", dependencies: ["AuthBridgePluginSDK"],
+                path: "plugins/oidc", exclude: ["oidc.json"]),
         .target(name: "SwiftTestPlugin", dependencies: ["AuthBridgePluginSDK"],
-                path: "Tests/Plugins/SwiftTestPlugin"),
+                path: "Tests/Plugins/SwiftTestPlugin", exclude: ["swifttest.json"]),
 
         .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"]),
         .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"]),

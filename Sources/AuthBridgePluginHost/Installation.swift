@@ -36,9 +36,10 @@ public enum Installation {
     /// `$XDG_CONFIG_HOME/authbridge` (default `~/.config/authbridge`).
     public static var userConfigFolder: String? { xdg("XDG_CONFIG_HOME", fallback: ".config").map { $0 + "/authbridge" } }
 
-    /// The default plugin search path: bundled, then the user's.
+    /// The default plugin search path: bundled (in an install tree, or next
+    /// to the executable in a build folder), then the user's.
     public static func defaultPluginFolders() -> [String] {
-        var folders = [bundledPluginsFolder]
+        var folders = [bundledPluginsFolder, executableFolder + "/plugins"]
         if let user = userDataFolder { folders.append(user + "/plugins") }
         return folders
     }

@@ -1,0 +1,101 @@
+# AuthBridge — build, test, install, bench.
+#
+#   make test                 install what is missing, build, run every suite
+#   make demo                 build, then a short end-to-end session
+#   make install PREFIX=DIR   a relocatable tree: DIR/bin, DIR/lib/authbridge/plugins
+#   make bench                throughput and cold start next to a C baseline
+#
+# Everything it installs is local (apt packages, a venv in .venv).
+
+SHELL       := /bin/bash
+PREFIX      ?= $(CURDIR)/out
+SWIFT       ?= swift
+PYTHON      ?= python3
+VENV        := .venv
+VPY         := $(VENV)/bin/python
+DEBUG_DIR   := .build/debug
+RELEASE_DIR := .build/release
+TEST_PLUGINS := .build/test-plugins
+APT_PACKAGES := libjansson-dev pkg-config gcc
+
+# Plugins shipped with AuthBridge: SwiftPM product name → manifest.
+BUNDLED_PLUGINS := oidc
+
+.PHONY: all deps build release test test-swift test-contract test-node install demo bench clean spec
+
+all: build
+
+## deps: system packages and the Python venv the tests use.
+deps: $(VENV)/.ready
+	@pkg-config --exists jansson || { \
+	  echo "==> installing $(APT_PACKAGES)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; }
+
+$(VENV)/.ready: requirements-test.txt
+	@echo "==> creating $(VENV)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(VPY) -m pip install -q --disable-pip-version-check -r requirements-test.txt
+	@touch $@
+
+## build: the host, its helper library, the bundled and test plugins (debug).
+build: deps
+	$(SWIFT) build
+	@$(MAKE) --no-print-directory test-plugins BUILD_DIR=$(DEBUG_DIR)
+
+release: deps
+	$(SWIFT) build -c release
+	@$(MAKE) --no-print-directory test-plugins BUILD_DIR=$(RELEASE_DIR)
+
+## Test plugins: copied or compiled into one folder with safe permissions.
+test-plugins:
+	@install -d -m 0755 $(BUILD_DIR)/test-plugins
+	@install -m 0644 $(BUILD_DIR)/libauthbridge-testplugin-swift.so Tests/Plugins/SwiftTestPlugin/swifttest.json $(BUILD_DIR)/test-plugins/
+	@sh Tests/Plugins/CTestPlugin/build.sh $(BUILD_DIR)/test-plugins
+	@$(MAKE) --no-print-directory stage-plugins BUILD_DIR=$(BUILD_DIR) DEST=$(BUILD_DIR)/plugins
+
+## stage-plugins: the bundled plugins (.so + manifest) into DEST.
+stage-plugins:
+	@install -d -m 0755 $(DEST)
+	@for p in $(BUNDLED_PLUGINS); do \
+	  install -m 0644 $(BUILD_DIR)/libauthbridge-$$p.so plugins/$$p/$$p.json $(DEST)/; done
+
+test: build
+	@$(MAKE) --no-print-directory test-swift test-contract test-node
+
+test-swift:
+	$(SWIFT) test --disable-xctest
+
+test-contract:
+	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
+	  $(VPY) -m pytest -q Tests/contract
+
+test-node:
+	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
+	  node --test Tests/node/
+
+## install: PREFIX/bin/authbridge, PREFIX/lib/authbridge/{libAuthBridgeHTTP.so,plugins/},
+## PREFIX/include/authbridge/plugin.h, PREFIX/share/authbridge/openrpc.json.
+install: release
+	install -d -m 0755 $(PREFIX)/bin $(PREFIX)/lib/authbridge $(PREFIX)/include/authbridge $(PREFIX)/share/authbridge
+	install -m 0755 $(RELEASE_DIR)/authbridge $(PREFIX)/bin/authbridge
+	install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(PREFIX)/lib/authbridge/
+	@$(MAKE) --no-print-directory stage-plugins BUILD_DIR=$(RELEASE_DIR) DEST=$(PREFIX)/lib/authbridge/plugins
+	install -m 0644 Sources/CAuthBridgePlugin/include/authbridge/plugin.h $(PREFIX)/include/authbridge/
+	install -m 0644 bridge-spec/openrpc.json $(PREFIX)/share/authbridge/
+	@echo "installed into $(PREFIX)"
+
+demo: build
+	$(VPY) Examples/demo.py --host $(CURDIR)/$(DEBUG_DIR)/authbridge --plugins $(CURDIR)/$(DEBUG_DIR)/plugins
+
+bench: release
+	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson
+	$(PYTHON) bench/bench.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
+	  --host-args "serve --no-default-plugins --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning"
+
+## spec: regenerate the embedded OpenRPC document after editing bridge-spec/openrpc.json.
+spec:
+	$(PYTHON) scripts/embed-openrpc.py
+
+clean:
+	rm -rf .build $(VENV) out

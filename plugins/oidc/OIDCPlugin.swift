@@ -1,0 +1,48 @@
+import AuthBridgePluginSDK
+
+/// The generic OAuth 2.0 / OpenID Connect provider: a compliant server is
+/// pure configuration, so every step is the host's standard one. This
+/// plugin only describes its settings and checks them.
+struct OIDCPlugin: ProviderPlugin {
+    static let id = "oidc"
+    static let version = "0.1.0"
+
+    init(host: PluginHost) throws {}
+
+    func describe() -> JSON {
+        let url: JSON = ["type": "string", "format": "uri"]
+        return [
+            "id": .string(Self.id), "version": .string(Self.version),
+            "displayName": "OpenID Connect / OAuth 2.0",
+            "description": "Any standards-compliant OAuth 2.0 or OpenID Connect authorization server",
+            "flows": ["external"],
+            "capabilities": ["revoke", "fetch"],
+            "settings": [
+                "type": "object",
+                "required": ["clientId"],
+                "properties": [
+                    "clientId": ["type": "string", "description": "The client (application) id registered at the server"],
+                    "clientSecret": ["type": "string", "description": "Only for confidential clients; public clients use PKCE alone"],
+                    "issuer": url,
+                    "authorizationEndpoint": url,
+                    "tokenEndpoint": url,
+                    "revocationEndpoint": url,
+                    "redirectUri": ["type": "string", "description": "Where the server sends the browser back (external flow)"],
+                    "scopes": ["type": "array", "items": ["type": "string"]],
+                    "apiBaseUrl": ["type": "string", "description": "Base for relative URLs given to fetch"],
+                ],
+            ],
+        ]
+    }
+
+    func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        let settings = input["settings"] ?? [:]
+        for key in ["authorizationEndpoint", "tokenEndpoint"] where settings[key]?.stringValue == nil {
+            throw .configuration("missingSetting", "The profile needs \"\(key)\" (discovery from \"issuer\" comes with the session engine).")
+        }
+        return settings
+    }
+}
+
+@_cdecl("authbridge_plugin_v1")
+public func authbridgePluginEntry() -> UnsafeRawPointer { PluginExport.entry(for: OIDCPlugin.self) }
