@@ -80,6 +80,9 @@ public final class BridgeServer: ConnectionDelegate {
         phase.withLock { phase in
             switch (phase, request.method) {
             case (.uninitialized, "initialize"):
+                // Checked here, in arrival order: only a valid initialize
+                // lets the requests behind it through.
+                if let problem = Self.checkInitialize(request) { return problem }
                 phase = .initialized
                 return nil
             case (.uninitialized, _):
@@ -140,13 +143,13 @@ public final class BridgeServer: ConnectionDelegate {
             return try await engine.configureProfile(name: try params.string("name"), plugin: try params.string("plugin"), settings: settings)
         case "removeProfile":
             try params.allowOnly(["name"])
-            return ["removed": .bool(await engine.removeProfile(try params.string("name")))]
+            return ["removed": .bool(try await engine.removeProfile(try params.string("name")))]
         case "listAccounts":
             try params.allowOnly(["provider"])
             return ["accounts": .array(try await engine.listAccounts(try params.optionalString("provider")))]
         case "checkSignInStatus":
             try params.allowOnly(["provider"])
-            return try await engine.checkSignInStatus(try params.string("provider"))
+            return try await engine.checkSignInStatus(try params.string("provider"), requestID: request.id.json)
         case "requestOAuthTokens":
             try params.allowOnly(["provider", "flow", "sessionId", "scopes", "loginHint", "redirectUri", "timeoutMs"])
             let provider = try params.string("provider")
@@ -166,7 +169,7 @@ public final class BridgeServer: ConnectionDelegate {
         case "getAccessToken":
             try params.allowOnly(["provider", "minValidityMs"])
             let minimum = try params.optionalInt("minValidityMs", in: 0...86_400_000) ?? SessionEngine.defaultMinimumValidityMilliseconds
-            return try await engine.getAccessToken(try params.string("provider"), minimumValidity: minimum)
+            return try await engine.getAccessToken(try params.string("provider"), minimumValidity: minimum, requestID: request.id.json)
         case "fetch":
             try params.allowOnly(["provider", "url", "method", "headers", "body", "timeoutMs"])
             let provider = try params.string("provider")
@@ -195,23 +198,39 @@ public final class BridgeServer: ConnectionDelegate {
         }
     }
 
+    /// Validates `initialize` params. Unknown members are ignored: a newer
+    /// client sends them before it knows this host's version.
+    static func checkInitialize(_ request: Request) -> RPCError? {
+        do throws(RPCError) {
+            let params = try Params(request)
+            let requested = try params.string("protocolVersion")
+            _ = try params.optionalObject("clientInfo")
+            _ = try params.optionalObject("capabilities")
+            guard negotiatedMinor(requested) != nil else {
+                let parts = requested.split(separator: ".", omittingEmptySubsequences: false)
+                guard parts.count == 2, Int(parts[0]) != nil, Int(parts[1]) != nil else {
+                    return RPCError.invalidParams(field: "protocolVersion", "must look like \"1.0\"")
+                }
+                return RPCError(.unsupportedProtocolVersion, "Protocol version \(requested) is not supported; this host speaks 1.x",
+                                data: ["reason": "unsupportedProtocolVersion", "retryable": false, "supported": ["1.0"]])
+            }
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    /// The minor version both sides speak, or nil for another major.
+    static func negotiatedMinor(_ version: String) -> Int? {
+        let parts = version.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 2, let major = Int(parts[0]), let minor = Int(parts[1]), minor >= 0,
+              major == protocolVersion.major else { return nil }
+        return min(minor, protocolVersion.minor)
+    }
+
     private func initialize(_ params: Params) async throws -> JSON {
-        try params.allowOnly(["protocolVersion", "clientInfo", "capabilities"])
-        let requested = try params.string("protocolVersion")
-        let parts = requested.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, let major = Int(parts[0]), let minor = Int(parts[1]) else {
-            phase.withLock { $0 = .uninitialized }
-            throw RPCError.invalidParams(field: "protocolVersion", "must look like \"1.0\"")
-        }
-        guard major == Self.protocolVersion.major else {
-            phase.withLock { $0 = .uninitialized }
-            throw RPCError(.unsupportedProtocolVersion, "Protocol version \(requested) is not supported; this host speaks 1.x",
-                           data: ["supported": ["1.0"], "requested": .string(requested)])
-        }
-        _ = try params.optionalObject("clientInfo")
-        _ = try params.optionalObject("capabilities")
+        let agreedMinor = Self.negotiatedMinor(try params.string("protocolVersion")) ?? 0
         let runtime = await runtime.value
-        let agreedMinor = min(minor, Self.protocolVersion.minor)
         let flows = Set(runtime.reports.compactMap(\.plugin).flatMap { $0.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? [] })
         return [
             "protocolVersion": .string("\(Self.protocolVersion.major).\(agreedMinor)"),

@@ -157,6 +157,7 @@ public struct PluginLoader: Sendable {
     }
 
     private func open(_ path: String, manifest: PluginManifest) throws(PluginLoadError) -> LoadedPlugin {
+        try ELFCheck.validate(path)
         _ = dlerror()
         // Never dlclosed: Swift plugins crash the process after dlclose.
         guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else {

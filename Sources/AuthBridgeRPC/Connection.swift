@@ -2,6 +2,12 @@ import AuthBridgeJSON
 import Logging
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
 /// What the application behind a `Connection` provides.
 ///
 /// Threading: `admit` and `received` run on the reader thread, one frame at a
@@ -46,20 +52,30 @@ public final class Connection: Sendable {
     private let ending = EndingBox()
 
     public init(input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20) {
-        self.reader = FrameReader(fd: input, maxFrameBytes: maxFrameBytes)
+        // A pipe whose write end the writer closes when the peer is gone, to
+        // wake the reader from a blocked read.
+        var stop: [Int32] = [-1, -1]
+        if pipe(&stop) == 0 {
+            for fd in stop { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        } else {
+            stop = [-1, -1]
+        }
+        self.reader = FrameReader(fd: input, maxFrameBytes: maxFrameBytes, stopFD: stop[0] >= 0 ? stop[0] : nil)
         self.logger = logger
         let endingBox = self.ending
+        let stopWriter = stop[1]
         self.writer = FrameWriter(fd: output, onFailure: { _ in
             endingBox.value.withLock { if $0 == nil { $0 = .peerGone } }
+            if stopWriter >= 0 { close(stopWriter) }
         })
     }
 
     /// Reads and dispatches frames until end of input, `exit`, or the peer
     /// going away. After end of input, running requests get `drainGrace` to
-    /// finish (a client may close stdin and still read the answers); then, as
-    /// after `exit`, the rest are cancelled. Everything queued is written
-    /// before `run` returns.
-    public func run(delegate: ConnectionDelegate, drainGrace: Duration = .seconds(5)) async -> Ending {
+    /// finish (none by default, as bridge-spec says: EOF cancels them); then,
+    /// as after `exit`, the rest are cancelled and answered -32800.
+    /// Everything queued is written before `run` returns.
+    public func run(delegate: ConnectionDelegate, drainGrace: Duration = .zero) async -> Ending {
         let reason: Ending = await withCheckedContinuation { continuation in
             startThread(name: "ab-reader") { [self] in
                 var exitCode: Int32?
@@ -81,7 +97,7 @@ public final class Connection: Sendable {
                 continuation.resume(returning: reason)
             }
         }
-        if reason == .endOfInput { await drain(grace: drainGrace) }
+        if reason == .endOfInput && drainGrace > .zero { await drain(grace: drainGrace) }
         await cancelPending()
         writer.flush()
         return reason
@@ -93,7 +109,11 @@ public final class Connection: Sendable {
         guard !tasks.isEmpty else { return }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { for task in tasks { await task.value } }
-            group.addTask { try? await Task.sleep(for: grace) }  // a deadline, not synchronisation
+            group.addTask {
+                // A deadline, not synchronisation: past it, what still runs is cancelled.
+                guard (try? await Task.sleep(for: grace)) != nil else { return }
+                for task in tasks { task.cancel() }
+            }
             await group.next()
             group.cancelAll()
         }

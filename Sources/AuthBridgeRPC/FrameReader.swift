@@ -21,10 +21,26 @@ public struct FrameReader: Sendable {
 
     public let fd: Int32
     public let maxFrameBytes: Int
+    /// When readable (a byte written to it, or its write end closed), `run`
+    /// stops as at end of input: how another thread ends a blocked read.
+    public let stopFD: Int32?
 
-    public init(fd: Int32, maxFrameBytes: Int = 64 << 20) {
+    public init(fd: Int32, maxFrameBytes: Int = 64 << 20, stopFD: Int32? = nil) {
         self.fd = fd
         self.maxFrameBytes = maxFrameBytes
+        self.stopFD = stopFD
+    }
+
+    /// Waits until `fd` is readable; false when `stopFD` fired first.
+    private func waitReadable() -> Bool {
+        guard let stopFD else { return true }
+        var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0)]
+        while true {
+            let result = poll(&fds, 2, -1)
+            if result < 0 && errno == EINTR { continue }
+            if fds[1].revents != 0 { return false }
+            return true
+        }
     }
 
     /// Reads until end of input (or a read error, or `onEvent` returning false).
@@ -44,6 +60,7 @@ public struct FrameReader: Sendable {
         }
 
         while true {
+            guard waitReadable() else { return }
             let count = read(fd, chunk.baseAddress, chunkSize)
             if count < 0 {
                 if errno == EINTR { continue }

@@ -71,20 +71,38 @@ public actor SessionEngine {
             throw SessionError(.providerUnknown, "No loaded plugin has the id \"\(pluginID)\".", provider: name, reason: "unknownPlugin", field: "plugin")
         }
         let previous = profiles[name]
+        let previousConfig = configs[name]
         profiles[name] = Profile(name: name, plugin: pluginID, settings: settings, source: .runtime)
         configs[name] = nil
         do {
             _ = try await context(for: name)
         } catch {
             profiles[name] = previous
+            configs[name] = previousConfig
             throw error
+        }
+        // Tokens belong to the provider they came from: a profile that now
+        // points elsewhere must not send them there.
+        if let previous, previous.plugin != pluginID || previous.settings != settings {
+            try await dropSession(name)
         }
         return profileInfo(profiles[name]!)
     }
 
-    public func removeProfile(_ name: String) -> Bool {
+    /// Removes a profile and the session stored for it (nothing is revoked:
+    /// call signOut first to revoke).
+    public func removeProfile(_ name: String) async throws(SessionError) -> Bool {
         configs[name] = nil
-        return profiles.removeValue(forKey: name) != nil
+        guard profiles.removeValue(forKey: name) != nil else { return false }
+        try await dropSession(name)
+        return true
+    }
+
+    private func dropSession(_ name: String) async throws(SessionError) {
+        pendingSignIns.removeValue(forKey: name)?.fail(SessionError(.userCancelled, "The profile was changed.", provider: name, reason: "profileChanged"))
+        if try await loadSession(name) != nil {
+            try await signOutLocally(name, reason: "profileChanged", message: "The profile was changed or removed; its session was discarded.")
+        }
     }
 
     /// The profile, its plugin and its resolved configuration.
@@ -96,9 +114,7 @@ public actor SessionEngine {
     }
 
     private func context(for name: String) async throws(SessionError) -> Context {
-        guard let profile = profiles[name] else {
-            throw SessionError(.providerUnknown, "No profile is named \"\(name)\". Configure it with configureProfile or in the configuration file.", provider: name, reason: "unknownProfile", field: "provider")
-        }
+        guard let profile = profiles[name] else { throw unknownProfile(name) }
         guard let plugin = plugins[profile.plugin] else {
             throw SessionError(.pluginError, "Profile \"\(name)\" uses plugin \"\(profile.plugin)\", which is not loaded.", provider: name, reason: "pluginNotLoaded")
         }
@@ -127,7 +143,7 @@ public actor SessionEngine {
     /// not signed in; expired with a refresh token → refresh → signed in, or
     /// not signed in on a definitive refusal. Transient failures answer
     /// `offline` and keep the tokens.
-    public func checkSignInStatus(_ provider: String) async throws(SessionError) -> JSON {
+    public func checkSignInStatus(_ provider: String, requestID: JSON? = nil) async throws(SessionError) -> JSON {
         let context = try await context(for: provider)
         guard let session = try await loadSession(provider) else {
             return status(provider, state: "notSignedIn", session: nil, reason: "noTokens")
@@ -138,7 +154,7 @@ public actor SessionEngine {
         var expired: Bool
         if context.plugin.implements(.checkSession) {
             let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json]
-            switch await run(.checkSession, input: input, plugin: context.plugin, provider: provider, requestID: nil) {
+            switch await run(.checkSession, input: input, plugin: context.plugin, provider: provider, requestID: requestID) {
             case .success(let answer):
                 switch answer["state"]?.stringValue {
                 case "valid": return status(provider, state: "signedIn", session: session, reason: "valid")
@@ -152,11 +168,12 @@ public actor SessionEngine {
                     try await signOutLocally(provider, reason: "revoked", message: message)
                     return status(provider, state: "notSignedIn", session: nil, reason: "revoked", message: message)
                 default:
-                    return status(provider, state: "offline", session: session, reason: "unknown", message: answer["message"]?.stringValue)
+                    return status(provider, state: "offline", session: session, reason: "transient",
+                                  message: answer["message"]?.stringValue ?? "The provider could not confirm the session.")
                 }
             case .failure(let failure) where failure.kind == .definitive:
-                try await signOutLocally(provider, reason: eventReason(failure.reason), message: failure.message)
-                return status(provider, state: "notSignedIn", session: nil, reason: eventReason(failure.reason), message: failure.message)
+                try await signOutLocally(provider, reason: signedOutReason(failure.reason), message: failure.message)
+                return status(provider, state: "notSignedIn", session: nil, reason: camelCased(failure.reason), message: failure.message)
             case .failure(let failure):
                 return status(provider, state: "offline", session: session, reason: "transient", message: failure.message)
             }
@@ -173,7 +190,7 @@ public actor SessionEngine {
         case .success(let fresh):
             return status(provider, state: "signedIn", session: fresh, reason: "refreshed")
         case .failure(let failure) where failure.kind == .definitive:
-            return status(provider, state: "notSignedIn", session: nil, reason: eventReason(failure.reason), message: failure.message)
+            return status(provider, state: "notSignedIn", session: nil, reason: camelCased(failure.reason), message: failure.message)
         case .failure(let failure):
             return status(provider, state: "offline", session: session, reason: "transient", message: failure.message)
         }
@@ -182,15 +199,20 @@ public actor SessionEngine {
     /// Stored sessions as seen locally, without contacting any provider.
     public func listAccounts(_ provider: String?) async throws(SessionError) -> [JSON] {
         let names: [String]
-        if let provider { names = [provider] } else {
+        if let provider {
+            guard profiles[provider] != nil else { throw unknownProfile(provider) }
+            names = [provider]
+        } else {
             do { names = try await store.profiles() } catch { throw storageError(error, provider: nil) }
         }
         var accounts: [JSON] = []
         for name in names {
             guard let session = try await loadSession(name) else { continue }
-            let expired = session.tokens.expiresAt.map { $0 <= HostClock.nowMilliseconds() } ?? false
-            accounts.append(status(name, state: session.licenseRevoked ? "licenseRevoked" : "signedIn", session: session,
-                                   reason: expired ? "expired" : "valid"))
+            // Local knowledge only: an expired access token with a refresh
+            // token is still a signed-in account (`expiresAt` tells the age).
+            let licenseRevoked = session.licenseRevoked
+            accounts.append(status(name, state: licenseRevoked ? "licenseRevoked" : "signedIn", session: session,
+                                   reason: licenseRevoked ? "licenseRevoked" : "valid"))
         }
         return accounts
     }
@@ -224,7 +246,7 @@ public actor SessionEngine {
         guard let tokenSet = TokenSet(json: tokens["tokens"] ?? .null) else {
             throw SessionError(.pluginError, "The \(context.plugin.manifest.id) plugin finished sign-in without an access token.", provider: provider, reason: "pluginError")
         }
-        let session = StoredSession(tokens: tokenSet, account: tokens["account"])
+        let session = StoredSession(tokens: tokenSet, account: Self.account(tokens["account"]))
         try await saveSession(session, provider: provider)
         emit("session/changed", .compactObject(["provider": .string(provider), "state": "signedIn", "reason": "signedIn",
                                                 "account": session.account]))
@@ -253,9 +275,12 @@ public actor SessionEngine {
         }
         // Supersede an earlier sign-in for this profile rather than losing its answer.
         pendingSignIns.removeValue(forKey: provider)?.fail(SessionError(.userCancelled, "A newer sign-in for this profile replaced this one.", provider: provider, reason: "superseded"))
-        let pending = PendingSignIn(callbackPrefix: started["callbackPrefix"]?.stringValue)
+        let callbackPrefix = started["callbackPrefix"]?.stringValue ?? redirectURI
+        let pending = PendingSignIn(callbackPrefix: callbackPrefix)
         pendingSignIns[provider] = pending
-        progress(provider, requestID: requestID, ["stage": "openUrl", "url": .string(url)])
+        var openURL: [String: JSON] = ["stage": "openUrl", "url": .string(url)]
+        if let callbackPrefix { openURL["callbackPrefix"] = .string(callbackPrefix) }
+        progress(provider, requestID: requestID, openURL)
 
         let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 300_000, 3_600_000))
         let callbackURL: String
@@ -285,6 +310,7 @@ public actor SessionEngine {
 
     /// Hands the callback URL of an external sign-in to the waiting request.
     public func completeSignIn(_ provider: String, callbackURL: String) throws(SessionError) -> JSON {
+        guard profiles[provider] != nil else { throw unknownProfile(provider) }
         guard let pending = pendingSignIns[provider] else {
             throw SessionError(.noPendingSignIn, "No sign-in is waiting for a callback on profile \"\(provider)\".", provider: provider, reason: "noPendingSignIn")
         }
@@ -324,11 +350,13 @@ public actor SessionEngine {
 
     /// A valid access token and what to attach to a request, refreshing first
     /// when the token expires within `minimumValidity`.
-    public func getAccessToken(_ provider: String, minimumValidity: Int64 = defaultMinimumValidityMilliseconds) async throws(SessionError) -> JSON {
+    public func getAccessToken(_ provider: String, minimumValidity: Int64 = defaultMinimumValidityMilliseconds,
+                               requestID: JSON? = nil) async throws(SessionError) -> JSON {
         let context = try await context(for: provider)
         guard var session = try await loadSession(provider) else {
             throw SessionError(.notSignedIn, "Profile \"\(provider)\" is not signed in.", provider: provider, reason: "noTokens")
         }
+        try refuseIfLicenseRevoked(session, provider: provider)
         if let expiresAt = session.tokens.expiresAt, expiresAt - HostClock.nowMilliseconds() < minimumValidity {
             session = try await refreshOrThrow(provider, context: context, stale: session)
         }
@@ -336,7 +364,7 @@ public actor SessionEngine {
         if let base = context.config["apiBaseUrl"]?.stringValue { request = request.setting("url", .string(base)) }
         let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": request]
         let authorized: JSON
-        switch await run(.authorizeRequest, input: input, plugin: context.plugin, provider: provider, requestID: nil) {
+        switch await run(.authorizeRequest, input: input, plugin: context.plugin, provider: provider, requestID: requestID) {
         case .success(let value): authorized = value
         case .failure(let failure): throw SessionError(failure, provider: provider)
         }
@@ -358,6 +386,7 @@ public actor SessionEngine {
         guard var session = try await loadSession(provider) else {
             throw SessionError(.notSignedIn, "Profile \"\(provider)\" is not signed in.", provider: provider, reason: "noTokens")
         }
+        try refuseIfLicenseRevoked(session, provider: provider)
         var replayed = false
         while true {
             let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": request]
@@ -413,7 +442,7 @@ public actor SessionEngine {
         switch await refreshed(provider, context: context, stale: stale) {
         case .success(let session): return session
         case .failure(let failure) where failure.kind == .definitive:
-            throw SessionError(.notSignedIn, failure.message, provider: provider, reason: eventReason(failure.reason))
+            throw SessionError(.notSignedIn, failure.message, provider: provider, reason: camelCased(failure.reason))
         case .failure(let failure):
             throw SessionError(failure, provider: provider)
         }
@@ -442,7 +471,7 @@ public actor SessionEngine {
             }
             var session = stale
             session.tokens = stale.tokens.updated(with: fresh)
-            if let account = answer["account"] { session.account = account }
+            if let account = Self.account(answer["account"]) { session.account = account }
             // Durable before anyone sees the new access token (rotation safety).
             do { try await store.save(session, for: provider) } catch {
                 return .failure(ProviderFailure(.transient, reason: "storageError", message: "The refreshed session could not be stored."))
@@ -450,7 +479,7 @@ public actor SessionEngine {
             emit("session/changed", .compactObject(["provider": .string(provider), "state": "refreshed", "reason": "refreshed", "account": session.account]))
             return .success(session)
         case .failure(let failure) where failure.kind == .definitive:
-            try? await signOutLocally(provider, reason: eventReason(failure.reason), message: failure.message)
+            try? await signOutLocally(provider, reason: signedOutReason(failure.reason), message: failure.message)
             return .failure(failure)
         case .failure(let failure):
             logger.notice("refresh failed transiently; the session is kept", metadata: ["provider": "\(provider)", "reason": "\(failure.reason)"])
@@ -459,6 +488,25 @@ public actor SessionEngine {
     }
 
     // MARK: - Helpers
+
+    /// Only the Account fields of the spec, as strings: plugins must not
+    /// smuggle other data (or tokens) into notifications.
+    static func account(_ value: JSON?) -> JSON? {
+        guard let members = value?.objectValue else { return nil }
+        var account: [String: JSON] = [:]
+        for key in ["id", "name", "email"] {
+            if let text = members[key]?.stringValue, !text.isEmpty { account[key] = .string(Redaction.redact(text)) }
+        }
+        return account.isEmpty ? nil : .object(account)
+    }
+
+    /// A revoked licence keeps the tokens (for signOut's revocation) but hands none out.
+    private func refuseIfLicenseRevoked(_ session: StoredSession, provider: String) throws(SessionError) {
+        if session.licenseRevoked {
+            throw SessionError(.notSignedIn, "The user's licence was revoked; sign out and contact the administrator.",
+                               provider: provider, reason: "licenseRevoked")
+        }
+    }
 
     private func markLicenseRevoked(_ provider: String, session: StoredSession, message: String?) async throws(SessionError) -> JSON {
         var updated = session
@@ -486,6 +534,11 @@ public actor SessionEngine {
         do { try await store.save(session, for: provider) } catch { throw storageError(error, provider: provider) }
     }
 
+    private func unknownProfile(_ name: String) -> SessionError {
+        SessionError(.providerUnknown, "No profile is named \"\(name)\". Configure it with configureProfile or in the configuration file.",
+                     provider: name, reason: "unknownProfile", field: "provider")
+    }
+
     private func storageError(_ error: any Error, provider: String?) -> SessionError {
         SessionError(.storageError, "The session store failed: \(error)", provider: provider, reason: "storage")
     }
@@ -507,8 +560,19 @@ public actor SessionEngine {
         emit("signIn/progress", .object(params))
     }
 
-    /// "invalid_grant" → "invalidGrant": event reasons are camelCase words.
-    private func eventReason(_ reason: String) -> String {
+    /// The closed set of `session/changed` `signedOut` reasons (bridge-spec):
+    /// a provider's own word stays in the status and error `reason`.
+    private func signedOutReason(_ reason: String) -> String {
+        switch camelCased(reason) {
+        case "revoked": "revoked"
+        case "licenseRevoked": "licenseRevoked"
+        case "expired", "noRefreshToken": "expired"
+        default: "invalidGrant"
+        }
+    }
+
+    /// "invalid_grant" → "invalidGrant": reasons on the wire are camelCase words.
+    private func camelCased(_ reason: String) -> String {
         let parts = reason.split(separator: "_")
         guard parts.count > 1 else { return reason }
         return String(parts[0]) + parts.dropFirst().map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined()
@@ -537,11 +601,22 @@ struct EngineEnvironment: HookEnvironment {
     let http: HTTPClient
     let emit: SessionEngine.EventSink
 
+    static let stages: Set<String> = ["openUrl", "deviceCode", "waiting", "exchanging", "plugin"]
+
+    /// Forwards a plugin's progress event with only the spec's fields, and
+    /// only while it serves a request (the event names the request).
     func emit(_ event: JSON, from call: HookCall) {
-        var params = event.objectValue ?? [:]
-        if params["stage"]?.stringValue == nil { params["stage"] = "plugin" }
-        params["provider"] = .string(provider)
-        params["requestId"] = requestID ?? .null
+        guard let requestID else {
+            call.logger.debug("dropped a plugin event outside a request", metadata: ["plugin": "\(call.pluginID)"])
+            return
+        }
+        var params: [String: JSON] = ["provider": .string(provider), "requestId": requestID]
+        let stage = event["stage"]?.stringValue ?? "plugin"
+        params["stage"] = .string(Self.stages.contains(stage) ? stage : "plugin")
+        for key in ["url", "callbackPrefix", "userCode", "verificationUri", "verificationUriComplete", "message"] {
+            if let text = event[key]?.stringValue, !text.isEmpty { params[key] = .string(key == "message" ? Redaction.redact(text) : text) }
+        }
+        if let expiresAt = event["expiresAt"]?.intValue { params["expiresAt"] = .int(expiresAt) }
         emit("signIn/progress", .object(params))
     }
 

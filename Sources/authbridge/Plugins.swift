@@ -14,7 +14,7 @@ struct Plugins: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let logger = bootstrapLogging(options.logLevel == "info" ? "warning" : options.logLevel)
+        let logger = bootstrapLogging(options.logLevel == "info" ? "error" : options.logLevel)
         let reports = PluginLoader(folders: options.folders, logger: logger).loadAll()
         defer { for report in reports { report.plugin?.shutdown() } }
         if json {

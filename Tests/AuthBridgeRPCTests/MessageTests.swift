@@ -1,0 +1,78 @@
+import AuthBridgeJSON
+@testable import AuthBridgeRPC
+import Testing
+
+@Suite("Message classification")
+struct MessageTests {
+    private func decode(_ text: String) -> IncomingMessage {
+        var text = text
+        return text.withUTF8 { IncomingMessage.decode(UnsafeRawBufferPointer($0)) }
+    }
+
+    private func expectInvalid(_ text: String, code: RPCError.Code, id: RequestID? = nil,
+                               sourceLocation: SourceLocation = #_sourceLocation) {
+        guard case .invalid(let gotID, let error) = decode(text) else {
+            Issue.record("expected an invalid frame for \(text)", sourceLocation: sourceLocation)
+            return
+        }
+        #expect(error.code == code, sourceLocation: sourceLocation)
+        #expect(gotID == id, sourceLocation: sourceLocation)
+    }
+
+    @Test func requestsAndNotifications() {
+        guard case .request(let request) = decode(#"{"jsonrpc":"2.0","id":"a","method":"m","params":{"x":1}}"#) else {
+            Issue.record("not a request"); return
+        }
+        #expect(request.id == .string("a"))
+        #expect(request.method == "m")
+        #expect(request.params?["x"] == 1)
+        guard case .notification(let notification) = decode(#"{"jsonrpc":"2.0","method":"n"}"#) else {
+            Issue.record("not a notification"); return
+        }
+        #expect(notification.method == "n")
+        #expect(notification.params == nil)
+    }
+
+    @Test func integerIDsAreExact() {
+        guard case .request(let request) = decode(#"{"jsonrpc":"2.0","id":9007199254740993,"method":"m"}"#) else {
+            Issue.record("not a request"); return
+        }
+        #expect(request.id == .int(9_007_199_254_740_993))
+    }
+
+    @Test func parseErrors() {
+        expectInvalid("garbage", code: .parseError)
+        expectInvalid(#"{"jsonrpc":"2.0","id":1,"method":"m""#, code: .parseError)
+    }
+
+    @Test func invalidRequests() {
+        expectInvalid("[]", code: .invalidRequest)
+        expectInvalid(#"[{"jsonrpc":"2.0","id":1,"method":"m"}]"#, code: .invalidRequest)
+        expectInvalid("42", code: .invalidRequest)
+        expectInvalid(#"{"jsonrpc":"2.0","id":1}"#, code: .invalidRequest, id: .int(1))
+        expectInvalid(#"{"jsonrpc":"1.0","id":2,"method":"m"}"#, code: .invalidRequest, id: .int(2))
+        expectInvalid(#"{"jsonrpc":2.0,"id":3,"method":"m"}"#, code: .invalidRequest, id: .int(3))
+        expectInvalid(#"{"id":4,"method":"m"}"#, code: .invalidRequest, id: .int(4))
+        expectInvalid(#"{"jsonrpc":"2.0","id":null,"method":"m"}"#, code: .invalidRequest)
+        expectInvalid(#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#, code: .invalidRequest)
+        expectInvalid(#"{"jsonrpc":"2.0","id":{},"method":"m"}"#, code: .invalidRequest)
+        expectInvalid(#"{"jsonrpc":"2.0","id":5,"method":7}"#, code: .invalidRequest, id: .int(5))
+        expectInvalid(#"{"jsonrpc":"2.0","id":6,"method":"m","params":"x"}"#, code: .invalidRequest, id: .int(6))
+    }
+
+    @Test func responsesFromThePeerAreRecognised() {
+        guard case .response(let id) = decode(#"{"jsonrpc":"2.0","id":7,"result":null}"#) else {
+            Issue.record("not a response"); return
+        }
+        #expect(id == .int(7))
+    }
+
+    @Test func outgoingFramesHaveExactlyOneOfResultOrError() throws {
+        let result = try JSON.parse(OutgoingFrame.result(id: .int(1), ["ok": true]))
+        #expect(result["result"] != nil && result["error"] == nil && result["jsonrpc"] == "2.0")
+        let error = try JSON.parse(OutgoingFrame.error(id: nil, .parseError("x")))
+        #expect(error["result"] == nil && error["id"] == .null && error["error"]?["code"] == .int(-32700))
+        let notification = try JSON.parse(OutgoingFrame.notification(method: "n", params: nil))
+        #expect(notification["id"] == nil && notification["params"] == nil)
+    }
+}

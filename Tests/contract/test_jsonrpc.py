@@ -1,0 +1,304 @@
+"""Framing and JSON-RPC 2.0 rules (bridge-spec/README.md §1, §3, §6)."""
+
+import json
+
+import pytest
+
+from conftest import short
+
+SLOW = {"provider": "c", "flow": "session", "sessionId": "slow"}
+
+
+def answered_next(host, send_bad):
+    """Sends something bad, then a probe request; returns the frames in between.
+
+    The host answers invalid frames from its reader thread in arrival order, so every
+    answer to the bad input precedes the probe's answer.
+    """
+    mark = host.mark()
+    send_bad()
+    probe = host.send_request("listProviders", {})
+    probe_answer = host.wait_response(probe)
+    assert "result" in probe_answer, probe_answer
+    with host.cond:
+        frames = host.frames[mark:]
+    return [f for f in frames if f is not probe_answer]
+
+
+# ── Framing ──────────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("line", [
+    b"this is not json",
+    b"{",
+    b'{"jsonrpc":"2.0","id":1,"method":"listProviders"',
+    b'{"jsonrpc":"2.0","id":1,"method":"listProviders",}',
+], ids=["garbage", "open-brace", "truncated", "trailing-comma"])
+def test_unparsable_line_is_a_parse_error_with_null_id(host, line):
+    mark = host.mark()
+    host.send_line(line)
+    error = host.wait_null_id_error(since=mark)
+    assert error["error"]["code"] == -32700
+    assert error["id"] is None
+
+
+def test_invalid_utf8_is_a_parse_error_and_the_host_keeps_serving(host):
+    frames = answered_next(host, lambda: host.send_line(
+        b'{"jsonrpc":"2.0","id":"u","method":"listProviders","params":{"x":"\xff\xfe\xc3"}}'))
+    assert len(frames) == 1, frames
+    assert frames[0]["id"] is None and frames[0]["error"]["code"] == -32700
+
+
+def test_duplicate_object_keys_are_a_parse_error(host):
+    frames = answered_next(host, lambda: host.send_line(
+        b'{"jsonrpc":"2.0","id":"d","method":"checkSignInStatus","params":{"provider":"c","provider":"s"}}'))
+    assert len(frames) == 1, frames
+    assert frames[0]["id"] is None and frames[0]["error"]["code"] == -32700, frames[0]
+
+
+def test_crlf_line_ending_is_tolerated(host):
+    host.sent[("str", "crlf")] = "listProviders"
+    host.send_bytes(b'{"jsonrpc":"2.0","id":"crlf","method":"listProviders","params":{}}\r\n')
+    response = host.wait_response("crlf")
+    assert "plugins" in response["result"]
+
+
+def test_blank_lines_are_ignored(host):
+    frames = answered_next(host, lambda: host.send_bytes(b"\n   \n\t\n\r\n \t \r\n"))
+    assert frames == [], f"blank lines were answered: {frames}"
+
+
+def test_a_one_mebibyte_frame_is_answered(host):
+    blob = "x" * (1 << 20)
+    profile = host.result("configureProfile", {"name": "big", "plugin": "ctest",
+                                               "settings": {"server": "https://big.example", "blob": blob}})
+    assert profile["name"] == "big" and profile["status"] == "ready"
+    error = host.error("checkSignInStatus", {"provider": "c", "padding": blob})
+    assert error["code"] == -32602 and error["data"]["field"] == "padding"
+    assert blob not in json.dumps(error)
+
+
+def test_the_host_never_exits_on_bad_input(host):
+    bad = [
+        b"garbage", b"[]", b"[1,2]", b"{}", b"null", b"42", b'"text"', b"\xff\xff",
+        b'{"jsonrpc":"2.0"}', b'{"id":"bad-1"}', b'{"jsonrpc":"2.0","id":[1],"method":"x"}',
+        b'{"jsonrpc":"2.0","id":"bad-3","method":7}',
+        b'{"jsonrpc":"2.0","id":"bad-4","method":"listProviders","params":5}',
+        b'{"jsonrpc":"2.0","id":{"a":1},"method":"listProviders"}', b"{" * 5000, b"]" * 100,
+        b'{"jsonrpc":"2.0","id":"bad-5","method":"' + b"m" * 10000 + b'"}',
+    ]
+    for line in bad:
+        host.send_line(line)
+    probe = host.request("listProviders", {})
+    assert "result" in probe
+    assert host.proc.poll() is None
+
+
+# ── Messages ─────────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("batch", [[], [{"jsonrpc": "2.0", "id": 77, "method": "listProviders"}],
+                                   [{"jsonrpc": "2.0", "id": 78, "method": "listProviders"},
+                                    {"jsonrpc": "2.0", "method": "initialized"}]],
+                         ids=["empty", "one", "two"])
+def test_batches_get_one_invalid_request_with_null_id_and_nothing_runs(host, batch):
+    # Batch member ids are deliberately not tracked: an answer to one fails the test.
+    raw = json.dumps(batch).encode()
+    frames = answered_next(host, lambda: host.send_bytes(raw + b"\n"))
+    assert len(frames) == 1, f"expected exactly one answer to the batch, got {frames}"
+    assert frames[0]["id"] is None and frames[0]["error"]["code"] == -32600
+
+
+def test_object_without_method_is_an_invalid_request(host):
+    host.send_line(b'{"jsonrpc":"2.0","id":"nomethod","params":{}}')
+    response = host.wait_response("nomethod")
+    assert response["error"]["code"] == -32600
+
+
+@pytest.mark.parametrize("version", ['"1.0"', "2.0", "2", "null", '"2.0 "'])
+def test_jsonrpc_member_must_be_the_string_2_0_and_the_id_is_echoed(host, version):
+    host.send_line(f'{{"jsonrpc":{version},"id":"v","method":"listProviders","params":{{}}}}')
+    response = host.wait_response("v")
+    assert response["error"]["code"] == -32600
+
+
+def test_missing_jsonrpc_member_is_an_invalid_request(host):
+    host.send_line(b'{"id":"nov","method":"listProviders","params":{}}')
+    assert host.wait_response("nov")["error"]["code"] == -32600
+
+
+@pytest.mark.parametrize("raw_id", ["null", "1.5", "1.0", "1e3", "true", '{"a":1}', "[1]"])
+def test_ids_that_are_not_string_or_integer_are_refused_with_null_id(host, raw_id):
+    frames = answered_next(host, lambda: host.send_line(
+        f'{{"jsonrpc":"2.0","id":{raw_id},"method":"listProviders","params":{{}}}}'))
+    assert len(frames) == 1, frames
+    assert frames[0]["id"] is None, frames[0]
+    assert frames[0]["error"]["code"] == -32600
+
+
+@pytest.mark.parametrize("params", ['"text"', "5", "true", "null"])
+def test_params_neither_object_nor_array_is_an_invalid_request(host, params):
+    host.send_line(f'{{"jsonrpc":"2.0","id":"p","method":"listProviders","params":{params}}}')
+    response = host.wait_response("p")
+    assert response["error"]["code"] == -32600, response
+
+
+def test_params_as_an_array_is_invalid_params_for_the_whole_params(host):
+    response = host.request("checkSignInStatus", ["c"])
+    assert response["error"]["code"] == -32602
+    # README §3: "an array → -32602 (data.field: "params")".
+    assert response["error"]["data"]["field"] == "params", response["error"]
+
+
+def test_unknown_method_is_method_not_found_with_data_method(host):
+    error = host.error("getTokens", {})
+    assert error["code"] == -32601
+    assert error["data"]["method"] == "getTokens"
+
+
+def test_missing_required_param_names_the_field(host):
+    error = host.error("checkSignInStatus", {})
+    assert error["code"] == -32602
+    assert error["data"]["field"] == "provider"
+
+
+@pytest.mark.parametrize("method,params,field", [
+    ("checkSignInStatus", {"provider": 5}, "provider"),
+    ("checkSignInStatus", {"provider": ["c"]}, "provider"),
+    ("getAccessToken", {"provider": "c", "minValidityMs": "soon"}, "minValidityMs"),
+    ("getAccessToken", {"provider": "c", "minValidityMs": 1.5}, "minValidityMs"),
+    ("requestOAuthTokens", {"provider": "c", "flow": "carrier-pigeon"}, "flow"),
+    ("requestOAuthTokens", {"provider": "c", "flow": "session", "sessionId": 12}, "sessionId"),
+    ("configureProfile", {"name": "n", "plugin": "ctest", "settings": "server=x"}, "settings"),
+    ("removeProfile", {"name": None}, "name"),
+])
+def test_ill_typed_param_names_the_field(host, method, params, field):
+    error = host.error(method, params)
+    assert error["code"] == -32602, error
+    assert error["data"]["field"] == field, error
+
+
+@pytest.mark.parametrize("method,params", [
+    ("checkSignInStatus", {"provider": "c", "bogus": 1}),
+    ("listProviders", {"bogus": 1}),
+    ("getAccessToken", {"provider": "c", "bogus": None}),
+    ("signOut", {"provider": "c", "bogus": "x"}),
+])
+def test_unknown_param_is_invalid_params_naming_it(host, method, params):
+    error = host.error(method, params)
+    assert error["code"] == -32602
+    assert error["data"]["field"] == "bogus"
+
+
+@pytest.mark.parametrize("frame", [
+    {"jsonrpc": "2.0", "method": "no/such/method"},
+    {"jsonrpc": "2.0", "method": "$/unknownNotification", "params": {"x": 1}},
+    {"jsonrpc": "2.0", "method": "getAccessToken", "params": {"provider": "nope"}},
+    {"jsonrpc": "2.0", "method": "checkSignInStatus", "params": ["c"]},
+    {"jsonrpc": "2.0", "id": "client-response", "result": {"ok": True}},
+    {"jsonrpc": "2.0", "id": 991, "error": {"code": -1, "message": "client error"}},
+], ids=["unknown", "unknown-$", "method-name", "bad-params", "client-result", "client-error"])
+def test_notifications_and_client_responses_are_never_answered(host, frame):
+    frames = answered_next(host, lambda: host.send(frame))
+    assert frames == [], f"{frame} was answered: {frames}"
+
+
+def test_invalid_messages_without_id_are_answered_with_null_id(host):
+    # README §3 / JSON-RPC 2.0 §5: a message that is not a valid Request object is answered
+    # -32600 with id null, even without an id: the host cannot know it was meant as a notification.
+    for line in (b'{"jsonrpc":"2.0","method":"listProviders","params":"text"}',
+                 b'{"jsonrpc":"1.0","method":"initialized"}',
+                 b'{"jsonrpc":"2.0","method":42}'):
+        frames = answered_next(host, lambda: host.send_line(line))
+        assert len(frames) == 1, f"{line!r} → {frames}"
+        assert frames[0]["id"] is None
+        assert frames[0]["error"]["code"] == -32600
+
+
+@pytest.mark.parametrize("request_id", [
+    0, 7, -12, 2**53 + 1, 2**63 - 1, "", "abc", "ключ-🔑", "id with \"quotes\" and \\", "7",
+], ids=["zero", "int", "negative", "2^53+1", "int64-max", "empty", "ascii", "unicode", "escapes", "digit-string"])
+def test_ids_are_echoed_exactly(host, request_id):
+    response = host.request("listProviders", {}, id=request_id)
+    assert response["id"] == request_id
+    assert type(response["id"]) is type(request_id)
+
+
+def test_ids_are_echoed_exactly_on_errors(host):
+    for request_id in (2**53 + 1, "ключ"):
+        response = host.request("checkSignInStatus", {"provider": "nope"}, id=request_id)
+        assert response["id"] == request_id and type(response["id"]) is type(request_id)
+        assert "error" in response
+
+
+def test_integer_and_string_ids_are_distinct(host):
+    slow = host.send_request("requestOAuthTokens", SLOW, id=5)
+    try:
+        response = host.request("listProviders", {}, id="5")
+        assert "result" in response, f"id \"5\" was taken for the running id 5: {response}"
+    finally:
+        host.notify("$/cancelRequest", {"id": 5})
+    assert host.wait_response(slow)["error"]["code"] == -32800
+
+
+# ── Concurrency and cancellation ─────────────────────────────────────────────
+
+
+def test_responses_go_out_of_order(host):
+    slow = host.send_request("requestOAuthTokens", SLOW)
+    fast = host.send_request("listProviders", {})
+    fast_answer = host.wait_response(fast)
+    assert "result" in fast_answer
+    with host.cond:
+        assert not any(f.get("id") == slow for f in host.frames if "method" not in f), \
+            "the slow request was answered before the fast one"
+    host.notify("$/cancelRequest", {"id": slow})
+    assert host.wait_response(slow)["error"]["code"] == -32800
+
+
+@pytest.mark.parametrize("provider", ["c", "s"])
+def test_cancel_request_answers_request_cancelled_and_host_keeps_serving(host, provider):
+    slow = host.send_request("requestOAuthTokens", {**SLOW, "provider": provider}, id=f"slow-{provider}")
+    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == slow and p["stage"] == "exchanging")
+    host.notify("$/cancelRequest", {"id": slow})
+    answer = host.wait_response(slow)
+    assert answer["error"]["code"] == -32800
+    assert "result" in host.request("listProviders", {})
+    # Nothing was signed in by the cancelled request.
+    assert host.result("checkSignInStatus", {"provider": provider})["state"] == "notSignedIn"
+
+
+def test_cancelling_a_pending_external_sign_in(host):
+    pending = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
+    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    host.notify("$/cancelRequest", {"id": pending})
+    assert host.wait_response(pending)["error"]["code"] == -32800
+    error = host.error("completeSignIn", {"provider": "s",
+                                          "callbackUrl": "https://swifttest.example/done?session_token=S&access_token=A"})
+    assert error["code"] == -32012
+
+
+@pytest.mark.parametrize("params", [{"id": 424242}, {"id": "nobody"}, {"id": None}, {}, {"id": 1.5}],
+                         ids=["unknown-int", "unknown-string", "null", "missing", "float"])
+def test_cancelling_an_unknown_id_is_harmless(host, params):
+    frames = answered_next(host, lambda: host.notify("$/cancelRequest", params))
+    assert frames == [], frames
+
+
+def test_cancelling_a_finished_request_keeps_its_answer(host):
+    first = host.request("listProviders", {}, id="done")
+    host.notify("$/cancelRequest", {"id": "done"})
+    assert "result" in first
+    assert "result" in host.request("listProviders", {})
+
+
+def test_duplicate_in_flight_id_is_an_invalid_request(host):
+    host.expected_duplicate_ids.add(("str", "dup"))
+    host.send_request("requestOAuthTokens", SLOW, id="dup")
+    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == "dup")
+    duplicate = host.request("listProviders", {}, id="dup")
+    assert duplicate["error"]["code"] == -32600, short(duplicate)
+    host.notify("$/cancelRequest", {"id": "dup"})
+    assert host.wait_response("dup")["error"]["code"] == -32800
+    # Once the first has finished, the id may be used again.
+    assert "result" in host.request("listProviders", {}, id="dup-2")

@@ -1,0 +1,226 @@
+"""Plugin loading and vetting (bridge-spec/README.md, "Loader refusal reasons", §1 stdout discipline).
+
+Each test starts a host with the good test plugins (folder `plugin_dir`) plus a folder holding
+one broken plugin, and checks the refusal reported in `initialize` and `listProviders`, and
+that the good plugins still work in the same host.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import DEFAULT_PROFILES, TEST_PLUGINS_DIR, make_plugin_dir, sign_in_session
+
+
+def write_manifest(folder: Path, plugin_id: str, library: str, abi: str = "1.0", name: str | None = None,
+                   mode: int = 0o644) -> Path:
+    path = folder / (name or f"{plugin_id}.json")
+    path.write_text(json.dumps({"id": plugin_id, "version": "1.0.0", "abi": abi, "library": library}))
+    os.chmod(path, mode)
+    return path
+
+
+def new_folder(path: Path, mode: int = 0o755) -> Path:
+    path.mkdir(parents=True)
+    os.chmod(path, mode)
+    return path
+
+
+def start(start_host, plugin_dir, *folders, profiles=None):
+    return start_host([plugin_dir, *folders], profiles=profiles or DEFAULT_PROFILES)
+
+
+def entry_for(host, manifest: Path) -> dict:
+    """The provider entry of `manifest`, which must be the same in initialize and listProviders."""
+    target = os.path.realpath(manifest)
+    found = [p for p in host.init_result["providers"] if os.path.realpath(p["path"]) == target]
+    assert len(found) == 1, f"no single provider entry for {target}: {host.init_result['providers']}"
+    listed = [p for p in host.result("listProviders", {})["plugins"] if os.path.realpath(p["path"]) == target]
+    assert listed == found, "listProviders and initialize disagree"
+    return found[0]
+
+
+def assert_refused(host, manifest: Path, reason: str, plugin_id: str | None = None, check_others: bool = True) -> dict:
+    entry = entry_for(host, manifest)
+    assert entry["status"] == "refused", entry
+    assert entry["reason"] == reason, entry
+    assert isinstance(entry["message"], str) and entry["message"].strip(), entry
+    if plugin_id is not None:
+        assert entry.get("id") == plugin_id, entry
+    if check_others:
+        assert_good_plugins_work(host)
+    return entry
+
+
+def assert_good_plugins_work(host):
+    loaded = {p["id"] for p in host.init_result["providers"] if p["status"] == "loaded"}
+    assert {"ctest", "swifttest"} <= loaded, host.init_result["providers"]
+    assert host.result("checkSignInStatus", {"provider": "c"})["state"] == "notSignedIn"
+    assert sign_in_session(host, "c", "still-works")["state"] == "signedIn"
+    assert host.result("checkSignInStatus", {"provider": "s"})["state"] == "notSignedIn"
+
+
+# ── Refusals ─────────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("size", [200, 1000, 8192])
+def test_truncated_library_is_load_failed(start_host, plugin_dir, tmp_path, size):
+    # 200 bytes: not even an ELF header. 1000 / 8192 bytes: a valid header whose segments lie
+    # beyond the end of the file. Either way dlopen must fail, not take the host down.
+    folder = new_folder(tmp_path / "broken")
+    library = folder / "libtrunc.so"
+    shutil.copyfile(TEST_PLUGINS_DIR / "libauthbridge-ctest.so", library)
+    os.truncate(library, size)
+    os.chmod(library, 0o644)
+    manifest = write_manifest(folder, "trunc", "libtrunc.so")
+    host = start(start_host, plugin_dir, folder)
+    assert_refused(host, manifest, "loadFailed", "trunc")
+
+
+def test_missing_library_is_load_failed(start_host, plugin_dir, tmp_path):
+    folder = new_folder(tmp_path / "broken")
+    manifest = write_manifest(folder, "ghost", "libghost.so")
+    host = start(start_host, plugin_dir, folder)
+    assert_refused(host, manifest, "loadFailed", "ghost")
+
+
+def test_library_built_for_abi_2_is_abi_mismatch(start_host, plugin_dir, tmp_path, ctest_variants):
+    manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cabi2", "-DCTEST_ABI_MAJOR_2")
+    host = start(start_host, plugin_dir, manifest.parent)
+    assert_refused(host, manifest, "abiMismatch", "cabi2")
+
+
+@pytest.mark.parametrize("abi", ["2.0", "1.9"])
+def test_manifest_abi_the_host_does_not_speak_is_abi_mismatch(start_host, plugin_dir, tmp_path, ctest_variants, abi):
+    manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cmabi", abi=abi)
+    host = start(start_host, plugin_dir, manifest.parent)
+    assert_refused(host, manifest, "abiMismatch", "cmabi")
+
+
+def test_group_writable_library_is_insecure(start_host, plugin_dir, tmp_path, ctest_variants):
+    manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cgw")
+    os.chmod(manifest.parent / "libauthbridge-cgw.so", 0o664)
+    host = start(start_host, plugin_dir, manifest.parent)
+    assert_refused(host, manifest, "insecurePermissions", "cgw")
+
+
+def test_world_writable_manifest_is_insecure(start_host, plugin_dir, tmp_path, ctest_variants):
+    manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cww")
+    os.chmod(manifest, 0o646)
+    host = start(start_host, plugin_dir, manifest.parent)
+    assert_refused(host, manifest, "insecurePermissions")
+
+
+def test_group_writable_folder_refuses_everything_in_it(start_host, plugin_dir, tmp_path, ctest_variants):
+    folder = new_folder(tmp_path / "broken")
+    first = ctest_variants.install(folder, "cfa")
+    second = ctest_variants.install(folder, "cfb")
+    os.chmod(folder, 0o775)
+    host = start(start_host, plugin_dir, folder)
+    assert_refused(host, first, "insecurePermissions", "cfa", check_others=False)
+    assert_refused(host, second, "insecurePermissions", "cfb")
+
+
+def test_library_symlink_leaving_the_folder_is_refused(start_host, plugin_dir, tmp_path, ctest_variants):
+    outside = ctest_variants.install(new_folder(tmp_path / "outside"), "cesc")
+    folder = new_folder(tmp_path / "broken")
+    os.symlink(outside.parent / "libauthbridge-cesc.so", folder / "libauthbridge-cesc.so")
+    manifest = write_manifest(folder, "cesc", "libauthbridge-cesc.so")
+    host = start(start_host, plugin_dir, folder)
+    assert_refused(host, manifest, "symlinkEscapes", "cesc")
+
+
+def test_manifest_symlink_leaving_the_folder_is_refused(start_host, plugin_dir, tmp_path, ctest_variants):
+    outside = ctest_variants.install(new_folder(tmp_path / "outside"), "cmesc")
+    folder = new_folder(tmp_path / "broken")
+    shutil.copyfile(outside.parent / "libauthbridge-cmesc.so", folder / "libauthbridge-cmesc.so")
+    os.chmod(folder / "libauthbridge-cmesc.so", 0o644)
+    link = folder / "cmesc.json"
+    os.symlink(outside, link)
+    host = start(start_host, plugin_dir, folder)
+    providers = host.init_result["providers"]
+    entry = [p for p in providers if p.get("id") == "cmesc"]
+    assert len(entry) == 1, providers
+    assert entry[0]["status"] == "refused" and entry[0]["reason"] == "symlinkEscapes", entry[0]
+    assert entry[0]["message"].strip()
+    assert_good_plugins_work(host)
+
+
+def test_same_id_in_a_later_folder_is_duplicate_id(start_host, plugin_dir, tmp_path):
+    second = make_plugin_dir(tmp_path / "second", ["ctest.json", "libauthbridge-ctest.so"])
+    host = start(start_host, plugin_dir, second)
+    entry = assert_refused(host, second / "ctest.json", "duplicateId", "ctest")
+    assert entry["id"] == "ctest"
+    first = entry_for(host, plugin_dir / "libauthbridge-ctest.so")
+    assert first["status"] == "loaded"
+
+
+def test_library_without_entry_symbol_is_missing_symbol(start_host, plugin_dir, tmp_path, ctest_variants):
+    manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cnoentry", "-DCTEST_NO_ENTRY")
+    host = start(start_host, plugin_dir, manifest.parent)
+    assert_refused(host, manifest, "missingSymbol", "cnoentry")
+
+
+def test_library_reporting_another_id_is_bad_entry(start_host, plugin_dir, tmp_path, ctest_variants):
+    manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cwrong", "-DCTEST_WRONG_ID")
+    host = start(start_host, plugin_dir, manifest.parent)
+    assert_refused(host, manifest, "badEntry", "cwrong")
+
+
+def test_init_failure_is_init_failed(start_host, plugin_dir, tmp_path, ctest_variants):
+    manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cinit", "-DCTEST_INIT_FAILS")
+    host = start(start_host, plugin_dir, manifest.parent)
+    entry = assert_refused(host, manifest, "initFailed", "cinit")
+    assert "init refused by test" in entry["message"]
+
+
+@pytest.mark.parametrize("text", [
+    "{not json",
+    "[1, 2]",
+    '{"version": "1.0.0", "abi": "1.0", "library": "libx.so"}',
+    '{"id": "has/slash", "version": "1.0.0", "abi": "1.0", "library": "libx.so"}',
+    '{"id": "badlib", "version": "1.0.0", "abi": "1.0", "library": "../libx.so"}',
+    '{"id": "badabi", "version": "1.0.0", "abi": "one", "library": "libx.so"}',
+    '{"id": "nover", "abi": "1.0", "library": "libx.so"}',
+], ids=["not-json", "not-object", "no-id", "bad-id", "library-path", "abi-format", "no-version"])
+def test_invalid_manifest(start_host, plugin_dir, tmp_path, text):
+    folder = new_folder(tmp_path / "broken")
+    manifest = folder / "broken.json"
+    manifest.write_text(text)
+    os.chmod(manifest, 0o644)
+    host = start(start_host, plugin_dir, folder)
+    entry = assert_refused(host, manifest, "invalidManifest")
+    # id: the manifest's id when it could be read, else the file name without .json
+    # (a malformed id is not "read": PluginId forbids "/").
+    try:
+        declared = json.loads(text).get("id")
+    except (ValueError, AttributeError):
+        declared = None
+    assert entry.get("id") in ("broken", declared if declared != "has/slash" else "broken"), entry
+
+
+# ── stdout discipline ────────────────────────────────────────────────────────
+
+
+def test_plugin_printing_to_stdout_cannot_corrupt_the_stream(start_host, tmp_path, ctest_variants):
+    manifest = ctest_variants.install(new_folder(tmp_path / "noisy"), "cnoise", "-DCTEST_PRINT_STDOUT")
+    host = start_host([manifest.parent], profiles={"n": {"plugin": "cnoise", "settings": {"server": "https://n.example"}}})
+    assert [p["status"] for p in host.init_result["providers"]] == ["loaded"]
+    assert sign_in_session(host, "n", "noisy")["state"] == "signedIn"
+    assert host.result("checkSignInStatus", {"provider": "n"})["state"] == "signedIn"
+    token = host.result("getAccessToken", {"provider": "n"})
+    assert token["headers"]["X-CTest"] == "1"
+    host.result("signOut", {"provider": "n"})
+    host.close_stdin()
+    assert host.wait_exit() == 0
+    # Every stdout line was a valid frame (the harness validated each one) …
+    assert all(line.startswith(b"{") for line in host.lines)
+    assert b"stdout noise" not in b"".join(host.lines)
+    # … and the plugin's prints went to stderr instead.
+    stderr = host.stderr_text()
+    for hook in ("init", "describe", "configure", "complete_sign_in", "check_session", "authorize_request",
+                 "revoke", "shutdown"):
+        assert f"ctest stdout noise: {hook}" in stderr, hook
