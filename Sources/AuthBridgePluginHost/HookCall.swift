@@ -15,6 +15,9 @@ public enum PluginHook: Int32, Sendable, CaseIterable, CustomStringConvertible {
     case authorizeRequest = 8
     case classifyResponse = 9
 
+    /// Hooks that must not perform I/O by the ABI's definition.
+    public var isPure: Bool { self == .authorizeRequest || self == .classifyResponse }
+
     public var description: String {
         switch self {
         case .describe: "describe"
@@ -102,6 +105,8 @@ public final class HookCall: Sendable {
     public let pluginID: String
     public let hook: PluginHook
     public let logger: Logger
+    /// False for inline hooks: they run on the caller's thread and may not block.
+    public let mayBlock: Bool
     let environment: HookEnvironment
 
     private struct State {
@@ -115,11 +120,12 @@ public final class HookCall: Sendable {
     }
     private let state = Mutex(State())
 
-    init(pluginID: String, hook: PluginHook, logger: Logger, environment: HookEnvironment) {
+    init(pluginID: String, hook: PluginHook, logger: Logger, environment: HookEnvironment, mayBlock: Bool = true) {
         self.pluginID = pluginID
         self.hook = hook
         self.logger = logger
         self.environment = environment
+        self.mayBlock = mayBlock
     }
 
     deinit {

@@ -49,6 +49,10 @@ enum HostAPI {
                       let value = try? JSON.parse(UnsafeRawBufferPointer(start: data, count: request.length))
                 else { return AB_INVALID }
                 let hookCall = HostAPI.call(call)
+                guard hookCall.mayBlock else {
+                    hookCall.logger.error("plugin called http in a non-blocking hook", metadata: ["plugin": "\(hookCall.pluginID)", "hook": "\(hookCall.hook)"])
+                    return AB_INVALID
+                }
                 switch hookCall.environment.http(value, call: hookCall) {
                 case .success(let answer):
                     response.pointee = hookCall.lend(answer)

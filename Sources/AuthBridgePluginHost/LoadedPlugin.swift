@@ -13,7 +13,17 @@ public final class LoadedPlugin: @unchecked Sendable {
     public let manifest: PluginManifest
     /// The plugin's `describe` answer (id, displayName, flows, settings schema…).
     /// Set once by the loader before the plugin is shared.
-    public internal(set) var descriptor: JSON = .null
+    public internal(set) var descriptor: JSON = .null {
+        didSet {
+            let named = Set(descriptor["inlineHooks"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+            inlineHooks = Set(PluginHook.allCases.filter { $0.isPure || named.contains($0.description) })
+        }
+    }
+
+    /// Hooks that never block, run on the caller's thread: the pure ones
+    /// (authorize_request, classify_response) and those the plugin lists in
+    /// its descriptor's `inlineHooks`. `host->http` fails inside them.
+    public private(set) var inlineHooks: Set<PluginHook> = Set(PluginHook.allCases.filter(\.isPure))
     public let libraryPath: String
     /// The plugin's version as its entry point reports it.
     public let version: String
@@ -44,6 +54,10 @@ public final class LoadedPlugin: @unchecked Sendable {
     /// cancelled flag (and aborts its HTTP requests).
     public func invoke(_ hook: PluginHook, input: JSON, environment: HookEnvironment) async -> HookOutcome {
         guard let function = function(for: hook) else { return .useDefault }
+        if inlineHooks.contains(hook) {
+            let call = HookCall(pluginID: manifest.id, hook: hook, logger: logger, environment: environment, mayBlock: false)
+            return run(function, call: call, input: input.serialized())
+        }
         let call = HookCall(pluginID: manifest.id, hook: hook, logger: logger, environment: environment)
         let inputText = input.serialized()
         return await withTaskCancellationHandler {

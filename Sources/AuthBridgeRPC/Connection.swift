@@ -49,9 +49,15 @@ public final class Connection: Sendable {
     private let writer: FrameWriter
     private let logger: Logger
     private let pending = Mutex<[RequestID: Task<Void, Never>]>([:])
+    /// Requests running at once; the reader waits for a free slot, so a
+    /// client that pipelines faster than requests finish cannot make the
+    /// host's memory grow without bound (notifications still need a slot-free
+    /// reader only between requests, so cancellation keeps working).
+    private let slots: RequestSlots
     private let ending = EndingBox()
 
-    public init(input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20) {
+    public init(input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20, maxConcurrentRequests: Int = 256) {
+        self.slots = RequestSlots(limit: maxConcurrentRequests)
         // A pipe whose write end the writer closes when the peer is gone, to
         // wake the reader from a blocked read.
         var stop: [Int32] = [-1, -1]
@@ -157,6 +163,7 @@ public final class Connection: Sendable {
 
     private func start(_ request: Request, delegate: ConnectionDelegate) {
         let id = request.id
+        slots.acquire()
         let accepted = pending.withLock { table -> Bool in
             guard table[id] == nil else { return false }
             // Registered under the lock: the task cannot remove its entry
@@ -179,10 +186,12 @@ public final class Connection: Sendable {
                 }
                 pending.withLock { _ = $0.removeValue(forKey: id) }
                 writer.send(frame)
+                slots.release()
             }
             return true
         }
         if !accepted {
+            slots.release()
             send(error: .invalidRequest("id \(id) is already in use by a running request"), id: id)
         }
     }
@@ -209,4 +218,27 @@ public final class Connection: Sendable {
 
 private final class EndingBox: Sendable {
     let value = Mutex<Connection.Ending?>(nil)
+}
+
+/// A counting semaphore the reader thread blocks on (never a task).
+private final class RequestSlots: Sendable {
+    private let lock = ConditionLock()
+    private let limit: Int
+    nonisolated(unsafe) private var used = 0
+
+    init(limit: Int) { self.limit = max(1, limit) }
+
+    func acquire() {
+        lock.withLock {
+            while used >= limit { lock.wait() }
+            used += 1
+        }
+    }
+
+    func release() {
+        lock.withLock {
+            used -= 1
+            lock.broadcast()
+        }
+    }
 }

@@ -21,6 +21,11 @@ public final class FrameWriter: @unchecked Sendable {
     private var closing = false
     private var stopped = false
     private var failed = false
+    /// True while the writer thread sleeps for work: only then does `send`
+    /// need to wake it (under load it is busy and picks frames up itself).
+    private var idle = false
+    /// Threads waiting in `flush`.
+    private var flushWaiters = 0
     private let onFailure: @Sendable (Int32) -> Void
 
     public init(fd: Int32, onFailure: @escaping @Sendable (_ errno: Int32) -> Void = { _ in }) {
@@ -35,13 +40,16 @@ public final class FrameWriter: @unchecked Sendable {
             guard !failed, !closing else { return }
             queued.append(contentsOf: frame)
             queued.append(0x0A)
-            lock.broadcast()
+            if idle { lock.broadcast() }
         }
     }
 
     /// Waits until everything queued so far has been written (or dropped).
     public func flush() {
         lock.withLock {
+            flushWaiters += 1
+            defer { flushWaiters -= 1 }
+            if idle { lock.broadcast() }
             while (!queued.isEmpty || busy) && !failed && !stopped { lock.wait() }
         }
     }
@@ -60,7 +68,11 @@ public final class FrameWriter: @unchecked Sendable {
         var batch: [UInt8] = []
         while true {
             let stop: Bool = lock.withLock {
-                while queued.isEmpty && !closing { lock.wait() }
+                while queued.isEmpty && !closing {
+                    idle = true
+                    lock.wait()
+                    idle = false
+                }
                 if queued.isEmpty { return true }
                 swap(&batch, &queued)
                 busy = true
@@ -72,7 +84,7 @@ public final class FrameWriter: @unchecked Sendable {
             lock.withLock {
                 busy = false
                 if error != 0 { failed = true; queued.removeAll() }
-                lock.broadcast()
+                if flushWaiters > 0 || error != 0 { lock.broadcast() }
             }
             if error != 0 { onFailure(error) }
         }
