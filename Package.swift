@@ -77,6 +77,7 @@ let package = Package(
         .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"]),
         .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"]),
         .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost"]),
+        .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession"]),
         .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"]),
     ]
 )
