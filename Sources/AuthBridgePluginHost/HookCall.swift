@@ -191,6 +191,18 @@ public final class HookCall: Sendable {
         return ab_json(data: buffer.baseAddress!.assumingMemoryBound(to: CChar.self), length: bytes.count)
     }
 
+    /// Lends a host service's answer to the plugin and returns the matching status.
+    func lend(_ answer: Result<JSON, ProviderFailure>, into target: UnsafeMutablePointer<ab_json>) -> ab_status {
+        switch answer {
+        case .success(let value):
+            target.pointee = lend(value)
+            return AB_OK
+        case .failure(let failure):
+            target.pointee = lend(failure.json)
+            return failure.kind == .cancelled ? AB_CANCELLED : AB_ERROR
+        }
+    }
+
     /// Turns the hook's return status and what it set into an outcome.
     func outcome(status: ab_status) -> HookOutcome {
         let (result, error, invalid) = state.withLock { ($0.result, $0.error, $0.invalidAnswer) }

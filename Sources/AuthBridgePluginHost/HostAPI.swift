@@ -53,14 +53,7 @@ enum HostAPI {
                     hookCall.logger.error("plugin called http in a non-blocking hook", metadata: ["plugin": "\(hookCall.pluginID)", "hook": "\(hookCall.hook)"])
                     return AB_INVALID
                 }
-                switch hookCall.environment.http(value, call: hookCall) {
-                case .success(let answer):
-                    response.pointee = hookCall.lend(answer)
-                    return AB_OK
-                case .failure(let failure):
-                    response.pointee = hookCall.lend(failure.json)
-                    return failure.kind == .cancelled ? AB_CANCELLED : AB_ERROR
-                }
+                return hookCall.lend(hookCall.environment.http(value, call: hookCall), into: response)
             },
             standard: { call, hook, input, output in
                 guard let call, let output, let data = input.data,
@@ -68,14 +61,7 @@ enum HostAPI {
                       let value = try? JSON.parse(UnsafeRawBufferPointer(start: data, count: input.length))
                 else { return AB_INVALID }
                 let hookCall = HostAPI.call(call)
-                switch hookCall.environment.standard(hookValue, input: value, call: hookCall) {
-                case .success(let answer):
-                    output.pointee = hookCall.lend(answer)
-                    return AB_OK
-                case .failure(let failure):
-                    output.pointee = hookCall.lend(failure.json)
-                    return failure.kind == .cancelled ? AB_CANCELLED : AB_ERROR
-                }
+                return hookCall.lend(hookCall.environment.standard(hookValue, input: value, call: hookCall), into: output)
             },
             is_cancelled: { call in
                 guard let call else { return 0 }

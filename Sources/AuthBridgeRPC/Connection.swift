@@ -78,10 +78,11 @@ public final class Connection: Sendable {
 
     /// Reads and dispatches frames until end of input, `exit`, or the peer
     /// going away. After end of input, running requests get `drainGrace` to
-    /// finish (none by default, as bridge-spec says: EOF cancels them); then,
-    /// as after `exit`, the rest are cancelled and answered -32800.
+    /// finish — `echo '{…initialize…}' | authbridge` still gets its answer —
+    /// then, as after `exit`, the rest (e.g. a sign-in waiting for a callback
+    /// that can no longer arrive) are cancelled and answered -32800.
     /// Everything queued is written before `run` returns.
-    public func run(delegate: ConnectionDelegate, drainGrace: Duration = .zero) async -> Ending {
+    public func run(delegate: ConnectionDelegate, drainGrace: Duration = .seconds(1)) async -> Ending {
         let reason: Ending = await withCheckedContinuation { continuation in
             startThread(name: "ab-reader") { [self] in
                 var exitCode: Int32?

@@ -179,6 +179,15 @@ def test_stdin_eof_exits_0(host):
     assert host.wait_exit() == 0
 
 
+def test_requests_piped_before_eof_are_still_answered(start_host, plugin_dir):
+    # `echo '{…initialize…}' | authbridge`: EOF right behind the request must not lose its answer.
+    host = start_host([plugin_dir], initialize=False)
+    request_id = host.send_request("initialize", {"protocolVersion": "1.0"})
+    host.close_stdin()
+    assert "result" in host.wait_response(request_id)
+    assert host.wait_exit() == 0
+
+
 def test_stdin_eof_before_initialize_exits_0(start_host, plugin_dir):
     host = start_host([plugin_dir], initialize=False)
     host.close_stdin()
@@ -186,11 +195,10 @@ def test_stdin_eof_before_initialize_exits_0(start_host, plugin_dir):
 
 
 def test_stdin_eof_cancels_running_requests(host):
-    # README §2: "stdin EOF (any phase): running requests are cancelled (their -32800 answers
-    # are written), queued frames are written, plugins are shut down, exit status 0."
-    # An external sign-in waits for the user; here its own timeout is 2 s, so a host that lets
-    # requests run on after EOF answers -32006 instead of -32800.
-    pending = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external", "timeoutMs": 2000})
+    # README §2: "stdin EOF (any phase): running requests get up to 1 s to finish, then the rest
+    # are cancelled (their -32800 answers are written)". An external sign-in waits for the user;
+    # here its own timeout is 3 s, so a host that lets requests run on after EOF answers -32006.
+    pending = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external", "timeoutMs": 3000})
     host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
     host.close_stdin()
     answer = host.wait_response(pending)
