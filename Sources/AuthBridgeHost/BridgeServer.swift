@@ -208,7 +208,7 @@ public final class BridgeServer: ConnectionDelegate {
             _ = try params.optionalObject("capabilities")
             guard negotiatedMinor(requested) != nil else {
                 let parts = requested.split(separator: ".", omittingEmptySubsequences: false)
-                guard parts.count == 2, Int(parts[0]) != nil, Int(parts[1]) != nil else {
+                guard parts.count == 2, parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }) else {
                     return RPCError.invalidParams(field: "protocolVersion", "must look like \"1.0\"")
                 }
                 return RPCError(.unsupportedProtocolVersion, "Protocol version \(requested) is not supported; this host speaks 1.x",
@@ -223,8 +223,8 @@ public final class BridgeServer: ConnectionDelegate {
     /// The minor version both sides speak, or nil for another major.
     static func negotiatedMinor(_ version: String) -> Int? {
         let parts = version.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, let major = Int(parts[0]), let minor = Int(parts[1]), minor >= 0,
-              major == protocolVersion.major else { return nil }
+        guard parts.count == 2, parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }),
+              let major = Int(parts[0]), let minor = Int(parts[1]), major == protocolVersion.major else { return nil }
         return min(minor, protocolVersion.minor)
     }
 

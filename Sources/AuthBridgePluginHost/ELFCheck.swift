@@ -46,8 +46,14 @@ enum ELFCheck {
         #endif
         guard u16(header, 18) == machine else { throw fail("built for another processor (e_machine \(u16(header, 18)))") }
 
+        /// start + size * count, or nil on overflow.
+        func end(_ start: UInt64, _ size: UInt64, _ count: UInt64) -> UInt64? {
+            let (length, overflow) = size.multipliedReportingOverflow(by: count)
+            let (sum, overflow2) = start.addingReportingOverflow(length)
+            return overflow || overflow2 ? nil : sum
+        }
         let programHeaders = u64(header, 32), entrySize = u16(header, 54), count = u16(header, 56)
-        guard entrySize >= 56, count > 0, programHeaders + entrySize * count <= size else {
+        guard entrySize >= 56, count > 0, let tableEnd = end(programHeaders, entrySize, count), tableEnd <= size else {
             throw fail("its program headers lie outside the file (truncated?)")
         }
         for index in 0..<count {
@@ -55,12 +61,12 @@ enum ELFCheck {
             let type = UInt32(entry[0]) | UInt32(entry[1]) << 8 | UInt32(entry[2]) << 16 | UInt32(entry[3]) << 24
             guard type == 1 else { continue }  // PT_LOAD
             let offset = u64(entry, 8), fileSize = u64(entry, 32)
-            guard offset.addingReportingOverflow(fileSize).partialValue <= size, !offset.addingReportingOverflow(fileSize).overflow else {
+            guard let segmentEnd = end(offset, fileSize, 1), segmentEnd <= size else {
                 throw fail("a loadable segment ends past the end of the file (\(size) bytes): the file is truncated")
             }
         }
         let sections = u64(header, 40), sectionSize = u16(header, 58), sectionCount = u16(header, 60)
-        if sections != 0, sections + sectionSize * sectionCount > size {
+        if sections != 0, (end(sections, sectionSize, sectionCount) ?? .max) > size {
             throw fail("its section headers lie past the end of the file (\(size) bytes): the file is truncated")
         }
     }

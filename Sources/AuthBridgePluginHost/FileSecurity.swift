@@ -27,6 +27,17 @@ public enum FileSecurity {
     }
 
     /// The canonical path, or nil when it does not exist.
+    /// Refuses a path (not followed if a symlink) owned by someone other than us or root.
+    static func checkOwner(_ path: String, what: String) throws(PluginLoadError) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else {
+            throw PluginLoadError(.loadFailed, "cannot read \(what) \(path): \(String(cString: strerror(errno)))")
+        }
+        guard info.st_uid == geteuid() || info.st_uid == 0 else {
+            throw PluginLoadError(.insecurePermissions, "\(what) \(path) is owned by uid \(info.st_uid), not by this user or root")
+        }
+    }
+
     static func realPath(_ path: String) -> String? {
         guard let resolved = realpath(path, nil) else { return nil }
         defer { free(resolved) }

@@ -15,8 +15,14 @@ public enum Redaction {
         while !words.isEmpty {
             let separatorIndex = words.firstIndex(where: { $0 == " " || $0 == "\n" || $0 == "\t" || $0 == "," || $0 == "&" || $0 == "?" }) ?? words.endIndex
             let word = words[..<separatorIndex]
-            output += maskNext && !word.isEmpty ? mask : redactWord(word)
-            if !word.isEmpty { maskNext = word.lowercased() == "bearer" }
+            if !word.isEmpty {
+                let scheme = word.lowercased().trimmingQuotes()
+                let (text, secretFollows) = redactWord(word)
+                output += maskNext ? mask : text
+                // "Bearer x", "Basic x", and a secret's name whose value is the next word
+                // (`"refresh_token": "x"`, `password: x`, `Authorization: Basic x`).
+                maskNext = scheme == "bearer" || scheme == "basic" || secretFollows
+            }
             if separatorIndex < words.endIndex {
                 output.append(words[separatorIndex])
                 words = words[words.index(after: separatorIndex)...]
@@ -27,14 +33,19 @@ public enum Redaction {
         return output
     }
 
-    private static func redactWord(_ word: Substring) -> String {
-        // key=value where the key names a secret
+    /// The word with a secret value masked, and whether the next word is a
+    /// secret value (the key stood alone: `"token":`, `password:`).
+    private static func redactWord(_ word: Substring) -> (String, Bool) {
+        // key=value or key:value where the key names a secret
         if let equals = word.firstIndex(of: "=") ?? word.firstIndex(of: ":") {
             let key = word[..<equals].lowercased().trimmingQuotes()
-            if isSecretName(key) { return String(word[...equals]) + mask }
+            if isSecretName(key) {
+                let value = word[word.index(after: equals)...].trimmingQuotes()
+                return value.isEmpty ? (String(word), true) : (String(word[...equals]) + mask, false)
+            }
         }
-        if looksLikeJWT(word) { return mask }
-        return String(word)
+        if looksLikeJWT(word) { return (mask, false) }
+        return (String(word), false)
     }
 
     static func isSecretName(_ key: String) -> Bool {

@@ -56,7 +56,7 @@ enum SettingsValidator {
         for case .string(let required) in schema["required"]?.arrayValue ?? [] where members[required] == nil {
             return ("settings.\(required)", "is required by this plugin")
         }
-        for (key, propertySchema) in schema["properties"]?.objectValue ?? [:] {
+        for (key, propertySchema) in (schema["properties"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
             guard let value = members[key], let type = propertySchema["type"]?.stringValue else { continue }
             let matches: Bool
             switch type {

@@ -129,7 +129,8 @@ public enum StandardSteps {
             if let idToken = members["id_token"]?.stringValue { tokens["idToken"] = .string(idToken) }
             if let scope = members["scope"]?.stringValue { tokens["scope"] = .string(scope) }
             let expiresIn = members["expires_in"]?.intValue ?? members["expires_in"]?.stringValue.flatMap { Int64($0) }
-            if let expiresIn { tokens["expiresAt"] = .int(now + expiresIn * 1000) }
+            // Clamped to ten years: a hostile or broken server must not overflow the clock.
+            if let expiresIn { tokens["expiresAt"] = .int(now + min(max(expiresIn, 0), 315_360_000) * 1000) }
             for key in ["access_token", "refresh_token", "id_token", "token_type", "scope", "expires_in"] { members[key] = nil }
             if !members.isEmpty { tokens["extras"] = .object(members) }
             return .success(["tokens": .object(tokens)])

@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import Synchronization
 
 /// The credentials of one signed-in session, as plugins exchange them
 /// (bridge-spec: TokenSet). Never printed: `description` is redacted.
@@ -55,6 +56,7 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
         var merged = fresh
         if merged.refreshToken == nil { merged.refreshToken = refreshToken }
         if merged.idToken == nil { merged.idToken = idToken }
+        if merged.scope == nil { merged.scope = scope }  // RFC 6749 §5.1: omitted = unchanged
         merged.extras = extras.merging(fresh.extras, uniquingKeysWith: { _, new in new })
         return merged
     }
@@ -84,22 +86,24 @@ public protocol SessionStore: Sendable {
     var backend: String { get }
     /// "none" (memory only), "encrypted", "keyring".
     var protection: String { get }
-    func load(_ profile: String) async throws -> StoredSession?
-    func save(_ session: StoredSession, for profile: String) async throws
-    func delete(_ profile: String) async throws
-    func profiles() async throws -> [String]
+    // nonisolated(nonsending): runs on the caller's executor (the engine
+    // actor), so a store that needs no executor of its own costs no hop.
+    nonisolated(nonsending) func load(_ profile: String) async throws -> StoredSession?
+    nonisolated(nonsending) func save(_ session: StoredSession, for profile: String) async throws
+    nonisolated(nonsending) func delete(_ profile: String) async throws
+    nonisolated(nonsending) func profiles() async throws -> [String]
 }
 
 /// Sessions that live as long as the process: nothing touches the disk.
-public actor MemorySessionStore: SessionStore {
-    private var sessions: [String: StoredSession] = [:]
-    public nonisolated let backend = "memory"
-    public nonisolated let protection = "none"
+public final class MemorySessionStore: SessionStore {
+    private let sessions = Mutex<[String: StoredSession]>([:])
+    public let backend = "memory"
+    public let protection = "none"
 
     public init() {}
 
-    public func load(_ profile: String) -> StoredSession? { sessions[profile] }
-    public func save(_ session: StoredSession, for profile: String) { sessions[profile] = session }
-    public func delete(_ profile: String) { sessions[profile] = nil }
-    public func profiles() -> [String] { sessions.keys.sorted() }
+    nonisolated(nonsending) public func load(_ profile: String) async -> StoredSession? { sessions.withLock { $0[profile] } }
+    nonisolated(nonsending) public func save(_ session: StoredSession, for profile: String) async { sessions.withLock { $0[profile] = session } }
+    nonisolated(nonsending) public func delete(_ profile: String) async { sessions.withLock { $0[profile] = nil } }
+    nonisolated(nonsending) public func profiles() async -> [String] { sessions.withLock { $0.keys.sorted() } }
 }

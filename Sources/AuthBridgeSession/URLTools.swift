@@ -126,12 +126,24 @@ public enum FormEncoding {
         while let byte = iterator.next() {
             if byte == UInt8(ascii: "+") { bytes.append(0x20); continue }
             guard byte == UInt8(ascii: "%") else { bytes.append(byte); continue }
-            guard let high = iterator.next(), let low = iterator.next(),
-                  let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
+            // Exactly two hex digits; anything else stays as written.
+            var lookahead = iterator
+            guard let high = lookahead.next(), let low = lookahead.next(),
+                  let highValue = hexValue(high), let lowValue = hexValue(low)
             else { bytes.append(byte); continue }
-            bytes.append(value)
+            iterator = lookahead
+            bytes.append(highValue << 4 | lowValue)
         }
         return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+private func hexValue(_ byte: UInt8) -> UInt8? {
+    switch byte {
+    case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+    case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+    case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+    default: nil
     }
 }
 

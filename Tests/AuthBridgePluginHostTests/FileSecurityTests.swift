@@ -1,0 +1,66 @@
+@testable import AuthBridgePluginHost
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("File security")
+struct FileSecurityTests {
+    private func check(mode: mode_t) throws -> PluginLoadError? {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let path = folder.path + "/file"
+        #expect(writeFile(path, "x", mode: mode))
+        do {
+            try FileSecurity.checkNotTamperable(path, what: "manifest")
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test(arguments: [0o644, 0o600, 0o755, 0o444] as [mode_t])
+    func filesOnlyWeCanWriteAreAccepted(_ mode: mode_t) throws {
+        #expect(try check(mode: mode) == nil)
+    }
+
+    @Test(arguments: [0o664, 0o646, 0o666, 0o620, 0o602] as [mode_t])
+    func groupOrOtherWritableFilesAreRefused(_ mode: mode_t) throws {
+        let error = try check(mode: mode)
+        #expect(error?.reason == .insecurePermissions)
+        #expect(error?.message.contains(String(mode, radix: 8)) == true)
+    }
+
+    @Test func aGroupWritableFolderIsRefused() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let sub = folder.subfolder("plugins")
+        #expect(throws: Never.self) { try FileSecurity.checkNotTamperable(sub, what: "plugin folder") }
+        chmod(sub, 0o775)
+        #expect(throws: PluginLoadError.self) { try FileSecurity.checkNotTamperable(sub, what: "plugin folder") }
+    }
+
+    @Test func aMissingPathIsLoadFailed() {
+        #expect(throws: PluginLoadError(.loadFailed, "cannot read manifest /nonexistent/authbridge.json: No such file or directory")) {
+            try FileSecurity.checkNotTamperable("/nonexistent/authbridge.json", what: "manifest")
+        }
+    }
+
+    @Test func readFileHonoursItsLimit() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let path = folder.path + "/data"
+        writeFile(path, [UInt8](repeating: 7, count: 40_000))
+        #expect(FileSecurity.readFile(path)?.count == 40_000)
+        #expect(FileSecurity.readFile(path, limit: 39_999) == nil)
+        #expect(FileSecurity.readFile(folder.path + "/missing") == nil)
+    }
+
+    @Test func listFolderIsSortedWithoutDotEntries() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        for name in ["b.json", "a.json", ".hidden"] { writeFile(folder.path + "/" + name, "{}") }
+        #expect(FileSecurity.listFolder(folder.path) == [".hidden", "a.json", "b.json"])
+    }
+}

@@ -1,0 +1,25 @@
+@testable import AuthBridgePluginHost
+import Testing
+
+/// The only test that moves the process-wide clock: by a few seconds, which
+/// changes no outcome elsewhere (test tokens live for an hour, or are already expiring).
+@Suite("Host clock and installation", .serialized)
+struct HostClockTests {
+    @Test func shiftMovesTheClockAndBack() {
+        let before = HostClock.nowMilliseconds()
+        let offset = HostClock.shift(by: 10_000)
+        let shifted = HostClock.nowMilliseconds()
+        #expect(HostClock.shift(by: -10_000) == offset - 10_000)
+        let after = HostClock.nowMilliseconds()
+        #expect(shifted - before >= 10_000)
+        #expect(after < shifted && after >= before)
+    }
+
+    @Test func parentFolders() {
+        #expect(Installation.parent(of: "/opt/authbridge/bin/authbridge") == "/opt/authbridge/bin")
+        #expect(Installation.parent(of: "/authbridge") == "/")
+        #expect(Installation.parent(of: "authbridge") == ".")
+        #expect(Installation.executableFolder.hasPrefix("/"))
+        #expect(Installation.helperLibraryCandidates("libX.so").last == Installation.executableFolder + "/libX.so")
+    }
+}

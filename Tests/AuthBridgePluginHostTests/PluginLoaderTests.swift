@@ -1,0 +1,142 @@
+import AuthBridgeJSON
+@testable import AuthBridgePluginHost
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("Plugin loader")
+struct PluginLoaderTests {
+    @Test func anEmptyOrMissingFolderLoadsNothing() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        #expect(loadAll(folder.path).isEmpty)
+        #expect(loadAll(folder.path + "/absent").isEmpty)
+    }
+
+    @Test func filesOtherThanManifestsAreIgnored() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        writeFile(folder.path + "/README.md", "# notes")
+        writeFile(folder.path + "/libthing.so", "not loaded without a manifest")
+        #expect(loadAll(folder.path).isEmpty)
+    }
+
+    @Test func invalidJSONIsAnInvalidManifestNamedAfterItsFile() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        writeFile(folder.path + "/broken.json", #"{"id": "broken","#)
+        let reports = loadAll(folder.path)
+        try #require(reports.count == 1)
+        #expect(reports[0].refusal?.reason == .invalidManifest)
+        #expect(reports[0].id == "broken")
+        #expect(reports[0].json["status"] == "refused" && reports[0].json["reason"] == "invalidManifest")
+    }
+
+    @Test(arguments: ["2.0", "0.9", "1.99"])
+    func aManifestABIThisHostDoesNotSpeakIsAbiMismatch(_ abi: String) throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        writeFile(folder.path + "/future.json", manifestText(id: "future", abi: abi, library: "libfuture.so"))
+        let reports = loadAll(folder.path)
+        #expect(reports.map(\.refusal?.reason) == [.abiMismatch])
+        #expect(reports.first?.id == "future")
+    }
+
+    @Test(arguments: [0o664, 0o646] as [mode_t])
+    func aWritableManifestIsInsecure(_ mode: mode_t) throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        writeFile(folder.path + "/open.json", manifestText(id: "open", library: "libopen.so"), mode: mode)
+        #expect(loadAll(folder.path).map(\.refusal?.reason) == [.insecurePermissions])
+    }
+
+    @Test func aGroupWritableFolderRefusesEverythingInIt() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let plugins = folder.subfolder("plugins")
+        writeFile(plugins + "/a.json", manifestText(id: "a", library: "liba.so"))
+        writeFile(plugins + "/b.json", "not even JSON")
+        chmod(plugins, 0o775)
+        #expect(loadAll(plugins).map(\.refusal?.reason) == [.insecurePermissions, .insecurePermissions])
+    }
+
+    @Test func aLibrarySymlinkLeavingTheFolderIsRefused() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let plugins = folder.subfolder("plugins")
+        let outside = folder.subfolder("outside")
+        writeFile(outside + "/libescape.so", "whatever")
+        symlink(outside + "/libescape.so", plugins + "/libescape.so")
+        writeFile(plugins + "/escape.json", manifestText(id: "escape", library: "libescape.so"))
+        #expect(loadAll(plugins).map(\.refusal?.reason) == [.symlinkEscapes])
+    }
+
+    @Test func aManifestSymlinkLeavingTheFolderIsRefused() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let plugins = folder.subfolder("plugins")
+        let outside = folder.subfolder("outside")
+        writeFile(outside + "/real.json", manifestText(id: "real", library: "libreal.so"))
+        symlink(outside + "/real.json", plugins + "/real.json")
+        #expect(loadAll(plugins).map(\.refusal?.reason) == [.symlinkEscapes])
+    }
+
+    @Test func aMissingLibraryIsLoadFailed() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        writeFile(folder.path + "/ghost.json", manifestText(id: "ghost", library: "libghost.so"))
+        let report = try #require(loadAll(folder.path).first)
+        #expect(report.refusal?.reason == .loadFailed)
+        #expect(report.refusal?.message.contains("does not exist") == true)
+    }
+
+    @Test func aTruncatedLibraryIsLoadFailedBeforeDlopen() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let image = try #require(FileSecurity.readFile("/proc/self/exe", limit: 512 << 20))
+        writeFile(folder.path + "/libcut.so", Array(image.prefix(image.count / 3)))
+        writeFile(folder.path + "/cut.json", manifestText(id: "cut", library: "libcut.so"))
+        let report = try #require(loadAll(folder.path).first)
+        #expect(report.refusal?.reason == .loadFailed)
+        #expect(report.refusal?.message.contains("truncated") == true)
+    }
+
+    @Test func theSameIdInALaterFolderIsDuplicateId() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let first = folder.subfolder("first"), second = folder.subfolder("second")
+        try installSwiftTestPlugin(into: first)
+        // The duplicate is refused before its library is even looked at.
+        writeFile(second + "/swifttest.json", manifestText(id: "swifttest", library: "libmissing.so"))
+        let reports = loadAll(first, second)
+        try #require(reports.count == 2)
+        #expect(reports[0].plugin?.manifest.id == "swifttest")
+        #expect(reports[1].refusal?.reason == .duplicateID)
+        #expect(reports[1].refusal?.message.contains(first) == true)
+        #expect(reports[1].json["reason"] == "duplicateId")
+    }
+
+    @Test func aFolderListedTwiceIsLoadedOnce() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        writeFile(folder.path + "/ghost.json", manifestText(id: "ghost", library: "libghost.so"))
+        #expect(loadAll(folder.path, folder.path + "/.").count == 1)
+    }
+
+    /// A library that is a symlink to a file inside the plugin folder
+    /// (libfoo.so → libfoo.so.1) stays in the folder and should load; but
+    /// `lstat` reports every Linux symlink as mode 0777, so the link check
+    /// always finds it "writable by group or others".
+    @Test func aLibrarySymlinkInsideTheFolderLoads() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        try installSwiftTestPlugin(into: folder.path)
+        let library = folder.path + "/libauthbridge-testplugin-swift.so"
+        rename(library, library + ".1")
+        symlink("libauthbridge-testplugin-swift.so.1", library)
+        let report = try #require(loadAll(folder.path).first)
+        #expect(report.plugin != nil, "\(String(describing: report.refusal))")
+    }
+}

@@ -1,0 +1,105 @@
+import AuthBridgeJSON
+@testable import AuthBridgeSession
+import Testing
+
+@Suite("Configuration file")
+struct ConfigurationFileTests {
+    private func problem(_ json: JSON) -> String? {
+        do {
+            _ = try ConfigurationFile.profiles(from: json)
+            return nil
+        } catch {
+            return error.message
+        }
+    }
+
+    @Test func validProfilesAreReadInNameOrder() throws {
+        let profiles = try ConfigurationFile.profiles(from: [
+            "profiles": [
+                "work": ["plugin": "oidc", "settings": ["issuer": "https://idp.example", "clientId": "c1"]],
+                "home": ["plugin": "swifttest"],
+            ],
+            "futureMember": true,
+        ])
+        #expect(profiles.map(\.name) == ["home", "work"])
+        #expect(profiles[0] == Profile(name: "home", plugin: "swifttest", settings: [:], source: .config))
+        #expect(profiles[1].settings["clientId"] == "c1")
+        #expect(profiles.allSatisfy { $0.source == .config })
+    }
+
+    @Test func noProfilesIsAnEmptyList() throws {
+        #expect(try ConfigurationFile.profiles(from: [:]).isEmpty)
+        #expect(try ConfigurationFile.profiles(from: ["profiles": [:]]).isEmpty)
+    }
+
+    @Test func theFileMustBeAnObject() {
+        #expect(problem([]) != nil)
+        #expect(problem("profiles") != nil)
+    }
+
+    @Test(arguments: [["work"], "work", 1, .null] as [JSON])
+    func profilesMustBeAnObject(_ profiles: JSON) {
+        #expect(problem(["profiles": profiles])?.contains("\"profiles\"") == true)
+    }
+
+    @Test(arguments: [["settings": [:]], ["plugin": 7], ["plugin": .null], "oidc"] as [JSON])
+    func aProfileMustNameItsPlugin(_ entry: JSON) {
+        let message = problem(["profiles": ["work": entry]])
+        #expect(message?.contains("profile \"work\"") == true)
+        #expect(message?.contains("\"plugin\"") == true)
+    }
+
+    @Test(arguments: [["a"], "x", 1] as [JSON])
+    func settingsMustBeAnObject(_ settings: JSON) {
+        let message = problem(["profiles": ["work": ["plugin": "oidc", "settings": settings]]])
+        #expect(message == "profile \"work\": \"settings\" must be an object")
+    }
+}
+
+@Suite("Settings validation")
+struct SettingsValidatorTests {
+    private let schema: JSON = [
+        "type": "object",
+        "required": ["clientId"],
+        "properties": [
+            "clientId": ["type": "string"], "port": ["type": "integer"], "ratio": ["type": "number"],
+            "pkce": ["type": "boolean"], "scopes": ["type": "array"], "extra": ["type": "object"], "free": [:],
+        ],
+    ]
+
+    @Test func aRequiredSettingMissingIsNamed() throws {
+        let problem = try #require(SettingsValidator.problem(in: ["port": 1], schema: schema))
+        #expect(problem.field == "settings.clientId")
+        #expect(problem.message == "is required by this plugin")
+    }
+
+    @Test(arguments: [
+        ("clientId", 42, "must be of type string, not integer"),
+        ("port", "8080", "must be of type integer, not string"),
+        ("port", 1.5, "must be of type integer, not number"),
+        ("ratio", "x", "must be of type number, not string"),
+        ("pkce", "yes", "must be of type boolean, not string"),
+        ("scopes", "openid", "must be of type array, not string"),
+        ("extra", [1], "must be of type object, not array"),
+    ] as [(String, JSON, String)])
+    func aSettingOfTheWrongTypeIsNamed(_ key: String, _ value: JSON, _ message: String) throws {
+        var settings: [String: JSON] = ["clientId": "c1"]
+        settings[key] = value
+        let problem = try #require(SettingsValidator.problem(in: .object(settings), schema: schema))
+        #expect(problem.field == "settings.\(key)")
+        #expect(problem.message == message)
+    }
+
+    @Test func matchingSettingsPass() {
+        let settings: JSON = ["clientId": "c1", "port": 8080, "ratio": 1, "pkce": true, "scopes": ["openid"],
+                              "extra": [:], "free": [1, "two"], "unknown": .null]
+        #expect(SettingsValidator.problem(in: settings, schema: schema) == nil)
+        #expect(SettingsValidator.problem(in: ["port": 2.0, "clientId": "c"], schema: schema) == nil)
+        #expect(SettingsValidator.problem(in: ["anything": 1], schema: nil) == nil)
+    }
+
+    @Test func settingsMustBeAnObject() {
+        #expect(SettingsValidator.problem(in: ["clientId"], schema: nil)?.field == "settings")
+        #expect(SettingsValidator.problem(in: .null, schema: schema)?.field == "settings")
+    }
+}

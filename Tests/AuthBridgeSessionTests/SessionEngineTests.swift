@@ -1,0 +1,210 @@
+import AuthBridgeJSON
+import AuthBridgePluginHost
+import AuthBridgeSession
+import Logging
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The engine driven with the Swift test plugin (copied from the build folder
+/// into a private temp folder) and a memory store. Nothing here moves the
+/// host clock: expiry comes from the plugin's 1-second "short" sessions.
+@Suite("Session engine", .serialized)
+struct SessionEngineTests {
+    @Test func sessionSignInStoresTokensAndNotifies() async throws {
+        try await withEngine { engine, events, store in
+            let status = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 7)
+            #expect(status["state"] == "signedIn" && status["reason"] == "signedIn")
+            #expect(status["account"] == ["id": "x", "name": "Swift Test User"])
+            #expect(status["storage"] == ["backend": "memory", "protection": "none"])
+            #expect(status.serializedString().contains("sat-x") == false)
+            #expect(await store.load("work")?.tokens.refreshToken == "srt-x")
+            #expect(events.methods == ["signIn/progress", "session/changed"])
+            #expect(events.all.first?.1["requestId"] == 7)
+            #expect(events.changes.map { $0["state"] } == ["signedIn"])
+
+            #expect(try await engine.checkSignInStatus("work")["reason"] == "valid")
+            let token = try await engine.getAccessToken("work")
+            #expect(token["accessToken"] == "sat-x")
+            #expect(token["headers"]?["Authorization"] == "Bearer sat-x")
+            #expect(token["headers"]?["X-SwiftTest"] == "1")
+            #expect(events.changes.count == 1)
+        }
+    }
+
+    @Test func concurrentCallersShareOneRefresh() async throws {
+        try await withEngine { engine, events, _ in
+            // A 1-second token is inside the 60-second minimum validity: every caller wants a refresh.
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "short"], requestID: 1)
+            let tokens = try await withThrowingTaskGroup(of: String?.self) { group in
+                for _ in 0..<20 {
+                    group.addTask { try await engine.getAccessToken("work")["accessToken"]?.stringValue }
+                }
+                return try await group.reduce(into: [String?]()) { $0.append($1) }
+            }
+            #expect(tokens.count == 20)
+            #expect(Set(tokens) == ["sat2-short"])
+            #expect(events.changes.filter { $0["state"] == "refreshed" }.count == 1)
+            #expect(events.changes.last?["reason"] == "refreshed")
+        }
+    }
+
+    @Test func aDefinitiveRefusalIsProviderRefused() async throws {
+        try await withEngine { engine, events, store in
+            await #expect(throws: SessionError.self) {
+                try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "bad"], requestID: 2)
+            }
+            do throws(SessionError) {
+                _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "bad"], requestID: 3)
+            } catch {
+                #expect(error.kind == .providerRefused)
+                #expect(error.reason == "invalid_grant")
+                #expect(error.provider == "work")
+            }
+            #expect(await store.load("work") == nil)
+            #expect(events.changes.isEmpty)
+        }
+    }
+
+    @Test func unsupportedFlowsAndMissingSessionIds() async throws {
+        try await withEngine { engine, _, _ in
+            do throws(SessionError) {
+                _ = try await engine.requestOAuthTokens("work", params: ["flow": "device"], requestID: 1)
+                Issue.record("the device flow was accepted")
+            } catch {
+                #expect(error.kind == .unsupported && error.field == "flow")
+            }
+            do throws(SessionError) {
+                _ = try await engine.requestOAuthTokens("work", params: ["flow": "session"], requestID: 1)
+                Issue.record("a session sign-in without sessionId was accepted")
+            } catch {
+                #expect(error.kind == .invalidParams && error.field == "sessionId")
+            }
+        }
+    }
+
+    @Test func settingsAreValidatedAgainstThePluginsSchema() async throws {
+        try await withEngine(settings: ["authorizationEndpoint": "https://idp.example/a"]) { engine, _, _ in
+            let profiles = await engine.profileList()
+            #expect(profiles.first?["status"] == "error")
+            #expect(profiles.first?["message"] == "settings.clientId is required by this plugin")
+            do throws(SessionError) {
+                _ = try await engine.getAccessToken("work")
+                Issue.record("a profile without clientId was used")
+            } catch {
+                #expect(error.kind == .configurationError && error.field == "settings.clientId")
+            }
+            do throws(SessionError) {
+                _ = try await engine.configureProfile(name: "typo", plugin: "swifttest", settings: ["clientId": 5])
+                Issue.record("a numeric clientId was accepted")
+            } catch {
+                #expect(error.kind == .configurationError && error.field == "settings.clientId")
+            }
+            let ready = try await engine.configureProfile(name: "fixed", plugin: "swifttest", settings: ["clientId": "c"])
+            #expect(ready["status"] == "ready" && ready["source"] == "runtime")
+            #expect(await engine.profileList().map { $0["name"] } == ["fixed", "work"])
+        }
+    }
+
+    @Test func unknownProfilesAndSignedOutProfiles() async throws {
+        try await withEngine { engine, events, _ in
+            do throws(SessionError) {
+                _ = try await engine.getAccessToken("nobody")
+                Issue.record("an unknown profile answered")
+            } catch {
+                #expect(error.kind == .providerUnknown && error.field == "provider")
+            }
+            #expect(try await engine.checkSignInStatus("work")["state"] == "notSignedIn")
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "y"], requestID: 1)
+            let signedOut = try await engine.signOut("work", requestID: 2)
+            #expect(signedOut["revoked"] == ["access_token", "refresh_token"])
+            #expect(events.changes.last?["state"] == "signedOut" && events.changes.last?["reason"] == "userSignedOut")
+            do throws(SessionError) {
+                _ = try await engine.getAccessToken("work")
+                Issue.record("a signed-out profile handed out a token")
+            } catch {
+                #expect(error.kind == .notSignedIn && error.reason == "noTokens")
+            }
+        }
+    }
+}
+
+// MARK: - Harness
+
+/// Notifications the engine sent, in order.
+final class EventLog: Sendable {
+    private let events = Mutex<[(String, JSON)]>([])
+
+    var sink: SessionEngine.EventSink { { method, params in self.events.withLock { $0.append((method, params)) } } }
+    var all: [(String, JSON)] { events.withLock { $0 } }
+    var methods: [String] { all.map(\.0) }
+    /// The params of every session/changed notification.
+    var changes: [JSON] { all.filter { $0.0 == "session/changed" }.map(\.1) }
+}
+
+/// An engine with profile "work" on the Swift test plugin, loaded from a private copy.
+func withEngine(settings: JSON = ["clientId": "c1"],
+                _ body: (SessionEngine, EventLog, MemorySessionStore) async throws -> Void) async throws {
+    let folder = try TemporaryFolder()
+    defer { folder.remove() }
+    try installSwiftTestPlugin(into: folder.path)
+    let logger = Logger(label: "authbridge.tests", factory: { _ in SwiftLogNoOpLogHandler() })
+    let reports = PluginLoader(folders: [folder.path], logger: logger).loadAll()
+    let plugin = try #require(reports.first?.plugin, "the Swift test plugin did not load: \(reports.map(\.json))")
+    let events = EventLog()
+    let store = MemorySessionStore()
+    let engine = SessionEngine(plugins: [plugin], profiles: [Profile(name: "work", plugin: "swifttest", settings: settings, source: .config)],
+                               store: store, logger: logger, emit: events.sink)
+    try await body(engine, events, store)
+    plugin.shutdown()
+}
+
+struct TemporaryFolder {
+    let path: String
+
+    init() throws {
+        var template = Array("/tmp/authbridge-session-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+        path = try #require(made.map { String(cString: $0) }, "mkdtemp failed")
+    }
+
+    /// The folder holds only regular files.
+    func remove() {
+        for name in (try? names()) ?? [] { unlink(path + "/" + name) }
+        rmdir(path)
+    }
+
+    private func names() throws -> [String] {
+        guard let dir = opendir(path) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+}
+
+/// Copies the Swift test plugin built by SwiftPM (next to the test binary, or
+/// in .build/debug) and its manifest into `folder`, mode 0644.
+func installSwiftTestPlugin(into folder: String, file: String = #filePath) throws {
+    var root = file
+    for _ in 0..<3 { root = String(root[..<root.lastIndex(of: "/")!]) }
+    let name = "libauthbridge-testplugin-swift.so"
+    let candidates: [String] = [Installation.executableFolder + "/" + name, root + "/.build/debug/" + name]
+    let found: String? = candidates.first { access($0, R_OK) == 0 }
+    let library = try #require(found, "\(name) is not built: run `make build` (or `swift build`) first")
+    let manifest: String = root + "/Tests/Plugins/SwiftTestPlugin/swifttest.json"
+    for (source, target) in [(library, name), (manifest, "swifttest.json")] {
+        let bytes = try #require(FileSecurity.readFile(source, limit: 64 << 20))
+        let fd = open(folder + "/" + target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        try #require(fd >= 0)
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        try #require(written == bytes.count && chmod(folder + "/" + target, 0o644) == 0)
+    }
+}

@@ -1,0 +1,255 @@
+import AuthBridgeJSON
+import AuthBridgePluginHost
+@testable import AuthBridgeSession
+import Testing
+
+@Suite("Standard steps: token responses")
+struct TokenResponseTests {
+    private let now: Int64 = 1_700_000_000_000
+
+    private func response(_ status: Int64, _ body: String) -> JSON {
+        ["status": .int(status), "headers": ["content-type": "application/json"], "body": .string(body)]
+    }
+
+    private func tokens(_ status: Int64, _ body: String) throws -> JSON {
+        switch StandardSteps.parseTokenResponse(response(status, body), now: now) {
+        case .success(let answer): return try #require(answer["tokens"])
+        case .failure(let failure):
+            Issue.record("unexpected failure \(failure)")
+            throw failure
+        }
+    }
+
+    private func failure(_ status: Int64, _ body: String) -> ProviderFailure? {
+        if case .failure(let failure) = StandardSteps.parseTokenResponse(response(status, body), now: now) { return failure }
+        return nil
+    }
+
+    @Test func aSuccessfulAnswerBecomesATokenSet() throws {
+        let tokens = try tokens(200, #"""
+            {"access_token":"at","token_type":"bearer","expires_in":3600,"refresh_token":"rt",
+             "id_token":"idt","scope":"openid email"}
+            """#)
+        #expect(tokens == ["accessToken": "at", "tokenType": "Bearer", "expiresAt": .int(now + 3_600_000),
+                           "refreshToken": "rt", "idToken": "idt", "scope": "openid email"])
+        #expect(TokenSet(json: tokens)?.expiresAt == now + 3_600_000)
+    }
+
+    @Test func expiresInMayBeAString() throws {
+        #expect(try tokens(200, #"{"access_token":"at","expires_in":"120"}"#)["expiresAt"] == .int(now + 120_000))
+    }
+
+    @Test func withoutExpiresInThereIsNoExpiry() throws {
+        let tokens = try tokens(201, #"{"access_token":"at","refresh_token":""}"#)
+        #expect(tokens["expiresAt"] == nil)
+        #expect(tokens["refreshToken"] == nil)
+        #expect(tokens["tokenType"] == "Bearer")
+    }
+
+    @Test func unknownMembersAreKeptAsExtrasButNeverTheTokenFields() throws {
+        let tokens = try tokens(200, #"""
+            {"access_token":"at","refresh_token":"rt","id_token":"it","token_type":"Bearer","scope":"api",
+             "expires_in":60,"instance_url":"https://na1.example","issued_at":"1700000000000","signature":"sig"}
+            """#)
+        #expect(tokens["extras"] == ["instance_url": "https://na1.example", "issued_at": "1700000000000", "signature": "sig"])
+    }
+
+    @Test(arguments: [#"{"token_type":"bearer"}"#, #"{"access_token":""}"#, #"{"access_token":42}"#,
+                      "<html>oops</html>", "", "[]"])
+    func aSuccessStatusWithoutAnAccessTokenIsTransient(_ body: String) {
+        let failure = failure(200, body)
+        #expect(failure?.kind == .transient)
+        #expect(failure?.reason == "badResponse")
+        #expect(failure?.status == 200)
+    }
+
+    @Test(arguments: [
+        (400, "invalid_grant"), (400, "unauthorized_client"), (401, "invalid_client"), (400, "access_denied"),
+    ] as [(Int64, String)])
+    func theProvidersRefusalsAreDefinitive(_ status: Int64, _ error: String) {
+        let failure = failure(status, #"{"error":"\#(error)","error_description":"refresh token code=abc123 expired"}"#)
+        #expect(failure?.kind == .definitive)
+        #expect(failure?.reason == error)
+        #expect(failure?.status == Int(status))
+        #expect(failure?.message.contains(error) == true)
+        #expect(failure?.message.contains("abc123") == false)
+    }
+
+    @Test(arguments: ["invalid_request", "invalid_scope", "unsupported_grant_type", "temporarily_unavailable"])
+    func otherOAuthErrorsAreTransient(_ error: String) {
+        let failure = failure(400, #"{"error":"\#(error)"}"#)
+        #expect(failure?.kind == .transient)
+        #expect(failure?.reason == error)
+    }
+
+    @Test(arguments: [(500, "serverError"), (503, "serverError"), (429, "rateLimited"), (0, "serverError")] as [(Int64, String)])
+    func serverTroubleIsTransientEvenWithAnOAuthError(_ status: Int64, _ reason: String) {
+        let failure = failure(status, #"{"error":"invalid_grant"}"#)
+        #expect(failure?.kind == .transient)
+        #expect(failure?.reason == reason)
+    }
+
+    @Test(arguments: [(400, "not json"), (403, #"{"message":"no"}"#), (302, "")] as [(Int64, String)])
+    func anErrorStatusWithoutAnOAuthErrorIsTransient(_ status: Int64, _ body: String) {
+        #expect(failure(status, body)?.kind == .transient)
+        #expect(failure(status, body)?.reason == "badResponse")
+    }
+
+    /// `now + expires_in * 1000` is computed with trapping arithmetic, so a
+    /// token endpoint answering a huge `expires_in` crashes the host instead
+    /// of being treated as a bad (transient) answer.
+    @Test func aHugeExpiresInDoesNotCrash() async {
+        await #expect(processExitsWith: .success) {
+            let answer: JSON = ["status": 200, "body": #"{"access_token":"a","expires_in":9223372036854775807}"#]
+            _ = StandardSteps.parseTokenResponse(answer, now: 1_700_000_000_000)
+        }
+    }
+}
+
+@Suite("Standard steps: sign-in and requests")
+struct StandardRequestStepsTests {
+    private let config: JSON = ["authorizationEndpoint": "https://idp.example/oauth2/authorize", "clientId": "client one"]
+
+    private func url(_ result: Result<JSON, ProviderFailure>) throws -> ParsedURL {
+        let text = try #require(try result.get()["url"]?.stringValue)
+        return try #require(ParsedURL(text))
+    }
+
+    @Test func beginSignInPercentEncodesEveryParameter() throws {
+        let input: JSON = [
+            "redirectUri": "http://127.0.0.1:8400/cb?x=1", "scopes": ["openid", "email"], "state": "s&t=1",
+            "nonce": "n+1", "codeChallenge": "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM", "loginHint": "zoë@example.com",
+        ]
+        let result = StandardSteps.beginSignIn(input, config: config.setting("extraAuthorizationParams", ["prompt": "select account", "audience": "api"]))
+        let text = try #require(try result.get()["url"]?.stringValue)
+        #expect(text.hasPrefix("https://idp.example/oauth2/authorize?response_type=code&client_id=client%20one&"))
+        #expect(text.contains("redirect_uri=http%3A%2F%2F127.0.0.1%3A8400%2Fcb%3Fx%3D1"))
+        #expect(text.contains("scope=openid%20email"))
+        #expect(text.hasSuffix("&audience=api&prompt=select%20account"))
+        let url = try url(result)
+        let expected: [String: String] = [
+            "response_type": "code", "client_id": "client one", "redirect_uri": "http://127.0.0.1:8400/cb?x=1",
+            "scope": "openid email", "state": "s&t=1", "nonce": "n+1", "code_challenge": "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+            "code_challenge_method": "S256", "login_hint": "zoë@example.com", "audience": "api", "prompt": "select account",
+        ]
+        #expect(Dictionary(url.queryItems.map { ($0.name, $0.value) }, uniquingKeysWith: { first, _ in first }) == expected)
+        #expect(url.queryItems.count == expected.count)
+    }
+
+    @Test func anEndpointWithAQueryGetsMoreParametersAppended() throws {
+        let config = self.config.setting("authorizationEndpoint", "https://idp.example/authorize?tenant=t1")
+        let url = try url(StandardSteps.beginSignIn([:], config: config.setting("scopes", ["api"])))
+        #expect(url.queryValue("tenant") == "t1")
+        #expect(url.queryValue("response_type") == "code")
+        #expect(url.queryValue("scope") == "api")
+        #expect(url.queryValue("code_challenge") == nil)
+    }
+
+    @Test(arguments: ["http://idp.example/authorize", "http://localhost:8080/authorize", "ftp://idp.example/"])
+    func insecureEndpointsAreAConfigurationError(_ endpoint: String) {
+        guard case .failure(let failure) = StandardSteps.beginSignIn([:], config: config.setting("authorizationEndpoint", .string(endpoint))) else {
+            Issue.record("accepted \(endpoint)"); return
+        }
+        #expect(failure.kind == .configuration)
+        #expect(failure.reason == "insecureUrl")
+    }
+
+    @Test func loopbackHTTPEndpointsAreAllowed() throws {
+        let url = try url(StandardSteps.beginSignIn([:], config: config.setting("authorizationEndpoint", "http://127.0.0.1:9000/auth")))
+        #expect(url.port == 9000 && url.queryValue("client_id") == "client one")
+    }
+
+    @Test func missingSettingsAreNamed() {
+        for (config, setting) in [(config.setting("authorizationEndpoint", nil), "authorizationEndpoint"),
+                                  (config.setting("authorizationEndpoint", "not a url"), "authorizationEndpoint"),
+                                  (config.setting("clientId", nil), "clientId")] {
+            guard case .failure(let failure) = StandardSteps.beginSignIn([:], config: config) else {
+                Issue.record("no failure without \(setting)"); continue
+            }
+            #expect(failure.kind == .configuration && failure.reason == "missingSetting")
+            #expect(failure.message.contains("\"\(setting)\""))
+        }
+    }
+
+    @Test(arguments: [
+        ("https://api.example/", "/v1/me", "https://api.example/v1/me"),
+        ("https://api.example", "v1/me", "https://api.example/v1/me"),
+        ("https://api.example/base/", "v1/me", "https://api.example/base/v1/me"),
+        ("https://api.example/base", "/v1/me", "https://api.example/base/v1/me"),
+    ])
+    func joinURL(_ base: String, _ path: String, _ joined: String) {
+        #expect(StandardSteps.joinURL(base, path) == joined)
+    }
+
+    @Test func authorizeRequestResolvesRelativeURLsAndSetsABearerHeader() throws {
+        let input: JSON = [
+            "tokens": ["accessToken": "at-1", "tokenType": "bearer"],
+            "request": ["method": "GET", "url": "/v1/me", "headers": ["Accept": "application/json"]],
+        ]
+        let answer = try StandardSteps.authorizeRequest(input, config: ["apiBaseUrl": "https://api.example/"]).get()
+        #expect(answer["request"]?["url"] == "https://api.example/v1/me")
+        #expect(answer["request"]?["headers"] == ["Accept": "application/json", "Authorization": "Bearer at-1"])
+        #expect(answer["request"]?["method"] == "GET")
+        #expect(answer["cookies"] == [])
+    }
+
+    @Test func authorizeRequestKeepsAbsoluteURLsAndOtherTokenTypes() throws {
+        let input: JSON = ["tokens": ["accessToken": "at-1", "tokenType": "DPoP"], "request": ["url": "https://other.example/x"]]
+        let answer = try StandardSteps.authorizeRequest(input, config: [:]).get()
+        #expect(answer["request"]?["url"] == "https://other.example/x")
+        #expect(answer["request"]?["headers"]?["Authorization"] == "DPoP at-1")
+        let noType = try StandardSteps.authorizeRequest(["tokens": ["accessToken": "t"]], config: [:]).get()
+        #expect(noType["request"]?["headers"]?["Authorization"] == "Bearer t")
+    }
+
+    @Test func authorizeRequestFailures() {
+        guard case .failure(let relative) = StandardSteps.authorizeRequest(
+            ["tokens": ["accessToken": "t"], "request": ["url": "/v1/me"]], config: [:]) else {
+            Issue.record("a relative URL without apiBaseUrl was accepted"); return
+        }
+        #expect(relative.kind == .configuration && relative.reason == "relativeUrl")
+        guard case .failure(let noTokens) = StandardSteps.authorizeRequest(["request": ["url": "https://a.example/"]], config: [:]) else {
+            Issue.record("a request without tokens was authorized"); return
+        }
+        #expect(noTokens.kind == .definitive && noTokens.reason == "noTokens")
+    }
+
+    @Test func checkSessionComparesExpiryWithNow() {
+        let now: Int64 = 1_000_000
+        #expect(StandardSteps.checkSession(["tokens": ["accessToken": "t"]], now: now) == ["state": "valid"])
+        #expect(StandardSteps.checkSession(["tokens": ["expiresAt": .int(now + 1)]], now: now) == ["state": "valid"])
+        #expect(StandardSteps.checkSession(["tokens": ["expiresAt": .int(now)]], now: now) == ["state": "expired"])
+        #expect(StandardSteps.checkSession(["tokens": ["expiresAt": .int(now - 1)]], now: now) == ["state": "expired"])
+    }
+
+    @Test(arguments: [(401, "sessionExpired"), (200, "ok"), (403, "ok"), (500, "ok"), (0, "ok")] as [(Int64, String)])
+    func classifyResponse(_ status: Int64, _ outcome: String) {
+        #expect(StandardSteps.classifyResponse(["response": ["status": .int(status)]])["outcome"] == .string(outcome))
+    }
+}
+
+@Suite("Session errors")
+struct SessionErrorTests {
+    @Test(arguments: [
+        (ProviderFailure.Kind.definitive, "invalid_grant", SessionError.Kind.providerRefused),
+        (.transient, "serverError", .providerUnavailable),
+        (.transient, "timeout", .timeout),
+        (.configuration, "missingSetting", .configurationError),
+        (.configuration, "unsupported", .unsupported),
+        (.internal, "pluginError", .pluginError),
+        (.cancelled, "cancelled", .userCancelled),
+    ])
+    func providerFailuresMapOntoBridgeKinds(_ kind: ProviderFailure.Kind, _ reason: String, _ expected: SessionError.Kind) {
+        let error = SessionError(ProviderFailure(kind, reason: reason, message: "m"), provider: "work")
+        #expect(error.kind == expected)
+        #expect(error.provider == "work" && error.reason == reason && error.message == "m")
+        #expect(error.retryable == (expected == .providerUnavailable || expected == .timeout))
+        #expect(error.data == .compactObject(["provider": "work", "reason": .string(reason), "retryable": .bool(error.retryable)]))
+    }
+
+    @Test func dataNamesTheField() {
+        let error = SessionError(.invalidParams, "bad", provider: nil, field: "sessionId")
+        #expect(error.data == ["field": "sessionId", "retryable": false])
+        #expect(error.description == "invalidParams: bad")
+    }
+}

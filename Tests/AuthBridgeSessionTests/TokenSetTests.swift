@@ -1,0 +1,68 @@
+import AuthBridgeJSON
+import AuthBridgeSession
+import Testing
+
+@Suite("Token sets and the memory store")
+struct TokenSetTests {
+    private let full = TokenSet(accessToken: "at-1", refreshToken: "rt-1", tokenType: "Bearer", expiresAt: 1_700_000_000_000,
+                                idToken: "id-1", scope: "openid email", extras: ["instance_url": "https://na1.example", "n": 2])
+
+    @Test func jsonRoundTrips() throws {
+        #expect(TokenSet(json: full.json) == full)
+        let minimal = TokenSet(accessToken: "at")
+        #expect(minimal.json == ["accessToken": "at", "tokenType": "Bearer"])
+        #expect(TokenSet(json: minimal.json) == minimal)
+        #expect(TokenSet(json: try JSON.parse(full.json.serialized())) == full)
+    }
+
+    @Test func readingPluginJSON() {
+        #expect(TokenSet(json: ["refreshToken": "rt"]) == nil)
+        #expect(TokenSet(json: ["accessToken": ""]) == nil)
+        #expect(TokenSet(json: .null) == nil)
+        let read = TokenSet(json: ["accessToken": "a", "refreshToken": "", "expiresAt": 5.0])
+        #expect(read?.refreshToken == nil)
+        #expect(read?.expiresAt == 5)
+        #expect(read?.tokenType == "Bearer")
+    }
+
+    @Test func aRefreshWithoutARefreshTokenKeepsTheOldOneAndMergesExtras() {
+        let fresh = TokenSet(accessToken: "at-2", expiresAt: 1_700_003_600_000, extras: ["n": 3, "issued_at": "now"])
+        let merged = full.updated(with: fresh)
+        #expect(merged.accessToken == "at-2")
+        #expect(merged.refreshToken == "rt-1")
+        #expect(merged.idToken == "id-1")
+        #expect(merged.expiresAt == 1_700_003_600_000)
+        #expect(merged.extras == ["instance_url": "https://na1.example", "n": 3, "issued_at": "now"])
+    }
+
+    @Test func aRotatedRefreshTokenReplacesTheOldOne() {
+        let merged = full.updated(with: TokenSet(accessToken: "at-2", refreshToken: "rt-2", idToken: "id-2"))
+        #expect(merged.refreshToken == "rt-2")
+        #expect(merged.idToken == "id-2")
+    }
+
+    @Test func descriptionNeverShowsATokenValue() {
+        let text = "\(full) \(String(describing: full)) \(String(reflecting: full))"
+        for secret in ["at-1", "rt-1", "id-1"] { #expect(!text.contains(secret)) }
+        #expect(text.contains("[REDACTED]"))
+        #expect(TokenSet(accessToken: "only-access").description.contains("refreshToken: nil"))
+    }
+
+    @Test func memoryStoreSavesLoadsDeletesAndListsSorted() async {
+        let store = MemorySessionStore()
+        #expect(store.backend == "memory" && store.protection == "none")
+        #expect(await store.load("work") == nil)
+        let session = StoredSession(tokens: full, account: ["id": "u1"])
+        await store.save(session, for: "work")
+        await store.save(StoredSession(tokens: TokenSet(accessToken: "x"), account: nil), for: "home")
+        #expect(await store.load("work") == session)
+        #expect(await store.profiles() == ["home", "work"])
+        var revoked = session
+        revoked.licenseRevoked = true
+        await store.save(revoked, for: "work")
+        #expect(await store.load("work")?.licenseRevoked == true)
+        await store.delete("work")
+        #expect(await store.load("work") == nil)
+        #expect(await store.profiles() == ["home"])
+    }
+}
