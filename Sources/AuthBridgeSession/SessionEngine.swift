@@ -580,6 +580,7 @@ public actor SessionEngine {
 
     /// Runs a hook, or the host's standard step when the plugin leaves it to the host.
     func run(_ hook: PluginHook, input: JSON, plugin: LoadedPlugin, provider: String, requestID: JSON?) async -> Result<JSON, ProviderFailure> {
+        let input = input.setting("installation", InstallationIdentity.current)
         let environment = EngineEnvironment(provider: provider, requestID: requestID, http: http, emit: emit)
         switch await plugin.invoke(hook, input: input, environment: environment) {
         case .result(let value): return .success(value)

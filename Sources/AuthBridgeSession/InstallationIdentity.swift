@@ -1,0 +1,64 @@
+import AuthBridgeJSON
+import AuthBridgePluginHost
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A stable identity of this installation, given to every hook as
+/// `installation: {id, name}`: providers that register a device (Tableau's
+/// connected client wants one device id and a device name an administrator
+/// recognises) need the same id on every run.
+///
+/// Stored in `$XDG_DATA_HOME/authbridge/installation-id` (folder 0700, file
+/// 0600), created on first use — never on the start-up path.
+enum InstallationIdentity {
+    static let current: JSON = {
+        let name = hostName()
+        guard let folder = Installation.userDataFolder else { return ["id": .string(PKCE.randomToken()), "name": .string(name)] }
+        return ["id": .string(loadOrCreate(folder: folder)), "name": .string(name)]
+    }()
+
+    private static func loadOrCreate(folder: String) -> String {
+        let path = folder + "/installation-id"
+        if let bytes = FileSecurity.readFile(path, limit: 256) {
+            let text = trimmed(String(decoding: bytes, as: UTF8.self))
+            if text.count >= 16 { return text }
+        }
+        let id = PKCE.randomToken()
+        makeFolder(folder)
+        let temporary = path + ".tmp.\(getpid())"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return id }
+        let line = Array((id + "\n").utf8)
+        let written = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        fsync(fd)
+        close(fd)
+        // Atomic: two hosts starting at once agree on whichever rename lands last.
+        guard written == line.count, rename(temporary, path) == 0 else { unlink(temporary); return id }
+        if let bytes = FileSecurity.readFile(path, limit: 256) {
+            return trimmed(String(decoding: bytes, as: UTF8.self))
+        }
+        return id
+    }
+
+    private static func makeFolder(_ path: String) {
+        var partial = ""
+        for component in path.split(separator: "/") {
+            partial += "/" + component
+            mkdir(partial, 0o700)
+        }
+    }
+
+    private static func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "authbridge" }
+        return String(decoding: buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+private func trimmed(_ text: String) -> String {
+    String(text.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed())
+}
