@@ -14,8 +14,8 @@ import Musl
 ///
 /// Stored in `$XDG_DATA_HOME/authbridge/installation-id` (folder 0700, file
 /// 0600), created on first use — never on the start-up path.
-enum InstallationIdentity {
-    static let current: JSON = {
+public enum InstallationIdentity {
+    public static let current: JSON = {
         let name = hostName()
         guard let folder = Installation.userDataFolder else { return ["id": .string(PKCE.randomToken()), "name": .string(name)] }
         return ["id": .string(loadOrCreate(folder: folder)), "name": .string(name)]

@@ -23,14 +23,20 @@ public actor SessionEngine {
     private let http: HTTPClient
     private let logger: Logger
     private let emit: EventSink
+    private let installation: @Sendable () -> JSON
 
     private var profiles: [String: Profile] = [:]
     private var configs: [String: JSON] = [:]
     private var refreshes: [String: Task<Result<StoredSession, ProviderFailure>, Never>] = [:]
     private var pendingSignIns: [String: PendingSignIn] = [:]
 
+    /// `installation` gives hooks their `installation` input; by default the
+    /// stable identity in the user's data folder (tests pass their own).
     public init(plugins: [LoadedPlugin], profiles: [Profile], store: any SessionStore,
-                http: HTTPClient = .shared, logger: Logger, emit: @escaping EventSink) {
+                http: HTTPClient = .shared, logger: Logger,
+                installation: @escaping @Sendable () -> JSON = { InstallationIdentity.current },
+                emit: @escaping EventSink) {
+        self.installation = installation
         self.plugins = Dictionary(plugins.map { ($0.manifest.id, $0) }, uniquingKeysWith: { first, _ in first })
         self.profiles = Dictionary(profiles.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
         self.store = store
@@ -580,7 +586,7 @@ public actor SessionEngine {
 
     /// Runs a hook, or the host's standard step when the plugin leaves it to the host.
     func run(_ hook: PluginHook, input: JSON, plugin: LoadedPlugin, provider: String, requestID: JSON?) async -> Result<JSON, ProviderFailure> {
-        let input = input.setting("installation", InstallationIdentity.current)
+        let input = input.setting("installation", installation())
         let environment = EngineEnvironment(provider: provider, requestID: requestID, http: http, emit: emit)
         switch await plugin.invoke(hook, input: input, environment: environment) {
         case .result(let value): return .success(value)

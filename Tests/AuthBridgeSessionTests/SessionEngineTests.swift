@@ -157,7 +157,8 @@ func withEngine(settings: JSON = ["clientId": "c1"],
     let events = EventLog()
     let store = MemorySessionStore()
     let engine = SessionEngine(plugins: [plugin], profiles: [Profile(name: "work", plugin: "swifttest", settings: settings, source: .config)],
-                               store: store, logger: logger, emit: events.sink)
+                               store: store, logger: logger,
+                               installation: { ["id": "test-installation", "name": "test"] }, emit: events.sink)
     try await body(engine, events, store)
     plugin.shutdown()
 }
