@@ -11,7 +11,7 @@ import PackageDescription
 ///            │                  AuthBridgeRPC     │       (JSON-RPC 2.0 framing, connection)
 ///            └──────── AuthBridgePluginHost ──────┘       (manifests, loader, host services)
 ///                              │
-///                      AuthBridgeSession                  (profiles, sessions, flows)
+///                      AuthBridgeSession ── AuthBridgeVault  (profiles, sessions, flows │ token storage)
 ///                              │
 ///                       AuthBridgeHost  ── AuthBridgeRPC  (bridge methods, lifecycle)
 ///                              │
@@ -52,8 +52,12 @@ let package = Package(
             "CAuthBridgePlugin", "AuthBridgeJSON",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        .target(name: "AuthBridgeVault", dependencies: [
+            "AuthBridgeJSON",
+            .product(name: "Crypto", package: "swift-crypto"),
+        ]),
         .target(name: "AuthBridgeSession", dependencies: [
-            "AuthBridgePluginHost", "AuthBridgeJSON",
+            "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeVault",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -78,6 +82,7 @@ let package = Package(
         .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"]),
         .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost"]),
         .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession"]),
+        .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault"]),
         .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"]),
     ]
 )

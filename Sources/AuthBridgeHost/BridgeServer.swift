@@ -47,7 +47,7 @@ public final class BridgeServer: ConnectionDelegate {
         var engine: SessionEngine
     }
 
-    public init(configuration: HostConfiguration, connection: Connection, store: any SessionStore, logger: Logger) {
+    public init(configuration: HostConfiguration, connection: Connection, store: SessionStore, logger: Logger) {
         self.configuration = configuration
         self.connection = connection
         self.logger = logger

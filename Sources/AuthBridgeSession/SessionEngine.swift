@@ -19,7 +19,7 @@ public actor SessionEngine {
     public static let defaultMinimumValidityMilliseconds: Int64 = 60_000
 
     private let plugins: [String: LoadedPlugin]
-    private let store: any SessionStore
+    private let store: SessionStore
     private let http: HTTPClient
     private let logger: Logger
     private let emit: EventSink
@@ -32,7 +32,7 @@ public actor SessionEngine {
 
     /// `installation` gives hooks their `installation` input; by default the
     /// stable identity in the user's data folder (tests pass their own).
-    public init(plugins: [LoadedPlugin], profiles: [Profile], store: any SessionStore,
+    public init(plugins: [LoadedPlugin], profiles: [Profile], store: SessionStore,
                 http: HTTPClient = .shared, logger: Logger,
                 installation: @escaping @Sendable () -> JSON = { InstallationIdentity.current },
                 emit: @escaping EventSink) {
@@ -465,10 +465,28 @@ public actor SessionEngine {
         return result
     }
 
+    /// One refresh, under the profile's cross-process lock: the session is
+    /// re-read inside it, and if another process already rotated the tokens
+    /// they are used instead of replaying a spent refresh token.
     private func performRefresh(_ provider: String, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
-        if let current = try? await store.load(provider), current.tokens != stale.tokens {
-            return .success(current)
+        do {
+            return try await store.withExclusiveAccess(to: provider) {
+                await self.refreshLocked(provider, context: context, stale: stale)
+            }
+        } catch {
+            return .failure(ProviderFailure(.transient, reason: "storageError", message: "The session store could not be locked: \(error)"))
         }
+    }
+
+    private func refreshLocked(_ provider: String, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
+        let current: StoredSession?
+        do { current = try await store.load(provider) } catch {
+            return .failure(ProviderFailure(.transient, reason: "storageError", message: "The stored session could not be read: \(error)"))
+        }
+        guard let current else {
+            return .failure(ProviderFailure(.definitive, reason: "signedOut", message: "The session was signed out meanwhile."))
+        }
+        if current.tokens != stale.tokens { return .success(current) }
         let input: JSON = ["profile": context.profileJSON, "tokens": stale.tokens.json]
         switch await run(.refresh, input: input, plugin: context.plugin, provider: provider, requestID: nil) {
         case .success(let answer):
@@ -546,7 +564,10 @@ public actor SessionEngine {
     }
 
     private func storageError(_ error: any Error, provider: String?) -> SessionError {
-        SessionError(.storageError, "The session store failed: \(error)", provider: provider, reason: "storage")
+        if let vaultError = error as? VaultError {
+            return SessionError(.storageError, vaultError.message, provider: provider, reason: vaultError.reason.rawValue)
+        }
+        return SessionError(.storageError, "The session store failed: \(error)", provider: provider, reason: "storage")
     }
 
     private func status(_ provider: String, state: String, session: StoredSession?, reason: String, message: String? = nil) -> JSON {

@@ -1,5 +1,5 @@
 import AuthBridgeJSON
-import Synchronization
+@_exported import AuthBridgeVault
 
 /// The credentials of one signed-in session, as plugins exchange them
 /// (bridge-spec: TokenSet). Never printed: `description` is redacted.
@@ -79,31 +79,45 @@ public struct StoredSession: Sendable, Equatable {
     }
 }
 
-/// Where sessions are kept. The memory store is the only one until the
-/// vault lands; the engine depends on this protocol alone.
-public protocol SessionStore: Sendable {
-    /// "memory", "encrypted-file", "secret-service".
-    var backend: String { get }
-    /// "none" (memory only), "encrypted", "keyring".
-    var protection: String { get }
-    // nonisolated(nonsending): runs on the caller's executor (the engine
-    // actor), so a store that needs no executor of its own costs no hop.
-    nonisolated(nonsending) func load(_ profile: String) async throws -> StoredSession?
-    nonisolated(nonsending) func save(_ session: StoredSession, for profile: String) async throws
-    nonisolated(nonsending) func delete(_ profile: String) async throws
-    nonisolated(nonsending) func profiles() async throws -> [String]
-}
+/// The engine's view of a vault: sessions in, records out.
+///
+/// The record's secret part holds the tokens, the account and the licence
+/// flag; its metadata holds the profile and a short account label, so
+/// accounts can be listed without decrypting.
+public struct SessionStore: Sendable {
+    public let vault: any Vault
 
-/// Sessions that live as long as the process: nothing touches the disk.
-public final class MemorySessionStore: SessionStore {
-    private let sessions = Mutex<[String: StoredSession]>([:])
-    public let backend = "memory"
-    public let protection = "none"
+    public init(vault: any Vault) { self.vault = vault }
 
-    public init() {}
+    /// A store that forgets everything when the process ends.
+    public static func inMemory() -> SessionStore { SessionStore(vault: MemoryVault()) }
 
-    nonisolated(nonsending) public func load(_ profile: String) async -> StoredSession? { sessions.withLock { $0[profile] } }
-    nonisolated(nonsending) public func save(_ session: StoredSession, for profile: String) async { sessions.withLock { $0[profile] = session } }
-    nonisolated(nonsending) public func delete(_ profile: String) async { sessions.withLock { $0[profile] = nil } }
-    nonisolated(nonsending) public func profiles() async -> [String] { sessions.withLock { $0.keys.sorted() } }
+    public var backend: String { vault.backend }
+    public var protection: String { vault.protection }
+
+    nonisolated(nonsending) public func load(_ profile: String) async throws -> StoredSession? {
+        guard let record = try await vault.load(profile) else { return nil }
+        guard let tokens = TokenSet(json: record.secret["tokens"] ?? .null) else {
+            throw VaultError(.corruptRecord, "The stored session of \"\(profile)\" has no tokens.")
+        }
+        var session = StoredSession(tokens: tokens, account: record.secret["account"].flatMap { $0.isNull ? nil : $0 })
+        session.licenseRevoked = record.secret["licenseRevoked"]?.boolValue ?? false
+        return session
+    }
+
+    nonisolated(nonsending) public func save(_ session: StoredSession, for profile: String) async throws {
+        let label = session.account?["id"]?.stringValue ?? session.account?["email"]?.stringValue ?? session.account?["name"]?.stringValue
+        let secret: JSON = .compactObject(["tokens": session.tokens.json, "account": session.account,
+                                           "licenseRevoked": session.licenseRevoked ? true : nil])
+        try await vault.save(VaultRecord(profile: profile, account: label, secret: secret))
+    }
+
+    nonisolated(nonsending) public func delete(_ profile: String) async throws { try await vault.delete(profile) }
+
+    nonisolated(nonsending) public func profiles() async throws -> [String] { try await vault.profiles() }
+
+    /// Runs `body` holding the profile's cross-process lock.
+    nonisolated(nonsending) public func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T {
+        try await vault.withExclusiveAccess(to: profile, body)
+    }
 }

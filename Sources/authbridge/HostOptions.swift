@@ -5,6 +5,10 @@ import AuthBridgePluginHost
 import AuthBridgeSession
 import Logging
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Options shared by every command that loads plugins.
 struct HostOptions: ParsableArguments {
     @Option(name: .customLong("plugins"), help: ArgumentHelp("Also load plugins from DIR (repeatable).", valueName: "DIR"))
@@ -19,7 +23,22 @@ struct HostOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Log level on stderr: trace, debug, info, notice, warning, error, critical.", valueName: "LEVEL"))
     var logLevel: String = "info"
 
+    @Option(help: ArgumentHelp("Where tokens are kept: encrypted-file (default) or memory (forgotten at exit).", valueName: "BACKEND"))
+    var vault: String = "encrypted-file"
+
+    @Option(help: ArgumentHelp("The encrypted vault's folder (default: $XDG_DATA_HOME/authbridge/vault).", valueName: "DIR"))
+    var vaultDir: String?
+
+    @Option(help: ArgumentHelp("The vault key file (default: $XDG_DATA_HOME/authbridge/keys/vault.key; created on first use). AUTHBRIDGE_VAULT_KEY, when set, is used instead.", valueName: "FILE"))
+    var vaultKeyFile: String?
+
+    @Flag(help: "Fail closed instead of keeping the vault key in a file: require AUTHBRIDGE_VAULT_KEY (a keyring arrives with the Secret Service backend).")
+    var requireSecureStorage = false
+
     func validate() throws {
+        guard ["encrypted-file", "memory"].contains(vault) else {
+            throw ValidationError("--vault must be encrypted-file or memory")
+        }
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
@@ -28,6 +47,28 @@ struct HostOptions: ParsableArguments {
     /// Plugin folders in search order: bundled, user's, then --plugins.
     var folders: [String] {
         (noDefaultPlugins ? [] : Installation.defaultPluginFolders()) + pluginFolders
+    }
+
+    /// The session store the options ask for. Nothing is opened here: the
+    /// vault checks its folder and key on first use (off the start-up path).
+    func sessionStore(warnings: inout [String]) -> SessionStore {
+        if vault == "memory" { return .inMemory() }
+        let data = Installation.userDataFolder
+        guard let folder = vaultDir ?? data.map({ $0 + "/vault" }),
+              let keyFile = vaultKeyFile ?? data.map({ $0 + "/keys/vault.key" })
+        else {
+            warnings.append("no home or XDG data folder for the vault: sessions are kept in memory only")
+            return .inMemory()
+        }
+        let keySource: VaultKeySource
+        if let secret = getenv("AUTHBRIDGE_VAULT_KEY").map({ String(cString: $0) }), !secret.isEmpty {
+            keySource = .secret(secret)
+        } else if requireSecureStorage {
+            keySource = .unavailable("Secure storage is required (--require-secure-storage) but no keyring or AUTHBRIDGE_VAULT_KEY is available; refusing to keep the vault key in a file.")
+        } else {
+            keySource = .keyFile(keyFile)
+        }
+        return SessionStore(vault: EncryptedFileVault(folder: folder, keySource: keySource))
     }
 
     /// Reads the profiles; problems become warnings so the host still serves.

@@ -30,8 +30,9 @@ struct Serve: AsyncParsableCommand {
         signal(SIGPIPE, SIG_IGN)
         let logger = bootstrapLogging(options.logLevel)
         let connection = Connection(input: 0, output: protocolFD, logger: logger)
-        let server = BridgeServer(configuration: options.hostConfiguration(testClock: testClock), connection: connection,
-                                  store: MemorySessionStore(), logger: logger)
+        var configuration = options.hostConfiguration(testClock: testClock)
+        let store = options.sessionStore(warnings: &configuration.warnings)
+        let server = BridgeServer(configuration: configuration, connection: connection, store: store, logger: logger)
         let code = await server.run()
         Glibc.exit(code)
     }

@@ -21,7 +21,7 @@ struct SessionEngineTests {
             #expect(status["account"] == ["id": "x", "name": "Swift Test User"])
             #expect(status["storage"] == ["backend": "memory", "protection": "none"])
             #expect(status.serializedString().contains("sat-x") == false)
-            #expect(await store.load("work")?.tokens.refreshToken == "srt-x")
+            #expect(try await store.load("work")?.tokens.refreshToken == "srt-x")
             #expect(events.methods == ["signIn/progress", "session/changed"])
             #expect(events.all.first?.1["requestId"] == 7)
             #expect(events.changes.map { $0["state"] } == ["signedIn"])
@@ -64,7 +64,8 @@ struct SessionEngineTests {
                 #expect(error.reason == "invalid_grant")
                 #expect(error.provider == "work")
             }
-            #expect(await store.load("work") == nil)
+            let stored = try? await store.load("work")
+            #expect(stored == nil)
             #expect(events.changes.isEmpty)
         }
     }
@@ -147,7 +148,7 @@ final class EventLog: Sendable {
 
 /// An engine with profile "work" on the Swift test plugin, loaded from a private copy.
 func withEngine(settings: JSON = ["clientId": "c1"],
-                _ body: (SessionEngine, EventLog, MemorySessionStore) async throws -> Void) async throws {
+                _ body: (SessionEngine, EventLog, SessionStore) async throws -> Void) async throws {
     let folder = try TemporaryFolder()
     defer { folder.remove() }
     try installSwiftTestPlugin(into: folder.path)
@@ -155,7 +156,7 @@ func withEngine(settings: JSON = ["clientId": "c1"],
     let reports = PluginLoader(folders: [folder.path], logger: logger).loadAll()
     let plugin = try #require(reports.first?.plugin, "the Swift test plugin did not load: \(reports.map(\.json))")
     let events = EventLog()
-    let store = MemorySessionStore()
+    let store = SessionStore.inMemory()
     let engine = SessionEngine(plugins: [plugin], profiles: [Profile(name: "work", plugin: "swifttest", settings: settings, source: .config)],
                                store: store, logger: logger,
                                installation: { ["id": "test-installation", "name": "test"] }, emit: events.sink)

@@ -48,21 +48,21 @@ struct TokenSetTests {
         #expect(TokenSet(accessToken: "only-access").description.contains("refreshToken: nil"))
     }
 
-    @Test func memoryStoreSavesLoadsDeletesAndListsSorted() async {
-        let store = MemorySessionStore()
+    @Test func memoryStoreSavesLoadsDeletesAndListsSorted() async throws {
+        let store = SessionStore.inMemory()
         #expect(store.backend == "memory" && store.protection == "none")
-        #expect(await store.load("work") == nil)
+        #expect(try await store.load("work") == nil)
         let session = StoredSession(tokens: full, account: ["id": "u1"])
-        await store.save(session, for: "work")
-        await store.save(StoredSession(tokens: TokenSet(accessToken: "x"), account: nil), for: "home")
-        #expect(await store.load("work") == session)
-        #expect(await store.profiles() == ["home", "work"])
+        try await store.save(session, for: "work")
+        try await store.save(StoredSession(tokens: TokenSet(accessToken: "x"), account: nil), for: "home")
+        #expect(try await store.load("work") == session)
+        #expect(try await store.profiles() == ["home", "work"])
         var revoked = session
         revoked.licenseRevoked = true
-        await store.save(revoked, for: "work")
-        #expect(await store.load("work")?.licenseRevoked == true)
-        await store.delete("work")
-        #expect(await store.load("work") == nil)
-        #expect(await store.profiles() == ["home"])
+        try await store.save(revoked, for: "work")
+        #expect(try await store.load("work")?.licenseRevoked == true)
+        try await store.delete("work")
+        #expect(try await store.load("work") == nil)
+        #expect(try await store.profiles() == ["home"])
     }
 }

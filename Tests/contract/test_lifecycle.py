@@ -35,7 +35,7 @@ def test_initialize_reports_server_providers_profiles_and_storage(host):
     assert profiles["c"] == {"name": "c", "plugin": "ctest", "status": "ready",
                              "flows": ["external", "session"], "source": "config"}
     assert profiles["s"]["plugin"] == "swifttest" and profiles["s"]["status"] == "ready"
-    assert result["storage"] == {"backend": "memory", "protection": "none"}
+    assert result["storage"] == {"backend": "encrypted-file", "protection": "encrypted"}
 
 
 def test_initialize_negotiates_the_minor_version(start_host, plugin_dir):

@@ -1,0 +1,224 @@
+import AuthBridgeJSON
+import Crypto
+import FoundationEssentials
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// The default vault: one AES-256-GCM sealed file per profile in a private
+/// folder, written atomically and durably.
+///
+/// Layout (`folder` is 0700 and ours; files are 0600):
+///
+///     vault.check             a sealed constant: tells a wrong key from corruption
+///     <hash>.vault            {"format","version","profile","account","sealed"}
+///     locks/<hash>.lock       flock(2) per profile, for cross-process refreshes
+///     quarantine/             records that failed authentication, kept aside
+///
+/// The profile and account are authenticated (AEAD associated data) but not
+/// encrypted, so accounts can be listed without the key; everything else
+/// (tokens, provider extras) is inside `sealed`.
+///
+/// Opening (folder checks, key, check record) happens on first use, never on
+/// the start-up path.
+public final class EncryptedFileVault: Vault {
+    public let backend = "encrypted-file"
+    public let protection = "encrypted"
+    public let folder: String
+    private let keySource: VaultKeySource
+    private let opened = Mutex<Result<SymmetricKey, VaultError>?>(nil)
+
+    static let format = "authbridge-vault"
+    static let version: Int64 = 1
+
+    public init(folder: String, keySource: VaultKeySource) {
+        self.folder = folder
+        self.keySource = keySource
+    }
+
+    // MARK: - Vault
+
+    nonisolated(nonsending) public func load(_ profile: String) async throws -> VaultRecord? {
+        let key = try openKey()
+        let path = recordPath(profile)
+        guard let bytes = try readPrivateFile(path) else { return nil }
+        do {
+            return try Self.open(bytes, key: key, expectedProfile: profile)
+        } catch {
+            let kept = quarantine(path)
+            throw VaultError(.corruptRecord,
+                             "The stored session of profile \"\(profile)\" is damaged (\(error.message)); it was moved to \(kept) and the profile is signed out. Other profiles are not affected.")
+        }
+    }
+
+    nonisolated(nonsending) public func save(_ record: VaultRecord) async throws {
+        let key = try openKey()
+        let bytes = try Self.seal(record, key: key)
+        try writeAtomically(bytes, to: recordPath(record.profile))
+    }
+
+    nonisolated(nonsending) public func delete(_ profile: String) async throws {
+        _ = try openKey()
+        let path = recordPath(profile)
+        if unlink(path) != 0 && errno != ENOENT {
+            throw VaultError(.io, "Cannot delete the stored session of \"\(profile)\": \(String(cString: strerror(errno))).")
+        }
+        syncFolder(folder)
+    }
+
+    nonisolated(nonsending) public func profiles() async throws -> [String] {
+        _ = try openKey()
+        var names: [String] = []
+        for file in listFolder(folder) where file.hasSuffix(".vault") {
+            guard let bytes = try? readPrivateFile(folder + "/" + file),
+                  let envelope = try? JSON.parse(bytes), let profile = envelope["profile"]?.stringValue
+            else { continue }
+            names.append(profile)
+        }
+        return names.sorted()
+    }
+
+    nonisolated(nonsending) public func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T {
+        _ = try openKey()
+        let locks = folder + "/locks"
+        try makePrivateFolder(locks)
+        let path = locks + "/" + Self.fileStem(profile) + ".lock"
+        let fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw VaultError(.io, "Cannot open the lock file \(path): \(String(cString: strerror(errno))).") }
+        defer { close(fd) }  // closing releases the lock; so does the death of the process
+        // flock blocks: wait for it on a thread of its own, never on the
+        // caller's executor (libdispatch adds threads for blocked work only
+        // slowly on Linux; locks are rare, one refresh each, so a thread is cheap).
+        let locked: Bool = await withCheckedContinuation { continuation in
+            detachThread {
+                var result: Int32
+                repeat { result = flock(fd, LOCK_EX) } while result != 0 && errno == EINTR
+                continuation.resume(returning: result == 0)
+            }
+        }
+        guard locked else { throw VaultError(.io, "Cannot lock \(path): \(String(cString: strerror(errno))).") }
+        return try await body()
+    }
+
+    // MARK: - Opening
+
+    /// The key, after the folder checks and the wrong-key check (once).
+    private func openKey() throws(VaultError) -> SymmetricKey {
+        let result = opened.withLock { state -> Result<SymmetricKey, VaultError> in
+            if let state { return state }
+            let result = Result { () throws(VaultError) -> SymmetricKey in try self.openVault() }
+            // A missing or wrong key is permanent for this process; other I/O may be retried.
+            if case .failure(let error) = result, error.reason == .io { return result }
+            state = result
+            return result
+        }
+        return try result.get()
+    }
+
+    private func openVault() throws(VaultError) -> SymmetricKey {
+        try makePrivateFolder(folder)
+        let key = try keySource.key(vaultFolder: folder)
+        let check = folder + "/vault.check"
+        let constant = VaultRecord(profile: "authbridge.vault.check", account: nil, secret: "authbridge")
+        if let bytes = try readPrivateFile(check) {
+            do {
+                _ = try Self.open(bytes, key: key, expectedProfile: constant.profile)
+            } catch {
+                throw VaultError(.wrongKey, "The vault key does not open the vault in \(folder) (\(keySource.description)); nothing was changed. Use the key it was created with.")
+            }
+        } else {
+            try writeAtomically(try Self.seal(constant, key: key), to: check)
+        }
+        return key
+    }
+
+    // MARK: - Sealing
+
+    static func metadata(_ record: VaultRecord) -> JSON {
+        .compactObject(["format": .string(format), "version": .int(version), "profile": .string(record.profile),
+                        "account": record.account.map(JSON.string)])
+    }
+
+    static func seal(_ record: VaultRecord, key: SymmetricKey) throws(VaultError) -> [UInt8] {
+        let associated = metadata(record).serialized(sortKeys: true)
+        do {
+            let box = try AES.GCM.seal(record.secret.serialized(), using: key, authenticating: associated)
+            guard let combined = box.combined else { throw VaultError(.io, "sealing failed") }
+            var envelope = metadata(record).objectValue!
+            envelope["sealed"] = .string(Data(combined).base64EncodedString())
+            return JSON.object(envelope).serialized(sortKeys: true) + [0x0A]
+        } catch let error as VaultError {
+            throw error
+        } catch {
+            throw VaultError(.io, "sealing failed")
+        }
+    }
+
+    /// Opens a record; throws with a short reason when it is not authentic.
+    static func open(_ bytes: [UInt8], key: SymmetricKey, expectedProfile: String) throws(VaultError) -> VaultRecord {
+        guard let envelope = try? JSON.parse(bytes) else { throw VaultError(.corruptRecord, "not a vault record") }
+        guard envelope["format"]?.stringValue == format, envelope["version"]?.intValue == version,
+              let profile = envelope["profile"]?.stringValue, let sealed = envelope["sealed"]?.stringValue,
+              let combined = Data(base64Encoded: sealed)
+        else { throw VaultError(.corruptRecord, "unknown format") }
+        guard profile == expectedProfile else { throw VaultError(.corruptRecord, "the record belongs to another profile") }
+        let record = VaultRecord(profile: profile, account: envelope["account"]?.stringValue, secret: .null)
+        do {
+            let box = try AES.GCM.SealedBox(combined: combined)
+            let plain = try AES.GCM.open(box, using: key, authenticating: metadata(record).serialized(sortKeys: true))
+            let secret = try JSON.parse(Array(plain))
+            return VaultRecord(profile: profile, account: record.account, secret: secret)
+        } catch {
+            throw VaultError(.corruptRecord, "authentication failed")
+        }
+    }
+
+    // MARK: - Files
+
+    /// A file name for a profile: profile names may hold any character.
+    static func fileStem(_ profile: String) -> String {
+        SHA256.hash(data: Array(profile.utf8)).prefix(16).map { String($0, radix: 16).leftPadded(to: 2) }.joined()
+    }
+
+    func recordPath(_ profile: String) -> String { folder + "/" + Self.fileStem(profile) + ".vault" }
+
+    /// Moves a damaged record aside (never deletes it) and says where.
+    private func quarantine(_ path: String) -> String {
+        let aside = folder + "/quarantine"
+        try? makePrivateFolder(aside)
+        let name = path.split(separator: "/").last.map(String.init) ?? "record"
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let target = "\(aside)/\(name).\(now.tv_sec)"
+        if rename(path, target) == 0 {
+            syncFolder(folder)
+            syncFolder(aside)
+            return target
+        }
+        return path
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(to width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
+}
+
+/// Runs `body` on a new detached thread.
+func detachThread(_ body: @escaping @Sendable () -> Void) {
+    final class Box { let body: @Sendable () -> Void; init(_ body: @escaping @Sendable () -> Void) { self.body = body } }
+    var attributes = pthread_attr_t()
+    pthread_attr_init(&attributes)
+    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+    var thread = pthread_t()
+    let context = Unmanaged.passRetained(Box(body)).toOpaque()
+    let result = pthread_create(&thread, &attributes, { raw in
+        Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().body()
+        return nil
+    }, context)
+    pthread_attr_destroy(&attributes)
+    if result != 0 { Unmanaged<Box>.fromOpaque(context).takeRetainedValue().body() }
+}

@@ -1,0 +1,66 @@
+import AuthBridgeJSON
+
+/// One stored session record: what a vault keeps per profile.
+///
+/// `profile` and `account` are metadata (authenticated, readable without the
+/// key, so accounts can be listed without decrypting tokens); `secret` is the
+/// encrypted part (tokens, provider extras, cookies).
+public struct VaultRecord: Sendable, Equatable {
+    public var profile: String
+    public var account: String?
+    public var secret: JSON
+
+    public init(profile: String, account: String?, secret: JSON) {
+        self.profile = profile
+        self.account = account
+        self.secret = secret
+    }
+}
+
+/// Why the vault failed, for one profile or for all of it.
+public struct VaultError: Error, Sendable, CustomStringConvertible {
+    public enum Reason: String, Sendable {
+        /// Folder or file permissions or ownership are unsafe; nothing was read.
+        case insecurePermissions
+        /// A record failed authentication (torn write, tampering): it was moved aside.
+        case corruptRecord
+        /// The key does not open this vault (a wrong key, not a corrupt vault).
+        case wrongKey
+        /// No key source is acceptable (e.g. `--require-secure-storage` without a keyring).
+        case noKey
+        case io
+    }
+
+    public var reason: Reason
+    public var message: String
+
+    public init(_ reason: Reason, _ message: String) {
+        self.reason = reason
+        self.message = message
+    }
+
+    public var description: String { message }
+}
+
+/// Where sessions are kept. Every backend passes the same behaviour suite.
+///
+/// Methods are `nonisolated(nonsending)`: they run on the caller's executor
+/// (the session engine), and a backend that blocks briefly on file I/O does
+/// so there.
+public protocol Vault: Sendable {
+    /// "memory", "encrypted-file", "secret-service".
+    var backend: String { get }
+    /// "none" (memory only), "encrypted" (AES-GCM at rest), "keyring".
+    var protection: String { get }
+
+    nonisolated(nonsending) func load(_ profile: String) async throws -> VaultRecord?
+    /// Durable when it returns (fsync'ed), atomic (all or nothing).
+    nonisolated(nonsending) func save(_ record: VaultRecord) async throws
+    /// Removes everything stored for the profile.
+    nonisolated(nonsending) func delete(_ profile: String) async throws
+    /// Profiles with a record, from metadata only.
+    nonisolated(nonsending) func profiles() async throws -> [String]
+    /// Runs `body` holding the profile's cross-process lock (a refresh must
+    /// re-read the record inside it). A lock held by a dead process is free.
+    nonisolated(nonsending) func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T
+}

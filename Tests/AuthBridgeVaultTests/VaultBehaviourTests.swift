@@ -1,0 +1,88 @@
+import AuthBridgeJSON
+@testable import AuthBridgeVault
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A private temporary folder, removed at the end of a test.
+struct Scratch {
+    let path: String
+
+    init() {
+        var template = Array("/tmp/authbridge-vault-XXXXXX".utf8CString)
+        path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+    }
+
+    func remove() { _ = system("rm -rf '\(path)'") }
+}
+
+/// The backends the behaviour suite runs against.
+enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case memory, encryptedFile
+
+    var testDescription: String { rawValue }
+
+    func make(in scratch: Scratch) -> any Vault {
+        switch self {
+        case .memory: MemoryVault()
+        case .encryptedFile: EncryptedFileVault(folder: scratch.path + "/vault", keySource: .keyFile(scratch.path + "/keys/vault.key"))
+        }
+    }
+}
+
+func record(_ profile: String, token: String = "at-secret-1", account: String? = "ada") -> VaultRecord {
+    VaultRecord(profile: profile, account: account, secret: ["tokens": ["accessToken": .string(token), "refreshToken": "rt-secret-1"]])
+}
+
+@Suite("Vault behaviour (every backend)")
+struct VaultBehaviourTests {
+    @Test(arguments: Backend.allCases)
+    func savesLoadsOverwritesAndDeletes(_ backend: Backend) async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let vault = backend.make(in: scratch)
+        #expect(try await vault.load("work") == nil)
+        try await vault.save(record("work"))
+        #expect(try await vault.load("work") == record("work"))
+        try await vault.save(record("work", token: "at-secret-2"))
+        #expect(try await vault.load("work")?.secret["tokens"]?["accessToken"] == "at-secret-2")
+        try await vault.save(record("héllo / ☃", account: nil))
+        #expect(try await vault.profiles() == ["héllo / ☃", "work"])
+        try await vault.delete("work")
+        #expect(try await vault.load("work") == nil)
+        try await vault.delete("work")  // deleting nothing is fine
+        #expect(try await vault.profiles() == ["héllo / ☃"])
+    }
+
+    @Test(arguments: Backend.allCases)
+    func exclusiveAccessSerialisesOneProfile(_ backend: Backend) async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let vault = backend.make(in: scratch)
+        // Two critical sections on one profile never overlap.
+        let log = Log()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<8 {
+                group.addTask {
+                    try await vault.withExclusiveAccess(to: "work") {
+                        await log.append("in \(index)")
+                        await Task.yield()
+                        await log.append("out \(index)")
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let entries = await log.entries
+        for pair in stride(from: 0, to: entries.count, by: 2) {
+            #expect(entries[pair].dropFirst(3) == entries[pair + 1].dropFirst(4), "sections overlapped: \(entries)")
+        }
+    }
+}
+
+actor Log {
+    var entries: [String] = []
+    func append(_ entry: String) { entries.append(entry) }
+}
