@@ -16,7 +16,7 @@ VPY         := $(VENV)/bin/python
 DEBUG_DIR   := .build/debug
 RELEASE_DIR := .build/release
 TEST_PLUGINS := .build/test-plugins
-APT_PACKAGES := libjansson-dev pkg-config gcc
+APT_PACKAGES := libjansson-dev libsecret-1-dev pkg-config gcc gnome-keyring libsecret-tools dbus
 
 # Plugins shipped with AuthBridge: SwiftPM product name → manifest.
 BUNDLED_PLUGINS := oidc
@@ -27,7 +27,7 @@ all: build
 
 ## deps: system packages and the Python venv the tests use.
 deps: $(VENV)/.ready
-	@pkg-config --exists jansson || { \
+	@{ pkg-config --exists jansson libsecret-1 && command -v gnome-keyring-daemon dbus-daemon secret-tool >/dev/null; } || { \
 	  echo "==> installing $(APT_PACKAGES)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; }
@@ -79,7 +79,7 @@ test-node:
 install: release
 	install -d -m 0755 $(PREFIX)/bin $(PREFIX)/lib/authbridge $(PREFIX)/include/authbridge $(PREFIX)/share/authbridge
 	install -m 0755 $(RELEASE_DIR)/authbridge $(PREFIX)/bin/authbridge
-	install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(PREFIX)/lib/authbridge/
+	install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeKeyring.so $(PREFIX)/lib/authbridge/
 	@$(MAKE) --no-print-directory stage-plugins BUILD_DIR=$(RELEASE_DIR) DEST=$(PREFIX)/lib/authbridge/plugins
 	install -m 0644 Sources/CAuthBridgePlugin/include/authbridge/plugin.h $(PREFIX)/include/authbridge/
 	install -m 0644 bridge-spec/openrpc.json $(PREFIX)/share/authbridge/

@@ -27,6 +27,8 @@ let package = Package(
         // Lazily dlopen'ed by the host on the first HTTP request, so that
         // FoundationNetworking stays off the start-up path.
         .library(name: "AuthBridgeHTTP", type: .dynamic, targets: ["AuthBridgeHTTP"]),
+        // Likewise for the Secret Service (glib, gio, D-Bus): dlopen'ed on first use.
+        .library(name: "AuthBridgeKeyring", type: .dynamic, targets: ["CAuthBridgeKeyring"]),
         // Bundled provider plugins (installed into lib/authbridge/plugins).
         .library(name: "authbridge-oidc", type: .dynamic, targets: ["OIDCPlugin"]),
         // Test plugins: built for the test suites, never installed.
@@ -42,6 +44,9 @@ let package = Package(
         .systemLibrary(name: "CJansson", pkgConfig: "jansson",
                        providers: [.apt(["libjansson-dev"])]),
         .target(name: "CAuthBridgePlugin"),
+        .systemLibrary(name: "CLibSecret", pkgConfig: "libsecret-1",
+                       providers: [.apt(["libsecret-1-dev"])]),
+        .target(name: "CAuthBridgeKeyring", dependencies: ["CLibSecret"]),
 
         .target(name: "AuthBridgeJSON", dependencies: ["CJansson"]),
         .target(name: "AuthBridgeRPC", dependencies: [

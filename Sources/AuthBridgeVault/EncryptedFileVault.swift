@@ -27,10 +27,12 @@ import Musl
 /// the start-up path.
 public final class EncryptedFileVault: Vault {
     public let backend = "encrypted-file"
-    public let protection = "encrypted"
+    /// "keyring" when the key lives in the Secret Service, else "encrypted".
+    public var protection: String { protectionState.withLock { $0 } }
     public let folder: String
     private let keySource: VaultKeySource
-    private let opened = Mutex<Result<SymmetricKey, VaultError>?>(nil)
+    private let opener = Opener()
+    private let protectionState: Mutex<String>
 
     static let format = "authbridge-vault"
     static let version: Int64 = 1
@@ -38,12 +40,13 @@ public final class EncryptedFileVault: Vault {
     public init(folder: String, keySource: VaultKeySource) {
         self.folder = folder
         self.keySource = keySource
+        self.protectionState = Mutex(keySource.expectedProtection)
     }
 
     // MARK: - Vault
 
     nonisolated(nonsending) public func load(_ profile: String) async throws -> VaultRecord? {
-        let key = try openKey()
+        let key = try await openKey()
         let path = recordPath(profile)
         guard let bytes = try readPrivateFile(path) else { return nil }
         do {
@@ -56,13 +59,13 @@ public final class EncryptedFileVault: Vault {
     }
 
     nonisolated(nonsending) public func save(_ record: VaultRecord) async throws {
-        let key = try openKey()
+        let key = try await openKey()
         let bytes = try Self.seal(record, key: key)
         try writeAtomically(bytes, to: recordPath(record.profile))
     }
 
     nonisolated(nonsending) public func delete(_ profile: String) async throws {
-        _ = try openKey()
+        _ = try await openKey()
         let path = recordPath(profile)
         if unlink(path) != 0 && errno != ENOENT {
             throw VaultError(.io, "Cannot delete the stored session of \"\(profile)\": \(String(cString: strerror(errno))).")
@@ -71,7 +74,7 @@ public final class EncryptedFileVault: Vault {
     }
 
     nonisolated(nonsending) public func profiles() async throws -> [String] {
-        _ = try openKey()
+        _ = try await openKey()
         var names: [String] = []
         for file in listFolder(folder) where file.hasSuffix(".vault") {
             guard let bytes = try? readPrivateFile(folder + "/" + file),
@@ -83,45 +86,21 @@ public final class EncryptedFileVault: Vault {
     }
 
     nonisolated(nonsending) public func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T {
-        _ = try openKey()
-        let locks = folder + "/locks"
-        try makePrivateFolder(locks)
-        let path = locks + "/" + Self.fileStem(profile) + ".lock"
-        let fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw VaultError(.io, "Cannot open the lock file \(path): \(String(cString: strerror(errno))).") }
-        defer { close(fd) }  // closing releases the lock; so does the death of the process
-        // flock blocks: wait for it on a thread of its own, never on the
-        // caller's executor (libdispatch adds threads for blocked work only
-        // slowly on Linux; locks are rare, one refresh each, so a thread is cheap).
-        let locked: Bool = await withCheckedContinuation { continuation in
-            detachThread {
-                var result: Int32
-                repeat { result = flock(fd, LOCK_EX) } while result != 0 && errno == EINTR
-                continuation.resume(returning: result == 0)
-            }
-        }
-        guard locked else { throw VaultError(.io, "Cannot lock \(path): \(String(cString: strerror(errno))).") }
-        return try await body()
+        _ = try await openKey()
+        return try await ProfileFileLock.withExclusiveAccess(folder: folder + "/locks", profile: profile, body)
     }
 
     // MARK: - Opening
 
     /// The key, after the folder checks and the wrong-key check (once).
-    private func openKey() throws(VaultError) -> SymmetricKey {
-        let result = opened.withLock { state -> Result<SymmetricKey, VaultError> in
-            if let state { return state }
-            let result = Result { () throws(VaultError) -> SymmetricKey in try self.openVault() }
-            // A missing or wrong key is permanent for this process; other I/O may be retried.
-            if case .failure(let error) = result, error.reason == .io { return result }
-            state = result
-            return result
-        }
-        return try result.get()
+    private func openKey() async throws(VaultError) -> SymmetricKey {
+        try await opener.open { () async throws(VaultError) -> SymmetricKey in try await self.openVault() }
     }
 
-    private func openVault() throws(VaultError) -> SymmetricKey {
+    private func openVault() async throws(VaultError) -> SymmetricKey {
         try makePrivateFolder(folder)
-        let key = try keySource.key(vaultFolder: folder)
+        let (key, protection) = try await keySource.key(vaultFolder: folder)
+        protectionState.withLock { $0 = protection }
         let check = folder + "/vault.check"
         let constant = VaultRecord(profile: "authbridge.vault.check", account: nil, secret: "authbridge")
         if let bytes = try readPrivateFile(check) {
@@ -200,6 +179,21 @@ public final class EncryptedFileVault: Vault {
             return target
         }
         return path
+    }
+}
+
+/// Opens a vault once, however many callers arrive at first use together
+/// (two concurrent first uses must not create two different keys).
+actor Opener {
+    private var result: Result<SymmetricKey, VaultError>?
+
+    func open(_ make: () async throws(VaultError) -> SymmetricKey) async throws(VaultError) -> SymmetricKey {
+        if let result { return try result.get() }
+        let made: Result<SymmetricKey, VaultError>
+        do throws(VaultError) { made = .success(try await make()) } catch { made = .failure(error) }
+        // A missing or wrong key is permanent for this process; other I/O may be retried.
+        if case .failure(let error) = made, error.reason == .io || error.reason == .keyringUnavailable {} else { result = made }
+        return try made.get()
     }
 }
 

@@ -1,4 +1,4 @@
-import AuthBridgeJSON
+@_exported import AuthBridgeJSON
 
 /// One stored session record: what a vault keeps per profile.
 ///
@@ -28,6 +28,8 @@ public struct VaultError: Error, Sendable, CustomStringConvertible {
         case wrongKey
         /// No key source is acceptable (e.g. `--require-secure-storage` without a keyring).
         case noKey
+        /// The Secret Service is missing, locked or refused.
+        case keyringUnavailable
         case io
     }
 

@@ -1,4 +1,5 @@
 import Crypto
+import FoundationEssentials
 
 #if canImport(Glibc)
 import Glibc
@@ -17,20 +18,69 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
     /// No acceptable source (e.g. `--require-secure-storage` on a machine
     /// without a keyring): the vault refuses to open, with this explanation.
     case unavailable(String)
+    /// A random key kept in the Secret Service (the desktop keyring). When
+    /// the keyring is missing or locked, `fallback` is used instead (a key
+    /// file), or the vault fails closed when there is none.
+    indirect case keyring(Keyring, fallback: VaultKeySource?)
 
     public var description: String {
         switch self {
         case .secret: "key from a secret"
         case .keyFile(let path): "key file \(path)"
         case .unavailable: "no key"
+        case .keyring: "key in the Secret Service"
         }
+    }
+
+    /// What `protection` the vault reports before it is opened.
+    public var expectedProtection: String {
+        if case .keyring = self { return "keyring" }
+        return "encrypted"
     }
 
     /// "keyring" would be a Secret Service key; a key file or secret is "encrypted".
     public var isKeyFile: Bool { if case .keyFile = self { return true } else { return false } }
 
-    func key(vaultFolder: String) throws(VaultError) -> SymmetricKey {
+    /// The key and the protection it gives ("keyring" or "encrypted").
+    func key(vaultFolder: String) async throws(VaultError) -> (SymmetricKey, String) {
         switch self {
+        case .keyring(let keyring, let fallback):
+            do {
+                return (try await Self.keyringKey(keyring, vaultFolder: vaultFolder), "keyring")
+            } catch {
+                guard let fallback else {
+                    throw VaultError(.noKey, "\(error.message) Secure storage is required, so the vault stays closed (no key file is used).")
+                }
+                return try await fallback.key(vaultFolder: vaultFolder)
+            }
+        default:
+            return (try fileOrSecretKey(vaultFolder: vaultFolder), "encrypted")
+        }
+    }
+
+    private static func keyringKey(_ keyring: Keyring, vaultFolder: String) async throws(VaultError) -> SymmetricKey {
+        if let stored = try await keyring.lookup(kind: "vault-key", key: vaultFolder) {
+            guard let bytes = Data(base64Encoded: stored), bytes.count == 32 else {
+                throw VaultError(.noKey, "The vault key in the keyring is damaged; nothing was changed.")
+            }
+            return SymmetricKey(data: bytes)
+        }
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        try await keyring.store(kind: "vault-key", key: vaultFolder, label: "AuthBridge vault key (\(vaultFolder))",
+                                secret: Data(bytes).base64EncodedString())
+        // Two hosts creating it at once: read back what the keyring kept.
+        guard let stored = try await keyring.lookup(kind: "vault-key", key: vaultFolder),
+              let kept = Data(base64Encoded: stored), kept.count == 32 else {
+            throw VaultError(.keyringUnavailable, "The keyring did not keep the vault key.")
+        }
+        return SymmetricKey(data: kept)
+    }
+
+    private func fileOrSecretKey(vaultFolder: String) throws(VaultError) -> SymmetricKey {
+        switch self {
+        case .keyring:
+            throw VaultError(.noKey, "no key")
         case .unavailable(let why):
             throw VaultError(.noKey, why)
         case .secret(let secret):

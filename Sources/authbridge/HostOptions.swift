@@ -23,7 +23,7 @@ struct HostOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Log level on stderr: trace, debug, info, notice, warning, error, critical.", valueName: "LEVEL"))
     var logLevel: String = "info"
 
-    @Option(help: ArgumentHelp("Where tokens are kept: encrypted-file (default) or memory (forgotten at exit).", valueName: "BACKEND"))
+    @Option(help: ArgumentHelp("Where tokens are kept: encrypted-file (default), secret-service (the desktop keyring) or memory (forgotten at exit).", valueName: "BACKEND"))
     var vault: String = "encrypted-file"
 
     @Option(help: ArgumentHelp("The encrypted vault's folder (default: $XDG_DATA_HOME/authbridge/vault).", valueName: "DIR"))
@@ -32,12 +32,12 @@ struct HostOptions: ParsableArguments {
     @Option(help: ArgumentHelp("The vault key file (default: $XDG_DATA_HOME/authbridge/keys/vault.key; created on first use). AUTHBRIDGE_VAULT_KEY, when set, is used instead.", valueName: "FILE"))
     var vaultKeyFile: String?
 
-    @Flag(help: "Fail closed instead of keeping the vault key in a file: require AUTHBRIDGE_VAULT_KEY (a keyring arrives with the Secret Service backend).")
+    @Flag(help: "Fail closed instead of keeping the vault key in a file: the key must come from the keyring (Secret Service) or AUTHBRIDGE_VAULT_KEY.")
     var requireSecureStorage = false
 
     func validate() throws {
-        guard ["encrypted-file", "memory"].contains(vault) else {
-            throw ValidationError("--vault must be encrypted-file or memory")
+        guard ["encrypted-file", "secret-service", "memory"].contains(vault) else {
+            throw ValidationError("--vault must be encrypted-file, secret-service or memory")
         }
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
@@ -60,11 +60,19 @@ struct HostOptions: ParsableArguments {
             warnings.append("no home or XDG data folder for the vault: sessions are kept in memory only")
             return .inMemory()
         }
+        let keyring = Keyring(libraryPaths: Installation.helperLibraryCandidates("libAuthBridgeKeyring.so"))
+        if vault == "secret-service" {
+            return SessionStore(vault: SecretServiceVault(keyring: keyring, lockFolder: folder + "/locks"))
+        }
+        let hasSessionBus = getenv("DBUS_SESSION_BUS_ADDRESS").map { $0.pointee != 0 } ?? false
         let keySource: VaultKeySource
         if let secret = getenv("AUTHBRIDGE_VAULT_KEY").map({ String(cString: $0) }), !secret.isEmpty {
             keySource = .secret(secret)
+        } else if hasSessionBus {
+            // The desktop keyring holds the key; without it, a key file — unless secure storage is required.
+            keySource = .keyring(keyring, fallback: requireSecureStorage ? nil : .keyFile(keyFile))
         } else if requireSecureStorage {
-            keySource = .unavailable("Secure storage is required (--require-secure-storage) but no keyring or AUTHBRIDGE_VAULT_KEY is available; refusing to keep the vault key in a file.")
+            keySource = .unavailable("Secure storage is required (--require-secure-storage) but there is no session bus for a keyring and no AUTHBRIDGE_VAULT_KEY; refusing to keep the vault key in a file.")
         } else {
             keySource = .keyFile(keyFile)
         }

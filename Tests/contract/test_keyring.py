@@ -1,0 +1,147 @@
+"""The Secret Service: a real gnome-keyring on a private D-Bus session bus, started here.
+
+Both uses are covered: the `secret-service` vault (sessions are keyring items) and the
+default encrypted-file vault with its key in the keyring (no key file on disk).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DEFAULT_PROFILES, Host, host_command, sign_in_session
+
+pytestmark = pytest.mark.skipif(shutil.which("gnome-keyring-daemon") is None or shutil.which("dbus-daemon") is None,
+                                reason="gnome-keyring or dbus is not installed (make deps installs them)")
+
+
+class KeyringSession:
+    """dbus-daemon + gnome-keyring-daemon (unlocked, secrets only) for one test."""
+
+    def __init__(self, root: Path):
+        root.mkdir(parents=True, exist_ok=True)
+        self.env = dict(os.environ, HOME=str(root), XDG_RUNTIME_DIR=str(root), XDG_DATA_HOME=str(root / "kr-data"))
+        self.bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=self.env)
+        address = self.bus.stdout.readline().decode().strip()
+        assert address, "dbus-daemon printed no address"
+        self.env["DBUS_SESSION_BUS_ADDRESS"] = address
+        self.keyring = subprocess.Popen(["gnome-keyring-daemon", "--foreground", "--unlock", "--components=secrets"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
+        self.keyring.stdin.write(b"test-password")
+        self.keyring.stdin.close()
+        # Readiness: the keyring answers once it has registered on the bus (bounded).
+        deadline = time.monotonic() + 10
+        while True:
+            probe = subprocess.run(["secret-tool", "store", "--label=probe", "application", "authbridge-test"],
+                                   input=b"x", env=self.env, capture_output=True, timeout=10)
+            if probe.returncode == 0:
+                break
+            assert time.monotonic() < deadline, f"gnome-keyring did not come up: {probe.stderr.decode()}"
+            time.sleep(0.1)
+
+    def search(self, *attributes: str) -> str:
+        """What secret-tool lists for the attributes (it prints attributes on stderr, labels on stdout)."""
+        found = subprocess.run(["secret-tool", "search", "--all", *attributes], env=self.env,
+                               capture_output=True, timeout=10)
+        return found.stdout.decode() + found.stderr.decode()
+
+    def store(self, value: str, *attributes: str) -> None:
+        subprocess.run(["secret-tool", "store", "--label=test", *attributes], input=value.encode(),
+                       env=self.env, check=True, timeout=10)
+
+    def stop(self) -> None:
+        for process in (self.keyring, self.bus):
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture
+def keyring(tmp_path):
+    session = KeyringSession(tmp_path / "keyring")
+    yield session
+    session.stop()
+
+
+def start(tmp_path: Path, plugin_dir: Path, name: str, env: dict, *extra: str) -> Host:
+    argv, environment = host_command(tmp_path / name, [plugin_dir], profiles=DEFAULT_PROFILES, extra_args=extra)
+    environment.update({k: v for k, v in env.items() if k in ("DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR")})
+    environment["XDG_DATA_HOME"] = str(tmp_path / "data")
+    environment.pop("AUTHBRIDGE_VAULT_KEY", None)
+    host = Host(argv, environment, tmp_path / name)
+    host.initialize()
+    return host
+
+
+def stop(host: Host) -> None:
+    host.stop()
+    assert not host.violations, host.violations
+
+
+def test_secret_service_vault_keeps_sessions_in_the_keyring(tmp_path, plugin_dir, keyring):
+    host = start(tmp_path, plugin_dir, "first", keyring.env, "--vault", "secret-service")
+    status = sign_in_session(host, "c", "kr")
+    assert status["storage"] == {"backend": "secret-service", "protection": "keyring"}
+    stop(host)
+    assert "AuthBridge session: c" in keyring.search("application", "authbridge", "kind", "session")
+    assert not list((tmp_path / "data").rglob("*.vault")), "nothing of the session on disk"
+
+    host = start(tmp_path, plugin_dir, "second", keyring.env, "--vault", "secret-service")
+    assert host.result("checkSignInStatus", {"provider": "c"})["state"] == "signedIn"
+    assert [a["provider"] for a in host.result("listAccounts", {})["accounts"]] == ["c"]
+    host.result("signOut", {"provider": "c"})
+    stop(host)
+    assert "AuthBridge session: c" not in keyring.search("application", "authbridge", "kind", "session")
+
+
+def test_a_damaged_keyring_item_is_kept_aside_and_signs_out_only_its_profile(tmp_path, plugin_dir, keyring):
+    keyring.store("not json", "xdg:schema", "org.authbridge.Secret", "application", "authbridge", "kind", "session", "key", "c")
+    host = start(tmp_path, plugin_dir, "first", keyring.env, "--vault", "secret-service")
+    sign_in_session(host, "s", "fine")
+    error = host.error("checkSignInStatus", {"provider": "c"})
+    assert error["code"] == -32011 and error["data"]["reason"] == "corruptRecord"
+    assert host.result("checkSignInStatus", {"provider": "c"})["state"] == "notSignedIn"
+    assert host.result("checkSignInStatus", {"provider": "s"})["state"] == "signedIn"
+    stop(host)
+    assert "kind = quarantine" in keyring.search("application", "authbridge", "kind", "quarantine").replace("attribute.", "")
+
+
+def test_encrypted_file_vault_keeps_its_key_in_the_keyring(tmp_path, plugin_dir, keyring):
+    host = start(tmp_path, plugin_dir, "first", keyring.env)
+    assert host.result("checkSignInStatus", {"provider": "c"})["state"] == "notSignedIn"
+    status = sign_in_session(host, "c", "fk")
+    assert status["storage"] == {"backend": "encrypted-file", "protection": "keyring"}
+    stop(host)
+    assert not (tmp_path / "data" / "authbridge" / "keys").exists(), "no key file when the keyring holds the key"
+    assert "AuthBridge vault key" in keyring.search("application", "authbridge", "kind", "vault-key")
+    host = start(tmp_path, plugin_dir, "second", keyring.env)
+    assert host.result("getAccessToken", {"provider": "c"})["accessToken"] == "at-fk"
+    stop(host)
+
+
+def test_without_a_keyring_the_errors_are_clear(tmp_path, plugin_dir):
+    # A session bus address that leads nowhere: no keyring can answer.
+    env = {"DBUS_SESSION_BUS_ADDRESS": f"unix:path={tmp_path}/no-bus", "XDG_RUNTIME_DIR": str(tmp_path)}
+    host = start(tmp_path, plugin_dir, "secret-service", env, "--vault", "secret-service")
+    error = host.error("requestOAuthTokens", {"provider": "c", "flow": "session", "sessionId": "x"})
+    assert error["code"] == -32011 and error["data"]["reason"] == "keyringUnavailable"
+    assert "Secret Service" in error["message"]
+    stop(host)
+
+    # The default vault falls back to a key file (and says so in `protection`)...
+    host = start(tmp_path, plugin_dir, "fallback", env)
+    assert sign_in_session(host, "c", "fb")["storage"] == {"backend": "encrypted-file", "protection": "encrypted"}
+    stop(host)
+
+    # ...unless secure storage is required: then it fails closed.
+    shutil.rmtree(tmp_path / "data")
+    host = start(tmp_path, plugin_dir, "strict", env, "--require-secure-storage")
+    error = host.error("requestOAuthTokens", {"provider": "c", "flow": "session", "sessionId": "x"})
+    assert error["code"] == -32011 and error["data"]["reason"] == "noKey"
+    stop(host)
+    assert not (tmp_path / "data" / "authbridge" / "keys").exists()
