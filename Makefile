@@ -88,10 +88,15 @@ install: release
 demo: build
 	$(VPY) Examples/demo.py --host $(CURDIR)/$(DEBUG_DIR)/authbridge --plugins $(CURDIR)/$(DEBUG_DIR)/plugins
 
-bench: release
+bench: release build
 	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson
 	$(PYTHON) bench/bench.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
-	  --host-args "serve --no-default-plugins --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning"
+	  --host-args "serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning"
+	dbus-run-session -- bench/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
+	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
+	@echo "Cross-process refresh (4 hosts sharing one vault, 1 s access tokens):"
+	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge \
+	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k shared 2>&1 | grep -E "processes|passed|failed"
 
 ## spec: regenerate the embedded OpenRPC document after editing bridge-spec/openrpc.json.
 spec:

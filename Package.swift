@@ -76,6 +76,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "AuthBridgeHTTP", dependencies: ["AuthBridgeJSON"]),
+        .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault"], path: "bench/VaultBench"),
 
         .target(name: "AuthBridgePluginSDK", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"]),
         .target(name: "OIDCPlugin", dependencies: ["AuthBridgePluginSDK"],
