@@ -99,6 +99,7 @@ public final class EncryptedFileVault: Vault {
 
     private func openVault() async throws(VaultError) -> SymmetricKey {
         try makePrivateFolder(folder)
+        removeAbandonedTemporaryFiles()
         let (key, protection) = try await keySource.key(vaultFolder: folder)
         protectionState.withLock { $0 = protection }
         let check = folder + "/vault.check"
@@ -113,6 +114,17 @@ public final class EncryptedFileVault: Vault {
             try writeAtomically(try Self.seal(constant, key: key), to: check)
         }
         return key
+    }
+
+    /// A process killed in the middle of `writeAtomically` leaves its
+    /// temporary file behind (`<record>.<pid>.<ns>.tmp`); the record itself is
+    /// intact. Remove those whose writer is gone — never a live writer's.
+    private func removeAbandonedTemporaryFiles() {
+        for name in listFolder(folder) where name.hasSuffix(".tmp") {
+            let parts = name.split(separator: ".")
+            guard parts.count >= 4, let pid = Int32(parts[parts.count - 3]) else { continue }
+            if kill(pid, 0) != 0 && errno == ESRCH { unlink(folder + "/" + name) }
+        }
     }
 
     // MARK: - Sealing

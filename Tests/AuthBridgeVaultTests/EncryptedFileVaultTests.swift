@@ -137,3 +137,23 @@ private extension String {
         split(separator: target, omittingEmptySubsequences: false).joined(separator: replacement)
     }
 }
+
+@Suite("Encrypted file vault: crash leftovers")
+struct EncryptedFileVaultLeftoverTests {
+    @Test func temporaryFilesOfDeadWritersAreRemovedOnOpen() async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let first = EncryptedFileVault(folder: scratch.path + "/vault", keySource: .keyFile(scratch.path + "/keys/vault.key"))
+        try await first.save(record("work"))
+        // A writer that died (no such pid) and one that is alive (this process).
+        let dead = first.recordPath("work") + ".2147480000.123.tmp"
+        let alive = first.recordPath("work") + ".\(getpid()).456.tmp"
+        try writeAtomically([1, 2, 3], to: dead)
+        try writeAtomically([1, 2, 3], to: alive)
+        let reopened = EncryptedFileVault(folder: scratch.path + "/vault", keySource: .keyFile(scratch.path + "/keys/vault.key"))
+        #expect(try await reopened.load("work") == record("work"))
+        let names = listFolder(scratch.path + "/vault")
+        #expect(!names.contains(dead.split(separator: "/").last.map(String.init)!))
+        #expect(names.contains(alive.split(separator: "/").last.map(String.init)!))
+    }
+}

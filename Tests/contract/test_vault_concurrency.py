@@ -1,0 +1,388 @@
+"""Several host processes sharing one encrypted-file vault, against an authorization server that
+rotates refresh tokens with reuse protection (rotating_server.py, modelled on django-oauth-toolkit).
+
+* Shared vault: four hosts on one XDG_DATA_HOME call getAccessToken in a loop on 1-second access
+  tokens. The per-profile flock and the re-read under it (SessionEngine.refreshLocked) must make
+  them refresh once per expiry, never replaying a rotated refresh token (a replay revokes the
+  whole grant at a DOT-like server and signs every process out).
+* Crash safety: hosts are SIGKILLed at random moments while every call refreshes; the next host
+  must still refresh without a new sign-in, and the vault must never hold a torn record.
+
+Figures are printed (visible with -s). With AUTHBRIDGE_VAULT_BENCH_OUT set, the shared-vault test
+also writes its figures as one JSON line to that file (`make bench` reads it).
+AUTHBRIDGE_VAULT_KILL_SEED changes the seed of the kill moments (printed by the crash test).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import shutil
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import BUILD_DIR, TIMEOUT, Host, host_command, short
+from rotating_server import RotatingAuthServer
+
+PROFILE = "r"
+OIDC_FILES = ("oidc.json", "libauthbridge-oidc.so")
+
+#: Shared vault: processes, access-token lifetime (s), how long and how many calls per process.
+PROCESSES = 4
+SHARED_LIFETIME = 1
+SHARED_SECONDS = 7.0
+SHARED_MAX_CALLS = 3000
+
+#: Crash test: kills wanted, the least accepted, the time budget of the kill loop (s), the
+#: longest random delay before a kill (s), and the server's grace period (s).
+KILLS = 30
+MIN_KILLS = 20
+KILL_BUDGET = 35.0
+KILL_MAX_DELAY = 0.3
+GRACE_SECONDS = 5.0
+#: minValidityMs larger than any access-token lifetime: every getAccessToken refreshes.
+FORCE_REFRESH_MS = 3_600_000
+
+
+# ── Fixtures and helpers ─────────────────────────────────────────────────────
+
+
+@pytest.fixture
+def oidc_plugin_dir(tmp_path) -> Path:
+    """A plugin folder (0755) holding copies (0644) of the bundled oidc plugin as `make build` stages it."""
+    source = BUILD_DIR / "plugins"
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    for name in OIDC_FILES:
+        if not (source / name).exists():
+            pytest.fail(f"{source / name} is missing: run `make build` first")
+        shutil.copyfile(source / name, folder / name)
+        os.chmod(folder / name, 0o644)
+    return folder
+
+
+@pytest.fixture
+def rotating_server():
+    """Factory: rotating_server(access_lifetime=…, grace_period=…) → a started RotatingAuthServer,
+    stopped at teardown."""
+    servers: list[RotatingAuthServer] = []
+
+    def start(**options: Any) -> RotatingAuthServer:
+        server = RotatingAuthServer(**options).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+class Fleet:
+    """Starts hosts that share one XDG_DATA_HOME (each with its own workdir, config, HOME and
+    XDG_CONFIG_HOME) and makes sure every one of them is reaped."""
+
+    def __init__(self, root: Path, plugin_dir: Path, server: RotatingAuthServer) -> None:
+        self.root = root
+        self.plugin_dir = plugin_dir
+        self.data_home = root / "shared-data"
+        self.profiles = {PROFILE: {"plugin": "oidc", "settings": server.settings()}}
+        self.hosts: list[Host] = []
+        self.stopped: set[int] = set()
+
+    @property
+    def vault(self) -> Path:
+        return self.data_home / "authbridge" / "vault"
+
+    def spawn(self, name: str) -> Host:
+        workdir = self.root / name
+        argv, env = host_command(workdir, [self.plugin_dir], profiles=self.profiles, log_level="notice")
+        env["XDG_DATA_HOME"] = str(self.data_home)
+        # The default vault with its key file: no service secret, no keyring of the caller's session.
+        for name_ in ("AUTHBRIDGE_VAULT_KEY", "DBUS_SESSION_BUS_ADDRESS"):
+            env.pop(name_, None)
+        host = Host(argv, env, workdir)
+        self.hosts.append(host)
+        return host
+
+    def start(self, name: str) -> Host:
+        host = self.spawn(name)
+        host.initialize()
+        return host
+
+    def stop(self, host: Host) -> None:
+        self.stopped.add(id(host))
+        host.stop()
+        assert not host.violations, f"{host.workdir.name} broke the bridge contract: {host.violations}"
+
+    def kill_all(self) -> None:
+        for host in self.hosts:
+            if host.proc.poll() is None:
+                host.proc.kill()
+            if id(host) in self.stopped:
+                continue
+            self.stopped.add(id(host))
+            try:
+                host.stop()
+            except Exception:  # noqa: BLE001 - best effort while failing
+                pass
+
+    def violations(self) -> list[str]:
+        return [f"{host.workdir.name}: {v.splitlines()[0]}" for host in self.hosts for v in host.violations]
+
+
+def sign_in_external(host: Host, server: RotatingAuthServer) -> dict[str, Any]:
+    """The external flow as Examples/demo.py plays it: the test is the browser."""
+    request_id = host.send_request("requestOAuthTokens", {"provider": PROFILE, "flow": "external"})
+    progress = host.wait_for_notification(
+        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
+    url = progress["url"]
+    assert url.startswith(f"{server.base}/authorize?"), "unexpected sign-in URL"
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+    assert query.get("code_challenge") and query.get("code_challenge_method") == "S256", "no PKCE S256"
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT)
+    try:
+        connection.request("GET", parts.path + "?" + parts.query)  # http.client follows no redirect
+        response = connection.getresponse()
+        response.read()
+        location = response.getheader("Location")
+    finally:
+        connection.close()
+    assert response.status == 302 and location, f"/authorize answered {response.status}"
+    callback_prefix = progress.get("callbackPrefix") or server.redirect_uri
+    assert location.startswith(callback_prefix)
+    assert host.result("completeSignIn", {"provider": PROFILE, "callbackUrl": location}) == {"accepted": True}
+    answer = host.wait_response(request_id)
+    assert "result" in answer, f"sign-in failed: {short(answer.get('error'))}"
+    assert answer["result"]["state"] == "signedIn"
+    return answer["result"]
+
+
+def vault_files(vault: Path) -> dict[str, list[str]]:
+    quarantine = vault / "quarantine"
+    return {
+        "records": sorted(p.name for p in vault.glob("*.vault")),
+        "temporary": sorted(p.name for p in vault.glob("*.tmp")),
+        "quarantine": sorted(p.name for p in quarantine.iterdir()) if quarantine.exists() else [],
+    }
+
+
+def report_bench(figures: dict[str, Any]) -> None:
+    out = os.environ.get("AUTHBRIDGE_VAULT_BENCH_OUT")
+    if out:
+        Path(out).write_text(json.dumps(figures, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# ── 1. Four processes, one vault ─────────────────────────────────────────────
+
+
+def test_shared_vault_processes_refresh_once_per_expiry(tmp_path, oidc_plugin_dir, rotating_server):
+    # Reuse protection on, no grace period: any replay of a rotated refresh token by one of the
+    # processes revokes the grant (and would end every process's session).
+    server = rotating_server(access_lifetime=SHARED_LIFETIME, grace_period=0)
+    fleet = Fleet(tmp_path, oidc_plugin_dir, server)
+    try:
+        first = fleet.start("signin")
+        sign_in_external(first, server)
+        fleet.stop(first)
+
+        hosts = [fleet.spawn(f"p{i}") for i in range(PROCESSES)]   # start together, then initialize
+        for host in hosts:
+            host.initialize()
+
+        barrier = threading.Barrier(PROCESSES, timeout=TIMEOUT)
+        results: list[dict[str, Any]] = [{"calls": 0, "ok": 0, "errors": [], "tokens": set(), "exception": None}
+                                         for _ in hosts]
+
+        def drive(host: Host, result: dict[str, Any]) -> None:
+            try:
+                barrier.wait()
+                result["start"] = time.monotonic()
+                deadline = result["start"] + SHARED_SECONDS
+                while time.monotonic() < deadline and result["calls"] < SHARED_MAX_CALLS:
+                    answer = host.request("getAccessToken", {"provider": PROFILE, "minValidityMs": 0}, timeout=TIMEOUT)
+                    result["calls"] += 1
+                    if "result" in answer:
+                        result["ok"] += 1
+                        result["tokens"].add(answer["result"]["accessToken"])
+                    else:
+                        result["errors"].append(answer["error"])
+            except BaseException as error:  # noqa: BLE001 - reported by the main thread
+                result["exception"] = error
+            finally:
+                result["end"] = time.monotonic()
+
+        before = server.snapshot()
+        threads = [threading.Thread(target=drive, args=(host, result), name=f"drive-{i}", daemon=True)
+                   for i, (host, result) in enumerate(zip(hosts, results))]
+        for thread in threads:
+            thread.start()
+        join_deadline = time.monotonic() + SHARED_SECONDS + 3 * TIMEOUT
+        for thread in threads:
+            thread.join(max(0.0, join_deadline - time.monotonic()))
+        assert not any(thread.is_alive() for thread in threads), "a driver thread did not finish in time"
+        after = server.snapshot()
+
+        for index, result in enumerate(results):
+            assert result["exception"] is None, f"p{index}: {result['exception']}"
+        starts = [r["start"] for r in results if "start" in r]
+        elapsed = max(r["end"] for r in results) - min(starts)
+        calls = sum(r["calls"] for r in results)
+        errors = [e for r in results for e in r["errors"]]
+        refreshes = after["refreshes"] - before["refreshes"]
+        revocations = after["revocations"] - before["revocations"]
+        # A refresh happens only once the stored access token has expired, and the token it
+        # brings lives SHARED_LIFETIME s from its arrival: refreshes are ≥ 1 lifetime apart.
+        expiries = int(elapsed // SHARED_LIFETIME) + 1
+        tokens = set().union(*(r["tokens"] for r in results))
+        figures = {
+            "test": "shared_vault", "processes": PROCESSES, "calls": calls, "ok": calls - len(errors),
+            "errors": len(errors), "refreshes": refreshes, "max_refreshes": expiries, "revocations": revocations,
+            "rejected_refreshes": after["rejected_refreshes"] - before["rejected_refreshes"],
+            "elapsed_s": round(elapsed, 3), "access_lifetime_s": SHARED_LIFETIME,
+            "calls_per_s": round(calls / elapsed, 1) if elapsed > 0 else None,
+            "calls_per_process": [r["calls"] for r in results], "distinct_access_tokens": len(tokens),
+        }
+        print(f"\nshared vault: processes={PROCESSES} calls={calls} refreshes={refreshes} (≤ {expiries} expiries "
+              f"in {elapsed:.2f} s) revocations={revocations} errors={len(errors)} "
+              f"calls/s={figures['calls_per_s']} per process={figures['calls_per_process']}")
+        report_bench(figures)
+
+        assert not errors, f"{len(errors)} getAccessToken calls failed, e.g. {short(errors[0])}"
+        assert calls >= PROCESSES, "the drivers made no calls"
+        assert revocations == 0, f"the server saw {revocations} refresh-token replays (grant revoked)"
+        assert after["rejected_refreshes"] == before["rejected_refreshes"], "a refresh was refused"
+        assert 2 <= refreshes <= expiries, \
+            f"{refreshes} refreshes for at most {expiries} expiries in {elapsed:.2f} s: duplicate refreshes across processes"
+        assert all(server.is_issued(token) for token in tokens), "a host handed out a token the server never issued"
+
+        for host in hosts:
+            fleet.stop(host)
+        fresh = fleet.start("fresh")
+        token = fresh.result("getAccessToken", {"provider": PROFILE, "minValidityMs": 0})
+        assert server.is_issued(token["accessToken"])
+        fleet.stop(fresh)
+        assert server.snapshot()["revocations"] == 0
+        files = vault_files(fleet.vault)
+        assert not files["quarantine"], f"records were quarantined: {files['quarantine']}"
+        assert len(files["records"]) == 1
+    finally:
+        fleet.kill_all()
+    assert not fleet.violations(), fleet.violations()
+
+
+# ── 2. SIGKILL in the middle of refreshes ────────────────────────────────────
+
+
+class Stream(threading.Thread):
+    """getAccessToken calls one after the other, each forcing a refresh, until the host dies."""
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(name="refresh-stream", daemon=True)
+        self.host = host
+        self.calls = 0
+        self.ok = 0
+        self.errors: list[dict[str, Any]] = []
+        self.ended_by: BaseException | None = None
+        self.stop_requested = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stop_requested.is_set():
+                answer = self.host.request("getAccessToken",
+                                           {"provider": PROFILE, "minValidityMs": FORCE_REFRESH_MS}, timeout=TIMEOUT)
+                self.calls += 1
+                if "result" in answer:
+                    self.ok += 1
+                else:
+                    self.errors.append(answer["error"])
+        except BaseException as error:  # noqa: BLE001 - the kill ends the stream with a HostError
+            self.ended_by = error
+
+
+def test_sigkill_during_refreshes_keeps_the_session(tmp_path, oidc_plugin_dir, rotating_server):
+    # Reuse protection on AND a grace period, as a real deployment configures it. A SIGKILL can
+    # land after the server rotated the refresh token (its old one is now "used") but before the
+    # host made the new pair durable in the vault (temporary file, fsync, rename): the new refresh
+    # token is lost with the process, and the vault still holds the old one. Without a grace
+    # period the next process's refresh with that old token is a replay and revokes the whole
+    # grant; within the grace period (DOT: REFRESH_TOKEN_GRACE_PERIOD_SECONDS) the server answers
+    # the same new pair once more, so the session survives the crash. The grace period only has
+    # to cover the time from the kill to the next host's first refresh (well under a second here).
+    server = rotating_server(access_lifetime=1, grace_period=GRACE_SECONDS)
+    seed = int(os.environ.get("AUTHBRIDGE_VAULT_KILL_SEED") or 20250611)
+    rng = random.Random(seed)
+    fleet = Fleet(tmp_path, oidc_plugin_dir, server)
+    kills = 0
+    stream_calls = 0
+    failures: list[str] = []
+    try:
+        first = fleet.start("signin")
+        sign_in_external(first, server)
+        fleet.stop(first)
+
+        budget_end = time.monotonic() + KILL_BUDGET
+        while kills < KILLS and time.monotonic() < budget_end:
+            host = fleet.start(f"k{kills}")
+            # After the previous kill (or the sign-in): the session still refreshes, no new sign-in.
+            answer = host.request("getAccessToken", {"provider": PROFILE, "minValidityMs": FORCE_REFRESH_MS})
+            if "result" not in answer:
+                failures.append(f"host k{kills} (after {kills} kills): getAccessToken failed: {short(answer['error'])}")
+                break
+            stream = Stream(host)
+            stream.start()
+            # The fault being injected: a SIGKILL at a random moment of the refresh stream. This
+            # sleep is the kill time, not a wait for anything.
+            time.sleep(rng.uniform(0.0, KILL_MAX_DELAY))
+            host.proc.kill()
+            host.proc.wait(TIMEOUT)
+            stream.stop_requested.set()
+            stream.join(TIMEOUT)
+            assert not stream.is_alive(), "the refresh stream did not end after the kill"
+            kills += 1
+            stream_calls += stream.calls
+            fleet.stop(host)
+            if stream.errors:
+                failures.append(f"host k{kills - 1}: {len(stream.errors)} getAccessToken errors before the kill, "
+                                f"e.g. {short(stream.errors[0])}")
+                break
+            files = vault_files(fleet.vault)
+            if files["quarantine"]:
+                failures.append(f"after kill {kills}: a torn record was quarantined: {files['quarantine']}")
+                break
+            if len(files["records"]) != 1:
+                failures.append(f"after kill {kills}: vault records {files['records']}")
+                break
+
+        if not failures:
+            final = fleet.start("final")
+            answer = final.request("getAccessToken", {"provider": PROFILE, "minValidityMs": FORCE_REFRESH_MS})
+            if "result" not in answer:
+                failures.append(f"final host: getAccessToken failed: {short(answer['error'])}")
+            else:
+                status = final.result("checkSignInStatus", {"provider": PROFILE})
+                assert status["state"] == "signedIn", status
+            fleet.stop(final)
+    finally:
+        fleet.kill_all()
+
+    figures = server.snapshot()
+    files = vault_files(fleet.vault)
+    print(f"\ncrash safety: seed={seed} kills={kills} stream calls={stream_calls} refreshes={figures['refreshes']} "
+          f"reuse within grace={figures['reuse_within_grace']} revocations={figures['revocations']} "
+          f"rejected={figures['rejected_refreshes']} quarantined={len(files['quarantine'])} "
+          f"leftover temporary files={len(files['temporary'])}")
+    assert not failures, "\n".join(failures) + f"\n(seed {seed}; AUTHBRIDGE_VAULT_KILL_SEED={seed} reproduces the kill times)"
+    assert kills >= MIN_KILLS, f"only {kills} kills in {KILL_BUDGET} s"
+    assert figures["revocations"] == 0, f"{figures['revocations']} token families revoked (replays outside the grace period)"
+    assert figures["rejected_refreshes"] == 0
+    assert not files["quarantine"], f"torn records were quarantined: {files['quarantine']}"
+    assert not fleet.violations(), fleet.violations()
