@@ -679,6 +679,26 @@ def clock_host(start_host, plugin_dir) -> Host:
 # ── Helpers shared by the test files ─────────────────────────────────────────
 
 
+def start_on_data_home(tmp_path: Path, plugin_dir: Path, name: str, data_home: Path, *extra: str,
+                       env: dict | None = None) -> Host:
+    """An initialized host whose vault lives under `data_home` (shared by the hosts of one test,
+    like several runs of one user), with the default profiles and no vault secret from outside."""
+    argv, environment = host_command(tmp_path / name, [plugin_dir], profiles=DEFAULT_PROFILES, extra_args=extra)
+    environment["XDG_DATA_HOME"] = str(data_home)
+    environment.pop("AUTHBRIDGE_VAULT_KEY", None)
+    environment.pop("DBUS_SESSION_BUS_ADDRESS", None)
+    environment.update(env or {})
+    host = Host(argv, environment, tmp_path / name)
+    host.initialize()
+    return host
+
+
+def stop_cleanly(host: Host) -> None:
+    """Stops a host started outside the fixtures and fails on any frame violation."""
+    host.stop()
+    assert not host.violations, host.violations
+
+
 def sign_in_session(host: Host, provider: str, session_id: str) -> dict[str, Any]:
     """A session-flow sign-in that must succeed; returns its SignInStatus."""
     return host.result("requestOAuthTokens", {"provider": provider, "flow": "session", "sessionId": session_id})

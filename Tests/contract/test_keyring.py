@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEFAULT_PROFILES, Host, host_command, sign_in_session
+from conftest import Host, sign_in_session, start_on_data_home, stop_cleanly
 
 pytestmark = pytest.mark.skipif(shutil.which("gnome-keyring-daemon") is None or shutil.which("dbus-daemon") is None,
                                 reason="gnome-keyring or dbus is not installed (make deps installs them)")
@@ -69,18 +69,11 @@ def keyring(tmp_path):
 
 
 def start(tmp_path: Path, plugin_dir: Path, name: str, env: dict, *extra: str) -> Host:
-    argv, environment = host_command(tmp_path / name, [plugin_dir], profiles=DEFAULT_PROFILES, extra_args=extra)
-    environment.update({k: v for k, v in env.items() if k in ("DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR")})
-    environment["XDG_DATA_HOME"] = str(tmp_path / "data")
-    environment.pop("AUTHBRIDGE_VAULT_KEY", None)
-    host = Host(argv, environment, tmp_path / name)
-    host.initialize()
-    return host
+    bus = {k: v for k, v in env.items() if k in ("DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR")}
+    return start_on_data_home(tmp_path, plugin_dir, name, tmp_path / "data", *extra, env=bus)
 
 
-def stop(host: Host) -> None:
-    host.stop()
-    assert not host.violations, host.violations
+stop = stop_cleanly
 
 
 def test_secret_service_vault_keeps_sessions_in_the_keyring(tmp_path, plugin_dir, keyring):

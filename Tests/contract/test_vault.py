@@ -8,22 +8,14 @@ import os
 import stat
 from pathlib import Path
 
-from conftest import DEFAULT_PROFILES, Host, host_command, sign_in_session
+from conftest import Host, sign_in_session, start_on_data_home, stop_cleanly
 
 
 def start(tmp_path: Path, plugin_dir: Path, name: str, data_home: Path, *extra: str, env: dict | None = None) -> Host:
-    argv, environment = host_command(tmp_path / name, [plugin_dir], profiles=DEFAULT_PROFILES, extra_args=extra)
-    environment["XDG_DATA_HOME"] = str(data_home)
-    environment.pop("AUTHBRIDGE_VAULT_KEY", None)
-    environment.update(env or {})
-    host = Host(argv, environment, tmp_path / name)
-    host.initialize()
-    return host
+    return start_on_data_home(tmp_path, plugin_dir, name, data_home, *extra, env=env)
 
 
-def stop(host: Host) -> None:
-    host.stop()
-    assert not host.violations, host.violations
+stop = stop_cleanly
 
 
 def test_sessions_survive_a_restart_and_files_are_private(tmp_path, plugin_dir):
