@@ -63,8 +63,11 @@ stage-plugins:
 test: build
 	@$(MAKE) --no-print-directory test-swift test-contract test-node
 
+## Under a private session bus with an unlocked gnome-keyring, so the vault
+## behaviour suite also runs against the Secret Service.
 test-swift:
-	$(SWIFT) test --disable-xctest
+	dbus-run-session -- scripts/with-keyring.sh $(SWIFT) test --disable-xctest 2>&1 \
+	  | grep -v -e 'fd limit' -e 'dbus-daemon\[' -e SystemPrompter -e Gtk-WARNING; exit $${PIPESTATUS[0]}
 
 test-contract:
 	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
@@ -92,7 +95,7 @@ bench: release build
 	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson
 	$(PYTHON) bench/bench.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
 	  --host-args "serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning"
-	dbus-run-session -- bench/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
+	dbus-run-session -- scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
 	@echo "Cross-process refresh (4 hosts sharing one vault, 1 s access tokens):"
 	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge \

@@ -62,6 +62,22 @@ int ab_keyring_clear(const char *kind, const char *key, char **error)
     return gerror != NULL ? fail(gerror, error, NULL) : 0;
 }
 
+/* A JSON string literal: UTF-8 passes through, quotes, backslashes and
+ * control characters are escaped. */
+static void append_json_string(GString *json, const char *value)
+{
+    g_string_append_c(json, '"');
+    for (const unsigned char *p = (const unsigned char *)value; *p != 0; p++) {
+        if (*p == '"' || *p == '\\')
+            g_string_append_printf(json, "\\%c", *p);
+        else if (*p < 0x20)
+            g_string_append_printf(json, "\\u%04x", *p);
+        else
+            g_string_append_c(json, (gchar)*p);
+    }
+    g_string_append_c(json, '"');
+}
+
 int ab_keyring_list(const char *kind, char **keys, char **error)
 {
     GError *gerror = NULL;
@@ -76,9 +92,9 @@ int ab_keyring_list(const char *kind, char **keys, char **error)
         GHashTable *attrs = secret_retrievable_get_attributes(SECRET_RETRIEVABLE(item->data));
         const char *value = attrs != NULL ? g_hash_table_lookup(attrs, "key") : NULL;
         if (value != NULL) {
-            gchar *escaped = g_strescape(value, NULL);
-            g_string_append_printf(json, "%s\"%s\"", first ? "" : ",", escaped);
-            g_free(escaped);
+            if (!first)
+                g_string_append_c(json, ',');
+            append_json_string(json, value);
             first = 0;
         }
         if (attrs != NULL)

@@ -1,13 +1,13 @@
 #!/bin/sh
-# Runs a command with a private D-Bus session bus and an unlocked gnome-keyring
-# (secrets only), as the Secret Service tests do: with-keyring.sh CMD [ARGS...]
-# Used inside `dbus-run-session -- bench/with-keyring.sh ...`.
+# Runs a command with an unlocked gnome-keyring (secrets only) on the session
+# bus, for the Secret Service tests and bench: with-keyring.sh CMD [ARGS...]
+# Used inside `dbus-run-session -- scripts/with-keyring.sh ...`. The keyring's
+# files live in a temporary folder; the command's own XDG_DATA_HOME is kept.
 set -eu
 # A private keyring folder: an existing login keyring with another password would stay locked.
 keyrings=$(mktemp -d)
 trap 'rm -rf "$keyrings"' EXIT
-export XDG_DATA_HOME="$keyrings"
-eval "$(printf 'authbridge-bench' | gnome-keyring-daemon --unlock --components=secrets)" >/dev/null
+eval "$(printf 'authbridge-test' | XDG_DATA_HOME="$keyrings" gnome-keyring-daemon --unlock --components=secrets)" >/dev/null
 # The default collection appears shortly after start-up: wait for it (bounded).
 tries=0
 until printf x | secret-tool store --label=probe application authbridge-bench-probe >/dev/null 2>&1; do
@@ -16,4 +16,4 @@ until printf x | secret-tool store --label=probe application authbridge-bench-pr
     sleep 0.1
 done
 secret-tool clear application authbridge-bench-probe >/dev/null 2>&1 || true
-"$@"
+AUTHBRIDGE_TEST_KEYRING=1 "$@"
