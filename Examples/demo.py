@@ -109,6 +109,8 @@ class AuthServerState:
 
 
 class AuthServerHandler(BaseHTTPRequestHandler):
+    # Headers and body go out in separate writes; without TCP_NODELAY, delayed ACKs add ~40 ms.
+    disable_nagle_algorithm = True
     protocol_version = "HTTP/1.1"
     server_version = "DemoAuthServer/1.0"
     state: AuthServerState  # set on the subclass made by start_auth_server
@@ -496,6 +498,7 @@ def run_demo(args: argparse.Namespace, workdir: str) -> None:
             folder = os.path.join(workdir, name.lower())
             os.makedirs(folder, mode=0o700, exist_ok=True)
             env[name] = folder  # keep the user's own configuration and plugins out of the demo
+        env.pop("DBUS_SESSION_BUS_ADDRESS", None)  # the demo's vault key stays in its own folder, not your keyring
         argv = [args.host, "serve", "--no-default-plugins", "--plugins", args.plugins,
                 "--config", config_path, "--log-level", "warning"]
         say("$ " + " ".join(argv))

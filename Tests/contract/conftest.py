@@ -625,6 +625,9 @@ def host_command(workdir: Path, plugin_dirs: Iterable[Path] = (), profiles: dict
     env = dict(os.environ)
     env.update(XDG_CONFIG_HOME=str(workdir / "xdg-config"), XDG_DATA_HOME=str(workdir / "xdg-data"),
                HOME=str(workdir / "home"))
+    # Never the developer's own keyring: keyring tests bring a private one.
+    env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+    env.pop("AUTHBRIDGE_VAULT_KEY", None)
     return argv, env
 
 

@@ -277,6 +277,7 @@ before(() => {
   fs.mkdirSync(xdgConfig, { mode: 0o700 });
   fs.mkdirSync(xdgData, { mode: 0o700 });
   env = { ...process.env, XDG_CONFIG_HOME: xdgConfig, XDG_DATA_HOME: xdgData };
+  delete env.DBUS_SESSION_BUS_ADDRESS; // never the developer's own keyring
 });
 
 after(() => {
