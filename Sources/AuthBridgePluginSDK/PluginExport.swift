@@ -42,6 +42,17 @@ public enum PluginExport {
             authorize_request: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(PluginFailure) in try plugin.authorizeRequest(input, call) } },
             classify_response: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(PluginFailure) in try plugin.classifyResponse(input, call) } }
         ))
+        if let hooks = type.implementedHooks {
+            // Hooks the type does not implement stay NULL: the host uses its standard step directly.
+            if !hooks.contains(.configure) { vtable.pointee.configure = nil }
+            if !hooks.contains(.beginSignIn) { vtable.pointee.begin_sign_in = nil }
+            if !hooks.contains(.completeSignIn) { vtable.pointee.complete_sign_in = nil }
+            if !hooks.contains(.refresh) { vtable.pointee.refresh = nil }
+            if !hooks.contains(.revoke) { vtable.pointee.revoke = nil }
+            if !hooks.contains(.checkSession) { vtable.pointee.check_session = nil }
+            if !hooks.contains(.authorizeRequest) { vtable.pointee.authorize_request = nil }
+            if !hooks.contains(.classifyResponse) { vtable.pointee.classify_response = nil }
+        }
         let created = UnsafeMutablePointer<ab_plugin_info>.allocate(capacity: 1)
         created.initialize(to: ab_plugin_info(
             magic: AB_PLUGIN_MAGIC, abi_major: UInt16(AB_ABI_MAJOR), abi_minor: UInt16(AB_ABI_MINOR),

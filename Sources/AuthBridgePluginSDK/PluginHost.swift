@@ -88,6 +88,6 @@ public struct PluginCall: @unchecked Sendable {
 }
 
 /// The hooks, numbered as in the C header.
-public enum Hook: Int32, Sendable {
+public enum Hook: Int32, Sendable, Hashable {
     case describe = 1, configure, beginSignIn, completeSignIn, refresh, revoke, checkSession, authorizeRequest, classifyResponse
 }

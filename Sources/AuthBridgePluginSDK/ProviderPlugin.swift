@@ -21,6 +21,12 @@ public protocol ProviderPlugin: Sendable {
     static var id: String { get }
     static var version: String { get }
 
+    /// The hooks this type implements, when it wants the host to skip the
+    /// others entirely (their table entries are left NULL: no call, no
+    /// thread hand-off). `nil` (the default) exports every hook, and a hook
+    /// that returns `nil` still means "standard".
+    static var implementedHooks: Set<Hook>? { get }
+
     /// Called once after the host has checked the ABI. Throw to refuse loading.
     init(host: PluginHost) throws
 
@@ -41,6 +47,7 @@ public protocol ProviderPlugin: Sendable {
 }
 
 extension ProviderPlugin {
+    public static var implementedHooks: Set<Hook>? { nil }
     public func shutdown() {}
     public func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? { nil }
     public func beginSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? { nil }

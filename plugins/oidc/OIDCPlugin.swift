@@ -6,6 +6,8 @@ import AuthBridgePluginSDK
 struct OIDCPlugin: ProviderPlugin {
     static let id = "oidc"
     static let version = "0.1.0"
+    /// Everything else is the host's standard OAuth 2.0 step.
+    static let implementedHooks: Set<Hook>? = [.configure]
 
     init(host: PluginHost) throws {}
 
