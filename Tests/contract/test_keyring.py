@@ -20,12 +20,28 @@ pytestmark = pytest.mark.skipif(shutil.which("gnome-keyring-daemon") is None or 
                                 reason="gnome-keyring or dbus is not installed (make deps installs them)")
 
 
+def stop_keyrings_of(root: Path) -> None:
+    """Stops every gnome-keyring-daemon started (or D-Bus-activated) for `root`: the daemon
+    outlives its bus otherwise."""
+    marker = f"AUTHBRIDGE_KEYRING_HOME={root}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"gnome-keyring" in (entry / "cmdline").read_bytes() and marker in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), 9)
+        except (OSError, ProcessLookupError):
+            continue
+
+
 class KeyringSession:
     """dbus-daemon + gnome-keyring-daemon (unlocked, secrets only) for one test."""
 
     def __init__(self, root: Path):
         root.mkdir(parents=True, exist_ok=True)
-        self.env = dict(os.environ, HOME=str(root), XDG_RUNTIME_DIR=str(root), XDG_DATA_HOME=str(root / "kr-data"))
+        self.root = root
+        self.env = dict(os.environ, HOME=str(root), XDG_RUNTIME_DIR=str(root), XDG_DATA_HOME=str(root / "kr-data"),
+                        AUTHBRIDGE_KEYRING_HOME=str(root))
         self.bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"],
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=self.env)
         address = self.bus.stdout.readline().decode().strip()
@@ -59,6 +75,7 @@ class KeyringSession:
         for process in (self.keyring, self.bus):
             process.kill()
             process.wait(timeout=10)
+        stop_keyrings_of(self.root)
 
 
 @pytest.fixture
@@ -138,3 +155,27 @@ def test_without_a_keyring_the_errors_are_clear(tmp_path, plugin_dir):
     assert error["code"] == -32011 and error["data"]["reason"] == "noKey"
     stop(host)
     assert not (tmp_path / "data" / "authbridge" / "keys").exists()
+
+
+def test_a_locked_keyring_gives_a_clear_error(tmp_path, plugin_dir):
+    # The daemon runs but was never unlocked: its login collection does not exist (a desktop
+    # would prompt for the password; headless, libsecret fails at once).
+    root = tmp_path / "locked"
+    root.mkdir()
+    env = dict(os.environ, HOME=str(root), XDG_DATA_HOME=str(root), XDG_RUNTIME_DIR=str(root),
+               AUTHBRIDGE_KEYRING_HOME=str(root))
+    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    try:
+        env["DBUS_SESSION_BUS_ADDRESS"] = bus.stdout.readline().decode().strip()
+        subprocess.run(["gnome-keyring-daemon", "--start", "--components=secrets"], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=True)
+        host = start(tmp_path, plugin_dir, "locked-host", env, "--vault", "secret-service")
+        error = host.error("requestOAuthTokens", {"provider": "c", "flow": "session", "sessionId": "x"})
+        assert error["code"] == -32011 and error["data"]["reason"] == "keyringUnavailable"
+        assert "keyring" in error["message"]
+        stop(host)
+    finally:
+        bus.kill()
+        bus.wait(timeout=10)
+        stop_keyrings_of(root)
