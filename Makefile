@@ -97,7 +97,7 @@ bench: release build
 	  --host-args "serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning"
 	dbus-run-session -- scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
-	@echo "Cross-process refresh (4 hosts sharing one vault, 1 s access tokens):"
+	@echo "Cross-process refresh (4 hosts sharing one vault, 1 s access tokens; the fake, then django-oauth-toolkit):"
 	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge \
 	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k shared 2>&1 | grep -E "processes|passed|failed"
 

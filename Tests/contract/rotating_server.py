@@ -40,6 +40,8 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+import http.client
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -125,6 +127,24 @@ class RotatingAuthServer:
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
+
+    @property
+    def authorize_prefix(self) -> str:
+        return f"{self.base}/authorize?"
+
+    def browse(self, url: str) -> str:
+        """The browser's part: GET the authorization URL and return the redirect (not followed)."""
+        parts = urllib.parse.urlsplit(url)
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        try:
+            connection.request("GET", parts.path + "?" + parts.query)
+            response = connection.getresponse()
+            response.read()
+            location = response.getheader("Location")
+        finally:
+            connection.close()
+        assert response.status == 302 and location, f"/authorize answered {response.status}"
+        return location
 
     def settings(self, **extra: Any) -> dict[str, Any]:
         """The `oidc` plugin settings of a profile using this server."""

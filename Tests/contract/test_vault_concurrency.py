@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from conftest import BUILD_DIR, TIMEOUT, Host, host_command, short
+from dot_auth import DotAuthServer
 from rotating_server import RotatingAuthServer
 
 PROFILE = "r"
@@ -69,14 +70,18 @@ def oidc_plugin_dir(tmp_path) -> Path:
     return folder
 
 
-@pytest.fixture
-def rotating_server():
-    """Factory: rotating_server(access_lifetime=…, grace_period=…) → a started RotatingAuthServer,
-    stopped at teardown."""
-    servers: list[RotatingAuthServer] = []
+@pytest.fixture(params=["rotating-fake", "django-oauth-toolkit"])
+def rotating_server(request, tmp_path):
+    """Factory: rotating_server(access_lifetime=…, grace_period=…) → a started server, stopped at
+    teardown: the small fake (fast, exact counters) and the real django-oauth-toolkit with
+    ROTATE_REFRESH_TOKEN, REFRESH_TOKEN_REUSE_PROTECTION and the same lifetimes."""
+    servers: list[Any] = []
 
-    def start(**options: Any) -> RotatingAuthServer:
-        server = RotatingAuthServer(**options).start()
+    def start(**options: Any):
+        if request.param == "django-oauth-toolkit":
+            server = DotAuthServer(tmp_path / f"dot{len(servers)}", **options).start()
+        else:
+            server = RotatingAuthServer(**options).start()
         servers.append(server)
         return server
 
@@ -144,19 +149,10 @@ def sign_in_external(host: Host, server: RotatingAuthServer) -> dict[str, Any]:
     progress = host.wait_for_notification(
         "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
     url = progress["url"]
-    assert url.startswith(f"{server.base}/authorize?"), "unexpected sign-in URL"
+    assert url.startswith(server.authorize_prefix), "unexpected sign-in URL"
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
     assert query.get("code_challenge") and query.get("code_challenge_method") == "S256", "no PKCE S256"
-    parts = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT)
-    try:
-        connection.request("GET", parts.path + "?" + parts.query)  # http.client follows no redirect
-        response = connection.getresponse()
-        response.read()
-        location = response.getheader("Location")
-    finally:
-        connection.close()
-    assert response.status == 302 and location, f"/authorize answered {response.status}"
+    location = server.browse(url)
     callback_prefix = progress.get("callbackPrefix") or server.redirect_uri
     assert location.startswith(callback_prefix)
     assert host.result("completeSignIn", {"provider": PROFILE, "callbackUrl": location}) == {"accepted": True}
