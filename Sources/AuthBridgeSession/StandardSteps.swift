@@ -14,7 +14,7 @@ public enum StandardSteps {
         case .describe:
             return .failure(ProviderFailure(.internal, reason: "unsupported", message: "describe has no standard implementation."))
         case .configure:
-            return .success(input["settings"] ?? [:])
+            return configure(input["settings"] ?? [:], call: call, http: http)
         case .beginSignIn:
             return beginSignIn(input, config: config)
         case .completeSignIn:
@@ -30,6 +30,53 @@ public enum StandardSteps {
         case .classifyResponse:
             return .success(classifyResponse(input))
         }
+    }
+
+    // MARK: - Configuration
+
+    /// The settings as configuration; with an `issuer` and no endpoints, the
+    /// endpoints come from the issuer's discovery document (OpenID Connect
+    /// Discovery, falling back to RFC 8414), whose `issuer` must match exactly.
+    /// Explicit settings win over discovered values.
+    static func configure(_ settings: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+        guard case .object(var config) = settings else { return .success(settings) }
+        guard let issuer = config["issuer"]?.stringValue, config["authorizationEndpoint"] == nil || config["tokenEndpoint"] == nil else {
+            return .success(settings)
+        }
+        guard let issuerURL = ParsedURL(issuer), issuerURL.isSecureTransport else { return .failure(insecure("issuer")) }
+        let trimmed = issuer.hasSuffix("/") ? String(issuer.dropLast()) : issuer
+        let candidates = [trimmed + "/.well-known/openid-configuration",
+                          issuerURL.origin + "/.well-known/oauth-authorization-server" + (issuerURL.path == "/" ? "" : issuerURL.path)]
+        var lastFailure = ProviderFailure(.transient, reason: "discovery", message: "The issuer's discovery document could not be read.")
+        var found = false
+        // OpenID Connect Discovery first; RFC 8414 metadata fills what it lacks (e.g. revocation).
+        for url in candidates {
+            let answer: JSON
+            switch http.perform(["method": "GET", "url": .string(url), "timeoutMs": 15_000], call: call) {
+            case .failure(let failure): lastFailure = failure; continue
+            case .success(let value): answer = value
+            }
+            guard answer["status"]?.intValue == 200, let document = try? JSON.parse(answer["body"]?.stringValue ?? ""),
+                  case .object = document else { continue }
+            guard document["issuer"]?.stringValue == issuer else {
+                return .failure(ProviderFailure(.configuration, reason: "issuerMismatch",
+                                                message: "The discovery document at \(url) names another issuer than \"\(issuer)\"; refusing it."))
+            }
+            found = true
+            let mapping = [("authorizationEndpoint", "authorization_endpoint"), ("tokenEndpoint", "token_endpoint"),
+                           ("revocationEndpoint", "revocation_endpoint"), ("userinfoEndpoint", "userinfo_endpoint"),
+                           ("deviceAuthorizationEndpoint", "device_authorization_endpoint"), ("jwksUri", "jwks_uri")]
+            for (key, member) in mapping where config[key] == nil {
+                guard let value = document[member]?.stringValue else { continue }
+                guard let endpoint = ParsedURL(value), endpoint.isSecureTransport else { return .failure(insecure(member)) }
+                config[key] = .string(value)
+            }
+            if config["issuerInCallback"] == nil, document["authorization_response_iss_parameter_supported"]?.boolValue == true {
+                config["issuerInCallback"] = true
+            }
+            if config["revocationEndpoint"] != nil { break }
+        }
+        return found ? .success(.object(config)) : .failure(lastFailure)
     }
 
     // MARK: - Sign-in

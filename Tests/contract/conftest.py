@@ -37,6 +37,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -710,3 +711,45 @@ def sign_in_session(host: Host, provider: str, session_id: str) -> dict[str, Any
 def advance_clock(host: Host, milliseconds: int) -> None:
     response = host.request("$/test/advanceClock", {"milliseconds": milliseconds})
     assert "result" in response, response
+
+
+# ── The bundled oidc plugin and an authorization server (fake or django-oauth-toolkit) ───────
+
+OIDC_FILES = ("oidc.json", "libauthbridge-oidc.so")
+
+
+@pytest.fixture
+def oidc_plugin_dir(tmp_path) -> Path:
+    """A plugin folder (0755) holding copies (0644) of the bundled oidc plugin as `make build` stages it."""
+    source = BUILD_DIR / "plugins"
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    for name in OIDC_FILES:
+        if not (source / name).exists():
+            pytest.fail(f"{source / name} is missing: run `make build` first")
+        shutil.copyfile(source / name, folder / name)
+        os.chmod(folder / name, 0o644)
+    return folder
+
+
+
+def sign_in_external(host: Host, server: Any, profile: str) -> dict[str, Any]:
+    """The external flow as Examples/demo.py plays it: the test is the browser."""
+    request_id = host.send_request("requestOAuthTokens", {"provider": profile, "flow": "external"})
+    progress = host.wait_for_notification(
+        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
+    url = progress["url"]
+    assert url.startswith(server.authorize_prefix), "unexpected sign-in URL"
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+    assert query.get("code_challenge") and query.get("code_challenge_method") == "S256", "no PKCE S256"
+    location = server.browse(url)
+    callback_prefix = progress.get("callbackPrefix") or server.redirect_uri
+    assert location.startswith(callback_prefix)
+    assert host.result("completeSignIn", {"provider": profile, "callbackUrl": location}) == {"accepted": True}
+    answer = host.wait_response(request_id)
+    assert "result" in answer, f"sign-in failed: {short(answer.get('error'))}"
+    assert answer["result"]["state"] == "signedIn"
+    return answer["result"]
+
+

@@ -28,12 +28,11 @@ from typing import Any
 
 import pytest
 
-from conftest import BUILD_DIR, TIMEOUT, Host, host_command, short
+from conftest import BUILD_DIR, TIMEOUT, Host, host_command, short, sign_in_external
 from dot_auth import DotAuthServer
 from rotating_server import RotatingAuthServer
 
 PROFILE = "r"
-OIDC_FILES = ("oidc.json", "libauthbridge-oidc.so")
 
 #: Shared vault: processes, access-token lifetime (s), how long and how many calls per process.
 PROCESSES = 4
@@ -53,21 +52,6 @@ FORCE_REFRESH_MS = 3_600_000
 
 
 # ── Fixtures and helpers ─────────────────────────────────────────────────────
-
-
-@pytest.fixture
-def oidc_plugin_dir(tmp_path) -> Path:
-    """A plugin folder (0755) holding copies (0644) of the bundled oidc plugin as `make build` stages it."""
-    source = BUILD_DIR / "plugins"
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for name in OIDC_FILES:
-        if not (source / name).exists():
-            pytest.fail(f"{source / name} is missing: run `make build` first")
-        shutil.copyfile(source / name, folder / name)
-        os.chmod(folder / name, 0o644)
-    return folder
 
 
 @pytest.fixture(params=["rotating-fake", "django-oauth-toolkit"])
@@ -143,25 +127,6 @@ class Fleet:
         return [f"{host.workdir.name}: {v.splitlines()[0]}" for host in self.hosts for v in host.violations]
 
 
-def sign_in_external(host: Host, server: RotatingAuthServer) -> dict[str, Any]:
-    """The external flow as Examples/demo.py plays it: the test is the browser."""
-    request_id = host.send_request("requestOAuthTokens", {"provider": PROFILE, "flow": "external"})
-    progress = host.wait_for_notification(
-        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
-    url = progress["url"]
-    assert url.startswith(server.authorize_prefix), "unexpected sign-in URL"
-    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
-    assert query.get("code_challenge") and query.get("code_challenge_method") == "S256", "no PKCE S256"
-    location = server.browse(url)
-    callback_prefix = progress.get("callbackPrefix") or server.redirect_uri
-    assert location.startswith(callback_prefix)
-    assert host.result("completeSignIn", {"provider": PROFILE, "callbackUrl": location}) == {"accepted": True}
-    answer = host.wait_response(request_id)
-    assert "result" in answer, f"sign-in failed: {short(answer.get('error'))}"
-    assert answer["result"]["state"] == "signedIn"
-    return answer["result"]
-
-
 def vault_files(vault: Path) -> dict[str, list[str]]:
     quarantine = vault / "quarantine"
     return {
@@ -187,7 +152,7 @@ def test_shared_vault_processes_refresh_once_per_expiry(tmp_path, oidc_plugin_di
     fleet = Fleet(tmp_path, oidc_plugin_dir, server)
     try:
         first = fleet.start("signin")
-        sign_in_external(first, server)
+        sign_in_external(first, server, PROFILE)
         fleet.stop(first)
 
         hosts = [fleet.spawn(f"p{i}") for i in range(PROCESSES)]   # start together, then initialize
@@ -322,7 +287,7 @@ def test_sigkill_during_refreshes_keeps_the_session(tmp_path, oidc_plugin_dir, r
     failures: list[str] = []
     try:
         first = fleet.start("signin")
-        sign_in_external(first, server)
+        sign_in_external(first, server, PROFILE)
         fleet.stop(first)
 
         budget_end = time.monotonic() + KILL_BUDGET

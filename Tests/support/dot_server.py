@@ -119,7 +119,11 @@ def issued(request):
         return JsonResponse({"issued": request.GET.get("token", "") in ISSUED})
 
 
+from oauth2_provider.urls import metadata_urlpatterns  # noqa: E402
+
 urlpatterns = [
+    # RFC 8414 metadata at the origin (/.well-known/oauth-authorization-server/o), as DOT documents.
+    path("", include(metadata_urlpatterns)),
     path("o/token/", csrf_exempt(CountingTokenView.as_view())),
     path("o/", include("oauth2_provider.urls", namespace="oauth2_provider")),
     path("accounts/login/", LoginView.as_view(template_name="login.html")),

@@ -39,10 +39,13 @@ struct OIDCPlugin: ProviderPlugin {
 
     func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
         let settings = input["settings"] ?? [:]
-        for key in ["authorizationEndpoint", "tokenEndpoint"] where settings[key]?.stringValue == nil {
-            throw .configuration("missingSetting", "The profile needs \"\(key)\" (discovery from \"issuer\" comes with the session engine).")
+        if settings["issuer"]?.stringValue == nil {
+            for key in ["authorizationEndpoint", "tokenEndpoint"] where settings[key]?.stringValue == nil {
+                throw .configuration("missingSetting", "The profile needs \"issuer\" (for discovery) or \"\(key)\".")
+            }
         }
-        return settings
+        // The host's standard configure reads the issuer's discovery document.
+        return try call.standard(.configure, input)
     }
 }
 
