@@ -245,7 +245,12 @@ public actor SessionEngine {
             let input: JSON = ["profile": context.profileJSON, "flow": "session", "sessionId": .string(sessionID)]
             tokens = try await complete(input, context: context, provider: provider, requestID: requestID)
         case "external":
-            tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID)
+            tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID, listener: nil)
+        case "browser":
+            // RFC 8252: the redirect comes back to a one-shot listener on 127.0.0.1.
+            let listener = try LoopbackListener()
+            defer { listener.close() }
+            tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID, listener: listener)
         default:
             throw SessionError(.unsupported, "The \"\(flow)\" flow is not available in this build of AuthBridge yet.", provider: provider, reason: "unsupportedFlow", field: "flow")
         }
@@ -260,12 +265,15 @@ public actor SessionEngine {
     }
 
     /// The external flow: the frontend opens the URL (its own web view or
-    /// browser), catches the redirect, and hands the URL back with `completeSignIn`.
-    private func externalSignIn(_ provider: String, context: Context, params: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
+    /// browser), catches the redirect, and hands the URL back with
+    /// `completeSignIn`. With a `listener` (the browser flow) the redirect
+    /// comes back to the host itself on 127.0.0.1; `completeSignIn` still works.
+    private func externalSignIn(_ provider: String, context: Context, params: JSON, requestID: JSON?,
+                                listener: LoopbackListener?) async throws(SessionError) -> JSON {
         let pkce = PKCE()
         let state = PKCE.randomToken()
         let nonce = PKCE.randomToken()
-        let redirectURI = params["redirectUri"]?.stringValue ?? context.config["redirectUri"]?.stringValue
+        let redirectURI = listener?.redirectURI ?? params["redirectUri"]?.stringValue ?? context.config["redirectUri"]?.stringValue
         let begin: JSON = .compactObject([
             "profile": context.profileJSON, "flow": "external", "state": .string(state),
             "redirectUri": redirectURI.map(JSON.string), "codeChallenge": .string(pkce.challenge),
@@ -287,6 +295,11 @@ public actor SessionEngine {
         var openURL: [String: JSON] = ["stage": "openUrl", "url": .string(url)]
         if let callbackPrefix { openURL["callbackPrefix"] = .string(callbackPrefix) }
         progress(provider, requestID: requestID, openURL)
+        if let listener {
+            // Whatever reaches the listener with the right state completes the sign-in.
+            Task { if let url = await listener.awaitCallback(state: state) { pending.deliver(url) } }
+            progress(provider, requestID: requestID, ["stage": "waiting", "message": .string("Waiting for the browser to come back to \(listener.redirectURI).")])
+        }
 
         let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 300_000, 3_600_000))
         let callbackURL: String

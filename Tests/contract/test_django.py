@@ -3,6 +3,7 @@ PKCE through DOT's login page, tokens, an authorized request and revocation."""
 
 from __future__ import annotations
 
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -58,6 +59,66 @@ def test_a_discovery_document_naming_another_issuer_is_refused(tmp_path, oidc_pl
     try:
         error = host.error("checkSignInStatus", {"provider": "dot"})
         assert error["code"] == -32013 and error["data"]["reason"] == "issuerMismatch"
+    finally:
+        host.stop()
+    assert not host.violations, host.violations
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_browser_flow_with_a_loopback_listener(tmp_path, oidc_plugin_dir, dot):
+    # RFC 8252: the host listens on 127.0.0.1 (an IP literal, ephemeral port) for the redirect.
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "scopes": ["openid", "read"]}
+    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}})
+    try:
+        pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser"})
+        opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+        host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "waiting")
+        query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))
+        assert query["redirect_uri"].startswith("http://127.0.0.1:") and query["redirect_uri"].endswith("/callback")
+        assert query["code_challenge_method"] == "S256" and query["state"]
+        callback = dot.browse(opened["url"])               # the user signs in at DOT
+        listener = urllib.parse.urlsplit(callback)
+        origin = f"http://127.0.0.1:{listener.port}"
+        # Other requests are answered and ignored: a favicon, and a callback with another state.
+        assert get(origin + "/favicon.ico")[0] == 404
+        forged = callback.replace(f"state={urllib.parse.quote(query['state'])}", "state=forged")
+        assert forged != callback and get(forged)[0] == 400
+        status, page = get(callback)                        # the browser follows the redirect
+        assert status == 200 and "close this window" in page
+        answer = host.wait_response(pending)
+        assert answer["result"]["state"] == "signedIn", answer
+        # One-shot: the listener is gone.
+        with pytest.raises(OSError):
+            urllib.request.urlopen(origin + "/callback", timeout=5)
+        assert host.result("getAccessToken", {"provider": "dot"})["accessToken"]
+    finally:
+        host.stop()
+    assert not host.violations, host.violations
+
+
+def test_browser_flow_times_out_and_can_be_cancelled(tmp_path, oidc_plugin_dir, dot):
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test"}
+    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}})
+    try:
+        pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser", "timeoutMs": 1000})
+        opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+        answer = host.wait_response(pending)
+        assert answer["error"]["code"] == -32006
+        redirect = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))["redirect_uri"]
+        with pytest.raises(OSError):
+            urllib.request.urlopen(redirect, timeout=5)    # the listener closed with the timeout
+
+        pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser"})
+        host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "waiting")
+        host.notify("$/cancelRequest", {"id": pending})
+        assert host.wait_response(pending)["error"]["code"] == -32800
     finally:
         host.stop()
     assert not host.violations, host.violations

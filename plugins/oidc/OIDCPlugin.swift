@@ -17,7 +17,7 @@ struct OIDCPlugin: ProviderPlugin {
             "id": .string(Self.id), "version": .string(Self.version),
             "displayName": "OpenID Connect / OAuth 2.0",
             "description": "Any standards-compliant OAuth 2.0 or OpenID Connect authorization server",
-            "flows": ["external"],
+            "flows": ["browser", "external"],
             "capabilities": ["revoke", "fetch"],
             "settings": [
                 "type": "object",

@@ -1,0 +1,156 @@
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// The one-shot redirect listener of the `browser` flow (RFC 8252 §7.3): a
+/// plain HTTP listener on the loopback IP literal `127.0.0.1`, an ephemeral
+/// port, one expected path. The first request on that path whose `state`
+/// matches (compared in constant time) is handed over and the listener
+/// closes; anything else (a favicon, a stale tab, a wrong state) gets a small
+/// answer and is ignored.
+///
+/// Threading: `accept` runs on a thread of its own; `close` may be called
+/// from anywhere (cancellation, timeout) and wakes it through a pipe.
+final class LoopbackListener: Sendable {
+    let port: UInt16
+    let path: String
+    private let socket: Int32
+    private let stopPipe: (read: Int32, write: Int32)
+    private let closed = Atomic<Bool>(false)
+
+    /// Binds 127.0.0.1 on an ephemeral port.
+    init(path: String = "/callback") throws(SessionError) {
+        let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SessionError(.providerUnavailable, "Cannot open the loopback listener.", reason: "listener") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 8) == 0 else {
+            Glibc.close(fd)
+            throw SessionError(.providerUnavailable, "Cannot listen on 127.0.0.1 for the sign-in redirect.", reason: "listener")
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else {
+            Glibc.close(fd)
+            throw SessionError(.providerUnavailable, "Cannot open the loopback listener.", reason: "listener")
+        }
+        socket = fd
+        stopPipe = (fds[0], fds[1])
+        port = UInt16(bigEndian: address.sin_port)
+        self.path = path
+    }
+
+    deinit {
+        Glibc.close(socket)
+        Glibc.close(stopPipe.read)
+        Glibc.close(stopPipe.write)
+    }
+
+    /// The redirect URI to register for this attempt (on the IP literal).
+    var redirectURI: String { "http://127.0.0.1:\(port)\(path)" }
+
+    /// Serves until a request on `path` carries `state`; returns its full URL,
+    /// or nil once `close` was called.
+    func awaitCallback(state: String) async -> String? {
+        await withCheckedContinuation { continuation in
+            spawnThread { [self] in continuation.resume(returning: serve(state: state)) }
+        }
+    }
+
+    /// Stops the listener (idempotent); a pending `awaitCallback` returns nil.
+    func close() {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        var byte: UInt8 = 1
+        _ = write(stopPipe.write, &byte, 1)
+    }
+
+    private func serve(state: String) -> String? {
+        while !closed.load(ordering: .acquiring) {
+            var fds = [pollfd(fd: socket, events: Int16(POLLIN), revents: 0),
+                       pollfd(fd: stopPipe.read, events: Int16(POLLIN), revents: 0)]
+            guard poll(&fds, 2, -1) >= 0 || errno == EINTR else { return nil }
+            if fds[1].revents != 0 { return nil }
+            guard fds[0].revents != 0 else { continue }
+            let client = accept(socket, nil, nil)
+            guard client >= 0 else { continue }
+            defer { Glibc.close(client) }
+            guard let target = readRequestTarget(client) else { continue }
+            let (requestPath, query) = split(target)
+            guard requestPath == path else {
+                respond(client, status: "404 Not Found", body: "Not found.")
+                continue
+            }
+            let received = FormEncoding.decode(query).first(where: { $0.name == "state" })?.value ?? ""
+            guard constantTimeEquals(received, state) else {
+                respond(client, status: "400 Bad Request", body: "This sign-in link is stale or belongs to another attempt. Return to the application and try again.")
+                continue
+            }
+            respond(client, status: "200 OK", body: "Signed in. You can close this window and return to the application.")
+            close()
+            return "http://127.0.0.1:\(port)\(target)"
+        }
+        return nil
+    }
+
+    /// Reads the request head (bounded in size and time) and returns the request target.
+    private func readRequestTarget(_ client: Int32) -> String? {
+        var head: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while head.count < 16 << 10 {
+            var fds = [pollfd(fd: client, events: Int16(POLLIN), revents: 0)]
+            guard poll(&fds, 1, 5_000) > 0 else { return nil }  // a slow or idle client is dropped
+            let count = chunk.withUnsafeMutableBytes { read(client, $0.baseAddress, $0.count) }
+            guard count > 0 else { return nil }
+            head.append(contentsOf: chunk[0..<count])
+            if let end = head.firstIndex(of: 0x0A) {
+                let line = String(decoding: head[..<end], as: UTF8.self)
+                let parts = line.split(separator: " ")
+                guard parts.count >= 2, parts[0] == "GET" else { return nil }
+                // Drain the rest of the head so the browser sees a clean answer.
+                return String(parts[1])
+            }
+        }
+        return nil
+    }
+
+    private func split(_ target: String) -> (String, String) {
+        guard let question = target.firstIndex(of: "?") else { return (target, "") }
+        return (String(target[..<question]), String(target[target.index(after: question)...]))
+    }
+
+    private func respond(_ client: Int32, status: String, body: String) {
+        let html = "<!doctype html><meta charset=utf-8><title>AuthBridge</title><p>\(body)</p>"
+        let text = "HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(html.utf8.count)\r\n"
+            + "Cache-Control: no-store\r\nConnection: close\r\n\r\n" + html
+        _ = Array(text.utf8).withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    }
+}
+
+/// Runs `body` on a new detached thread (blocking socket work stays off the pool).
+func spawnThread(_ body: @escaping @Sendable () -> Void) {
+    final class Box { let body: @Sendable () -> Void; init(_ body: @escaping @Sendable () -> Void) { self.body = body } }
+    var attributes = pthread_attr_t()
+    pthread_attr_init(&attributes)
+    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+    var thread = pthread_t()
+    let context = Unmanaged.passRetained(Box(body)).toOpaque()
+    if pthread_create(&thread, &attributes, { raw in
+        Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().body()
+        return nil
+    }, context) != 0 {
+        Unmanaged<Box>.fromOpaque(context).takeRetainedValue().body()
+    }
+    pthread_attr_destroy(&attributes)
+}
