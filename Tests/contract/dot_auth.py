@@ -29,8 +29,9 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 class DotAuthServer:
-    def __init__(self, state: Path, access_lifetime: int = 3600, grace_period: int = 0) -> None:
+    def __init__(self, state: Path, access_lifetime: int = 3600, grace_period: int = 0, port: int = 0) -> None:
         self.state = state
+        self.port = port
         self.access_lifetime = access_lifetime
         self.grace_period = grace_period
         self.process: subprocess.Popen | None = None
@@ -42,13 +43,14 @@ class DotAuthServer:
         self.state.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
             [sys.executable, str(SERVER), "--state", str(self.state), "--access-lifetime", str(int(self.access_lifetime)),
-             "--grace", str(max(1, round(self.grace_period)) if self.grace_period else 0)],
+             "--grace", str(max(1, round(self.grace_period)) if self.grace_period else 0), "--port", str(self.port)],
             stdout=subprocess.PIPE, stderr=open(self.state / "server.log", "wb"))
         line = self.process.stdout.readline().decode()  # bounded: the process exits on any set-up error
         if not line.startswith("READY "):
             self.stop()
             raise RuntimeError(f"django-oauth-toolkit did not start: {(self.state / 'server.log').read_text()[-2000:]}")
-        self.base = f"http://127.0.0.1:{int(line.split()[1])}"
+        self.port = int(line.split()[1])  # a restart comes back on the same port
+        self.base = f"http://127.0.0.1:{self.port}"
         return self
 
     def stop(self) -> None:

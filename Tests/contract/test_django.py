@@ -122,3 +122,47 @@ def test_browser_flow_times_out_and_can_be_cancelled(tmp_path, oidc_plugin_dir, 
     finally:
         host.stop()
     assert not host.violations, host.violations
+
+
+def test_two_hundred_concurrent_callers_cause_one_refresh(tmp_path, oidc_plugin_dir, dot):
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri}
+    argv, env = host_command(tmp_path / "host", [oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}},
+                             test_clock=True)
+    host = Host(argv, env, tmp_path / "host")
+    host.initialize()
+    try:
+        sign_in_external(host, dot, "dot")
+        before = dot.snapshot()["refreshes"]
+        host.result("$/test/advanceClock", {"milliseconds": 2 * 3600 * 1000})   # the access token has expired
+        ids = [host.send_request("getAccessToken", {"provider": "dot"}) for _ in range(200)]
+        tokens = {host.wait_response(request_id)["result"]["accessToken"] for request_id in ids}
+        assert len(tokens) == 1, "every caller gets the one refreshed token"
+        assert dot.snapshot()["refreshes"] - before == 1, "exactly one refresh reached the server"
+        assert dot.is_issued(tokens.pop())
+    finally:
+        host.stop()
+    assert not host.violations, host.violations
+
+
+def test_a_stopped_server_means_offline_not_signed_out(tmp_path, oidc_plugin_dir):
+    server = DotAuthServer(tmp_path / "dot-restart", access_lifetime=3600).start()
+    settings = {"issuer": f"{server.base}/o", "clientId": "authbridge-test", "redirectUri": server.redirect_uri}
+    argv, env = host_command(tmp_path / "host", [oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}},
+                             test_clock=True)
+    host = Host(argv, env, tmp_path / "host")
+    host.initialize()
+    try:
+        sign_in_external(host, server, "dot")
+        server.stop()                                                          # the server goes away
+        host.result("$/test/advanceClock", {"milliseconds": 2 * 3600 * 1000})  # and the token expires
+        status = host.result("checkSignInStatus", {"provider": "dot"})
+        assert status["state"] == "offline" and status["message"], status      # not signed out
+        error = host.error("getAccessToken", {"provider": "dot"})
+        assert error["code"] == -32007 and error["data"]["retryable"] is True
+        server.start()                                                         # back, same port and database
+        assert host.result("checkSignInStatus", {"provider": "dot"})["state"] == "signedIn"
+        assert server.is_issued(host.result("getAccessToken", {"provider": "dot"})["accessToken"])
+    finally:
+        host.stop()
+        server.stop()
+    assert not host.violations, host.violations

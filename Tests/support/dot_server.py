@@ -27,6 +27,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--state", required=True)
 parser.add_argument("--access-lifetime", type=int, default=3600)
 parser.add_argument("--grace", type=int, default=0)
+parser.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
 args = parser.parse_args()
 
 from django.conf import settings  # noqa: E402
@@ -132,12 +133,14 @@ urlpatterns = [
 ]
 
 call_command("migrate", verbosity=0, interactive=False)
-User.objects.create_user("ada", password="lovelace-test")
 Application = get_application_model()
-Application.objects.create(
-    client_id="authbridge-test", name="AuthBridge tests", client_type=Application.CLIENT_PUBLIC,
-    authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
-    redirect_uris="http://127.0.0.1/callback", skip_authorization=True, algorithm=Application.RS256_ALGORITHM)
+if not User.objects.filter(username="ada").exists():  # a restart keeps users, clients and tokens
+    User.objects.create_user("ada", password="lovelace-test")
+if not Application.objects.filter(client_id="authbridge-test").exists():
+    Application.objects.create(
+        client_id="authbridge-test", name="AuthBridge tests", client_type=Application.CLIENT_PUBLIC,
+        authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
+        redirect_uris="http://127.0.0.1/callback", skip_authorization=True, algorithm=Application.RS256_ALGORITHM)
 
 
 class Server(ThreadingMixIn, WSGIServer):
@@ -153,7 +156,8 @@ class Handler(WSGIRequestHandler):
 
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
-server = make_server("127.0.0.1", 0, get_wsgi_application(), server_class=Server, handler_class=Handler)
+Server.allow_reuse_address = True
+server = make_server("127.0.0.1", args.port, get_wsgi_application(), server_class=Server, handler_class=Handler)
 print(f"READY {server.server_address[1]}", flush=True)
 try:
     server.serve_forever()
