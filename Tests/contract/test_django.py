@@ -41,6 +41,8 @@ def test_discovery_sign_in_fetch_and_revocation(tmp_path, oidc_plugin_dir, dot):
         answer = host.result("fetch", {"provider": "dot", "url": "/userinfo/"})
         assert answer["status"] == 200 and '"sub"' in answer["body"]
         # Sign-out revokes both tokens at DOT (RFC 7009): the access token stops working.
+        stderr = host.stderr_text()
+        assert token["accessToken"] not in stderr, "an access token reached the log"
         result = host.result("signOut", {"provider": "dot"})
         assert sorted(result["revoked"]) == ["access_token", "refresh_token"], result
         request = urllib.request.Request(f"{dot.base}/o/userinfo/", headers={"Authorization": f"Bearer {token['accessToken']}"})
@@ -62,6 +64,25 @@ def test_a_discovery_document_naming_another_issuer_is_refused(tmp_path, oidc_pl
     finally:
         host.stop()
     assert not host.violations, host.violations
+
+
+def listening_addresses(port: int) -> list[str]:
+    """Local addresses of the sockets listening on `port`, from /proc/net/tcp{,6}."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            address, hex_port = fields[1].split(":")
+            if int(hex_port, 16) == port and fields[3] == "0A":  # LISTEN
+                if len(address) == 8:
+                    found.append(".".join(str(int(address[i:i + 2], 16)) for i in (6, 4, 2, 0)))
+                else:
+                    found.append(address)
+    return found
 
 
 def get(url: str) -> tuple[int, str]:
@@ -86,6 +107,7 @@ def test_browser_flow_with_a_loopback_listener(tmp_path, oidc_plugin_dir, dot):
         callback = dot.browse(opened["url"])               # the user signs in at DOT
         listener = urllib.parse.urlsplit(callback)
         origin = f"http://127.0.0.1:{listener.port}"
+        assert listening_addresses(listener.port) == ["127.0.0.1"], "the listener binds loopback only"
         # Other requests are answered and ignored: a favicon, and a callback with another state.
         assert get(origin + "/favicon.ico")[0] == 404
         forged = callback.replace(f"state={urllib.parse.quote(query['state'])}", "state=forged")
