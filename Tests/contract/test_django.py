@@ -188,3 +188,27 @@ def test_a_stopped_server_means_offline_not_signed_out(tmp_path, oidc_plugin_dir
         host.stop()
         server.stop()
     assert not host.violations, host.violations
+
+
+def test_the_callback_issuer_is_checked_before_the_code_is_redeemed(tmp_path, oidc_plugin_dir, dot):
+    # DOT advertises authorization_response_iss_parameter_supported (RFC 9207): a callback whose
+    # `iss` names another server (a mix-up attack) is refused, and its code is never redeemed.
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri}
+    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}})
+    try:
+        pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "external"})
+        opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+        callback = dot.browse(opened["url"])
+        query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(callback).query))
+        assert query.get("iss") == f"{dot.base}/o", "DOT sends iss"
+        redeemed = dot._get_json("/test/stats")["codes_redeemed"]
+        forged = callback.replace(urllib.parse.quote(query["iss"], safe=""), urllib.parse.quote("https://evil.example", safe=""))
+        assert forged != callback
+        host.result("completeSignIn", {"provider": "dot", "callbackUrl": forged})
+        error = host.wait_response(pending)["error"]
+        assert error["code"] == -32004 and error["data"]["reason"] == "issuerMismatch"
+        assert dot._get_json("/test/stats")["codes_redeemed"] == redeemed, "the code was not redeemed"
+        assert host.result("checkSignInStatus", {"provider": "dot"})["state"] == "notSignedIn"
+    finally:
+        host.stop()
+    assert not host.violations, host.violations

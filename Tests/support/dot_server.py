@@ -60,6 +60,7 @@ settings.configure(
     LOGGING={"version": 1, "disable_existing_loggers": False},
     OAUTH2_PROVIDER={
         "PKCE_REQUIRED": True,
+        "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,  # RFC 9207: the redirect carries `iss`
         "ROTATE_REFRESH_TOKEN": True,
         "REFRESH_TOKEN_REUSE_PROTECTION": True,
         "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": args.grace,
