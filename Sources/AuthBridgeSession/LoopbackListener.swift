@@ -1,3 +1,4 @@
+import AuthBridgeVault
 import Synchronization
 
 #if canImport(Glibc)
@@ -65,7 +66,7 @@ final class LoopbackListener: Sendable {
     /// or nil once `close` was called.
     func awaitCallback(state: String) async -> String? {
         await withCheckedContinuation { continuation in
-            spawnThread { [self] in continuation.resume(returning: serve(state: state)) }
+            detachThread { [self] in continuation.resume(returning: serve(state: state)) }
         }
     }
 
@@ -136,21 +137,4 @@ final class LoopbackListener: Sendable {
             + "Cache-Control: no-store\r\nConnection: close\r\n\r\n" + html
         _ = Array(text.utf8).withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
-}
-
-/// Runs `body` on a new detached thread (blocking socket work stays off the pool).
-func spawnThread(_ body: @escaping @Sendable () -> Void) {
-    final class Box { let body: @Sendable () -> Void; init(_ body: @escaping @Sendable () -> Void) { self.body = body } }
-    var attributes = pthread_attr_t()
-    pthread_attr_init(&attributes)
-    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-    var thread = pthread_t()
-    let context = Unmanaged.passRetained(Box(body)).toOpaque()
-    if pthread_create(&thread, &attributes, { raw in
-        Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().body()
-        return nil
-    }, context) != 0 {
-        Unmanaged<Box>.fromOpaque(context).takeRetainedValue().body()
-    }
-    pthread_attr_destroy(&attributes)
 }

@@ -213,8 +213,9 @@ extension String {
     fileprivate func leftPadded(to width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
 }
 
-/// Runs `body` on a new detached thread.
-func detachThread(_ body: @escaping @Sendable () -> Void) {
+/// Runs `body` on a new detached thread: blocking work (flock, D-Bus, sockets)
+/// that must not occupy an executor. Shared with the session module.
+package func detachThread(_ body: @escaping @Sendable () -> Void) {
     final class Box { let body: @Sendable () -> Void; init(_ body: @escaping @Sendable () -> Void) { self.body = body } }
     var attributes = pthread_attr_t()
     pthread_attr_init(&attributes)

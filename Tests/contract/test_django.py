@@ -19,8 +19,8 @@ def dot(tmp_path_factory):
     server.stop()
 
 
-def start(tmp_path, plugin_dir, profiles) -> Host:
-    argv, env = host_command(tmp_path / "host", [plugin_dir], profiles=profiles)
+def start(tmp_path, plugin_dir, profiles, test_clock: bool = False) -> Host:
+    argv, env = host_command(tmp_path / "host", [plugin_dir], profiles=profiles, test_clock=test_clock)
     host = Host(argv, env, tmp_path / "host")
     host.initialize()
     return host
@@ -148,10 +148,7 @@ def test_browser_flow_times_out_and_can_be_cancelled(tmp_path, oidc_plugin_dir, 
 
 def test_two_hundred_concurrent_callers_cause_one_refresh(tmp_path, oidc_plugin_dir, dot):
     settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri}
-    argv, env = host_command(tmp_path / "host", [oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}},
-                             test_clock=True)
-    host = Host(argv, env, tmp_path / "host")
-    host.initialize()
+    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}}, test_clock=True)
     try:
         sign_in_external(host, dot, "dot")
         before = dot.snapshot()["refreshes"]
@@ -169,10 +166,7 @@ def test_two_hundred_concurrent_callers_cause_one_refresh(tmp_path, oidc_plugin_
 def test_a_stopped_server_means_offline_not_signed_out(tmp_path, oidc_plugin_dir):
     server = DotAuthServer(tmp_path / "dot-restart", access_lifetime=3600).start()
     settings = {"issuer": f"{server.base}/o", "clientId": "authbridge-test", "redirectUri": server.redirect_uri}
-    argv, env = host_command(tmp_path / "host", [oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}},
-                             test_clock=True)
-    host = Host(argv, env, tmp_path / "host")
-    host.initialize()
+    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}}, test_clock=True)
     try:
         sign_in_external(host, server, "dot")
         server.stop()                                                          # the server goes away
