@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from conftest import Host, host_command, sign_in_external
+from conftest import sign_in_external
 from dot_auth import DotAuthServer
 
 
@@ -19,51 +19,36 @@ def dot(tmp_path_factory):
     server.stop()
 
 
-def start(tmp_path, plugin_dir, profiles, test_clock: bool = False) -> Host:
-    argv, env = host_command(tmp_path / "host", [plugin_dir], profiles=profiles, test_clock=test_clock)
-    host = Host(argv, env, tmp_path / "host")
-    host.initialize()
-    return host
-
-
-def test_discovery_sign_in_fetch_and_revocation(tmp_path, oidc_plugin_dir, dot):
+def test_discovery_sign_in_fetch_and_revocation(start_host, oidc_plugin_dir, dot):
     # Only the issuer: the endpoints come from its discovery document.
     settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri,
                 "scopes": ["openid", "read"], "apiBaseUrl": f"{dot.base}/o"}
-    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}})
-    try:
-        status = sign_in_external(host, dot, "dot")
-        assert status["state"] == "signedIn" and status["expiresAt"]
-        token = host.result("getAccessToken", {"provider": "dot"})
-        assert token["headers"]["Authorization"] == f"Bearer {token['accessToken']}"
-        assert dot.is_issued(token["accessToken"])
-        # An authorized request through the host to DOT's userinfo endpoint.
-        answer = host.result("fetch", {"provider": "dot", "url": "/userinfo/"})
-        assert answer["status"] == 200 and '"sub"' in answer["body"]
-        # Sign-out revokes both tokens at DOT (RFC 7009): the access token stops working.
-        stderr = host.stderr_text()
-        assert token["accessToken"] not in stderr, "an access token reached the log"
-        result = host.result("signOut", {"provider": "dot"})
-        assert sorted(result["revoked"]) == ["access_token", "refresh_token"], result
-        request = urllib.request.Request(f"{dot.base}/o/userinfo/", headers={"Authorization": f"Bearer {token['accessToken']}"})
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(request, timeout=10)
-        assert refused.value.code == 401
-    finally:
-        host.stop()
-    assert not host.violations, host.violations
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
+    status = sign_in_external(host, dot, "dot")
+    assert status["state"] == "signedIn" and status["expiresAt"]
+    token = host.result("getAccessToken", {"provider": "dot"})
+    assert token["headers"]["Authorization"] == f"Bearer {token['accessToken']}"
+    assert dot.is_issued(token["accessToken"])
+    # An authorized request through the host to DOT's userinfo endpoint.
+    answer = host.result("fetch", {"provider": "dot", "url": "/userinfo/"})
+    assert answer["status"] == 200 and '"sub"' in answer["body"]
+    # Sign-out revokes both tokens at DOT (RFC 7009): the access token stops working.
+    stderr = host.stderr_text()
+    assert token["accessToken"] not in stderr, "an access token reached the log"
+    result = host.result("signOut", {"provider": "dot"})
+    assert sorted(result["revoked"]) == ["access_token", "refresh_token"], result
+    request = urllib.request.Request(f"{dot.base}/o/userinfo/", headers={"Authorization": f"Bearer {token['accessToken']}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 401
 
 
-def test_a_discovery_document_naming_another_issuer_is_refused(tmp_path, oidc_plugin_dir, dot):
+def test_a_discovery_document_naming_another_issuer_is_refused(start_host, oidc_plugin_dir, dot):
     # "…/o/" is not "…/o": the issuer must match exactly (OpenID Connect Discovery §4.3).
     settings = {"issuer": f"{dot.base}/o/", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri}
-    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}})
-    try:
-        error = host.error("checkSignInStatus", {"provider": "dot"})
-        assert error["code"] == -32013 and error["data"]["reason"] == "issuerMismatch"
-    finally:
-        host.stop()
-    assert not host.violations, host.violations
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
+    error = host.error("checkSignInStatus", {"provider": "dot"})
+    assert error["code"] == -32013 and error["data"]["reason"] == "issuerMismatch"
 
 
 def listening_addresses(port: int) -> list[str]:
@@ -93,80 +78,68 @@ def get(url: str) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def test_browser_flow_with_a_loopback_listener(tmp_path, oidc_plugin_dir, dot):
+def test_browser_flow_with_a_loopback_listener(start_host, oidc_plugin_dir, dot):
     # RFC 8252: the host listens on 127.0.0.1 (an IP literal, ephemeral port) for the redirect.
     settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "scopes": ["openid", "read"]}
-    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}})
-    try:
-        pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser"})
-        opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
-        host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "waiting")
-        query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))
-        assert query["redirect_uri"].startswith("http://127.0.0.1:") and query["redirect_uri"].endswith("/callback")
-        assert query["code_challenge_method"] == "S256" and query["state"]
-        callback = dot.browse(opened["url"])               # the user signs in at DOT
-        listener = urllib.parse.urlsplit(callback)
-        origin = f"http://127.0.0.1:{listener.port}"
-        assert listening_addresses(listener.port) == ["127.0.0.1"], "the listener binds loopback only"
-        # Other requests are answered and ignored: a favicon, and a callback with another state.
-        assert get(origin + "/favicon.ico")[0] == 404
-        forged = callback.replace(f"state={urllib.parse.quote(query['state'])}", "state=forged")
-        assert forged != callback and get(forged)[0] == 400
-        status, page = get(callback)                        # the browser follows the redirect
-        assert status == 200 and "close this window" in page
-        answer = host.wait_response(pending)
-        assert answer["result"]["state"] == "signedIn", answer
-        # One-shot: the listener is gone.
-        with pytest.raises(OSError):
-            urllib.request.urlopen(origin + "/callback", timeout=5)
-        assert host.result("getAccessToken", {"provider": "dot"})["accessToken"]
-    finally:
-        host.stop()
-    assert not host.violations, host.violations
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
+    pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser"})
+    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "waiting")
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))
+    assert query["redirect_uri"].startswith("http://127.0.0.1:") and query["redirect_uri"].endswith("/callback")
+    assert query["code_challenge_method"] == "S256" and query["state"]
+    callback = dot.browse(opened["url"])               # the user signs in at DOT
+    listener = urllib.parse.urlsplit(callback)
+    origin = f"http://127.0.0.1:{listener.port}"
+    assert listening_addresses(listener.port) == ["127.0.0.1"], "the listener binds loopback only"
+    # Other requests are answered and ignored: a favicon, and a callback with another state.
+    assert get(origin + "/favicon.ico")[0] == 404
+    forged = callback.replace(f"state={urllib.parse.quote(query['state'])}", "state=forged")
+    assert forged != callback and get(forged)[0] == 400
+    status, page = get(callback)                        # the browser follows the redirect
+    assert status == 200 and "close this window" in page
+    answer = host.wait_response(pending)
+    assert answer["result"]["state"] == "signedIn", answer
+    # One-shot: the listener is gone.
+    with pytest.raises(OSError):
+        urllib.request.urlopen(origin + "/callback", timeout=5)
+    assert host.result("getAccessToken", {"provider": "dot"})["accessToken"]
 
 
-def test_browser_flow_times_out_and_can_be_cancelled(tmp_path, oidc_plugin_dir, dot):
+def test_browser_flow_times_out_and_can_be_cancelled(start_host, oidc_plugin_dir, dot):
     settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test"}
-    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}})
-    try:
-        pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser", "timeoutMs": 1000})
-        opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
-        answer = host.wait_response(pending)
-        assert answer["error"]["code"] == -32006
-        redirect = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))["redirect_uri"]
-        with pytest.raises(OSError):
-            urllib.request.urlopen(redirect, timeout=5)    # the listener closed with the timeout
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
+    pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser", "timeoutMs": 1000})
+    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    answer = host.wait_response(pending)
+    assert answer["error"]["code"] == -32006
+    redirect = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))["redirect_uri"]
+    with pytest.raises(OSError):
+        urllib.request.urlopen(redirect, timeout=5)    # the listener closed with the timeout
 
-        pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser"})
-        host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "waiting")
-        host.notify("$/cancelRequest", {"id": pending})
-        assert host.wait_response(pending)["error"]["code"] == -32800
-    finally:
-        host.stop()
-    assert not host.violations, host.violations
+    pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser"})
+    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "waiting")
+    host.notify("$/cancelRequest", {"id": pending})
+    assert host.wait_response(pending)["error"]["code"] == -32800
 
 
-def test_two_hundred_concurrent_callers_cause_one_refresh(tmp_path, oidc_plugin_dir, dot):
+def test_two_hundred_concurrent_callers_cause_one_refresh(start_host, oidc_plugin_dir, dot):
     settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri}
-    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}}, test_clock=True)
-    try:
-        sign_in_external(host, dot, "dot")
-        before = dot.snapshot()["refreshes"]
-        host.result("$/test/advanceClock", {"milliseconds": 2 * 3600 * 1000})   # the access token has expired
-        ids = [host.send_request("getAccessToken", {"provider": "dot"}) for _ in range(200)]
-        tokens = {host.wait_response(request_id)["result"]["accessToken"] for request_id in ids}
-        assert len(tokens) == 1, "every caller gets the one refreshed token"
-        assert dot.snapshot()["refreshes"] - before == 1, "exactly one refresh reached the server"
-        assert dot.is_issued(tokens.pop())
-    finally:
-        host.stop()
-    assert not host.violations, host.violations
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}}, test_clock=True)
+    sign_in_external(host, dot, "dot")
+    before = dot.snapshot()["refreshes"]
+    host.result("$/test/advanceClock", {"milliseconds": 2 * 3600 * 1000})   # the access token has expired
+    ids = [host.send_request("getAccessToken", {"provider": "dot"}) for _ in range(200)]
+    tokens = {host.wait_response(request_id)["result"]["accessToken"] for request_id in ids}
+    assert len(tokens) == 1, "every caller gets the one refreshed token"
+    assert dot.snapshot()["refreshes"] - before == 1, "exactly one refresh reached the server"
+    assert dot.is_issued(tokens.pop())
 
 
-def test_a_stopped_server_means_offline_not_signed_out(tmp_path, oidc_plugin_dir):
+def test_a_stopped_server_means_offline_not_signed_out(start_host, oidc_plugin_dir, tmp_path):
     server = DotAuthServer(tmp_path / "dot-restart", access_lifetime=3600).start()
     settings = {"issuer": f"{server.base}/o", "clientId": "authbridge-test", "redirectUri": server.redirect_uri}
-    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}}, test_clock=True)
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}}, test_clock=True)
     try:
         sign_in_external(host, server, "dot")
         server.stop()                                                          # the server goes away
@@ -179,30 +152,24 @@ def test_a_stopped_server_means_offline_not_signed_out(tmp_path, oidc_plugin_dir
         assert host.result("checkSignInStatus", {"provider": "dot"})["state"] == "signedIn"
         assert server.is_issued(host.result("getAccessToken", {"provider": "dot"})["accessToken"])
     finally:
-        host.stop()
         server.stop()
-    assert not host.violations, host.violations
 
 
-def test_the_callback_issuer_is_checked_before_the_code_is_redeemed(tmp_path, oidc_plugin_dir, dot):
+def test_the_callback_issuer_is_checked_before_the_code_is_redeemed(start_host, oidc_plugin_dir, dot):
     # DOT advertises authorization_response_iss_parameter_supported (RFC 9207): a callback whose
     # `iss` names another server (a mix-up attack) is refused, and its code is never redeemed.
     settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri}
-    host = start(tmp_path, oidc_plugin_dir, {"dot": {"plugin": "oidc", "settings": settings}})
-    try:
-        pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "external"})
-        opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
-        callback = dot.browse(opened["url"])
-        query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(callback).query))
-        assert query.get("iss") == f"{dot.base}/o", "DOT sends iss"
-        redeemed = dot._get_json("/test/stats")["codes_redeemed"]
-        forged = callback.replace(urllib.parse.quote(query["iss"], safe=""), urllib.parse.quote("https://evil.example", safe=""))
-        assert forged != callback
-        host.result("completeSignIn", {"provider": "dot", "callbackUrl": forged})
-        error = host.wait_response(pending)["error"]
-        assert error["code"] == -32004 and error["data"]["reason"] == "issuerMismatch"
-        assert dot._get_json("/test/stats")["codes_redeemed"] == redeemed, "the code was not redeemed"
-        assert host.result("checkSignInStatus", {"provider": "dot"})["state"] == "notSignedIn"
-    finally:
-        host.stop()
-    assert not host.violations, host.violations
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
+    pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "external"})
+    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    callback = dot.browse(opened["url"])
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(callback).query))
+    assert query.get("iss") == f"{dot.base}/o", "DOT sends iss"
+    redeemed = dot._get_json("/test/stats")["codes_redeemed"]
+    forged = callback.replace(urllib.parse.quote(query["iss"], safe=""), urllib.parse.quote("https://evil.example", safe=""))
+    assert forged != callback
+    host.result("completeSignIn", {"provider": "dot", "callbackUrl": forged})
+    error = host.wait_response(pending)["error"]
+    assert error["code"] == -32004 and error["data"]["reason"] == "issuerMismatch"
+    assert dot._get_json("/test/stats")["codes_redeemed"] == redeemed, "the code was not redeemed"
+    assert host.result("checkSignInStatus", {"provider": "dot"})["state"] == "notSignedIn"
