@@ -1,16 +1,28 @@
 #!/usr/bin/env python3
 """A real django-oauth-toolkit authorization server for the tests, on 127.0.0.1.
 
-    dot_server.py --state DIR [--access-lifetime S] [--grace S]
+    dot_server.py --state DIR [--access-lifetime S] [--grace S] [--device-interval S] [--port P]
 
 Configures Django in-process (no project on disk), migrates a SQLite database in DIR, creates
-a user (ada / lovelace-test) and a public client "authbridge-test" (authorization code + PKCE,
-redirect http://127.0.0.1/callback on any port, consent skipped), then serves on an ephemeral
-port and prints `READY <port>` on stdout. Refresh tokens rotate with reuse protection, as a
-careful deployment configures them; OIDC is on (RS256, a key made at start-up).
+two users (ada / lovelace-test, grace / hopper-test) and three public clients, then serves on an
+ephemeral port and prints `READY <port>` on stdout:
 
-Test-only endpoints: `GET /test/stats` (refresh outcomes counted at the token endpoint) and
-`GET /test/issued?token=…` (whether an access token was issued by this server).
+- "authbridge-test": authorization code + PKCE, redirect http://127.0.0.1/callback on any port,
+  consent skipped (the scripted user);
+- "authbridge-consent": the same with DOT's consent page (the real-browser test clicks it);
+- "authbridge-device": the device authorization grant (RFC 8628), verification at /o/device/.
+
+Refresh tokens rotate with reuse protection, as a careful deployment configures them; OIDC is on
+(RS256, a key made at start-up; the key survives restarts in DIR so issued ID tokens stay valid).
+
+Test-only endpoints:
+- `GET /test/stats`: refresh outcomes and redeemed codes counted at the token endpoint;
+- `GET /test/issued?token=…`: whether an access token was issued by this server;
+- `GET /test/admin-revoke?user=ada`: what an administrator does in DOT's admin — revoke every
+  refresh token (and its access token) of a user;
+- `GET /test/tamper?mode=signature|aud|exp|nonce|none`: the next ID tokens the token endpoint
+  hands out are altered (a flipped signature byte, or re-signed with DOT's own key and another
+  `aud`, an `exp` in the past, another `nonce`): the client must refuse each.
 """
 
 from __future__ import annotations
@@ -28,10 +40,36 @@ parser.add_argument("--state", required=True)
 parser.add_argument("--access-lifetime", type=int, default=3600)
 parser.add_argument("--grace", type=int, default=0)
 parser.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
+parser.add_argument("--device-interval", type=int, default=1, help="RFC 8628 polling interval (s)")
 args = parser.parse_args()
 
+
+class Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class Handler(WSGIRequestHandler):
+    disable_nagle_algorithm = True  # headers and body are separate writes: avoid 40 ms delayed ACKs
+
+    def log_message(self, *arguments):  # quiet
+        pass
+
+
+# Bound before Django is configured: the device grant's verification URI names the port.
+server = make_server("127.0.0.1", args.port, None, server_class=Server, handler_class=Handler)
+PORT = server.server_address[1]
+BASE = f"http://127.0.0.1:{PORT}"
+
 from django.conf import settings  # noqa: E402
-from jwcrypto import jwk  # noqa: E402
+from jwcrypto import jwk, jwt  # noqa: E402
+
+KEY_FILE = os.path.join(args.state, "oidc-key.pem")
+if not os.path.exists(KEY_FILE):
+    with open(KEY_FILE, "wb") as handle:
+        handle.write(jwk.JWK.generate(kty="RSA", size=2048).export_to_pem(private_key=True, password=None))
+with open(KEY_FILE, "rb") as handle:
+    OIDC_KEY_PEM = handle.read().decode()
 
 os.makedirs(os.path.join(args.state, "templates"), exist_ok=True)
 with open(os.path.join(args.state, "templates", "login.html"), "w") as handle:
@@ -66,7 +104,10 @@ settings.configure(
         "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": args.grace,
         "ACCESS_TOKEN_EXPIRE_SECONDS": args.access_lifetime,
         "OIDC_ENABLED": True,
-        "OIDC_RSA_PRIVATE_KEY": jwk.JWK.generate(kty="RSA", size=2048).export_to_pem(private_key=True, password=None).decode(),
+        "OIDC_RSA_PRIVATE_KEY": OIDC_KEY_PEM,
+        "OAUTH_DEVICE_VERIFICATION_URI": f"{BASE}/o/device/",
+        "OAUTH_DEVICE_VERIFICATION_URI_COMPLETE": f"{BASE}/o/device/?user_code={{user_code}}",
+        "DEVICE_FLOW_INTERVAL": args.device_interval,
         "SCOPES": {"openid": "OpenID Connect", "read": "Read"},
         "OIDC_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_post", "client_secret_basic"],
     },
@@ -85,7 +126,9 @@ from django.views.decorators.csrf import csrf_exempt  # noqa: E402
 from oauth2_provider.models import get_application_model  # noqa: E402
 from oauth2_provider.views import TokenView  # noqa: E402
 
-STATS = {"refreshes": 0, "revocations": 0, "refresh_errors": 0, "codes_redeemed": 0}
+STATS = {"refreshes": 0, "revocations": 0, "refresh_errors": 0, "codes_redeemed": 0, "device_polls": 0,
+         "device_codes_redeemed": 0}
+TAMPER = {"mode": "none"}
 ISSUED: set[str] = set()  # every access token handed out (DOT deletes rotated ones from its tables)
 STATS_LOCK = threading.Lock()
 
@@ -98,7 +141,15 @@ class CountingTokenView(TokenView):
         response = super().post(request, *args, **kwargs)
         with STATS_LOCK:
             if response.status_code == 200:
-                ISSUED.add(json.loads(response.content).get("access_token", ""))
+                body = json.loads(response.content)
+                ISSUED.add(body.get("access_token", ""))
+                if TAMPER["mode"] != "none" and "id_token" in body:
+                    body["id_token"] = tampered(body["id_token"], TAMPER["mode"])
+                    response.content = json.dumps(body).encode()
+            if grant == "urn:ietf:params:oauth:grant-type:device_code":
+                STATS["device_polls"] += 1
+                if response.status_code == 200:
+                    STATS["device_codes_redeemed"] += 1
             if grant == "refresh_token":
                 if response.status_code == 200:
                     STATS["refreshes"] += 1
@@ -109,6 +160,41 @@ class CountingTokenView(TokenView):
             elif grant == "authorization_code" and response.status_code == 200:
                 STATS["codes_redeemed"] += 1
         return response
+
+
+def tampered(id_token: str, mode: str) -> str:
+    """The ID token altered as `mode` says; re-signed with DOT's own key unless the signature is the target."""
+    if mode == "signature":
+        head, payload, signature = id_token.split(".")
+        return f"{head}.{payload}.{signature[:-6]}{'AAAAAA' if not signature.endswith('AAAAAA') else 'BBBBBB'}"
+    key = jwk.JWK.from_pem(OIDC_KEY_PEM.encode())
+    original = jwt.JWT(key=key, jwt=id_token)
+    claims = json.loads(original.claims)
+    header = json.loads(original.header) if isinstance(original.header, str) else dict(original.header)
+    if mode == "aud":
+        claims["aud"] = "someone-else"
+    elif mode == "exp":
+        claims["iat"] = claims["iat"] - 7200
+        claims["exp"] = claims["iat"] + 600
+    elif mode == "nonce":
+        claims["nonce"] = "not-the-one-sent"
+    token = jwt.JWT(header=header, claims=claims)
+    token.make_signed_token(key)
+    return token.serialize()
+
+
+def tamper(request):
+    TAMPER["mode"] = request.GET.get("mode", "none")
+    return JsonResponse(TAMPER)
+
+
+def admin_revoke(request):
+    from oauth2_provider.models import get_refresh_token_model
+    revoked = 0
+    for token in get_refresh_token_model().objects.filter(user__username=request.GET["user"], revoked__isnull=True):
+        token.revoke()
+        revoked += 1
+    return JsonResponse({"revoked": revoked})
 
 
 def stats(request):
@@ -131,35 +217,31 @@ urlpatterns = [
     path("accounts/login/", LoginView.as_view(template_name="login.html")),
     path("test/stats", stats),
     path("test/issued", issued),
+    path("test/tamper", tamper),
+    path("test/admin-revoke", admin_revoke),
 ]
 
 call_command("migrate", verbosity=0, interactive=False)
 Application = get_application_model()
-if not User.objects.filter(username="ada").exists():  # a restart keeps users, clients and tokens
-    User.objects.create_user("ada", password="lovelace-test")
-if not Application.objects.filter(client_id="authbridge-test").exists():
-    Application.objects.create(
-        client_id="authbridge-test", name="AuthBridge tests", client_type=Application.CLIENT_PUBLIC,
-        authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
-        redirect_uris="http://127.0.0.1/callback", skip_authorization=True, algorithm=Application.RS256_ALGORITHM)
-
-
-class Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class Handler(WSGIRequestHandler):
-    disable_nagle_algorithm = True  # headers and body are separate writes: avoid 40 ms delayed ACKs
-
-    def log_message(self, *arguments):  # quiet
-        pass
-
+for username, password in [("ada", "lovelace-test"), ("grace", "hopper-test")]:
+    if not User.objects.filter(username=username).exists():  # a restart keeps users, clients and tokens
+        User.objects.create_user(username, password=password, email=f"{username}@example.test")
+CLIENTS = [
+    ("authbridge-test", Application.GRANT_AUTHORIZATION_CODE, True),
+    ("authbridge-consent", Application.GRANT_AUTHORIZATION_CODE, False),
+    ("authbridge-device", Application.GRANT_DEVICE_CODE, False),
+]
+for client_id, grant, skip in CLIENTS:
+    if not Application.objects.filter(client_id=client_id).exists():
+        Application.objects.create(
+            client_id=client_id, name=f"AuthBridge tests ({client_id})", client_type=Application.CLIENT_PUBLIC,
+            authorization_grant_type=grant, redirect_uris="http://127.0.0.1/callback" if grant != Application.GRANT_DEVICE_CODE else "",
+            skip_authorization=skip, algorithm=Application.RS256_ALGORITHM)
 
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
-Server.allow_reuse_address = True
-server = make_server("127.0.0.1", args.port, get_wsgi_application(), server_class=Server, handler_class=Handler)
-print(f"READY {server.server_address[1]}", flush=True)
+server.set_app(get_wsgi_application())
+print(f"READY {PORT}", flush=True)
 try:
     server.serve_forever()
 except KeyboardInterrupt:
