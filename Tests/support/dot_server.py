@@ -18,6 +18,7 @@ Refresh tokens rotate with reuse protection, as a careful deployment configures 
 Test-only endpoints:
 - `GET /test/stats`: refresh outcomes and redeemed codes counted at the token endpoint;
 - `GET /test/issued?token=…`: whether an access token was issued by this server;
+- `GET /test/user?name=ada`: the `sub` DOT gives that user (its id) in ID tokens and userinfo;
 - `GET /test/admin-revoke?user=ada`: what an administrator does in DOT's admin — revoke every
   refresh token (and its access token) of a user;
 - `GET /test/tamper?mode=signature|aud|exp|nonce|none`: the next ID tokens the token endpoint
@@ -202,6 +203,10 @@ def stats(request):
         return JsonResponse(dict(STATS))
 
 
+def user(request):
+    return JsonResponse({"sub": str(User.objects.get(username=request.GET["name"]).pk)})
+
+
 def issued(request):
     with STATS_LOCK:
         return JsonResponse({"issued": request.GET.get("token", "") in ISSUED})
@@ -217,6 +222,7 @@ urlpatterns = [
     path("accounts/login/", LoginView.as_view(template_name="login.html")),
     path("test/stats", stats),
     path("test/issued", issued),
+    path("test/user", user),
     path("test/tamper", tamper),
     path("test/admin-revoke", admin_revoke),
 ]
