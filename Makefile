@@ -16,7 +16,8 @@ VPY         := $(VENV)/bin/python
 DEBUG_DIR   := .build/debug
 RELEASE_DIR := .build/release
 TEST_PLUGINS := .build/test-plugins
-APT_PACKAGES := libjansson-dev libsecret-1-dev pkg-config gcc gnome-keyring libsecret-tools dbus
+APT_PACKAGES := libjansson-dev libsecret-1-dev pkg-config gcc gnome-keyring libsecret-tools dbus \
+                chromium chromium-driver
 
 # Plugins shipped with AuthBridge: SwiftPM product name → manifest.
 BUNDLED_PLUGINS := oidc
@@ -25,9 +26,11 @@ BUNDLED_PLUGINS := oidc
 
 all: build
 
-## deps: system packages and the Python venv the tests use.
+## deps: system packages and the Python venv the tests use (Chromium and its driver:
+## the real-browser sign-in test, Tests/contract/test_browser.py, which never skips).
 deps: $(VENV)/.ready
-	@{ pkg-config --exists jansson libsecret-1 && command -v gnome-keyring-daemon dbus-daemon secret-tool >/dev/null; } || { \
+	@{ pkg-config --exists jansson libsecret-1 && command -v gnome-keyring-daemon dbus-daemon secret-tool >/dev/null \
+	   && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || { \
 	  echo "==> installing $(APT_PACKAGES)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; }
