@@ -80,12 +80,12 @@ test-node:
 	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
 	  node --test Tests/node/
 
-## install: PREFIX/bin/authbridge, PREFIX/lib/authbridge/{libAuthBridgeHTTP.so,plugins/},
+## install: PREFIX/bin/authbridge, PREFIX/lib/authbridge/{libAuthBridgeHTTP.so,libAuthBridgeJWT.so,plugins/},
 ## PREFIX/include/authbridge/plugin.h, PREFIX/share/authbridge/openrpc.json.
 install: release
 	install -d -m 0755 $(PREFIX)/bin $(PREFIX)/lib/authbridge $(PREFIX)/include/authbridge $(PREFIX)/share/authbridge
 	install -m 0755 $(RELEASE_DIR)/authbridge $(PREFIX)/bin/authbridge
-	install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeKeyring.so $(PREFIX)/lib/authbridge/
+	install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeJWT.so $(RELEASE_DIR)/libAuthBridgeKeyring.so $(PREFIX)/lib/authbridge/
 	@$(MAKE) --no-print-directory stage-plugins BUILD_DIR=$(RELEASE_DIR) DEST=$(PREFIX)/lib/authbridge/plugins
 	install -m 0644 Sources/CAuthBridgePlugin/include/authbridge/plugin.h $(PREFIX)/include/authbridge/
 	install -m 0644 bridge-spec/openrpc.json $(PREFIX)/share/authbridge/

@@ -27,6 +27,9 @@ let package = Package(
         // Lazily dlopen'ed by the host on the first HTTP request, so that
         // FoundationNetworking stays off the start-up path.
         .library(name: "AuthBridgeHTTP", type: .dynamic, targets: ["AuthBridgeHTTP"]),
+        // ID-token verification (jwt-kit, swift-crypto): for the host to dlopen on
+        // first use, so none of it weighs on the host's start-up.
+        .library(name: "AuthBridgeJWT", type: .dynamic, targets: ["AuthBridgeJWT"]),
         // Likewise for the Secret Service (glib, gio, D-Bus): dlopen'ed on first use.
         .library(name: "AuthBridgeKeyring", type: .dynamic, targets: ["CAuthBridgeKeyring"]),
         // Bundled provider plugins (installed into lib/authbridge/plugins).
@@ -37,8 +40,9 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
-        // 3.12.3 or 4.x: jwt-kit (next issue) needs >= 4.1.
-        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+        // jwt-kit 5.7.1/5.8.0 needs swift-crypto >= 4.1.
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.1.0"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
     ],
     targets: [
         .systemLibrary(name: "CJansson", pkgConfig: "jansson",
@@ -76,6 +80,10 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "AuthBridgeHTTP", dependencies: ["AuthBridgeJSON"]),
+        .target(name: "AuthBridgeJWT", dependencies: [
+            "AuthBridgeJSON",
+            .product(name: "JWTKit", package: "jwt-kit"),
+        ]),
         .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault"], path: "bench/VaultBench"),
 
         .target(name: "AuthBridgePluginSDK", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"]),
@@ -90,5 +98,10 @@ let package = Package(
         .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession"]),
         .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault"]),
         .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"]),
+        .testTarget(name: "AuthBridgeJWTTests", dependencies: [
+            "AuthBridgeJWT",
+            .product(name: "JWTKit", package: "jwt-kit"),
+            .product(name: "CryptoExtras", package: "swift-crypto"),
+        ]),
     ]
 )
