@@ -1,7 +1,8 @@
 # AuthBridge — build, test, install, bench.
 #
 #   make test                 install what is missing, build, run every suite
-#   make demo                 build, then a short end-to-end session
+#   make demo                 build, then sign in to django-oauth-toolkit as a scripted user
+#   make demo BROWSER=1       the same, signing in yourself in your browser
 #   make install PREFIX=DIR   a relocatable tree: DIR/bin, DIR/lib/authbridge/plugins
 #   make bench                throughput and cold start next to a C baseline
 #
@@ -91,8 +92,10 @@ install: release
 	install -m 0644 bridge-spec/openrpc.json $(PREFIX)/share/authbridge/
 	@echo "installed into $(PREFIX)"
 
+## demo: against django-oauth-toolkit, so with the venv's Python (Django).
 demo: build
-	$(VPY) Examples/demo.py --host $(CURDIR)/$(DEBUG_DIR)/authbridge --plugins $(CURDIR)/$(DEBUG_DIR)/plugins
+	$(VPY) Examples/demo.py --host $(CURDIR)/$(DEBUG_DIR)/authbridge --plugins $(CURDIR)/$(DEBUG_DIR)/plugins \
+	  $(if $(filter 1,$(BROWSER)),--browser)
 
 bench: release build
 	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson

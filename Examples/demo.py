@@ -1,48 +1,61 @@
 #!/usr/bin/env python3
-"""AuthBridge end-to-end demo: an OAuth 2.0 sign-in through the bundled `oidc` plugin.
+"""AuthBridge end-to-end demo: a real OAuth 2.0 sign-in through the bundled `oidc` plugin.
 
-    python3 Examples/demo.py --host .build/debug/authbridge --plugins .build/debug/plugins
+    .venv/bin/python Examples/demo.py --host .build/debug/authbridge --plugins .build/debug/plugins [--browser]
 
-What it does, step by step (Python standard library only):
+The authorization server is django-oauth-toolkit (DOT), the one the tests use
+(Tests/support/dot_server.py), so it needs the venv's Django (`make deps`). What it does:
 
-  1. starts a tiny OAuth 2.0 authorization server on 127.0.0.1 (ephemeral port):
-     /authorize (code + PKCE S256), /token (authorization_code, refresh_token),
-     /revoke (RFC 7009) and a protected /api/me;
-  2. writes a host configuration with a profile "demo" using the "oidc" plugin;
-  3. starts `authbridge serve` and speaks JSON-RPC 2.0 with it over stdio;
-  4. checks the sign-in status (not signed in);
-  5. signs in with the "external" flow, acting as the browser;
-  6. asks for an access token (only header names are shown);
-  7. calls the API through the host (`fetch`);
-  8. signs out (the host revokes the tokens at the server);
-  9. checks the status again, then shuts the host down.
+  1. starts DOT on 127.0.0.1 with short-lived access tokens, in a temporary folder;
+  2. starts `authbridge serve` with its default encrypted-file vault in a temporary data home,
+     and configures a profile "demo" for the `oidc` plugin from DOT's discovery document;
+  3. checks the sign-in status (not signed in);
+  4. signs in with the "browser" flow: the host listens on a 127.0.0.1 port for the redirect
+     (RFC 8252). A scripted user signs in as ada at DOT's login page and follows the redirect
+     to that port; with --browser the host opens your browser and you sign in yourself;
+  5. shows the status, where the tokens are stored, and that the vault file holds no token bytes;
+  6. calls DOT's userinfo endpoint through the host (`fetch`);
+  7. waits until the access token has expired, then shows the host renewing it silently;
+  8. signs out (the host revokes the tokens at DOT) and checks at DOT that they are dead;
+  9. shuts the host down.
 
-Token values are never printed. Every wait is bounded (--timeout, default 15 s). Any
-failure ends the demo with a message and a non-zero exit status.
+Token values, authorization codes and `state` values are never printed: tokens appear only as
+short SHA-256 fingerprints. Every wait is bounded. Any failure ends the demo with a message and
+exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
+import ctypes
 import hashlib
-import http.client
+import http.cookiejar
+import importlib.util
 import json
 import os
 import queue
+import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import urllib.request
+from pathlib import Path
 
-CLIENT_ID = "demo-client"
+REPO = Path(__file__).resolve().parents[1]
+DOT_SERVER = REPO / "Tests" / "support" / "dot_server.py"
 PROFILE = "demo"
-MASK = "••••"
+CLIENT_ID = "authbridge-test"       # DOT's public client: code + PKCE, consent skipped
+USER, PASSWORD = "ada", "lovelace-test"
+DOT_START_BOUND = 120.0             # first start migrates a database; slow on a busy machine
+BROWSER_WAIT_S = 300                # how long a human gets to sign in with --browser
+MAX_LIFETIME_S = 60                 # the demo waits out one access-token lifetime; keep it short
 
 
 class DemoError(Exception):
@@ -59,227 +72,190 @@ def say(text: str = "") -> None:
     print(f"    {text}", flush=True)
 
 
-def redact_url(url: str, keep: tuple[str, ...] = ()) -> str:
-    """The URL with every query value masked except the parameters in `keep`."""
-    parts = urllib.parse.urlsplit(url)
-    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    query = "&".join(f"{name}={value if name in keep else MASK}" for name, value in pairs)
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")) + (f"?{query}" if query else "")
-
-
 def expect(condition: bool, message: str) -> None:
     if not condition:
         raise DemoError(message)
 
 
-# ── 1. A tiny OAuth 2.0 authorization server ──────────────────────────────
-
-def b64url_sha256(text: str) -> str:
-    digest = hashlib.sha256(text.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+def fingerprint(token: str) -> str:
+    """Enough to tell two tokens apart on screen, useless to anyone reading the screen."""
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
-class AuthServerState:
-    """Everything the server knows, behind one lock (handlers run on threads)."""
-
-    def __init__(self, client_id: str) -> None:
-        self.client_id = client_id
-        self.redirect_uri = ""  # set once the port is known
-        self.lock = threading.Lock()
-        self.codes: dict[str, dict] = {}          # code → {redirect_uri, challenge, scope}
-        self.access_tokens: set[str] = set()
-        self.refresh_tokens: set[str] = set()
-        self.revoked: list[str] = []              # token_type_hint of each revoked token
-        self.events: list[str] = []               # what happened, for the narration
-
-    def note(self, text: str) -> None:
-        with self.lock:
-            self.events.append(text)
-
-    def drain_events(self) -> list[str]:
-        with self.lock:
-            events, self.events = self.events, []
-        return events
-
-    def issue_tokens(self) -> dict:
-        access, refresh = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        self.access_tokens.add(access)
-        self.refresh_tokens.add(refresh)
-        return {"access_token": access, "refresh_token": refresh, "token_type": "Bearer", "expires_in": 3600}
+def where(url: str) -> str:
+    """host:port/path of a URL: the query (codes, state, PKCE values) is never shown."""
+    parts = urllib.parse.urlsplit(url)
+    return parts.netloc + parts.path
 
 
-class AuthServerHandler(BaseHTTPRequestHandler):
-    # Headers and body go out in separate writes; without TCP_NODELAY, delayed ACKs add ~40 ms.
-    disable_nagle_algorithm = True
-    protocol_version = "HTTP/1.1"
-    server_version = "DemoAuthServer/1.0"
-    state: AuthServerState  # set on the subclass made by start_auth_server
-
-    # -- plumbing --
-
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - signature from the base class
-        pass  # the demo narrates instead
-
-    def send(self, status: int, body: bytes = b"", content_type: str | None = None, headers: dict | None = None) -> None:
-        self.send_response(status)
-        if content_type:
-            self.send_header("Content-Type", content_type)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if body and self.command != "HEAD":
-            self.wfile.write(body)
-
-    def send_json(self, status: int, payload: dict, headers: dict | None = None) -> None:
-        extra = {"Cache-Control": "no-store", "Pragma": "no-cache", **(headers or {})}
-        self.send(status, json.dumps(payload).encode("utf-8"), "application/json", extra)
-
-    def oauth_error(self, error: str, description: str) -> None:
-        self.state.note(f"{self.command} {urllib.parse.urlsplit(self.path).path} → 400 {error} ({description})")
-        self.send_json(400, {"error": error, "error_description": description})
-
-    def read_form(self) -> dict[str, str] | None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length).decode("utf-8", "replace") if length > 0 else ""
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        if content_type != "application/x-www-form-urlencoded":
-            return None
-        form: dict[str, str] = {}
-        for name, value in urllib.parse.parse_qsl(raw, keep_blank_values=True):
-            if name in form:  # RFC 6749 §3.1: parameters must not repeat
-                return None
-            form[name] = value
-        return form
-
-    # -- routes --
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server naming
-        parts = urllib.parse.urlsplit(self.path)
-        if parts.path == "/authorize":
-            self.authorize(parts.query)
-        elif parts.path == "/api/me":
-            self.api_me()
-        elif parts.path == "/callback":
-            self.send(200, b"Signed in; you may close this window.\n", "text/plain; charset=utf-8")
-        else:
-            self.send_json(404, {"error": "not_found"})
-
-    def do_POST(self) -> None:  # noqa: N802
-        path = urllib.parse.urlsplit(self.path).path
-        if path == "/token":
-            self.token()
-        elif path == "/revoke":
-            self.revoke()
-        else:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_json(404, {"error": "not_found"})
-
-    def authorize(self, query: str) -> None:
-        params = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
-        state = self.state
-        # Never redirect to an unverified redirect_uri (RFC 6749 §4.1.2.1): answer 400 instead.
-        if params.get("client_id") != state.client_id:
-            return self.oauth_error("invalid_request", "unknown client_id")
-        if params.get("redirect_uri") != state.redirect_uri:
-            return self.oauth_error("invalid_request", "redirect_uri is not registered for this client")
-        problems = []
-        if params.get("response_type") != "code":
-            problems.append("response_type must be code")
-        if not params.get("state"):
-            problems.append("state is required")
-        if not params.get("code_challenge"):
-            problems.append("code_challenge is required (PKCE)")
-        if params.get("code_challenge_method") != "S256":
-            problems.append("code_challenge_method must be S256")
-        if problems:
-            return self.oauth_error("invalid_request", "; ".join(problems))
-        code = secrets.token_urlsafe(24)
-        with state.lock:
-            state.codes[code] = {"redirect_uri": params["redirect_uri"], "challenge": params["code_challenge"],
-                                 "scope": params.get("scope", "")}
-        separator = "&" if "?" in params["redirect_uri"] else "?"
-        location = params["redirect_uri"] + separator + urllib.parse.urlencode({"code": code, "state": params["state"]})
-        state.note(f"GET /authorize (scope \"{params.get('scope', '')}\", PKCE S256) → 302 to redirect_uri with a code")
-        self.send(302, b"", headers={"Location": location})
-
-    def token(self) -> None:
-        form = self.read_form()
-        state = self.state
-        if form is None:
-            return self.oauth_error("invalid_request", "expected a form body without repeated parameters")
-        if form.get("client_id") != state.client_id:
-            state.note("POST /token → 401 invalid_client")
-            return self.send_json(401, {"error": "invalid_client"}, {"WWW-Authenticate": 'Basic realm="demo"'})
-        grant = form.get("grant_type")
-        if grant == "authorization_code":
-            with state.lock:
-                entry = state.codes.pop(form.get("code", ""), None)  # single use
-            if entry is None:
-                return self.oauth_error("invalid_grant", "unknown or already used code")
-            if form.get("redirect_uri") != entry["redirect_uri"]:
-                return self.oauth_error("invalid_grant", "redirect_uri differs from the authorization request")
-            verifier = form.get("code_verifier", "")
-            if not (43 <= len(verifier) <= 128) or b64url_sha256(verifier) != entry["challenge"]:
-                return self.oauth_error("invalid_grant", "PKCE verification failed")
-            with state.lock:
-                tokens = state.issue_tokens()
-            state.note("POST /token grant_type=authorization_code: code, redirect_uri, client_id ok; "
-                       "PKCE verified (BASE64URL(SHA256(code_verifier)) == code_challenge) → 200 tokens")
-            return self.send_json(200, {**tokens, "scope": entry["scope"]})
-        if grant == "refresh_token":
-            with state.lock:
-                old = form.get("refresh_token", "")
-                if old not in state.refresh_tokens:
-                    tokens = None
-                else:
-                    state.refresh_tokens.discard(old)  # rotation: the old refresh token dies
-                    tokens = state.issue_tokens()
-            if tokens is None:
-                return self.oauth_error("invalid_grant", "unknown or revoked refresh token")
-            state.note("POST /token grant_type=refresh_token → 200 (refresh token rotated)")
-            return self.send_json(200, tokens)
-        return self.oauth_error("unsupported_grant_type", f"grant_type {grant!r} is not supported")
-
-    def revoke(self) -> None:
-        form = self.read_form()
-        state = self.state
-        if form is None or "token" not in form:
-            return self.oauth_error("invalid_request", "the token parameter is required")
-        token = form["token"]
-        with state.lock:
-            known = token in state.access_tokens or token in state.refresh_tokens
-            state.access_tokens.discard(token)
-            state.refresh_tokens.discard(token)
-            if known:
-                state.revoked.append(form.get("token_type_hint", "unknown"))
-        # RFC 7009 §2.2: 200 whether or not the token was valid.
-        state.note(f"POST /revoke ({form.get('token_type_hint', 'no hint')}) → 200"
-                   + ("" if known else " (token was not active)"))
-        self.send(200)
-
-    def api_me(self) -> None:
-        header = self.headers.get("Authorization") or ""
-        scheme, _, token = header.partition(" ")
-        with self.state.lock:
-            valid = scheme.lower() == "bearer" and token in self.state.access_tokens
-        if not valid:
-            self.state.note("GET /api/me → 401 (missing or invalid bearer token)")
-            return self.send_json(401, {"error": "invalid_token"},
-                                  {"WWW-Authenticate": 'Bearer error="invalid_token"'})
-        self.state.note("GET /api/me with a valid bearer token → 200")
-        self.send_json(200, {"name": "Demo User"})
+def query_names(url: str) -> str:
+    return ", ".join(name for name, _ in urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query)) or "none"
 
 
-def start_auth_server() -> tuple[ThreadingHTTPServer, AuthServerState, str]:
-    state = AuthServerState(CLIENT_ID)
-    handler = type("Handler", (AuthServerHandler,), {"state": state})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    state.redirect_uri = f"{base}/callback"
-    threading.Thread(target=server.serve_forever, name="auth-server", daemon=True).start()
-    return server, state, base
+def seconds_left(expires_at_ms) -> float | None:
+    return None if not isinstance(expires_at_ms, int) else expires_at_ms / 1000 - time.time()
+
+
+# ── HTTP as a browser and as an API client would do it ─────────────────────
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None  # every redirect is looked at (and narrated) before it is followed
+
+
+class WebClient:
+    """A cookie-keeping HTTP client that never follows redirects by itself."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()), _NoRedirect)
+
+    def send(self, url: str, form: dict | None = None, headers: dict | None = None) -> tuple[int, str, str]:
+        """(status, Location, body) of one request; HTTP error statuses are answers, not exceptions."""
+        data = urllib.parse.urlencode(form).encode() if form is not None else None
+        request = urllib.request.Request(url, data=data, headers=headers or {})
+        try:
+            with self.opener.open(request, timeout=self.timeout) as response:
+                return response.status, response.headers.get("Location", ""), response.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as answer:
+            return answer.code, answer.headers.get("Location", ""), answer.read().decode("utf-8", "replace")
+        except OSError as error:
+            raise DemoError(f"{where(url)} did not answer: {error}") from error
+
+    def get_json(self, url: str, headers: dict | None = None) -> tuple[int, dict]:
+        status, _, body = self.send(url, headers=headers)
+        try:
+            return status, json.loads(body) if body else {}
+        except json.JSONDecodeError:
+            raise DemoError(f"{where(url)} answered {status} with a body that is not JSON") from None
+
+
+# ── 1. django-oauth-toolkit ────────────────────────────────────────────────
+
+class Dot:
+    """DOT as a child process (Tests/support/dot_server.py), plus its test-only endpoints."""
+
+    def __init__(self, state: Path, access_lifetime: int, timeout: float) -> None:
+        self.state = state
+        self.access_lifetime = access_lifetime
+        self.web = WebClient(timeout)
+        self.proc: subprocess.Popen | None = None
+        self.base = ""
+
+    @property
+    def issuer(self) -> str:
+        return f"{self.base}/o"
+
+    def start(self) -> float:
+        """Starts DOT and waits (bounded) for its `READY <port>` line; returns the seconds it took."""
+        if importlib.util.find_spec("oauth2_provider") is None:
+            raise DemoError(f"django-oauth-toolkit is not installed for {sys.executable}; "
+                            "run `make deps` and use .venv/bin/python")
+        self.state.mkdir(parents=True, exist_ok=True)
+        log = open(self.state / "server.log", "wb")
+        started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(DOT_SERVER), "--state", str(self.state),
+             "--access-lifetime", str(self.access_lifetime), "--port", "0"],
+            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, preexec_fn=die_with_parent)
+        log.close()
+        line = read_line_within(self.proc.stdout, DOT_START_BOUND)
+        if line is None or not line.startswith("READY "):
+            self.stop()
+            tail = (self.state / "server.log").read_text(errors="replace").splitlines()[-15:]
+            reason = f"no READY line within {DOT_START_BOUND:.0f} s" if line is None else "it exited"
+            raise DemoError(f"django-oauth-toolkit did not start ({reason}):\n" + "\n".join(tail))
+        self.base = f"http://127.0.0.1:{int(line.split()[1])}"
+        return time.monotonic() - started
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def endpoints(self) -> dict[str, tuple[str, str]]:
+        """name → (URL, where it was found), read as the plugin reads them: OpenID Connect
+        discovery first, then RFC 8414 metadata for what it lacks (DOT lists revocation only there)."""
+        documents = [("OpenID Connect discovery", f"{self.issuer}/.well-known/openid-configuration"),
+                     ("RFC 8414 metadata", f"{self.base}/.well-known/oauth-authorization-server/o")]
+        found: dict[str, tuple[str, str]] = {}
+        for label, url in documents:
+            status, document = self.web.get_json(url)
+            expect(status == 200 and document.get("issuer") == self.issuer, f"{where(url)} answered {status}")
+            for name in ("authorization", "token", "userinfo", "revocation"):
+                if document.get(f"{name}_endpoint") and name not in found:
+                    found[name] = (document[f"{name}_endpoint"], label)
+        return found
+
+    def refreshes(self) -> int:
+        """Successful refresh_token grants DOT has answered (its /test/stats)."""
+        return self.web.get_json(f"{self.base}/test/stats")[1]["refreshes"]
+
+    def issued(self, token: str) -> bool:
+        query = urllib.parse.urlencode({"token": token})
+        return self.web.get_json(f"{self.base}/test/issued?{query}")[1]["issued"]
+
+    def userinfo_status(self, userinfo_url: str, token: str) -> int:
+        """What DOT answers to a token presented directly, without the host."""
+        return self.web.send(userinfo_url, headers={"Authorization": f"Bearer {token}"})[0]
+
+
+def die_with_parent() -> None:
+    """In DOT's process before it starts: Linux kills it if the demo dies without cleaning up
+    (kill -9); the host needs no such care, it exits when its stdin closes."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def read_line_within(stream, seconds: float) -> str | None:
+    """One line from a child's pipe ("" once it closed), or None if none came in time:
+    readline alone could block for ever."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
+    try:
+        return lines.get(timeout=seconds)
+    except queue.Empty:
+        return None
+
+
+# ── The scripted user ──────────────────────────────────────────────────────
+
+def scripted_sign_in(url: str, timeout: float) -> None:
+    """What a person does in a browser: open the URL, sign in as ada at DOT's login page, and
+    get sent back to the host's loopback listener, which is really called, as a browser would."""
+    web = WebClient(timeout)
+    status, location, _ = web.send(url)
+    expect(status == 302 and "/accounts/login/" in location, f"DOT's authorize page answered {status}, not the login redirect")
+    say(f"user: GET  {where(url)} → {status}, to the login page")
+
+    login_url = urllib.parse.urljoin(url, location)
+    status, _, page = web.send(login_url)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    expect(status == 200 and csrf is not None, f"DOT's login page answered {status} without a login form")
+    say(f"user: GET  {where(login_url)} → {status}, a login form")
+
+    next_url = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(login_url).query)).get("next", "")
+    form = {"username": USER, "password": PASSWORD, "csrfmiddlewaretoken": csrf.group(1), "next": next_url}
+    status, location, _ = web.send(login_url, form=form, headers={"Referer": login_url})
+    expect(status == 302, f"signing in as {USER} answered {status} (wrong password?)")
+    say(f"user: POST {where(login_url)} as {USER} → {status}, back to {urllib.parse.urlsplit(location).path}")
+
+    authorize_again = urllib.parse.urljoin(login_url, location)
+    status, callback, _ = web.send(authorize_again)
+    expect(status == 302 and callback.startswith("http://127.0.0.1:"),
+           f"DOT's authorize page answered {status} without a redirect to the loopback listener")
+    say(f"user: GET  {where(authorize_again)} → {status}, to {where(callback)} "
+        f"(carrying {query_names(callback)}: values not shown)")
+
+    status, _, _ = web.send(callback)
+    expect(status == 200, f"the host's loopback listener answered {status}")
+    say(f"user: GET  {where(callback)} → {status}: the host's listener took the redirect")
 
 
 # ── The host's JSON-RPC client ─────────────────────────────────────────────
@@ -434,12 +410,17 @@ class Host:
             return "\n".join(self.stderr_tail)
 
 
+def is_event(msg: dict, method: str, **params) -> bool:
+    got = msg.get("params") or {}
+    return msg.get("method") == method and all(got.get(name) == value for name, value in params.items())
+
+
 def describe_event(msg: dict) -> str:
     params = msg.get("params") or {}
     if msg.get("method") == "signIn/progress":
         text = f"signIn/progress stage={params.get('stage')}"
-        if params.get("callbackPrefix"):
-            text += f" callbackPrefix={params['callbackPrefix']}"
+        if params.get("url"):
+            text += f" url={where(params['url'])}?…"
         return text
     if msg.get("method") == "session/changed":
         text = f"session/changed state={params.get('state')} reason={params.get('reason')}"
@@ -449,222 +430,332 @@ def describe_event(msg: dict) -> str:
     return f"{msg.get('method')}"
 
 
-def narrate(host: Host, server: AuthServerState) -> None:
+def narrate(host: Host) -> None:
     for event in host.new_notifications():
-        say(f"host event:  {describe_event(event)}")
-    for event in server.drain_events():
-        say(f"auth server: {event}")
+        say(f"host event: {describe_event(event)}")
 
 
-def expires_in(expires_at) -> str:
-    if not isinstance(expires_at, int):
-        return "no expiry known"
-    return f"expires in about {round((expires_at - time.time() * 1000) / 60000)} min"
+# ── The host's environment ─────────────────────────────────────────────────
+
+def host_environment(workdir: Path, desktop: bool) -> tuple[dict, str]:
+    """The host's environment and where its vault key will come from.
+
+    The data home is always a temporary one: vault, key file and installation id stay out of
+    yours. Scripted, the rest is isolated too, and without a session bus the host keeps the
+    vault key in a key file there, never in your keyring. With --browser the host starts your
+    browser (xdg-open), which needs your desktop session (session bus, runtime and config
+    folders), so those stay; AUTHBRIDGE_VAULT_KEY, a random secret of this run, then keeps the
+    host away from your keyring (it takes precedence over it).
+    """
+    env = dict(os.environ)
+    env["XDG_DATA_HOME"] = str(workdir / "data")
+    env.pop("AUTHBRIDGE_VAULT_KEY", None)
+    if desktop:
+        env["AUTHBRIDGE_VAULT_KEY"] = secrets.token_urlsafe(32)
+        key = "derived from AUTHBRIDGE_VAULT_KEY (a random secret of this run, in memory only)"
+    else:
+        env["XDG_CONFIG_HOME"] = str(workdir / "config")
+        env["XDG_RUNTIME_DIR"] = str(workdir / "runtime")
+        env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+        key = "in a key file, data/authbridge/keys/vault.key: this run has no keyring"
+    for name in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR"):
+        if env.get(name, "").startswith(str(workdir)):
+            os.makedirs(env[name], mode=0o700, exist_ok=True)
+    return env, key
 
 
-# ── The session ────────────────────────────────────────────────────────────
+# ── The session, step by step ──────────────────────────────────────────────
 
-def run_demo(args: argparse.Namespace, workdir: str) -> None:
-    timeout = args.timeout
-    print("AuthBridge demo: OAuth 2.0 authorization code + PKCE through the bundled \"oidc\" plugin")
+class Demo:
+    """One run: DOT, the host, and what the steps learn along the way."""
 
-    step(1, "Starting a tiny OAuth 2.0 authorization server")
-    server, server_state, base = start_auth_server()
-    try:
-        say(f"listening on {base}")
-        say("endpoints: GET /authorize, POST /token, POST /revoke, GET /api/me (protected)")
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        self.args = args
+        self.workdir = workdir
+        self.dot = Dot(workdir / "dot", args.access_lifetime, args.timeout)
+        self.host: Host | None = None
+        self.vault_key = ""
+        self.userinfo_url = ""
+        self.vault_dir = workdir / "data" / "authbridge" / "vault"
+        self.tokens: list[str] = []  # access tokens seen, kept in memory only to check them at DOT
+        self.expires_at = None       # the first access token's expiry (ms), as the host reported it
 
-        step(2, "Writing the host configuration")
-        settings = {
-            "clientId": CLIENT_ID,
-            "authorizationEndpoint": f"{base}/authorize",
-            "tokenEndpoint": f"{base}/token",
-            "revocationEndpoint": f"{base}/revoke",
-            "redirectUri": f"{base}/callback",
-            "apiBaseUrl": f"{base}/api",
-            "scopes": ["openid", "profile"],
-        }
-        config_path = os.path.join(workdir, "config.json")
-        with open(config_path, "w", encoding="utf-8") as handle:
-            json.dump({"profiles": {PROFILE: {"plugin": "oidc", "settings": settings}}}, handle, indent=2)
-        os.chmod(config_path, 0o600)
-        say(f"profile \"{PROFILE}\" → plugin \"oidc\", client \"{CLIENT_ID}\", scopes {' '.join(settings['scopes'])}")
-        say(f"redirect URI {settings['redirectUri']}, API base {settings['apiBaseUrl']}")
-        say(f"written to {config_path}")
-
-        step(3, "Starting authbridge and initializing")
-        env = dict(os.environ)
-        for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME"):
-            folder = os.path.join(workdir, name.lower())
-            os.makedirs(folder, mode=0o700, exist_ok=True)
-            env[name] = folder  # keep the user's own configuration and plugins out of the demo
-        env.pop("DBUS_SESSION_BUS_ADDRESS", None)  # the demo's vault key stays in its own folder, not your keyring
-        argv = [args.host, "serve", "--no-default-plugins", "--plugins", args.plugins,
-                "--config", config_path, "--log-level", "warning"]
-        say("$ " + " ".join(argv))
-        host = Host(argv, env, timeout)
+    def run(self) -> None:
+        who = "you sign in yourself, in your browser" if self.args.browser else "a scripted user signs in as ada"
+        print(f"AuthBridge demo: the bundled \"oidc\" plugin against django-oauth-toolkit; {who}")
         try:
-            session(host, server_state, base)
+            self.start_dot()
+            self.start_host()
+            self.configure_profile()
+            self.check_not_signed_in()
+            self.sign_in()
+            self.show_status_and_storage()
+            self.call_userinfo()
+            self.wait_for_silent_refresh()
+            self.sign_out()
+            self.shut_down()
         except BaseException:
-            host.kill()
-            stderr = host.stderr_text()
-            if stderr:
-                print("\n--- host stderr (last lines) ---\n" + stderr, file=sys.stderr)
+            if self.host is not None:
+                self.host.kill()
+                if self.host.stderr_text():
+                    print("\n--- host stderr (last lines) ---\n" + self.host.stderr_text(), file=sys.stderr)
             raise
-    finally:
-        server.shutdown()
-        server.server_close()
+        finally:
+            self.dot.stop()
 
+    # 1
+    def start_dot(self) -> None:
+        step(1, "Starting django-oauth-toolkit, the authorization server")
+        say("set-up in a temporary folder: a SQLite database is migrated, an RSA signing key made (usually 2–5 s)")
+        took = self.dot.start()
+        say(f"ready at {self.dot.base} after {took:.1f} s; user {USER}, public client {CLIENT_ID}, "
+            f"access tokens live {self.args.access_lifetime} s")
+        endpoints = self.dot.endpoints()
+        expect(set(endpoints) == {"authorization", "token", "userinfo", "revocation"},
+               f"DOT's metadata lists only the {', '.join(endpoints)} endpoints")
+        self.userinfo_url = endpoints["userinfo"][0]
+        say(f"issuer {self.dot.issuer}; what the oidc plugin will discover from it:")
+        for name, (url, source) in endpoints.items():
+            say(f"  {name:13} {where(url):34} ({source})")
 
-def session(host: Host, server: AuthServerState, base: str) -> None:
-    init = host.request("initialize", {"protocolVersion": "1.0", "clientInfo": {"name": "authbridge-demo", "version": "1.0"}})
-    host.notify("initialized", {})
-    info = init.get("serverInfo", {})
-    say(f"initialize → {info.get('name')} {info.get('version')}, protocol {init.get('protocolVersion')}, "
-        f"storage {init.get('storage', {}).get('backend')}")
-    say("providers:")
-    for plugin in init.get("providers", []):
-        if plugin.get("status") == "loaded":
-            say(f"  - {plugin.get('id')} {plugin.get('version')}: loaded, {plugin.get('displayName')} "
-                f"(flows: {', '.join(plugin.get('flows', []))})")
+    # 2
+    def start_host(self) -> None:
+        step(2, "Starting authbridge (default encrypted-file vault, temporary data home)")
+        env, self.vault_key = host_environment(self.workdir, desktop=self.args.browser)
+        config = self.workdir / "config.json"
+        config.write_text(json.dumps({"profiles": {}}))  # the demo's profile comes at run time
+        argv = [self.args.host, "serve", "--no-default-plugins", "--plugins", self.args.plugins,
+                "--config", str(config), "--log-level", "warning"]
+        if self.args.browser:
+            argv.append("--open-browser")
+        say(f"temporary folder {self.workdir} (removed at the end); paths below are relative to it")
+        say("$ authbridge " + " ".join(argv[1:]).replace(str(self.workdir) + "/", ""))
+        self.host = Host(argv, env, self.args.timeout)
+        init = self.host.request("initialize", {"protocolVersion": "1.0",
+                                                "clientInfo": {"name": "authbridge-demo", "version": "2.0"}})
+        self.host.notify("initialized", {})
+        info, storage = init.get("serverInfo", {}), init.get("storage", {})
+        say(f"initialize → {info.get('name')} {info.get('version')}, protocol {init.get('protocolVersion')}, "
+            f"storage {storage.get('backend')} ({storage.get('protection')})")
+        oidc = next((p for p in init.get("providers", []) if p.get("id") == "oidc"), None)
+        expect(oidc is not None and oidc.get("status") == "loaded",
+               f"the oidc plugin is not loaded from {self.args.plugins}: {json.dumps(oidc)}")
+        say(f"plugin oidc {oidc.get('version')}: {oidc.get('displayName')} (flows: {', '.join(oidc.get('flows', []))})")
+
+    def configure_profile(self) -> None:
+        settings = {"issuer": self.dot.issuer, "clientId": CLIENT_ID, "scopes": ["openid", "read"]}
+        profile = self.host.request("configureProfile", {"name": PROFILE, "plugin": "oidc", "settings": settings})
+        say(f"configureProfile \"{PROFILE}\": issuer {settings['issuer']}, client {CLIENT_ID}, "
+            f"scopes {' '.join(settings['scopes'])}")
+        say(f"→ {profile.get('status')}, flows {', '.join(profile.get('flows', []))} "
+            "(the plugin found the endpoints by discovery)")
+        expect(profile.get("status") == "ready", f"profile {PROFILE} is not ready: {profile.get('message')}")
+
+    # 3
+    def check_not_signed_in(self) -> None:
+        step(3, "Sign-in status before signing in (checkSignInStatus)")
+        status = self.host.request("checkSignInStatus", {"provider": PROFILE})
+        say(f"→ {status.get('state')} (reason {status.get('reason')})")
+        expect(status.get("state") == "notSignedIn", f"expected notSignedIn, got {status.get('state')}")
+
+    # 4
+    def sign_in(self) -> None:
+        step(4, "Signing in with the browser flow (requestOAuthTokens, flow \"browser\")")
+        say("the host makes PKCE, state and nonce values and listens on a 127.0.0.1 port for the redirect")
+        params = {"provider": PROFILE, "flow": "browser"}
+        wait = self.args.timeout
+        if self.args.browser:
+            params["timeoutMs"] = BROWSER_WAIT_S * 1000
+            wait = BROWSER_WAIT_S + 10
+        request_id, waiter = self.host.start_request("requestOAuthTokens", params)
+        opened = self.host.wait_for_notification(
+            lambda m: is_event(m, "signIn/progress", stage="openUrl", requestId=request_id), "signIn/progress openUrl")
+        narrate(self.host)
+        url = opened["params"].get("url") or ""
+        expect(url.startswith(f"{self.dot.issuer}/authorize/?"), f"unexpected sign-in URL {where(url)}")
+        query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+        expect(query.get("code_challenge_method") == "S256", "the sign-in URL asks for no PKCE S256")
+        say(f"authorization request to {where(url)}: client {query.get('client_id')}, scope \"{query.get('scope')}\", "
+            f"PKCE S256, redirect to {where(query.get('redirect_uri', ''))}")
+        say("(state, nonce and code_challenge are in the URL too; the demo does not print them)")
+        if self.args.browser:
+            self.ask_the_human(url)
         else:
-            say(f"  - {plugin.get('id', '?')}: {plugin.get('status')} ({plugin.get('reason')}: {plugin.get('message')})")
-    for profile in init.get("profiles", []):
-        say(f"profile {profile.get('name')}: plugin {profile.get('plugin')}, {profile.get('status')}"
-            + (f" ({profile.get('message')})" if profile.get("message") else ""))
-    oidc = next((p for p in init.get("providers", []) if p.get("id") == "oidc"), None)
-    expect(oidc is not None and oidc.get("status") == "loaded",
-           f"the oidc plugin is not loaded from the plugin folder: {json.dumps(oidc)}")
-    demo = next((p for p in init.get("profiles", []) if p.get("name") == PROFILE), None)
-    expect(demo is not None and demo.get("status") == "ready", f"profile {PROFILE} is not ready: {json.dumps(demo)}")
+            scripted_sign_in(url, self.args.timeout)
+        status = self.host.answer("requestOAuthTokens", request_id, waiter, timeout=wait)
+        self.host.wait_for_notification(lambda m: is_event(m, "session/changed", state="signedIn"), "session/changed signedIn")
+        narrate(self.host)
+        say(f"→ requestOAuthTokens: {status.get('state')} (reason {status.get('reason')})")
+        expect(status.get("state") == "signedIn", f"expected signedIn, got {status.get('state')}")
 
-    step(4, "Checking the sign-in status (checkSignInStatus)")
-    status = host.request("checkSignInStatus", {"provider": PROFILE})
-    say(f"→ state {status.get('state')} (reason {status.get('reason')})")
-    expect(status.get("state") == "notSignedIn", f"expected notSignedIn, got {status.get('state')}")
+    def ask_the_human(self, url: str) -> None:
+        """With --browser the host has run xdg-open; the URL is printed in case nothing opened."""
+        say("your browser should have opened DOT's login page; if it did not, open this URL:")
+        print(f"\n    {url}\n", flush=True)
+        say(f"sign in as {USER} / {PASSWORD}; waiting up to {BROWSER_WAIT_S // 60} min…")
 
-    step(5, "Signing in with the external flow (requestOAuthTokens)")
-    say("the host prepares PKCE and asks the frontend to open the authorization URL;")
-    say("this demo plays the browser")
-    request_id, waiter = host.start_request("requestOAuthTokens", {"provider": PROFILE, "flow": "external"})
-    progress = host.wait_for_notification(
-        lambda m: m.get("method") == "signIn/progress" and (m.get("params") or {}).get("stage") == "openUrl"
-        and (m.get("params") or {}).get("requestId") == request_id,
-        "signIn/progress openUrl")
-    narrate(host, server)
-    url = progress["params"].get("url") or ""
-    expect(url.startswith(f"{base}/authorize?"), f"unexpected sign-in URL {redact_url(url)}")
-    say("open URL: " + redact_url(url, keep=("response_type", "client_id", "redirect_uri", "scope", "code_challenge_method")))
-    callback_prefix = progress["params"].get("callbackPrefix")
-    if not callback_prefix:
-        callback_prefix = f"{base}/callback"
-        say(f"(no callbackPrefix in the event; using the configured redirect URI {callback_prefix})")
+    # 5
+    def show_status_and_storage(self) -> None:
+        step(5, "Status after signing in, and where the tokens are kept")
+        status = self.host.request("checkSignInStatus", {"provider": PROFILE})
+        account = status.get("account") or {}
+        left = seconds_left(status.get("expiresAt"))
+        say(f"→ {status.get('state')} (reason {status.get('reason')}), account "
+            f"{json.dumps(account) if account else 'not reported by the plugin'}, access token expires in "
+            f"{'?' if left is None else f'{left:.0f} s'}")
+        expect(status.get("state") == "signedIn", f"expected signedIn, got {status.get('state')}")
+        storage = status.get("storage") or {}
+        say(f"storage: backend {storage.get('backend')}, protection {storage.get('protection')}")
+        say(f"  AES-256-GCM records under data/authbridge/vault/; the key is {self.vault_key}")
+        expect(storage == {"backend": "encrypted-file", "protection": "encrypted"},
+               f"expected the encrypted-file vault without a keyring, got {storage}")
+        if not self.args.browser:
+            key_file = self.vault_dir.parent / "keys" / "vault.key"
+            expect(key_file.is_file() and key_file.stat().st_mode & 0o077 == 0, f"{key_file} is missing or not private")
+        # minValidityMs 0: by default the host renews a token with less than 60 s left, and the
+        # demo's tokens live only a few seconds.
+        token = self.host.request("getAccessToken", {"provider": PROFILE, "minValidityMs": 0})
+        access = token.get("accessToken") or ""
+        expect(bool(access) and self.dot.issued(access), "getAccessToken returned a token DOT did not issue")
+        self.tokens.append(access)
+        self.expires_at = token.get("expiresAt")
+        say(f"getAccessToken → a {token.get('tokenType')} token issued by DOT, {fingerprint(access)} "
+            f"(header names to attach: {', '.join(sorted(token.get('headers') or {})) or 'none'})")
+        self.check_vault_files(access)
 
-    parts = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=host.timeout)
+    def check_vault_files(self, access: str) -> None:
+        """The vault on disk must hold ciphertext only: the token's bytes appear in no file."""
+        files = sorted(p for p in self.vault_dir.rglob("*") if p.is_file()) if self.vault_dir.is_dir() else []
+        expect(any(p.suffix == ".vault" for p in files), f"no session record under {self.vault_dir}")
+        for path in files:
+            data = path.read_bytes()
+            expect(access.encode() not in data, f"the access token is readable in {path}")
+            say(f"  {path.relative_to(self.workdir)}: {len(data)} bytes, mode {path.stat().st_mode & 0o777:04o}, "
+                "the access token's bytes are not in it")
+
+    # 6
+    def call_userinfo(self) -> None:
+        step(6, "Calling DOT's userinfo endpoint through the host (fetch)")
+        result = self.host.request("fetch", {"provider": PROFILE, "url": self.userinfo_url})
+        body = parse_json(result.get("body"))
+        say(f"fetch GET {where(self.userinfo_url)} → HTTP {result.get('status')}, sub {json.dumps(body.get('sub'))}")
+        expect(result.get("status") == 200 and body.get("sub"), f"userinfo answered {result.get('status')} without a sub")
+        say("the host added the Authorization header itself; the frontend never handled the token")
+
+    # 7
+    def wait_for_silent_refresh(self) -> None:
+        step(7, "Waiting for the access token to expire, then a silent refresh")
+        before = self.dot.refreshes()
+        left = seconds_left(self.expires_at)  # not asked again: a check past expiry would refresh
+        expect(left is not None and left <= MAX_LIFETIME_S,
+               f"the access token's expiry is {left} s away; the demo waits at most {MAX_LIFETIME_S} s")
+        say(f"the access token expires in {max(left, 0):.0f} s; the demo waits until a second after that")
+        countdown(left + 1)  # one second past expiry: the host's check is "expiresAt <= now"
+        status = self.host.request("checkSignInStatus", {"provider": PROFILE})
+        self.host.wait_for_notification(lambda m: is_event(m, "session/changed", state="refreshed"), "session/changed refreshed")
+        narrate(self.host)
+        left = seconds_left(status.get("expiresAt"))
+        say(f"checkSignInStatus → {status.get('state')} (reason {status.get('reason')}); "
+            f"the new access token expires in {'?' if left is None else f'{left:.0f} s'}")
+        expect(status.get("state") == "signedIn" and status.get("reason") == "refreshed",
+               f"expected signedIn/refreshed, got {status.get('state')}/{status.get('reason')} (if steps 5–6 "
+               "outlasted the token, the refresh came earlier: try a longer --access-lifetime)")
+        access = self.host.request("getAccessToken", {"provider": PROFILE, "minValidityMs": 0}).get("accessToken") or ""
+        expect(access not in self.tokens and self.dot.issued(access), "the refresh did not give a new token from DOT")
+        self.tokens.append(access)
+        after = self.dot.refreshes()
+        say(f"access token {fingerprint(self.tokens[0])} → {fingerprint(access)}; "
+            f"DOT's refresh count {before} → {after}")
+        expect(after == before + 1, f"DOT counted {after - before} refreshes, expected 1")
+        result = self.host.request("fetch", {"provider": PROFILE, "url": self.userinfo_url})
+        say(f"fetch userinfo with the renewed token → HTTP {result.get('status')}")
+        expect(result.get("status") == 200, f"userinfo answered {result.get('status')} after the refresh")
+
+    # 8
+    def sign_out(self) -> None:
+        step(8, "Signing out (signOut): the host revokes the tokens at DOT")
+        out = self.host.request("signOut", {"provider": PROFILE})
+        self.host.wait_for_notification(lambda m: is_event(m, "session/changed", state="signedOut"), "session/changed signedOut")
+        narrate(self.host)
+        failures = ", ".join(f"{f.get('token')} ({f.get('reason')})" for f in out.get("failures", [])) or "none"
+        say(f"→ signedOut {str(out.get('signedOut')).lower()}; revoked: {', '.join(out.get('revoked', [])) or 'nothing'}; "
+            f"failures: {failures}")
+        expect(out.get("signedOut") is True and not out.get("failures"), "sign-out did not revoke cleanly")
+        expect(sorted(out.get("revoked", [])) == ["access_token", "refresh_token"],
+               f"expected both tokens revoked, got {out.get('revoked')}")
+        for label, token, why in (("first", self.tokens[0], "DOT dropped it at the refresh"),
+                                  ("renewed", self.tokens[-1], "revoked by the sign-out")):
+            code = self.dot.userinfo_status(self.userinfo_url, token)
+            say(f"at DOT, without the host: userinfo with the {label} access token ({fingerprint(token)}) "
+                f"→ HTTP {code} ({why})")
+            expect(code == 401, f"DOT still accepts the {label} access token (HTTP {code})")
+        status = self.host.request("checkSignInStatus", {"provider": PROFILE})
+        records = sorted(p.name for p in self.vault_dir.glob("*.vault"))
+        say(f"checkSignInStatus → {status.get('state')} (reason {status.get('reason')}); "
+            f"session records left in the vault: {', '.join(records) or 'none'}")
+        expect(status.get("state") == "notSignedIn", f"expected notSignedIn, got {status.get('state')}")
+        expect(not records, "the vault still holds a session record after sign-out")
+
+    # 9
+    def shut_down(self) -> None:
+        step(9, "Shutting the host down (shutdown, exit)")
+        expect(self.host.request("shutdown") is None, "shutdown did not answer null")
+        self.host.notify("exit")
+        code = self.host.wait_exit()
+        say(f"authbridge exited with status {code}")
+        expect(code == 0, f"the host exited with status {code}")
+
+
+def parse_json(text) -> dict:
     try:
-        connection.request("GET", parts.path + "?" + parts.query)  # http.client never follows redirects
-        response = connection.getresponse()
-        response.read()
-        location = response.getheader("Location")
-    finally:
-        connection.close()
-    expect(response.status == 302 and location, f"the authorization server answered {response.status} without a redirect")
-    narrate(host, server)
-    say(f"browser: GET /authorize → {response.status}, Location {redact_url(location, keep=())}")
-    expect(location.startswith(callback_prefix), "the redirect does not start with the callback prefix")
+        value = json.loads(text or "null")
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
-    accepted = host.request("completeSignIn", {"provider": PROFILE, "callbackUrl": location})
-    say(f"completeSignIn → accepted: {accepted.get('accepted')}")
-    expect(accepted.get("accepted") is True, "the host did not accept the callback")
-    status = host.answer("requestOAuthTokens", request_id, waiter)
-    host.wait_for_notification(
-        lambda m: m.get("method") == "session/changed" and (m.get("params") or {}).get("state") == "signedIn",
-        "session/changed signedIn")
-    narrate(host, server)
-    say(f"→ requestOAuthTokens: state {status.get('state')} (reason {status.get('reason')}), "
-        f"{expires_in(status.get('expiresAt'))}")
-    expect(status.get("state") == "signedIn", f"expected signedIn, got {status.get('state')}")
 
-    step(6, "Getting an access token (getAccessToken)")
-    token = host.request("getAccessToken", {"provider": PROFILE})
-    access_token = token.get("accessToken") or ""
-    headers = token.get("headers") or {}
-    say(f"→ {token.get('tokenType')} token of {len(access_token)} characters ({MASK}), {expires_in(token.get('expiresAt'))}")
-    say(f"headers to attach: {', '.join(sorted(headers)) or 'none'} (values hidden)")
-    expect(bool(access_token), "getAccessToken returned no token")
-    expect(headers.get("Authorization") == f"Bearer {access_token}", "the Authorization header is not 'Bearer <token>'")
-    with server.lock:
-        issued = access_token in server.access_tokens
-    expect(issued, "the host's token is not one the server issued")
-    say("the token is one the authorization server issued")
+def countdown(seconds: float) -> None:
+    """Sleeps `seconds` (bounded by the caller) while showing the time left, one number a second."""
+    print("    waiting:", end="", flush=True)
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        print(f" {left:.0f}", end="", flush=True)
+        time.sleep(min(1.0, left))
+    print(" — expired", flush=True)
 
-    step(7, "Calling the API through the host (fetch /me)")
-    result = host.request("fetch", {"provider": PROFILE, "url": "/me"})
-    narrate(host, server)
-    say(f"→ HTTP {result.get('status')}, content-type {result.get('headers', {}).get('content-type')}")
-    say(f"body: {result.get('body')}")
-    expect(result.get("status") == 200, f"expected HTTP 200 from /api/me, got {result.get('status')}")
-    expect(json.loads(result.get("body") or "null") == {"name": "Demo User"}, "unexpected /api/me body")
 
-    step(8, "Signing out (signOut)")
-    out = host.request("signOut", {"provider": PROFILE})
-    host.wait_for_notification(
-        lambda m: m.get("method") == "session/changed" and (m.get("params") or {}).get("state") == "signedOut",
-        "session/changed signedOut")
-    narrate(host, server)
-    say(f"→ signedOut: {out.get('signedOut')}; revoked: {', '.join(out.get('revoked', [])) or 'nothing'}; "
-        f"failures: {', '.join(f.get('token', '?') + ' ' + f.get('reason', '') for f in out.get('failures', [])) or 'none'}")
-    expect(out.get("signedOut") is True, "signOut did not report signedOut")
-    expect(not out.get("failures"), f"revocation failures: {json.dumps(out.get('failures'))}")
-    with server.lock:
-        still_active = access_token in server.access_tokens or bool(server.refresh_tokens)
-    expect(not still_active, "the server still holds active tokens after sign-out")
-    # The old token, kept in memory only, no longer opens the API.
-    connection = http.client.HTTPConnection("127.0.0.1", urllib.parse.urlsplit(base).port, timeout=host.timeout)
-    try:
-        connection.request("GET", "/api/me", headers={"Authorization": f"Bearer {access_token}"})
-        response = connection.getresponse()
-        response.read()
-    finally:
-        connection.close()
-    server.drain_events()
-    say(f"the old access token now gets HTTP {response.status} from /api/me "
-        f"({response.getheader('WWW-Authenticate')})")
-    expect(response.status == 401, "the revoked token still works")
-
-    step(9, "Checking the sign-in status again")
-    status = host.request("checkSignInStatus", {"provider": PROFILE})
-    say(f"→ state {status.get('state')} (reason {status.get('reason')})")
-    expect(status.get("state") == "notSignedIn", f"expected notSignedIn, got {status.get('state')}")
-
-    print("\nShutting down", flush=True)
-    expect(host.request("shutdown") is None, "shutdown did not answer null")
-    host.notify("exit")
-    code = host.wait_exit()
-    say(f"authbridge exited with status {code}")
-    expect(code == 0, f"the host exited with status {code}")
-    print("\ndemo complete")
+def stop_on_sigterm(signum, frame) -> None:
+    """`kill` (or a test's timeout) ends the demo as Ctrl-C does: DOT and the host are stopped."""
+    raise KeyboardInterrupt
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="AuthBridge end-to-end demo with the bundled oidc plugin.")
+    parser = argparse.ArgumentParser(description="AuthBridge end-to-end demo against django-oauth-toolkit.")
     parser.add_argument("--host", required=True, help="path to the authbridge executable")
     parser.add_argument("--plugins", required=True, help="folder holding the oidc plugin (.so + oidc.json)")
-    parser.add_argument("--timeout", type=float, default=15.0, help="bound for every wait, in seconds (default 15)")
+    parser.add_argument("--browser", action="store_true",
+                        help="sign in yourself in your browser (the host opens it) instead of the scripted user")
+    parser.add_argument("--access-lifetime", type=int, default=6, metavar="S",
+                        help=f"DOT's access-token lifetime in seconds (1–{MAX_LIFETIME_S}, default 6)")
+    parser.add_argument("--timeout", type=float, default=15.0, help="bound for every other wait, in seconds (default 15)")
     args = parser.parse_args()
     args.host = os.path.abspath(args.host)
     args.plugins = os.path.abspath(args.plugins)
+    if not 1 <= args.access_lifetime <= MAX_LIFETIME_S:
+        parser.error(f"--access-lifetime must be between 1 and {MAX_LIFETIME_S}")
     if not os.access(args.host, os.X_OK):
         print(f"demo failed: {args.host} is not an executable (run `make build` first)", file=sys.stderr)
-        return 2
+        return 1
     if not os.path.isfile(os.path.join(args.plugins, "oidc.json")):
         print(f"demo failed: no oidc.json in {args.plugins} (run `make build` first)", file=sys.stderr)
-        return 2
+        return 1
 
-    workdir = tempfile.mkdtemp(prefix="authbridge-demo-")
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    workdir = Path(tempfile.mkdtemp(prefix="authbridge-demo-"))
+    started = time.monotonic()
     try:
-        run_demo(args, workdir)
+        Demo(args, workdir).run()
+        print(f"\ndemo complete in {time.monotonic() - started:.1f} s")
         return 0
     except RpcError as error:
         detail = f" {json.dumps(error.data)}" if error.data else ""

@@ -735,7 +735,7 @@ def oidc_plugin_dir(tmp_path) -> Path:
 
 
 def sign_in_external(host: Host, server: Any, profile: str) -> dict[str, Any]:
-    """The external flow as Examples/demo.py plays it: the test is the browser."""
+    """The external flow: the test is the browser and hands the redirect over with completeSignIn."""
     request_id = host.send_request("requestOAuthTokens", {"provider": profile, "flow": "external"})
     progress = host.wait_for_notification(
         "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
