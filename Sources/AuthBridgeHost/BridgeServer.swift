@@ -13,12 +13,16 @@ public struct HostConfiguration: Sendable {
     public var warnings: [String]
     /// Enables `$/test/advanceClock` (test suites only).
     public var testClock: Bool
+    /// Opens browser-flow URLs itself (`--open-browser`), besides telling the frontend.
+    public var browser: BrowserLauncher?
 
-    public init(pluginFolders: [String], profiles: [Profile] = [], warnings: [String] = [], testClock: Bool = false) {
+    public init(pluginFolders: [String], profiles: [Profile] = [], warnings: [String] = [], testClock: Bool = false,
+                browser: BrowserLauncher? = nil) {
         self.pluginFolders = pluginFolders
         self.profiles = profiles
         self.warnings = warnings
         self.testClock = testClock
+        self.browser = browser
     }
 }
 
@@ -53,8 +57,13 @@ public final class BridgeServer: ConnectionDelegate {
         self.logger = logger
         self.runtime = Task.detached {
             let reports = PluginLoader(folders: configuration.pluginFolders, logger: logger).loadAll()
+            var openBrowser: (@Sendable (String) -> Void)?
+            if let browser = configuration.browser {
+                openBrowser = { url in browser.open(url, logger: logger) }
+            }
             let engine = SessionEngine(plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
-                                       logger: logger, emit: { method, params in connection.notify(method, params) })
+                                       logger: logger, openBrowser: openBrowser,
+                                       emit: { method, params in connection.notify(method, params) })
             return Runtime(reports: reports, engine: engine)
         }
     }
@@ -148,8 +157,9 @@ public final class BridgeServer: ConnectionDelegate {
             try params.allowOnly(["provider"])
             return ["accounts": .array(try await engine.listAccounts(try params.optionalString("provider")))]
         case "checkSignInStatus":
-            try params.allowOnly(["provider"])
-            return try await engine.checkSignInStatus(try params.string("provider"), requestID: request.id.json)
+            try params.allowOnly(["provider", "account"])
+            return try await engine.checkSignInStatus(try params.string("provider"), account: try params.optionalNonEmptyString("account"),
+                                                      requestID: request.id.json)
         case "requestOAuthTokens":
             try params.allowOnly(["provider", "flow", "sessionId", "scopes", "loginHint", "redirectUri", "timeoutMs"])
             let provider = try params.string("provider")
@@ -164,14 +174,16 @@ public final class BridgeServer: ConnectionDelegate {
             try params.allowOnly(["provider", "callbackUrl"])
             return try await engine.completeSignIn(try params.string("provider"), callbackURL: try params.string("callbackUrl"))
         case "signOut":
-            try params.allowOnly(["provider"])
-            return try await engine.signOut(try params.string("provider"), requestID: request.id.json)
+            try params.allowOnly(["provider", "account"])
+            return try await engine.signOut(try params.string("provider"), account: try params.optionalNonEmptyString("account"),
+                                            requestID: request.id.json)
         case "getAccessToken":
-            try params.allowOnly(["provider", "minValidityMs"])
+            try params.allowOnly(["provider", "account", "minValidityMs"])
             let minimum = try params.optionalInt("minValidityMs", in: 0...86_400_000) ?? SessionEngine.defaultMinimumValidityMilliseconds
-            return try await engine.getAccessToken(try params.string("provider"), minimumValidity: minimum, requestID: request.id.json)
+            return try await engine.getAccessToken(try params.string("provider"), account: try params.optionalNonEmptyString("account"),
+                                                   minimumValidity: minimum, requestID: request.id.json)
         case "fetch":
-            try params.allowOnly(["provider", "url", "method", "headers", "body", "timeoutMs"])
+            try params.allowOnly(["provider", "account", "url", "method", "headers", "body", "timeoutMs"])
             let provider = try params.string("provider")
             var headers: [String: JSON] = [:]
             for (name, value) in try params.optionalObject("headers") ?? [:] {
@@ -185,7 +197,8 @@ public final class BridgeServer: ConnectionDelegate {
                 "body": try params.optionalString("body").map(JSON.string),
                 "timeoutMs": try params.optionalInt("timeoutMs", in: 1_000...300_000).map(JSON.int),
             ])
-            return try await engine.fetch(provider, request: outgoing, requestID: request.id.json)
+            return try await engine.fetch(provider, account: try params.optionalNonEmptyString("account"), request: outgoing,
+                                          requestID: request.id.json)
         case "$/test/advanceClock" where configuration.testClock:
             try params.allowOnly(["milliseconds"])
             guard let step = try params.optionalInt("milliseconds", in: -31_536_000_000...31_536_000_000) else {

@@ -28,6 +28,12 @@ struct Params {
         return text
     }
 
+    /// An optional string that, when given, is not empty (an account id, say).
+    func optionalNonEmptyString(_ name: String) throws(RPCError) -> String? {
+        guard let value = members[name], !value.isNull else { return nil }
+        return try string(name)
+    }
+
     func optionalInt(_ name: String, in range: ClosedRange<Int64>) throws(RPCError) -> Int64? {
         guard let value = members[name], !value.isNull else { return nil }
         guard case .int(let number) = value else { throw RPCError.invalidParams(field: name, "must be an integer, not \(value.typeName)") }

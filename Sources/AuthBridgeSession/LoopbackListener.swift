@@ -14,6 +14,11 @@ import Musl
 /// closes; anything else (a favicon, a stale tab, a wrong state) gets a small
 /// answer and is ignored.
 ///
+/// The browser's request is held open until the engine knows the outcome
+/// (code redeemed, ID token verified, session stored), so the page the user
+/// sees tells the truth: `answerBrowser` writes it; `close` answers a
+/// neutral page if nobody did.
+///
 /// Threading: `accept` runs on a thread of its own; `close` may be called
 /// from anywhere (cancellation, timeout) and wakes it through a pipe.
 final class LoopbackListener: Sendable {
@@ -22,6 +27,8 @@ final class LoopbackListener: Sendable {
     private let socket: Int32
     private let stopPipe: (read: Int32, write: Int32)
     private let closed = Atomic<Bool>(false)
+    /// The browser's connection that delivered the callback, until answered.
+    private let heldClient = Mutex<Int32?>(nil)
 
     /// Binds 127.0.0.1 on an ephemeral port.
     init(path: String = "/callback") throws(SessionError) {
@@ -72,9 +79,22 @@ final class LoopbackListener: Sendable {
 
     /// Stops the listener (idempotent); a pending `awaitCallback` returns nil.
     func close() {
+        answerBrowser(signedIn: nil, message: nil)
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         var byte: UInt8 = 1
         _ = write(stopPipe.write, &byte, 1)
+    }
+
+    /// Tells the browser how the sign-in ended (nil: unknown) and closes its
+    /// connection; later calls do nothing.
+    func answerBrowser(signedIn: Bool?, message: String?) {
+        guard let client = heldClient.withLock({ held -> Int32? in defer { held = nil }; return held }) else { return }
+        switch signedIn {
+        case true?: respond(client, status: "200 OK", body: "Signed in. You can close this window and return to the application.")
+        case false?: respond(client, status: "200 OK", body: "The sign-in did not complete: \(message ?? "see the application").")
+        case nil: respond(client, status: "200 OK", body: "The sign-in has ended. Return to the application.")
+        }
+        Glibc.close(client)
     }
 
     private func serve(state: String) -> String? {
@@ -86,20 +106,26 @@ final class LoopbackListener: Sendable {
             guard fds[0].revents != 0 else { continue }
             let client = accept(socket, nil, nil)
             guard client >= 0 else { continue }
-            defer { Glibc.close(client) }
-            guard let target = readRequestTarget(client) else { continue }
+            guard let target = readRequestTarget(client) else { Glibc.close(client); continue }
             let (requestPath, query) = split(target)
             guard requestPath == path else {
                 respond(client, status: "404 Not Found", body: "Not found.")
+                Glibc.close(client)
                 continue
             }
             let received = FormEncoding.decode(query).first(where: { $0.name == "state" })?.value ?? ""
             guard constantTimeEquals(received, state) else {
                 respond(client, status: "400 Bad Request", body: "This sign-in link is stale or belongs to another attempt. Return to the application and try again.")
+                Glibc.close(client)
                 continue
             }
-            respond(client, status: "200 OK", body: "Signed in. You can close this window and return to the application.")
-            close()
+            heldClient.withLock { $0 = client }
+            guard !closed.exchange(true, ordering: .acquiringAndReleasing) else {
+                answerBrowser(signedIn: nil, message: nil)
+                return nil
+            }
+            var byte: UInt8 = 1
+            _ = write(stopPipe.write, &byte, 1)
             return "http://127.0.0.1:\(port)\(target)"
         }
         return nil
@@ -126,13 +152,29 @@ final class LoopbackListener: Sendable {
         return nil
     }
 
+    /// Messages may quote a provider's error_description: never markup.
+    static func escapeHTML(_ text: String) -> String {
+        var escaped = ""
+        for character in text {
+            switch character {
+            case "&": escaped += "&amp;"
+            case "<": escaped += "&lt;"
+            case ">": escaped += "&gt;"
+            case "\"": escaped += "&quot;"
+            case "'": escaped += "&#39;"
+            default: escaped.append(character)
+            }
+        }
+        return escaped
+    }
+
     private func split(_ target: String) -> (String, String) {
         guard let question = target.firstIndex(of: "?") else { return (target, "") }
         return (String(target[..<question]), String(target[target.index(after: question)...]))
     }
 
     private func respond(_ client: Int32, status: String, body: String) {
-        let html = "<!doctype html><meta charset=utf-8><title>AuthBridge</title><p>\(body)</p>"
+        let html = "<!doctype html><meta charset=utf-8><title>AuthBridge</title><p>\(Self.escapeHTML(body))</p>"
         let text = "HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(html.utf8.count)\r\n"
             + "Cache-Control: no-store\r\nConnection: close\r\n\r\n" + html
         _ = Array(text.utf8).withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }

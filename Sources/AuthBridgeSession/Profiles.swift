@@ -11,6 +11,16 @@ public struct Profile: Sendable, Equatable {
     public var settings: JSON
     public var source: Source
 
+    /// Why a profile name cannot be used, or nil. Names are keys of stored
+    /// sessions: no control characters (U+001F joins a profile to an account).
+    public static func problem(withName name: String) -> String? {
+        if name.isEmpty { return "must not be empty" }
+        if name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+            return "must not contain control characters"
+        }
+        return nil
+    }
+
     public init(name: String, plugin: String, settings: JSON, source: Source) {
         self.name = name
         self.plugin = plugin
@@ -36,6 +46,9 @@ public enum ConfigurationFile {
         guard case .object(let members) = entries else { throw ConfigurationError("\"profiles\" must be an object of profile name → {plugin, settings}") }
         var profiles: [Profile] = []
         for (name, entry) in members.sorted(by: { $0.key < $1.key }) {
+            if let problem = Profile.problem(withName: name) {
+                throw ConfigurationError("profile name \"\(name.unicodeScalars.map { $0.properties.generalCategory == .control ? "?" : String($0) }.joined())\" \(problem)")
+            }
             guard let plugin = entry["plugin"]?.stringValue else {
                 throw ConfigurationError("profile \"\(name)\": \"plugin\" must name a plugin id")
             }

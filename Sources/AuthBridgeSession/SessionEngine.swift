@@ -21,13 +21,15 @@ public actor SessionEngine {
     private let plugins: [String: LoadedPlugin]
     private let store: SessionStore
     private let http: HTTPClient
+    private let verifier: IDTokenVerifier = .shared
     private let logger: Logger
     private let emit: EventSink
     private let installation: @Sendable () -> JSON
+    private let openBrowser: (@Sendable (String) -> Void)?
 
     private var profiles: [String: Profile] = [:]
     private var configs: [String: JSON] = [:]
-    private var refreshes: [String: Task<Result<StoredSession, ProviderFailure>, Never>] = [:]
+    private var refreshes: [SessionKey: Task<Result<StoredSession, ProviderFailure>, Never>] = [:]
     private var pendingSignIns: [String: PendingSignIn] = [:]
 
     /// `installation` gives hooks their `installation` input; by default the
@@ -35,8 +37,10 @@ public actor SessionEngine {
     public init(plugins: [LoadedPlugin], profiles: [Profile], store: SessionStore,
                 http: HTTPClient = .shared, logger: Logger,
                 installation: @escaping @Sendable () -> JSON = { InstallationIdentity.current },
+                openBrowser: (@Sendable (String) -> Void)? = nil,
                 emit: @escaping EventSink) {
         self.installation = installation
+        self.openBrowser = openBrowser
         self.plugins = Dictionary(plugins.map { ($0.manifest.id, $0) }, uniquingKeysWith: { first, _ in first })
         self.profiles = Dictionary(profiles.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
         self.store = store
@@ -73,6 +77,9 @@ public actor SessionEngine {
     /// Adds or replaces a profile at run time; configuration runs at once so
     /// that mistakes are reported to the caller.
     public func configureProfile(name: String, plugin pluginID: String, settings: JSON) async throws(SessionError) -> JSON {
+        if let problem = Profile.problem(withName: name) {
+            throw SessionError(.invalidParams, "The profile name \(problem).", provider: nil, reason: "invalidName", field: "name")
+        }
         guard plugins[pluginID] != nil else {
             throw SessionError(.providerUnknown, "No loaded plugin has the id \"\(pluginID)\".", provider: name, reason: "unknownPlugin", field: "plugin")
         }
@@ -106,8 +113,8 @@ public actor SessionEngine {
 
     private func dropSession(_ name: String) async throws(SessionError) {
         pendingSignIns.removeValue(forKey: name)?.fail(SessionError(.userCancelled, "The profile was changed.", provider: name, reason: "profileChanged"))
-        if try await loadSession(name) != nil {
-            try await signOutLocally(name, reason: "profileChanged", message: "The profile was changed or removed; its session was discarded.")
+        for key in try await storedKeys(of: name) {
+            try await signOutLocally(key, reason: "profileChanged", message: "The profile was changed or removed; its session was discarded.")
         }
     }
 
@@ -149,9 +156,9 @@ public actor SessionEngine {
     /// not signed in; expired with a refresh token → refresh → signed in, or
     /// not signed in on a definitive refusal. Transient failures answer
     /// `offline` and keep the tokens.
-    public func checkSignInStatus(_ provider: String, requestID: JSON? = nil) async throws(SessionError) -> JSON {
+    public func checkSignInStatus(_ provider: String, account: String? = nil, requestID: JSON? = nil) async throws(SessionError) -> JSON {
         let context = try await context(for: provider)
-        guard let session = try await loadSession(provider) else {
+        guard let (key, session) = try await selectSession(provider, account: account) else {
             return status(provider, state: "notSignedIn", session: nil, reason: "noTokens")
         }
         if session.licenseRevoked {
@@ -169,17 +176,17 @@ public actor SessionEngine {
                     let reason = answer["state"]!.stringValue!
                     let message = answer["message"]?.stringValue
                     if reason == "licenseRevoked" {
-                        return try await markLicenseRevoked(provider, session: session, message: message)
+                        return try await markLicenseRevoked(key, session: session, message: message)
                     }
-                    try await signOutLocally(provider, reason: "revoked", message: message)
+                    try await signOutLocally(key, reason: "revoked", message: message)
                     return status(provider, state: "notSignedIn", session: nil, reason: "revoked", message: message)
                 default:
                     return status(provider, state: "offline", session: session, reason: "transient",
                                   message: answer["message"]?.stringValue ?? "The provider could not confirm the session.")
                 }
             case .failure(let failure) where failure.kind == .definitive:
-                try await signOutLocally(provider, reason: signedOutReason(failure.reason), message: failure.message)
-                return status(provider, state: "notSignedIn", session: nil, reason: camelCased(failure.reason), message: failure.message)
+                try await signOutLocally(key, reason: signedOutReason(failure.reason), message: failure.message)
+                return status(provider, state: "notSignedIn", session: nil, reason: endReason(failure.reason), message: failure.message)
             case .failure(let failure):
                 return status(provider, state: "offline", session: session, reason: "transient", message: failure.message)
             }
@@ -189,14 +196,14 @@ public actor SessionEngine {
         }
         guard expired else { return status(provider, state: "signedIn", session: session, reason: "valid") }
         guard session.tokens.refreshToken != nil else {
-            try await signOutLocally(provider, reason: "expired", message: nil)
+            try await signOutLocally(key, reason: "expired", message: nil)
             return status(provider, state: "notSignedIn", session: nil, reason: "expired")
         }
-        switch await refreshed(provider, context: context, stale: session) {
+        switch await refreshed(key, context: context, stale: session) {
         case .success(let fresh):
             return status(provider, state: "signedIn", session: fresh, reason: "refreshed")
         case .failure(let failure) where failure.kind == .definitive:
-            return status(provider, state: "notSignedIn", session: nil, reason: camelCased(failure.reason), message: failure.message)
+            return status(provider, state: "notSignedIn", session: nil, reason: endReason(failure.reason), message: failure.message)
         case .failure(let failure):
             return status(provider, state: "offline", session: session, reason: "transient", message: failure.message)
         }
@@ -204,23 +211,25 @@ public actor SessionEngine {
 
     /// Stored sessions as seen locally, without contacting any provider.
     public func listAccounts(_ provider: String?) async throws(SessionError) -> [JSON] {
-        let names: [String]
-        if let provider {
-            guard profiles[provider] != nil else { throw unknownProfile(provider) }
-            names = [provider]
-        } else {
-            do { names = try await store.profiles() } catch { throw storageError(error, provider: nil) }
+        if let provider, profiles[provider] == nil { throw unknownProfile(provider) }
+        let keys: [SessionKey]
+        do { keys = try await store.keys() } catch { throw storageError(error, provider: provider) }
+        var found: [(SessionKey, StoredSession)] = []
+        for key in keys where provider == nil || key.profile == provider {
+            if let session = try await loadSession(key) { found.append((key, session)) }
         }
-        var accounts: [JSON] = []
-        for name in names {
-            guard let session = try await loadSession(name) else { continue }
+        // By profile, then the current (latest signed-in) account first.
+        found.sort { ($0.0.profile, -($0.1.signedInAt ?? 0)) < ($1.0.profile, -($1.1.signedInAt ?? 0)) }
+        var current: Set<String> = []
+        return found.map { key, session in
             // Local knowledge only: an expired access token with a refresh
             // token is still a signed-in account (`expiresAt` tells the age).
             let licenseRevoked = session.licenseRevoked
-            accounts.append(status(name, state: licenseRevoked ? "licenseRevoked" : "signedIn", session: session,
-                                   reason: licenseRevoked ? "licenseRevoked" : "valid"))
+            var entry = status(key.profile, state: licenseRevoked ? "licenseRevoked" : "signedIn", session: session,
+                               reason: licenseRevoked ? "licenseRevoked" : "valid")
+            entry = entry.setting("current", .bool(current.insert(key.profile).inserted))
+            return entry
         }
-        return accounts
     }
 
     // MARK: - requestOAuthTokens
@@ -236,8 +245,11 @@ public actor SessionEngine {
                                provider: provider, reason: "unsupportedFlow", field: "flow")
         }
         let tokens: JSON
+        // OIDC: binds the ID token to this attempt (checked when the authorization URL carried it).
+        var nonce: String? = PKCE.randomToken()
         switch flow {
         case "session":
+            nonce = nil
             guard let sessionID = params["sessionId"]?.stringValue, !sessionID.isEmpty else {
                 throw SessionError(.invalidParams, "The session flow needs \"sessionId\" (e.g. Tableau's workgroup_session_id).", provider: provider, field: "sessionId")
             }
@@ -245,20 +257,44 @@ public actor SessionEngine {
             let input: JSON = ["profile": context.profileJSON, "flow": "session", "sessionId": .string(sessionID)]
             tokens = try await complete(input, context: context, provider: provider, requestID: requestID)
         case "external":
-            tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID, listener: nil)
+            tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID, listener: nil, nonce: &nonce)
         case "browser":
-            // RFC 8252: the redirect comes back to a one-shot listener on 127.0.0.1.
+            // RFC 8252: the redirect comes back to a one-shot listener on 127.0.0.1,
+            // which holds the browser's request until the outcome is known.
             let listener = try LoopbackListener()
             defer { listener.close() }
-            tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID, listener: listener)
+            do {
+                tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID, listener: listener, nonce: &nonce)
+                let result = try await storeSignIn(tokens, context: context, nonce: nonce, provider: provider)
+                listener.answerBrowser(signedIn: true, message: nil)
+                return result
+            } catch {
+                listener.answerBrowser(signedIn: false, message: error.message)
+                throw error
+            }
+        case "device":
+            nonce = nil
+            tokens = try await deviceSignIn(provider, context: context, params: params, requestID: requestID)
         default:
             throw SessionError(.unsupported, "The \"\(flow)\" flow is not available in this build of AuthBridge yet.", provider: provider, reason: "unsupportedFlow", field: "flow")
         }
-        guard let tokenSet = TokenSet(json: tokens["tokens"] ?? .null) else {
+        return try await storeSignIn(tokens, context: context, nonce: nonce, provider: provider)
+    }
+
+    /// Verifies what a sign-in returned, stores it and announces it.
+    private func storeSignIn(_ tokens: JSON, context: Context, nonce: String?, provider: String) async throws(SessionError) -> JSON {
+        guard let received = TokenSet(json: tokens["tokens"] ?? .null) else {
             throw SessionError(.pluginError, "The \(context.plugin.manifest.id) plugin finished sign-in without an access token.", provider: provider, reason: "pluginError")
         }
-        let session = StoredSession(tokens: tokenSet, account: Self.account(tokens["account"]))
-        try await saveSession(session, provider: provider)
+        // Nothing is stored before the ID token has passed every check.
+        var (tokenSet, account) = try await identify(received, account: Self.account(tokens["account"]), context: context,
+                                                     nonce: nonce, provider: provider)
+        tokenSet.obtainedAt = HostClock.nowMilliseconds()
+        var session = StoredSession(tokens: tokenSet, account: account)
+        session.signedInAt = tokenSet.obtainedAt
+        // Another account of the profile stays signed in; the same account is replaced.
+        let key = SessionKey(profile: provider, account: session.accountKey)
+        try await saveSession(session, key: key)
         emit("session/changed", .compactObject(["provider": .string(provider), "state": "signedIn", "reason": "signedIn",
                                                 "account": session.account]))
         return status(provider, state: "signedIn", session: session, reason: "signedIn")
@@ -268,16 +304,17 @@ public actor SessionEngine {
     /// browser), catches the redirect, and hands the URL back with
     /// `completeSignIn`. With a `listener` (the browser flow) the redirect
     /// comes back to the host itself on 127.0.0.1; `completeSignIn` still works.
+    /// `nonce` goes into the authorization request; it is cleared when the
+    /// plugin's URL does not carry it (the ID token cannot then be bound to it).
     private func externalSignIn(_ provider: String, context: Context, params: JSON, requestID: JSON?,
-                                listener: LoopbackListener?) async throws(SessionError) -> JSON {
+                                listener: LoopbackListener?, nonce: inout String?) async throws(SessionError) -> JSON {
         let pkce = PKCE()
         let state = PKCE.randomToken()
-        let nonce = PKCE.randomToken()
         let redirectURI = listener?.redirectURI ?? params["redirectUri"]?.stringValue ?? context.config["redirectUri"]?.stringValue
         let begin: JSON = .compactObject([
             "profile": context.profileJSON, "flow": "external", "state": .string(state),
             "redirectUri": redirectURI.map(JSON.string), "codeChallenge": .string(pkce.challenge),
-            "codeChallengeMethod": "S256", "nonce": .string(nonce), "scopes": params["scopes"], "loginHint": params["loginHint"],
+            "codeChallengeMethod": "S256", "nonce": nonce.map(JSON.string), "scopes": params["scopes"], "loginHint": params["loginHint"],
         ])
         let started: JSON
         switch await run(.beginSignIn, input: begin, plugin: context.plugin, provider: provider, requestID: requestID) {
@@ -287,6 +324,7 @@ public actor SessionEngine {
         guard let url = started["url"]?.stringValue, let parsed = ParsedURL(url), parsed.isSecureTransport else {
             throw SessionError(.pluginError, "The sign-in URL is missing or not https.", provider: provider, reason: "insecureUrl")
         }
+        if let sent = nonce, parsed.queryValue("nonce") != sent { nonce = nil }
         // Supersede an earlier sign-in for this profile rather than losing its answer.
         pendingSignIns.removeValue(forKey: provider)?.fail(SessionError(.userCancelled, "A newer sign-in for this profile replaced this one.", provider: provider, reason: "superseded"))
         let callbackPrefix = started["callbackPrefix"]?.stringValue ?? redirectURI
@@ -296,6 +334,7 @@ public actor SessionEngine {
         if let callbackPrefix { openURL["callbackPrefix"] = .string(callbackPrefix) }
         progress(provider, requestID: requestID, openURL)
         if let listener {
+            openBrowser?(url)
             // Whatever reaches the listener with the right state completes the sign-in.
             Task { if let url = await listener.awaitCallback(state: state) { pending.deliver(url) } }
             progress(provider, requestID: requestID, ["stage": "waiting", "message": .string("Waiting for the browser to come back to \(listener.redirectURI).")])
@@ -314,10 +353,98 @@ public actor SessionEngine {
         let input: JSON = .compactObject([
             "profile": context.profileJSON, "flow": "external", "callbackUrl": .string(callbackURL),
             "state": .string(state), "codeVerifier": .string(pkce.verifier), "redirectUri": redirectURI.map(JSON.string),
-            "nonce": .string(nonce),
+            "nonce": nonce.map(JSON.string),
             "expectedIssuer": context.config["issuerInCallback"]?.boolValue == true ? context.config["issuer"] : nil,
         ])
         return try await complete(input, context: context, provider: provider, requestID: requestID)
+    }
+
+    /// RFC 8628: the user types a code on another device while the host polls
+    /// the token endpoint, honouring `interval` and `slow_down`.
+    private func deviceSignIn(_ provider: String, context: Context, params: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
+        let begin: JSON = .compactObject([
+            "profile": context.profileJSON, "flow": "device", "state": .string(PKCE.randomToken()), "scopes": params["scopes"],
+        ])
+        let started: JSON
+        switch await run(.beginSignIn, input: begin, plugin: context.plugin, provider: provider, requestID: requestID) {
+        case .success(let value): started = value
+        case .failure(let failure): throw SessionError(failure, provider: provider)
+        }
+        guard let deviceCode = started["deviceCode"]?.stringValue, let userCode = started["userCode"]?.stringValue,
+              let verification = started["verificationUri"]?.stringValue else {
+            throw SessionError(.pluginError, "The \(context.plugin.manifest.id) plugin started a device sign-in without a device code, user code or verification URI.",
+                               provider: provider, reason: "pluginError")
+        }
+        let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 900_000, 3_600_000))
+        let deadline = min(started["expiresAt"]?.intValue ?? Int64.max, HostClock.nowMilliseconds() + timeout)
+        var shown: [String: JSON] = [
+            "stage": "deviceCode", "userCode": .string(userCode), "verificationUri": .string(verification),
+            "expiresAt": .int(deadline), "message": .string("Open \(verification) and enter the code \(userCode)."),
+        ]
+        shown["verificationUriComplete"] = started["verificationUriComplete"]
+        progress(provider, requestID: requestID, shown)
+        let poll: DevicePolling.Poll = { [self] in
+            let input: JSON = ["profile": context.profileJSON, "flow": "device", "code": .string(deviceCode)]
+            return await self.run(.completeSignIn, input: input, plugin: context.plugin, provider: provider, requestID: requestID)
+        }
+        let polling = DevicePolling(intervalMilliseconds: started["intervalMs"]?.intValue ?? 5_000, deadline: deadline)
+        let answer = try await polling.run(provider: provider, poll: poll)
+        progress(provider, requestID: requestID, ["stage": "exchanging"])
+        return answer
+    }
+
+    /// Verifies the ID token (when the provider sent one) and finds the
+    /// account: the plugin's word, else the verified ID token's claims, else
+    /// the userinfo endpoint. An ID token that cannot be verified (no JWKS
+    /// known) is not kept: nothing unverified is trusted or stored.
+    private func identify(_ received: TokenSet, account: JSON?, context: Context, nonce: String?,
+                          provider: String) async throws(SessionError) -> (TokenSet, JSON?) {
+        var tokens = received
+        var account = account
+        if let idToken = tokens.idToken {
+            if let expectation = idTokenExpectation(context, nonce: nonce) {
+                switch await verifier.verify(idToken, expecting: expectation, http: http) {
+                case .success(let claims): if account == nil { account = Self.account(claims: claims) }
+                case .failure(let failure): throw SessionError(failure, provider: provider)
+                }
+            } else {
+                logger.notice("the provider sent an ID token but no jwksUri is known to verify it; it is not kept",
+                              metadata: ["provider": "\(provider)"])
+                tokens.idToken = nil
+            }
+        }
+        if account == nil, let endpoint = context.config["userinfoEndpoint"]?.stringValue {
+            account = await userinfoAccount(endpoint, tokens: tokens)
+        }
+        return (tokens, account)
+    }
+
+    private func idTokenExpectation(_ context: Context, nonce: String?) -> IDTokenVerifier.Expectation? {
+        guard let issuer = context.config["issuer"]?.stringValue, let clientID = context.config["clientId"]?.stringValue,
+              let jwksURI = context.config["jwksUri"]?.stringValue else { return nil }
+        let skew = context.config["clockSkewSeconds"]?.intValue ?? IDTokenVerifier.defaultClockSkewSeconds
+        return IDTokenVerifier.Expectation(issuer: issuer, clientID: clientID, jwksURI: jwksURI, nonce: nonce,
+                                           clockSkewSeconds: min(max(skew, 0), 600))
+    }
+
+    /// OIDC Core §5.3: who the access token belongs to. Failure leaves the account unknown.
+    private func userinfoAccount(_ endpoint: String, tokens: TokenSet) async -> JSON? {
+        let request: JSON = ["method": "GET", "url": .string(endpoint), "timeoutMs": 15_000,
+                             "headers": ["Authorization": .string("\(StandardSteps.normalisedTokenType(tokens.tokenType)) \(tokens.accessToken)")]]
+        guard case .success(let response) = await http.perform(request), response["status"]?.intValue == 200,
+              let claims = try? JSON.parse(response["body"]?.stringValue ?? "") else {
+            logger.notice("the userinfo endpoint did not name the account")
+            return nil
+        }
+        return Self.account(claims: claims)
+    }
+
+    /// The account named by OIDC standard claims.
+    static func account(claims: JSON) -> JSON? {
+        account(.compactObject([
+            "id": claims["sub"], "email": claims["email"],
+            "name": claims["name"] ?? claims["preferred_username"],
+        ]))
     }
 
     private func complete(_ input: JSON, context: Context, provider: String, requestID: JSON?) async throws(SessionError) -> JSON {
@@ -345,10 +472,10 @@ public actor SessionEngine {
 
     /// Revokes at the provider (best effort, bounded), then wipes the session
     /// locally whatever the provider said, then notifies.
-    public func signOut(_ provider: String, requestID: JSON?) async throws(SessionError) -> JSON {
+    public func signOut(_ provider: String, account: String? = nil, requestID: JSON?) async throws(SessionError) -> JSON {
         let context = try await context(for: provider)
         pendingSignIns.removeValue(forKey: provider)?.fail(SessionError(.userCancelled, "The profile was signed out.", provider: provider, reason: "signedOut"))
-        guard let session = try await loadSession(provider) else {
+        guard let (key, session) = try await selectSession(provider, account: account) else {
             return ["provider": .string(provider), "signedOut": true, "revoked": [], "failures": []]
         }
         let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json]
@@ -361,23 +488,30 @@ public actor SessionEngine {
         case .failure(let failure):
             failures = [["token": "all", "reason": .string(failure.reason), "message": .string(failure.message)]]
         }
-        try await signOutLocally(provider, reason: "userSignedOut", message: nil)
-        return ["provider": .string(provider), "signedOut": true, "revoked": revoked, "failures": failures]
+        try await signOutLocally(key, reason: "userSignedOut", message: nil, account: session.account)
+        return .compactObject(["provider": .string(provider), "signedOut": true, "account": session.account,
+                               "revoked": revoked, "failures": failures])
     }
 
     // MARK: - getAccessToken and fetch
 
     /// A valid access token and what to attach to a request, refreshing first
     /// when the token expires within `minimumValidity`.
-    public func getAccessToken(_ provider: String, minimumValidity: Int64 = defaultMinimumValidityMilliseconds,
+    public func getAccessToken(_ provider: String, account: String? = nil, minimumValidity: Int64 = defaultMinimumValidityMilliseconds,
                                requestID: JSON? = nil) async throws(SessionError) -> JSON {
         let context = try await context(for: provider)
-        guard var session = try await loadSession(provider) else {
-            throw SessionError(.notSignedIn, "Profile \"\(provider)\" is not signed in.", provider: provider, reason: "noTokens")
+        guard case (let key, var session)? = try await selectSession(provider, account: account) else {
+            throw notSignedIn(provider, account: account)
         }
         try refuseIfLicenseRevoked(session, provider: provider)
-        if let expiresAt = session.tokens.expiresAt, expiresAt - HostClock.nowMilliseconds() < minimumValidity {
-            session = try await refreshOrThrow(provider, context: context, stale: session)
+        let now = HostClock.nowMilliseconds()
+        if let expiresAt = session.tokens.expiresAt, expiresAt - now < minimumValidity {
+            session = try await refreshOrThrow(key, context: context, stale: session)
+        } else if let ahead = session.tokens.refreshAheadAt, now >= ahead, session.tokens.refreshToken != nil, refreshes[key] == nil {
+            // Refresh ahead: the caller gets the still-valid token at once and
+            // the next one is fetched in the background (single-flight as ever).
+            let stale = session
+            Task { _ = await self.refreshed(key, context: context, stale: stale) }
         }
         var request: JSON = ["method": "GET", "headers": [:]]
         if let base = context.config["apiBaseUrl"]?.stringValue { request = request.setting("url", .string(base)) }
@@ -389,6 +523,7 @@ public actor SessionEngine {
         }
         return .compactObject([
             "provider": .string(provider),
+            "account": session.account,
             "accessToken": .string(session.tokens.accessToken),
             "tokenType": .string(session.tokens.tokenType),
             "expiresAt": session.tokens.expiresAt.map(JSON.int) ?? .null,
@@ -400,10 +535,10 @@ public actor SessionEngine {
     /// An authorized request through the provider plugin. A "session expired"
     /// answer (as the plugin classifies it) refreshes and replays once; a
     /// revocation signs the profile out.
-    public func fetch(_ provider: String, request: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
+    public func fetch(_ provider: String, account: String? = nil, request: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
         let context = try await context(for: provider)
-        guard var session = try await loadSession(provider) else {
-            throw SessionError(.notSignedIn, "Profile \"\(provider)\" is not signed in.", provider: provider, reason: "noTokens")
+        guard case (let key, var session)? = try await selectSession(provider, account: account) else {
+            throw notSignedIn(provider, account: account)
         }
         try refuseIfLicenseRevoked(session, provider: provider)
         var replayed = false
@@ -440,14 +575,14 @@ public actor SessionEngine {
             switch outcome["outcome"]?.stringValue {
             case "sessionExpired" where !replayed:
                 replayed = true
-                session = try await refreshOrThrow(provider, context: context, stale: session)
+                session = try await refreshOrThrow(key, context: context, stale: session)
                 continue
             case "revoked":
                 let message = outcome["message"]?.stringValue
-                try await signOutLocally(provider, reason: "revoked", message: message)
+                try await signOutLocally(key, reason: "revoked", message: message, account: session.account)
                 throw SessionError(.notSignedIn, message ?? "The provider revoked this session.", provider: provider, reason: "revoked")
             case "licenseRevoked":
-                _ = try await markLicenseRevoked(provider, session: session, message: outcome["message"]?.stringValue)
+                _ = try await markLicenseRevoked(key, session: session, message: outcome["message"]?.stringValue)
             default:
                 break
             }
@@ -457,11 +592,12 @@ public actor SessionEngine {
 
     // MARK: - Refresh (single-flight)
 
-    private func refreshOrThrow(_ provider: String, context: Context, stale: StoredSession) async throws(SessionError) -> StoredSession {
-        switch await refreshed(provider, context: context, stale: stale) {
+    private func refreshOrThrow(_ key: SessionKey, context: Context, stale: StoredSession) async throws(SessionError) -> StoredSession {
+        let provider = key.profile
+        switch await refreshed(key, context: context, stale: stale) {
         case .success(let session): return session
         case .failure(let failure) where failure.kind == .definitive:
-            throw SessionError(.notSignedIn, failure.message, provider: provider, reason: camelCased(failure.reason))
+            throw SessionError(.notSignedIn, failure.message, provider: provider, reason: endReason(failure.reason))
         case .failure(let failure):
             throw SessionError(failure, provider: provider)
         }
@@ -469,31 +605,32 @@ public actor SessionEngine {
 
     /// Refreshes once for any number of concurrent callers. If the stored
     /// session already differs from `stale`, someone else refreshed: use it.
-    private func refreshed(_ provider: String, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
-        if let running = refreshes[provider] { return await running.value }
-        let task = Task { await self.performRefresh(provider, context: context, stale: stale) }
-        refreshes[provider] = task
+    private func refreshed(_ key: SessionKey, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
+        if let running = refreshes[key] { return await running.value }
+        let task = Task { await self.performRefresh(key, context: context, stale: stale) }
+        refreshes[key] = task
         let result = await task.value
-        refreshes[provider] = nil
+        refreshes[key] = nil
         return result
     }
 
     /// One refresh, under the profile's cross-process lock: the session is
     /// re-read inside it, and if another process already rotated the tokens
     /// they are used instead of replaying a spent refresh token.
-    private func performRefresh(_ provider: String, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
+    private func performRefresh(_ key: SessionKey, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
         do {
-            return try await store.withExclusiveAccess(to: provider) {
-                await self.refreshLocked(provider, context: context, stale: stale)
+            return try await store.withExclusiveAccess(to: key) {
+                await self.refreshLocked(key, context: context, stale: stale)
             }
         } catch {
             return .failure(ProviderFailure(.transient, reason: "storageError", message: "The session store could not be locked: \(error)"))
         }
     }
 
-    private func refreshLocked(_ provider: String, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
+    private func refreshLocked(_ key: SessionKey, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
+        let provider = key.profile
         let current: StoredSession?
-        do { current = try await store.load(provider) } catch {
+        do { current = try await store.load(key) } catch {
             return .failure(ProviderFailure(.transient, reason: "storageError", message: "The stored session could not be read: \(error)"))
         }
         guard let current else {
@@ -503,24 +640,48 @@ public actor SessionEngine {
         let input: JSON = ["profile": context.profileJSON, "tokens": stale.tokens.json]
         switch await run(.refresh, input: input, plugin: context.plugin, provider: provider, requestID: nil) {
         case .success(let answer):
-            guard let fresh = TokenSet(json: answer["tokens"] ?? .null) else {
+            guard var fresh = TokenSet(json: answer["tokens"] ?? .null) else {
                 return .failure(ProviderFailure(.transient, reason: "badResponse", message: "The refresh answer had no access token."))
+            }
+            fresh.obtainedAt = HostClock.nowMilliseconds()
+            if let idToken = fresh.idToken, idToken != stale.tokens.idToken {
+                fresh.idToken = await refreshedIDToken(idToken, context: context, session: stale, provider: provider)
             }
             var session = stale
             session.tokens = stale.tokens.updated(with: fresh)
-            if let account = Self.account(answer["account"]) { session.account = account }
+            // The account is the record's key: a refresh does not move the session to another.
+            if let account = Self.account(answer["account"]), account["id"]?.stringValue ?? "" == key.account { session.account = account }
             // Durable before anyone sees the new access token (rotation safety).
-            do { try await store.save(session, for: provider) } catch {
+            do { try await store.save(session, for: key) } catch {
                 return .failure(ProviderFailure(.transient, reason: "storageError", message: "The refreshed session could not be stored."))
             }
             emit("session/changed", .compactObject(["provider": .string(provider), "state": "refreshed", "reason": "refreshed", "account": session.account]))
             return .success(session)
         case .failure(let failure) where failure.kind == .definitive:
-            try? await signOutLocally(provider, reason: signedOutReason(failure.reason), message: failure.message)
+            try? await signOutLocally(key, reason: signedOutReason(failure.reason), message: failure.message, account: stale.account)
             return .failure(failure)
         case .failure(let failure):
             logger.notice("refresh failed transiently; the session is kept", metadata: ["provider": "\(provider)", "reason": "\(failure.reason)"])
             return .failure(failure)
+        }
+    }
+
+    /// OIDC §12.2: an ID token from a refresh is verified like the first
+    /// (without a nonce) and must name the same subject. One that fails is
+    /// dropped — the rotated refresh token it came with must still be kept.
+    private func refreshedIDToken(_ idToken: String, context: Context, session: StoredSession, provider: String) async -> String? {
+        guard let expectation = idTokenExpectation(context, nonce: nil) else { return nil }
+        switch await verifier.verify(idToken, expecting: expectation, http: http) {
+        case .success(let claims):
+            if let known = session.account?["id"]?.stringValue, let subject = claims["sub"]?.stringValue, known != subject {
+                logger.warning("a refreshed ID token names another subject; it is not kept", metadata: ["provider": "\(provider)"])
+                return nil
+            }
+            return idToken
+        case .failure(let failure):
+            logger.warning("a refreshed ID token failed verification; it is not kept",
+                           metadata: ["provider": "\(provider)", "reason": "\(failure.reason)"])
+            return nil
         }
     }
 
@@ -545,30 +706,55 @@ public actor SessionEngine {
         }
     }
 
-    private func markLicenseRevoked(_ provider: String, session: StoredSession, message: String?) async throws(SessionError) -> JSON {
+    private func markLicenseRevoked(_ key: SessionKey, session: StoredSession, message: String?) async throws(SessionError) -> JSON {
+        let provider = key.profile
         var updated = session
         if !session.licenseRevoked {
             updated.licenseRevoked = true
-            try await saveSession(updated, provider: provider)
+            try await saveSession(updated, key: key)
             emit("session/changed", .compactObject(["provider": .string(provider), "state": "licenseRevoked", "reason": "licenseRevoked",
                                                     "message": message.map(JSON.string), "account": session.account]))
         }
         return status(provider, state: "licenseRevoked", session: updated, reason: "licenseRevoked", message: message)
     }
 
-    /// Wipes the session and tells the frontend why.
-    private func signOutLocally(_ provider: String, reason: String, message: String?) async throws(SessionError) {
-        do { try await store.delete(provider) } catch { throw storageError(error, provider: provider) }
-        emit("session/changed", .compactObject(["provider": .string(provider), "state": "signedOut", "reason": .string(reason),
-                                                "message": message.map(JSON.string)]))
+    /// Wipes one account's session and tells the frontend why.
+    private func signOutLocally(_ key: SessionKey, reason: String, message: String?, account: JSON? = nil) async throws(SessionError) {
+        do { try await store.delete(key) } catch { throw storageError(error, provider: key.profile) }
+        emit("session/changed", .compactObject(["provider": .string(key.profile), "state": "signedOut", "reason": .string(reason),
+                                                "message": message.map(JSON.string), "account": account]))
     }
 
-    private func loadSession(_ provider: String) async throws(SessionError) -> StoredSession? {
-        do { return try await store.load(provider) } catch { throw storageError(error, provider: provider) }
+    /// The session a call means: the named account, or the profile's
+    /// current one (the latest sign-in) when the call names none.
+    private func selectSession(_ provider: String, account: String?) async throws(SessionError) -> (SessionKey, StoredSession)? {
+        if let account {
+            let key = SessionKey(profile: provider, account: account)
+            return try await loadSession(key).map { (key, $0) }
+        }
+        var best: (SessionKey, StoredSession)?
+        for key in try await storedKeys(of: provider) {
+            guard let session = try await loadSession(key) else { continue }
+            if best == nil || (session.signedInAt ?? 0) > (best!.1.signedInAt ?? 0) { best = (key, session) }
+        }
+        return best
     }
 
-    private func saveSession(_ session: StoredSession, provider: String) async throws(SessionError) {
-        do { try await store.save(session, for: provider) } catch { throw storageError(error, provider: provider) }
+    private func storedKeys(of provider: String) async throws(SessionError) -> [SessionKey] {
+        do { return try await store.keys(of: provider) } catch { throw storageError(error, provider: provider) }
+    }
+
+    private func loadSession(_ key: SessionKey) async throws(SessionError) -> StoredSession? {
+        do { return try await store.load(key) } catch { throw storageError(error, provider: key.profile) }
+    }
+
+    private func saveSession(_ session: StoredSession, key: SessionKey) async throws(SessionError) {
+        do { try await store.save(session, for: key) } catch { throw storageError(error, provider: key.profile) }
+    }
+
+    private func notSignedIn(_ provider: String, account: String?) -> SessionError {
+        let who = account.map { "Account \"\($0)\" of profile \"\(provider)\"" } ?? "Profile \"\(provider)\""
+        return SessionError(.notSignedIn, "\(who) is not signed in.", provider: provider, reason: "noTokens")
     }
 
     private func unknownProfile(_ name: String) -> SessionError {
@@ -600,15 +786,22 @@ public actor SessionEngine {
         emit("signIn/progress", .object(params))
     }
 
-    /// The closed set of `session/changed` `signedOut` reasons (bridge-spec):
-    /// a provider's own word stays in the status and error `reason`.
+    /// The closed set of `session/changed` `signedOut` reasons (bridge-spec).
     private func signedOutReason(_ reason: String) -> String {
-        switch camelCased(reason) {
+        switch endReason(reason) {
         case "revoked": "revoked"
         case "licenseRevoked": "licenseRevoked"
         case "expired", "noRefreshToken": "expired"
         default: "invalidGrant"
         }
+    }
+
+    /// Why a definitive refusal ended the session, as the status and error
+    /// `reason`. RFC 6749 §5.2: `invalid_grant` on a refresh means the grant
+    /// is no longer valid (revoked by the user, an administrator or the
+    /// provider's policy): `revoked`. Other words are camelCased as they come.
+    private func endReason(_ reason: String) -> String {
+        reason == "invalid_grant" ? "revoked" : camelCased(reason)
     }
 
     /// "invalid_grant" → "invalidGrant": reasons on the wire are camelCase words.

@@ -16,6 +16,7 @@ public enum StandardSteps {
         case .configure:
             return configure(input["settings"] ?? [:], call: call, http: http)
         case .beginSignIn:
+            if input["flow"]?.stringValue == "device" { return beginDeviceAuthorization(input, config: config, call: call, http: http) }
             return beginSignIn(input, config: config)
         case .completeSignIn:
             return completeSignIn(input, config: config, call: call, http: http)
@@ -106,7 +107,55 @@ public enum StandardSteps {
         return .success(["url": .string(endpoint + separator + FormEncoding.encode(pairs))])
     }
 
+    /// RFC 8628 §3.1–3.2: asks for a device code and a user code.
+    static func beginDeviceAuthorization(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+        guard let endpoint = config["deviceAuthorizationEndpoint"]?.stringValue, let url = ParsedURL(endpoint) else {
+            return .failure(ProviderFailure(.configuration, reason: "unsupported",
+                                            message: "The provider has no device authorization endpoint (set \"deviceAuthorizationEndpoint\")."))
+        }
+        guard url.isSecureTransport else { return .failure(insecure("deviceAuthorizationEndpoint")) }
+        guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
+        var form: [String: JSON] = ["client_id": .string(clientID)]
+        let scopes = (input["scopes"] ?? config["scopes"])?.arrayValue?.compactMap(\.stringValue) ?? []
+        if !scopes.isEmpty { form["scope"] = .string(scopes.joined(separator: " ")) }
+        form["client_secret"] = config["clientSecret"]
+        let request: JSON = ["method": "POST", "url": .string(endpoint), "form": .object(form), "timeoutMs": 15_000]
+        return http.perform(request, call: call).flatMap { parseDeviceAuthorization($0) }
+    }
+
+    /// Reads an RFC 8628 §3.2 answer into the BeginSignInOutput of the device flow.
+    static func parseDeviceAuthorization(_ response: JSON, now: Int64 = HostClock.nowMilliseconds()) -> Result<JSON, ProviderFailure> {
+        let status = Int(response["status"]?.intValue ?? 0)
+        let body = (try? JSON.parse(response["body"]?.stringValue ?? "")) ?? .null
+        guard (200..<300).contains(status) else { return .failure(classifyTokenError(status: status, body: body)) }
+        guard let deviceCode = body["device_code"]?.stringValue, !deviceCode.isEmpty,
+              let userCode = body["user_code"]?.stringValue, !userCode.isEmpty,
+              let verification = (body["verification_uri"] ?? body["verification_url"])?.stringValue,
+              let verificationURL = ParsedURL(verification), verificationURL.isSecureTransport
+        else {
+            return .failure(ProviderFailure(.transient, reason: "badResponse", message: "The device authorization answer lacks device_code, user_code or verification_uri.", status: status))
+        }
+        // RFC 8628 §3.2: expires_in is required; interval defaults to 5 s. Both clamped.
+        let expiresIn = min(max(body["expires_in"]?.intValue ?? 600, 10), 86_400)
+        let interval = min(max(body["interval"]?.intValue ?? 5, 1), 300)
+        return .success(.compactObject([
+            "deviceCode": .string(deviceCode), "userCode": .string(userCode), "verificationUri": .string(verification),
+            "verificationUriComplete": body["verification_uri_complete"]?.stringValue.map(JSON.string),
+            "expiresAt": .int(now + expiresIn * 1000), "intervalMs": .int(interval * 1000),
+        ]))
+    }
+
     static func completeSignIn(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+        if input["flow"]?.stringValue == "device" {
+            guard let deviceCode = input["code"]?.stringValue else {
+                return .failure(ProviderFailure(.internal, reason: "missingCode", message: "The device flow needs the device code."))
+            }
+            guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
+            var form: [String: JSON] = ["grant_type": "urn:ietf:params:oauth:grant-type:device_code",
+                                        "device_code": .string(deviceCode), "client_id": .string(clientID)]
+            form["client_secret"] = config["clientSecret"]
+            return tokenRequest(form: form, config: config, call: call, http: http)
+        }
         var code = input["code"]?.stringValue
         if let callback = input["callbackUrl"]?.stringValue {
             guard let url = ParsedURL(callback) else {

@@ -10,17 +10,22 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
     /// Milliseconds since the epoch; nil when the provider does not say
     /// (Salesforce): expiry is then learnt from a 401.
     public var expiresAt: Int64?
+    /// When the host received these tokens (ms); with `expiresAt` it gives
+    /// the lifetime, from which the refresh-ahead point is computed.
+    public var obtainedAt: Int64?
     public var idToken: String?
     public var scope: String?
     /// Provider-specific values (Salesforce instance_url, Tableau xsrf_token…).
     public var extras: [String: JSON]
 
     public init(accessToken: String, refreshToken: String? = nil, tokenType: String = "Bearer",
-                expiresAt: Int64? = nil, idToken: String? = nil, scope: String? = nil, extras: [String: JSON] = [:]) {
+                expiresAt: Int64? = nil, obtainedAt: Int64? = nil, idToken: String? = nil, scope: String? = nil,
+                extras: [String: JSON] = [:]) {
         self.accessToken = accessToken
         self.refreshToken = refreshToken
         self.tokenType = tokenType
         self.expiresAt = expiresAt
+        self.obtainedAt = obtainedAt
         self.idToken = idToken
         self.scope = scope
         self.extras = extras
@@ -33,6 +38,7 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
                   refreshToken: json["refreshToken"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 },
                   tokenType: json["tokenType"]?.stringValue ?? "Bearer",
                   expiresAt: json["expiresAt"]?.intValue,
+                  obtainedAt: json["obtainedAt"]?.intValue,
                   idToken: json["idToken"]?.stringValue,
                   scope: json["scope"]?.stringValue,
                   extras: json["extras"]?.objectValue ?? [:])
@@ -44,6 +50,7 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
             "refreshToken": refreshToken.map(JSON.string),
             "tokenType": .string(tokenType),
             "expiresAt": expiresAt.map(JSON.int),
+            "obtainedAt": obtainedAt.map(JSON.int),
             "idToken": idToken.map(JSON.string),
             "scope": scope.map(JSON.string),
             "extras": extras.isEmpty ? nil : .object(extras),
@@ -61,6 +68,13 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
         return merged
     }
 
+    /// The refresh-ahead point: three quarters into the token's lifetime
+    /// (nil when the lifetime is unknown).
+    public var refreshAheadAt: Int64? {
+        guard let expiresAt, let obtainedAt, expiresAt > obtainedAt else { return nil }
+        return obtainedAt + (expiresAt - obtainedAt) * 3 / 4
+    }
+
     public var description: String {
         "TokenSet(accessToken: [REDACTED], refreshToken: \(refreshToken == nil ? "nil" : "[REDACTED]"), expiresAt: \(expiresAt.map(String.init) ?? "nil"))"
     }
@@ -72,6 +86,12 @@ public struct StoredSession: Sendable, Equatable {
     public var account: JSON?
     /// Set while a licence is revoked (MarketSharp) and sign-out is pending.
     public var licenseRevoked: Bool = false
+    /// When the user signed in (ms): the latest sign-in is the profile's
+    /// current account when a call names none.
+    public var signedInAt: Int64?
+
+    /// The account's key among the profile's sessions ("" when the provider names no account).
+    public var accountKey: String { account?["id"]?.stringValue ?? "" }
 
     public init(tokens: TokenSet, account: JSON?) {
         self.tokens = tokens
@@ -79,10 +99,34 @@ public struct StoredSession: Sendable, Equatable {
     }
 }
 
+/// Which stored session a call means: a profile and one of its accounts.
+///
+/// Each account is a vault record of its own (key `profile` for an account
+/// the provider does not name, else `profile` + U+001F + account id), so
+/// accounts of one profile refresh, lock and sign out independently.
+public struct SessionKey: Hashable, Sendable, CustomStringConvertible {
+    public var profile: String
+    public var account: String
+
+    public init(profile: String, account: String) {
+        self.profile = profile
+        self.account = account
+    }
+
+    init(vaultKey: String) {
+        let (profile, account) = VaultKey.split(vaultKey)
+        self.init(profile: profile, account: account)
+    }
+
+    var vaultKey: String { VaultKey.make(profile: profile, account: account) }
+
+    public var description: String { account.isEmpty ? profile : "\(profile) (\(account))" }
+}
+
 /// The engine's view of a vault: sessions in, records out.
 ///
 /// The record's secret part holds the tokens, the account and the licence
-/// flag; its metadata holds the profile and a short account label, so
+/// flag; its metadata holds the profile key and a short account label, so
 /// accounts can be listed without decrypting.
 public struct SessionStore: Sendable {
     public let vault: any Vault
@@ -95,29 +139,39 @@ public struct SessionStore: Sendable {
     public var backend: String { vault.backend }
     public var protection: String { vault.protection }
 
-    nonisolated(nonsending) public func load(_ profile: String) async throws -> StoredSession? {
-        guard let record = try await vault.load(profile) else { return nil }
+    nonisolated(nonsending) public func load(_ key: SessionKey) async throws -> StoredSession? {
+        guard let record = try await vault.load(key.vaultKey) else { return nil }
         guard let tokens = TokenSet(json: record.secret["tokens"] ?? .null) else {
-            throw VaultError(.corruptRecord, "The stored session of \"\(profile)\" has no tokens.")
+            throw VaultError(.corruptRecord, "The stored session of \"\(key)\" has no tokens.")
         }
         var session = StoredSession(tokens: tokens, account: record.secret["account"].flatMap { $0.isNull ? nil : $0 })
         session.licenseRevoked = record.secret["licenseRevoked"]?.boolValue ?? false
+        session.signedInAt = record.secret["signedInAt"]?.intValue
         return session
     }
 
-    nonisolated(nonsending) public func save(_ session: StoredSession, for profile: String) async throws {
+    nonisolated(nonsending) public func save(_ session: StoredSession, for key: SessionKey) async throws {
         let label = session.account?["id"]?.stringValue ?? session.account?["email"]?.stringValue ?? session.account?["name"]?.stringValue
         let secret: JSON = .compactObject(["tokens": session.tokens.json, "account": session.account,
-                                           "licenseRevoked": session.licenseRevoked ? true : nil])
-        try await vault.save(VaultRecord(profile: profile, account: label, secret: secret))
+                                           "licenseRevoked": session.licenseRevoked ? true : nil,
+                                           "signedInAt": session.signedInAt.map(JSON.int)])
+        try await vault.save(VaultRecord(profile: key.vaultKey, account: label, secret: secret))
     }
 
-    nonisolated(nonsending) public func delete(_ profile: String) async throws { try await vault.delete(profile) }
+    nonisolated(nonsending) public func delete(_ key: SessionKey) async throws { try await vault.delete(key.vaultKey) }
 
-    nonisolated(nonsending) public func profiles() async throws -> [String] { try await vault.profiles() }
+    /// Every stored session's key, from metadata only.
+    nonisolated(nonsending) public func keys() async throws -> [SessionKey] {
+        try await vault.profiles().map(SessionKey.init(vaultKey:))
+    }
 
-    /// Runs `body` holding the profile's cross-process lock.
-    nonisolated(nonsending) public func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T {
-        try await vault.withExclusiveAccess(to: profile, body)
+    /// The accounts stored for one profile.
+    nonisolated(nonsending) public func keys(of profile: String) async throws -> [SessionKey] {
+        try await vault.keys(of: profile).map(SessionKey.init(vaultKey:))
+    }
+
+    /// Runs `body` holding the session's cross-process lock.
+    nonisolated(nonsending) public func withExclusiveAccess<T: Sendable>(to key: SessionKey, _ body: () async throws -> T) async throws -> T {
+        try await vault.withExclusiveAccess(to: key.vaultKey, body)
     }
 }

@@ -85,6 +85,26 @@ public final class EncryptedFileVault: Vault {
         return names.sorted()
     }
 
+    /// Files are named by the profile's hash (and the account's), so one
+    /// profile's records are found without reading anyone else's.
+    nonisolated(nonsending) public func keys(of profile: String) async throws -> [String] {
+        _ = try await openKey()
+        let stem = Self.fileStem(profile)
+        var keys: [String] = []
+        for file in listFolder(folder) where file == stem + ".vault" || (file.hasPrefix(stem + "-") && file.hasSuffix(".vault")) {
+            let path = folder + "/" + file
+            guard let bytes = try readPrivateFile(path) else { continue }
+            guard let envelope = try? JSON.parse(bytes), let key = envelope["profile"]?.stringValue,
+                  VaultKey.split(key).profile == profile else {
+                let kept = quarantine(path)
+                throw VaultError(.corruptRecord,
+                                 "A stored session of profile \"\(profile)\" is damaged; it was moved to \(kept) and that account is signed out. Other profiles are not affected.")
+            }
+            keys.append(key)
+        }
+        return keys.sorted()
+    }
+
     nonisolated(nonsending) public func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T {
         _ = try await openKey()
         return try await ProfileFileLock.withExclusiveAccess(folder: folder + "/locks", profile: profile, body)
@@ -171,8 +191,15 @@ public final class EncryptedFileVault: Vault {
     // MARK: - Files
 
     /// A file name for a profile: profile names may hold any character.
-    static func fileStem(_ profile: String) -> String {
-        SHA256.hash(data: Array(profile.utf8)).prefix(16).map { String($0, radix: 16).leftPadded(to: 2) }.joined()
+    /// A record's file name without `.vault`: the profile's hash, then the
+    /// account's for an account record (names never appear on disk).
+    static func fileStem(_ key: String) -> String {
+        let (profile, account) = VaultKey.split(key)
+        return account.isEmpty ? hash(profile) : hash(profile) + "-" + hash(account)
+    }
+
+    private static func hash(_ text: String) -> String {
+        SHA256.hash(data: Array(text.utf8)).prefix(16).map { String($0, radix: 16).leftPadded(to: 2) }.joined()
     }
 
     func recordPath(_ profile: String) -> String { folder + "/" + Self.fileStem(profile) + ".vault" }

@@ -17,6 +17,25 @@ public struct VaultRecord: Sendable, Equatable {
     }
 }
 
+/// A record's key: a profile, or a profile and one of its accounts.
+///
+/// Accounts of one profile are separate records (each refreshes, locks and
+/// is deleted on its own); the key joins the two with U+001F, which profile
+/// names never contain.
+public enum VaultKey {
+    public static let accountSeparator: Character = "\u{1F}"
+
+    public static func make(profile: String, account: String) -> String {
+        account.isEmpty ? profile : profile + String(accountSeparator) + account
+    }
+
+    /// (profile, account); account is "" for a profile's own record.
+    public static func split(_ key: String) -> (profile: String, account: String) {
+        guard let index = key.firstIndex(of: accountSeparator) else { return (key, "") }
+        return (String(key[..<index]), String(key[key.index(after: index)...]))
+    }
+}
+
 /// Why the vault failed, for one profile or for all of it.
 public struct VaultError: Error, Sendable, CustomStringConvertible {
     public enum Reason: String, Sendable {
@@ -60,9 +79,18 @@ public protocol Vault: Sendable {
     nonisolated(nonsending) func save(_ record: VaultRecord) async throws
     /// Removes everything stored for the profile.
     nonisolated(nonsending) func delete(_ profile: String) async throws
-    /// Profiles with a record, from metadata only.
+    /// Keys of every record, from metadata only.
     nonisolated(nonsending) func profiles() async throws -> [String]
+    /// Keys of one profile's records (see `VaultKey`). A record found damaged
+    /// while listing is quarantined and reported for this profile only.
+    nonisolated(nonsending) func keys(of profile: String) async throws -> [String]
     /// Runs `body` holding the profile's cross-process lock (a refresh must
     /// re-read the record inside it). A lock held by a dead process is free.
     nonisolated(nonsending) func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T
+}
+
+extension Vault {
+    nonisolated(nonsending) public func keys(of profile: String) async throws -> [String] {
+        try await profiles().filter { VaultKey.split($0).profile == profile }
+    }
 }

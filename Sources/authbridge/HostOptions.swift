@@ -35,6 +35,9 @@ struct HostOptions: ParsableArguments {
     @Flag(help: "Fail closed instead of keeping the vault key in a file: the key must come from the keyring (Secret Service) or AUTHBRIDGE_VAULT_KEY.")
     var requireSecureStorage = false
 
+    @Flag(help: "Open browser sign-in pages with xdg-open (for use by hand; frontends open the URL from the openUrl event).")
+    var openBrowser = false
+
     func validate() throws {
         guard ["encrypted-file", "secret-service", "memory"].contains(vault) else {
             throw ValidationError("--vault must be encrypted-file, secret-service or memory")
@@ -90,6 +93,7 @@ struct HostOptions: ParsableArguments {
             case .failure(let error): warnings.append("configuration \(path): \(error.message)")
             }
         }
-        return HostConfiguration(pluginFolders: folders, profiles: profiles, warnings: warnings, testClock: testClock)
+        return HostConfiguration(pluginFolders: folders, profiles: profiles, warnings: warnings, testClock: testClock,
+                                 browser: openBrowser ? BrowserLauncher() : nil)
     }
 }

@@ -21,7 +21,7 @@ struct SessionEngineTests {
             #expect(status["account"] == ["id": "x", "name": "Swift Test User"])
             #expect(status["storage"] == ["backend": "memory", "protection": "none"])
             #expect(status.serializedString().contains("sat-x") == false)
-            #expect(try await store.load("work")?.tokens.refreshToken == "srt-x")
+            #expect(try await store.load(SessionKey(profile: "work", account: "x"))?.tokens.refreshToken == "srt-x")
             #expect(events.methods == ["signIn/progress", "session/changed"])
             #expect(events.all.first?.1["requestId"] == 7)
             #expect(events.changes.map { $0["state"] } == ["signedIn"])
@@ -64,8 +64,7 @@ struct SessionEngineTests {
                 #expect(error.reason == "invalid_grant")
                 #expect(error.provider == "work")
             }
-            let stored = try? await store.load("work")
-            #expect(stored == nil)
+            #expect((try? await store.keys(of: "work"))?.isEmpty == true)
             #expect(events.changes.isEmpty)
         }
     }

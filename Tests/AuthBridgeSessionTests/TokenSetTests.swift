@@ -1,5 +1,5 @@
 import AuthBridgeJSON
-import AuthBridgeSession
+@testable import AuthBridgeSession
 import Testing
 
 @Suite("Token sets and the memory store")
@@ -51,18 +51,44 @@ struct TokenSetTests {
     @Test func memoryStoreSavesLoadsDeletesAndListsSorted() async throws {
         let store = SessionStore.inMemory()
         #expect(store.backend == "memory" && store.protection == "none")
-        #expect(try await store.load("work") == nil)
-        let session = StoredSession(tokens: full, account: ["id": "u1"])
-        try await store.save(session, for: "work")
-        try await store.save(StoredSession(tokens: TokenSet(accessToken: "x"), account: nil), for: "home")
-        #expect(try await store.load("work") == session)
-        #expect(try await store.profiles() == ["home", "work"])
+        let work = SessionKey(profile: "work", account: "u1")
+        #expect(try await store.load(work) == nil)
+        var session = StoredSession(tokens: full, account: ["id": "u1"])
+        session.signedInAt = 42
+        try await store.save(session, for: work)
+        try await store.save(StoredSession(tokens: TokenSet(accessToken: "x"), account: nil), for: SessionKey(profile: "home", account: ""))
+        #expect(try await store.load(work) == session)
+        #expect(try await store.keys().map(\.description) == ["home", "work (u1)"])
         var revoked = session
         revoked.licenseRevoked = true
-        try await store.save(revoked, for: "work")
-        #expect(try await store.load("work")?.licenseRevoked == true)
-        try await store.delete("work")
-        #expect(try await store.load("work") == nil)
-        #expect(try await store.profiles() == ["home"])
+        try await store.save(revoked, for: work)
+        #expect(try await store.load(work)?.licenseRevoked == true)
+        try await store.delete(work)
+        #expect(try await store.load(work) == nil)
+        #expect(try await store.keys(of: "work").isEmpty)
+    }
+
+    @Test func accountsOfOneProfileAreSeparateRecords() async throws {
+        let store = SessionStore.inMemory()
+        let ada = SessionKey(profile: "dot", account: "ada")
+        let grace = SessionKey(profile: "dot", account: "grace")
+        try await store.save(StoredSession(tokens: TokenSet(accessToken: "a"), account: ["id": "ada"]), for: ada)
+        try await store.save(StoredSession(tokens: TokenSet(accessToken: "g"), account: ["id": "grace"]), for: grace)
+        #expect(Set(try await store.keys(of: "dot")) == [ada, grace])
+        try await store.delete(ada)
+        #expect(try await store.load(grace)?.tokens.accessToken == "g", "signing one account out leaves the other")
+    }
+
+    @Test func aSessionKeyRoundTripsThroughTheVaultKey() {
+        let key = SessionKey(profile: "work", account: "00u1@example.com")
+        #expect(SessionKey(vaultKey: key.vaultKey) == key)
+        #expect(SessionKey(profile: "work", account: "").vaultKey == "work", "an unnamed account keeps the profile's own record")
+        #expect(SessionKey(vaultKey: "work") == SessionKey(profile: "work", account: ""))
+    }
+
+    @Test func theRefreshAheadPointIsThreeQuartersIntoTheLifetime() {
+        #expect(TokenSet(accessToken: "a", expiresAt: 5_000, obtainedAt: 1_000).refreshAheadAt == 4_000)
+        #expect(TokenSet(accessToken: "a", expiresAt: 5_000).refreshAheadAt == nil, "unknown lifetime")
+        #expect(TokenSet(accessToken: "a", expiresAt: 1_000, obtainedAt: 1_000).refreshAheadAt == nil)
     }
 }

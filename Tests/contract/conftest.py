@@ -643,11 +643,12 @@ def start_host(tmp_path):
 
     def start(plugin_dirs: Iterable[Path] = (), profiles: dict | None = None, config_text: str | None = None,
               log_level: str = "debug", test_clock: bool = False, extra_args: Iterable[str] = (),
-              initialize: bool = True) -> Host:
+              initialize: bool = True, env: dict[str, str] | None = None) -> Host:
         workdir = tmp_path / f"host{len(hosts)}"
-        argv, env = host_command(workdir, plugin_dirs, profiles=profiles, config_text=config_text,
-                                 log_level=log_level, test_clock=test_clock, extra_args=extra_args)
-        host = Host(argv, env, workdir)
+        argv, environment = host_command(workdir, plugin_dirs, profiles=profiles, config_text=config_text,
+                                         log_level=log_level, test_clock=test_clock, extra_args=extra_args)
+        environment.update(env or {})
+        host = Host(argv, environment, workdir)
         hosts.append(host)
         if initialize:
             host.initialize()
@@ -734,8 +735,9 @@ def oidc_plugin_dir(tmp_path) -> Path:
 
 
 
-def sign_in_external(host: Host, server: Any, profile: str) -> dict[str, Any]:
-    """The external flow: the test is the browser and hands the redirect over with completeSignIn."""
+def sign_in_external(host: Host, server: Any, profile: str, **user: str) -> dict[str, Any]:
+    """The external flow: the test is the browser and hands the redirect over with completeSignIn.
+    `user`/`password` choose who signs in, where the server knows several users."""
     request_id = host.send_request("requestOAuthTokens", {"provider": profile, "flow": "external"})
     progress = host.wait_for_notification(
         "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
@@ -743,7 +745,7 @@ def sign_in_external(host: Host, server: Any, profile: str) -> dict[str, Any]:
     assert url.startswith(server.authorize_prefix), "unexpected sign-in URL"
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
     assert query.get("code_challenge") and query.get("code_challenge_method") == "S256", "no PKCE S256"
-    location = server.browse(url)
+    location = server.browse(url, **user)
     callback_prefix = progress.get("callbackPrefix") or server.redirect_uri
     assert location.startswith(callback_prefix)
     assert host.result("completeSignIn", {"provider": profile, "callbackUrl": location}) == {"accepted": True}

@@ -79,35 +79,69 @@ class DotAuthServer:
     def is_issued(self, access_token: str) -> bool:
         return self._get_json("/test/issued?" + urllib.parse.urlencode({"token": access_token}))["issued"]
 
-    def browse(self, url: str) -> str:
-        """A browser signing in as ada: authorize → login page → login → authorize → the redirect
+    def browse(self, url: str, user: str = USER, password: str = PASSWORD) -> str:
+        """A browser signing in as `user`: authorize → login page → login → authorize → the redirect
         to the app's callback, whose URL is returned (never followed)."""
-        jar = http.cookiejar.CookieJar()
-        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), _NoRedirect)
-
-        def get(target: str) -> tuple[int, str, str]:
-            try:
-                with opener.open(target, timeout=10) as response:
-                    return response.status, response.headers.get("Location", ""), response.read().decode()
-            except urllib.error.HTTPError as redirect:
-                return redirect.code, redirect.headers.get("Location", ""), redirect.read().decode()
-
-        status, location, _ = get(url)
+        browser = _ScriptedBrowser()
+        status, location, _ = browser.get(url)
         assert status == 302 and "/accounts/login/" in location, f"authorize answered {status} → {location}"
-        login_url = urllib.parse.urljoin(url, location)
-        status, _, page = get(login_url)
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
-        assert status == 200 and token, "no login form"
-        next_url = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(login_url).query))["next"]
-        form = urllib.parse.urlencode({"username": USER, "password": PASSWORD, "csrfmiddlewaretoken": token.group(1),
-                                       "next": next_url}).encode()
-        request = urllib.request.Request(login_url, data=form, headers={"Referer": login_url})
-        try:
-            with opener.open(request, timeout=10) as response:
-                status, location = response.status, response.headers.get("Location", "")
-        except urllib.error.HTTPError as redirect:
-            status, location = redirect.code, redirect.headers.get("Location", "")
+        status, location = browser.log_in(urllib.parse.urljoin(url, location), user, password)
         assert status == 302, f"login answered {status}"
-        status, location, _ = get(urllib.parse.urljoin(login_url, location))
+        status, location, _ = browser.get(urllib.parse.urljoin(url, location))
         assert status == 302 and location.startswith("http://127.0.0.1:"), f"authorize after login answered {status} → {location}"
         return location
+
+    def approve_device(self, user_code: str, verification_uri: str, action: str = "accept",
+                       user: str = USER, password: str = PASSWORD) -> None:
+        """The user on another device (RFC 8628 §3.3): opens the verification URI, signs in, types the
+        code and accepts (or denies) on DOT's pages."""
+        browser = _ScriptedBrowser()
+        status, location, _ = browser.get(verification_uri)
+        assert status == 302 and "/accounts/login/" in location, f"verification page answered {status}"
+        status, location = browser.log_in(urllib.parse.urljoin(verification_uri, location), user, password)
+        assert status == 302, f"login answered {status}"
+        code_page = urllib.parse.urljoin(verification_uri, location)
+        status, location = browser.submit(code_page, {"user_code": user_code})
+        assert status == 302 and "/device-confirm/" in location, f"the user code was refused ({status})"
+        confirm_page = urllib.parse.urljoin(code_page, location)
+        status, _ = browser.submit(confirm_page, {"action": action})
+        assert status == 302, f"the decision was refused ({status})"
+
+    def admin_revoke(self, user: str = USER) -> int:
+        """What an administrator does in DOT's admin: revoke every refresh token of `user`."""
+        return self._get_json("/test/admin-revoke?" + urllib.parse.urlencode({"user": user}))["revoked"]
+
+    def tamper_id_tokens(self, mode: str) -> None:
+        """ID tokens from now on are altered: signature | aud | exp | nonce | none (stop)."""
+        assert self._get_json("/test/tamper?" + urllib.parse.urlencode({"mode": mode}))["mode"] == mode
+
+
+class _ScriptedBrowser:
+    """Cookies, CSRF tokens and no automatic redirects: each step checks where DOT sends it."""
+
+    def __init__(self) -> None:
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()), _NoRedirect)
+
+    def get(self, target: str) -> tuple[int, str, str]:
+        try:
+            with self.opener.open(target, timeout=10) as response:
+                return response.status, response.headers.get("Location", ""), response.read().decode()
+        except urllib.error.HTTPError as redirect:
+            return redirect.code, redirect.headers.get("Location", ""), redirect.read().decode()
+
+    def submit(self, page_url: str, fields: dict[str, str]) -> tuple[int, str]:
+        """GETs the page, then POSTs its form with the CSRF token and `fields`."""
+        status, _, page = self.get(page_url)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+        assert status == 200 and token, f"no form at {urllib.parse.urlsplit(page_url).path} ({status})"
+        form = urllib.parse.urlencode({**fields, "csrfmiddlewaretoken": token.group(1)}).encode()
+        request = urllib.request.Request(page_url, data=form, headers={"Referer": page_url})
+        try:
+            with self.opener.open(request, timeout=10) as response:
+                return response.status, response.headers.get("Location", "")
+        except urllib.error.HTTPError as redirect:
+            return redirect.code, redirect.headers.get("Location", "")
+
+    def log_in(self, login_url: str, user: str, password: str) -> tuple[int, str]:
+        next_url = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(login_url).query))["next"]
+        return self.submit(login_url, {"username": user, "password": password, "next": next_url})

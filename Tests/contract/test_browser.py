@@ -155,9 +155,9 @@ def test_denying_consent_cancels_the_sign_in_and_stores_nothing(start_host, oidc
     with evidence_on_failure(chromium, tmp_path / "evidence"):
         log_in_to_consent_page(chromium, url)
         chromium.find_element(By.CSS_SELECTOR, 'input[type="submit"][value="Cancel"]').click()
-        # Known defect, not asserted: the listener answers before anyone has read the callback,
-        # so after a denial its page still says "Signed in. You can close this window…".
-        wait_for_listener_page(chromium, origin)
+        # The listener holds the browser's request until the outcome is known: the page tells the truth.
+        page = wait_for_listener_page(chromium, origin)
+        assert "did not complete" in page and "Signed in" not in page, f"the listener's page says {page!r}"
         query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(chromium.current_url).query))
         denied = query.get("error") == "access_denied" and "code" not in query
         assert denied, f"DOT redirected to {redacted(chromium.current_url)}"

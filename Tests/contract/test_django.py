@@ -173,3 +173,108 @@ def test_the_callback_issuer_is_checked_before_the_code_is_redeemed(start_host, 
     assert error["code"] == -32004 and error["data"]["reason"] == "issuerMismatch"
     assert dot._get_json("/test/stats")["codes_redeemed"] == redeemed, "the code was not redeemed"
     assert host.result("checkSignInStatus", {"provider": "dot"})["state"] == "notSignedIn"
+
+
+def test_an_administrator_revoking_the_grant_signs_the_user_out_with_reason_revoked(start_host, oidc_plugin_dir, dot):
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri,
+                "scopes": ["openid", "read"], "apiBaseUrl": f"{dot.base}/o"}
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
+    sign_in_external(host, dot, "dot", user="grace", password="hopper-test")
+    assert host.result("fetch", {"provider": "dot", "url": "/userinfo/"})["status"] == 200
+    assert dot.admin_revoke("grace") >= 1                  # in DOT's admin: revoke grace's tokens
+    mark = host.mark()
+    # The next call: 401 → one refresh → invalid_grant, a definitive answer → signed out.
+    error = host.error("fetch", {"provider": "dot", "url": "/userinfo/"})
+    assert error["code"] == -32001 and error["data"]["reason"] == "revoked", error
+    changed = host.wait_for_notification("session/changed", lambda p: p["state"] == "signedOut", since=mark)
+    assert changed["reason"] == "revoked" and changed["provider"] == "dot"
+    assert host.result("checkSignInStatus", {"provider": "dot"})["state"] == "notSignedIn"
+    assert host.result("listAccounts") == {"accounts": []}
+
+
+def test_refresh_ahead_hands_out_the_valid_token_and_renews_in_the_background(start_host, oidc_plugin_dir, dot):
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri}
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}}, test_clock=True)
+    sign_in_external(host, dot, "dot")
+    first = host.result("getAccessToken", {"provider": "dot"})["accessToken"]
+    before = dot.snapshot()["refreshes"]
+    mark = host.mark()
+    host.result("$/test/advanceClock", {"milliseconds": 50 * 60 * 1000})   # 50 of 60 minutes: past 3/4
+    assert host.result("getAccessToken", {"provider": "dot"})["accessToken"] == first, "still valid: no wait"
+    changed = host.wait_for_notification("session/changed", lambda p: p["state"] == "refreshed", since=mark)
+    assert changed["reason"] == "refreshed"
+    second = host.result("getAccessToken", {"provider": "dot"})["accessToken"]
+    assert second != first and dot.is_issued(second)
+    assert dot.snapshot()["refreshes"] - before == 1
+
+
+def test_two_accounts_of_one_profile_are_signed_in_at_once(start_host, oidc_plugin_dir, dot):
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri,
+                "scopes": ["openid", "read"]}
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
+    ada = sign_in_external(host, dot, "dot")["account"]["id"]
+    grace = sign_in_external(host, dot, "dot", user="grace", password="hopper-test")["account"]["id"]
+    assert ada != grace
+    accounts = host.result("listAccounts", {"provider": "dot"})["accounts"]
+    assert [(a["account"]["id"], a["current"]) for a in accounts] == [(grace, True), (ada, False)]
+    # No account named: the current one (the latest sign-in). Named: that one.
+    assert host.result("getAccessToken", {"provider": "dot"})["account"]["id"] == grace
+    ada_token = host.result("getAccessToken", {"provider": "dot", "account": ada})
+    assert ada_token["account"]["id"] == ada
+    userinfo = host.result("fetch", {"provider": "dot", "account": ada, "url": f"{dot.base}/o/userinfo/"})
+    assert f'"sub": "{ada}"' in userinfo["body"] or f'"sub":"{ada}"' in userinfo["body"]
+    # Signing ada out revokes ada's tokens only; grace stays signed in.
+    result = host.result("signOut", {"provider": "dot", "account": ada})
+    assert result["account"]["id"] == ada and "refresh_token" in result["revoked"]
+    assert get_with_token(f"{dot.base}/o/userinfo/", ada_token["accessToken"]) == 401
+    status = host.result("checkSignInStatus", {"provider": "dot"})
+    assert status["state"] == "signedIn" and status["account"]["id"] == grace
+    assert host.result("checkSignInStatus", {"provider": "dot", "account": ada})["state"] == "notSignedIn"
+    assert host.error("getAccessToken", {"provider": "dot", "account": ada})["code"] == -32001
+    # Signing in as the same user again replaces that account's session, not adds one.
+    sign_in_external(host, dot, "dot", user="grace", password="hopper-test")
+    assert [a["account"]["id"] for a in host.result("listAccounts")["accounts"]] == [grace]
+
+
+def get_with_token(url: str, token: str) -> int:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+FAKE_XDG_OPEN = """#!{python}
+# A stand-in for xdg-open: says things on stdout and stderr (the host must keep them off the
+# protocol), then plays the user in a browser: signs in at DOT and follows the redirect.
+import sys, urllib.request
+sys.path.insert(0, {contract!r})
+from dot_auth import DotAuthServer
+print("xdg-open: opening a browser (noise on stdout)")
+print("xdg-open: noise on stderr", file=sys.stderr)
+open({record!r}, "w").write(sys.argv[1])
+callback = DotAuthServer.browse(None, sys.argv[1])
+urllib.request.urlopen(callback, timeout=30).read()
+"""
+
+
+def test_open_browser_starts_xdg_open_with_the_sign_in_url(start_host, oidc_plugin_dir, dot, tmp_path):
+    import os
+    import sys
+    from pathlib import Path
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "opened-url"
+    script = bin_dir / "xdg-open"
+    script.write_text(FAKE_XDG_OPEN.format(python=sys.executable, contract=str(Path(__file__).parent), record=str(record)))
+    script.chmod(0o755)
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "scopes": ["openid"]}
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}},
+                      extra_args=["--open-browser"], env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser"})
+    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    answer = host.wait_response(pending)                  # the fake browser completes the sign-in
+    assert answer["result"]["state"] == "signedIn", answer
+    assert record.read_text() == opened["url"], "xdg-open got exactly the URL the frontend was told"
+    assert "noise on stderr" not in host.stderr_text(), "the browser's output does not reach the host's log"

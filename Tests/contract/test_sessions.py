@@ -474,10 +474,10 @@ def test_definitive_refresh_failure_signs_out_on_check(clock_host):
     mark = host.mark()
     advance_clock(host, 2 * HOUR)
     status = host.result("checkSignInStatus", {"provider": "s"})
-    assert status["state"] == "notSignedIn" and status["reason"] == "invalidGrant"
+    assert status["state"] == "notSignedIn" and status["reason"] == "revoked"
     assert status["account"] is None and status["expiresAt"] is None
     changed = host.wait_for_notification("session/changed", lambda p: p["provider"] == "s", since=mark)
-    assert changed["state"] == "signedOut" and changed["reason"] == "invalidGrant"
+    assert changed["state"] == "signedOut" and changed["reason"] == "revoked"
     assert host.error("getAccessToken", {"provider": "s"})["code"] == -32001
     assert host.result("checkSignInStatus", {"provider": "s"})["state"] == "notSignedIn"
 
@@ -490,9 +490,9 @@ def test_definitive_refresh_failure_on_get_access_token_is_not_signed_in(clock_h
     advance_clock(host, 2 * HOUR)
     error = host.error("getAccessToken", {"provider": provider})
     assert error["code"] == -32001
-    assert error["data"]["reason"] == "invalidGrant" and error["data"]["retryable"] is False
+    assert error["data"]["reason"] == "revoked" and error["data"]["retryable"] is False
     changed = host.wait_for_notification("session/changed", lambda p: p["provider"] == provider, since=mark)
-    assert changed["state"] == "signedOut" and changed["reason"] == "invalidGrant"
+    assert changed["state"] == "signedOut" and changed["reason"] == "revoked"
     assert host.result("checkSignInStatus", {"provider": provider})["state"] == "notSignedIn"
 
 

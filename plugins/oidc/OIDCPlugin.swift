@@ -17,7 +17,7 @@ struct OIDCPlugin: ProviderPlugin {
             "id": .string(Self.id), "version": .string(Self.version),
             "displayName": "OpenID Connect / OAuth 2.0",
             "description": "Any standards-compliant OAuth 2.0 or OpenID Connect authorization server",
-            "flows": ["browser", "external"],
+            "flows": ["browser", "external", "device"],
             "capabilities": ["revoke", "fetch"],
             "settings": [
                 "type": "object",
@@ -29,6 +29,12 @@ struct OIDCPlugin: ProviderPlugin {
                     "authorizationEndpoint": url,
                     "tokenEndpoint": url,
                     "revocationEndpoint": url,
+                    "deviceAuthorizationEndpoint": ["type": "string", "format": "uri",
+                                                    "description": "RFC 8628 endpoint, when discovery does not list it"],
+                    "userinfoEndpoint": url,
+                    "jwksUri": ["type": "string", "format": "uri", "description": "Keys that sign ID tokens (discovered with the issuer)"],
+                    "clockSkewSeconds": ["type": "integer", "description": "Tolerance for ID-token exp and iat (default 60)"],
+                    "extraAuthorizationParams": ["type": "object", "description": "Added to the authorization URL (e.g. prompt, audience)"],
                     "redirectUri": ["type": "string", "description": "Where the server sends the browser back (external flow)"],
                     "scopes": ["type": "array", "items": ["type": "string"]],
                     "apiBaseUrl": ["type": "string", "description": "Base for relative URLs given to fetch"],
@@ -40,7 +46,7 @@ struct OIDCPlugin: ProviderPlugin {
     func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
         let settings = input["settings"] ?? [:]
         if settings["issuer"]?.stringValue == nil {
-            for key in ["authorizationEndpoint", "tokenEndpoint"] where settings[key]?.stringValue == nil {
+            for key in ["tokenEndpoint"] where settings[key]?.stringValue == nil {
                 throw .configuration("missingSetting", "The profile needs \"issuer\" (for discovery) or \"\(key)\".")
             }
         }

@@ -1,0 +1,148 @@
+import AuthBridgeJSON
+import AuthBridgePluginHost
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Verifies OpenID Connect ID tokens (OIDC Core §3.1.3.7): the signature
+/// against the provider's JWKS, then `iss`, `aud`/`azp`, `exp`, `iat` and
+/// `nonce` with a clock skew.
+///
+/// The cryptography is jwt-kit's, in `libAuthBridgeJWT.so`, which is
+/// dlopened on first use (jwt-kit brings Foundation; start-up stays fast).
+/// JWKS documents are cached per URI and fetched again once when a token
+/// names a key the cache does not hold (key rotation).
+public final class IDTokenVerifier: Sendable {
+    public static let shared = IDTokenVerifier()
+
+    public static let defaultClockSkewSeconds: Int64 = 60
+
+    private let library = Mutex<VerifyFunction?>(nil)
+    private let keySets = Mutex<[String: JSON]>([:])
+
+    public init() {}
+
+    /// What the relying party expects of the token.
+    public struct Expectation: Sendable {
+        public var issuer: String
+        public var clientID: String
+        public var jwksURI: String
+        /// Required to match when set (sign-in); nil on refresh (OIDC §12.2).
+        public var nonce: String?
+        public var clockSkewSeconds: Int64
+
+        public init(issuer: String, clientID: String, jwksURI: String, nonce: String?, clockSkewSeconds: Int64 = IDTokenVerifier.defaultClockSkewSeconds) {
+            self.issuer = issuer
+            self.clientID = clientID
+            self.jwksURI = jwksURI
+            self.nonce = nonce
+            self.clockSkewSeconds = clockSkewSeconds
+        }
+    }
+
+    /// The verified claims, or a definitive failure whose reason names the
+    /// check that failed (`invalidSignature`, `audienceMismatch`, `expired`…).
+    public func verify(_ token: String, expecting expectation: Expectation, http: HTTPClient) async -> Result<JSON, ProviderFailure> {
+        var refetched = false
+        var keys: JSON
+        if let cached = keySets.withLock({ $0[expectation.jwksURI] }) {
+            keys = cached
+        } else {
+            switch await fetchKeys(expectation.jwksURI, http: http) {
+            case .success(let value): keys = value; refetched = true
+            case .failure(let failure): return .failure(failure)
+            }
+        }
+        while true {
+            let request: JSON = .compactObject([
+                "token": .string(token), "jwks": keys, "issuer": .string(expectation.issuer),
+                "audience": .string(expectation.clientID), "nonce": expectation.nonce.map(JSON.string),
+                "nowMs": .int(HostClock.nowMilliseconds()), "leewaySeconds": .int(expectation.clockSkewSeconds),
+            ])
+            let answer: JSON
+            switch await call(request) {
+            case .success(let value): answer = value
+            case .failure(let failure): return .failure(failure)
+            }
+            if let claims = answer["claims"], case .object = claims { return .success(claims) }
+            let reason = answer["error"]?["reason"]?.stringValue ?? "invalidIdToken"
+            if reason == "unknownKey" && !refetched {
+                // The provider may have rotated its keys since they were cached.
+                refetched = true
+                switch await fetchKeys(expectation.jwksURI, http: http) {
+                case .success(let value): keys = value; continue
+                case .failure(let failure): return .failure(failure)
+                }
+            }
+            let message = answer["error"]?["message"]?.stringValue ?? "The ID token could not be verified."
+            return .failure(ProviderFailure(.definitive, reason: reason, message: "The provider's ID token was refused: \(message)"))
+        }
+    }
+
+    private func fetchKeys(_ uri: String, http: HTTPClient) async -> Result<JSON, ProviderFailure> {
+        switch await http.perform(["method": "GET", "url": .string(uri), "timeoutMs": 15_000]) {
+        case .failure(let failure):
+            return .failure(failure)
+        case .success(let response):
+            guard response["status"]?.intValue == 200, let document = try? JSON.parse(response["body"]?.stringValue ?? ""),
+                  document["keys"]?.arrayValue != nil else {
+                return .failure(ProviderFailure(.transient, reason: "badJWKS", message: "The provider's signing keys (jwks_uri) could not be read."))
+            }
+            keySets.withLock { $0[uri] = document }
+            return .success(document)
+        }
+    }
+
+    // MARK: - The helper library
+
+    private typealias Done = @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int) -> Void
+    private typealias Verify = @convention(c) (UnsafePointer<UInt8>, Int, UnsafeMutableRawPointer?, Done) -> Void
+    private struct VerifyFunction: @unchecked Sendable { let verify: Verify }
+
+    /// One answer from the library, delivered on its thread.
+    private final class Waiter: @unchecked Sendable {
+        let continuation: CheckedContinuation<JSON?, Never>
+        init(_ continuation: CheckedContinuation<JSON?, Never>) { self.continuation = continuation }
+    }
+
+    private func call(_ request: JSON) async -> Result<JSON, ProviderFailure> {
+        let function: VerifyFunction
+        switch loadLibrary() {
+        case .success(let value): function = value
+        case .failure(let failure): return .failure(failure)
+        }
+        let text = request.serialized()
+        let answer: JSON? = await withCheckedContinuation { continuation in
+            let context = Unmanaged.passRetained(Waiter(continuation)).toOpaque()
+            text.withUnsafeBufferPointer { buffer in
+                function.verify(buffer.baseAddress!, buffer.count, context) { context, bytes, count in
+                    let waiter = Unmanaged<Waiter>.fromOpaque(context!).takeRetainedValue()
+                    waiter.continuation.resume(returning: bytes.flatMap { try? JSON.parse(UnsafeRawBufferPointer(start: $0, count: count)) })
+                }
+            }
+        }
+        guard let answer else {
+            return .failure(ProviderFailure(.internal, reason: "jwtLibrary", message: "The ID-token verifier gave no answer."))
+        }
+        return .success(answer)
+    }
+
+    private func loadLibrary() -> Result<VerifyFunction, ProviderFailure> {
+        library.withLock { cached in
+            if let cached { return .success(cached) }
+            for path in Installation.helperLibraryCandidates("libAuthBridgeJWT.so") {
+                guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE),
+                      let symbol = dlsym(handle, "authbridge_jwt_verify_v1") else { continue }
+                let function = VerifyFunction(verify: unsafeBitCast(symbol, to: Verify.self))
+                cached = function
+                return .success(function)
+            }
+            return .failure(ProviderFailure(.internal, reason: "noJWTLibrary",
+                                            message: "The ID-token verifier (libAuthBridgeJWT.so) is not installed next to authbridge."))
+        }
+    }
+}
