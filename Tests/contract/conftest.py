@@ -47,6 +47,8 @@ from jsonschema.exceptions import best_match
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
+import leak_scan
+
 REPO = Path(__file__).resolve().parents[2]
 SPEC_PATH = REPO / "bridge-spec" / "openrpc.json"
 CTEST_BUILD_SCRIPT = REPO / "Tests" / "Plugins" / "CTestPlugin" / "build.sh"
@@ -661,12 +663,14 @@ def start_host(tmp_path):
         host.stop()
         for violation in host.violations:
             problems.setdefault(f"host{index}: {violation.splitlines()[0]}", []).append(violation)
+        for place in leak_scan.leaks(host.stderr_text(), host.frames):
+            problems.setdefault(f"host{index}: a code or token appeared in {place}", []).append("")
     if problems:
         lines = []
         for head, texts in problems.items():
             times = f" (×{len(texts)})" if len(texts) > 1 else ""
             lines.append(head + times + "".join("\n" + extra for extra in texts[0].splitlines()[1:]))
-        pytest.fail("the host broke the bridge contract on stdout:\n- " + "\n- ".join(lines), pytrace=False)
+        pytest.fail("the host broke the bridge contract:\n- " + "\n- ".join(lines), pytrace=False)
 
 
 @pytest.fixture
@@ -699,9 +703,11 @@ def start_on_data_home(tmp_path: Path, plugin_dir: Path, name: str, data_home: P
 
 
 def stop_cleanly(host: Host) -> None:
-    """Stops a host started outside the fixtures and fails on any frame violation."""
+    """Stops a host started outside the fixtures and fails on any frame violation or leak."""
     host.stop()
     assert not host.violations, host.violations
+    places = leak_scan.leaks(host.stderr_text(), host.frames)
+    assert not places, f"a code or token appeared in {', '.join(places)}"
 
 
 def sign_in_session(host: Host, provider: str, session_id: str) -> dict[str, Any]:

@@ -17,6 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import leak_scan
+
 REPO = Path(__file__).resolve().parents[2]
 SERVER = REPO / "Tests" / "support" / "dot_server.py"
 USER, PASSWORD = "ada", "lovelace-test"
@@ -51,12 +53,20 @@ class DotAuthServer:
             raise RuntimeError(f"django-oauth-toolkit did not start: {(self.state / 'server.log').read_text()[-2000:]}")
         self.port = int(line.split()[1])  # a restart comes back on the same port
         self.base = f"http://127.0.0.1:{self.port}"
+        leak_scan.register(self.handed_out)
         return self
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
+            self._handed_out = self.handed_out()   # kept for scans after the server is gone
             self.process.kill()
             self.process.wait(timeout=10)
+
+    def handed_out(self) -> list[str]:
+        """Every code and token this server handed out (for the suite's leak scan)."""
+        if self.process is None or self.process.poll() is not None:
+            return getattr(self, "_handed_out", [])
+        return self._get_json("/test/secrets")["secrets"]
 
     @property
     def authorize_prefix(self) -> str:

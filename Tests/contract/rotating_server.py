@@ -32,18 +32,19 @@ Every counter is read under the server's lock with ``snapshot()``; handlers neve
 from __future__ import annotations
 
 import base64
-import sys
 import hashlib
+import http.client
 import json
 import secrets
+import sys
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-import http.client
-import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import leak_scan
 
 CLIENT_ID = "rotating-client"
 
@@ -91,6 +92,7 @@ class RotatingAuthServer:
         self.refresh_tokens: dict[str, RefreshToken] = {}
         self.access_tokens: dict[str, AccessToken] = {}
         self.issued_access: set[str] = set()      # every access token ever issued (never shrinks)
+        self.handed_out: set[str] = set()         # every code, access and refresh token (the leak scan)
         # Counters (read with snapshot()).
         self.sign_ins = 0
         self.refreshes = 0            # successful rotations (new pair issued by the refresh grant)
@@ -117,6 +119,7 @@ class RotatingAuthServer:
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="rotating-auth-server", daemon=True)
         self._thread.start()
+        leak_scan.register(lambda: list(self.handed_out))
         return self
 
     def stop(self) -> None:
@@ -186,6 +189,7 @@ class RotatingAuthServer:
         family.access.add(access)
         family.refresh.add(refresh)
         self.issued_access.add(access)
+        self.handed_out.update((access, refresh))
         self.issued_access_count += 1
         self.issued_refresh_count += 1
         return access, refresh
@@ -377,6 +381,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self.send_json(400, {"error": "invalid_request", "error_description": "; ".join(problems)})
         code = secrets.token_urlsafe(24)
         with auth.lock:
+            auth.handed_out.add(code)
             auth.codes[code] = {"redirect_uri": params["redirect_uri"], "challenge": params["code_challenge"],
                                 "scope": params.get("scope", "")}
         location = params["redirect_uri"] + ("&" if "?" in params["redirect_uri"] else "?") \

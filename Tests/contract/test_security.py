@@ -153,3 +153,21 @@ def test_notifications_and_errors_carry_nothing_token_shaped(scenario):
             assert match is None, f"token-shaped {match.group(0)!r} in {short(frame, 300)}"
             leaked = sorted(secret for secret in callback_secrets if secret in text)
             assert not leaked, f"callback secrets {leaked} echoed in {short(frame, 300)}"
+
+
+def test_the_suite_wide_leak_scan_finds_a_token_where_it_must_not_be():
+    """Every host of the suite is scanned at teardown (conftest); the scan itself must be able to fail."""
+    import leak_scan
+    secret = "at-0123456789abcdef"
+    source = lambda: [secret]  # noqa: E731
+    leak_scan.register(source)
+    try:
+        assert leak_scan.leaks(f"debug: refreshed with {secret}\n", []) == ["stderr line 1"]
+        notification = {"jsonrpc": "2.0", "method": "session/changed", "params": {"message": secret}}
+        assert leak_scan.leaks("", [notification]) == ["frame 0 (session/changed)"]
+        token_result = {"jsonrpc": "2.0", "id": 1, "result": {"accessToken": secret}}
+        assert leak_scan.leaks("", [token_result]) == [], "getAccessToken's result carries it by contract"
+        error = {"jsonrpc": "2.0", "id": 2, "error": {"code": -32004, "message": f"bad token {secret}"}}
+        assert leak_scan.leaks("", [token_result, error]) == ["frame 1 (error)"]
+    finally:
+        leak_scan.unregister(source)

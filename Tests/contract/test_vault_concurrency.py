@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BUILD_DIR, TIMEOUT, Host, host_command, short, sign_in_external
+from conftest import BUILD_DIR, TIMEOUT, Host, host_command, short, sign_in_external, stop_cleanly
 from dot_auth import DotAuthServer
 from rotating_server import RotatingAuthServer
 
@@ -108,8 +108,7 @@ class Fleet:
 
     def stop(self, host: Host) -> None:
         self.stopped.add(id(host))
-        host.stop()
-        assert not host.violations, f"{host.workdir.name} broke the bridge contract: {host.violations}"
+        stop_cleanly(host)
 
     def kill_all(self) -> None:
         for host in self.hosts:

@@ -18,6 +18,7 @@ Refresh tokens rotate with reuse protection, as a careful deployment configures 
 Test-only endpoints:
 - `GET /test/stats`: refresh outcomes and redeemed codes counted at the token endpoint;
 - `GET /test/issued?token=…`: whether an access token was issued by this server;
+- `GET /test/secrets`: every code and token it handed out (the suite scans the hosts' output for them);
 - `GET /test/user?name=ada`: the `sub` DOT gives that user (its id) in ID tokens and userinfo;
 - `GET /test/admin-revoke?user=ada`: what an administrator does in DOT's admin — revoke every
   refresh token (and its access token) of a user;
@@ -87,7 +88,8 @@ settings.configure(
     MIDDLEWARE=["django.contrib.sessions.middleware.SessionMiddleware",
                 "django.middleware.common.CommonMiddleware",
                 "django.middleware.csrf.CsrfViewMiddleware",
-                "django.contrib.auth.middleware.AuthenticationMiddleware"],
+                "django.contrib.auth.middleware.AuthenticationMiddleware",
+                f"{__name__}.remember_codes"],
     DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.path.join(args.state, "db.sqlite3"),
                            "OPTIONS": {"timeout": 30}}},
     TEMPLATES=[{"BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -131,6 +133,7 @@ STATS = {"refreshes": 0, "revocations": 0, "refresh_errors": 0, "codes_redeemed"
          "device_codes_redeemed": 0}
 TAMPER = {"mode": "none"}
 ISSUED: set[str] = set()  # every access token handed out (DOT deletes rotated ones from its tables)
+HANDED_OUT: set[str] = set()  # every code, access, refresh and ID token (the tests scan for leaks)
 STATS_LOCK = threading.Lock()
 
 
@@ -144,6 +147,7 @@ class CountingTokenView(TokenView):
             if response.status_code == 200:
                 body = json.loads(response.content)
                 ISSUED.add(body.get("access_token", ""))
+                HANDED_OUT.update(body.get(key, "") for key in ("access_token", "refresh_token", "id_token"))
                 if TAMPER["mode"] != "none" and "id_token" in body:
                     body["id_token"] = tampered(body["id_token"], TAMPER["mode"])
                     response.content = json.dumps(body).encode()
@@ -198,6 +202,24 @@ def admin_revoke(request):
     return JsonResponse({"revoked": revoked})
 
 
+def secrets(request):
+    with STATS_LOCK:
+        return JsonResponse({"secrets": sorted(value for value in HANDED_OUT if value)})
+
+
+def remember_codes(get_response):
+    """Middleware: authorization codes leave in the authorize redirect's Location."""
+    def middleware(request):
+        response = get_response(request)
+        location = response.get("Location", "") if hasattr(response, "get") else ""
+        if "code=" in location:
+            from urllib.parse import parse_qs, urlsplit
+            with STATS_LOCK:
+                HANDED_OUT.update(parse_qs(urlsplit(location).query).get("code", []))
+        return response
+    return middleware
+
+
 def stats(request):
     with STATS_LOCK:
         return JsonResponse(dict(STATS))
@@ -222,6 +244,7 @@ urlpatterns = [
     path("accounts/login/", LoginView.as_view(template_name="login.html")),
     path("test/stats", stats),
     path("test/issued", issued),
+    path("test/secrets", secrets),
     path("test/user", user),
     path("test/tamper", tamper),
     path("test/admin-revoke", admin_revoke),
