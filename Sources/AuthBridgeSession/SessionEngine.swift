@@ -31,6 +31,10 @@ public actor SessionEngine {
     private var configs: [String: JSON] = [:]
     private var refreshes: [SessionKey: Task<Result<StoredSession, ProviderFailure>, Never>] = [:]
     private var pendingSignIns: [String: PendingSignIn] = [:]
+    private var licenceSignOuts: Set<SessionKey> = []
+
+    /// How long a user sees a revoked-licence message before being signed out.
+    public static let defaultLicenseGracePeriodMilliseconds: Int64 = 5_000
 
     /// `installation` gives hooks their `installation` input; by default the
     /// stable identity in the user's data folder (tests pass their own).
@@ -162,6 +166,7 @@ public actor SessionEngine {
             return status(provider, state: "notSignedIn", session: nil, reason: "noTokens")
         }
         if session.licenseRevoked {
+            scheduleLicenceSignOut(key, context: context, message: nil)  // e.g. after a restart
             return status(provider, state: "licenseRevoked", session: session, reason: "licenseRevoked")
         }
         var expired: Bool
@@ -176,7 +181,7 @@ public actor SessionEngine {
                     let reason = answer["state"]!.stringValue!
                     let message = answer["message"]?.stringValue
                     if reason == "licenseRevoked" {
-                        return try await markLicenseRevoked(key, session: session, message: message)
+                        return try await markLicenseRevoked(key, session: session, context: context, message: message)
                     }
                     try await signOutLocally(key, reason: "revoked", message: message)
                     return status(provider, state: "notSignedIn", session: nil, reason: "revoked", message: message)
@@ -478,19 +483,48 @@ public actor SessionEngine {
         guard let (key, session) = try await selectSession(provider, account: account) else {
             return ["provider": .string(provider), "signedOut": true, "revoked": [], "failures": []]
         }
-        let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json]
-        var revoked: JSON = []
-        var failures: JSON = []
-        switch await run(.revoke, input: input, plugin: context.plugin, provider: provider, requestID: requestID) {
-        case .success(let answer):
-            revoked = answer["revoked"] ?? []
-            failures = answer["failures"] ?? []
-        case .failure(let failure):
-            failures = [["token": "all", "reason": .string(failure.reason), "message": .string(failure.message)]]
-        }
-        try await signOutLocally(key, reason: "userSignedOut", message: nil, account: session.account)
+        let outcome = await revokeAtProvider(session, context: context, requestID: requestID)
+        try await signOutLocally(key, reason: "userSignedOut", message: nil, account: session.account, clearCookies: outcome.clearCookies)
         return .compactObject(["provider": .string(provider), "signedOut": true, "account": session.account,
-                               "revoked": revoked, "failures": failures])
+                               "revoked": outcome.revoked, "failures": outcome.failures,
+                               "clearCookies": outcome.clearCookies.isEmpty ? nil : .array(outcome.clearCookies)])
+    }
+
+    /// The `revoke` hook, best effort: what was revoked, what failed, and the
+    /// cookies a frontend's web view should drop (only this provider's).
+    private func revokeAtProvider(_ session: StoredSession, context: Context, requestID: JSON?) async -> (revoked: JSON, failures: JSON, clearCookies: [JSON]) {
+        let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json]
+        switch await run(.revoke, input: input, plugin: context.plugin, provider: context.profile.name, requestID: requestID) {
+        case .success(let answer):
+            let cookies = (answer["clearCookies"]?.arrayValue ?? []).compactMap { cookie -> JSON? in
+                guard let name = cookie["name"]?.stringValue, let domain = cookie["domain"]?.stringValue else { return nil }
+                return ["name": .string(name), "domain": .string(domain), "path": .string(cookie["path"]?.stringValue ?? "/")]
+            }
+            return (answer["revoked"] ?? [], answer["failures"] ?? [], cookies)
+        case .failure(let failure):
+            return ([], [["token": "all", "reason": .string(failure.reason), "message": .string(failure.message)]], [])
+        }
+    }
+
+    /// A licence revoked while signed in: after the profile's grace period
+    /// (`licenseGracePeriodMs`, default 5 s: time for the user to read the
+    /// provider's message) the account is signed out — revoked at the
+    /// provider, wiped, `signedOut` `licenseRevoked`. Once per account.
+    private func scheduleLicenceSignOut(_ key: SessionKey, context: Context, message: String?) {
+        guard !licenceSignOuts.contains(key) else { return }
+        licenceSignOuts.insert(key)
+        let grace = min(max(context.profile.settings["licenseGracePeriodMs"]?.intValue ?? Self.defaultLicenseGracePeriodMilliseconds, 0), 86_400_000)
+        Task {
+            try? await Task.sleep(for: .milliseconds(grace))
+            await self.signOutAfterLicenceLoss(key, context: context, message: message)
+        }
+    }
+
+    private func signOutAfterLicenceLoss(_ key: SessionKey, context: Context, message: String?) async {
+        licenceSignOuts.remove(key)
+        guard let session = try? await loadSession(key), session.licenseRevoked else { return }  // signed out or in again meanwhile
+        let outcome = await revokeAtProvider(session, context: context, requestID: nil)
+        try? await signOutLocally(key, reason: "licenseRevoked", message: message, account: session.account, clearCookies: outcome.clearCookies)
     }
 
     // MARK: - getAccessToken and fetch
@@ -582,7 +616,7 @@ public actor SessionEngine {
                 try await signOutLocally(key, reason: "revoked", message: message, account: session.account)
                 throw SessionError(.notSignedIn, message ?? "The provider revoked this session.", provider: provider, reason: "revoked")
             case "licenseRevoked":
-                _ = try await markLicenseRevoked(key, session: session, message: outcome["message"]?.stringValue)
+                _ = try await markLicenseRevoked(key, session: session, context: context, message: outcome["message"]?.stringValue)
             default:
                 break
             }
@@ -706,7 +740,7 @@ public actor SessionEngine {
         }
     }
 
-    private func markLicenseRevoked(_ key: SessionKey, session: StoredSession, message: String?) async throws(SessionError) -> JSON {
+    private func markLicenseRevoked(_ key: SessionKey, session: StoredSession, context: Context, message: String?) async throws(SessionError) -> JSON {
         let provider = key.profile
         var updated = session
         if !session.licenseRevoked {
@@ -715,14 +749,17 @@ public actor SessionEngine {
             emit("session/changed", .compactObject(["provider": .string(provider), "state": "licenseRevoked", "reason": "licenseRevoked",
                                                     "message": message.map(JSON.string), "account": session.account]))
         }
+        scheduleLicenceSignOut(key, context: context, message: message)
         return status(provider, state: "licenseRevoked", session: updated, reason: "licenseRevoked", message: message)
     }
 
     /// Wipes one account's session and tells the frontend why.
-    private func signOutLocally(_ key: SessionKey, reason: String, message: String?, account: JSON? = nil) async throws(SessionError) {
+    private func signOutLocally(_ key: SessionKey, reason: String, message: String?, account: JSON? = nil,
+                                clearCookies: [JSON] = []) async throws(SessionError) {
         do { try await store.delete(key) } catch { throw storageError(error, provider: key.profile) }
         emit("session/changed", .compactObject(["provider": .string(key.profile), "state": "signedOut", "reason": .string(reason),
-                                                "message": message.map(JSON.string), "account": account]))
+                                                "message": message.map(JSON.string), "account": account,
+                                                "clearCookies": clearCookies.isEmpty ? nil : .array(clearCookies)]))
     }
 
     /// The session a call means: the named account, or the profile's

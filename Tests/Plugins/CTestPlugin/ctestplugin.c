@@ -520,7 +520,9 @@ static ab_status ctest_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     (void)input;
     TRACE("revoke");
-    return reply_static(plugin->host, call, "{\"revoked\":[\"access_token\",\"refresh_token\"]}");
+    return reply_static(plugin->host, call,
+                        "{\"revoked\":[\"access_token\",\"refresh_token\"],"
+                        "\"clearCookies\":[{\"name\":\"ctest_session\",\"domain\":\"ctest.example\"}]}");
 }
 
 static ab_status ctest_check_session(ab_plugin *plugin, ab_call *call, ab_json input)
