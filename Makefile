@@ -20,8 +20,10 @@ TEST_PLUGINS := .build/test-plugins
 APT_PACKAGES := libjansson-dev libsecret-1-dev pkg-config gcc gnome-keyring libsecret-tools dbus \
                 chromium chromium-driver
 
-# Plugins shipped with AuthBridge: SwiftPM product name → manifest.
-BUNDLED_PLUGINS := oidc
+# Plugins shipped with AuthBridge: Swift ones are SwiftPM products
+# (libauthbridge-ID.so + plugins/ID/ID.json); C ones have plugins/ID/build.sh.
+BUNDLED_PLUGINS := oidc salesforce tableau marketsharp
+BUNDLED_C_PLUGINS := duke
 
 .PHONY: all deps build release test test-swift test-contract test-node install demo bench clean spec
 
@@ -63,6 +65,7 @@ stage-plugins:
 	@install -d -m 0755 $(DEST)
 	@for p in $(BUNDLED_PLUGINS); do \
 	  install -m 0644 $(BUILD_DIR)/libauthbridge-$$p.so plugins/$$p/$$p.json $(DEST)/; done
+	@for p in $(BUNDLED_C_PLUGINS); do sh plugins/$$p/build.sh $(DEST); done
 
 test: build
 	@$(MAKE) --no-print-directory test-swift test-contract test-node

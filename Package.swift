@@ -34,6 +34,9 @@ let package = Package(
         .library(name: "AuthBridgeKeyring", type: .dynamic, targets: ["CAuthBridgeKeyring"]),
         // Bundled provider plugins (installed into lib/authbridge/plugins).
         .library(name: "authbridge-oidc", type: .dynamic, targets: ["OIDCPlugin"]),
+        .library(name: "authbridge-salesforce", type: .dynamic, targets: ["SalesforcePlugin"]),
+        .library(name: "authbridge-tableau", type: .dynamic, targets: ["TableauPlugin"]),
+        .library(name: "authbridge-marketsharp", type: .dynamic, targets: ["MarketSharpPlugin"]),
         // Test plugins: built for the test suites, never installed.
         .library(name: "authbridge-testplugin-swift", type: .dynamic, targets: ["SwiftTestPlugin"]),
     ],
@@ -89,6 +92,12 @@ let package = Package(
         .target(name: "AuthBridgePluginSDK", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"]),
         .target(name: "OIDCPlugin", dependencies: ["AuthBridgePluginSDK"],
                 path: "plugins/oidc", exclude: ["oidc.json"]),
+        .target(name: "SalesforcePlugin", dependencies: ["AuthBridgePluginSDK"],
+                path: "plugins/salesforce", exclude: ["salesforce.json", "README.md"]),
+        .target(name: "TableauPlugin", dependencies: ["AuthBridgePluginSDK"],
+                path: "plugins/tableau", exclude: ["tableau.json", "README.md"]),
+        .target(name: "MarketSharpPlugin", dependencies: ["AuthBridgePluginSDK"],
+                path: "plugins/marketsharp", exclude: ["marketsharp.json", "README.md"]),
         .target(name: "SwiftTestPlugin", dependencies: ["AuthBridgePluginSDK"],
                 path: "Tests/Plugins/SwiftTestPlugin", exclude: ["swifttest.json"]),
 
