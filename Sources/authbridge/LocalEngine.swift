@@ -1,0 +1,140 @@
+import ArgumentParser
+import AuthBridgeHost
+import AuthBridgeJSON
+import AuthBridgePluginHost
+import AuthBridgeSession
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The session engine in this process, for the human commands (`login`,
+/// `status`, `token`, `logout`): the same plugins, profiles and vault as
+/// `serve`, so a session made here is the one every frontend sees.
+struct LocalEngine {
+    let engine: SessionEngine
+    let reports: [PluginReport]
+
+    /// Loads plugins and opens the store; `events` receives the engine's notifications.
+    init(options: HostOptions, openBrowser: Bool = false, events: @escaping SessionEngine.EventSink) throws {
+        let logger = bootstrapLogging(options.logLevel == "info" ? "warning" : options.logLevel)
+        var configuration = options.hostConfiguration(testClock: false)
+        let store = options.sessionStore(warnings: &configuration.warnings)
+        for warning in configuration.warnings { Terminal.standardError.warn(warning) }
+        reports = PluginLoader(folders: configuration.pluginFolders, logger: logger).loadAll()
+        var opener: (@Sendable (String) -> Void)?
+        if openBrowser {
+            let launcher = BrowserLauncher()
+            opener = { url in launcher.open(url, logger: logger) }
+        }
+        engine = SessionEngine(plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
+                               logger: logger, openBrowser: opener, emit: events)
+    }
+
+    func shutdown() {
+        for report in reports { report.plugin?.shutdown() }
+    }
+}
+
+/// A command for people: runs `execute` and ends the process itself with
+/// its exit code. (Returning to the async `main` after FoundationNetworking
+/// has loaded — the HTTP transport — never resumes on Linux: the main queue
+/// is no longer drained. `serve` ends the same way.)
+protocol HumanCommand: AsyncParsableCommand {
+    func execute() async throws
+}
+
+extension HumanCommand {
+    func run() async throws {
+        do {
+            try await execute()
+        } catch {
+            Self.exit(withError: error)
+        }
+        Self.exit()
+    }
+}
+
+/// Exit codes of the human commands (also in `authbridge --help`).
+enum CommandExit {
+    static let failure: Int32 = 1
+    static let notSignedIn: Int32 = 2
+    static let unavailable: Int32 = 3
+    static let cancelled: Int32 = 4
+
+    /// The exit code and a one-line message for a session failure.
+    static func report(_ error: SessionError) -> ExitCode {
+        Terminal.standardError.error(error.message)
+        switch error.kind {
+        case .notSignedIn: return ExitCode(notSignedIn)
+        case .providerUnavailable, .timeout: return ExitCode(unavailable)
+        case .userCancelled: return ExitCode(cancelled)
+        case .invalidParams: return .validationFailure
+        default: return ExitCode(failure)
+        }
+    }
+}
+
+/// Text for people: colours only on a terminal, never when NO_COLOR is set.
+struct Terminal: Sendable {
+    let fd: Int32
+    let colours: Bool
+
+    static let standardOutput = Terminal(fd: 1)
+    static let standardError = Terminal(fd: 2)
+
+    init(fd: Int32) {
+        self.fd = fd
+        let noColour = getenv("NO_COLOR").map { $0.pointee != 0 } ?? false
+        let dumb = getenv("TERM").map { String(cString: $0) == "dumb" } ?? false
+        colours = isatty(fd) == 1 && !noColour && !dumb
+    }
+
+    enum Style: String { case bold = "1", dim = "2", red = "31", green = "32", yellow = "33", cyan = "36" }
+
+    func styled(_ text: String, _ style: Style) -> String {
+        colours ? "\u{1B}[\(style.rawValue)m\(text)\u{1B}[0m" : text
+    }
+
+    func line(_ text: String) {
+        let bytes = Array((text + "\n").utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if written <= 0 { if errno == EINTR { continue } else { return } }
+            offset += written
+        }
+    }
+
+    func error(_ text: String) { line(styled("error:", .red) + " " + text) }
+    func warn(_ text: String) { line(styled("warning:", .yellow) + " " + text) }
+}
+
+/// "in 59 min", "2 h ago": expiry for people.
+func relativeTime(_ milliseconds: Int64?, now: Int64 = HostClock.nowMilliseconds()) -> String {
+    guard let milliseconds else { return "unknown" }
+    let seconds = (milliseconds - now) / 1000
+    let magnitude = abs(seconds)
+    let text: String
+    switch magnitude {
+    case ..<60: text = "\(magnitude) s"
+    case ..<3_600: text = "\(magnitude / 60) min"
+    case ..<172_800: text = "\(magnitude / 3_600) h"
+    default: text = "\(magnitude / 86_400) days"
+    }
+    return seconds >= 0 ? "in \(text)" : "\(text) ago"
+}
+
+/// The account as people name it.
+func accountLabel(_ account: JSON?) -> String {
+    guard let account, case .object = account else { return "-" }
+    let name = account["email"]?.stringValue ?? account["name"]?.stringValue
+    let id = account["id"]?.stringValue
+    switch (name, id) {
+    case let (name?, id?) where name != id: return "\(name) (\(id))"
+    case let (name?, _): return name
+    case let (nil, id?): return id
+    default: return "-"
+    }
+}

@@ -1,0 +1,110 @@
+import ArgumentParser
+import AuthBridgeJSON
+import AuthBridgeSession
+import Dispatch
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `authbridge login PROFILE`: an interactive sign-in from a terminal.
+struct Login: HumanCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Sign in to a profile (opens the browser, or shows a device code).",
+        discussion: """
+            The browser flow prints the sign-in URL and opens it with xdg-open (--no-browser: \
+            only print it). --device uses the device authorization grant: type the code shown \
+            on any device. Progress goes to stderr; Ctrl-C cancels.
+            """)
+
+    @Argument(help: "The profile to sign in to.")
+    var profile: String
+
+    @Flag(help: "Use the device authorization grant (RFC 8628): for machines without a browser.")
+    var device = false
+
+    @Flag(help: "Print the sign-in URL without opening a browser.")
+    var noBrowser = false
+
+    @Option(help: ArgumentHelp("How long to wait for the user, in seconds.", valueName: "SECONDS"))
+    var timeout: Int64 = 300
+
+    @OptionGroup var options: HostOptions
+
+    func validate() throws {
+        guard (1...3_600).contains(timeout) else { throw ValidationError("--timeout must be 1…3600 seconds") }
+    }
+
+    func execute() async throws {
+        let err = Terminal.standardError
+        let local = try LocalEngine(options: options, openBrowser: !noBrowser) { method, params in
+            guard method == "signIn/progress" else { return }
+            Login.show(params, terminal: err, browserOpened: !noBrowser)
+        }
+        defer { local.shutdown() }
+        var params: [String: JSON] = ["timeoutMs": .int(timeout * 1000)]
+        if device { params["flow"] = "device" }
+        let engine = local.engine
+        let name = profile
+        let signIn = Task { () async throws -> JSON in
+            try await engine.requestOAuthTokens(name, params: .object(params), requestID: "cli")
+        }
+        let interrupt = Interrupt { signIn.cancel() }
+        defer { interrupt.stop() }
+        let status: JSON
+        do {
+            status = try await signIn.value
+        } catch let error as SessionError {
+            if error.reason == "unsupportedFlow" && !device {
+                err.line("Hint: this profile cannot sign in through a browser from the command line; try --device.")
+            }
+            throw CommandExit.report(error)
+        } catch {
+            throw error
+        }
+        let out = Terminal.standardOutput
+        out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status["account"]))")
+    }
+
+    static func show(_ progress: JSON, terminal err: Terminal, browserOpened: Bool) {
+        switch progress["stage"]?.stringValue {
+        case "openUrl":
+            guard let url = progress["url"]?.stringValue else { return }
+            err.line("Open this URL in a browser to sign in:")
+            err.line("  " + err.styled(url, .cyan))
+            if browserOpened { err.line(err.styled("(opening it in your browser…)", .dim)) }
+        case "waiting":
+            err.line(err.styled("Waiting for the browser to come back… (Ctrl-C cancels)", .dim))
+        case "deviceCode":
+            let code = progress["userCode"]?.stringValue ?? "?"
+            let uri = progress["verificationUri"]?.stringValue ?? "?"
+            err.line("First copy your one-time code: " + err.styled(code, .bold))
+            err.line("Then open " + err.styled(uri, .cyan) + " on any device and enter it.")
+            if let complete = progress["verificationUriComplete"]?.stringValue { err.line("Or open: " + complete) }
+            let expiry = progress["expiresAt"]?.intValue.map { " (the code expires \(relativeTime($0)))" } ?? ""
+            err.line(err.styled("Waiting for you to finish\(expiry)… (Ctrl-C cancels)", .dim))
+        case "exchanging":
+            err.line(err.styled("Signing in…", .dim))
+        default:
+            if let message = progress["message"]?.stringValue { err.line(message) }
+        }
+    }
+}
+
+/// Ctrl-C cancels the running command instead of killing the process, so
+/// the loopback listener closes and nothing is left half-written.
+final class Interrupt: @unchecked Sendable {  // the source is only cancelled, from one place
+    private let source: DispatchSourceSignal
+
+    init(_ action: @escaping @Sendable () -> Void) {
+        signal(SIGINT, SIG_IGN)
+        source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        source.setEventHandler(handler: action)
+        source.resume()
+    }
+
+    func stop() {
+        source.cancel()
+        signal(SIGINT, SIG_DFL)
+    }
+}

@@ -1,0 +1,40 @@
+import ArgumentParser
+import AuthBridgeJSON
+import AuthBridgeSession
+
+/// `authbridge logout PROFILE`: revoke at the provider and forget the session.
+struct Logout: HumanCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Sign out: revoke the tokens at the provider, then delete them here.",
+        discussion: "The tokens are deleted locally whatever the provider answers; revocation problems are reported as warnings.")
+
+    @Argument(help: "The profile.")
+    var profile: String
+
+    @Option(help: ArgumentHelp("Which signed-in account (Account.id); default: the latest sign-in.", valueName: "ID"))
+    var account: String?
+
+    @OptionGroup var options: HostOptions
+
+    func execute() async throws {
+        let local = try LocalEngine(options: options) { _, _ in }
+        defer { local.shutdown() }
+        let result: JSON
+        do throws(SessionError) {
+            result = try await local.engine.signOut(profile, account: account, requestID: nil)
+        } catch {
+            throw CommandExit.report(error)
+        }
+        let out = Terminal.standardOutput
+        let revoked = (result["revoked"]?.arrayValue ?? []).compactMap(\.stringValue)
+        guard result["account"] != nil || !revoked.isEmpty else {
+            out.line("\(profile) was not signed in.")
+            return
+        }
+        out.line(out.styled("✓", .green) + " Signed out of \(profile) (\(accountLabel(result["account"])))"
+                 + (revoked.isEmpty ? "" : "; revoked: \(revoked.joined(separator: ", "))"))
+        for failure in result["failures"]?.arrayValue ?? [] {
+            Terminal.standardError.warn("could not revoke \(failure["token"]?.stringValue ?? "?"): \(failure["message"]?.stringValue ?? "")")
+        }
+    }
+}

@@ -1,0 +1,102 @@
+import ArgumentParser
+import AuthBridgeJSON
+import AuthBridgeSession
+
+/// `authbridge status [PROFILE]`: who is signed in where, checked with the provider.
+struct Status: HumanCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show each profile's accounts: state, expiry and where tokens are kept.",
+        discussion: """
+            Checks every signed-in account with its provider (refreshing an expired token, as \
+            checkSignInStatus does). With PROFILE, exits 2 when it is not signed in and 3 when \
+            its provider could not be reached.
+            """)
+
+    @Argument(help: "Only this profile.")
+    var profile: String?
+
+    @Flag(help: "Print JSON: each account's SignInStatus (bridge-spec); a profile that could not be checked has state offline or error, and a message.")
+    var json = false
+
+    @OptionGroup var options: HostOptions
+
+    func execute() async throws {
+        let local = try LocalEngine(options: options) { _, _ in }
+        defer { local.shutdown() }
+        let engine = local.engine
+        var rows: [JSON] = []
+        var names: [String]
+        if let profile { names = [profile] } else { names = await engine.profileList().compactMap { $0["name"]?.stringValue } }
+        for name in names {
+            do throws(SessionError) {
+                let accounts = try await engine.listAccounts(name)
+                if accounts.isEmpty { rows.append(try await engine.checkSignInStatus(name)) }
+                for account in accounts {
+                    rows.append(try await engine.checkSignInStatus(name, account: account["account"]?["id"]?.stringValue))
+                }
+            } catch {
+                // One profile's trouble (a provider unreachable, a bad setting) is a row, not the end.
+                if profile != nil { throw CommandExit.report(error) }
+                let state = error.retryable ? "offline" : "error"
+                rows.append(["provider": .string(name), "state": .string(state), "account": .null, "expiresAt": .null,
+                             "reason": .string(error.reason ?? state), "message": .string(error.message)])
+            }
+        }
+        if json {
+            print(JSON.array(rows).prettyPrinted())
+        } else {
+            printTable(rows, storage: engine.storageInfo)
+        }
+        if let profile, !rows.contains(where: { $0["state"]?.stringValue == "signedIn" }) {
+            let offline = rows.contains { $0["state"]?.stringValue == "offline" }
+            if rows.isEmpty { Terminal.standardError.error("no profile is named \"\(profile)\"") }
+            throw ExitCode(offline ? CommandExit.unavailable : CommandExit.notSignedIn)
+        }
+    }
+
+    private func printTable(_ rows: [JSON], storage: JSON) {
+        let out = Terminal.standardOutput
+        if rows.isEmpty {
+            out.line("No profiles are configured (see --config, or configureProfile from a frontend).")
+            return
+        }
+        let protection = "\(storage["backend"]?.stringValue ?? "?") (\(storage["protection"]?.stringValue ?? "?"))"
+        let header = ["PROFILE", "ACCOUNT", "STATE", "EXPIRES", "STORAGE"]
+        let cells: [[String]] = rows.map { row in
+            let state = row["state"]?.stringValue ?? "?"
+            let reason = row["reason"]?.stringValue.map { $0 == "valid" || $0 == "refreshed" && state == "signedIn" ? "" : " (\($0))" } ?? ""
+            return [row["provider"]?.stringValue ?? "?", accountLabel(row["account"]), state + reason,
+                    state == "notSignedIn" ? "-" : relativeTime(row["expiresAt"]?.intValue), protection]
+        }
+        let widths = header.indices.map { column in ([header] + cells).map { $0[column].count }.max() ?? 0 }
+        /// Pads before styling, so escape codes never upset the columns.
+        func format(_ cells: [String], style: (Int) -> Terminal.Style?) -> String {
+            cells.enumerated().map { column, cell in
+                let padded = cell + String(repeating: " ", count: widths[column] - cell.count)
+                return style(column).map { out.styled(padded, $0) } ?? padded
+            }.joined(separator: "  ").trimmingTrailingSpaces()
+        }
+        out.line(format(header) { _ in .bold })
+        for (row, line) in zip(rows, cells) {
+            let colour: Terminal.Style = switch row["state"]?.stringValue {
+            case "signedIn": .green
+            case "offline", "licenseRevoked": .yellow
+            default: .red
+            }
+            out.line(format(line) { $0 == 2 ? colour : nil })
+        }
+        for row in rows {
+            if let message = row["message"]?.stringValue, row["state"]?.stringValue != "signedIn" {
+                Terminal.standardError.line("\(row["provider"]?.stringValue ?? "?"): \(message)")
+            }
+        }
+    }
+}
+
+extension String {
+    func trimmingTrailingSpaces() -> String {
+        var text = self
+        while text.last == " " { text.removeLast() }
+        return text
+    }
+}

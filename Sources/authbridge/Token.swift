@@ -1,0 +1,34 @@
+import ArgumentParser
+import AuthBridgeJSON
+import AuthBridgeSession
+
+/// `authbridge token PROFILE`: an access token on stdout, for scripts.
+struct Token: HumanCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print a valid access token (refreshed first when needed) for scripts.",
+        discussion: """
+            Only the token and a newline go to stdout, e.g. curl -H "Authorization: Bearer \
+            $(authbridge token work)". Exits 2 when the profile is not signed in. Refresh tokens \
+            never leave AuthBridge.
+            """)
+
+    @Argument(help: "The profile.")
+    var profile: String
+
+    @Option(help: ArgumentHelp("Which signed-in account (Account.id); default: the latest sign-in.", valueName: "ID"))
+    var account: String?
+
+    @OptionGroup var options: HostOptions
+
+    func execute() async throws {
+        let local = try LocalEngine(options: options) { _, _ in }
+        defer { local.shutdown() }
+        let answer: JSON
+        do throws(SessionError) {
+            answer = try await local.engine.getAccessToken(profile, account: account)
+        } catch {
+            throw CommandExit.report(error)
+        }
+        Terminal.standardOutput.line(answer["accessToken"]?.stringValue ?? "")
+    }
+}
