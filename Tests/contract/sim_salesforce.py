@@ -142,6 +142,7 @@ class SalesforceSim:
         self.violations: list[str] = []
         self.login_as = "jane"
         self._deny_next = False
+        self.identity_unavailable = False            # the identity service answers 503 (maintenance)
         self._in_flight: set[str] = set()
         self._held_refreshes = 0
         # Counters and logs (read with snapshot()).
@@ -509,6 +510,9 @@ class SalesforceSim:
 
     def identity(self, org_id: str, user_id: str, token: str | None) -> tuple[int, Any]:
         with self.lock:
+            if self.identity_unavailable:
+                self.identity_calls.append(503)
+                return 503, "Service Unavailable"
             status, body = self._identity_locked(org_id, user_id, token)
             self.identity_calls.append(status)
             return status, body

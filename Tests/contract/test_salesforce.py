@@ -344,6 +344,33 @@ def test_check_sign_in_status_asks_the_identity_service(start_sf, sim):
     assert sim.snapshot()["identity_calls"] == [200, 200, 403, 403, 403]
 
 
+def test_a_frontend_with_a_rejected_token_renews_it_through_check_sign_in_status(start_sf, sim):
+    # expiresAt is null, so getAccessToken cannot know a token died; the frontend that called the
+    # API itself and got 401 asks checkSignInStatus, whose identity-URL check renews the session.
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    old = host.result("getAccessToken", {"provider": "sf"})["accessToken"]
+    advance(host, sim, DAY_MS + 60_000)
+    assert not sim.session_alive(old)
+    assert host.result("checkSignInStatus", {"provider": "sf"})["reason"] == "refreshed"
+    new = host.result("getAccessToken", {"provider": "sf"})
+    assert new["accessToken"] != old and sim.session_alive(new["accessToken"])
+    request = urllib.request.Request(f"{sim.instance_url}{API}/sobjects", headers=new["headers"])
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+def test_an_unreachable_identity_service_leaves_the_user_signed_in_offline(start_sf, sim):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    sim.identity_unavailable = True
+    status = host.result("checkSignInStatus", {"provider": "sf"})
+    assert (status["state"], status["reason"]) == ("offline", "transient") and "HTTP 503" in status["message"]
+    sim.identity_unavailable = False
+    assert host.result("checkSignInStatus", {"provider": "sf"})["reason"] == "valid"
+    assert sim.snapshot()["refresh_requests"] == 0
+
+
 # ── Requests ─────────────────────────────────────────────────────────────────
 
 
@@ -387,6 +414,10 @@ def test_paths_go_to_the_instance_url_and_the_token_to_no_other_host(start_sf, s
     assert [(m, p) for m, p, _ in snap["api_calls"]] == [
         ("GET", f"{API}/query"), ("POST", f"{API}/sobjects/Account"), ("GET", f"{API}/sobjects/Account/0015g00000SiMuAAAA")]
     assert snap["login_host_api_calls"] == 0
+    # A dead session seen by the identity service (403 Bad_OAuth_Token) is refreshed and replayed too.
+    sim.expire_sessions()
+    assert fetch(host, sim.identity_url())["status"] == 200
+    assert sim.snapshot()["identity_calls"][-3:] == [200, 403, 200] and sim.snapshot()["refreshes"] == 1
     # Any other host: refused before anything is sent.
     base, hits = foreign_server
     error = host.error("fetch", {"provider": "sf", "url": f"{base}/collect"})

@@ -152,7 +152,8 @@ struct SalesforcePlugin: ProviderPlugin {
     func completeSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
         // The standard step checks the callback (error, state, code) and redeems the code with the PKCE verifier.
         let result = try call.standard(.completeSignIn, input)
-        guard let tokens = result["tokens"], let access = tokens["accessToken"]?.stringValue else {
+        // An ID token (scope openid) is not kept: the account comes from the identity URL.
+        guard let tokens = result["tokens"]?.setting("idToken", nil), let access = tokens["accessToken"]?.stringValue else {
             throw .transient("badResponse", "Salesforce answered the sign-in without an access token.")
         }
         let extras = tokens["extras"] ?? [:]
