@@ -1,17 +1,509 @@
 import AuthBridgePluginSDK
 
-/// Salesforce (production, sandbox, My Domain). Scaffold: every hook is the host's standard step until the
-/// provider's quirks are implemented.
+/// Salesforce (production, sandbox, My Domain): OAuth 2.0 web-server flow
+/// with PKCE against a connected app, the org's API at the `instance_url`
+/// the token endpoint names, and the user's identity from the identity URL.
+///
+/// What differs from standard OAuth 2.0, and so what the hooks do:
+/// - `configure`: the login host (production, sandbox or a My Domain URL)
+///   gives the three endpoints; scopes always include `refresh_token`.
+/// - `begin_sign_in`: scopes of the request also get `refresh_token`.
+/// - `complete_sign_in`: the standard exchange, then the account from the
+///   identity URL (`id`) the token response carries.
+/// - `refresh`: `format=json`; no refresh token comes back (the host keeps
+///   the old one); Salesforce's refusals are told apart ("inactive user",
+///   "inactive org", and the concurrent-request refusal, which is NOT the end
+///   of the session although it arrives as `invalid_grant`).
+/// - `revoke`: one `token=` POST (the refresh token ends the whole grant).
+/// - `check_session`: the identity URL answers for the session.
+/// - `authorize_request`: relative URLs go to the session's `instance_url`;
+///   the token is only ever sent to the org's own hosts.
+/// - `classify_response`: 401 (`INVALID_SESSION_ID`), and the identity
+///   service's 403 `Bad_OAuth_Token`, mean "refresh and replay".
+///
+/// Token responses have no `expires_in` (session lifetime is an org policy):
+/// `expiresAt` stays null and expiry is learnt from a 401.
 struct SalesforcePlugin: ProviderPlugin {
     static let id = "salesforce"
-    static let version = "0.1.0"
-    static let implementedHooks: Set<Hook>? = []
+    static let version = "1.0.0"
+    static let implementedHooks: Set<Hook>? = [
+        .configure, .beginSignIn, .completeSignIn, .refresh, .revoke, .checkSession, .authorizeRequest, .classifyResponse,
+    ]
+
+    static let productionHost = "https://login.salesforce.com"
+    static let sandboxHost = "https://test.salesforce.com"
+    static let defaultScopes = ["api", "refresh_token"]
+    /// Parameters the host itself puts in the authorization URL.
+    static let reservedAuthorizationParams: Set<String> = [
+        "response_type", "client_id", "redirect_uri", "scope", "state", "nonce", "code_challenge", "code_challenge_method", "login_hint",
+    ]
 
     init(host: PluginHost) throws {}
 
     func describe() -> JSON {
-        ["id": .string(Self.id), "version": .string(Self.version), "displayName": "Salesforce",
-         "description": "Salesforce (production, sandbox, My Domain)", "flows": ["external"], "capabilities": []]
+        [
+            "id": .string(Self.id), "version": .string(Self.version), "displayName": "Salesforce",
+            "description": "Salesforce orgs (production, sandbox, My Domain) through a connected app: OAuth 2.0 with PKCE, API calls at the org's instance URL",
+            "flows": ["browser", "external"],
+            "capabilities": ["revoke", "checkSession", "fetch"],
+            "settings": [
+                "type": "object",
+                "required": ["clientId"],
+                "properties": [
+                    "clientId": ["type": "string", "description": "The connected app's consumer key"],
+                    "clientSecret": ["type": "string",
+                                     "description": "The consumer secret, only when the connected app requires it for the web-server and refresh flows (public apps use PKCE alone)"],
+                    "loginHost": ["type": "string",
+                                  "description": "\"production\" (https://login.salesforce.com, the default), \"sandbox\" (https://test.salesforce.com), or the org's My Domain login URL (https://acme.my.salesforce.com, or a bare host name)"],
+                    "redirectUri": ["type": "string", "description": "The connected app's callback URL (external flow)"],
+                    "scopes": ["type": "array", "items": ["type": "string"],
+                               "description": "OAuth scopes (default api refresh_token); refresh_token is always added"],
+                    "extraAuthorizationParams": ["type": "object",
+                                                 "description": "Added to the authorization URL, e.g. {\"prompt\": \"login\"} or {\"display\": \"touch\"}"],
+                ],
+            ],
+        ]
+    }
+
+    // MARK: - Configuration
+
+    func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        let settings = input["settings"] ?? [:]
+        guard let clientID = settings["clientId"]?.stringValue, !clientID.isEmpty else {
+            throw .configuration("missingSetting", "The profile needs \"clientId\": the connected app's consumer key.")
+        }
+        let loginHost = try Self.loginHostURL(settings["loginHost"]?.stringValue ?? "production")
+        var scopes: [String] = []
+        if let given = settings["scopes"]?.arrayValue {
+            for scope in given {
+                guard let text = scope.stringValue, !text.isEmpty, !text.contains(" ") else {
+                    throw .configuration("invalidSettings", "\"scopes\" must be a list of scope names without spaces (e.g. [\"api\", \"refresh_token\"]).")
+                }
+                scopes.append(text)
+            }
+        } else {
+            scopes = Self.defaultScopes
+        }
+        var config: [String: JSON] = [
+            "clientId": .string(clientID),
+            "loginHost": .string(loginHost),
+            "authorizationEndpoint": .string(loginHost + "/services/oauth2/authorize"),
+            "tokenEndpoint": .string(loginHost + "/services/oauth2/token"),
+            "revocationEndpoint": .string(loginHost + "/services/oauth2/revoke"),
+            "scopes": .array(Self.withRefreshScope(scopes).map(JSON.string)),
+        ]
+        if let secret = settings["clientSecret"]?.stringValue, !secret.isEmpty { config["clientSecret"] = .string(secret) }
+        if let redirect = settings["redirectUri"]?.stringValue, !redirect.isEmpty { config["redirectUri"] = .string(redirect) }
+        if let extra = settings["extraAuthorizationParams"] {
+            guard let members = extra.objectValue else {
+                throw .configuration("invalidSettings", "\"extraAuthorizationParams\" must be an object of parameter names to strings.")
+            }
+            for (name, value) in members {
+                guard value.stringValue != nil else {
+                    throw .configuration("invalidSettings", "\"extraAuthorizationParams.\(name)\" must be a string.")
+                }
+                guard !Self.reservedAuthorizationParams.contains(name) else {
+                    throw .configuration("invalidSettings", "\"extraAuthorizationParams\" must not set \"\(name)\": AuthBridge sets it.")
+                }
+            }
+            config["extraAuthorizationParams"] = extra
+        }
+        return .object(config)
+    }
+
+    /// The login host's base URL (no trailing slash) for a `loginHost` setting.
+    static func loginHostURL(_ setting: String) throws(PluginFailure) -> String {
+        let value = setting.trimmingSpaces
+        switch value.lowercased() {
+        case "production", "login", "login.salesforce.com": return productionHost
+        case "sandbox", "test", "test.salesforce.com": return sandboxHost
+        default: break
+        }
+        let candidate = value.contains("://") ? value : "https://" + value
+        guard let url = WebURL(candidate), !url.host.isEmpty, url.userInfo == nil, url.query == nil, url.fragment == nil else {
+            throw .configuration("invalidSettings",
+                                 "\"loginHost\" must be \"production\", \"sandbox\", or the org's My Domain login URL such as https://acme.my.salesforce.com.")
+        }
+        guard url.isSecureTransport else {
+            throw .configuration("insecureUrl", "\"loginHost\" must be an https URL (http only on a loopback IP address).")
+        }
+        var path = url.path
+        while path.hasSuffix("/") { path.removeLast() }
+        return url.origin + path
+    }
+
+    static func withRefreshScope(_ scopes: [String]) -> [String] {
+        scopes.contains("refresh_token") ? scopes : scopes + ["refresh_token"]
+    }
+
+    // MARK: - Sign-in
+
+    func beginSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        guard input["redirectUri"]?.stringValue != nil else {
+            throw .configuration("missingSetting", "The external flow needs the profile setting \"redirectUri\": the connected app's callback URL.")
+        }
+        let config = input["profile"]?["config"] ?? [:]
+        let requested = (input["scopes"] ?? config["scopes"])?.arrayValue?.compactMap(\.stringValue) ?? Self.defaultScopes
+        // Without refresh_token Salesforce issues no refresh token: the session would end with its first 401.
+        let scopes = Self.withRefreshScope(requested.isEmpty ? Self.defaultScopes : requested)
+        return try call.standard(.beginSignIn, input.setting("scopes", .array(scopes.map(JSON.string))))
+    }
+
+    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        // The standard step checks the callback (error, state, code) and redeems the code with the PKCE verifier.
+        let result = try call.standard(.completeSignIn, input)
+        // An ID token (scope openid) is not kept: the account comes from the identity URL.
+        guard let tokens = result["tokens"]?.setting("idToken", nil), let access = tokens["accessToken"]?.stringValue else {
+            throw .transient("badResponse", "Salesforce answered the sign-in without an access token.")
+        }
+        let extras = tokens["extras"] ?? [:]
+        guard let instance = extras["instance_url"]?.stringValue, let instanceURL = WebURL(instance) else {
+            throw .transient("badResponse", "Salesforce answered the sign-in without the org's instance_url.")
+        }
+        guard instanceURL.isSecureTransport else {
+            throw .configuration("insecureUrl", "Salesforce named an instance_url that is not https; its API cannot be used safely.")
+        }
+        if tokens["refreshToken"]?.stringValue == nil {
+            call.log(.warning, "Salesforce issued no refresh token (is refresh_token among the connected app's OAuth scopes?); the session ends when the org's session does")
+        }
+        let account = identify(idURL: extras["id"]?.stringValue, accessToken: access, call)
+        return .compactObject(["tokens": tokens, "account": account])
+    }
+
+    /// The account: `<organization id>/<user id>` as the identity URL names
+    /// them, with the display name and email its service returns. When that
+    /// service cannot be reached the sign-in still succeeds, named from the URL.
+    func identify(idURL: String?, accessToken: String, _ call: PluginCall) -> JSON? {
+        guard let idURL else {
+            call.log(.warning, "Salesforce's token response carried no identity URL (id); the account stays unnamed")
+            return nil
+        }
+        let named = Self.identityIDs(idURL)
+        var identity: JSON?
+        do {
+            let response = try call.http(["method": "GET", "url": .string(idURL), "timeoutMs": 15_000,
+                                          "headers": ["Authorization": .string("Bearer \(accessToken)")]])
+            if response.status == 200, let body = response.json, body.objectValue != nil {
+                identity = body
+            } else {
+                call.log(.notice, "the Salesforce identity service answered HTTP \(response.status); the account is named from the identity URL")
+            }
+        } catch {
+            call.log(.notice, "the Salesforce identity service could not be reached (\(error.reason)); the account is named from the identity URL")
+        }
+        if let named, let stated = identity,
+           (stated["user_id"]?.stringValue.map { $0 != named.user } ?? false)
+           || (stated["organization_id"]?.stringValue.map { $0 != named.organization } ?? false) {
+            call.log(.warning, "the Salesforce identity service named another user than the identity URL; only the URL is trusted")
+            identity = nil
+        }
+        guard let organization = named?.organization ?? identity?["organization_id"]?.stringValue,
+              let user = named?.user ?? identity?["user_id"]?.stringValue else { return nil }
+        let name = identity?["display_name"]?.stringValue ?? identity?["username"]?.stringValue
+        return .compactObject(["id": .string("\(organization)/\(user)"), "name": name.map(JSON.string),
+                               "email": identity?["email"]?.stringValue.map(JSON.string)])
+    }
+
+    /// The organization and user ids at the end of an identity URL
+    /// (`https://login.salesforce.com/id/<orgId>/<userId>`).
+    static func identityIDs(_ url: String) -> (organization: String, user: String)? {
+        guard let parsed = WebURL(url) else { return nil }
+        let parts = parsed.path.split(separator: "/").map(String.init)
+        guard let index = parts.lastIndex(of: "id"), parts.count == index + 3 else { return nil }
+        let organization = parts[index + 1], user = parts[index + 2]
+        guard organization.allSatisfy({ $0.isLetter || $0.isNumber }), user.allSatisfy({ $0.isLetter || $0.isNumber }) else { return nil }
+        return (organization, user)
+    }
+
+    // MARK: - Refresh
+
+    /// Salesforce's refresh grant: `format=json`, no refresh token back (the
+    /// host keeps the old one; with refresh-token rotation enabled on the
+    /// connected app a new one comes and replaces it), no `expires_in`.
+    func refresh(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        let config = input["profile"]?["config"] ?? [:]
+        guard let refreshToken = input["tokens"]?["refreshToken"]?.stringValue else {
+            throw .definitive("noRefreshToken", "The Salesforce session has no refresh token; sign in again.")
+        }
+        guard let endpoint = config["tokenEndpoint"]?.stringValue, let clientID = config["clientId"]?.stringValue else {
+            throw .configuration("missingSetting", "The profile's token endpoint or consumer key is missing.")
+        }
+        var form: [String: JSON] = ["grant_type": "refresh_token", "refresh_token": .string(refreshToken),
+                                    "client_id": .string(clientID), "format": "json"]
+        form["client_secret"] = config["clientSecret"]
+        let response = try call.http(["method": "POST", "url": .string(endpoint), "form": .object(form), "timeoutMs": 30_000,
+                                      "headers": ["Accept": "application/json"]])
+        return try Self.tokenResult(response, now: call.now)
+    }
+
+    /// A token endpoint answer as a TokenResult, or the Failure it means.
+    static func tokenResult(_ response: HTTPResponse, now: Int64) throws(PluginFailure) -> JSON {
+        let body = response.json
+        guard (200..<300).contains(response.status) else { throw tokenFailure(status: response.status, body: body) }
+        guard var members = body?.objectValue, let access = members["access_token"]?.stringValue, !access.isEmpty else {
+            throw .transient("badResponse", "Salesforce's token endpoint answered without an access token.", status: response.status)
+        }
+        var tokens: [String: JSON] = ["accessToken": .string(access),
+                                      "tokenType": .string(bearer(members["token_type"]?.stringValue))]
+        if let refresh = members["refresh_token"]?.stringValue, !refresh.isEmpty { tokens["refreshToken"] = .string(refresh) }
+        if let scope = members["scope"]?.stringValue { tokens["scope"] = .string(scope) }
+        // Salesforce sends no expires_in; should one come, it is honoured.
+        if let seconds = members["expires_in"]?.intValue ?? members["expires_in"]?.stringValue.flatMap({ Int64($0) }) {
+            tokens["expiresAt"] = .int(now + min(max(seconds, 0), 315_360_000) * 1000)
+        }
+        // An ID token (scope openid) is not kept: the account comes from the identity URL.
+        for key in ["access_token", "refresh_token", "token_type", "scope", "expires_in", "id_token"] { members[key] = nil }
+        if !members.isEmpty { tokens["extras"] = .object(members) }  // instance_url, id, issued_at, signature
+        return ["tokens": .object(tokens)]
+    }
+
+    /// Salesforce's token-endpoint refusals. `invalid_grant` covers very
+    /// different things there: a revoked or expired grant (the end), an
+    /// inactive user or org (the end, with its own reason), and "token request
+    /// is already being processed" (another request with the same refresh
+    /// token is running: try again, the session is fine).
+    static func tokenFailure(status: Int, body: JSON?) -> PluginFailure {
+        if status == 0 || status >= 500 {
+            return .transient("serverError", "Salesforce is unavailable (HTTP \(status)).", status: status)
+        }
+        if status == 429 { return .transient("rateLimited", "Salesforce is rate-limiting token requests (HTTP 429).", status: status) }
+        guard let error = body?["error"]?.stringValue else {
+            return .transient("badResponse", "Salesforce's token endpoint answered HTTP \(status) without an OAuth error.", status: status)
+        }
+        let description = body?["error_description"]?.stringValue.map { String($0.prefix(300)) }
+        let message = description.map { "\(error): \($0)" } ?? error
+        let lowered = description?.lowercased() ?? ""
+        if lowered.contains("already being processed") {
+            return .transient("requestInProgress",
+                              "Salesforce is already processing a token request for this session (\(message)); try again.", status: status)
+        }
+        if error == "inactive_user" || lowered.hasPrefix("inactive user") {
+            return .definitive("inactive_user", message, status: status)
+        }
+        if error == "inactive_org" || lowered.hasPrefix("inactive org") {
+            return .definitive("inactive_org", message, status: status)
+        }
+        switch error {
+        case "invalid_grant", "invalid_client", "invalid_client_id", "invalid_client_credentials", "unauthorized_client", "access_denied":
+            return .definitive(error, message, status: status)
+        case "rate_limit_exceeded":
+            return .transient("rateLimited", message, status: status)
+        default:
+            return .transient(error, message, status: status)
+        }
+    }
+
+    static func bearer(_ type: String?) -> String {
+        guard let type, !type.isEmpty, type.lowercased() != "bearer" else { return "Bearer" }
+        return type
+    }
+
+    // MARK: - Revocation
+
+    /// `POST /services/oauth2/revoke` with `token=`: the refresh token, which
+    /// revokes the grant and every access token obtained with it (or the
+    /// access token alone when there is no refresh token).
+    func revoke(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        let config = input["profile"]?["config"] ?? [:]
+        guard let endpoint = config["revocationEndpoint"]?.stringValue else {
+            return ["revoked": [], "failures": [["token": "all", "reason": "unsupported", "message": "The profile has no revocation endpoint."]]]
+        }
+        let tokens = input["tokens"] ?? [:]
+        let (token, revokes): (String?, [JSON]) = if let refresh = tokens["refreshToken"]?.stringValue {
+            (refresh, ["refresh_token", "access_token"])
+        } else {
+            (tokens["accessToken"]?.stringValue, ["access_token"])
+        }
+        guard let token else { return ["revoked": [], "failures": []] }
+        let name = revokes.first?.stringValue ?? "access_token"
+        do {
+            let response = try call.http(["method": "POST", "url": .string(endpoint), "form": ["token": .string(token)], "timeoutMs": 10_000])
+            if (200..<300).contains(response.status) { return ["revoked": .array(revokes), "failures": []] }
+            let error = response.json?["error"]?.stringValue
+            let description = response.json?["error_description"]?.stringValue.map { String($0.prefix(200)) }
+            let detail = [error, description].compactMap { $0 }.joined(separator: ": ")
+            return ["revoked": [], "failures": [["token": .string(name), "reason": .string(error ?? "httpStatus"),
+                                                 "message": .string("Salesforce's revoke endpoint answered HTTP \(response.status)" + (detail.isEmpty ? "." : " (\(detail)).")) ]]]
+        } catch {
+            return ["revoked": [], "failures": [["token": .string(name), "reason": .string(error.reason), "message": .string(error.message)]]]
+        }
+    }
+
+    // MARK: - Session check
+
+    /// The identity URL with the access token: 200 = valid; 401, or 403
+    /// `Bad_OAuth_Token` / `Missing_OAuth_Token` = the access token is dead
+    /// → `expired` (the host then refreshes, and the refresh endpoint decides
+    /// whether the grant still stands); 404 `Inactive` = `expired` as well (the
+    /// refresh then reports the inactive user with Salesforce's words); any
+    /// other answer = `unknown` (the host answers `offline`, tokens kept).
+    func checkSession(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        let tokens = input["tokens"] ?? [:]
+        guard let idURL = tokens["extras"]?["id"]?.stringValue, let access = tokens["accessToken"]?.stringValue else {
+            return try call.standard(.checkSession, input)
+        }
+        let response = try call.http(["method": "GET", "url": .string(idURL), "timeoutMs": 15_000,
+                                      "headers": ["Authorization": .string("Bearer \(access)")]])
+        let code = Self.identityErrorCode(response.body)
+        switch response.status {
+        case 200:
+            return ["state": "valid"]
+        case 401:
+            return ["state": "expired"]
+        case 403 where code == "Bad_OAuth_Token" || code == "Missing_OAuth_Token":
+            return ["state": "expired"]
+        case 404 where code == "Inactive":
+            return ["state": "expired"]
+        default:
+            let what = code.map { " (\($0))" } ?? ""
+            return ["state": "unknown", "message": .string("Salesforce's identity service answered HTTP \(response.status)\(what); the session could not be confirmed.")]
+        }
+    }
+
+    /// The identity service's error bodies are a bare code such as
+    /// `Bad_OAuth_Token`; anything else is not repeated.
+    static func identityErrorCode(_ body: String) -> String? {
+        let text = body.trimmingSpaces
+        guard !text.isEmpty, text.count <= 40, text.allSatisfy({ $0.isLetter || $0 == "_" }) else { return nil }
+        return text
+    }
+
+    // MARK: - Requests
+
+    /// Relative URLs are resolved against the session's `instance_url`;
+    /// absolute ones must stay on the org's instance or its login/identity
+    /// host, so the access token never reaches another server. No URL (a
+    /// `getAccessToken` call) gets only the header.
+    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        let tokens = input["tokens"] ?? [:]
+        guard let access = tokens["accessToken"]?.stringValue else {
+            throw .definitive("noTokens", "The Salesforce session has no access token.")
+        }
+        var request = input["request"]?.objectValue ?? [:]
+        let extras = tokens["extras"] ?? [:]
+        let instance = extras["instance_url"]?.stringValue
+        if let url = request["url"]?.stringValue {
+            if url.contains("://") {
+                let allowed = [instance, input["profile"]?["config"]?["loginHost"]?.stringValue, extras["id"]?.stringValue]
+                    .compactMap { $0.flatMap(WebURL.init)?.origin }
+                guard let target = WebURL(url), allowed.contains(target.origin) else {
+                    throw .configuration("foreignUrl",
+                                         "Salesforce tokens are only sent to the org's instance (\(instance ?? "unknown")) and its login host; use a path such as /services/data/v60.0/….")
+                }
+            } else {
+                guard let instance else {
+                    throw .configuration("relativeUrl", "The Salesforce session does not name its instance_url; give an absolute URL.")
+                }
+                request["url"] = .string(Self.join(instance, url))
+            }
+        }
+        var headers = request["headers"]?.objectValue ?? [:]
+        for name in headers.keys where name.lowercased() == "authorization" { headers[name] = nil }
+        headers["Authorization"] = .string("\(Self.bearer(tokens["tokenType"]?.stringValue)) \(access)")
+        request["headers"] = .object(headers)
+        return ["request": .object(request), "cookies": []]
+    }
+
+    static func join(_ base: String, _ path: String) -> String {
+        var base = base
+        while base.hasSuffix("/") { base.removeLast() }
+        return path.hasPrefix("/") ? base + path : base + "/" + path
+    }
+
+    /// 401 from the REST API (`INVALID_SESSION_ID`, "Session expired or
+    /// invalid") and the identity service's 403 `Bad_OAuth_Token` mean the
+    /// access token is dead: refresh and replay. Anything else is the answer.
+    func classifyResponse(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        let status = input["response"]?["status"]?.intValue ?? 0
+        let body = input["response"]?["body"]?.stringValue ?? ""
+        if status == 401 { return ["outcome": "sessionExpired"] }
+        if status == 403, Self.identityErrorCode(body) == "Bad_OAuth_Token" { return ["outcome": "sessionExpired"] }
+        return ["outcome": "ok"]
+    }
+}
+
+// MARK: - URLs (no Foundation in plugins)
+
+/// The parts of an absolute URL this plugin needs.
+struct WebURL {
+    var scheme: String
+    var userInfo: String?
+    /// Lower-cased; IPv6 literals without brackets.
+    var host: String
+    var port: Int?
+    var path: String
+    var query: String?
+    var fragment: String?
+
+    init?(_ text: String) {
+        guard let separator = text.firstRange(of: "://") else { return nil }
+        let scheme = text[..<separator.lowerBound].lowercased()
+        guard let first = scheme.first, first.isLetter,
+              scheme.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "+" || $0 == "-" || $0 == "." }) else { return nil }
+        self.scheme = scheme
+        var rest = text[separator.upperBound...]
+        if let hash = rest.firstIndex(of: "#") {
+            fragment = String(rest[rest.index(after: hash)...])
+            rest = rest[..<hash]
+        }
+        if let question = rest.firstIndex(of: "?") {
+            query = String(rest[rest.index(after: question)...])
+            rest = rest[..<question]
+        }
+        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
+        path = String(rest[slash...])
+        var authority = rest[..<slash]
+        if let at = authority.lastIndex(of: "@") {
+            userInfo = String(authority[..<at])
+            authority = authority[authority.index(after: at)...]
+        }
+        var portText: Substring?
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { return nil }
+            host = authority[authority.index(after: authority.startIndex)..<close].lowercased()
+            let after = authority[authority.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { return nil }
+                portText = after.dropFirst()
+            }
+        } else if let colon = authority.lastIndex(of: ":") {
+            host = authority[..<colon].lowercased()
+            portText = authority[authority.index(after: colon)...]
+        } else {
+            host = authority.lowercased()
+        }
+        if let portText {
+            guard let value = Int(portText), (1...65_535).contains(value) else { return nil }
+            port = value
+        }
+        guard !host.isEmpty, !host.contains(where: { $0 == " " || $0 == "%" || $0 == "\\" }) else { return nil }
+    }
+
+    var isLoopbackIPLiteral: Bool {
+        if host == "::1" || host == "0:0:0:0:0:0:0:1" { return true }
+        let octets = host.split(separator: ".", omittingEmptySubsequences: false)
+        guard octets.count == 4, octets.allSatisfy({ UInt8($0) != nil }) else { return false }
+        return octets[0] == "127"
+    }
+
+    /// https anywhere, http only on a loopback IP literal (the host's rule).
+    var isSecureTransport: Bool { scheme == "https" || (scheme == "http" && isLoopbackIPLiteral) }
+
+    /// scheme://host[:port], default ports left out, so equal origins compare equal.
+    var origin: String {
+        let hostPart = host.contains(":") ? "[\(host)]" : host
+        let defaultPort = scheme == "https" ? 443 : scheme == "http" ? 80 : nil
+        let portPart = port.flatMap { $0 == defaultPort ? nil : ":\($0)" } ?? ""
+        return "\(scheme)://\(hostPart)\(portPart)"
+    }
+}
+
+extension String {
+    var trimmingSpaces: String {
+        var text = Substring(self)
+        while let first = text.first, first.isWhitespace { text.removeFirst() }
+        while let last = text.last, last.isWhitespace { text.removeLast() }
+        return String(text)
     }
 }
 

@@ -1,0 +1,439 @@
+"""The `salesforce` plugin through the real host against the Salesforce simulator (sim_salesforce.py):
+seed 003's test plan (a session outliving its 24 hours, an administrator revoking the app, a removed
+server session, an inactive user) and the provider's particulars (login hosts, instance_url, the
+identity URL, the refresh token Salesforce does not resend, revocation, one refresh at a time).
+
+Every test ends by checking that the simulator saw no protocol deviation from the client
+(`violations`) and, through the conftest harness, that every frame met the bridge contract and that
+no code or token leaked into the host's log or messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD_DIR, advance_clock, sign_in_external
+from sim_salesforce import CLIENT_ID, EXTERNAL_REDIRECT_URI, SalesforceSim
+
+SALESFORCE_FILES = ("salesforce.json", "libauthbridge-salesforce.so")
+DAY_MS = 24 * 3600 * 1000
+NOT_SIGNED_IN, PROVIDER_UNAVAILABLE, CONFIGURATION_ERROR, USER_CANCELLED, CANCELLED = -32001, -32007, -32013, -32005, -32800
+API = "/services/data/v60.0"
+
+
+@pytest.fixture
+def salesforce_plugin_dir(tmp_path) -> Path:
+    """A plugin folder (0755) holding copies (0644) of the bundled salesforce plugin."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    for name in SALESFORCE_FILES:
+        source = BUILD_DIR / "plugins" / name
+        if not source.exists():
+            pytest.fail(f"{source} is missing: build and stage the salesforce plugin first")
+        shutil.copyfile(source, folder / name)
+        os.chmod(folder / name, 0o644)
+    return folder
+
+
+@pytest.fixture
+def make_sim():
+    """Factory of started simulators; each is stopped afterwards and must have seen no violation."""
+    sims: list[SalesforceSim] = []
+
+    def make(**options) -> SalesforceSim:
+        sim = SalesforceSim(**options).start()
+        sims.append(sim)
+        return sim
+
+    yield make
+    for sim in sims:
+        sim.stop()
+    problems = [v for sim in sims for v in sim.violations]
+    assert not problems, "the simulator saw the client break Salesforce's protocol:\n- " + "\n- ".join(problems)
+
+
+@pytest.fixture
+def sim(make_sim) -> SalesforceSim:
+    return make_sim()
+
+
+@pytest.fixture
+def start_sf(start_host, salesforce_plugin_dir):
+    """start_sf(sim, **settings) → a host (test clock on) with profile "sf" logging in at the simulator."""
+    def start(sim: SalesforceSim, **settings):
+        profiles = {"sf": {"plugin": "salesforce", "settings": sim.settings(**settings)}}
+        return start_host([salesforce_plugin_dir], profiles=profiles, test_clock=True)
+    return start
+
+
+def advance(host, sim: SalesforceSim, milliseconds: int) -> None:
+    """Moves the host's clock and the simulator's together."""
+    advance_clock(host, milliseconds)
+    sim.advance(milliseconds)
+
+
+def fetch(host, path: str = f"{API}/sobjects", **params):
+    return host.result("fetch", {"provider": "sf", "url": path, **params})
+
+
+def events(host, since: int, state: str | None = None) -> list[dict]:
+    return [n for n in host.notifications("session/changed", since=since) if state is None or n["state"] == state]
+
+
+# ── Sign-in ──────────────────────────────────────────────────────────────────
+
+
+def test_external_sign_in_with_pkce_names_the_account_from_the_identity_url(start_sf, sim):
+    host = start_sf(sim)
+    mark = host.mark()
+    status = sign_in_external(host, sim, "sf")
+    assert status["account"] == {"id": sim.account_id(), "name": "Jane Doe", "email": "jane.doe@acme.example"}
+    assert status["expiresAt"] is None, "Salesforce sends no expires_in: expiry is learnt from a 401"
+    sent = sim.authorize_requests[-1]
+    assert sent["scope"] == "api refresh_token" and sent["code_challenge_method"] == "S256"
+    assert sent["client_id"] == CLIENT_ID and sent["redirect_uri"] == EXTERNAL_REDIRECT_URI
+    snap = sim.snapshot()
+    assert snap["sign_ins"] == 1 and snap["identity_calls"] == [200]
+    signed_in = events(host, mark, "signedIn")
+    assert len(signed_in) == 1 and signed_in[0]["account"]["id"] == sim.account_id()
+    # The token handed out is the org's live session; the header is all a frontend needs.
+    token = host.result("getAccessToken", {"provider": "sf"})
+    assert token["expiresAt"] is None and token["cookies"] == []
+    assert token["headers"] == {"Authorization": f"Bearer {token['accessToken']}"}
+    assert sim.session_alive(token["accessToken"])
+
+
+def test_browser_flow_comes_back_to_the_hosts_loopback_listener(start_sf, sim):
+    host = start_sf(sim)
+    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "browser"})
+    progress = host.wait_for_notification(
+        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
+    assert progress["url"].startswith(sim.authorize_prefix)
+    location = sim.browse(progress["url"])
+    assert location.startswith("http://127.0.0.1:") and urllib.parse.urlsplit(location).path == "/callback"
+    # The browser follows the redirect; the listener answers once the session is stored.
+    with urllib.request.urlopen(location, timeout=10) as page:
+        assert page.status == 200
+    answer = host.wait_response(request_id)
+    assert answer["result"]["state"] == "signedIn" and answer["result"]["account"]["id"] == sim.account_id()
+    assert sim.authorize_requests[-1]["redirect_uri"].startswith("http://127.0.0.1:")
+
+
+def test_a_user_who_denies_access_cancels_the_sign_in(start_sf, sim):
+    host = start_sf(sim)
+    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external"})
+    progress = host.wait_for_notification("signIn/progress", lambda p: p.get("stage") == "openUrl")
+    location = sim.browse(progress["url"], deny=True)
+    assert host.result("completeSignIn", {"provider": "sf", "callbackUrl": location}) == {"accepted": True}
+    error = host.wait_response(request_id)["error"]
+    assert error["code"] == USER_CANCELLED and error["data"]["reason"] == "access_denied"
+    assert host.result("checkSignInStatus", {"provider": "sf"})["reason"] == "noTokens"
+
+
+def test_scopes_always_include_refresh_token(start_sf, sim):
+    host = start_sf(sim, scopes=["api", "id"])
+    sign_in_external(host, sim, "sf")
+    assert sim.authorize_requests[-1]["scope"] == "api id refresh_token"
+    # Scopes asked for by one request get it too.
+    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external", "scopes": ["web"]})
+    progress = host.wait_for_notification(
+        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(progress["url"]).query))
+    assert query["scope"] == "web refresh_token"
+    host.notify("$/cancelRequest", {"id": request_id})
+    assert host.wait_response(request_id)["error"]["code"] == CANCELLED
+
+
+def test_two_users_of_one_org_are_two_accounts(start_sf, sim):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf", user="jane")
+    sign_in_external(host, sim, "sf", user="raj")
+    accounts = host.result("listAccounts", {"provider": "sf"})["accounts"]
+    assert {a["account"]["id"] for a in accounts} == {sim.account_id("jane"), sim.account_id("raj")}
+    assert [a["account"]["name"] for a in accounts if a["current"]] == ["Raj Patel"]
+
+
+# ── Login hosts ──────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("login_host, authorize_url", [
+    ("production", "https://login.salesforce.com/services/oauth2/authorize?"),
+    ("sandbox", "https://test.salesforce.com/services/oauth2/authorize?"),
+    ("https://acme.my.salesforce.com", "https://acme.my.salesforce.com/services/oauth2/authorize?"),
+    ("acme--uat.sandbox.my.salesforce.com", "https://acme--uat.sandbox.my.salesforce.com/services/oauth2/authorize?"),
+    ("https://acme.my.site.com/partners/", "https://acme.my.site.com/partners/services/oauth2/authorize?"),
+])
+def test_the_login_host_decides_where_the_user_signs_in(start_host, salesforce_plugin_dir, login_host, authorize_url):
+    # Real Salesforce hosts are not contacted: the sign-in is cancelled once its URL is known.
+    # (The simulator, a loopback My Domain URL, is followed by every other test.)
+    settings = {"clientId": CLIENT_ID, "loginHost": login_host, "redirectUri": EXTERNAL_REDIRECT_URI}
+    host = start_host([salesforce_plugin_dir], profiles={"sf": {"plugin": "salesforce", "settings": settings}})
+    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external"})
+    progress = host.wait_for_notification("signIn/progress", lambda p: p.get("stage") == "openUrl")
+    assert progress["url"].startswith(authorize_url)
+    assert progress["callbackPrefix"] == EXTERNAL_REDIRECT_URI
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(progress["url"]).query))
+    assert query["response_type"] == "code" and query["client_id"] == CLIENT_ID
+    assert query["redirect_uri"] == EXTERNAL_REDIRECT_URI and query["scope"] == "api refresh_token"
+    assert query["code_challenge_method"] == "S256" and len(query["code_challenge"]) == 43 and query["state"]
+    host.notify("$/cancelRequest", {"id": request_id})
+    assert host.wait_response(request_id)["error"]["code"] == CANCELLED
+
+
+@pytest.mark.parametrize("login_host, reason", [
+    ("http://acme.my.salesforce.com", "insecureUrl"),
+    ("https://acme.my.salesforce.com/?next=1", "invalidSettings"),
+    ("https://someone@acme.my.salesforce.com", "invalidSettings"),
+    ("https://", "invalidSettings"),
+])
+def test_an_unusable_login_host_is_a_configuration_error(start_host, salesforce_plugin_dir, login_host, reason):
+    settings = {"clientId": CLIENT_ID, "loginHost": login_host}
+    host = start_host([salesforce_plugin_dir], profiles={"sf": {"plugin": "salesforce", "settings": settings}})
+    error = host.error("checkSignInStatus", {"provider": "sf"})
+    assert error["code"] == CONFIGURATION_ERROR and error["data"]["reason"] == reason
+
+
+def test_the_external_flow_needs_the_connected_apps_callback_url(start_host, salesforce_plugin_dir):
+    settings = {"clientId": CLIENT_ID}
+    host = start_host([salesforce_plugin_dir], profiles={"sf": {"plugin": "salesforce", "settings": settings}})
+    error = host.error("requestOAuthTokens", {"provider": "sf", "flow": "external"})
+    assert error["code"] == CONFIGURATION_ERROR and error["data"]["reason"] == "missingSetting"
+    assert "redirectUri" in error["message"]
+
+
+# ── Sessions, refresh and replay (seed 003's test plan) ──────────────────────
+
+
+def test_a_session_outlives_its_24_hours_through_one_silent_refresh(start_sf, sim):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    assert fetch(host)["status"] == 200
+    advance(host, sim, DAY_MS + 60_000)                  # the org's 24-hour session is over
+    mark = host.mark()
+    answer = fetch(host)                                 # 401 INVALID_SESSION_ID → refresh → replay
+    assert answer["status"] == 200 and json.loads(answer["body"])["sobjects"][0]["name"] == "Account"
+    snap = sim.snapshot()
+    assert snap["api_statuses"] == [200, 401, 200]
+    assert snap["refresh_requests"] == 1 and snap["refreshes"] == 1
+    assert [e["reason"] for e in events(host, mark)] == ["refreshed"]
+    status = host.result("checkSignInStatus", {"provider": "sf"})
+    assert status["state"] == "signedIn" and status["reason"] == "valid" and status["expiresAt"] is None
+
+
+@pytest.mark.parametrize("rotation", [False, True], ids=["salesforce-default", "refresh-token-rotation"])
+def test_refreshes_keep_the_refresh_token_salesforce_does_not_resend(start_sf, make_sim, rotation):
+    sim = make_sim(rotate_refresh_tokens=rotation)
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    issued = [sim.grant_refresh_token()]
+    for _ in range(3):
+        advance(host, sim, DAY_MS + 60_000)
+        assert fetch(host)["status"] == 200
+        issued.append(sim.grant_refresh_token())
+    presented = sim.presented_refresh_tokens
+    assert sim.snapshot()["refreshes"] == 3
+    if rotation:
+        # A connected app with rotation: each refresh brings a new token, used by the next one.
+        assert presented == issued[:3] and len(set(issued)) == 4
+    else:
+        # Salesforce sends no refresh token back: the one from the sign-in is used every time.
+        assert presented == [issued[0]] * 3 and len(set(issued)) == 1
+
+
+def test_a_removed_server_session_is_renewed_silently(start_sf, sim):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    assert fetch(host)["status"] == 200
+    sim.expire_sessions()                                # Setup > Session Management > Remove
+    mark = host.mark()
+    assert fetch(host)["status"] == 200
+    assert sim.snapshot()["api_statuses"] == [200, 401, 200] and sim.snapshot()["refreshes"] == 1
+    assert [e["state"] for e in events(host, mark)] == ["refreshed"]
+    assert host.result("checkSignInStatus", {"provider": "sf"})["state"] == "signedIn"
+
+
+def test_the_admin_revoking_the_app_signs_the_user_out_at_the_next_data_call(start_sf, sim):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    assert fetch(host)["status"] == 200
+    sim.revoke_app()                                     # Setup > Users > OAuth Connected Apps > Revoke
+    mark = host.mark()
+    error = host.error("fetch", {"provider": "sf", "url": f"{API}/sobjects"})
+    assert error["code"] == NOT_SIGNED_IN and error["data"]["reason"] == "revoked"
+    assert "expired access/refresh token" in error["message"]
+    ended = host.wait_for_notification("session/changed", lambda p: p["state"] == "signedOut", since=mark)
+    assert ended["reason"] == "revoked" and ended["message"] == "invalid_grant: expired access/refresh token"
+    assert ended["account"]["id"] == sim.account_id()
+    assert sim.snapshot()["refused_refreshes"] == ["expired access/refresh token"]
+    status = host.result("checkSignInStatus", {"provider": "sf"})
+    assert status["state"] == "notSignedIn" and status["reason"] == "noTokens"
+
+
+@pytest.mark.parametrize("action, reason, words", [
+    ("deactivate_user", "inactiveUser", "inactive user"),
+    ("deactivate_org", "inactiveOrg", "inactive org"),
+])
+def test_an_inactive_user_or_org_is_signed_out_with_salesforces_words(start_sf, sim, action, reason, words):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    getattr(sim, action)()
+    mark = host.mark()
+    error = host.error("fetch", {"provider": "sf", "url": f"{API}/sobjects"})
+    assert error["code"] == NOT_SIGNED_IN and error["data"]["reason"] == reason and words in error["message"]
+    ended = host.wait_for_notification("session/changed", lambda p: p["state"] == "signedOut", since=mark)
+    # session/changed reasons are a closed set: a definitive refusal other than a revoked grant is invalidGrant.
+    assert ended["reason"] == "invalidGrant" and ended["message"] == f"invalid_grant: {words}"
+    assert host.result("checkSignInStatus", {"provider": "sf"})["state"] == "notSignedIn"
+
+
+def test_a_refresh_refused_as_already_being_processed_keeps_the_session(start_sf, sim):
+    # Salesforce answers invalid_grant "token request is already being processed" while another
+    # request with the same refresh token runs: not the end of the session.
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    sim.expire_sessions()
+    sim.hold_next_refresh()
+    mark = host.mark()
+    error = host.error("fetch", {"provider": "sf", "url": f"{API}/sobjects"})
+    assert error["code"] == PROVIDER_UNAVAILABLE and error["data"]["reason"] == "requestInProgress"
+    assert error["data"]["retryable"] is True
+    assert events(host, mark, "signedOut") == []
+    assert fetch(host)["status"] == 200                  # the next try refreshes
+    snap = sim.snapshot()
+    assert snap["held_refreshes"] == 1 and snap["refreshes"] == 1 and snap["concurrent_refreshes"] == 0
+
+
+def test_concurrent_fetches_after_expiry_share_one_refresh(start_sf, sim):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    advance(host, sim, DAY_MS + 60_000)
+    mark = host.mark()
+    ids = [host.send_request("fetch", {"provider": "sf", "url": f"{API}/query?q=SELECT+Id+FROM+Account"})
+           for _ in range(8)]
+    answers = [host.wait_response(request_id) for request_id in ids]
+    assert [a["result"]["status"] for a in answers] == [200] * 8
+    snap = sim.snapshot()
+    assert snap["refresh_requests"] == 1 and snap["concurrent_refreshes"] == 0
+    assert len(events(host, mark, "refreshed")) == 1
+
+
+def test_check_sign_in_status_asks_the_identity_service(start_sf, sim):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    status = host.result("checkSignInStatus", {"provider": "sf"})
+    assert (status["state"], status["reason"]) == ("signedIn", "valid")
+    sim.expire_sessions()                                # identity answers 403 Bad_OAuth_Token → refresh
+    status = host.result("checkSignInStatus", {"provider": "sf"})
+    assert (status["state"], status["reason"]) == ("signedIn", "refreshed")
+    advance(host, sim, DAY_MS)                           # the org's session timeout → refresh again
+    assert host.result("checkSignInStatus", {"provider": "sf"})["reason"] == "refreshed"
+    sim.revoke_app()
+    status = host.result("checkSignInStatus", {"provider": "sf"})
+    assert (status["state"], status["reason"]) == ("notSignedIn", "revoked")
+    assert status["message"] == "invalid_grant: expired access/refresh token"
+    assert sim.snapshot()["identity_calls"] == [200, 200, 403, 403, 403]
+
+
+def test_a_frontend_with_a_rejected_token_renews_it_through_check_sign_in_status(start_sf, sim):
+    # expiresAt is null, so getAccessToken cannot know a token died; the frontend that called the
+    # API itself and got 401 asks checkSignInStatus, whose identity-URL check renews the session.
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    old = host.result("getAccessToken", {"provider": "sf"})["accessToken"]
+    advance(host, sim, DAY_MS + 60_000)
+    assert not sim.session_alive(old)
+    assert host.result("checkSignInStatus", {"provider": "sf"})["reason"] == "refreshed"
+    new = host.result("getAccessToken", {"provider": "sf"})
+    assert new["accessToken"] != old and sim.session_alive(new["accessToken"])
+    request = urllib.request.Request(f"{sim.instance_url}{API}/sobjects", headers=new["headers"])
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+def test_an_unreachable_identity_service_leaves_the_user_signed_in_offline(start_sf, sim):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    sim.identity_unavailable = True
+    status = host.result("checkSignInStatus", {"provider": "sf"})
+    assert (status["state"], status["reason"]) == ("offline", "transient") and "HTTP 503" in status["message"]
+    sim.identity_unavailable = False
+    assert host.result("checkSignInStatus", {"provider": "sf"})["reason"] == "valid"
+    assert sim.snapshot()["refresh_requests"] == 0
+
+
+# ── Requests ─────────────────────────────────────────────────────────────────
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    hits: list[str]
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        self.hits.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def foreign_server():
+    handler = type("Recorder", (_Recorder,), {"hits": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler.hits
+    server.shutdown()
+    server.server_close()
+
+
+def test_paths_go_to_the_instance_url_and_the_token_to_no_other_host(start_sf, sim, foreign_server):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    answer = fetch(host, f"{API}/query?q=SELECT+Id,Name+FROM+Account")
+    assert answer["status"] == 200 and json.loads(answer["body"])["records"][0]["Name"] == "Acme"
+    created = fetch(host, f"{API}/sobjects/Account", method="POST", headers={"Content-Type": "application/json"},
+                    body=json.dumps({"Name": "Globex"}))
+    assert created["status"] == 201 and json.loads(created["body"])["success"] is True
+    assert fetch(host, f"{sim.instance_url}{API}/sobjects/Account/0015g00000SiMuAAAA")["status"] == 200
+    # The identity URL (on the login host) may be fetched too.
+    me = fetch(host, sim.identity_url())
+    assert me["status"] == 200 and json.loads(me["body"])["username"] == "jane.doe@acme.example"
+    snap = sim.snapshot()
+    assert [(m, p) for m, p, _ in snap["api_calls"]] == [
+        ("GET", f"{API}/query"), ("POST", f"{API}/sobjects/Account"), ("GET", f"{API}/sobjects/Account/0015g00000SiMuAAAA")]
+    assert snap["login_host_api_calls"] == 0
+    # A dead session seen by the identity service (403 Bad_OAuth_Token) is refreshed and replayed too.
+    sim.expire_sessions()
+    assert fetch(host, sim.identity_url())["status"] == 200
+    assert sim.snapshot()["identity_calls"][-3:] == [200, 403, 200] and sim.snapshot()["refreshes"] == 1
+    # Any other host: refused before anything is sent.
+    base, hits = foreign_server
+    error = host.error("fetch", {"provider": "sf", "url": f"{base}/collect"})
+    assert error["code"] == CONFIGURATION_ERROR and error["data"]["reason"] == "foreignUrl"
+    assert hits == []
+
+
+def test_sign_out_revokes_the_grant_at_the_revoke_endpoint(start_sf, sim):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    token = host.result("getAccessToken", {"provider": "sf"})["accessToken"]
+    mark = host.mark()
+    result = host.result("signOut", {"provider": "sf"})
+    assert result["revoked"] == ["refresh_token", "access_token"] and result["failures"] == []
+    snap = sim.snapshot()
+    assert snap["revocations"] == ["refresh_token"] and snap["revoked_grants"] == 1
+    assert not sim.session_alive(token), "revoking the refresh token ends its access tokens"
+    assert [(e["state"], e["reason"]) for e in events(host, mark)] == [("signedOut", "userSignedOut")]
+    assert host.result("checkSignInStatus", {"provider": "sf"})["reason"] == "noTokens"
