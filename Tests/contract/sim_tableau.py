@@ -24,8 +24,8 @@ Endpoints (on 127.0.0.1, or another loopback address, port 0):
   Revoking the refresh token ends the device's grant; the access token ends its session. 200.
 * ``POST /vizportal/api/web/v1/getSessionInfo`` — body ``{"method":"getSessionInfo","params":{}}``,
   cookie ``tableau_access_token``, header ``X-XSRF-TOKEN`` equal to the ``XSRF-TOKEN`` cookie.
-  200 ``{"result":{"user":…,"site":…}}``, or 401 ``{"result":{"errors":[…]}}`` once the session is
-  over.
+  200 ``{"result":{"user":…,"site":…}}``, or ``{"result":{"errors":[…]}}`` once the session is
+  over, with HTTP 401 (``session_over_status``; 200 to check that the client reads the body).
 * ``POST /vizportal/api/web/v1/getViews`` — a small API page needing the same cookies and header;
   401 with ``result.errors`` when the session is over.
 
@@ -126,6 +126,8 @@ class TableauServer:
         self.token_sets: dict[str, TokenSet] = {}         # device id → its one valid set
         self.sessions_expired_at = 0                       # expire_sessions(): everything issued before is over
         self.connected_clients_enabled = True
+        # The HTTP status of a getSessionInfo answer whose session is over (result.errors is the signal).
+        self.session_over_status = 401
         self.down: tuple[int, frozenset[str]] | None = None
         self.handed_out: set[str] = set()
         self.violations: list[str] = []
@@ -531,7 +533,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return self.send(400, {"result": {"errors": [{"code": 2, "message": "Bad request."}]}})
                 token_set = sim.authenticate(self.cookies(), self.headers.get("X-XSRF-TOKEN"), method)
                 if token_set is None:
-                    return self.send(401, SESSION_OVER)
+                    return self.send(sim.session_over_status if path == SESSION_INFO_PATH else 401, SESSION_OVER)
                 if path == SESSION_INFO_PATH:
                     return self.send(200, sim.session_info(token_set))
                 views = [{"name": "Overview", "workbook": "Superstore"}, {"name": "Forecast", "workbook": "Superstore"}]

@@ -173,8 +173,9 @@ def test_the_device_name_is_what_the_administrator_sees_and_can_be_set(start_hos
 # ── Renewal and the session check ─────────────────────────────────────────────
 
 
-@pytest.mark.parametrize("site", ["", "finance"])
-def test_an_expired_server_session_is_renewed_silently_with_the_site(start_host, tableau_plugin_dir, tableau, site):
+@pytest.mark.parametrize("site, over_status", [("", 401), ("finance", 200)])
+def test_an_expired_server_session_is_renewed_silently_with_the_site(start_host, tableau_plugin_dir, tableau, site, over_status):
+    tableau.session_over_status = over_status                  # result.errors, whatever the status
     settings = {"site": site} if site else {}
     host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau, **settings)})
     sign_in(host, tableau)
@@ -234,6 +235,18 @@ def test_an_administrator_revoking_the_device_signs_out_with_a_reason(start_host
     ended = signed_out(host, mark)
     assert [n["reason"] for n in ended] == ["revoked"] and "invalid_grant" in ended[0]["message"]
     assert host.error("getAccessToken", {"provider": "tab"})["data"]["reason"] == "noTokens"
+
+
+@pytest.mark.xfail(strict=True, reason="host gap: a sign-out the host decides itself (revoked, expired) calls no revoke "
+                                       "hook, so session/changed carries no clearCookies (only signOut and the licence "
+                                       "sign-out do)")
+def test_a_revoked_session_names_its_cookies_for_deletion(start_host, tableau_plugin_dir, tableau):
+    host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)})
+    sign_in(host, tableau)
+    tableau.revoke_device(socket.gethostname())
+    mark = host.mark()
+    assert host.result("checkSignInStatus", {"provider": "tab"})["reason"] == "revoked"
+    assert signed_out(host, mark)[0].get("clearCookies") == clear_list(tableau)
 
 
 def test_a_refresh_token_unused_for_fourteen_days_signs_out(start_host, tableau_plugin_dir, tableau):
