@@ -1,17 +1,424 @@
 import AuthBridgePluginSDK
 
-/// Tableau Server connected client. Scaffold: every hook is the host's standard step until the
-/// provider's quirks are implemented.
+/// Tableau Server connected client (seeds 000, 001; /work/shared/providers.md "Tableau").
+///
+/// The frontend signs the user in on the server's own web page (in its web view) and hands the
+/// host the `workgroup_session_id` that page set; this plugin trades it for long-lived tokens
+/// registered to this installation as a *device* (`grant_type=session`), renews them with the
+/// profile's site (`site_namespace`), asks the server whether the session still holds
+/// (`getSessionInfo` with `X-XSRF-TOKEN`), hands the credentials out as Tableau's two cookies for
+/// web views, and revokes both tokens with `token_hint` on sign-out, naming only this server's
+/// cookies for deletion. Every other step (state, storage, single-flight refresh, events) is the
+/// host's.
 struct TableauPlugin: ProviderPlugin {
     static let id = "tableau"
-    static let version = "0.1.0"
-    static let implementedHooks: Set<Hook>? = []
+    static let version = "1.0.0"
+    /// begin_sign_in (no authorization URL: the frontend owns the web sign-in) and
+    /// classify_response (Tableau answers 401 for a dead session, the standard rule) stay standard.
+    static let implementedHooks: Set<Hook>? = [.configure, .completeSignIn, .refresh, .revoke, .checkSession, .authorizeRequest]
+
+    /// The cookies' lifetime in the original client (~30.4 days).
+    static let cookieMaxAge: Int64 = 2_629_743
+    static let accessCookie = "tableau_access_token"
+    static let xsrfCookie = "XSRF-TOKEN"
+    static let tokenTimeout: Int64 = 15_000
+    static let revokeTimeout: Int64 = 10_000
 
     init(host: PluginHost) throws {}
 
     func describe() -> JSON {
-        ["id": .string(Self.id), "version": .string(Self.version), "displayName": "Tableau",
-         "description": "Tableau Server connected client", "flows": ["external"], "capabilities": []]
+        [
+            "id": .string(Self.id), "version": .string(Self.version), "displayName": "Tableau",
+            "description": "Tableau Server connected client: long-lived tokens for a device from a web sign-in's session id",
+            "flows": ["session"],
+            "capabilities": ["revoke", "checkSession", "fetch", "cookies"],
+            "settings": [
+                "type": "object",
+                "required": ["server"],
+                "properties": [
+                    "server": ["type": "string", "format": "uri",
+                               "description": "The Tableau Server's address, e.g. https://tableau.example.com (https; http only on a loopback IP)"],
+                    "site": ["type": "string", "default": "",
+                             "description": "The site's content URL sent as site_namespace when tokens are renewed (\"\" = the default site)"],
+                    "deviceName": ["type": "string", "minLength": 1,
+                                   "description": "The device name a server administrator sees (default: this computer's host name)"],
+                ],
+            ],
+        ]
+    }
+
+    // MARK: - configure
+
+    func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        let settings = input["settings"] ?? [:]
+        guard let serverText = settings["server"]?.stringValue else {
+            throw .configuration("missingSetting", "The profile needs the setting \"server\" (the Tableau Server's address).")
+        }
+        guard let server = ServerURL(serverText) else {
+            throw .configuration("invalidSettings", "The setting \"server\" must be an absolute address such as https://tableau.example.com, without a query, fragment or user name.")
+        }
+        guard server.isSecureTransport else {
+            throw .configuration("insecureUrl", "The setting \"server\" must be an https address (http only on a loopback IP address).")
+        }
+        let site = settings["site"]?.stringValue ?? ""
+        if site.contains(where: { $0 == "/" || $0 == "?" || $0 == "#" || $0.isWhitespace }) {
+            throw .configuration("invalidSettings", "The setting \"site\" is a site's content URL (the part after /#/site/), without slashes or spaces.")
+        }
+        var config: [String: JSON] = [
+            "server": .string(server.base), "site": .string(site),
+            "cookieDomain": .string(server.host), "secureCookies": .bool(server.scheme == "https"),
+            "tokenEndpoint": .string(server.base + "/oauth2/v1/token"),
+            "revocationEndpoint": .string(server.base + "/oauth2/v1/revoke"),
+            "sessionInfoEndpoint": .string(server.base + "/vizportal/api/web/v1/getSessionInfo"),
+            "apiBaseUrl": .string(server.base),
+        ]
+        if let name = settings["deviceName"]?.stringValue {
+            guard !name.trimmingWhitespace.isEmpty else {
+                throw .configuration("invalidSettings", "The setting \"deviceName\" must not be empty.")
+            }
+            config["deviceName"] = .string(name)
+        }
+        return .object(config)
+    }
+
+    // MARK: - Sign-in: the session grant
+
+    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        guard input["flow"]?.stringValue == "session" else {
+            throw .configuration("unsupported", "Tableau signs in with the session flow: the frontend signs the user in on the server's page and passes its workgroup_session_id.")
+        }
+        guard let sessionID = input["sessionId"]?.stringValue, !sessionID.isEmpty else {
+            throw .definitive("missingSessionId", "The sign-in needs the workgroup_session_id of the web sign-in.")
+        }
+        let config = Self.config(input)
+        let device = try Self.device(input, stored: nil)
+        let form: JSON = [
+            "grant_type": "session", "client_id": .string(device.id), "session_id": .string(sessionID),
+            "device_id": .string(device.id), "device_name": .string(device.name),
+        ]
+        let tokens = try Self.tokenRequest(form, config: config, call: call)
+        var result: [String: JSON] = ["tokens": tokens.json(deviceID: device.id)]
+        // Who signed in: best effort (the sign-in stands without it).
+        do {
+            if case .valid(let account) = try Self.sessionInfo(access: tokens.access, xsrf: tokens.xsrf, config: config, call: call),
+               let account {
+                result["account"] = account
+            }
+        } catch {
+            call.log(.notice, "getSessionInfo after the session grant failed (\(error.reason)); the account stays unknown")
+        }
+        call.log(.info, "signed in as a connected client (device \"\(device.name)\")")
+        return .object(result)
+    }
+
+    // MARK: - Refresh with the site
+
+    func refresh(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        guard let refreshToken = input["tokens"]?["refreshToken"]?.stringValue, !refreshToken.isEmpty else {
+            throw .definitive("noRefreshToken", "The Tableau session has no refresh token; sign in again.")
+        }
+        let config = Self.config(input)
+        // The tokens belong to the device they were issued to.
+        let device = try Self.device(input, stored: input["tokens"]?["extras"]?["deviceId"]?.stringValue)
+        let form: JSON = [
+            "grant_type": "refresh_token", "refresh_token": .string(refreshToken),
+            "client_id": .string(device.id), "device_id": .string(device.id),
+            "site_namespace": .string(config["site"]?.stringValue ?? ""),
+        ]
+        let tokens = try Self.tokenRequest(form, config: config, call: call)
+        return ["tokens": tokens.json(deviceID: device.id)]
+    }
+
+    // MARK: - Session check: getSessionInfo
+
+    func checkSession(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        let tokens = input["tokens"] ?? [:]
+        guard let access = tokens["accessToken"]?.stringValue, let xsrf = tokens["extras"]?["xsrfToken"]?.stringValue,
+              !xsrf.isEmpty else {
+            return ["state": "expired"]  // without the XSRF token the session cannot be used: renew it
+        }
+        switch try Self.sessionInfo(access: access, xsrf: xsrf, config: Self.config(input), call: call) {
+        case .valid: return ["state": "valid"]
+        case .expired: return ["state": "expired"]
+        case .unknown(let message): return ["state": "unknown", "message": .string(message)]
+        }
+    }
+
+    // MARK: - Credentials: two cookies and the XSRF header
+
+    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        let config = Self.config(input)
+        guard let access = input["tokens"]?["accessToken"]?.stringValue else {
+            throw .definitive("noTokens", "The Tableau session has no access token.")
+        }
+        let xsrf = input["tokens"]?["extras"]?["xsrfToken"]?.stringValue ?? ""
+        let base = config["server"]?.stringValue ?? ""
+        var request = input["request"]?.objectValue ?? [:]
+        if let url = request["url"]?.stringValue {
+            if url.contains("://") {
+                // The cookies and header carry the session: only ever to this profile's server.
+                guard let target = ServerURL(url, allowQuery: true), let server = ServerURL(base), target.origin == server.origin,
+                      target.path == server.path || target.path.hasPrefix(server.path + "/") else {
+                    throw .configuration("foreignUrl", "This profile only sends its Tableau credentials to \(base); use a path or an address on that server.")
+                }
+            } else {
+                request["url"] = .string(Self.join(base, url))
+            }
+        }
+        var headers = (request["headers"]?.objectValue ?? [:]).filter { $0.key.lowercased() != "x-xsrf-token" }
+        if !xsrf.isEmpty { headers["X-XSRF-TOKEN"] = .string(xsrf) }
+        request["headers"] = .object(headers)
+        var cookies: [JSON] = [Self.cookie(Self.accessCookie, access, config)]
+        if !xsrf.isEmpty { cookies.append(Self.cookie(Self.xsrfCookie, xsrf, config)) }
+        return ["request": .object(request), "cookies": .array(cookies)]
+    }
+
+    // MARK: - Sign-out: two revocations with token_hint, this server's cookies only
+
+    func revoke(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+        let config = Self.config(input)
+        let endpoint = config["revocationEndpoint"]?.stringValue ?? ""
+        var revoked: [JSON] = []
+        var failures: [JSON] = []
+        for (key, hint) in [("accessToken", "access_token"), ("refreshToken", "refresh_token")] {
+            guard let token = input["tokens"]?[key]?.stringValue, !token.isEmpty else { continue }
+            // Tableau's parameter is `token_hint`, not RFC 7009's `token_type_hint`.
+            let request: JSON = ["method": "POST", "url": .string(endpoint), "timeoutMs": .int(Self.revokeTimeout),
+                                 "headers": ["Accept": "application/json"],
+                                 "form": ["token": .string(token), "token_hint": .string(hint)]]
+            do {
+                let response = try call.http(request)
+                if (200..<300).contains(response.status) {
+                    revoked.append(.string(hint))
+                } else {
+                    failures.append(["token": .string(hint), "reason": "httpStatus",
+                                     "message": .string("Tableau's revocation endpoint answered HTTP \(response.status).")])
+                }
+            } catch {
+                failures.append(["token": .string(hint), "reason": .string(error.reason), "message": .string(error.message)])
+            }
+        }
+        let domain = config["cookieDomain"]?.stringValue ?? ""
+        let clear: [JSON] = domain.isEmpty ? [] : [Self.accessCookie, Self.xsrfCookie].map {
+            ["name": .string($0), "domain": .string(domain), "path": "/"]
+        }
+        return ["revoked": .array(revoked), "failures": .array(failures), "clearCookies": .array(clear)]
+    }
+
+    // MARK: - Helpers
+
+    static func config(_ input: JSON) -> JSON { input["profile"]?["config"] ?? [:] }
+
+    /// The device the tokens are (or will be) registered to: the installation's stable id (or the
+    /// id the tokens were issued to), and the name an administrator sees.
+    static func device(_ input: JSON, stored: String?) throws(PluginFailure) -> (id: String, name: String) {
+        let installation = input["installation"] ?? [:]
+        guard let id = stored ?? installation["id"]?.stringValue, !id.isEmpty else {
+            throw PluginFailure(.internal, reason: "noInstallation", message: "The host gave no installation id to use as the Tableau device id.")
+        }
+        let configured = config(input)["deviceName"]?.stringValue
+        let hostName = installation["name"]?.stringValue
+        let name = [configured, hostName].compactMap { $0 }.first(where: { !$0.trimmingWhitespace.isEmpty }) ?? "AuthBridge"
+        return (id, name)
+    }
+
+    struct Tokens {
+        var access: String
+        var refresh: String?
+        var xsrf: String
+
+        func json(deviceID: String) -> JSON {
+            .compactObject(["accessToken": .string(access), "refreshToken": refresh.map(JSON.string),
+                            "extras": ["xsrfToken": .string(xsrf), "deviceId": .string(deviceID)]])
+        }
+    }
+
+    /// One call to `{server}/oauth2/v1/token`. Tableau gives no `expires_in`: expiry is learnt
+    /// from getSessionInfo. A top-level `error` key is a refusal (the session ends); an
+    /// unavailable server (5xx, 429, no answer) is transient and keeps the tokens.
+    static func tokenRequest(_ form: JSON, config: JSON, call: PluginCall) throws(PluginFailure) -> Tokens {
+        guard let endpoint = config["tokenEndpoint"]?.stringValue else {
+            throw .configuration("missingSetting", "The profile needs the setting \"server\".")
+        }
+        let response = try call.http(["method": "POST", "url": .string(endpoint), "form": form,
+                                      "headers": ["Accept": "application/json"], "timeoutMs": .int(tokenTimeout)])
+        if response.status >= 500 || response.status == 429 {
+            throw .transient(response.status == 429 ? "rateLimited" : "serverError",
+                             "The Tableau server is unavailable (HTTP \(response.status)).", status: response.status)
+        }
+        let body = response.json
+        if let error = body?["error"], !error.isNull {
+            throw refusal(error, description: body?["error_description"]?.stringValue, status: response.status)
+        }
+        guard (200..<300).contains(response.status) else {
+            throw .transient("badResponse", "Tableau's token endpoint answered HTTP \(response.status) without an error.", status: response.status)
+        }
+        guard let access = body?["access_token"]?.stringValue, !access.isEmpty,
+              let xsrf = body?["xsrf_token"]?.stringValue, !xsrf.isEmpty else {
+            throw .transient("badResponse", "Tableau's token endpoint answered without an access token and an XSRF token.", status: response.status)
+        }
+        let refresh = body?["refresh_token"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 }
+        return Tokens(access: access, refresh: refresh, xsrf: xsrf)
+    }
+
+    /// A token answer's `error` (a string, or an object with a code and a message) as a
+    /// definitive failure. A code that is a word is kept as the reason (`invalid_grant` → the
+    /// host reports `revoked`); anything else counts as `invalid_grant`.
+    static func refusal(_ error: JSON, description: String?, status: Int) -> PluginFailure {
+        var code: String?
+        var detail = description
+        switch error {
+        case .string(let text):
+            code = text
+        case .object:
+            for key in ["code", "error", "name"] {
+                if let text = error[key]?.stringValue { code = text; break }
+                if let number = error[key]?.intValue { code = String(number); break }
+            }
+            for key in ["message", "detail", "error_description", "summary"] where detail == nil {
+                detail = error[key]?.stringValue
+            }
+        default:
+            break
+        }
+        let isWord = code.map { word in
+            !word.isEmpty && word.count <= 64 && word.first!.isLetter
+                && word.unicodeScalars.allSatisfy { ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) || $0 == "_" }
+        } ?? false
+        let reason = isWord ? code! : "invalid_grant"
+        var message = "Tableau refused the tokens"
+        if let code, !code.isEmpty { message += " (\(String(code.prefix(64))))" }
+        if let detail, !detail.isEmpty { message += ": " + String(detail.prefix(300)) }
+        return .definitive(reason, message, status: status)
+    }
+
+    enum SessionState {
+        case valid(account: JSON?)
+        case expired
+        case unknown(String)
+    }
+
+    /// `POST {server}/vizportal/api/web/v1/getSessionInfo` with the two cookies and the
+    /// `X-XSRF-TOKEN` header. `result.errors` means the session expired.
+    static func sessionInfo(access: String, xsrf: String, config: JSON, call: PluginCall) throws(PluginFailure) -> SessionState {
+        guard let endpoint = config["sessionInfoEndpoint"]?.stringValue else {
+            throw .configuration("missingSetting", "The profile needs the setting \"server\".")
+        }
+        let request: JSON = [
+            "method": "POST", "url": .string(endpoint), "timeoutMs": .int(tokenTimeout),
+            "headers": ["Accept": "application/json", "X-XSRF-TOKEN": .string(xsrf),
+                        "Cookie": .string("\(accessCookie)=\(access); \(xsrfCookie)=\(xsrf)")],
+            "json": ["method": "getSessionInfo", "params": [:]],
+        ]
+        let response = try call.http(request)
+        if response.status >= 500 || response.status == 429 {
+            throw .transient(response.status == 429 ? "rateLimited" : "serverError",
+                             "The Tableau server is unavailable (HTTP \(response.status)).", status: response.status)
+        }
+        let result = response.json?["result"]
+        if let errors = result?["errors"], !errors.isNull { return .expired }
+        if response.status == 401 || response.status == 403 { return .expired }
+        guard (200..<300).contains(response.status), let result, result.objectValue != nil else {
+            return .unknown("Tableau's session check answered HTTP \(response.status) without session information.")
+        }
+        return .valid(account: account(result["user"]))
+    }
+
+    /// The signed-in user: the user name identifies the account (a user's id differs per site).
+    static func account(_ user: JSON?) -> JSON? {
+        guard let user, user.objectValue != nil else { return nil }
+        let username = (user["username"] ?? user["name"])?.stringValue
+        let display = (user["displayName"] ?? user["name"])?.stringValue
+        let account: JSON = .compactObject([
+            "id": username.flatMap { $0.isEmpty ? nil : JSON.string($0) },
+            "name": display.flatMap { $0.isEmpty ? nil : JSON.string($0) },
+            "email": user["email"]?.stringValue.flatMap { $0.isEmpty ? nil : JSON.string($0) },
+        ])
+        return account.objectValue?.isEmpty == false ? account : nil
+    }
+
+    static func cookie(_ name: String, _ value: String, _ config: JSON) -> JSON {
+        ["name": .string(name), "value": .string(value), "domain": .string(config["cookieDomain"]?.stringValue ?? ""),
+         "path": "/", "maxAge": .int(cookieMaxAge), "secure": .bool(config["secureCookies"]?.boolValue ?? true)]
+    }
+
+    static func join(_ base: String, _ path: String) -> String {
+        if path.isEmpty { return base }
+        return path.hasPrefix("/") ? base + path : base + "/" + path
+    }
+}
+
+/// An absolute http(s) address, read without Foundation: scheme, host (lower case; an IPv6
+/// literal without its brackets), port and path.
+struct ServerURL: Equatable {
+    var scheme: String
+    var host: String
+    var port: Int?
+    /// "" or a path without a trailing slash ("/tableau").
+    var path: String
+
+    init?(_ text: String, allowQuery: Bool = false) {
+        guard !text.contains(where: { $0.isWhitespace || $0.isNewline }), let colon = text.firstIndex(of: ":") else { return nil }
+        scheme = text[..<colon].lowercased()
+        guard scheme == "https" || scheme == "http", text[colon...].hasPrefix("://") else { return nil }
+        var rest = text[colon...].dropFirst(3)
+        if let end = rest.firstIndex(where: { $0 == "?" || $0 == "#" }) {
+            guard allowQuery else { return nil }
+            rest = rest[..<end]
+        }
+        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
+        let authority = rest[..<slash]
+        var remainder = String(rest[slash...])
+        while remainder.hasSuffix("/") { remainder.removeLast() }
+        path = remainder
+        guard !authority.isEmpty, !authority.contains("@") else { return nil }
+        var hostPart: Substring
+        var portPart: Substring?
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { return nil }
+            hostPart = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { return nil }
+                portPart = after.dropFirst()
+            }
+        } else if let colon = authority.lastIndex(of: ":") {
+            hostPart = authority[..<colon]
+            portPart = authority[authority.index(after: colon)...]
+        } else {
+            hostPart = authority
+        }
+        guard !hostPart.isEmpty else { return nil }
+        host = hostPart.lowercased()
+        if let portPart {
+            guard let number = Int(portPart), (1...65_535).contains(number) else { return nil }
+            port = (scheme == "https" && number == 443) || (scheme == "http" && number == 80) ? nil : number
+        }
+    }
+
+    var origin: String {
+        let shownHost = host.contains(":") ? "[\(host)]" : host
+        return "\(scheme)://\(shownHost)" + (port.map { ":\($0)" } ?? "")
+    }
+
+    var base: String { origin + path }
+
+    /// 127.0.0.0/8 and ::1, as IP literals ("localhost" may resolve elsewhere).
+    var isLoopbackIPLiteral: Bool {
+        if host == "::1" { return true }
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts.allSatisfy({ !$0.isEmpty && $0.count <= 3 && $0.allSatisfy({ $0.isASCII && $0.isNumber }) && (Int($0) ?? 256) <= 255 }) else { return false }
+        return parts[0] == "127"
+    }
+
+    var isSecureTransport: Bool { scheme == "https" || (scheme == "http" && isLoopbackIPLiteral) }
+}
+
+extension String {
+    var trimmingWhitespace: Substring {
+        let start = firstIndex(where: { !$0.isWhitespace }) ?? endIndex
+        let end = lastIndex(where: { !$0.isWhitespace }).map { index(after: $0) } ?? start
+        return self[start..<max(start, end)]
     }
 }
 
