@@ -183,14 +183,14 @@ public actor SessionEngine {
                     if reason == "licenseRevoked" {
                         return try await markLicenseRevoked(key, session: session, context: context, message: message)
                     }
-                    try await signOutLocally(key, reason: "revoked", message: message)
+                    try await signOutLocally(key, reason: "revoked", message: message, ended: session, context: context)
                     return status(provider, state: "notSignedIn", session: nil, reason: "revoked", message: message)
                 default:
                     return status(provider, state: "offline", session: session, reason: "transient",
                                   message: answer["message"]?.stringValue ?? "The provider could not confirm the session.")
                 }
             case .failure(let failure) where failure.kind == .definitive:
-                try await signOutLocally(key, reason: signedOutReason(failure.reason), message: failure.message)
+                try await signOutLocally(key, reason: signedOutReason(failure.reason), message: failure.message, ended: session, context: context)
                 return status(provider, state: "notSignedIn", session: nil, reason: endReason(failure.reason), message: failure.message)
             case .failure(let failure):
                 return status(provider, state: "offline", session: session, reason: "transient", message: failure.message)
@@ -201,7 +201,7 @@ public actor SessionEngine {
         }
         guard expired else { return status(provider, state: "signedIn", session: session, reason: "valid") }
         guard session.tokens.refreshToken != nil else {
-            try await signOutLocally(key, reason: "expired", message: nil)
+            try await signOutLocally(key, reason: "expired", message: nil, ended: session, context: context)
             return status(provider, state: "notSignedIn", session: nil, reason: "expired")
         }
         switch await refreshed(key, context: context, stale: session) {
@@ -484,7 +484,7 @@ public actor SessionEngine {
             return ["provider": .string(provider), "signedOut": true, "revoked": [], "failures": []]
         }
         let outcome = await revokeAtProvider(session, context: context, requestID: requestID)
-        try await signOutLocally(key, reason: "userSignedOut", message: nil, account: session.account, clearCookies: outcome.clearCookies)
+        try await signOutLocally(key, reason: "userSignedOut", message: nil, ended: session, clearCookies: outcome.clearCookies)
         return .compactObject(["provider": .string(provider), "signedOut": true, "account": session.account,
                                "revoked": outcome.revoked, "failures": outcome.failures,
                                "clearCookies": outcome.clearCookies.isEmpty ? nil : .array(outcome.clearCookies)])
@@ -524,7 +524,7 @@ public actor SessionEngine {
         licenceSignOuts.remove(key)
         guard let session = try? await loadSession(key), session.licenseRevoked else { return }  // signed out or in again meanwhile
         let outcome = await revokeAtProvider(session, context: context, requestID: nil)
-        try? await signOutLocally(key, reason: "licenseRevoked", message: message, account: session.account, clearCookies: outcome.clearCookies)
+        try? await signOutLocally(key, reason: "licenseRevoked", message: message, ended: session, clearCookies: outcome.clearCookies)
     }
 
     // MARK: - getAccessToken and fetch
@@ -613,7 +613,7 @@ public actor SessionEngine {
                 continue
             case "revoked":
                 let message = outcome["message"]?.stringValue
-                try await signOutLocally(key, reason: "revoked", message: message, account: session.account)
+                try await signOutLocally(key, reason: "revoked", message: message, ended: session, context: context)
                 throw SessionError(.notSignedIn, message ?? "The provider revoked this session.", provider: provider, reason: "revoked")
             case "licenseRevoked":
                 _ = try await markLicenseRevoked(key, session: session, context: context, message: outcome["message"]?.stringValue)
@@ -692,7 +692,7 @@ public actor SessionEngine {
             emit("session/changed", .compactObject(["provider": .string(provider), "state": "refreshed", "reason": "refreshed", "account": session.account]))
             return .success(session)
         case .failure(let failure) where failure.kind == .definitive:
-            try? await signOutLocally(key, reason: signedOutReason(failure.reason), message: failure.message, account: stale.account)
+            try? await signOutLocally(key, reason: signedOutReason(failure.reason), message: failure.message, ended: stale, context: context)
             return .failure(failure)
         case .failure(let failure):
             logger.notice("refresh failed transiently; the session is kept", metadata: ["provider": "\(provider)", "reason": "\(failure.reason)"])
@@ -754,12 +754,28 @@ public actor SessionEngine {
     }
 
     /// Wipes one account's session and tells the frontend why.
-    private func signOutLocally(_ key: SessionKey, reason: String, message: String?, account: JSON? = nil,
-                                clearCookies: [JSON] = []) async throws(SessionError) {
+    /// `clearCookies` defaults to the cookies the plugin attaches to
+    /// requests (`authorize_request` with the ended tokens, no I/O), so a
+    /// frontend's web view drops them however the session ended.
+    private func signOutLocally(_ key: SessionKey, reason: String, message: String?, ended: StoredSession? = nil,
+                                context: Context? = nil, clearCookies: [JSON]? = nil) async throws(SessionError) {
+        var cookies = clearCookies ?? []
+        if clearCookies == nil, let ended, let context { cookies = await attachedCookies(ended, context: context) }
         do { try await store.delete(key) } catch { throw storageError(error, provider: key.profile) }
         emit("session/changed", .compactObject(["provider": .string(key.profile), "state": "signedOut", "reason": .string(reason),
-                                                "message": message.map(JSON.string), "account": account,
-                                                "clearCookies": clearCookies.isEmpty ? nil : .array(clearCookies)]))
+                                                "message": message.map(JSON.string), "account": ended?.account,
+                                                "clearCookies": cookies.isEmpty ? nil : .array(cookies)]))
+    }
+
+    /// The name, domain and path of each cookie the plugin attaches for these tokens.
+    private func attachedCookies(_ session: StoredSession, context: Context) async -> [JSON] {
+        let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": ["method": "GET", "headers": [:]]]
+        guard case .success(let answer) = await run(.authorizeRequest, input: input, plugin: context.plugin,
+                                                    provider: context.profile.name, requestID: nil) else { return [] }
+        return (answer["cookies"]?.arrayValue ?? []).compactMap { cookie in
+            guard let name = cookie["name"]?.stringValue, let domain = cookie["domain"]?.stringValue else { return nil }
+            return ["name": .string(name), "domain": .string(domain), "path": .string(cookie["path"]?.stringValue ?? "/")]
+        }
     }
 
     /// The session a call means: the named account, or the profile's
