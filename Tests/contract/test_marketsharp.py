@@ -8,9 +8,9 @@ Every test ends by checking that the simulator saw no protocol violation from th
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
-import os
 import time
 import urllib.parse
 import urllib.request
