@@ -237,9 +237,6 @@ def test_an_administrator_revoking_the_device_signs_out_with_a_reason(start_host
     assert host.error("getAccessToken", {"provider": "tab"})["data"]["reason"] == "noTokens"
 
 
-@pytest.mark.xfail(strict=True, reason="host gap: a sign-out the host decides itself (revoked, expired) calls no revoke "
-                                       "hook, so session/changed carries no clearCookies (only signOut and the licence "
-                                       "sign-out do)")
 def test_a_revoked_session_names_its_cookies_for_deletion(start_host, tableau_plugin_dir, tableau):
     host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)})
     sign_in(host, tableau)
