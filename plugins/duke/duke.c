@@ -379,14 +379,41 @@ static json_t *token_result(const ab_host_api *host, ab_call *call, const char *
 
 /* ── URLs ───────────────────────────────────────────────────────────────── */
 
-/* https://…, or http:// on a loopback IP literal (127.0.0.0/8, [::1]) — the
- * host's own rule; checked here so that a bad setting is reported by
+/* True when host[0..n) is an IPv4 loopback literal: four decimal octets, 127 first. */
+static int is_loopback_ipv4(const char *host, size_t n)
+{
+    int octets = 0, value = -1;
+    for (size_t i = 0; i <= n; i++) {
+        if (i == n || host[i] == '.') {
+            if (value < 0 || value > 255 || (octets == 0 && value != 127))
+                return 0;
+            octets++;
+            value = -1;
+        } else if (host[i] >= '0' && host[i] <= '9') {
+            value = (value < 0 ? 0 : value * 10) + (host[i] - '0');
+            if (value > 255)
+                return 0;
+        } else {
+            return 0;
+        }
+    }
+    return octets == 4;
+}
+
+/* https://<host>…, or http:// on a loopback IP literal (127.0.0.0/8, [::1])
+ * — the host's own rule; checked here so that a bad setting is reported by
  * configure, naming the setting. */
 static int is_secure_base(const char *url)
 {
     if (starts_with(url, "https://"))
-        return url[8] != '\0' && url[8] != '/';
-    return starts_with(url, "http://127.") || starts_with(url, "http://[::1]");
+        return url[8] != '\0' && url[8] != '/' && url[8] != ':';
+    if (!starts_with(url, "http://"))
+        return 0;
+    const char *host = url + 7;
+    if (starts_with(host, "[::1]"))
+        return host[5] == '\0' || host[5] == ':' || host[5] == '/';
+    size_t n = strcspn(host, ":/");
+    return is_loopback_ipv4(host, n);
 }
 
 /* ── Lifecycle ──────────────────────────────────────────────────────────── */

@@ -277,6 +277,19 @@ int main(int argc, char **argv)
     json_decref(check("configure insecure base", vt->configure,
                       "{\"profile\":\"duke\",\"settings\":{\"clientName\":\"app\",\"baseUrl\":\"http://duke.example/\"}}",
                       200, NULL, AB_ERROR, "configuration", "insecureUrl"));
+    static const char *const bad_bases[] = { "http://127.evil.example/", "http://127.0.0.1.evil.example/",
+                                             "http://[::1].example/", "ftp://127.0.0.1/", "https:///x" };
+    for (size_t i = 0; i < sizeof bad_bases / sizeof bad_bases[0]; i++) {
+        json_t *x = json_pack("{s:s, s:{s:s, s:s}}", "profile", "duke", "settings", "clientName", "app", "baseUrl",
+                              bad_bases[i]);
+        char *xs = json_dumps(x, JSON_COMPACT);
+        json_decref(x);
+        json_decref(check(bad_bases[i], vt->configure, xs, 200, NULL, AB_ERROR, "configuration", "insecureUrl"));
+        free(xs);
+    }
+    json_decref(check("configure IPv6 loopback", vt->configure,
+                      "{\"profile\":\"duke\",\"settings\":{\"clientName\":\"app\",\"baseUrl\":\"http://[::1]:8080\"}}",
+                      200, NULL, AB_OK, NULL, NULL));
     json_decref(check("configure apiBaseUrl not a string", vt->configure,
                       "{\"profile\":\"duke\",\"settings\":{\"clientName\":\"app\",\"apiBaseUrl\":[]}}", 200, NULL,
                       AB_ERROR, "configuration", "invalidSettings"));
