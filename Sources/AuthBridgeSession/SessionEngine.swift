@@ -207,6 +207,10 @@ public actor SessionEngine {
         switch await refreshed(key, context: context, stale: session) {
         case .success(let fresh):
             return status(provider, state: "signedIn", session: fresh, reason: "refreshed")
+        case .failure(let failure) where failure.kind == .definitive && endReason(failure.reason) == "licenseRevoked":
+            var marked = session
+            marked.licenseRevoked = true
+            return status(provider, state: "licenseRevoked", session: marked, reason: "licenseRevoked", message: failure.message)
         case .failure(let failure) where failure.kind == .definitive:
             return status(provider, state: "notSignedIn", session: nil, reason: endReason(failure.reason), message: failure.message)
         case .failure(let failure):
@@ -575,6 +579,10 @@ public actor SessionEngine {
             throw notSignedIn(provider, account: account)
         }
         try refuseIfLicenseRevoked(session, provider: provider)
+        // A token known to be expired is renewed first rather than spending a 401.
+        if let expiresAt = session.tokens.expiresAt, expiresAt <= HostClock.nowMilliseconds(), session.tokens.refreshToken != nil {
+            session = try await refreshOrThrow(key, context: context, stale: session)
+        }
         var replayed = false
         while true {
             let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": request]
@@ -691,6 +699,10 @@ public actor SessionEngine {
             }
             emit("session/changed", .compactObject(["provider": .string(provider), "state": "refreshed", "reason": "refreshed", "account": session.account]))
             return .success(session)
+        case .failure(let failure) where failure.kind == .definitive && endReason(failure.reason) == "licenseRevoked":
+            // Like a licence lost on an API call: announced, then signed out after the grace period.
+            _ = try? await markLicenseRevoked(key, session: stale, context: context, message: failure.message)
+            return .failure(failure)
         case .failure(let failure) where failure.kind == .definitive:
             try? await signOutLocally(key, reason: signedOutReason(failure.reason), message: failure.message, ended: stale, context: context)
             return .failure(failure)

@@ -29,13 +29,17 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
     /// A stable word: "invalid_grant", "timeout", "noTokens"…
     public var reason: String?
     public var field: String?
+    /// The provider's HTTP status, when its answer caused the failure.
+    public var status: Int?
 
-    public init(_ kind: Kind, _ message: String, provider: String? = nil, reason: String? = nil, field: String? = nil) {
+    public init(_ kind: Kind, _ message: String, provider: String? = nil, reason: String? = nil, field: String? = nil,
+                status: Int? = nil) {
         self.kind = kind
         self.message = message
         self.provider = provider
         self.reason = reason
         self.field = field
+        self.status = status
     }
 
     public var description: String { "\(kind.rawValue): \(message)" }
@@ -50,6 +54,7 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
             "reason": reason.map(JSON.string),
             "field": field.map(JSON.string),
             "retryable": .bool(retryable),
+            "status": status.map { JSON.int(Int64($0)) },
         ])
     }
 
@@ -63,6 +68,6 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
         case .internal: kind = .pluginError
         case .cancelled: kind = .userCancelled
         }
-        self.init(kind, failure.message, provider: provider, reason: failure.reason)
+        self.init(kind, failure.message, provider: provider, reason: failure.reason, status: failure.status)
     }
 }

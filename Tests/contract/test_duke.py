@@ -224,14 +224,24 @@ def test_a_401_from_the_api_refreshes_and_replays(start_duke_host, duke):
     host = start_duke_host()
     signed_in(host, duke)
     first, _ = current_token(host, duke)
-    advance(host, duke, HOUR_MS + 1_000)      # the server's clock says the JWT has expired
-    # fetch does not look at expiresAt: the API's 401 (standard classify_response) → refresh → replay.
+    duke.advance(HOUR_MS + 1_000)             # only the server's clock: the host still thinks the JWT is valid
+    # The API's 401 (standard classify_response) → refresh → replay.
     answer = host.result("fetch", {"provider": PROFILE, "url": duke.api_url})
     assert answer["status"] == 200
     counts = duke.snapshot()
     assert counts["api_refusals"] == 1 and counts["api_calls"] == 2 and counts["refreshes"] == 1
     second, _ = current_token(host, duke)
     assert second != first
+
+
+def test_a_token_known_to_be_expired_is_renewed_before_the_request(start_duke_host, duke):
+    host = start_duke_host()
+    signed_in(host, duke)
+    advance(host, duke, HOUR_MS + 1_000)      # both clocks: the host knows the JWT's exp has passed
+    answer = host.result("fetch", {"provider": PROFILE, "url": duke.api_url})
+    assert answer["status"] == 200
+    counts = duke.snapshot()
+    assert counts["api_refusals"] == 0 and counts["api_calls"] == 1 and counts["refreshes"] == 1, "no 401 spent"
 
 
 def test_a_server_error_on_refresh_is_offline_keeps_the_tokens_and_recovers(start_duke_host, duke):
@@ -256,8 +266,6 @@ def test_a_server_error_on_refresh_is_offline_keeps_the_tokens_and_recovers(star
     assert counts["failed_requests"] == 2 and counts["refreshes"] == 1
 
 
-@pytest.mark.xfail(reason="host gap: SessionError(failure:) drops Failure.status, so error.data.status "
-                          "(bridge-spec §7, ErrorData) is never sent", strict=False)
 def test_a_server_error_on_refresh_reports_the_providers_status(start_duke_host, duke):
     host = start_duke_host()
     signed_in(host, duke)
