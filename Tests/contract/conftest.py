@@ -726,6 +726,19 @@ OIDC_FILES = ("oidc.json", "libauthbridge-oidc.so")
 
 
 @pytest.fixture
+def bundled_plugin_dir(tmp_path) -> Path:
+    """A plugin folder (0755) holding copies (0644) of every bundled plugin as `make build` stages it."""
+    source = BUILD_DIR / "plugins"
+    folder = tmp_path / "bundled-plugins"
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    for path in sorted(source.iterdir()):
+        shutil.copyfile(path, folder / path.name)
+        os.chmod(folder / path.name, 0o644)
+    return folder
+
+
+@pytest.fixture
 def oidc_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) holding copies (0644) of the bundled oidc plugin as `make build` stages it."""
     source = BUILD_DIR / "plugins"

@@ -98,3 +98,41 @@ def test_installed_host_finds_bundled_and_user_plugins(tmp_path):
     finally:
         host.stop()
     assert not host.violations, host.violations
+
+
+DROP_IN = {
+    "salesforce": {"clientId": "3MVG9-demo", "loginHost": "production"},
+    "tableau": {"server": "https://tableau.example.com", "site": "finance"},
+    "marketsharp": {"clientId": "ms-demo"},
+    "duke": {"clientName": "myapp", "environment": "test"},
+}
+
+
+def test_each_provider_plugin_is_a_drop_in(tmp_path):
+    """The seed providers' plugins, copied (.so + manifest) into the user's plugin folder of an
+    installed tree that was built without them, load at the next start and take profiles."""
+    prefix = make_prefix(tmp_path)
+    data_home = tmp_path / "data-home"
+    user_plugins = data_home / "authbridge" / "plugins"
+    user_plugins.mkdir(parents=True)
+    for folder in (data_home, user_plugins.parent, user_plugins):
+        folder.chmod(0o755)
+    for plugin_id in DROP_IN:
+        for name in (f"{plugin_id}.json", f"libauthbridge-{plugin_id}.so"):
+            shutil.copyfile(BUILD_DIR / "plugins" / name, user_plugins / name)
+            (user_plugins / name).chmod(0o644)
+    assert not (prefix / "lib" / "authbridge" / "plugins" / "salesforce.json").exists()
+
+    host = start_installed(tmp_path, prefix, data_home)
+    try:
+        found = providers(host)
+        for plugin_id, settings in DROP_IN.items():
+            assert found[plugin_id]["status"] == "loaded", found[plugin_id]
+            assert found[plugin_id]["path"].startswith(str(user_plugins.resolve()))
+            profile = host.result("configureProfile", {"name": f"my-{plugin_id}", "plugin": plugin_id, "settings": settings})
+            assert profile["status"] == "ready", profile
+            status = host.result("checkSignInStatus", {"provider": f"my-{plugin_id}"})
+            assert status["state"] == "notSignedIn" and status["reason"] == "noTokens"
+    finally:
+        host.stop()
+    assert not host.violations, host.violations
