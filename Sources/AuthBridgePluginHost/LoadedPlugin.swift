@@ -7,7 +7,7 @@ import Synchronization
 /// A plugin that passed every check and whose `init` succeeded.
 ///
 /// Threading: `invoke` may be called from any task; the hook itself runs on
-/// a worker thread of `LoadedPlugin.workers` (never on the cooperative pool,
+/// a thread of `HookThreads` (never on the cooperative pool,
 /// since hooks may block on HTTP), as the ABI's thread rules promise.
 public final class LoadedPlugin: @unchecked Sendable {
     public let manifest: PluginManifest
@@ -33,9 +33,6 @@ public final class LoadedPlugin: @unchecked Sendable {
     private let logger: Logger
     private let isShutDown = Atomic<Bool>(false)
 
-    /// Hooks may block (HTTP): run them on threads that libdispatch adds when
-    /// others block, not on Swift's fixed-width cooperative pool.
-    static let workers = DispatchQueue(label: "authbridge.plugin-hooks", attributes: .concurrent)
 
     init(manifest: PluginManifest, libraryPath: String, version: String,
          vtable: UnsafePointer<ab_plugin_vtable>, state: OpaquePointer?, logger: Logger) {
@@ -62,7 +59,7 @@ public final class LoadedPlugin: @unchecked Sendable {
         let inputText = input.serialized()
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                LoadedPlugin.workers.async { [self] in
+                HookThreads.shared.submit { [self] in
                     continuation.resume(returning: run(function, call: call, input: inputText))
                 }
             }
@@ -79,7 +76,7 @@ public final class LoadedPlugin: @unchecked Sendable {
         let call = HookCall(pluginID: manifest.id, hook: hook, logger: logger, environment: environment)
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                LoadedPlugin.workers.async { continuation.resume(returning: body(call)) }
+                HookThreads.shared.submit { continuation.resume(returning: body(call)) }
             }
         } onCancel: {
             call.cancel()
