@@ -101,6 +101,10 @@ class SyncAuthBridge:
             return future.result()
         except concurrent.futures.CancelledError:
             raise BridgeClosed("the call was cancelled") from None
+        except asyncio.TimeoutError as error:
+            if isinstance(error, TimeoutError):
+                raise
+            raise TimeoutError(*error.args) from error  # Python 3.10: one TimeoutError for callers
         except BaseException:
             # Interrupted while waiting (KeyboardInterrupt…): cancel the task, which cancels the
             # request at the host.
@@ -132,7 +136,11 @@ class SyncAuthBridge:
         return self._run(self._bridge.restart())
 
     def __enter__(self) -> "SyncAuthBridge":
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.close()   # no `__exit__` follows a failed `__enter__`: stop the thread here
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
