@@ -10,17 +10,16 @@ shutting it down cleanly belong together, in one `async with`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-from typing import Any, Callable, Generator, Iterable, Mapping, Optional, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from typing import Any
 
 from . import __version__
-from .errors import AuthBridgeError, BridgeClosed
+from .errors import BridgeClosed
 from .protocol import Connection, EventCallback, EventStream, FrameTap
 from .transport import DEFAULT_MAX_FRAME_BYTES, HostProcess, find_executable
-from .types import (AccessTokenResult, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList,
-                    SignInStatus, SignOutResult)
+from .types import AccessTokenResult, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList, SignInStatus, SignOutResult
 
 __all__ = ["AuthBridge", "connect", "PROTOCOL_VERSION"]
 
@@ -57,14 +56,14 @@ class AuthBridge:
       and debugging only: frames carry tokens.
     """
 
-    def __init__(self, executable: Optional["str | os.PathLike[str]"] = None, *,
-                 plugins: Iterable["str | os.PathLike[str]"] = (), config: Optional["str | os.PathLike[str]"] = None,
-                 no_default_plugins: bool = False, args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
-                 cwd: Optional["str | os.PathLike[str]"] = None, client_name: str = "authbridge-python",
+    def __init__(self, executable: str | os.PathLike[str] | None = None, *,
+                 plugins: Iterable[str | os.PathLike[str]] = (), config: str | os.PathLike[str] | None = None,
+                 no_default_plugins: bool = False, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                 cwd: str | os.PathLike[str] | None = None, client_name: str = "authbridge-python",
                  client_version: str = __version__, protocol_version: str = PROTOCOL_VERSION,
-                 request_timeout: Optional[float] = None, start_timeout: float = 30.0,
+                 request_timeout: float | None = None, start_timeout: float = 30.0,
                  shutdown_timeout: float = 5.0, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 stderr_lines: int = 200, on_frame: Optional[FrameTap] = None) -> None:
+                 stderr_lines: int = 200, on_frame: FrameTap | None = None) -> None:
         self._executable = executable
         argv_tail = ["serve"]
         if no_default_plugins:
@@ -85,11 +84,11 @@ class AuthBridge:
         self._max_frame_bytes = max_frame_bytes
         self._stderr_lines = stderr_lines
         self._on_frame = on_frame
-        self._subscribers: dict[Optional[str], list[EventCallback]] = {}
+        self._subscribers: dict[str | None, list[EventCallback]] = {}
         self._streams: set[EventStream] = set()
-        self._connection: Optional[Connection] = None
-        self._process: Optional[HostProcess] = None
-        self._info: Optional[InitializeResult] = None
+        self._connection: Connection | None = None
+        self._process: HostProcess | None = None
+        self._info: InitializeResult | None = None
 
     # ── Life cycle ──────────────────────────────────────────────────────────
 
@@ -122,7 +121,7 @@ class AuthBridge:
             log.warning("authbridge: %s", warning)
         return self._info
 
-    async def close(self) -> Optional[int]:
+    async def close(self) -> int | None:
         """Shuts the host down cleanly and waits for it (bounded, see `shutdown_timeout`).
         Pending calls fail with `BridgeClosed`; event streams end. Returns the exit status
         (0 after a clean shutdown). Closing twice is harmless."""
@@ -139,16 +138,16 @@ class AuthBridge:
             await self._connection.close(self.shutdown_timeout, end_streams=False)
         return await self.start()
 
-    async def __aenter__(self) -> "AuthBridge":
+    async def __aenter__(self) -> AuthBridge:
         await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def __await__(self) -> Generator[Any, None, "AuthBridge"]:
+    def __await__(self) -> Generator[Any, None, AuthBridge]:
         """`bridge = await connect(...)`: started; call `close()` when done."""
-        async def started() -> "AuthBridge":
+        async def started() -> AuthBridge:
             await self.start()
             return self
         return started().__await__()
@@ -165,11 +164,11 @@ class AuthBridge:
         return self._connection is not None and not self._connection.closed.done()
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
     @property
-    def returncode(self) -> Optional[int]:
+    def returncode(self) -> int | None:
         """The host's exit status once it has exited, else None."""
         return self._process.returncode if self._process else None
 
@@ -179,7 +178,7 @@ class AuthBridge:
 
     # ── Events ──────────────────────────────────────────────────────────────
 
-    def on(self, method: Optional[str], callback: EventCallback) -> Callable[[], None]:
+    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]:
         """Calls `callback(event)` for every notification `method` ("session/changed",
         "signIn/progress"; None: all). It runs in the reader, in order, before the answer of the
         request that caused it; a coroutine it returns runs as a task. Returns a function that
@@ -205,8 +204,8 @@ class AuthBridge:
 
     # ── Raw access ──────────────────────────────────────────────────────────
 
-    async def request(self, method: str, params: Optional[dict[str, Any]] = None, *,
-                      timeout: Optional[float] = None, on_progress: Optional[EventCallback] = None) -> Any:
+    async def request(self, method: str, params: dict[str, Any] | None = None, *,
+                      timeout: float | None = None, on_progress: EventCallback | None = None) -> Any:
         """Any method by name, with its raw JSON result: for methods newer than this client.
         `timeout` (s) defaults to `request_timeout`; when it runs out the request is cancelled at
         the host and `asyncio.TimeoutError` is raised. Cancelling the calling task cancels the
@@ -215,52 +214,53 @@ class AuthBridge:
         return await connection.request(method, params, timeout=timeout if timeout is not None else self.request_timeout,
                                         on_progress=on_progress)
 
-    async def notify(self, method: str, params: Optional[dict[str, Any]] = None) -> None:
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         await self._live().notify(method, params)
 
-    async def discover(self, *, timeout: Optional[float] = None) -> dict[str, Any]:
+    async def discover(self, *, timeout: float | None = None) -> dict[str, Any]:
         """`rpc.discover`: the host's OpenRPC document."""
-        return await self.request("rpc.discover", timeout=timeout)
+        document = await self.request("rpc.discover", timeout=timeout)
+        return document if isinstance(document, dict) else {}
 
     # ── The bridge's methods (bridge-spec/README.md §4) ─────────────────────
 
-    async def list_providers(self, *, timeout: Optional[float] = None) -> ProvidersList:
+    async def list_providers(self, *, timeout: float | None = None) -> ProvidersList:
         """Every plugin manifest found (loaded or refused, with why) and every profile."""
         return ProvidersList.from_wire(await self.request("listProviders", {}, timeout=timeout))
 
-    async def configure_profile(self, name: str, plugin: str, settings: Optional[Mapping[str, Any]] = None, *,
-                                timeout: Optional[float] = None) -> ProfileInfo:
+    async def configure_profile(self, name: str, plugin: str, settings: Mapping[str, Any] | None = None, *,
+                                timeout: float | None = None) -> ProfileInfo:
         """Adds or replaces a runtime profile (never written to the configuration file).
         Replacing one with other settings discards its session."""
         params = _drop_none(name=name, plugin=plugin, settings=dict(settings) if settings is not None else None)
         return ProfileInfo.from_wire(await self.request("configureProfile", params, timeout=timeout))
 
-    async def remove_profile(self, name: str, *, timeout: Optional[float] = None) -> bool:
+    async def remove_profile(self, name: str, *, timeout: float | None = None) -> bool:
         """Removes a profile and discards its session (nothing is revoked: `sign_out` first for
         that). False when no profile had that name."""
         result = await self.request("removeProfile", {"name": name}, timeout=timeout)
         return bool(result.get("removed")) if isinstance(result, dict) else False
 
-    async def list_accounts(self, provider: Optional[str] = None, *,
-                            timeout: Optional[float] = None) -> list[SignInStatus]:
+    async def list_accounts(self, provider: str | None = None, *,
+                            timeout: float | None = None) -> list[SignInStatus]:
         """The signed-in accounts (of `provider`, or of all profiles), current ones first. Local
         knowledge only: never contacts a provider."""
         result = await self.request("listAccounts", _drop_none(provider=provider), timeout=timeout)
         accounts = result.get("accounts") if isinstance(result, dict) else None
         return [SignInStatus.from_wire(a) for a in accounts or []]
 
-    async def check_sign_in_status(self, provider: str, *, account: Optional[str] = None,
-                                   timeout: Optional[float] = None) -> SignInStatus:
+    async def check_sign_in_status(self, provider: str, *, account: str | None = None,
+                                   timeout: float | None = None) -> SignInStatus:
         """Whether `provider` (or that `account` of it) is signed in. May refresh the tokens; a
         provider that cannot be reached gives state "offline", never an error."""
         params = _drop_none(provider=provider, account=account)
         return SignInStatus.from_wire(await self.request("checkSignInStatus", params, timeout=timeout))
 
-    async def request_oauth_tokens(self, provider: str, *, flow: Optional[Flow] = None,
-                                   session_id: Optional[str] = None, scopes: Optional[Sequence[str]] = None,
-                                   login_hint: Optional[str] = None, redirect_uri: Optional[str] = None,
-                                   timeout_ms: Optional[int] = None, on_progress: Optional[EventCallback] = None,
-                                   timeout: Optional[float] = None) -> SignInStatus:
+    async def request_oauth_tokens(self, provider: str, *, flow: Flow | None = None,
+                                   session_id: str | None = None, scopes: Sequence[str] | None = None,
+                                   login_hint: str | None = None, redirect_uri: str | None = None,
+                                   timeout_ms: int | None = None, on_progress: EventCallback | None = None,
+                                   timeout: float | None = None) -> SignInStatus:
         """Signs in and answers when the sign-in has finished.
 
         `on_progress(event)` receives this sign-in's `SignInProgress` events: at stage "openUrl"
@@ -274,25 +274,25 @@ class AuthBridge:
         result = await self.request("requestOAuthTokens", params, timeout=timeout, on_progress=on_progress)
         return SignInStatus.from_wire(result)
 
-    async def complete_sign_in(self, provider: str, callback_url: str, *, timeout: Optional[float] = None) -> bool:
+    async def complete_sign_in(self, provider: str, callback_url: str, *, timeout: float | None = None) -> bool:
         """External flow: hands the intercepted redirect to the pending sign-in. Only
         acknowledges (True); the outcome is the answer of `request_oauth_tokens`."""
         result = await self.request("completeSignIn", {"provider": provider, "callbackUrl": callback_url},
                                     timeout=timeout)
         return bool(result.get("accepted")) if isinstance(result, dict) else False
 
-    async def get_access_token(self, provider: str, *, account: Optional[str] = None,
-                               min_validity_ms: Optional[int] = None,
-                               timeout: Optional[float] = None) -> AccessTokenResult:
+    async def get_access_token(self, provider: str, *, account: str | None = None,
+                               min_validity_ms: int | None = None,
+                               timeout: float | None = None) -> AccessTokenResult:
         """A valid access token (renewed first when it has less than `min_validity_ms` left,
         default 60 s) and the headers/cookies to attach. Prefer `fetch`, which never exposes it."""
         params = _drop_none(provider=provider, account=account, minValidityMs=min_validity_ms)
         return AccessTokenResult.from_wire(await self.request("getAccessToken", params, timeout=timeout))
 
-    async def fetch(self, provider: str, url: str, *, method: Optional[str] = None,
-                    headers: Optional[Mapping[str, str]] = None, body: Optional[str] = None,
-                    account: Optional[str] = None, timeout_ms: Optional[int] = None,
-                    timeout: Optional[float] = None) -> FetchResult:
+    async def fetch(self, provider: str, url: str, *, method: str | None = None,
+                    headers: Mapping[str, str] | None = None, body: str | None = None,
+                    account: str | None = None, timeout_ms: int | None = None,
+                    timeout: float | None = None) -> FetchResult:
         """An HTTP request made and authorized by the host (refreshing and replaying once on an
         expired session). `url` is absolute, or a path against the profile's `apiBaseUrl`. Any
         HTTP status is a result."""
@@ -300,8 +300,8 @@ class AuthBridge:
                             headers=dict(headers) if headers is not None else None, body=body, timeoutMs=timeout_ms)
         return FetchResult.from_wire(await self.request("fetch", params, timeout=timeout))
 
-    async def sign_out(self, provider: str, *, account: Optional[str] = None,
-                       timeout: Optional[float] = None) -> SignOutResult:
+    async def sign_out(self, provider: str, *, account: str | None = None,
+                       timeout: float | None = None) -> SignOutResult:
         """Revokes at the provider (best effort) and deletes the tokens whatever it said. A
         pending sign-in of that provider ends with `UserCancelled` (reason "signedOut")."""
         params = _drop_none(provider=provider, account=account)

@@ -9,7 +9,8 @@ token in them (spec §8).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "AuthBridgeError", "ParseError", "InvalidRequest", "MethodNotFound", "InvalidParams",
@@ -220,7 +221,9 @@ def error_from_wire(error: Any, request_method: str | None = None) -> AuthBridge
     if not isinstance(error, dict):
         return ProtocolError(f"malformed error object: {type(error).__name__}", request_method=request_method)
     code = error.get("code")
-    message = error.get("message") if isinstance(error.get("message"), str) else "error"
+    message = error.get("message")
+    if not isinstance(message, str):
+        message = "error"
     data = error.get("data") if isinstance(error.get("data"), dict) else None
     cls = _BY_CODE.get(code, AuthBridgeError) if isinstance(code, int) else AuthBridgeError
     return cls(message, code=code if isinstance(code, int) else None, data=data, request_method=request_method)

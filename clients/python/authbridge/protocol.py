@@ -17,7 +17,8 @@ import inspect
 import itertools
 import json
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Optional, Union
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, cast
 
 from .errors import AuthBridgeError, BridgeClosed, FrameTooLarge, HostExited, error_from_wire
 from .transport import HostProcess, OversizeLine
@@ -30,8 +31,8 @@ log = logging.getLogger("authbridge")
 #: `on_frame(direction, raw, frame)`: direction "send" or "receive", the raw line (with its
 #: `\n`), and the parsed object (None when the line is not JSON). A debugging and testing hook:
 #: frames carry tokens (getAccessToken's result), so never log them in production.
-FrameTap = Callable[[str, bytes, Optional[Any]], None]
-EventCallback = Callable[[Event], Union[None, Awaitable[None]]]
+FrameTap = Callable[[str, bytes, Any | None], None]
+EventCallback = Callable[[Event], None | Awaitable[None]]
 
 _END = object()
 
@@ -44,7 +45,7 @@ class EventStream:
     when the host dies (after the events received before).
     """
 
-    def __init__(self, connection: "Connection", methods: Iterable[str]) -> None:
+    def __init__(self, connection: Connection, methods: Iterable[str]) -> None:
         self._connection = connection
         self._methods = frozenset(methods)
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -55,10 +56,10 @@ class EventStream:
         if not self._methods or event.method in self._methods:
             self._queue.put_nowait(event)
 
-    def _finish(self, error: Optional[BaseException]) -> None:
+    def _finish(self, error: BaseException | None) -> None:
         self._queue.put_nowait(error if error is not None else _END)
 
-    def __aiter__(self) -> "EventStream":
+    def __aiter__(self) -> EventStream:
         return self
 
     async def __anext__(self) -> Event:
@@ -71,9 +72,9 @@ class EventStream:
         if isinstance(item, BaseException):
             self._done = True
             raise item
-        return item
+        return cast(Event, item)
 
-    async def next(self, timeout: Optional[float] = None) -> Event:
+    async def next(self, timeout: float | None = None) -> Event:
         """The next event, waiting at most `timeout` seconds (`asyncio.TimeoutError`)."""
         return await asyncio.wait_for(self.__anext__(), timeout)
 
@@ -81,7 +82,7 @@ class EventStream:
         self._connection._streams.discard(self)
         self._done = True
 
-    async def __aenter__(self) -> "EventStream":
+    async def __aenter__(self) -> EventStream:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -91,7 +92,7 @@ class EventStream:
 class _Pending:
     __slots__ = ("method", "future", "on_progress")
 
-    def __init__(self, method: str, future: asyncio.Future[Any], on_progress: Optional[EventCallback]) -> None:
+    def __init__(self, method: str, future: asyncio.Future[Any], on_progress: EventCallback | None) -> None:
         self.method, self.future, self.on_progress = method, future, on_progress
 
 
@@ -102,18 +103,18 @@ class Connection:
     `bridge.on()` survive a restart of the host.
     """
 
-    def __init__(self, process: HostProcess, *, subscribers: dict[Optional[str], list[EventCallback]],
-                 streams: set[EventStream], on_frame: Optional[FrameTap] = None) -> None:
+    def __init__(self, process: HostProcess, *, subscribers: dict[str | None, list[EventCallback]],
+                 streams: set[EventStream], on_frame: FrameTap | None = None) -> None:
         self.process = process
         self._subscribers = subscribers
         self._streams = streams
         self._on_frame = on_frame
         self._ids = itertools.count(1)
-        self._pending: dict[Union[int, str], _Pending] = {}
-        self._abandoned: dict[Union[int, str], str] = {}   # cancelled by us; their late answers are dropped
+        self._pending: dict[int | str, _Pending] = {}
+        self._abandoned: dict[int | str, str] = {}   # cancelled by us; their late answers are dropped
         self._closing = False
         self._end_streams = True
-        self._reader: Optional[asyncio.Task[None]] = None
+        self._reader: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
@@ -135,7 +136,7 @@ class Connection:
         except Exception:  # noqa: BLE001 — a debugging hook must not break the bridge
             log.exception("on_frame callback failed")
 
-    async def notify(self, method: str, params: Optional[dict[str, Any]] = None) -> None:
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         frame: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             frame["params"] = params
@@ -146,8 +147,8 @@ class Connection:
         except (ConnectionError, OSError) as error:
             raise await self._write_failed(method) from error
 
-    async def request(self, method: str, params: Optional[dict[str, Any]] = None, *,
-                      timeout: Optional[float] = None, on_progress: Optional[EventCallback] = None) -> Any:
+    async def request(self, method: str, params: dict[str, Any] | None = None, *,
+                      timeout: float | None = None, on_progress: EventCallback | None = None) -> Any:
         """Sends a request and returns its `result`, or raises the error class of its `error`.
 
         Cancelling the awaiting task, or `timeout` (seconds) running out, sends `$/cancelRequest`
@@ -177,7 +178,7 @@ class Connection:
         finally:
             self._pending.pop(request_id, None)
 
-    def _cancel_at_host(self, request_id: Union[int, str]) -> None:
+    def _cancel_at_host(self, request_id: int | str) -> None:
         """`$/cancelRequest` for a call whose caller gave up, unless it was already answered.
         Written without awaiting: this runs while a cancellation unwinds."""
         pending = self._pending.get(request_id)
@@ -198,7 +199,7 @@ class Connection:
             return HostExited(self.process.returncode, self.process.stderr_tail(), request_method=method)
         return self._closed_error(method)
 
-    def _closed_error(self, method: Optional[str] = None) -> AuthBridgeError:
+    def _closed_error(self, method: str | None = None) -> AuthBridgeError:
         reason = self.closed.result() if self.closed.done() else None
         if isinstance(reason, HostExited):
             return HostExited(reason.returncode, reason.stderr_tail, request_method=method)
@@ -262,7 +263,7 @@ class Connection:
 
     def _oversize(self, line: OversizeLine) -> None:
         frame_id = line.frame_id()
-        key: Union[int, str, None] = None
+        key: int | str | None = None
         if frame_id is not None:
             try:
                 key = json.loads(frame_id)
@@ -311,7 +312,7 @@ class Connection:
 
     # ── End ─────────────────────────────────────────────────────────────────
 
-    async def _finish(self, failure: Optional[BaseException]) -> None:
+    async def _finish(self, failure: BaseException | None) -> None:
         """stdout closed: the host is gone or going. Collect its status and last log lines (both
         bounded), then fail every pending call at once."""
         code = await self.process.wait(5.0)
@@ -336,7 +337,7 @@ class Connection:
                 stream._finish(None if self._closing else reason)
                 self._streams.discard(stream)
 
-    async def close(self, grace: float, end_streams: bool = True) -> Optional[int]:
+    async def close(self, grace: float, end_streams: bool = True) -> int | None:
         """The spec's clean stop (§2), every step bounded by `grace` seconds: `shutdown` (the host
         answers null and refuses new work), `exit`, then EOF; if the host is still there,
         SIGTERM, then SIGKILL. Returns the exit status (0 after a clean shutdown). Event streams

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import threading
-from typing import Any, Awaitable, Callable, Concatenate, Coroutine, Iterator, Optional, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .client import AuthBridge
 from .errors import BridgeClosed
@@ -32,21 +32,23 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _blocking(method: Callable[Concatenate[AuthBridge, P], Awaitable[R]]) -> Callable[Concatenate["SyncAuthBridge", P], R]:
+def _blocking(method: Callable[Concatenate[AuthBridge, P], Awaitable[R]]) -> Callable[Concatenate[SyncAuthBridge, P], R]:
     """The blocking twin of an `AuthBridge` coroutine method, same signature and docs."""
-    @functools.wraps(method)
-    def call(self: "SyncAuthBridge", *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._run(getattr(self._bridge, method.__name__)(*args, **kwargs))
+    def call(self: SyncAuthBridge, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        coroutine: Coroutine[Any, Any, R] = getattr(self._bridge, method.__name__)(*args, **kwargs)
+        return self._run(coroutine)
+    call.__name__, call.__qualname__ = method.__name__, f"SyncAuthBridge.{method.__name__}"
+    call.__doc__ = method.__doc__
     return call
 
 
 class SyncEventStream:
     """A blocking iterator over events: `for event in stream:` or `stream.get(timeout=5)`."""
 
-    def __init__(self, owner: "SyncAuthBridge", stream: EventStream) -> None:
+    def __init__(self, owner: SyncAuthBridge, stream: EventStream) -> None:
         self._owner, self._stream = owner, stream
 
-    def get(self, timeout: Optional[float] = None) -> Event:
+    def get(self, timeout: float | None = None) -> Event:
         """The next event; `TimeoutError` after `timeout` seconds, `StopIteration` once the
         bridge is closed, `HostExited` when the host died."""
         try:
@@ -65,7 +67,7 @@ class SyncEventStream:
     def close(self) -> None:
         self._owner._loop.call_soon_threadsafe(self._stream.close)
 
-    def __enter__(self) -> "SyncEventStream":
+    def __enter__(self) -> SyncEventStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -123,7 +125,7 @@ class SyncAuthBridge:
     def start(self) -> InitializeResult:
         return self._run(self._bridge.start())
 
-    def close(self) -> Optional[int]:
+    def close(self) -> int | None:
         """Shuts the host down (bounded) and stops the loop thread. Returns the exit status."""
         if self._loop.is_closed():
             return self._bridge.returncode
@@ -135,7 +137,7 @@ class SyncAuthBridge:
     def restart(self) -> InitializeResult:
         return self._run(self._bridge.restart())
 
-    def __enter__(self) -> "SyncAuthBridge":
+    def __enter__(self) -> SyncAuthBridge:
         try:
             self.start()
         except BaseException:
@@ -151,11 +153,11 @@ class SyncAuthBridge:
         return self._bridge.info
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         return self._bridge.pid
 
     @property
-    def returncode(self) -> Optional[int]:
+    def returncode(self) -> int | None:
         return self._bridge.returncode
 
     @property
@@ -167,7 +169,7 @@ class SyncAuthBridge:
 
     # Events
 
-    def on(self, method: Optional[str], callback: EventCallback) -> Callable[[], None]:
+    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]:
         """As `AuthBridge.on`; the callback runs in the bridge's thread."""
         return self._bridge.on(method, callback)
 

@@ -13,8 +13,8 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
 
 __all__ = ["HostProcess", "find_executable", "DEFAULT_MAX_FRAME_BYTES"]
 
@@ -67,16 +67,16 @@ class HostProcess:
     so it never outlives a frontend that died).
     """
 
-    def __init__(self, argv: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
-                 cwd: Optional[str | os.PathLike[str]] = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                 cwd: str | os.PathLike[str] | None = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  stderr_lines: int = 200) -> None:
         self.argv = list(argv)
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.max_frame_bytes = max_frame_bytes
         self._stderr = collections.deque(maxlen=stderr_lines)  # type: collections.deque[str]
-        self._proc: Optional[asyncio.subprocess.Process] = None
-        self._stderr_task: Optional[asyncio.Task[None]] = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
         self._write_lock = asyncio.Lock()
 
     # ── Life ────────────────────────────────────────────────────────────────
@@ -90,14 +90,14 @@ class HostProcess:
         log.debug("started %s (pid %d)", self.argv[0], self._proc.pid)
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
     @property
-    def returncode(self) -> Optional[int]:
+    def returncode(self) -> int | None:
         return self._proc.returncode if self._proc else None
 
-    async def wait(self, timeout: float) -> Optional[int]:
+    async def wait(self, timeout: float) -> int | None:
         """The exit status, or None when the process is still running after `timeout` seconds."""
         if self._proc is None:
             return None
@@ -106,7 +106,7 @@ class HostProcess:
         except asyncio.TimeoutError:
             return None
 
-    async def stop(self, grace: float) -> Optional[int]:
+    async def stop(self, grace: float) -> int | None:
         """Ends the process whatever state it is in, each step bounded by `grace` seconds: close
         stdin (the host exits on EOF) → SIGTERM → SIGKILL. Returns the exit status."""
         if self._proc is None:

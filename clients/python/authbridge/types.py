@@ -13,8 +13,9 @@ sends nothing the negotiated version lacks (spec §9), so they are complete.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Optional, Union
+from typing import Any, Literal
 
 __all__ = [
     "Flow", "SignInState", "SessionState", "SignInStage", "Account", "StorageInfo", "SignInStatus",
@@ -40,12 +41,12 @@ def _list(value: Any) -> list[Any]:
 @dataclass(frozen=True)
 class Account:
     """Who is signed in; every member is optional (the provider may name nobody)."""
-    id: Optional[str] = None
-    name: Optional[str] = None
-    email: Optional[str] = None
+    id: str | None = None
+    name: str | None = None
+    email: str | None = None
 
     @classmethod
-    def from_wire(cls, data: Any) -> Optional["Account"]:
+    def from_wire(cls, data: Any) -> Account | None:
         if not isinstance(data, dict):
             return None
         return cls(id=data.get("id"), name=data.get("name"), email=data.get("email"))
@@ -59,7 +60,7 @@ class StorageInfo:
     protection: str
 
     @classmethod
-    def from_wire(cls, data: Any) -> Optional["StorageInfo"]:
+    def from_wire(cls, data: Any) -> StorageInfo | None:
         if not isinstance(data, dict):
             return None
         return cls(backend=data.get("backend", ""), protection=data.get("protection", ""))
@@ -71,19 +72,19 @@ class SignInStatus:
     expiry in ms since the epoch. `current` is set by `list_accounts` only."""
     provider: str
     state: SignInState
-    reason: Optional[str] = None
-    account: Optional[Account] = None
-    expires_at: Optional[int] = None
-    message: Optional[str] = None
-    storage: Optional[StorageInfo] = None
-    current: Optional[bool] = None
+    reason: str | None = None
+    account: Account | None = None
+    expires_at: int | None = None
+    message: str | None = None
+    storage: StorageInfo | None = None
+    current: bool | None = None
 
     @property
     def signed_in(self) -> bool:
         return self.state == "signedIn"
 
     @classmethod
-    def from_wire(cls, data: Any) -> "SignInStatus":
+    def from_wire(cls, data: Any) -> SignInStatus:
         data = _dict(data)
         return cls(provider=data.get("provider", ""), state=data.get("state", "notSignedIn"),
                    reason=data.get("reason"), account=Account.from_wire(data.get("account")),
@@ -98,12 +99,12 @@ class Cookie:
     value: str = field(repr=False)
     domain: str
     path: str
-    max_age: Optional[int] = None
-    secure: Optional[bool] = None
-    http_only: Optional[bool] = None
+    max_age: int | None = None
+    secure: bool | None = None
+    http_only: bool | None = None
 
     @classmethod
-    def from_wire(cls, data: Any) -> "Cookie":
+    def from_wire(cls, data: Any) -> Cookie:
         data = _dict(data)
         return cls(name=data.get("name", ""), value=data.get("value", ""), domain=data.get("domain", ""),
                    path=data.get("path", "/"), max_age=data.get("maxAge"), secure=data.get("secure"),
@@ -118,7 +119,7 @@ class CookieRef:
     path: str
 
     @classmethod
-    def from_wire(cls, data: Any) -> "CookieRef":
+    def from_wire(cls, data: Any) -> CookieRef:
         data = _dict(data)
         return cls(name=data.get("name", ""), domain=data.get("domain", ""), path=data.get("path", "/"))
 
@@ -130,13 +131,13 @@ class AccessTokenResult:
     provider: str
     access_token: str = field(repr=False)
     token_type: str
-    expires_at: Optional[int]
+    expires_at: int | None
     headers: dict[str, str] = field(repr=False, default_factory=dict)
     cookies: list[Cookie] = field(repr=False, default_factory=list)
-    account: Optional[Account] = None
+    account: Account | None = None
 
     @classmethod
-    def from_wire(cls, data: Any) -> "AccessTokenResult":
+    def from_wire(cls, data: Any) -> AccessTokenResult:
         data = _dict(data)
         return cls(provider=data.get("provider", ""), access_token=data.get("accessToken", ""),
                    token_type=data.get("tokenType", "Bearer"), expires_at=data.get("expiresAt"),
@@ -162,7 +163,7 @@ class FetchResult:
         return json.loads(self.body)
 
     @classmethod
-    def from_wire(cls, data: Any) -> "FetchResult":
+    def from_wire(cls, data: Any) -> FetchResult:
         data = _dict(data)
         return cls(status=data.get("status", 0), headers=dict(_dict(data.get("headers"))), body=data.get("body", ""))
 
@@ -175,7 +176,7 @@ class RevocationFailure:
     message: str
 
     @classmethod
-    def from_wire(cls, data: Any) -> "RevocationFailure":
+    def from_wire(cls, data: Any) -> RevocationFailure:
         data = _dict(data)
         return cls(token=data.get("token", ""), reason=data.get("reason", ""), message=data.get("message", ""))
 
@@ -187,11 +188,11 @@ class SignOutResult:
     signed_out: bool
     revoked: list[str]
     failures: list[RevocationFailure]
-    account: Optional[Account] = None
+    account: Account | None = None
     clear_cookies: list[CookieRef] = field(default_factory=list)
 
     @classmethod
-    def from_wire(cls, data: Any) -> "SignOutResult":
+    def from_wire(cls, data: Any) -> SignOutResult:
         data = _dict(data)
         return cls(provider=data.get("provider", ""), signed_out=bool(data.get("signedOut", True)),
                    revoked=list(_list(data.get("revoked"))),
@@ -208,10 +209,10 @@ class ProfileInfo:
     status: Literal["ready", "error"]
     flows: list[Flow]
     source: Literal["config", "runtime"]
-    message: Optional[str] = None
+    message: str | None = None
 
     @classmethod
-    def from_wire(cls, data: Any) -> "ProfileInfo":
+    def from_wire(cls, data: Any) -> ProfileInfo:
         data = _dict(data)
         return cls(name=data.get("name", ""), plugin=data.get("plugin", ""), status=data.get("status", "error"),
                    flows=list(_list(data.get("flows"))), source=data.get("source", "runtime"),
@@ -224,15 +225,15 @@ class PluginStatus:
     (with `reason` and `message`). `raw` keeps every member, including descriptor extras."""
     status: Literal["loaded", "refused"]
     path: str
-    id: Optional[str] = None
-    version: Optional[str] = None
-    display_name: Optional[str] = None
-    description: Optional[str] = None
+    id: str | None = None
+    version: str | None = None
+    display_name: str | None = None
+    description: str | None = None
     flows: list[Flow] = field(default_factory=list)
     capabilities: list[str] = field(default_factory=list)
-    settings: Optional[dict[str, Any]] = field(default=None, repr=False)
-    reason: Optional[str] = None
-    message: Optional[str] = None
+    settings: dict[str, Any] | None = field(default=None, repr=False)
+    reason: str | None = None
+    message: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -240,7 +241,7 @@ class PluginStatus:
         return self.status == "loaded"
 
     @classmethod
-    def from_wire(cls, data: Any) -> "PluginStatus":
+    def from_wire(cls, data: Any) -> PluginStatus:
         data = _dict(data)
         return cls(status=data.get("status", "refused"), path=data.get("path", ""), id=data.get("id"),
                    version=data.get("version"), display_name=data.get("displayName"),
@@ -257,7 +258,7 @@ class ProvidersList:
     profiles: list[ProfileInfo]
 
     @classmethod
-    def from_wire(cls, data: Any) -> "ProvidersList":
+    def from_wire(cls, data: Any) -> ProvidersList:
         data = _dict(data)
         return cls(plugins=[PluginStatus.from_wire(p) for p in _list(data.get("plugins"))],
                    profiles=[ProfileInfo.from_wire(p) for p in _list(data.get("profiles"))])
@@ -286,11 +287,11 @@ class InitializeResult:
     capabilities: ServerCapabilities
     providers: list[PluginStatus]
     profiles: list[ProfileInfo]
-    storage: Optional[StorageInfo]
+    storage: StorageInfo | None
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_wire(cls, data: Any) -> "InitializeResult":
+    def from_wire(cls, data: Any) -> InitializeResult:
         data = _dict(data)
         server, caps = _dict(data.get("serverInfo")), _dict(data.get("capabilities"))
         return cls(protocol_version=data.get("protocolVersion", ""),
@@ -314,13 +315,13 @@ class SessionChanged:
     provider: str
     state: SessionState
     reason: str
-    message: Optional[str] = None
-    account: Optional[Account] = None
+    message: str | None = None
+    account: Account | None = None
     clear_cookies: list[CookieRef] = field(default_factory=list)
     method: Literal["session/changed"] = field(default="session/changed", init=False, repr=False)
 
     @classmethod
-    def from_wire(cls, data: Any) -> "SessionChanged":
+    def from_wire(cls, data: Any) -> SessionChanged:
         data = _dict(data)
         return cls(provider=data.get("provider", ""), state=data.get("state", "signedOut"),
                    reason=data.get("reason", ""), message=data.get("message"),
@@ -334,19 +335,19 @@ class SignInProgress:
     is running. `openUrl` → open `url`; `deviceCode` → show `user_code` and `verification_uri`.
     The URL carries `state` and PKCE values: show it to the user, do not log it."""
     provider: str
-    request_id: Union[int, str]
+    request_id: int | str
     stage: SignInStage
-    url: Optional[str] = field(default=None, repr=False)
-    callback_prefix: Optional[str] = None
-    user_code: Optional[str] = None
-    verification_uri: Optional[str] = None
-    verification_uri_complete: Optional[str] = field(default=None, repr=False)
-    expires_at: Optional[int] = None
-    message: Optional[str] = None
+    url: str | None = field(default=None, repr=False)
+    callback_prefix: str | None = None
+    user_code: str | None = None
+    verification_uri: str | None = None
+    verification_uri_complete: str | None = field(default=None, repr=False)
+    expires_at: int | None = None
+    message: str | None = None
     method: Literal["signIn/progress"] = field(default="signIn/progress", init=False, repr=False)
 
     @classmethod
-    def from_wire(cls, data: Any) -> "SignInProgress":
+    def from_wire(cls, data: Any) -> SignInProgress:
         data = _dict(data)
         return cls(provider=data.get("provider", ""), request_id=data.get("requestId", 0),
                    stage=data.get("stage", "plugin"), url=data.get("url"),
@@ -363,7 +364,7 @@ class Notification:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-Event = Union[SessionChanged, SignInProgress, Notification]
+Event = SessionChanged | SignInProgress | Notification
 
 _EVENT_TYPES: Mapping[str, Any] = {"session/changed": SessionChanged, "signIn/progress": SignInProgress}
 

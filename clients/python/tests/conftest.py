@@ -29,8 +29,9 @@ import shutil
 import sys
 import threading
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import pytest
 
@@ -103,7 +104,7 @@ class Spec:
         return Draft202012Validator({"$ref": SPEC_URI + pointer}, registry=self.registry)
 
 
-_SPEC: Optional[Spec] = None
+_SPEC: Spec | None = None
 
 
 def problems(validator: Draft202012Validator, instance: Any) -> list[str]:
@@ -181,7 +182,8 @@ class FrameValidator:
             if method is None:
                 self.violations.append(f"answer to an id never sent: {text}")
             elif method in self.spec.results:
-                self.violations += [f"result of {method} {p}: {text}" for p in problems(self.spec.results[method], frame["result"])]
+                found = problems(self.spec.results[method], frame["result"])
+                self.violations += [f"result of {method} {p}: {text}" for p in found]
 
     def frames(self) -> list[dict[str, Any]]:
         with self.cond:
@@ -215,7 +217,7 @@ class LogCapture(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
 
-    def text(self, logger: Optional[str] = None) -> str:
+    def text(self, logger: str | None = None) -> str:
         return "\n".join(r.getMessage() for r in self.records if logger is None or r.name == logger)
 
 
@@ -263,7 +265,7 @@ def host_options(tmp_path, plugin_dir, frames, logs) -> Callable[..., dict[str, 
     """Factory: the options of `authbridge.connect` for a host isolated in tmp_path/NAME (its own
     config file, XDG folders and HOME, only the private plugin folder), with the frame validator
     plugged in. `profiles` go to the config file; other keywords override options."""
-    def make(name: str = "host", profiles: Optional[dict] = None, data_home: Optional[Path] = None,
+    def make(name: str = "host", profiles: dict | None = None, data_home: Path | None = None,
              **overrides: Any) -> dict[str, Any]:
         home = tmp_path / name
         for sub in ("xdg-config", "xdg-data", "home"):

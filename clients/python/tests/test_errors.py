@@ -9,10 +9,10 @@ import socket
 import urllib.parse
 
 import pytest
+from conftest import SPEC_PATH, WAIT, dot_profiles, dot_settings
 
 import authbridge
 from authbridge.errors import error_from_wire
-from conftest import SPEC_PATH, WAIT, dot_profiles, dot_settings
 
 
 def test_every_error_code_of_the_spec_has_its_class():
@@ -117,7 +117,8 @@ async def test_sign_in_refusals_and_cancellations(host_options, dot):
         # ProviderRefused: the external flow, handed a redirect whose state was tampered with.
         opened: asyncio.Future = asyncio.get_running_loop().create_future()
         pending = asyncio.ensure_future(bridge.request_oauth_tokens(
-            "dot", flow="external", on_progress=lambda e: e.stage == "openUrl" and not opened.done() and opened.set_result(e.url)))
+            "dot", flow="external",
+            on_progress=lambda e: e.stage == "openUrl" and not opened.done() and opened.set_result(e.url)))
         url = await asyncio.wait_for(opened, WAIT)
         callback = await asyncio.to_thread(dot.browse, url)
         state = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(callback).query))["state"]

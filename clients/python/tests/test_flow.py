@@ -6,8 +6,9 @@ import asyncio
 import urllib.error
 import urllib.request
 
-import authbridge
 from conftest import WAIT, dot_settings, sign_in
+
+import authbridge
 
 
 def userinfo_status(dot, access_token: str) -> int:

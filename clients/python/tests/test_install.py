@@ -19,7 +19,6 @@ import textwrap
 import venv
 
 import pytest
-
 from conftest import CLIENT_DIR
 
 PIP_TIMEOUT = 300

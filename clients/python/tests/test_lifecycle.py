@@ -12,9 +12,9 @@ import threading
 import time
 
 import pytest
+from conftest import HOST_BIN, WAIT, dot_profiles, dot_settings, sign_in
 
 import authbridge
-from conftest import HOST_BIN, WAIT, dot_profiles, dot_settings, sign_in
 
 
 def is_cancelled_answer(request_id):

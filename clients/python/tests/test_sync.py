@@ -6,10 +6,10 @@ import concurrent.futures
 import threading
 
 import pytest
+from conftest import WAIT, dot_profiles, play_user
 
 import authbridge
 import authbridge.sync
-from conftest import WAIT, dot_profiles, play_user
 
 
 def test_blocking_api_signs_in_fetches_and_signs_out(host_options, dot, frames):
@@ -60,8 +60,7 @@ def test_blocking_api_signs_in_fetches_and_signs_out(host_options, dot, frames):
 def test_a_failed_start_stops_the_loop_thread(host_options):
     before = {t.name for t in threading.enumerate()}
     bridge = authbridge.sync.connect(**host_options(protocol_version="9.0"))
-    with pytest.raises(authbridge.UnsupportedProtocolVersion):
-        with bridge:
-            pass
+    with pytest.raises(authbridge.UnsupportedProtocolVersion), bridge:
+        pass
     assert bridge.returncode is not None
     assert "authbridge-loop" not in {t.name for t in threading.enumerate()} - before
