@@ -123,7 +123,8 @@ class AuthBridge:
 
     async def close(self) -> int | None:
         """Shuts the host down cleanly and waits for it (bounded, see `shutdown_timeout`).
-        Pending calls fail with `BridgeClosed`; event streams end. Returns the exit status
+        Calls still running are cancelled by the host (`RequestCancelled`), or fail with
+        `BridgeClosed` if it ended without answering; event streams end. Returns the exit status
         (0 after a clean shutdown). Closing twice is harmless."""
         if self._connection is None:
             return None

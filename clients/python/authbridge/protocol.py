@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from .errors import AuthBridgeError, BridgeClosed, FrameTooLarge, HostExited, error_from_wire
 from .transport import HostProcess, OversizeLine
-from .types import Event, event_from_wire
+from .types import Event, SignInProgress, event_from_wire
 
 __all__ = ["Connection", "EventStream", "FrameTap", "EventCallback"]
 
@@ -79,8 +79,9 @@ class EventStream:
         return await asyncio.wait_for(self.__anext__(), timeout)
 
     def close(self) -> None:
+        """Unsubscribes; a consumer waiting in `async for` sees the end."""
         self._connection._streams.discard(self)
-        self._done = True
+        self._queue.put_nowait(_END)
 
     async def __aenter__(self) -> EventStream:
         return self
@@ -124,7 +125,7 @@ class Connection:
     # ── Sending ─────────────────────────────────────────────────────────────
 
     def _encode(self, frame: dict[str, Any]) -> bytes:
-        # Compact, ASCII-safe JSON: one line whatever the strings hold.
+        # Compact JSON, UTF-8: json.dumps escapes control characters, so a frame is one line.
         data = (json.dumps(frame, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
         if self._on_frame is not None:
             self._tap("send", data, frame)
@@ -283,8 +284,8 @@ class Connection:
         if not isinstance(method, str):
             return
         event = event_from_wire(method, params)
-        if method == "signIn/progress":
-            pending = self._pending.get(getattr(event, "request_id", None))  # type: ignore[arg-type]
+        if isinstance(event, SignInProgress):
+            pending = self._pending.get(event.request_id)
             if pending is not None and pending.on_progress is not None:
                 self._call(pending.on_progress, event)
         for callback in list(self._subscribers.get(method, ())) + list(self._subscribers.get(None, ())):
@@ -360,8 +361,3 @@ class Connection:
         for task in list(self._tasks):
             task.cancel()
         return code
-
-    def abort(self) -> None:
-        """Kills the host without a word (the event loop is going away)."""
-        self._closing = True
-        self.process.kill()

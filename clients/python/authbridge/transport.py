@@ -126,9 +126,12 @@ class HostProcess:
         return code
 
     async def stderr_done(self, timeout: float) -> None:
-        """Waits (bounded) until stderr reached EOF, so `stderr_tail` has the last lines."""
+        """Waits (bounded) until stderr reached EOF, so `stderr_tail` has the last lines. Past
+        `timeout` (a child of the host may hold the pipe open) the drain stops."""
         if self._stderr_task is not None:
             await asyncio.wait({self._stderr_task}, timeout=timeout)
+            if self.returncode is not None and not self._stderr_task.done():
+                self._stderr_task.cancel()
 
     # ── stderr ──────────────────────────────────────────────────────────────
 

@@ -1,7 +1,7 @@
 """`pip install ./clients/python` into a fresh venv, then `import authbridge` there.
 
-Two ways, because a fresh venv on Python < 3.12 has setuptools but not `wheel`, which
-setuptools < 70.1 needs to build a wheel:
+Two ways, because a fresh venv has no complete build backend (Python < 3.12: setuptools but
+not the `wheel` that setuptools < 70.1 needs; 3.12+: no setuptools at all):
 
 - offline: the wheel is built with the test venv's setuptools and wheel (requirements-test.txt)
   and installed with `pip install --no-index`: never touches the network;
@@ -59,8 +59,9 @@ def check_import(python, tmp_path):
 
 
 def test_offline_install_of_a_locally_built_wheel(tmp_path):
-    if importlib.util.find_spec("wheel") is None:
-        pytest.fail("the test venv lacks `wheel` (requirements-test.txt): pip install -r requirements-test.txt")
+    missing = [name for name in ("setuptools", "wheel") if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.fail(f"the test venv lacks {', '.join(missing)}: pip install -r requirements-test.txt")
     wheels = tmp_path / "wheels"
     built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation",
                  "--wheel-dir", wheels, source_copy(tmp_path)])

@@ -75,8 +75,8 @@ async def test_a_killed_host_fails_every_pending_call_and_a_new_one_works(host_o
                 await asyncio.wait_for(pending, WAIT)
             assert raised.value.returncode == -signal.SIGKILL
             assert raised.value.request_method == "requestOAuthTokens"
-            assert any("client initialized" in line for line in raised.value.stderr_tail)
-            assert "killed by signal 9" in str(raised.value)
+            assert raised.value.stderr_tail, "the host's last log lines (it logs at debug here)"
+            assert "killed by signal 9" in str(raised.value) and raised.value.stderr_tail[-1] in str(raised.value)
         with pytest.raises(authbridge.HostExited):
             await stream.next(timeout=WAIT)                 # the event stream says so too
         with pytest.raises(authbridge.HostExited):
@@ -201,3 +201,11 @@ async def test_the_executable_comes_from_the_argument_the_environment_or_path(ho
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(FileNotFoundError, match="AUTHBRIDGE"):
         await authbridge.connect(**options).start()
+
+
+async def test_a_host_that_cannot_start_says_why(host_options):
+    with pytest.raises(authbridge.HostExited) as raised:
+        async with authbridge.connect(**host_options(args=["--no-such-option"])):
+            pass
+    assert raised.value.returncode == 64 and raised.value.request_method == "initialize"
+    assert any("--no-such-option" in line for line in raised.value.stderr_tail), raised.value.stderr_tail
