@@ -53,8 +53,13 @@ async def test_sign_in_status_token_fetch_events_and_sign_out(host_options, dot,
             accounts = await bridge.list_accounts()
             assert [(a.provider, a.current, a.account) for a in accounts] == [("dot", True, signed_in.account)]
 
+            # Many calls at once: answers come back out of order and each finds its caller.
+            many = await asyncio.gather(*(bridge.get_access_token("dot") if i % 2 else bridge.check_sign_in_status("dot")
+                                          for i in range(100)))
+            assert {type(result).__name__ for result in many} == {"AccessTokenResult", "SignInStatus"}
+            assert len({result.access_token for result in many[1::2]}) == 1
             token = await bridge.get_access_token("dot")
-            assert dot.is_issued(token.access_token)
+            assert dot.is_issued(token.access_token) and token.access_token == many[1].access_token
             assert token.headers == {"Authorization": f"Bearer {token.access_token}"}
             assert token.access_token not in repr(token), "tokens stay out of reprs"
 
@@ -79,8 +84,9 @@ async def test_sign_in_status_token_fetch_events_and_sign_out(host_options, dot,
         assert await bridge.remove_profile("dot") is False
     assert bridge.returncode == 0, "a clean shutdown: shutdown answered, then exit"
     assert not bridge.running
-    # The tap saw the lifecycle: initialize … shutdown answered null.
-    assert any(f.get("result", 0) is None for f in frames.frames()), "shutdown answered null"
+    # The tap saw the end of the lifecycle: `shutdown` answered null (then `exit`).
+    shutdown = next(i for i, method in frames.sent.items() if method == "shutdown")
+    assert {"jsonrpc": "2.0", "id": shutdown, "result": None} in frames.frames()
     # The host's log reached the logging module (debug), through the drained stderr.
     assert logs.text("authbridge.host"), "the host's stderr is forwarded to logging"
 
