@@ -1,0 +1,315 @@
+"""The asyncio API: `AuthBridge`, one method per bridge method, and `connect()`.
+
+    async with authbridge.connect(plugins=["/opt/authbridge/plugins"]) as bridge:
+        status = await bridge.check_sign_in_status("corp")
+
+Why a class that owns the process: the host's lifetime *is* the session's lifetime (held
+refresh tokens, pending sign-ins, the loopback listener), so starting it, initializing it and
+shutting it down cleanly belong together, in one `async with`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from typing import Any
+
+from . import __version__
+from .errors import BridgeClosed
+from .protocol import Connection, EventCallback, EventStream, FrameTap
+from .transport import DEFAULT_MAX_FRAME_BYTES, HostProcess, find_executable
+from .types import AccessTokenResult, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList, SignInStatus, SignOutResult
+
+__all__ = ["AuthBridge", "connect", "PROTOCOL_VERSION"]
+
+log = logging.getLogger("authbridge")
+
+#: The protocol version this client speaks (bridge-spec/README.md §9).
+PROTOCOL_VERSION = "1.0"
+
+def _drop_none(**params: Any) -> dict[str, Any]:
+    """Params with the unset ones left out: the host treats absent and default alike, and
+    rejects unknown members, so nothing is sent that the caller did not set."""
+    return {name: value for name, value in params.items() if value is not None}
+
+
+class AuthBridge:
+    """A client of one `authbridge serve` process.
+
+    Start it with `async with AuthBridge(...)` / `async with connect(...)`, or `await connect(...)`
+    and later `await bridge.close()`. Methods raise the `authbridge.errors` class of the host's
+    error code; `HostExited` when the host died (then `restart()` starts a new one).
+
+    Arguments:
+      executable: path or name of the host; default: `$AUTHBRIDGE`, else `authbridge` on PATH.
+      plugins: plugin folders (`--plugins`, repeatable); config: profiles file (`--config`);
+      no_default_plugins: only the given folders (`--no-default-plugins`); args: further host
+      arguments (e.g. `["--vault", "memory"]`); env / cwd: the host's environment and folder.
+      request_timeout: default per-call deadline in seconds (None: the host's own bounds apply —
+      a sign-in waits up to its `timeout_ms`, a fetch up to 30 s).
+      start_timeout: bound on start-up and `initialize`; shutdown_timeout: bound on each step of
+      `close()` (shutdown → exit → SIGTERM → SIGKILL).
+      max_frame_bytes: longest frame accepted from the host (default 64 MiB, the spec's limit);
+      a longer answer fails its call with `FrameTooLarge` and the bridge goes on.
+      on_frame: `fn(direction, raw_line, parsed)` for every frame sent and received — for tests
+      and debugging only: frames carry tokens.
+    """
+
+    def __init__(self, executable: str | os.PathLike[str] | None = None, *,
+                 plugins: Iterable[str | os.PathLike[str]] = (), config: str | os.PathLike[str] | None = None,
+                 no_default_plugins: bool = False, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                 cwd: str | os.PathLike[str] | None = None, client_name: str = "authbridge-python",
+                 client_version: str = __version__, protocol_version: str = PROTOCOL_VERSION,
+                 request_timeout: float | None = None, start_timeout: float = 30.0,
+                 shutdown_timeout: float = 5.0, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 stderr_lines: int = 200, on_frame: FrameTap | None = None) -> None:
+        self._executable = executable
+        argv_tail = ["serve"]
+        if no_default_plugins:
+            argv_tail.append("--no-default-plugins")
+        for folder in plugins:
+            argv_tail += ["--plugins", os.fspath(folder)]
+        if config is not None:
+            argv_tail += ["--config", os.fspath(config)]
+        argv_tail += list(args)
+        self._argv_tail = argv_tail
+        self._env = dict(env) if env is not None else None
+        self._cwd = cwd
+        self._client_info = {"name": client_name, "version": client_version}
+        self._protocol_version = protocol_version
+        self.request_timeout = request_timeout
+        self.start_timeout = start_timeout
+        self.shutdown_timeout = shutdown_timeout
+        self._max_frame_bytes = max_frame_bytes
+        self._stderr_lines = stderr_lines
+        self._on_frame = on_frame
+        self._subscribers: dict[str | None, list[EventCallback]] = {}
+        self._streams: set[EventStream] = set()
+        self._connection: Connection | None = None
+        self._process: HostProcess | None = None
+        self._info: InitializeResult | None = None
+
+    # ── Life cycle ──────────────────────────────────────────────────────────
+
+    @property
+    def argv(self) -> list[str]:
+        """The host's command line (the executable resolved now)."""
+        return [find_executable(self._executable), *self._argv_tail]
+
+    async def start(self) -> InitializeResult:
+        """Starts the host and runs `initialize` / `initialized`, within `start_timeout`."""
+        if self._connection is not None and not self._connection.closed.done():
+            raise RuntimeError("this AuthBridge is already running")
+        process = HostProcess(self.argv, env=self._env, cwd=self._cwd, max_frame_bytes=self._max_frame_bytes,
+                              stderr_lines=self._stderr_lines)
+        await process.start()
+        connection = Connection(process, subscribers=self._subscribers, streams=self._streams, on_frame=self._on_frame)
+        connection.start()
+        self._process, self._connection = process, connection
+        try:
+            result = await connection.request(
+                "initialize", {"protocolVersion": self._protocol_version, "clientInfo": self._client_info},
+                timeout=self.start_timeout)
+            await connection.notify("initialized", {})
+        except BaseException:
+            # Whatever went wrong (version refused, host died, deadline), leave no process behind.
+            await connection.close(min(self.shutdown_timeout, 2.0))
+            raise
+        self._info = InitializeResult.from_wire(result)
+        for warning in self._info.warnings:
+            log.warning("authbridge: %s", warning)
+        return self._info
+
+    async def close(self) -> int | None:
+        """Shuts the host down cleanly and waits for it (bounded, see `shutdown_timeout`).
+        Calls still running are cancelled by the host (`RequestCancelled`), or fail with
+        `BridgeClosed` if it ended without answering; event streams end. Returns the exit status
+        (0 after a clean shutdown). Closing twice is harmless."""
+        if self._connection is None:
+            return None
+        code = await self._connection.close(self.shutdown_timeout)
+        log.debug("the authbridge host exited with status %s", code)
+        return code
+
+    async def restart(self) -> InitializeResult:
+        """Stops the current host (cleanly if it still runs) and starts a new one with the same
+        arguments. Callbacks from `on()` and open event streams carry over."""
+        if self._connection is not None:
+            await self._connection.close(self.shutdown_timeout, end_streams=False)
+        return await self.start()
+
+    async def __aenter__(self) -> AuthBridge:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __await__(self) -> Generator[Any, None, AuthBridge]:
+        """`bridge = await connect(...)`: started; call `close()` when done."""
+        async def started() -> AuthBridge:
+            await self.start()
+            return self
+        return started().__await__()
+
+    @property
+    def info(self) -> InitializeResult:
+        """The host's `initialize` answer (plugins, profiles, storage, warnings)."""
+        if self._info is None:
+            raise BridgeClosed("the bridge has not been started")
+        return self._info
+
+    @property
+    def running(self) -> bool:
+        return self._connection is not None and not self._connection.closed.done()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def returncode(self) -> int | None:
+        """The host's exit status once it has exited, else None."""
+        return self._process.returncode if self._process else None
+
+    def stderr_tail(self, lines: int = 20) -> list[str]:
+        """The host's last log lines (never tokens): for diagnostics and bug reports."""
+        return self._process.stderr_tail(lines) if self._process else []
+
+    # ── Events ──────────────────────────────────────────────────────────────
+
+    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]:
+        """Calls `callback(event)` for every notification `method` ("session/changed",
+        "signIn/progress"; None: all). It runs in the reader, in order, before the answer of the
+        request that caused it; a coroutine it returns runs as a task. Returns a function that
+        unsubscribes. Survives `restart()`."""
+        self._subscribers.setdefault(method, []).append(callback)
+
+        def unsubscribe() -> None:
+            callbacks = self._subscribers.get(method, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
+        return unsubscribe
+
+    def events(self, *methods: str) -> EventStream:
+        """`async for event in bridge.events("session/changed"):` — the notifications (of
+        `methods`, or all) from now on. Subscribed at once, so create it *before* the call whose
+        events you want."""
+        return EventStream(self._live(), methods)
+
+    def _live(self) -> Connection:
+        if self._connection is None or self._connection.closed.done():
+            raise self._connection._closed_error() if self._connection else BridgeClosed("the bridge has not been started")
+        return self._connection
+
+    # ── Raw access ──────────────────────────────────────────────────────────
+
+    async def request(self, method: str, params: dict[str, Any] | None = None, *,
+                      timeout: float | None = None, on_progress: EventCallback | None = None) -> Any:
+        """Any method by name, with its raw JSON result: for methods newer than this client.
+        `timeout` (s) defaults to `request_timeout`; when it runs out the request is cancelled at
+        the host and `asyncio.TimeoutError` is raised. Cancelling the calling task cancels the
+        request at the host too (`$/cancelRequest`)."""
+        connection = self._live()
+        return await connection.request(method, params, timeout=timeout if timeout is not None else self.request_timeout,
+                                        on_progress=on_progress)
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        await self._live().notify(method, params)
+
+    async def discover(self, *, timeout: float | None = None) -> dict[str, Any]:
+        """`rpc.discover`: the host's OpenRPC document."""
+        document = await self.request("rpc.discover", timeout=timeout)
+        return document if isinstance(document, dict) else {}
+
+    # ── The bridge's methods (bridge-spec/README.md §4) ─────────────────────
+
+    async def list_providers(self, *, timeout: float | None = None) -> ProvidersList:
+        """Every plugin manifest found (loaded or refused, with why) and every profile."""
+        return ProvidersList.from_wire(await self.request("listProviders", {}, timeout=timeout))
+
+    async def configure_profile(self, name: str, plugin: str, settings: Mapping[str, Any] | None = None, *,
+                                timeout: float | None = None) -> ProfileInfo:
+        """Adds or replaces a runtime profile (never written to the configuration file).
+        Replacing one with other settings discards its session."""
+        params = _drop_none(name=name, plugin=plugin, settings=dict(settings) if settings is not None else None)
+        return ProfileInfo.from_wire(await self.request("configureProfile", params, timeout=timeout))
+
+    async def remove_profile(self, name: str, *, timeout: float | None = None) -> bool:
+        """Removes a profile and discards its session (nothing is revoked: `sign_out` first for
+        that). False when no profile had that name."""
+        result = await self.request("removeProfile", {"name": name}, timeout=timeout)
+        return bool(result.get("removed")) if isinstance(result, dict) else False
+
+    async def list_accounts(self, provider: str | None = None, *,
+                            timeout: float | None = None) -> list[SignInStatus]:
+        """The signed-in accounts (of `provider`, or of all profiles), current ones first. Local
+        knowledge only: never contacts a provider."""
+        result = await self.request("listAccounts", _drop_none(provider=provider), timeout=timeout)
+        accounts = result.get("accounts") if isinstance(result, dict) else None
+        return [SignInStatus.from_wire(a) for a in accounts or []]
+
+    async def check_sign_in_status(self, provider: str, *, account: str | None = None,
+                                   timeout: float | None = None) -> SignInStatus:
+        """Whether `provider` (or that `account` of it) is signed in. May refresh the tokens; a
+        provider that cannot be reached gives state "offline", never an error."""
+        params = _drop_none(provider=provider, account=account)
+        return SignInStatus.from_wire(await self.request("checkSignInStatus", params, timeout=timeout))
+
+    async def request_oauth_tokens(self, provider: str, *, flow: Flow | None = None,
+                                   session_id: str | None = None, scopes: Sequence[str] | None = None,
+                                   login_hint: str | None = None, redirect_uri: str | None = None,
+                                   timeout_ms: int | None = None, on_progress: EventCallback | None = None,
+                                   timeout: float | None = None) -> SignInStatus:
+        """Signs in and answers when the sign-in has finished.
+
+        `on_progress(event)` receives this sign-in's `SignInProgress` events: at stage "openUrl"
+        open `event.url` (browser flow: in the system browser; the redirect comes back to the
+        host), at "deviceCode" show `event.user_code`. `timeout_ms` bounds the wait for the user
+        at the host (`Timeout` error); `timeout` is the client's own deadline.
+        """
+        params = _drop_none(provider=provider, flow=flow, sessionId=session_id,
+                            scopes=list(scopes) if scopes is not None else None, loginHint=login_hint,
+                            redirectUri=redirect_uri, timeoutMs=timeout_ms)
+        result = await self.request("requestOAuthTokens", params, timeout=timeout, on_progress=on_progress)
+        return SignInStatus.from_wire(result)
+
+    async def complete_sign_in(self, provider: str, callback_url: str, *, timeout: float | None = None) -> bool:
+        """External flow: hands the intercepted redirect to the pending sign-in. Only
+        acknowledges (True); the outcome is the answer of `request_oauth_tokens`."""
+        result = await self.request("completeSignIn", {"provider": provider, "callbackUrl": callback_url},
+                                    timeout=timeout)
+        return bool(result.get("accepted")) if isinstance(result, dict) else False
+
+    async def get_access_token(self, provider: str, *, account: str | None = None,
+                               min_validity_ms: int | None = None,
+                               timeout: float | None = None) -> AccessTokenResult:
+        """A valid access token (renewed first when it has less than `min_validity_ms` left,
+        default 60 s) and the headers/cookies to attach. Prefer `fetch`, which never exposes it."""
+        params = _drop_none(provider=provider, account=account, minValidityMs=min_validity_ms)
+        return AccessTokenResult.from_wire(await self.request("getAccessToken", params, timeout=timeout))
+
+    async def fetch(self, provider: str, url: str, *, method: str | None = None,
+                    headers: Mapping[str, str] | None = None, body: str | None = None,
+                    account: str | None = None, timeout_ms: int | None = None,
+                    timeout: float | None = None) -> FetchResult:
+        """An HTTP request made and authorized by the host (refreshing and replaying once on an
+        expired session). `url` is absolute, or a path against the profile's `apiBaseUrl`. Any
+        HTTP status is a result."""
+        params = _drop_none(provider=provider, account=account, url=url, method=method,
+                            headers=dict(headers) if headers is not None else None, body=body, timeoutMs=timeout_ms)
+        return FetchResult.from_wire(await self.request("fetch", params, timeout=timeout))
+
+    async def sign_out(self, provider: str, *, account: str | None = None,
+                       timeout: float | None = None) -> SignOutResult:
+        """Revokes at the provider (best effort) and deletes the tokens whatever it said. A
+        pending sign-in of that provider ends with `UserCancelled` (reason "signedOut")."""
+        params = _drop_none(provider=provider, account=account)
+        return SignOutResult.from_wire(await self.request("signOut", params, timeout=timeout))
+
+
+#: `async with connect(...) as bridge:` or `bridge = await connect(...)`: the class itself, so
+#: the options (see `AuthBridge`) are typed and documented in one place.
+connect = AuthBridge
+

@@ -1,0 +1,208 @@
+"""A blocking wrapper for programs without asyncio:
+
+    import authbridge.sync
+
+    with authbridge.sync.connect(plugins=["/usr/lib/authbridge/plugins"]) as bridge:
+        print(bridge.check_sign_in_status("corp"))
+
+Why a thread: the host streams notifications and answers out of order at any time, so someone
+must always be reading. `SyncAuthBridge` runs an `AuthBridge` on its own event loop in a daemon
+thread and each method blocks on that loop. Callbacks given to `on()` run in that thread: keep
+them short and never call the bridge from them (it would wait on itself); use `events()` from
+your own thread instead. An exception (or Ctrl-C) that interrupts a waiting call cancels the
+request at the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from .client import AuthBridge
+from .errors import BridgeClosed
+from .protocol import EventCallback, EventStream
+from .types import Event, InitializeResult
+
+__all__ = ["SyncAuthBridge", "SyncEventStream", "connect"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _blocking(method: Callable[Concatenate[AuthBridge, P], Awaitable[R]]) -> Callable[Concatenate[SyncAuthBridge, P], R]:
+    """The blocking twin of an `AuthBridge` coroutine method, same signature and docs."""
+    def call(self: SyncAuthBridge, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        coroutine: Coroutine[Any, Any, R] = getattr(self._bridge, method.__name__)(*args, **kwargs)
+        return self._run(coroutine)
+    call.__name__, call.__qualname__ = method.__name__, f"SyncAuthBridge.{method.__name__}"
+    call.__doc__ = method.__doc__
+    return call
+
+
+class SyncEventStream:
+    """A blocking iterator over events: `for event in stream:` or `stream.get(timeout=5)`."""
+
+    def __init__(self, owner: SyncAuthBridge, stream: EventStream) -> None:
+        self._owner, self._stream = owner, stream
+
+    def get(self, timeout: float | None = None) -> Event:
+        """The next event; `TimeoutError` after `timeout` seconds, `StopIteration` once the
+        bridge is closed, `HostExited` when the host died."""
+        try:
+            return self._owner._run(self._stream.next(timeout))
+        except StopAsyncIteration:
+            raise StopIteration from None
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no event within {timeout} s") from None
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        return self.get()
+
+    def close(self) -> None:
+        self._owner._loop.call_soon_threadsafe(self._stream.close)
+
+    def __enter__(self) -> SyncEventStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncAuthBridge:
+    """`AuthBridge` with blocking methods (same names, arguments and results). Per-call
+    `timeout=` works as in the async API: the request is cancelled at the host and
+    `TimeoutError` is raised (`asyncio.TimeoutError` is `TimeoutError` from Python 3.11)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="authbridge-loop", daemon=True)
+        self._thread.start()
+        try:
+            # Created in the loop's thread: asyncio objects belong to their loop.
+            self._bridge: AuthBridge = self._run(self._make(args, kwargs))
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    @staticmethod
+    async def _make(args: tuple[Any, ...], kwargs: dict[str, Any]) -> AuthBridge:
+        return AuthBridge(*args, **kwargs)
+
+    def _run(self, coroutine: Coroutine[Any, Any, R]) -> R:
+        if self._loop.is_closed():
+            coroutine.close()
+            raise BridgeClosed("the bridge is closed")
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise BridgeClosed("the call was cancelled") from None
+        except asyncio.TimeoutError as error:
+            if isinstance(error, TimeoutError):
+                raise
+            raise TimeoutError(*error.args) from error  # Python 3.10: one TimeoutError for callers
+        except BaseException:
+            # Interrupted while waiting (KeyboardInterrupt…): cancel the task, which cancels the
+            # request at the host.
+            future.cancel()
+            raise
+
+    def _stop_loop(self) -> None:
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    # Life cycle
+
+    def start(self) -> InitializeResult:
+        return self._run(self._bridge.start())
+
+    def close(self) -> int | None:
+        """Shuts the host down (bounded) and stops the loop thread. Returns the exit status."""
+        if self._loop.is_closed():
+            return self._bridge.returncode
+        try:
+            return self._run(self._bridge.close())
+        finally:
+            self._stop_loop()
+
+    def restart(self) -> InitializeResult:
+        return self._run(self._bridge.restart())
+
+    def __enter__(self) -> SyncAuthBridge:
+        try:
+            self.start()
+        except BaseException:
+            self.close()   # no `__exit__` follows a failed `__enter__`: stop the thread here
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def info(self) -> InitializeResult:
+        return self._bridge.info
+
+    @property
+    def pid(self) -> int | None:
+        return self._bridge.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._bridge.returncode
+
+    @property
+    def running(self) -> bool:
+        return self._bridge.running
+
+    def stderr_tail(self, lines: int = 20) -> list[str]:
+        return self._bridge.stderr_tail(lines)
+
+    # Events
+
+    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]:
+        """As `AuthBridge.on`; the callback runs in the bridge's thread."""
+        return self._bridge.on(method, callback)
+
+    def events(self, *methods: str) -> SyncEventStream:
+        async def make() -> EventStream:
+            return self._bridge.events(*methods)
+        return SyncEventStream(self, self._run(make()))
+
+    # Methods
+
+    request = _blocking(AuthBridge.request)
+    notify = _blocking(AuthBridge.notify)
+    discover = _blocking(AuthBridge.discover)
+    list_providers = _blocking(AuthBridge.list_providers)
+    configure_profile = _blocking(AuthBridge.configure_profile)
+    remove_profile = _blocking(AuthBridge.remove_profile)
+    list_accounts = _blocking(AuthBridge.list_accounts)
+    check_sign_in_status = _blocking(AuthBridge.check_sign_in_status)
+    request_oauth_tokens = _blocking(AuthBridge.request_oauth_tokens)
+    complete_sign_in = _blocking(AuthBridge.complete_sign_in)
+    get_access_token = _blocking(AuthBridge.get_access_token)
+    fetch = _blocking(AuthBridge.fetch)
+    sign_out = _blocking(AuthBridge.sign_out)
+
+
+def _options_of(_: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[P, R]]:
+    """Types a function as taking the parameters of another (here: `AuthBridge`'s options)."""
+    def apply(function: Callable[..., R]) -> Callable[P, R]:
+        return function
+    return apply
+
+
+@_options_of(AuthBridge)
+def connect(*args: Any, **kwargs: Any) -> SyncAuthBridge:
+    """`with authbridge.sync.connect(...) as bridge:` — same arguments as `authbridge.connect`."""
+    return SyncAuthBridge(*args, **kwargs)

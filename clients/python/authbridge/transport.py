@@ -1,0 +1,225 @@
+"""The host process and its pipes: spawning `authbridge serve`, reading and writing NDJSON lines,
+draining stderr, and stopping the process within bounds.
+
+Why it is separate from the protocol: everything here is about an OS process (paths, pipes,
+signals, buffer limits); nothing here knows JSON-RPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["HostProcess", "find_executable", "DEFAULT_MAX_FRAME_BYTES"]
+
+#: The spec's frame limit (64 MiB) is also the default longest line the client accepts. It is a
+#: cap, not an allocation: asyncio's default (64 KiB) is smaller than a large `fetch` body.
+DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+host_log = logging.getLogger("authbridge.host")
+log = logging.getLogger("authbridge")
+
+
+def find_executable(executable: str | os.PathLike[str] | None = None) -> str:
+    """The host to run: `executable`, else the `AUTHBRIDGE` environment variable, else
+    `authbridge` on PATH. A bare name is looked up on PATH; a path must be executable."""
+    candidate = os.fspath(executable) if executable is not None else os.environ.get("AUTHBRIDGE") or "authbridge"
+    if os.sep not in candidate:
+        found = shutil.which(candidate)
+        if found is None:
+            raise FileNotFoundError(
+                f"the authbridge host {candidate!r} is not on PATH; pass its path, or set AUTHBRIDGE")
+        return found
+    path = Path(candidate).expanduser()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise FileNotFoundError(f"the authbridge host {path} does not exist or is not executable")
+    return str(path.resolve())
+
+
+class OversizeLine:
+    """A line longer than the limit, skipped: its first and last bytes (to find its id)."""
+
+    def __init__(self, head: bytes, tail: bytes, size: int) -> None:
+        self.head, self.tail, self.size = head, tail, size
+
+    _HEAD_ID = re.compile(rb'^\s*\{(?:"jsonrpc":"2\.0",)?"id":(-?\d+|"(?:[^"\\]|\\.)*")[,}]')
+    _TAIL_ID = re.compile(rb'[{,]"id":(-?\d+|"(?:[^"\\]|\\.)*")(?:,"jsonrpc":"2\.0")?\}\s*$')
+
+    def frame_id(self) -> bytes | None:
+        """The frame's id as JSON text, when it is the first or last member (the host writes
+        compact JSON with only jsonrpc, id and result/error at the top, so one of the ends holds
+        it); None when it cannot be told."""
+        match = self._HEAD_ID.search(self.head) or self._TAIL_ID.search(self.tail)
+        return match.group(1) if match else None
+
+
+class HostProcess:
+    """One `authbridge` child process.
+
+    Started in its own session: a Ctrl-C meant for the frontend must not kill the host before
+    the frontend has shut it down cleanly (the host also exits by itself when its stdin closes,
+    so it never outlives a frontend that died).
+    """
+
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                 cwd: str | os.PathLike[str] | None = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 stderr_lines: int = 200) -> None:
+        self.argv = list(argv)
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.max_frame_bytes = max_frame_bytes
+        self._stderr = collections.deque(maxlen=stderr_lines)  # type: collections.deque[str]
+        self._proc: asyncio.subprocess.Process | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
+        self._write_lock = asyncio.Lock()
+
+    # ── Life ────────────────────────────────────────────────────────────────
+
+    async def start(self) -> None:
+        self._proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=self.env, cwd=self.cwd,
+            limit=self.max_frame_bytes, start_new_session=True)
+        self._stderr_task = asyncio.get_running_loop().create_task(self._drain_stderr(), name="authbridge-stderr")
+        log.debug("started %s (pid %d)", self.argv[0], self._proc.pid)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode if self._proc else None
+
+    async def wait(self, timeout: float) -> int | None:
+        """The exit status, or None when the process is still running after `timeout` seconds."""
+        if self._proc is None:
+            return None
+        try:
+            return await asyncio.wait_for(self._proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    async def stop(self, grace: float) -> int | None:
+        """Ends the process whatever state it is in, each step bounded by `grace` seconds: close
+        stdin (the host exits on EOF) → SIGTERM → SIGKILL. Returns the exit status."""
+        if self._proc is None:
+            return None
+        self.close_stdin()
+        code = await self.wait(grace)
+        for step in ("terminate", "kill"):
+            if code is not None:
+                break
+            log.warning("the authbridge host (pid %d) did not exit within %.1f s: %s", self._proc.pid, grace, step)
+            try:
+                getattr(self._proc, step)()
+            except ProcessLookupError:
+                pass
+            code = await self.wait(grace if step == "terminate" else max(grace, 5.0))
+        await self.stderr_done(grace)
+        return code
+
+    async def stderr_done(self, timeout: float) -> None:
+        """Waits (bounded) until stderr reached EOF, so `stderr_tail` has the last lines. Past
+        `timeout` (a child of the host may hold the pipe open) the drain stops."""
+        if self._stderr_task is not None:
+            await asyncio.wait({self._stderr_task}, timeout=timeout)
+            if self.returncode is not None and not self._stderr_task.done():
+                self._stderr_task.cancel()
+
+    # ── stderr ──────────────────────────────────────────────────────────────
+
+    async def _drain_stderr(self) -> None:
+        """Reads stderr for as long as it is open: a full pipe would block the host's logging
+        (and so the host). Lines go to the `authbridge.host` logger at debug level and to a ring
+        buffer for `HostExited` and diagnostics. The host never logs tokens (spec §8)."""
+        assert self._proc is not None and self._proc.stderr is not None
+        stream = self._proc.stderr
+        while True:
+            try:
+                line = await stream.readline()
+            except ValueError:  # a log line over the limit: drop what is buffered and go on
+                await stream.read(self.max_frame_bytes)
+                continue
+            except Exception:  # noqa: BLE001 — a closed transport ends the drain
+                break
+            if not line:
+                break
+            text = line.decode("utf-8", errors="replace").rstrip("\r\n")
+            self._stderr.append(text)
+            host_log.debug("%s", text)
+
+    def stderr_tail(self, lines: int = 20) -> list[str]:
+        return list(self._stderr)[-lines:] if lines > 0 else []
+
+    # ── stdout / stdin ──────────────────────────────────────────────────────
+
+    async def read_line(self) -> bytes | OversizeLine | None:
+        """The next line from stdout (with its `\\n`), an `OversizeLine` for one over the limit
+        (skipped entirely, the stream stays in step), or None at EOF."""
+        assert self._proc is not None and self._proc.stdout is not None
+        stream = self._proc.stdout
+        head, tail, size = b"", b"", 0
+        oversize = False
+        while True:
+            try:
+                line = await stream.readuntil(b"\n")
+            except asyncio.IncompleteReadError as eof:
+                if oversize:
+                    return OversizeLine(head, (tail + eof.partial)[-512:], size + len(eof.partial))
+                return eof.partial or None  # a last line without `\n`, or EOF
+            except asyncio.LimitOverrunError as overrun:
+                # The line goes past the limit: consume what is buffered, keep both ends.
+                chunk = await stream.read(max(overrun.consumed, 1))
+                if not oversize:
+                    head, oversize = chunk[:512], True
+                tail = (tail + chunk)[-512:]
+                size += len(chunk)
+                continue
+            except (ConnectionError, OSError):
+                return None
+            if oversize:
+                return OversizeLine(head, (tail + line)[-512:], size + len(line))
+            return line
+
+    async def write(self, data: bytes) -> None:
+        """Writes one frame whole and waits for the pipe to take it (back-pressure)."""
+        if self._proc is None or self._proc.stdin is None:
+            raise BrokenPipeError("the host is not running")
+        async with self._write_lock:
+            self._proc.stdin.write(data)
+            await self._proc.stdin.drain()
+
+    def write_nowait(self, data: bytes) -> bool:
+        """Queues a frame without waiting: for notifications sent from a cancelled task, which
+        must not await. False when the pipe is closed."""
+        stdin = self._proc.stdin if self._proc else None
+        if stdin is None or stdin.is_closing():
+            return False
+        try:
+            stdin.write(data)
+        except (ConnectionError, OSError, RuntimeError):
+            return False
+        return True
+
+    def close_stdin(self) -> None:
+        stdin = self._proc.stdin if self._proc else None
+        if stdin is not None and not stdin.is_closing():
+            try:
+                stdin.close()
+            except (ConnectionError, OSError, RuntimeError):
+                pass
+
+    def kill(self) -> None:
+        """SIGKILL at once (used when the frontend gives up on the host)."""
+        if self._proc is not None and self._proc.returncode is None:
+            try:
+                self._proc.kill()
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,44 @@
+"""Examples/python_example.py end to end against django-oauth-toolkit, with its scripted user."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from conftest import HOST_BIN, REPO
+
+EXAMPLE = REPO / "Examples" / "python_example.py"
+TIMEOUT = 120
+
+DOT_TOKEN = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]{30}(?![A-Za-z0-9])")   # DOT's tokens and codes
+JWT = re.compile(r"eyJ[\w-]+\.[\w-]+\.")
+QUERY_SECRET = re.compile(r"[?&](code|state|nonce|code_challenge|access_token|refresh_token)=")
+
+
+def test_the_example_signs_in_fetches_userinfo_and_signs_out(tmp_path, plugin_dir, dot):
+    env = dict(os.environ, AUTHBRIDGE=str(HOST_BIN), XDG_CONFIG_HOME=str(tmp_path / "config"),
+               XDG_DATA_HOME=str(tmp_path / "data"), HOME=str(tmp_path))
+    env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+    env.pop("AUTHBRIDGE_VAULT_KEY", None)
+    argv = [sys.executable, str(EXAMPLE), "--issuer", f"{dot.base}/o", "--client-id", "authbridge-test",
+            "--scope", "openid", "--scope", "read", "--plugins", str(plugin_dir), "--scripted"]
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    for line in ("status: notSignedIn (reason noTokens)",
+                 "scripted user signed in as ada",
+                 "event: session/changed signedIn (reason signedIn)",
+                 "status: signedIn (reason valid)",
+                 "userinfo 127.0.0.1:",
+                 "HTTP 200, sub '",
+                 "event: session/changed signedOut (reason userSignedOut)",
+                 "revoked: refresh_token, access_token",
+                 "the host exited with status 0"):
+        assert line in done.stdout, f"{line!r} is missing:\n{done.stdout}"
+    assert done.stdout.index("event: session/changed signedIn") < done.stdout.index("[4]"), \
+        "the event is printed before the sign-in's answer"
+    assert not DOT_TOKEN.search(output), "a token-looking value in the output"
+    assert not JWT.search(output), "a JWT in the output"
+    assert not QUERY_SECRET.search(output), "a URL with secret query values in the output"

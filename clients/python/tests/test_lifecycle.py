@@ -1,0 +1,211 @@
+"""Cancellation, deadlines, a host that dies, big frames, stderr, and a bounded shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from conftest import HOST_BIN, WAIT, dot_profiles, dot_settings, sign_in
+
+import authbridge
+
+
+def is_cancelled_answer(request_id):
+    return lambda f: f.get("id") == request_id and f.get("error", {}).get("code") == -32800
+
+
+async def start_pending_sign_in(bridge, provider="dot"):
+    """A browser sign-in nobody completes, once the host waits for the user: (task, request id)."""
+    waiting: asyncio.Future = asyncio.get_running_loop().create_future()
+    task = asyncio.ensure_future(bridge.request_oauth_tokens(
+        provider, flow="browser",
+        on_progress=lambda e: e.stage == "waiting" and not waiting.done() and waiting.set_result(e.request_id)))
+    return task, await asyncio.wait_for(waiting, WAIT)
+
+
+async def test_cancelling_the_task_cancels_the_request_at_the_host(host_options, dot, frames):
+    async with authbridge.connect(**host_options(profiles=dot_profiles(dot))) as bridge:
+        task, request_id = await start_pending_sign_in(bridge)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The client sent $/cancelRequest: the host stopped the sign-in and answered -32800,
+        # which the client dropped (the caller had already been told).
+        await frames.wait_for(is_cancelled_answer(request_id))
+        # The bridge goes on, and the provider can sign in again at once.
+        assert (await sign_in(bridge, dot)).state == "signedIn"
+        await bridge.sign_out("dot")
+
+
+async def test_a_client_deadline_cancels_the_request_and_raises_asyncio_timeout(host_options, dot, frames):
+    async with authbridge.connect(**host_options(profiles=dot_profiles(dot), request_timeout=0.5)) as bridge:
+        started = time.monotonic()
+        with pytest.raises(asyncio.TimeoutError):
+            await bridge.request_oauth_tokens("dot", flow="browser")        # request_timeout applies
+        assert time.monotonic() - started < WAIT
+        sent = [i for i, m in frames.sent.items() if m == "requestOAuthTokens"]
+        await frames.wait_for(is_cancelled_answer(sent[-1]))
+        with pytest.raises(asyncio.TimeoutError):
+            await bridge.request_oauth_tokens("dot", flow="browser", timeout=0.2)  # per call
+        sent = [i for i, m in frames.sent.items() if m == "requestOAuthTokens"]
+        await frames.wait_for(is_cancelled_answer(sent[-1]))
+        assert (await bridge.check_sign_in_status("dot", timeout=WAIT)).state == "notSignedIn"
+
+
+async def test_a_killed_host_fails_every_pending_call_and_a_new_one_works(host_options, dot):
+    profiles = {**dot_profiles(dot), "dot2": {"plugin": "oidc", "settings": dot_settings(dot)}}
+    options = host_options(profiles=profiles)
+    bridge = await authbridge.connect(**options)
+    try:
+        changes = []
+        bridge.on("session/changed", changes.append)
+        stream = bridge.events("session/changed")
+        first, _ = await start_pending_sign_in(bridge, "dot")
+        second, _ = await start_pending_sign_in(bridge, "dot2")
+        os.kill(bridge.pid, signal.SIGKILL)
+        for pending in (first, second):
+            with pytest.raises(authbridge.HostExited) as raised:
+                await asyncio.wait_for(pending, WAIT)
+            assert raised.value.returncode == -signal.SIGKILL
+            assert raised.value.request_method == "requestOAuthTokens"
+            assert raised.value.stderr_tail, "the host's last log lines (it logs at debug here)"
+            assert "killed by signal 9" in str(raised.value) and raised.value.stderr_tail[-1] in str(raised.value)
+        with pytest.raises(authbridge.HostExited):
+            await stream.next(timeout=WAIT)                 # the event stream says so too
+        with pytest.raises(authbridge.HostExited):
+            await bridge.list_providers()                   # and so does every later call
+        assert not bridge.running and bridge.returncode == -signal.SIGKILL
+
+        info = await bridge.restart()                       # a new host, same options
+        assert info.server_info.name == "authbridge" and bridge.running
+        assert (await bridge.sign_out("dot")).signed_out
+        assert (await sign_in(bridge, dot)).state == "signedIn"
+        assert [c.state for c in changes] == ["signedIn"], "callbacks carry over to the new host"
+    finally:
+        await bridge.close()
+    assert bridge.returncode == 0
+    async with authbridge.connect(**options) as again:     # or simply a new connect
+        assert (await again.check_sign_in_status("dot")).state == "signedIn"
+        await again.sign_out("dot")
+
+
+class BigBody(http.server.BaseHTTPRequestHandler):
+    """An API on 127.0.0.1 answering a large JSON body (the host allows http on loopback)."""
+    size = 8 * 1024 * 1024
+
+    def do_GET(self):  # noqa: N802
+        body = b'{"data":"' + b"x" * (self.size - 11) + b'"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def big_api():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), BigBody)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/big"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_large_frames(host_options, dot, big_api, frames):
+    async with authbridge.connect(**host_options(profiles=dot_profiles(dot))) as bridge:
+        document = await bridge.discover()
+        assert document["info"]["title"] == "AuthBridge bridge"
+        await sign_in(bridge, dot)
+        answer = await bridge.fetch("dot", big_api, timeout_ms=60_000, timeout=60)
+        assert answer.status == 200 and len(answer.body) == BigBody.size    # an 8 MiB frame, 128× asyncio's default
+        assert answer.json()["data"].startswith("xxx")
+        await bridge.sign_out("dot")
+
+    # Past max_frame_bytes, the frame is skipped and its call fails; the bridge goes on.
+    async with authbridge.connect(**host_options("small", max_frame_bytes=16 * 1024)) as bridge:
+        for _ in range(3):
+            with pytest.raises(authbridge.FrameTooLarge) as raised:
+                await bridge.discover(timeout=WAIT)
+            assert raised.value.request_method == "rpc.discover"
+            assert (await bridge.list_providers()).plugins[0].id == "oidc"
+
+
+STUB_HOST = textwrap.dedent('''
+    import json, sys
+    # A stand-in host that logs 4 MiB before it answers: a client that does not drain stderr
+    # leaves it blocked on a full pipe (64 KiB), and initialize is never answered.
+    for line in sys.stdin:
+        frame = json.loads(line)
+        if frame.get("method") == "initialize":
+            for n in range(32768):
+                sys.stderr.write(f"stub log line {n:06d} " + "." * 100 + "\\n")
+            sys.stderr.flush()
+            result = {"protocolVersion": "1.0", "serverInfo": {"name": "authbridge", "version": "0"},
+                      "capabilities": {"batches": False, "cancellation": True, "flows": [], "notifications": []},
+                      "providers": [], "profiles": [], "storage": {"backend": "memory", "protection": "none"}}
+        elif frame.get("method") == "shutdown":
+            result = None
+        elif frame.get("method") == "exit":
+            sys.exit(0)
+        else:
+            continue
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": frame["id"], "result": result}) + "\\n")
+        sys.stdout.flush()
+''')
+
+
+async def test_stderr_is_drained_and_kept_for_diagnostics(tmp_path, frames, logs):
+    stub = tmp_path / "stub-host"
+    stub.write_text(f"#!{sys.executable}\n{STUB_HOST}")
+    stub.chmod(0o755)
+    async with authbridge.connect(stub, on_frame=frames, start_timeout=WAIT, stderr_lines=50) as bridge:
+        assert bridge.info.storage.backend == "memory"
+    assert bridge.returncode == 0
+    tail = bridge.stderr_tail(3)
+    assert [line.split()[3] for line in tail] == ["032765", "032766", "032767"]
+    assert len(bridge.stderr_tail(1000)) == 50, "a bounded ring of lines"
+    forwarded = [r for r in logs.records if r.name == "authbridge.host"]
+    assert len(forwarded) == 32768 and forwarded[0].levelname == "DEBUG"
+
+
+async def test_shutdown_of_a_stuck_host_is_bounded(host_options):
+    bridge = await authbridge.connect(**host_options(shutdown_timeout=0.5))
+    os.kill(bridge.pid, signal.SIGSTOP)     # answers nothing, ignores EOF and SIGTERM
+    started = time.monotonic()
+    code = await bridge.close()
+    assert code == -signal.SIGKILL and time.monotonic() - started < 10
+    assert bridge.returncode == code and not bridge.running
+    await bridge.close()    # closing twice is harmless
+
+
+async def test_the_executable_comes_from_the_argument_the_environment_or_path(host_options, monkeypatch):
+    options = host_options()
+    del options["executable"]
+    monkeypatch.setenv("AUTHBRIDGE", str(HOST_BIN))
+    async with authbridge.connect(**options) as bridge:
+        assert bridge.argv[0] == str(HOST_BIN)
+    monkeypatch.delenv("AUTHBRIDGE")
+    monkeypatch.setenv("PATH", str(HOST_BIN.parent))
+    assert authbridge.connect(**options).argv[0] == str(HOST_BIN)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(FileNotFoundError, match="AUTHBRIDGE"):
+        await authbridge.connect(**options).start()
+
+
+async def test_a_host_that_cannot_start_says_why(host_options):
+    with pytest.raises(authbridge.HostExited) as raised:
+        async with authbridge.connect(**host_options(args=["--no-such-option"])):
+            pass
+    assert raised.value.returncode == 64 and raised.value.request_method == "initialize"
+    assert any("--no-such-option" in line for line in raised.value.stderr_tail), raised.value.stderr_tail
