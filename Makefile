@@ -25,7 +25,7 @@ APT_PACKAGES := libjansson-dev libsecret-1-dev pkg-config gcc gnome-keyring libs
 BUNDLED_PLUGINS := oidc salesforce tableau marketsharp
 BUNDLED_C_PLUGINS := duke
 
-.PHONY: all deps build release test test-swift test-contract test-node install demo bench clean spec
+.PHONY: all deps build release test test-swift test-contract test-python-client test-node install demo bench clean spec
 
 all: build
 
@@ -68,7 +68,7 @@ stage-plugins:
 	@for p in $(BUNDLED_C_PLUGINS); do sh plugins/$$p/build.sh $(DEST); done
 
 test: build
-	@$(MAKE) --no-print-directory test-swift test-contract test-node
+	@$(MAKE) --no-print-directory test-swift test-contract test-python-client test-node
 
 ## Under a private session bus with an unlocked gnome-keyring, so the vault
 ## behaviour suite also runs against the Secret Service.
@@ -79,6 +79,11 @@ test-swift:
 test-contract:
 	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
 	  $(VPY) -m pytest -q Tests/contract
+
+## The Python client (clients/python) against the real host and django-oauth-toolkit.
+test-python-client:
+	AUTHBRIDGE=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_PLUGINS=$(CURDIR)/$(DEBUG_DIR)/plugins \
+	  $(VPY) -m pytest -q clients/python/tests
 
 test-node:
 	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
