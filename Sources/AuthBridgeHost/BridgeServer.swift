@@ -178,10 +178,11 @@ public final class BridgeServer: ConnectionDelegate {
             return try await engine.signOut(try params.string("provider"), account: try params.optionalNonEmptyString("account"),
                                             requestID: request.id.json)
         case "getAccessToken":
-            try params.allowOnly(["provider", "account", "minValidityMs"])
+            try params.allowOnly(["provider", "account", "minValidityMs", "forceRefresh"])
             let minimum = try params.optionalInt("minValidityMs", in: 0...86_400_000) ?? SessionEngine.defaultMinimumValidityMilliseconds
             return try await engine.getAccessToken(try params.string("provider"), account: try params.optionalNonEmptyString("account"),
-                                                   minimumValidity: minimum, requestID: request.id.json)
+                                                   minimumValidity: minimum, forceRefresh: try params.optionalBool("forceRefresh") ?? false,
+                                                   requestID: request.id.json)
         case "fetch":
             try params.allowOnly(["provider", "account", "url", "method", "headers", "body", "timeoutMs"])
             let provider = try params.string("provider")

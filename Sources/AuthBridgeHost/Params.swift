@@ -34,6 +34,12 @@ struct Params {
         return try string(name)
     }
 
+    func optionalBool(_ name: String) throws(RPCError) -> Bool? {
+        guard let value = members[name], !value.isNull else { return nil }
+        guard case .bool(let flag) = value else { throw RPCError.invalidParams(field: name, "must be true or false, not \(value.typeName)") }
+        return flag
+    }
+
     func optionalInt(_ name: String, in range: ClosedRange<Int64>) throws(RPCError) -> Int64? {
         guard let value = members[name], !value.isNull else { return nil }
         guard case .int(let number) = value else { throw RPCError.invalidParams(field: name, "must be an integer, not \(value.typeName)") }

@@ -36,11 +36,16 @@ public enum InstallationIdentity {
         let written = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         fsync(fd)
         close(fd)
-        // Atomic: two hosts starting at once agree on whichever rename lands last.
-        guard written == line.count, rename(temporary, path) == 0 else { unlink(temporary); return id }
+        // link(2) fails when the file exists: of two hosts starting at once the
+        // first wins and the other reads its id (a rename would let each keep its own).
+        guard written == line.count else { unlink(temporary); return id }
+        defer { unlink(temporary) }
+        if link(temporary, path) == 0 { return id }
         if let bytes = FileSecurity.readFile(path, limit: 256) {
-            return trimmed(String(decoding: bytes, as: UTF8.self))
+            let text = trimmed(String(decoding: bytes, as: UTF8.self))
+            if text.count >= 16 { return text }
         }
+        _ = rename(temporary, path)  // a damaged file is replaced
         return id
     }
 

@@ -30,20 +30,22 @@ final class LoopbackListener: Sendable {
     /// The browser's connection that delivered the callback, until answered.
     private let heldClient = Mutex<Int32?>(nil)
 
-    /// Binds 127.0.0.1 on an ephemeral port.
-    init(path: String = "/callback") throws(SessionError) {
+    /// Binds 127.0.0.1 on `port` (0: an ephemeral one, RFC 8252's choice;
+    /// a fixed one only for providers that match redirect URIs exactly).
+    init(port requested: UInt16 = 0, path: String = "/callback") throws(SessionError) {
         let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SessionError(.providerUnavailable, "Cannot open the loopback listener.", reason: "listener") }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
+        address.sin_port = requested.bigEndian
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard bound == 0, listen(fd, 8) == 0 else {
+            let reason = errno == EADDRINUSE ? "port \(requested) is in use" : String(cString: strerror(errno))
             Glibc.close(fd)
-            throw SessionError(.providerUnavailable, "Cannot listen on 127.0.0.1 for the sign-in redirect.", reason: "listener")
+            throw SessionError(.providerUnavailable, "Cannot listen on 127.0.0.1 for the sign-in redirect: \(reason).", reason: "listener")
         }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) {

@@ -270,7 +270,14 @@ public actor SessionEngine {
         case "browser":
             // RFC 8252: the redirect comes back to a one-shot listener on 127.0.0.1,
             // which holds the browser's request until the outcome is known.
-            let listener = try LoopbackListener()
+            let settings = context.profile.settings
+            let port = settings["loopbackPort"]?.intValue ?? 0
+            let path = settings["loopbackPath"]?.stringValue ?? "/callback"
+            guard (0...65_535).contains(port), path.hasPrefix("/"), !path.contains("?"), !path.contains("#") else {
+                throw SessionError(.configurationError, "loopbackPort must be 0…65535 and loopbackPath a path starting with /.",
+                                   provider: provider, reason: "invalidSettings", field: "settings.loopbackPort")
+            }
+            let listener = try LoopbackListener(port: UInt16(port), path: path)
             defer { listener.close() }
             do {
                 tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID, listener: listener, nonce: &nonce)
@@ -535,15 +542,22 @@ public actor SessionEngine {
 
     /// A valid access token and what to attach to a request, refreshing first
     /// when the token expires within `minimumValidity`.
+    /// `forceRefresh`: the caller saw the provider reject the token (a 401
+    /// where no expiry is known, e.g. Salesforce): renew it now.
     public func getAccessToken(_ provider: String, account: String? = nil, minimumValidity: Int64 = defaultMinimumValidityMilliseconds,
-                               requestID: JSON? = nil) async throws(SessionError) -> JSON {
+                               forceRefresh: Bool = false, requestID: JSON? = nil) async throws(SessionError) -> JSON {
         let context = try await context(for: provider)
         guard case (let key, var session)? = try await selectSession(provider, account: account) else {
             throw notSignedIn(provider, account: account)
         }
         try refuseIfLicenseRevoked(session, provider: provider)
         let now = HostClock.nowMilliseconds()
-        if let expiresAt = session.tokens.expiresAt, expiresAt - now < minimumValidity {
+        if forceRefresh {
+            guard session.tokens.refreshToken != nil else {
+                throw SessionError(.notSignedIn, "The session cannot be renewed (no refresh token); sign in again.", provider: provider, reason: "noRefreshToken")
+            }
+            session = try await refreshOrThrow(key, context: context, stale: session)
+        } else if let expiresAt = session.tokens.expiresAt, expiresAt - now < minimumValidity {
             session = try await refreshOrThrow(key, context: context, stale: session)
         } else if let ahead = session.tokens.refreshAheadAt, now >= ahead, session.tokens.refreshToken != nil, refreshes[key] == nil {
             // Refresh ahead: the caller gets the still-valid token at once and

@@ -158,7 +158,7 @@ public enum StandardSteps {
         }
         var code = input["code"]?.stringValue
         if let callback = input["callbackUrl"]?.stringValue {
-            guard let url = ParsedURL(callback) else {
+            guard let url = CallbackURL(callback) else {
                 return .failure(ProviderFailure(.definitive, reason: "invalidCallback", message: "The callback URL could not be read."))
             }
             if let error = url.queryValue("error") {

@@ -1,6 +1,29 @@
 /// The URL pieces AuthBridge needs — without Foundation, which would cost
 /// start-up time. Handles absolute `scheme://authority/path?query#fragment`
 /// URLs only.
+/// A redirect a sign-in comes back on: any absolute URI with a scheme —
+/// `https://app.example/cb`, a loopback `http://127.0.0.1:port/callback`, or
+/// a private-use scheme without a host (`com.example.app:/oauth2redirect`,
+/// RFC 8252 §7.1) — whose query is read by name.
+public struct CallbackURL: Sendable {
+    public let queryItems: [(name: String, value: String)]
+
+    public init?(_ text: String) {
+        guard let colon = text.firstIndex(of: ":"), colon != text.startIndex,
+              text[..<colon].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) }),
+              text.first!.isLetter else { return nil }
+        var rest = text[text.index(after: colon)...]
+        if let hash = rest.firstIndex(of: "#") { rest = rest[..<hash] }
+        guard let question = rest.firstIndex(of: "?") else {
+            queryItems = []
+            return
+        }
+        queryItems = FormEncoding.decode(String(rest[rest.index(after: question)...]))
+    }
+
+    public func queryValue(_ name: String) -> String? { queryItems.first(where: { $0.name == name })?.value }
+}
+
 public struct ParsedURL: Sendable, Equatable {
     public var scheme: String
     /// Host without brackets ("::1" for "[::1]"), lower-cased.

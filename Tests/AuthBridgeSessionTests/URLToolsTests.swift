@@ -130,4 +130,13 @@ struct Base64URLTests {
         #expect(!constantTimeEquals("", "a"))
         #expect(!constantTimeEquals("é", "e\u{301}"))
     }
+
+    @Test func callbacksOnPrivateUseSchemesAreReadByName() throws {
+        let url = try #require(CallbackURL("com.example.app:/oauth2redirect?state=s%201&code=c+2#frag"))
+        #expect(url.queryValue("code") == "c 2" && url.queryValue("state") == "s 1")
+        #expect(CallbackURL("https://app.example/cb?code=x")?.queryValue("code") == "x")
+        #expect(CallbackURL("myapp:cb")?.queryItems.isEmpty == true)
+        #expect(CallbackURL("no scheme?code=x") == nil)
+        #expect(CallbackURL(":/?code=x") == nil)
+    }
 }

@@ -278,3 +278,30 @@ def test_open_browser_starts_xdg_open_with_the_sign_in_url(start_host, oidc_plug
     assert answer["result"]["state"] == "signedIn", answer
     assert record.read_text() == opened["url"], "xdg-open got exactly the URL the frontend was told"
     assert "noise on stderr" not in host.stderr_text(), "the browser's output does not reach the host's log"
+
+
+def test_a_fixed_loopback_port_for_providers_that_match_redirects_exactly(start_host, oidc_plugin_dir, dot):
+    import socket
+    with socket.socket() as probe:                 # a port free right now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "scopes": ["openid"], "loopbackPort": port}
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
+    pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser"})
+    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))
+    assert query["redirect_uri"] == f"http://127.0.0.1:{port}/callback"
+    assert get(dot.browse(opened["url"]))[0] == 200
+    assert host.wait_response(pending)["result"]["state"] == "signedIn"
+
+
+def test_force_refresh_renews_a_token_the_caller_saw_rejected(start_host, oidc_plugin_dir, dot):
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri}
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
+    sign_in_external(host, dot, "dot")
+    first = host.result("getAccessToken", {"provider": "dot"})["accessToken"]
+    before = dot.snapshot()["refreshes"]
+    second = host.result("getAccessToken", {"provider": "dot", "forceRefresh": True})["accessToken"]
+    assert second != first and dot.is_issued(second)
+    assert dot.snapshot()["refreshes"] - before == 1
+    assert host.error("getAccessToken", {"provider": "dot", "forceRefresh": "yes"})["code"] == -32602
