@@ -101,3 +101,9 @@ def test_the_quick_start_as_written(tmp_path, dot):
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines() == ["signedIn", "revoked: ['refresh_token', 'access_token']",
                                         "signed out: noTokens"], done.stdout
+
+
+def test_the_root_readme_shows_the_same_quick_start():
+    """README.md's Python quick start is this one, character for character (so it is tested too)."""
+    root = (CLIENT_DIR.parent.parent / "README.md").read_text()
+    assert "```python\n" + python_blocks()[0] + "```" in root
