@@ -170,20 +170,30 @@ public final class Connection: Sendable {
             // Registered under the lock: the task cannot remove its entry
             // before it has been added.
             table[id] = Task { [self] in
+                let started = logger.logLevel <= .debug ? ContinuousClock.now : nil
                 let frame: [UInt8]
+                var outcome: RPCError?
                 do {
                     let result = try await delegate.handle(request)
-                    frame = Task.isCancelled
-                        ? OutgoingFrame.error(id: id, .cancelled)
-                        : OutgoingFrame.result(id: id, result)
+                    if Task.isCancelled { outcome = .cancelled }
+                    frame = outcome.map { OutgoingFrame.error(id: id, $0) } ?? OutgoingFrame.result(id: id, result)
                 } catch let error as RPCError {
-                    frame = OutgoingFrame.error(id: id, Task.isCancelled ? .cancelled : error)
+                    outcome = Task.isCancelled ? .cancelled : error
+                    frame = OutgoingFrame.error(id: id, outcome!)
                 } catch is CancellationError {
+                    outcome = .cancelled
                     frame = OutgoingFrame.error(id: id, .cancelled)
                 } catch {
                     // Unclassified errors may carry provider text: keep it in the log only.
                     logger.error("request failed", metadata: ["method": "\(request.method)", "error": "\(type(of: error))"])
-                    frame = OutgoingFrame.error(id: id, Task.isCancelled ? .cancelled : .internalError)
+                    outcome = Task.isCancelled ? .cancelled : .internalError
+                    frame = OutgoingFrame.error(id: id, outcome!)
+                }
+                if let started {
+                    // Method, id, time and outcome only: never params or results.
+                    logger.debug("answered", metadata: ["method": "\(request.method)", "id": "\(id)",
+                                                        "ms": "\((ContinuousClock.now - started).components.attoseconds / 1_000_000_000_000_000 + (ContinuousClock.now - started).components.seconds * 1000)",
+                                                        "outcome": "\(outcome.map { String($0.code.rawValue) } ?? "ok")"])
                 }
                 pending.withLock { _ = $0.removeValue(forKey: id) }
                 writer.send(frame)
