@@ -111,12 +111,16 @@ export function frameTap() {
   const host = `${process.pid}-${++hostCount}`;
   const events = new EventEmitter();
   const received = [];
+  let largestLine = 0;
   const write = (record) => fs.appendFileSync(FRAMES_FILE, JSON.stringify(record) + '\n');
   return {
     received,
+    /** Size in bytes of the longest line received. */
+    get largestLine() { return largestLine; },
     onFrame(frame, direction, line) {
       if (direction === 'in') {
         received.push(frame);
+        largestLine = Math.max(largestLine, Buffer.byteLength(line));
         write({ host, dir: 'in', line: redact(frame, line) });
         events.emit('frame', frame);
       } else if ('id' in frame) {
@@ -203,6 +207,9 @@ export async function assertRecordedFramesValid() {
   assert.ok(fs.existsSync(FRAMES_FILE), `no frame was recorded in ${FRAMES_FILE}`);
   const { code, stdout, stderr } = await validateFrames(FRAMES_FILE);
   assert.equal(code, 0, `frames break bridge-spec:\n${stdout}\n${stderr}`);
+  const checked = Number(/(\d+) frames checked/.exec(stdout)?.[1]);
+  assert.ok(checked > 0, `the validator checked frames: ${stdout}`);
+  return checked;
 }
 
 /**
