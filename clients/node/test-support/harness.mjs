@@ -111,10 +111,13 @@ export function frameTap() {
   const host = `${process.pid}-${++hostCount}`;
   const events = new EventEmitter();
   const received = [];
+  const sent = [];
   let largestLine = 0;
   const write = (record) => fs.appendFileSync(FRAMES_FILE, JSON.stringify(record) + '\n');
   return {
     received,
+    /** Every frame sent (in memory only). */
+    sent,
     /** Size in bytes of the longest line received. */
     get largestLine() { return largestLine; },
     onFrame(frame, direction, line) {
@@ -123,8 +126,9 @@ export function frameTap() {
         largestLine = Math.max(largestLine, Buffer.byteLength(line));
         write({ host, dir: 'in', line: redact(frame, line) });
         events.emit('frame', frame);
-      } else if ('id' in frame) {
-        write({ host, dir: 'out', id: frame.id, method: frame.method });
+      } else {
+        sent.push(frame);
+        if ('id' in frame) write({ host, dir: 'out', id: frame.id, method: frame.method });
       }
     },
     /** The first received frame (already here or to come) matching `predicate`. */
@@ -165,6 +169,17 @@ export async function startBridge(box, extra = {}) {
 export async function closeAll() {
   await Promise.all([...started].map((bridge) => bridge.close({ timeoutMs: 3_000 })));
   started.clear();
+}
+
+const FAKE_HOST = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fake_host.mjs');
+
+/** Start options of test-support/fake_host.mjs in `mode` (an executable, as the real host is). */
+export function fakeHostOptions(box, mode, extra = {}) {
+  const wrapper = path.join(box.root, 'fake-authbridge');
+  if (!fs.existsSync(wrapper)) {
+    fs.writeFileSync(wrapper, `#!/bin/sh\nexec '${process.execPath}' '${FAKE_HOST}' "$@"\n`, { mode: 0o755 });
+  }
+  return { hostPath: wrapper, env: { ...process.env, FAKE_HOST_MODE: mode }, ...extra };
 }
 
 /** Rejects with a clear message when `promise` has not settled within `ms`. */
