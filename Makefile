@@ -25,7 +25,7 @@ APT_PACKAGES := libjansson-dev libsecret-1-dev pkg-config gcc gnome-keyring libs
 BUNDLED_PLUGINS := oidc salesforce tableau marketsharp
 BUNDLED_C_PLUGINS := duke
 
-.PHONY: all deps build release test test-swift test-contract test-node install demo bench clean spec
+.PHONY: all deps build release test test-swift test-contract test-node test-node-client install demo bench clean spec
 
 all: build
 
@@ -68,7 +68,7 @@ stage-plugins:
 	@for p in $(BUNDLED_C_PLUGINS); do sh plugins/$$p/build.sh $(DEST); done
 
 test: build
-	@$(MAKE) --no-print-directory test-swift test-contract test-node
+	@$(MAKE) --no-print-directory test-swift test-contract test-node test-node-client
 
 ## Under a private session bus with an unlocked gnome-keyring, so the vault
 ## behaviour suite also runs against the Secret Service.
@@ -83,6 +83,12 @@ test-contract:
 test-node:
 	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
 	  node --test Tests/node/
+
+## test-node-client: the Node client (clients/node) against the host, the bundled oidc plugin and
+## django-oauth-toolkit; each test file ends by validating the frames it received against bridge-spec.
+test-node-client:
+	AUTHBRIDGE=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_PLUGINS=$(CURDIR)/$(DEBUG_DIR)/plugins \
+	  AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY) node --test clients/node/test/
 
 ## install: PREFIX/bin/authbridge, PREFIX/lib/authbridge/{libAuthBridgeHTTP.so,libAuthBridgeJWT.so,plugins/},
 ## PREFIX/include/authbridge/plugin.h, PREFIX/share/authbridge/openrpc.json.

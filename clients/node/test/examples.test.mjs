@@ -117,6 +117,34 @@ test('desktop_app.mjs as a program: its default openExternal runs xdg-open', { t
   await assertNoSecrets(stdout + stderr);
 });
 
+test('the README quick start runs as written (package import, openBrowser with xdg-open, default plugin folders)', { timeout: 60_000 }, async () => {
+  const readme = fs.readFileSync(path.join(REPO, 'clients', 'node', 'README.md'), 'utf8');
+  const code = /## Quick start\n+```js\n([\s\S]*?)```/.exec(readme)?.[1];
+  assert.ok(code?.includes("from '@authbridge/client'"), 'the quick start imports the package by name');
+  // An app folder where '@authbridge/client' resolves through node_modules, as after an install.
+  const app = path.join(box.root, 'quickstart-app');
+  fs.mkdirSync(path.join(app, 'node_modules', '@authbridge'), { recursive: true });
+  fs.symlinkSync(path.join(REPO, 'clients', 'node'), path.join(app, 'node_modules', '@authbridge', 'client'));
+  fs.writeFileSync(path.join(app, 'app.mjs'), code);
+  // The host opens the page with xdg-open: a stand-in on PATH plays the user.
+  const bin = path.join(box.root, 'quickstart-bin');
+  fs.mkdirSync(bin);
+  fs.writeFileSync(path.join(bin, 'xdg-open'),
+    `#!/bin/sh\nexec '${process.execPath}' --input-type=module -e "import { signInAsUser } from '${DOT_MODULE}'; await signInAsUser(process.argv[1]);" "$1"\n`,
+    { mode: 0o755 });
+  const env = exampleEnv({ PATH: `${bin}:${process.env.PATH}`, ISSUER: dot.issuer, CLIENT_ID: 'authbridge-test', USERINFO_URL: `${dot.issuer}/userinfo/` });
+  delete env.AUTHBRIDGE_PLUGINS;
+  if (!fs.existsSync(path.join(path.dirname(HOST), 'plugins', 'oidc.json'))) {
+    // A host without bundled plugins beside it: the user's plugin folder then.
+    const userPlugins = path.join(env.XDG_DATA_HOME, 'authbridge', 'plugins');
+    fs.mkdirSync(userPlugins, { recursive: true, mode: 0o755 });
+    for (const name of fs.readdirSync(box.pluginDir)) fs.copyFileSync(path.join(box.pluginDir, name), path.join(userPlugins, name));
+  }
+  const result = await run(process.execPath, [path.join(app, 'app.mjs')], { env, timeoutMs: 50_000 });
+  assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+  assert.match(result.stdout, /^corp: signedIn \(signedIn\)\nsigned in as \d+\nuserinfo: HTTP 200\ncorp: signedOut \(userSignedOut\)\n$/);
+});
+
 test('AuthService: a browser that cannot be opened stops the sign-in at once (AbortError, cause kept)', { timeout: 30_000 }, async () => {
   const bridge = await startBridge(box);
   try {
