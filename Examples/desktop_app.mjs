@@ -130,6 +130,16 @@ export async function main(argv, { openExternal = openWithSystemBrowser, log = c
     return 0;
   }
   const server = await authorizationServer(args, log);
+  try {
+    await runApp(args, server, { openExternal, log });
+  } finally {
+    await server.stop();
+  }
+  return 0;
+}
+
+/** What the app's main process does between start-up and quit. */
+async function runApp(args, server, { openExternal, log }) {
   const bridge = await AuthBridge.start({ ...bridgeOptions(args), clientInfo: { name: 'desktop-app-example', version: '1.0.0' } });
   try {
     const auth = new AuthService({ bridge, provider: 'corp', openExternal });
@@ -149,9 +159,7 @@ export async function main(argv, { openExternal = openWithSystemBrowser, log = c
   } finally {
     const exit = await bridge.close();
     log(`[main] host exited with status ${exit.code}`);
-    await server.stop();
   }
-  return 0;
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

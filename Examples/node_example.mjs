@@ -22,6 +22,15 @@ async function main(argv) {
   const server = await authorizationServer(args, console.log);
   if (args.scripted && !server.testServer) throw new Error('--scripted plays the bundled test server\'s user: leave out --issuer');
 
+  try {
+    await signInAndOut(args, server);
+  } finally {
+    await server.stop();
+  }
+  return 0;
+}
+
+async function signInAndOut(args, server) {
   // 1. Start the host: `authbridge serve` as a child process, initialized.
   const bridge = await AuthBridge.start({ ...bridgeOptions(args), clientInfo: { name: 'node-example', version: '1.0.0' } });
   try {
@@ -75,9 +84,7 @@ async function main(argv) {
     // 7. Stop the host cleanly (shutdown, exit; signals only if it does not go).
     const exit = await bridge.close();
     console.log(`Host exited with status ${exit.code}`);
-    await server.stop();
   }
-  return 0;
 }
 
 main(process.argv.slice(2)).then(

@@ -45,25 +45,33 @@ export async function startDot({ state, accessLifetime = 3600, python = dotPytho
   fs.closeSync(log);
   const port = await new Promise((resolve, reject) => {
     let text = '';
-    const fail = (why) => {
+    const onError = (error) => fail(error.message);
+    const onExit = (code, signal) => fail(`exited with ${signal ?? code}`);
+    const onData = (chunk) => {
+      text += chunk;
+      const ready = /^READY (\d+)\r?\n/m.exec(text); // a whole line: the port may arrive in two chunks
+      if (!ready) return;
+      stopWatching();
+      resolve(Number(ready[1]));
+    };
+    const stopWatching = () => {
       clearTimeout(timer);
+      child.off('error', onError);
+      child.off('exit', onExit);
+      child.stdout.off('data', onData);
+      child.stdout.resume(); // anything it prints later is read and dropped
+    };
+    const fail = (why) => {
+      stopWatching();
       child.kill('SIGKILL');
       const logged = fs.readFileSync(path.join(state, 'server.log'), 'utf8').slice(-2000);
       reject(new Error(`django-oauth-toolkit did not start (${why}):\n${logged}`));
     };
     const timer = setTimeout(() => fail(`no READY line within ${timeoutMs} ms`), timeoutMs);
-    child.once('error', (error) => fail(error.message));
-    child.once('exit', (code, signal) => fail(`exited with ${signal ?? code}`));
+    child.once('error', onError);
+    child.once('exit', onExit);
     child.stdout.setEncoding('utf8');
-    child.stdout.on('data', (chunk) => {
-      text += chunk;
-      const ready = /^READY (\d+)$/m.exec(text);
-      if (!ready) return;
-      clearTimeout(timer);
-      child.removeAllListeners('exit');
-      child.removeAllListeners('error');
-      resolve(Number(ready[1]));
-    });
+    child.stdout.on('data', onData);
   });
   const exited = new Promise((resolve) => child.once('exit', resolve));
   const base = `http://127.0.0.1:${port}`;
