@@ -18,7 +18,7 @@ DEBUG_DIR   := .build/debug
 RELEASE_DIR := .build/release
 TEST_PLUGINS := .build/test-plugins
 APT_PACKAGES := libjansson-dev libsecret-1-dev pkg-config gcc gnome-keyring libsecret-tools dbus \
-                chromium chromium-driver
+                chromium chromium-driver node-typescript
 
 # Plugins shipped with AuthBridge: Swift ones are SwiftPM products
 # (libauthbridge-ID.so + plugins/ID/ID.json); C ones have plugins/ID/build.sh.
@@ -33,7 +33,7 @@ all: build
 ## the real-browser sign-in test, Tests/contract/test_browser.py, which never skips).
 deps: $(VENV)/.ready
 	@{ pkg-config --exists jansson libsecret-1 && command -v gnome-keyring-daemon dbus-daemon secret-tool >/dev/null \
-	   && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || { \
+	   && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && command -v tsc >/dev/null; } || { \
 	  echo "==> installing $(APT_PACKAGES)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; }

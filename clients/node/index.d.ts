@@ -292,13 +292,14 @@ export interface ExitInfo {
   stderrTail: string[];
 }
 
-export interface BridgeEvents {
+/** The bridge's events and their listener arguments (a type, not an interface: EventEmitter's event map). */
+export type BridgeEvents = {
   'session/changed': [params: SessionChangedParams];
   'signIn/progress': [params: SignInProgressParams];
   notification: [notification: { method: string; params: unknown }];
   exit: [info: ExitInfo];
   protocolError: [error: AuthBridgeError];
-}
+};
 
 // ── Errors ──────────────────────────────────────────────────────────────────
 

@@ -3,7 +3,9 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -170,3 +172,21 @@ test('package: an ES module with exports and types, no dependencies; the .d.ts d
     }
   }
 });
+
+const tsc = spawnSync('tsc', ['--version'], { encoding: 'utf8' });
+test('index.d.ts type-checks (tsc --strict) against typical uses, and rejects wrong params and events',
+  { skip: tsc.status === 0 ? false : 'tsc is not installed (Debian: node-typescript; make deps installs it)', timeout: 120_000 }, () => {
+    // An app folder where '@authbridge/client' resolves through node_modules and package.json "exports".
+    const app = fs.mkdtempSync(path.join(os.tmpdir(), 'authbridge-tsc-'));
+    try {
+      const sources = path.join(PACKAGE, 'test-support', 'typecheck');
+      for (const name of fs.readdirSync(sources)) fs.copyFileSync(path.join(sources, name), path.join(app, name));
+      fs.writeFileSync(path.join(app, 'package.json'), '{"type": "module"}');
+      fs.mkdirSync(path.join(app, 'node_modules', '@authbridge'), { recursive: true });
+      fs.symlinkSync(PACKAGE, path.join(app, 'node_modules', '@authbridge', 'client'));
+      const run = spawnSync('tsc', ['-p', app], { encoding: 'utf8', timeout: 110_000 });
+      assert.equal(run.status, 0, `tsc ${tsc.stdout.trim()}:\n${run.stdout}${run.stderr}`);
+    } finally {
+      fs.rmSync(app, { recursive: true, force: true });
+    }
+  });
