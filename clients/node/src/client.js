@@ -21,6 +21,14 @@ import {
   requestFrame,
 } from './protocol.js';
 
+/**
+ * Options of one call.
+ * @typedef {object} CallOptions
+ * @property {AbortSignal} [signal] aborting sends `$/cancelRequest` and rejects with AbortError
+ * @property {number} [timeoutMs] the client's bound: then `$/cancelRequest` and RequestTimeoutError
+ * @property {(params: object) => void} [onProgress] requestOAuthTokens: this call's signIn/progress events
+ */
+
 /** This package's version (sent as `clientInfo.version`); kept equal to package.json by a test. */
 export const CLIENT_VERSION = '0.1.0';
 

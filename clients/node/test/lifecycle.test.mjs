@@ -175,6 +175,21 @@ test('the host killed mid-request: pending calls reject at once with HostExitedE
   await again.signOut('dot');
 });
 
+test('start() with an aborted signal rejects with AbortError and stops the host it spawned', async () => {
+  const exits = [];
+  const options = box.hostOptions({ signal: AbortSignal.abort(new Error('app quitting')) });
+  const error = await rejection(AuthBridge.start(options), 'start');
+  assert.ok(error instanceof AbortError);
+  assert.equal(error.cause.message, 'app quitting');
+  // The same through the constructor, where the bridge (and its exit) can be seen.
+  const bridge = new AuthBridge(box.hostOptions());
+  bridge.on('exit', (info) => exits.push(info));
+  assert.ok((await rejection(bridge.initialize({}, { signal: AbortSignal.abort() }), 'initialize')) instanceof AbortError);
+  const exit = await withTimeout(bridge.close(), WAIT_MS, 'close');
+  assert.equal(exit.signal, null, 'stopped by exit / end of input, not a signal');
+  assert.equal(exits.length, 1);
+});
+
 test('a host that cannot be started: start() rejects with HostExitedError', async () => {
   const error = await rejection(AuthBridge.start({ hostPath: path.join(box.root, 'no-such-authbridge') }), 'start');
   assert.ok(error instanceof HostExitedError);
