@@ -270,7 +270,7 @@ export class AuthBridge extends EventEmitter {
 
   #send(frame) {
     const line = JSON.stringify(frame);
-    if (this.#host.writeLine(line)) this.#onFrame?.(frame, 'out', line);
+    if (this.#host.writeLine(line) && this.#onFrame) userCode(() => this.#onFrame(frame, 'out', line));
   }
 
   #receive(line) {
@@ -281,7 +281,7 @@ export class AuthBridge extends EventEmitter {
       this.#protocolError(`the host wrote a line that is not JSON: ${line.slice(0, 200)}`, error);
       return;
     }
-    this.#onFrame?.(frame, 'in', line);
+    if (this.#onFrame) userCode(() => this.#onFrame(frame, 'in', line));
     switch (frameKind(frame)) {
       case 'notification':
         this.#dispatchNotification(frame.method, frame.params);
@@ -313,21 +313,22 @@ export class AuthBridge extends EventEmitter {
   #dispatchNotification(method, params) {
     if (method === 'signIn/progress' && params) {
       const entry = this.#pending.get(params.requestId);
-      entry?.onProgress?.(params);
+      if (entry?.onProgress) userCode(() => entry.onProgress(params));
     }
-    this.emit('notification', { method, params });
-    this.emit(method, params);
+    userCode(() => this.emit('notification', { method, params }));
+    userCode(() => this.emit(method, params));
   }
 
   #protocolError(message, cause) {
-    this.emit('protocolError', new AuthBridgeError(message, cause === undefined ? {} : { cause }));
+    const error = new AuthBridgeError(message, cause === undefined ? {} : { cause });
+    userCode(() => this.emit('protocolError', error));
   }
 
   #hostExited(info) {
     for (const [id, entry] of this.#pending) entry.reject(this.#hostExitedError(info, entry.method, id));
     this.#pending.clear();
     this.#cancelled.clear();
-    this.emit('exit', info);
+    userCode(() => this.emit('exit', info));
   }
 
   #exitDetails() {
@@ -389,6 +390,19 @@ export class AuthBridge extends EventEmitter {
 
   /** The OpenRPC document of the protocol (`rpc.discover`). */
   discover(options) { return this.request('rpc.discover', undefined, options); }
+}
+
+/**
+ * Runs a listener or callback of the application. If it throws, the error is rethrown on its own
+ * tick (an uncaught exception, as from any EventEmitter listener) instead of here, where it would
+ * cut short the frames that came in the same chunk and leave their calls unanswered.
+ */
+function userCode(callback) {
+  try {
+    callback();
+  } catch (error) {
+    process.nextTick(() => { throw error; });
+  }
 }
 
 /** Resolves true when the host exits within `ms`, false otherwise; never leaves a timer behind. */

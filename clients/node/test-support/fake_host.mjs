@@ -8,6 +8,7 @@
 //   garbage   answers listProviders after a line that is not JSON, an answer to an id never
 //             sent, and a -32700 with id null
 //   crash     on listProviders: logs a last line and exits with status 3
+//   burst     answers listProviders in the same write as a session/changed notification before it
 
 import fs from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -58,6 +59,11 @@ lines.on('line', (text) => {
       if (mode === 'crash') {
         fs.writeSync(2, 'fake host: the database is on fire\n');
         process.exit(3);
+      }
+      if (mode === 'burst') {
+        const event = { jsonrpc: '2.0', method: 'session/changed', params: { provider: 'p', state: 'signedOut', reason: 'revoked' } };
+        fs.writeSync(1, `${JSON.stringify(event)}\n${JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { plugins: [], profiles: [] } })}\n`);
+        break;
       }
       answer(message.id, { plugins: [], profiles: [] });
       break;

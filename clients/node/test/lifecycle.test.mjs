@@ -12,7 +12,7 @@ import {
 } from '../src/index.js';
 import { startDot, signInAsUser } from '../../../Tests/support/dot.mjs';
 import {
-  PYTHON, WAIT_MS, assertRecordedFramesValid, checkPrerequisites, closeAll, fakeHostOptions, sandbox, startBridge, tempDir, withTimeout,
+  PYTHON, WAIT_MS, assertRecordedFramesValid, checkPrerequisites, closeAll, fakeHostOptions, run, sandbox, startBridge, tempDir, withTimeout,
 } from '../test-support/harness.mjs';
 
 let dot;
@@ -225,6 +225,24 @@ test('broken frames are reported as protocolError events and the bridge goes on'
   assert.match(problems[1].message, /999999/);
   assert.equal(problems[2].cause.code, -32700);
   await bridge.close();
+});
+
+test('a listener that throws does not cost the frames after it: the call in the same chunk is answered', async () => {
+  // In a child process: the listener's error must surface as an uncaught exception, as from any
+  // EventEmitter, which would end this test runner.
+  const script = `
+    import { AuthBridge } from ${JSON.stringify(new URL('../src/index.js', import.meta.url).href)};
+    const bridge = await AuthBridge.start(${JSON.stringify(fakeHostOptions(box, 'burst'))});
+    bridge.on('session/changed', () => { throw new Error('listener bug'); });
+    process.on('uncaughtException', (error) => { console.log('uncaught: ' + error.message); });
+    const answer = await bridge.listProviders();
+    console.log('answered: ' + JSON.stringify(answer));
+    await bridge.close();
+  `;
+  const result = await run(process.execPath, ['--input-type=module', '-e', script], { timeoutMs: 20_000 });
+  assert.equal(result.code, 0, result.stdout + result.stderr);
+  assert.match(result.stdout, /^answered: \{"plugins":\[\],"profiles":\[\]\}$/m);
+  assert.match(result.stdout, /^uncaught: listener bug$/m);
 });
 
 test('a host that exits with a status mid-request: HostExitedError with the code and its last log line', async () => {
