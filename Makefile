@@ -18,14 +18,14 @@ DEBUG_DIR   := .build/debug
 RELEASE_DIR := .build/release
 TEST_PLUGINS := .build/test-plugins
 APT_PACKAGES := libjansson-dev libsecret-1-dev pkg-config gcc gnome-keyring libsecret-tools dbus \
-                chromium chromium-driver
+                chromium chromium-driver node-typescript
 
 # Plugins shipped with AuthBridge: Swift ones are SwiftPM products
 # (libauthbridge-ID.so + plugins/ID/ID.json); C ones have plugins/ID/build.sh.
 BUNDLED_PLUGINS := oidc salesforce tableau marketsharp
 BUNDLED_C_PLUGINS := duke
 
-.PHONY: all deps build release test test-swift test-contract test-python-client test-node install demo bench clean spec
+.PHONY: all deps build release test test-swift test-contract test-python-client test-node test-node-client install demo bench clean spec
 
 all: build
 
@@ -33,7 +33,7 @@ all: build
 ## the real-browser sign-in test, Tests/contract/test_browser.py, which never skips).
 deps: $(VENV)/.ready
 	@{ pkg-config --exists jansson libsecret-1 && command -v gnome-keyring-daemon dbus-daemon secret-tool >/dev/null \
-	   && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || { \
+	   && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && command -v tsc >/dev/null; } || { \
 	  echo "==> installing $(APT_PACKAGES)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; }
@@ -68,7 +68,7 @@ stage-plugins:
 	@for p in $(BUNDLED_C_PLUGINS); do sh plugins/$$p/build.sh $(DEST); done
 
 test: build
-	@$(MAKE) --no-print-directory test-swift test-contract test-python-client test-node
+	@$(MAKE) --no-print-directory test-swift test-contract test-python-client test-node test-node-client
 
 ## Under a private session bus with an unlocked gnome-keyring, so the vault
 ## behaviour suite also runs against the Secret Service.
@@ -88,6 +88,12 @@ test-python-client:
 test-node:
 	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
 	  node --test Tests/node/
+
+## test-node-client: the Node client (clients/node) against the host, the bundled oidc plugin and
+## django-oauth-toolkit; each test file ends by validating the frames it received against bridge-spec.
+test-node-client:
+	AUTHBRIDGE=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_PLUGINS=$(CURDIR)/$(DEBUG_DIR)/plugins \
+	  AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY) node --test clients/node/test/
 
 ## install: PREFIX/bin/authbridge, PREFIX/lib/authbridge/{libAuthBridgeHTTP.so,libAuthBridgeJWT.so,plugins/},
 ## PREFIX/include/authbridge/plugin.h, PREFIX/share/authbridge/openrpc.json.

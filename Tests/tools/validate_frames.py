@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Validates recorded host frames against bridge-spec/openrpc.json, as the contract tests do.
+
+    .venv/bin/python Tests/tools/validate_frames.py FILE.jsonl [FILE.jsonl ...]
+
+For frontends written in languages without a JSON Schema library (the Node client's tests):
+they record what they exchanged with the host, and this script checks it with the same
+validators as Tests/contract/conftest.py (its `Spec`, built from openrpc.json with jsonschema,
+draft 2020-12). Each line of a FILE is one JSON record:
+
+  {"host": H, "dir": "in",  "line": "<a frame's exact text, as the host wrote it>"}
+  {"host": H, "dir": "out", "id": ID, "method": "M"}      a request the frontend sent
+  {"jsonrpc": "2.0", ...}                                   a bare host frame (no host, no request map)
+
+`host` names one host process (ids are per host). For every received frame, as conftest's
+`Host._validate`: the line is a JSON object without duplicate keys; it fits its kind of
+`#/components/schemas/Envelope` (Notification / ErrorResponse / Response, which checks
+ErrorObject and ErrorData); a notification is one the spec lists, and its params fit its
+`x-params`; a response answers a request that was sent, only once, and a result fits the
+result schema of that request's method.
+
+Exit status: 0 when every frame is valid, 1 when any is not (each problem is printed as
+FILE:LINE: what), 2 when a file cannot be read or a record is malformed.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "Tests" / "contract"))
+
+from conftest import Spec, SPEC_PATH, _no_duplicate_keys, id_key, schema_problems, short  # noqa: E402
+
+
+def frame_problems(spec: Spec, frame: object, method: str | None) -> list[str]:
+    """What is wrong with one received frame (conftest's Host._validate, less the id bookkeeping)."""
+    if not isinstance(frame, dict):
+        return ["frame is not a JSON object"]
+    if "method" in frame:
+        kind = "Notification"
+    elif "error" in frame:
+        kind = "ErrorResponse"
+    elif "result" in frame:
+        kind = "Response"
+    else:
+        kind = None
+    validator = spec.envelope_kinds[kind] if kind else spec.envelope
+    params_validator = spec.notification_params.get(frame.get("method")) if kind == "Notification" else None
+    skip = ("params",) if params_validator is not None else ()
+    problems = [f"frame breaks Envelope{'/' + kind if kind else ''} {problem}"
+                for problem in schema_problems(validator, frame, skip=skip)]
+    if kind == "Notification":
+        if params_validator is None:
+            problems.append(f"unknown notification {frame.get('method')!r}")
+        else:
+            problems += [f"{frame['method']} params break the schema {problem}"
+                         for problem in schema_problems(params_validator, frame.get("params"))]
+    elif kind == "Response" and method is not None:
+        result_validator = spec.results.get(method)
+        if result_validator is not None:
+            problems += [f"result of {method} breaks its schema {problem}"
+                         for problem in schema_problems(result_validator, frame["result"])]
+    return problems
+
+
+def validate(paths: list[Path]) -> tuple[int, list[str]]:
+    """(frames checked, problems) over the files, in order."""
+    spec = Spec(SPEC_PATH)
+    sent: dict[tuple, str] = {}                         # (host, id key) → method
+    answers: collections.Counter = collections.Counter()
+    first_answer: dict[tuple, str] = {}
+    problems: list[str] = []
+    checked = 0
+    for path in paths:
+        for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            where = f"{path}:{number}"
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except ValueError as error:
+                raise RecordError(f"{where}: not a JSON record ({error})") from None
+            if isinstance(record, dict) and "jsonrpc" in record and "dir" not in record:
+                host, direction, line = None, "in", raw     # a bare frame
+            elif isinstance(record, dict) and record.get("dir") in ("in", "out"):
+                host, direction, line = record.get("host"), record["dir"], record.get("line")
+            else:
+                raise RecordError(f"{where}: neither a record with dir in/out nor a bare frame")
+            if direction == "out":
+                key = id_key(record.get("id"))
+                if key is None or not isinstance(record.get("method"), str):
+                    raise RecordError(f"{where}: an out record needs an integer or string id and a method")
+                sent[(host, key)] = record["method"]
+                continue
+            if not isinstance(line, str):
+                raise RecordError(f"{where}: an in record needs the frame's text in `line`")
+            checked += 1
+            try:
+                frame = json.loads(line, object_pairs_hook=_no_duplicate_keys)
+            except ValueError as error:
+                problems.append(f"{where}: not a JSON frame ({error}): {short(line)}")
+                continue
+            method = None
+            if isinstance(frame, dict) and "method" not in frame and ("result" in frame or "error" in frame):
+                key = id_key(frame.get("id"))
+                if key is not None:
+                    answers[(host, key)] += 1
+                    if answers[(host, key)] == 1:
+                        first_answer[(host, key)] = where
+                    elif answers[(host, key)] == 2:
+                        problems.append(f"{where}: request id {key[1]!r} answered again (first at {first_answer[(host, key)]})")
+                    if host is not None:
+                        method = sent.get((host, key))
+                        if method is None:
+                            problems.append(f"{where}: answer to an id that was never sent: {short(line)}")
+            for problem in frame_problems(spec, frame, method):
+                problems.append(f"{where}: {problem}\n    frame: {short(line)}")
+    return checked, problems
+
+
+class RecordError(Exception):
+    pass
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    try:
+        checked, problems = validate([Path(name) for name in argv])
+    except (OSError, RecordError) as error:
+        print(f"validate_frames: {error}", file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(problem)
+    print(f"validate_frames: {checked} frames checked against {SPEC_PATH.name}, {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,529 @@
+// Types of @authbridge/client, written by hand from bridge-spec/openrpc.json (protocol 1.0).
+// Names are the spec's schema names. Results may carry members a newer host adds: receivers
+// ignore unknown members (bridge-spec §3), so these interfaces list what 1.0 defines.
+
+import { EventEmitter } from 'node:events';
+
+// ── Shapes (components/schemas) ─────────────────────────────────────────────
+
+/** A JSON-RPC request id. */
+export type RequestId = string | number;
+/** Milliseconds since the Unix epoch (UTC). */
+export type Timestamp = number;
+/** How a sign-in is carried out. */
+export type Flow = 'browser' | 'external' | 'device' | 'session';
+/** A stable machine word (camelCase, or a provider's own code such as `invalid_grant`). */
+export type Reason = string;
+
+/** Who is signed in. Every member is optional. */
+export interface Account {
+  /** Stable account id at the provider (e.g. OIDC `sub`): what `account` params name. */
+  id?: string;
+  name?: string;
+  email?: string;
+}
+
+/** A cookie a frontend must set for its web views to be authorized. */
+export interface Cookie {
+  name: string;
+  value: string;
+  domain: string;
+  path: string;
+  /** Lifetime in seconds. */
+  maxAge?: number;
+  secure?: boolean;
+  httpOnly?: boolean;
+}
+
+/** A cookie a frontend's web view should delete; never a value. */
+export interface CookieRef {
+  name: string;
+  domain: string;
+  path: string;
+}
+
+/** Where tokens are kept and how they are protected. */
+export interface StorageInfo {
+  backend: 'memory' | 'encrypted-file' | 'secret-service';
+  protection: 'none' | 'encrypted' | 'keyring';
+}
+
+export interface LoadedPlugin {
+  id: string;
+  status: 'loaded';
+  version: string;
+  displayName: string;
+  description: string;
+  flows: Flow[];
+  capabilities: string[];
+  /** JSON Schema of a profile's `settings`. */
+  settings?: object;
+  /** The shared library. */
+  path: string;
+  /** Further descriptor fields from the plugin. */
+  [member: string]: unknown;
+}
+
+export interface RefusedPlugin {
+  id?: string;
+  status: 'refused';
+  reason: 'invalidManifest' | 'insecurePermissions' | 'symlinkEscapes' | 'duplicateId' | 'abiMismatch'
+    | 'loadFailed' | 'missingSymbol' | 'badEntry' | 'initFailed' | 'describeFailed';
+  message: string;
+  /** The manifest. */
+  path: string;
+}
+
+/** One plugin manifest the host found: loaded, or refused with a reason. */
+export type PluginStatus = LoadedPlugin | RefusedPlugin;
+
+/** A configured provider profile: a plugin plus settings. `provider` params name profiles. */
+export interface ProfileInfo {
+  name: string;
+  plugin: string;
+  status: 'ready' | 'error';
+  /** Why the profile is in error (present when status is "error"). */
+  message?: string;
+  flows: Flow[];
+  source: 'config' | 'runtime';
+}
+
+/** The state of one profile's session. */
+export interface SignInStatus {
+  provider: string;
+  /** signedIn (reason valid | refreshed | signedIn), notSignedIn (noTokens, userSignedOut, revoked…),
+   *  offline (reason transient; tokens kept, `message` says what failed), licenseRevoked. */
+  state: 'signedIn' | 'notSignedIn' | 'offline' | 'licenseRevoked';
+  account: Account | null;
+  /** Access-token expiry; null when unknown or not signed in. */
+  expiresAt: Timestamp | null;
+  reason: Reason | null;
+  message?: string;
+  storage?: StorageInfo;
+  /** listAccounts only: whether this is the profile's current account. */
+  current?: boolean;
+}
+
+export interface RevocationFailure {
+  /** A token name (e.g. "refresh_token"), never a value. */
+  token: string;
+  reason: Reason;
+  message: string;
+}
+
+export interface ServerCapabilities {
+  batches: false;
+  cancellation: true;
+  flows: Flow[];
+  notifications: Array<'session/changed' | 'signIn/progress'>;
+}
+
+export interface InitializeParams {
+  /** "MAJOR.MINOR"; default the client's PROTOCOL_VERSION. */
+  protocolVersion?: string;
+  clientInfo?: { name: string; version?: string; [member: string]: unknown };
+  capabilities?: object;
+}
+
+export interface InitializeResult {
+  protocolVersion: string;
+  serverInfo: { name: 'authbridge'; version: string };
+  capabilities: ServerCapabilities;
+  providers: PluginStatus[];
+  profiles: ProfileInfo[];
+  storage: StorageInfo;
+  /** Start-up problems that did not stop the host. */
+  warnings?: string[];
+}
+
+// ── Params (methods[].x-params) ─────────────────────────────────────────────
+
+export interface ConfigureProfileParams {
+  name: string;
+  plugin: string;
+  settings?: Record<string, unknown>;
+}
+
+export interface RemoveProfileParams {
+  name: string;
+}
+
+export interface ListAccountsParams {
+  provider?: string;
+}
+
+export interface CheckSignInStatusParams {
+  provider: string;
+  /** Account.id; absent: the profile's current account. */
+  account?: string;
+}
+
+export interface RequestOAuthTokensParams {
+  provider: string;
+  /** Default: the profile's first flow. */
+  flow?: Flow;
+  /** Required by (and only used by) flow "session". Secret: never logged. */
+  sessionId?: string;
+  scopes?: string[];
+  loginHint?: string;
+  /** How long the host waits for the user (1 000–3 600 000 ms; default 300 000). */
+  timeoutMs?: number;
+  /** external flow: the redirect URI to register (default the profile's). */
+  redirectUri?: string;
+}
+
+export interface CompleteSignInParams {
+  provider: string;
+  /** The full redirect URL the frontend intercepted. */
+  callbackUrl: string;
+}
+
+export interface SignOutParams {
+  provider: string;
+  account?: string;
+}
+
+export interface GetAccessTokenParams {
+  provider: string;
+  account?: string;
+  /** Refresh first when the token expires sooner than this (default 60 000). */
+  minValidityMs?: number;
+}
+
+export interface FetchParams {
+  provider: string;
+  account?: string;
+  /** Absolute https URL (loopback IP literals may use http), or a path resolved against the API base URL. */
+  url: string;
+  method?: 'GET' | 'HEAD' | 'POST' | 'PUT' | 'PATCH' | 'DELETE' | 'OPTIONS';
+  headers?: Record<string, string>;
+  /** Sent as UTF-8. */
+  body?: string;
+  /** Whole-request timeout at the host (1 000–300 000 ms; default 30 000). */
+  timeoutMs?: number;
+}
+
+// ── Results ─────────────────────────────────────────────────────────────────
+
+export interface ListProvidersResult {
+  plugins: PluginStatus[];
+  profiles: ProfileInfo[];
+}
+
+export interface RemoveProfileResult {
+  removed: boolean;
+}
+
+export interface ListAccountsResult {
+  accounts: Array<SignInStatus & { current: boolean }>;
+}
+
+export interface CompleteSignInResult {
+  accepted: true;
+}
+
+export interface SignOutResult {
+  provider: string;
+  account?: Account | null;
+  signedOut: true;
+  /** Token names revoked at the provider. */
+  revoked: string[];
+  failures: RevocationFailure[];
+  /** Cookies of this provider to delete from the frontend's web view. */
+  clearCookies?: CookieRef[];
+}
+
+export interface AccessTokenResult {
+  provider: string;
+  account?: Account | null;
+  accessToken: string;
+  tokenType: string;
+  expiresAt: Timestamp | null;
+  /** Header fields to add to API requests (e.g. Authorization). */
+  headers: Record<string, string>;
+  cookies: Cookie[];
+}
+
+export interface FetchResult {
+  status: number;
+  /** Lower-case names; repeated fields joined with ", ". */
+  headers: Record<string, string>;
+  /** Decoded as UTF-8. */
+  body: string;
+}
+
+// ── Events (notifications) ──────────────────────────────────────────────────
+
+export interface SessionChangedParams {
+  provider: string;
+  state: 'signedIn' | 'refreshed' | 'signedOut' | 'licenseRevoked';
+  /** signedOut: userSignedOut | revoked | invalidGrant | licenseRevoked | expired | profileChanged. */
+  reason: Reason;
+  message?: string;
+  account?: Account;
+  clearCookies?: CookieRef[];
+}
+
+export type SignInStage = 'openUrl' | 'deviceCode' | 'waiting' | 'exchanging' | 'plugin';
+
+export interface SignInProgressParams {
+  provider: string;
+  /** The id of the requestOAuthTokens call this sign-in serves. */
+  requestId: RequestId;
+  stage: SignInStage;
+  /** openUrl: the page to open. */
+  url?: string;
+  /** external flow: the redirect prefix to intercept and pass to completeSignIn. */
+  callbackPrefix?: string;
+  userCode?: string;
+  verificationUri?: string;
+  verificationUriComplete?: string;
+  expiresAt?: Timestamp;
+  message?: string;
+}
+
+export interface ExitInfo {
+  /** The exit status, or null when a signal ended the host or it never started. */
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** Set when the host could not be started (e.g. ENOENT). */
+  error: Error | null;
+  /** Its last stderr lines, oldest first. */
+  stderrTail: string[];
+}
+
+/** The bridge's events and their listener arguments (a type, not an interface: EventEmitter's event map). */
+export type BridgeEvents = {
+  'session/changed': [params: SessionChangedParams];
+  'signIn/progress': [params: SignInProgressParams];
+  notification: [notification: { method: string; params: unknown }];
+  exit: [info: ExitInfo];
+  protocolError: [error: AuthBridgeError];
+};
+
+// ── Errors ──────────────────────────────────────────────────────────────────
+
+/** `error.data`. Never contains a token. */
+export interface ErrorData {
+  provider?: string;
+  reason?: Reason;
+  retryable?: boolean;
+  /** The param or setting concerned (dotted path). */
+  field?: string;
+  /** -32601: the unknown method. */
+  method?: string;
+  /** -32010: the protocol versions the host speaks. */
+  supported?: string[];
+  /** The provider's HTTP status, when there was one. */
+  status?: number;
+}
+
+export declare const PROTOCOL_VERSION: '1.0';
+export declare const CLIENT_VERSION: string;
+
+export declare const ErrorCodes: Readonly<{
+  ParseError: -32700;
+  InvalidRequest: -32600;
+  MethodNotFound: -32601;
+  InvalidParams: -32602;
+  InternalError: -32603;
+  ServerNotInitialized: -32002;
+  RequestCancelled: -32800;
+  NotSignedIn: -32001;
+  ProviderUnknown: -32003;
+  ProviderRefused: -32004;
+  UserCancelled: -32005;
+  Timeout: -32006;
+  ProviderUnavailable: -32007;
+  PluginError: -32008;
+  Unsupported: -32009;
+  UnsupportedProtocolVersion: -32010;
+  StorageError: -32011;
+  NoPendingSignIn: -32012;
+  ConfigurationError: -32013;
+}>;
+
+/** Base of every error the client rejects with. */
+export declare class AuthBridgeError extends Error {
+  constructor(message: string, details?: { code?: number | null; data?: ErrorData; method?: string; requestId?: RequestId; cause?: unknown });
+  /** The JSON-RPC error code; null for client-made errors without one (HostExitedError). */
+  readonly code: number | null;
+  /** `error.data` as the host sent it. */
+  readonly data: ErrorData | undefined;
+  /** The bridge method of the failed call. */
+  readonly method: string | undefined;
+  readonly requestId: RequestId | undefined;
+  /** `data.provider`. */
+  readonly provider: string | undefined;
+  /** `data.reason`: a stable word. */
+  readonly reason: Reason | undefined;
+  /** `data.field`. */
+  readonly field: string | undefined;
+  /** True when the same request may succeed later without user action. */
+  readonly retryable: boolean;
+}
+
+export declare class ParseError extends AuthBridgeError {}
+export declare class InvalidRequestError extends AuthBridgeError {}
+export declare class MethodNotFoundError extends AuthBridgeError {}
+export declare class InvalidParamsError extends AuthBridgeError {}
+export declare class InternalError extends AuthBridgeError {}
+export declare class ServerNotInitializedError extends AuthBridgeError {}
+/** -32800. */
+export declare class RequestCancelledError extends AuthBridgeError {}
+/** -32001. */
+export declare class NotSignedInError extends AuthBridgeError {}
+/** -32003. */
+export declare class ProviderUnknownError extends AuthBridgeError {}
+/** -32004. */
+export declare class ProviderRefusedError extends AuthBridgeError {}
+/** -32005. */
+export declare class UserCancelledError extends AuthBridgeError {}
+/** -32006 (retryable). */
+export declare class TimeoutError extends AuthBridgeError {}
+/** -32007 (retryable). */
+export declare class ProviderUnavailableError extends AuthBridgeError {}
+/** -32008. */
+export declare class PluginError extends AuthBridgeError {}
+/** -32009. */
+export declare class UnsupportedError extends AuthBridgeError {}
+/** -32010. */
+export declare class UnsupportedProtocolVersionError extends AuthBridgeError {
+  readonly supported: string[] | undefined;
+}
+/** -32011. */
+export declare class StorageError extends AuthBridgeError {}
+/** -32012. */
+export declare class NoPendingSignInError extends AuthBridgeError {}
+/** -32013. */
+export declare class ConfigurationError extends AuthBridgeError {}
+
+/** The call's AbortSignal fired; the host was sent `$/cancelRequest`. name "AbortError", code -32800, cause = the signal's reason. */
+export declare class AbortError extends RequestCancelledError {
+  readonly name: 'AbortError';
+}
+
+/** The call's `timeoutMs` ran out; the host was sent `$/cancelRequest`. Code -32006, reason "clientTimeout". */
+export declare class RequestTimeoutError extends TimeoutError {
+  readonly timeoutMs: number;
+}
+
+/** The host is gone: pending and later calls reject with this. Start a new bridge. */
+export declare class HostExitedError extends AuthBridgeError {
+  readonly exitCode: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly stderrTail: string[];
+}
+
+/** Error class by code. */
+export declare const errorClasses: Readonly<Record<number, typeof AuthBridgeError>>;
+/** The error for a JSON-RPC error object. */
+export declare function errorFromResponse(error: { code: number; message: string; data?: ErrorData }, call?: { method?: string; requestId?: RequestId }): AuthBridgeError;
+
+// ── The client ──────────────────────────────────────────────────────────────
+
+export interface AuthBridgeOptions {
+  /** The authbridge executable; default $AUTHBRIDGE, else `authbridge` on PATH. */
+  hostPath?: string;
+  /** Plugin folders (`--plugins DIR`, repeatable). */
+  plugins?: string | string[];
+  /** `--no-default-plugins`: only the `plugins` folders. */
+  noDefaultPlugins?: boolean;
+  /** `--config FILE`. */
+  config?: string;
+  /** `--log-level` of the host's stderr log. */
+  logLevel?: 'trace' | 'debug' | 'info' | 'notice' | 'warning' | 'error' | 'critical';
+  /** `--vault`: encrypted-file (default), secret-service or memory. */
+  vault?: 'encrypted-file' | 'secret-service' | 'memory';
+  /** `--vault-dir`. */
+  vaultDir?: string;
+  /** `--open-browser`: the host itself runs xdg-open for browser sign-ins. */
+  openBrowser?: boolean;
+  /** Further host arguments, after `serve` and the options above. */
+  args?: string[];
+  /** The host's environment (default: this process's). */
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  /** initialize's protocolVersion (default PROTOCOL_VERSION). */
+  protocolVersion?: string;
+  /** initialize's clientInfo (default {name: "authbridge-node-client", version: CLIENT_VERSION}). */
+  clientInfo?: { name: string; version?: string };
+  capabilities?: object;
+  /** Bound of start(): spawn + initialize (default 30 000 ms). */
+  startTimeoutMs?: number;
+  /** Aborts start(). */
+  signal?: AbortSignal;
+  /** Default `timeoutMs` of every call (default: none). */
+  requestTimeoutMs?: number;
+  /** close(): how long the host gets to exit before SIGTERM (default 5 000 ms). */
+  closeTimeoutMs?: number;
+  /** How many stderr lines to keep for HostExitedError (default 50). */
+  stderrLines?: number;
+  /** Each line of the host's log (it is drained whether or not this is set). */
+  onStderr?: (line: string) => void;
+  /** A tap on every frame: `in` from the host (after parsing; `line` is its exact text), `out` to it. */
+  onFrame?: (frame: any, direction: 'in' | 'out', line: string) => void;
+}
+
+export interface CallOptions {
+  /** Aborting sends `$/cancelRequest` and rejects with AbortError. */
+  signal?: AbortSignal;
+  /** Client-side bound: then `$/cancelRequest` and a RequestTimeoutError. */
+  timeoutMs?: number;
+}
+
+export interface SignInOptions extends CallOptions {
+  /** This sign-in's signIn/progress events (open `url` on stage "openUrl"). */
+  onProgress?: (params: SignInProgressParams) => void;
+}
+
+export declare class AuthBridge extends EventEmitter<BridgeEvents> {
+  /** Spawns and initializes a host. */
+  static start(options?: AuthBridgeOptions): Promise<AuthBridge>;
+  /** Spawns a host without initializing it (call initialize()). */
+  constructor(options?: AuthBridgeOptions);
+
+  readonly initializeResult: InitializeResult | null;
+  readonly serverInfo: InitializeResult['serverInfo'] | undefined;
+  readonly capabilities: ServerCapabilities | undefined;
+  readonly storage: StorageInfo | undefined;
+  readonly pid: number | undefined;
+  readonly running: boolean;
+  /** Resolves when the host is gone. */
+  readonly exited: Promise<ExitInfo>;
+  stderrTail(): string[];
+
+  initialize(params?: InitializeParams, options?: CallOptions): Promise<InitializeResult>;
+  /** shutdown, exit, bounded wait, SIGTERM, SIGKILL. */
+  close(options?: { timeoutMs?: number }): Promise<ExitInfo>;
+
+  request<T = unknown>(method: string, params?: object, options?: SignInOptions): Promise<T>;
+  notify(method: string, params?: object): void;
+
+  listProviders(options?: CallOptions): Promise<ListProvidersResult>;
+  configureProfile(params: ConfigureProfileParams, options?: CallOptions): Promise<ProfileInfo>;
+  removeProfile(params: RemoveProfileParams | string, options?: CallOptions): Promise<RemoveProfileResult>;
+  listAccounts(params?: ListAccountsParams | string, options?: CallOptions): Promise<ListAccountsResult>;
+  checkSignInStatus(params: CheckSignInStatusParams | string, options?: CallOptions): Promise<SignInStatus>;
+  requestOAuthTokens(params: RequestOAuthTokensParams | string, options?: SignInOptions): Promise<SignInStatus>;
+  completeSignIn(params: CompleteSignInParams, options?: CallOptions): Promise<CompleteSignInResult>;
+  getAccessToken(params: GetAccessTokenParams | string, options?: CallOptions): Promise<AccessTokenResult>;
+  fetch(params: FetchParams, options?: CallOptions): Promise<FetchResult>;
+  signOut(params: SignOutParams | string, options?: CallOptions): Promise<SignOutResult>;
+  /** rpc.discover: the OpenRPC document. */
+  discover(options?: CallOptions): Promise<Record<string, unknown>>;
+}
+
+/** The argv of `authbridge serve` for the options. */
+export declare function hostArguments(options?: AuthBridgeOptions): string[];
+/** The host executable for the options: hostPath, $AUTHBRIDGE, or `authbridge`. */
+export declare function resolveHostPath(options?: AuthBridgeOptions): string;
+
+/** The longest line the host may write: 64 MiB. */
+export declare const MAX_LINE_BYTES: number;
+/** Cuts a byte stream into lines (frames split across chunks, large frames, CRLF, blank lines). */
+export declare class LineDecoder {
+  constructor(onLine: (line: string) => void, options?: { maxLineBytes?: number; onOverflow?: (bytes: number) => void });
+  push(chunk: Buffer): void;
+  end(): void;
+}

@@ -1,0 +1,418 @@
+// AuthBridge: a promise API over one `authbridge serve` host.
+//
+// Each bridge method sends one JSON-RPC request and settles with its answer: the result, or an
+// error of the class that matches the error code (protocol.js). The host's notifications are
+// EventEmitter events named as in the spec ('session/changed', 'signIn/progress').
+//
+// Ids are integers from 1, one per call, so an answer finds its call in `#pending` whatever order
+// the host answers in (it answers as requests finish, bridge-spec §1).
+
+import { EventEmitter } from 'node:events';
+import { HostProcess } from './transport.js';
+import {
+  AbortError,
+  AuthBridgeError,
+  HostExitedError,
+  PROTOCOL_VERSION,
+  RequestTimeoutError,
+  errorFromResponse,
+  frameKind,
+  notificationFrame,
+  requestFrame,
+} from './protocol.js';
+
+/**
+ * Options of one call.
+ * @typedef {object} CallOptions
+ * @property {AbortSignal} [signal] aborting sends `$/cancelRequest` and rejects with AbortError
+ * @property {number} [timeoutMs] the client's bound: then `$/cancelRequest` and RequestTimeoutError
+ * @property {(params: object) => void} [onProgress] requestOAuthTokens: this call's signIn/progress events
+ */
+
+/** This package's version (sent as `clientInfo.version`); kept equal to package.json by a test. */
+export const CLIENT_VERSION = '0.1.0';
+
+const DEFAULT_START_TIMEOUT_MS = 30_000;
+const DEFAULT_CLOSE_TIMEOUT_MS = 5_000;
+/** After SIGTERM, how long the host gets before SIGKILL. */
+const KILL_GRACE_MS = 2_000;
+/** How many of the host's last stderr lines an error message quotes (all are in `stderrTail`). */
+const STDERR_LINES_IN_MESSAGE = 10;
+
+/** `'dot'` → `{provider: 'dot'}`: the common case of methods that only need a profile name. */
+const providerParams = (params) => (typeof params === 'string' ? { provider: params } : params);
+
+/**
+ * The argv of `authbridge serve` for the options (see AuthBridgeOptions in index.d.ts).
+ * @param {object} options
+ */
+export function hostArguments(options = {}) {
+  const args = ['serve'];
+  if (options.noDefaultPlugins) args.push('--no-default-plugins');
+  for (const folder of [].concat(options.plugins ?? [])) args.push('--plugins', folder);
+  if (options.config) args.push('--config', options.config);
+  if (options.logLevel) args.push('--log-level', options.logLevel);
+  if (options.vault) args.push('--vault', options.vault);
+  if (options.vaultDir) args.push('--vault-dir', options.vaultDir);
+  if (options.openBrowser) args.push('--open-browser');
+  return args.concat(options.args ?? []);
+}
+
+/** Where the host executable is: the option, else $AUTHBRIDGE, else `authbridge` on PATH. */
+export function resolveHostPath(options = {}) {
+  return options.hostPath || process.env.AUTHBRIDGE || 'authbridge';
+}
+
+/**
+ * A running `authbridge` host and the calls made to it.
+ *
+ * Events:
+ * - `'session/changed'` (params): a session changed (signed in, refreshed, signed out, licence revoked);
+ * - `'signIn/progress'` (params): a sign-in moved on (`stage` `openUrl`: open `params.url`);
+ * - `'notification'` ({method, params}): every notification, including ones this client does not know;
+ * - `'exit'` ({code, signal, error, stderrTail}): the host is gone (after close(), or it died);
+ * - `'protocolError'` (Error): the host wrote something that is not a valid frame, or answered a
+ *   request that was never sent. Never thrown: the bridge goes on.
+ */
+export class AuthBridge extends EventEmitter {
+  /** @type {HostProcess} */
+  #host;
+  #nextId = 1;
+  /** id → {method, resolve, reject, onProgress} of calls waiting for their answer */
+  #pending = new Map();
+  /** ids the client cancelled: their late answer (-32800 or a result) is expected and dropped */
+  #cancelled = new Set();
+  #closing = null;
+  #onFrame;
+  #requestTimeoutMs;
+  #closeTimeoutMs;
+  #options;
+
+  /**
+   * Starts a host and initializes it: the usual way to get a bridge.
+   * Rejects (and stops the host) when the host cannot be started or refuses `initialize`
+   * (e.g. UnsupportedProtocolVersionError), or when `startTimeoutMs` passes first.
+   * @param {object} [options] AuthBridgeOptions
+   * @returns {Promise<AuthBridge>}
+   */
+  static async start(options = {}) {
+    const bridge = new AuthBridge(options);
+    try {
+      await bridge.initialize(
+        { protocolVersion: options.protocolVersion, clientInfo: options.clientInfo, capabilities: options.capabilities },
+        { timeoutMs: options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS, signal: options.signal },
+      );
+    } catch (error) {
+      await bridge.close({ timeoutMs: 2_000 }).catch(() => {});
+      throw error;
+    }
+    return bridge;
+  }
+
+  /**
+   * Spawns the host without initializing it (start() does both). For callers that want to
+   * send `initialize` themselves, e.g. to retry it with another protocol version.
+   * @param {object} [options] AuthBridgeOptions
+   */
+  constructor(options = {}) {
+    super();
+    this.#options = options;
+    this.#onFrame = options.onFrame;
+    this.#requestTimeoutMs = options.requestTimeoutMs;
+    this.#closeTimeoutMs = options.closeTimeoutMs ?? DEFAULT_CLOSE_TIMEOUT_MS;
+    /** The InitializeResult, once initialize() succeeded. */
+    this.initializeResult = null;
+
+    this.#host = new HostProcess(resolveHostPath(options), hostArguments(options), {
+      env: options.env,
+      cwd: options.cwd,
+      stderrLines: options.stderrLines,
+    });
+    this.#host.on('line', (line) => this.#receive(line));
+    this.#host.on('overflow', (bytes) =>
+      this.#protocolError(`the host wrote a line of ${bytes} bytes, over the 64 MiB frame limit; it was dropped`));
+    if (options.onStderr) this.#host.on('stderr', options.onStderr);
+    this.#host.on('exit', (info) => this.#hostExited(info));
+    /** Resolves with {code, signal, error, stderrTail} when the host is gone. */
+    this.exited = this.#host.exited;
+  }
+
+  // ── Lifecycle ──────────────────────────────────────────────────────────
+
+  /**
+   * Sends `initialize` (then the `initialized` notification). start() calls it for you.
+   * @param {{protocolVersion?: string, clientInfo?: {name: string, version?: string}, capabilities?: object}} [params]
+   * @param {CallOptions} [options]
+   */
+  async initialize(params = {}, options = {}) {
+    const result = await this.request('initialize', {
+      protocolVersion: params.protocolVersion ?? PROTOCOL_VERSION,
+      clientInfo: params.clientInfo ?? { name: 'authbridge-node-client', version: CLIENT_VERSION },
+      capabilities: params.capabilities ?? {},
+    }, options);
+    this.initializeResult = result;
+    this.notify('initialized', {});
+    return result;
+  }
+
+  /** `serverInfo` of the InitializeResult ({name: "authbridge", version}). */
+  get serverInfo() { return this.initializeResult?.serverInfo; }
+  /** `capabilities` of the InitializeResult (flows, notifications…). */
+  get capabilities() { return this.initializeResult?.capabilities; }
+  /** Where the host keeps tokens ({backend, protection}). */
+  get storage() { return this.initializeResult?.storage; }
+  /** The host's process id (undefined when it could not be started). */
+  get pid() { return this.#host.pid; }
+  /** Whether the host is still there (false after close() or once it died). */
+  get running() { return this.#host.running && this.#closing === null; }
+  /** The host's last stderr lines (its log), oldest first. */
+  stderrTail() { return this.#host.stderrTail(); }
+
+  /**
+   * Stops the host cleanly: `shutdown`, then `exit` and end of input; if it has not exited within
+   * `timeoutMs`, SIGTERM, and SIGKILL 2 s later. Calls still pending are answered by the host
+   * (-32800 when `exit` cancels them) or reject with HostExitedError. Safe to call twice.
+   * @param {{timeoutMs?: number}} [options]
+   * @returns {Promise<{code: number|null, signal: string|null, error: Error|null, stderrTail: string[]}>}
+   */
+  close({ timeoutMs = this.#closeTimeoutMs } = {}) {
+    this.#closing ??= (async () => {
+      const host = this.#host;
+      const deadline = Date.now() + timeoutMs;
+      if (host.running) {
+        try {
+          await this.#call('shutdown', undefined, { timeoutMs: Math.max(timeoutMs, 1) });
+        } catch {
+          // Gone already, not initialized, or too slow: exit / EOF / signals below still stop it.
+        }
+        this.notify('exit');
+        host.endInput();
+        if (!(await exitedWithin(host, deadline - Date.now()))) {
+          host.kill('SIGTERM');
+          if (!(await exitedWithin(host, KILL_GRACE_MS))) {
+            host.kill('SIGKILL');
+          }
+        }
+      }
+      return host.exited;
+    })();
+    return this.#closing;
+  }
+
+  // ── Raw JSON-RPC ───────────────────────────────────────────────────────
+
+  /**
+   * Sends a request and resolves with its result (or rejects with the error class of its code).
+   * @param {string} method
+   * @param {object} [params]
+   * @param {CallOptions} [options] `signal` (abort → `$/cancelRequest`, AbortError),
+   *   `timeoutMs` (→ `$/cancelRequest`, RequestTimeoutError), `onProgress` (this call's
+   *   `signIn/progress` events)
+   */
+  request(method, params, options = {}) {
+    if (this.#closing !== null) {
+      return Promise.reject(new HostExitedError(`the bridge was closed; cannot send ${method}`, { method, ...this.#exitDetails() }));
+    }
+    return this.#call(method, params, options);
+  }
+
+  /** Sends a notification (no answer). Ignored once the host is gone. */
+  notify(method, params) {
+    this.#send(notificationFrame(method, params));
+  }
+
+  #call(method, params, { signal, timeoutMs = this.#requestTimeoutMs, onProgress } = {}) {
+    return new Promise((resolve, reject) => {
+      if (!this.#host.running) {
+        reject(this.#hostExitedError(this.#host.exitInfo, method));
+        return;
+      }
+      if (signal?.aborted) {
+        reject(new AbortError(`${method} was aborted before it was sent`, { method, cause: signal.reason }));
+        return;
+      }
+      const id = this.#nextId++;
+      let timer = null;
+      const onAbort = () => {
+        this.#cancel(id);
+        settle(reject, new AbortError(`${method} (#${id}) was aborted`, { method, requestId: id, cause: signal.reason }));
+      };
+      const settle = (how, value) => {
+        if (!this.#pending.delete(id)) return;
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        how(value);
+      };
+      this.#pending.set(id, {
+        method,
+        onProgress,
+        resolve: (result) => settle(resolve, result),
+        reject: (error) => settle(reject, error),
+      });
+      signal?.addEventListener('abort', onAbort, { once: true });
+      if (timeoutMs !== undefined && timeoutMs !== null) {
+        timer = setTimeout(() => {
+          this.#cancel(id);
+          settle(reject, new RequestTimeoutError(`${method} (#${id}) got no answer within ${timeoutMs} ms; it was cancelled`,
+            { method, requestId: id, timeoutMs }));
+        }, timeoutMs);
+      }
+      this.#send(requestFrame(id, method, params));
+    });
+  }
+
+  /** Tells the host to stop request `id`; its answer (-32800, or a result that won the race) is dropped. */
+  #cancel(id) {
+    if (!this.#host.running) return;
+    this.#cancelled.add(id);
+    this.notify('$/cancelRequest', { id });
+  }
+
+  #send(frame) {
+    const line = JSON.stringify(frame);
+    if (this.#host.writeLine(line) && this.#onFrame) userCode(() => this.#onFrame(frame, 'out', line));
+  }
+
+  #receive(line) {
+    let frame;
+    try {
+      frame = JSON.parse(line);
+    } catch (error) {
+      this.#protocolError(`the host wrote a line that is not JSON: ${line.slice(0, 200)}`, error);
+      return;
+    }
+    if (this.#onFrame) userCode(() => this.#onFrame(frame, 'in', line));
+    switch (frameKind(frame)) {
+      case 'notification':
+        this.#dispatchNotification(frame.method, frame.params);
+        return;
+      case 'response':
+        this.#dispatchResponse(frame, line);
+        return;
+      default:
+        this.#protocolError(`the host wrote a frame that is neither a response nor a notification: ${line.slice(0, 200)}`);
+    }
+  }
+
+  #dispatchResponse(frame, line) {
+    const entry = this.#pending.get(frame.id);
+    if (!entry) {
+      if (this.#cancelled.delete(frame.id)) return; // the answer to a call we cancelled
+      if (frame.id === null && frame.error) {
+        // The host could not tell which request a frame was (-32700/-32600 with id null).
+        this.#protocolError(`the host refused a frame: ${frame.error.code} ${frame.error.message}`, errorFromResponse(frame.error));
+      } else {
+        this.#protocolError(`the host answered id ${JSON.stringify(frame.id)}, which no call is waiting for: ${line.slice(0, 200)}`);
+      }
+      return;
+    }
+    if ('error' in frame) entry.reject(errorFromResponse(frame.error, { method: entry.method, requestId: frame.id }));
+    else entry.resolve(frame.result);
+  }
+
+  #dispatchNotification(method, params) {
+    if (method === 'signIn/progress' && params) {
+      const entry = this.#pending.get(params.requestId);
+      if (entry?.onProgress) userCode(() => entry.onProgress(params));
+    }
+    userCode(() => this.emit('notification', { method, params }));
+    userCode(() => this.emit(method, params));
+  }
+
+  #protocolError(message, cause) {
+    const error = new AuthBridgeError(message, cause === undefined ? {} : { cause });
+    userCode(() => this.emit('protocolError', error));
+  }
+
+  #hostExited(info) {
+    for (const [id, entry] of this.#pending) entry.reject(this.#hostExitedError(info, entry.method, id));
+    this.#pending.clear();
+    this.#cancelled.clear();
+    userCode(() => this.emit('exit', info));
+  }
+
+  #exitDetails() {
+    const info = this.#host.exitInfo;
+    return info ? { exitCode: info.code, signal: info.signal, stderrTail: info.stderrTail } : { stderrTail: this.#host.stderrTail() };
+  }
+
+  #hostExitedError(info, method, id) {
+    const call = id === undefined ? `cannot send ${method}` : `before answering ${method} (#${id})`;
+    let how;
+    if (info.error) how = `could not be started (${info.error.message})`;
+    else if (info.signal) how = `was killed by ${info.signal}`;
+    else how = `exited with code ${info.code}`;
+    const tail = info.stderrTail.slice(-STDERR_LINES_IN_MESSAGE);
+    const log = tail.length ? `; its last log lines:\n  ${tail.join('\n  ')}` : '; it logged nothing';
+    return new HostExitedError(`authbridge ${how}: ${call}${log}`, {
+      method, requestId: id, exitCode: info.code, signal: info.signal, stderrTail: info.stderrTail, cause: info.error ?? undefined,
+    });
+  }
+
+  // ── Bridge methods (bridge-spec §4) ─────────────────────────────────────
+  // `params` are the spec's named params; where only a profile is needed, a string is accepted.
+
+  /** The plugins the host found (loaded or refused, and why) and the configured profiles. */
+  listProviders(options) { return this.request('listProviders', {}, options); }
+
+  /** Adds or replaces a profile for this host process (never written to the config file). */
+  configureProfile(params, options) { return this.request('configureProfile', params, options); }
+
+  /** Removes a profile for this host process and discards its stored session (nothing is revoked). */
+  removeProfile(params, options) {
+    return this.request('removeProfile', typeof params === 'string' ? { name: params } : params, options);
+  }
+
+  /** Every signed-in account (of one provider, or of all). Local knowledge: never calls a provider. */
+  listAccounts(params = {}, options) { return this.request('listAccounts', providerParams(params), options); }
+
+  /** The state of a profile's session (`signedIn`, `notSignedIn`, `offline`, `licenseRevoked`). Never an error for a bad session. */
+  checkSignInStatus(params, options) { return this.request('checkSignInStatus', providerParams(params), options); }
+
+  /**
+   * Signs in; resolves when the sign-in has finished. Watch `signIn/progress` (or pass
+   * `options.onProgress`) for the URL to open (`stage: 'openUrl'`) or the device code.
+   * `params.timeoutMs` bounds the host's wait for the user; `options.timeoutMs` the client's.
+   */
+  requestOAuthTokens(params, options) { return this.request('requestOAuthTokens', providerParams(params), options); }
+
+  /** Hands an intercepted redirect (external flow) to the pending sign-in. */
+  completeSignIn(params, options) { return this.request('completeSignIn', params, options); }
+
+  /** An access token (refreshed first when needed) and the headers/cookies to authorize requests with. */
+  getAccessToken(params, options) { return this.request('getAccessToken', providerParams(params), options); }
+
+  /** An HTTP request made by the host with the session's authorization; any HTTP status is a result. */
+  fetch(params, options) { return this.request('fetch', params, options); }
+
+  /** Revokes at the provider (best effort), then deletes the tokens. */
+  signOut(params, options) { return this.request('signOut', providerParams(params), options); }
+
+  /** The OpenRPC document of the protocol (`rpc.discover`). */
+  discover(options) { return this.request('rpc.discover', undefined, options); }
+}
+
+/**
+ * Runs a listener or callback of the application. If it throws, the error is rethrown on its own
+ * tick (an uncaught exception, as from any EventEmitter listener) instead of here, where it would
+ * cut short the frames that came in the same chunk and leave their calls unanswered.
+ */
+function userCode(callback) {
+  try {
+    callback();
+  } catch (error) {
+    process.nextTick(() => { throw error; });
+  }
+}
+
+/** Resolves true when the host exits within `ms`, false otherwise; never leaves a timer behind. */
+function exitedWithin(host, ms) {
+  if (!host.running) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), Math.max(ms, 0));
+    host.exited.then(() => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
+}

@@ -1,0 +1,240 @@
+// The host process and its byte streams: spawning `authbridge serve`, cutting its stdout into
+// lines (NDJSON, bridge-spec §1), writing lines to its stdin, draining its stderr, and telling
+// when and how it ended. Nothing here knows JSON-RPC; the client (client.js) does.
+
+import { spawn } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+
+/** The longest line the host may write (bridge-spec §1): 64 MiB. */
+export const MAX_LINE_BYTES = 64 * 1024 * 1024;
+
+const NEWLINE = 0x0a;
+const CARRIAGE_RETURN = 0x0d;
+
+/**
+ * Cuts a byte stream into text lines.
+ *
+ * Why not readline: a frame may be split across any number of chunks (the pipe delivers 64 KiB
+ * at a time, `rpc.discover` is ~100 KB), a chunk may end inside a multi-byte UTF-8 character, and
+ * a line must be bounded so a broken peer cannot grow memory without limit. Chunks are kept as
+ * they come and joined once per line, so a large frame costs one copy, not one per chunk; each
+ * chunk is scanned for a newline once. A trailing `\r` is dropped and blank lines are skipped,
+ * as the spec allows.
+ */
+export class LineDecoder {
+  /**
+   * @param {(line: string) => void} onLine called with each complete line (without `\n`)
+   * @param {{maxLineBytes?: number, onOverflow?: (bytes: number) => void}} [options]
+   *   onOverflow is called once per line longer than maxLineBytes; that line is discarded up
+   *   to its `\n` and decoding goes on after it.
+   */
+  constructor(onLine, { maxLineBytes = MAX_LINE_BYTES, onOverflow = () => {} } = {}) {
+    this.onLine = onLine;
+    this.maxLineBytes = maxLineBytes;
+    this.onOverflow = onOverflow;
+    this.parts = [];        // Buffers of the current, unfinished line
+    this.partBytes = 0;
+    this.discarding = false; // inside an over-long line: drop bytes up to the next \n
+    this.discarded = 0;
+  }
+
+  /** Feeds one chunk. */
+  push(chunk) {
+    let start = 0;
+    while (start < chunk.length) {
+      const end = chunk.indexOf(NEWLINE, start);
+      if (end === -1) {
+        this.#append(chunk.subarray(start));
+        return;
+      }
+      this.#append(chunk.subarray(start, end));
+      this.#finishLine();
+      start = end + 1;
+    }
+  }
+
+  /** The stream ended: a last line without `\n` still counts. */
+  end() {
+    if (this.partBytes > 0 || this.discarding) this.#finishLine();
+  }
+
+  #append(bytes) {
+    if (bytes.length === 0) return;
+    if (this.discarding) {
+      this.discarded += bytes.length;
+      return;
+    }
+    if (this.partBytes + bytes.length > this.maxLineBytes) {
+      this.discarding = true;
+      this.discarded = this.partBytes + bytes.length;
+      this.parts = [];
+      this.partBytes = 0;
+      return;
+    }
+    this.parts.push(bytes);
+    this.partBytes += bytes.length;
+  }
+
+  #finishLine() {
+    if (this.discarding) {
+      const bytes = this.discarded;
+      this.discarding = false;
+      this.discarded = 0;
+      this.onOverflow(bytes);
+      return;
+    }
+    let line = this.parts.length === 1 ? this.parts[0] : Buffer.concat(this.parts, this.partBytes);
+    this.parts = [];
+    this.partBytes = 0;
+    if (line.length > 0 && line[line.length - 1] === CARRIAGE_RETURN) line = line.subarray(0, line.length - 1);
+    const text = line.toString('utf8');
+    if (text.trim() === '') return;
+    this.onLine(text);
+  }
+}
+
+/**
+ * Keeps the last `limit` lines of a text stream (the host's stderr), so an error can say what
+ * the host logged before it died without keeping the whole log.
+ */
+export class TailBuffer {
+  constructor(limit = 50) {
+    this.limit = limit;
+    this.lines = [];
+    this.partial = '';
+  }
+
+  /** Adds text; returns the complete lines it finished (for an optional live sink). */
+  push(text) {
+    const pieces = (this.partial + text).split('\n');
+    this.partial = pieces.pop();
+    if (this.partial.length > 4096) { // a runaway line: keep its start, as a line of its own
+      pieces.push(this.partial.slice(0, 4096) + '…');
+      this.partial = '';
+    }
+    for (const line of pieces) this.#keep(line.replace(/\r$/, ''));
+    return pieces;
+  }
+
+  end() {
+    if (this.partial) this.#keep(this.partial);
+    this.partial = '';
+  }
+
+  #keep(line) {
+    this.lines.push(line);
+    if (this.lines.length > this.limit) this.lines.shift();
+  }
+
+  /** The kept lines, oldest first (a copy). */
+  tail() {
+    return this.partial ? [...this.lines, this.partial].slice(-this.limit) : [...this.lines];
+  }
+}
+
+/**
+ * One `authbridge serve` child process.
+ *
+ * Events:
+ * - `line` (text): one line of stdout, i.e. one frame's text;
+ * - `overflow` (bytes): stdout carried a line longer than the 64 MiB limit (discarded);
+ * - `stderr` (line): one line of the host's log, if anyone listens (it is drained either way);
+ * - `exit` ({code, signal, error, stderrTail}): the host is gone and its stdout has been read to
+ *   the end, so every frame it wrote was delivered as a `line` before this. Emitted once.
+ *   `error` is set when it could not be started at all (e.g. ENOENT).
+ *
+ * Why wait for stdout's end before `exit`: the host writes the answers of cancelled requests
+ * just before it exits; reporting the exit first would turn those answers into "host exited"
+ * errors. The wait is bounded (a grandchild that inherited stdout must not hold it up).
+ */
+export class HostProcess extends EventEmitter {
+  /**
+   * @param {string} command the authbridge executable
+   * @param {string[]} args its arguments (`serve …`)
+   * @param {{env?: NodeJS.ProcessEnv, cwd?: string, stderrLines?: number, exitDrainMs?: number}} [options]
+   */
+  constructor(command, args, { env, cwd, stderrLines = 50, exitDrainMs = 1000 } = {}) {
+    super();
+    this.command = command;
+    this.args = args;
+    this.stderr = new TailBuffer(stderrLines);
+    /** {code, signal, error, stderrTail} once the host is gone, else null. */
+    this.exitInfo = null;
+    this.exited = new Promise((resolve) => this.once('exit', resolve));
+
+    const child = spawn(command, args, { env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
+    this.child = child;
+    this.pid = child.pid;
+
+    const decoder = new LineDecoder((line) => this.emit('line', line), {
+      onOverflow: (bytes) => this.emit('overflow', bytes),
+    });
+    let stdoutEnded = false;
+    let stderrEnded = false;
+    let processEnded = null; // {code, signal, error}
+    let drainTimer = null;
+    const settle = () => {
+      if (this.exitInfo || !processEnded) return;
+      if (!(stdoutEnded && stderrEnded) && drainTimer === null) {
+        drainTimer = setTimeout(() => { stdoutEnded = stderrEnded = true; settle(); }, exitDrainMs);
+        return;
+      }
+      if (!(stdoutEnded && stderrEnded)) return;
+      clearTimeout(drainTimer);
+      this.stderr.end();
+      this.exitInfo = { ...processEnded, stderrTail: this.stderr.tail() };
+      this.emit('exit', this.exitInfo);
+    };
+
+    child.stdout.on('data', (chunk) => decoder.push(chunk));
+    child.stdout.once('close', () => { decoder.end(); stdoutEnded = true; settle(); });
+    child.stderr.setEncoding('utf8');
+    // Always drained: a host whose stderr pipe fills up would block on its next log line.
+    child.stderr.on('data', (text) => {
+      const lines = this.stderr.push(text);
+      if (this.listenerCount('stderr') > 0) for (const line of lines) this.emit('stderr', line);
+    });
+    child.stderr.once('close', () => { stderrEnded = true; settle(); });
+    // Writing after the host closed its stdin (EPIPE) is reported through `exit`, not thrown.
+    child.stdin.on('error', () => {});
+    child.once('error', (error) => {
+      // Spawn failed (no such file, not executable): there is no process and there will be no 'exit'.
+      if (processEnded) return;
+      processEnded = { code: null, signal: null, error };
+      stdoutEnded = stderrEnded = true;
+      settle();
+    });
+    child.once('exit', (code, signal) => {
+      if (processEnded) return;
+      processEnded = { code, signal, error: null };
+      settle();
+    });
+  }
+
+  /** Whether the host is still there to talk to. */
+  get running() {
+    return this.exitInfo === null;
+  }
+
+  /** Writes one line (a `\n` is added). Returns false when the host is gone. */
+  writeLine(text) {
+    if (!this.running || this.child.stdin.destroyed || this.child.stdin.writableEnded) return false;
+    this.child.stdin.write(text + '\n');
+    return true;
+  }
+
+  /** Closes the host's stdin: end of input, which the host answers by stopping (spec §2). */
+  endInput() {
+    if (!this.child.stdin.destroyed && !this.child.stdin.writableEnded) this.child.stdin.end();
+  }
+
+  /** Sends a signal (if the host still runs). */
+  kill(signal = 'SIGTERM') {
+    if (this.running && this.child.exitCode === null && this.child.signalCode === null) this.child.kill(signal);
+  }
+
+  /** The host's last stderr lines. */
+  stderrTail() {
+    return this.stderr.tail();
+  }
+}

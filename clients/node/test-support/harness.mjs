@@ -1,0 +1,247 @@
+// Test harness of the Node client (outside test/, because `node --test test/` runs every .mjs
+// file under test/ as a test file).
+//
+// Environment:
+//   AUTHBRIDGE          the host executable (default <repo>/.build/debug/authbridge)
+//   AUTHBRIDGE_PLUGINS  the folder holding the bundled oidc plugin (default <repo>/.build/debug/plugins)
+//   AUTHBRIDGE_PYTHON   the Python with Django, DOT and jsonschema (default <repo>/.venv/bin/python)
+//   AUTHBRIDGE_FRAMES_FILE
+//                       optional: a JSONL file every test file appends the host's frames to
+//                       (default: one private file per test file). Each test file ends with a
+//                       test that runs Tests/tools/validate_frames.py over it.
+//
+// Every host runs isolated: its own plugin folder (a copy of oidc, 0755/0644), XDG folders and
+// HOME, no default plugin folders, no session bus. Every wait is bounded.
+
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { AuthBridge } from '../src/index.js';
+
+export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+export const HOST = process.env.AUTHBRIDGE || path.join(REPO, '.build', 'debug', 'authbridge');
+export const PLUGINS = process.env.AUTHBRIDGE_PLUGINS || path.join(REPO, '.build', 'debug', 'plugins');
+export const PYTHON = process.env.AUTHBRIDGE_PYTHON || path.join(REPO, '.venv', 'bin', 'python');
+export const VALIDATOR = path.join(REPO, 'Tests', 'tools', 'validate_frames.py');
+export const SPEC_PATH = path.join(REPO, 'bridge-spec', 'openrpc.json');
+
+/** Bound of one wait (a request, an event, a process exit). */
+export const WAIT_MS = 15_000;
+
+const OIDC_FILES = ['oidc.json', 'libauthbridge-oidc.so'];
+
+/** Fails early, with the way to fix it, when the host, plugins or Python are missing. */
+export function checkPrerequisites() {
+  assert.ok(fs.existsSync(HOST), `host not found at ${HOST}: set AUTHBRIDGE (or run make build)`);
+  for (const name of OIDC_FILES) {
+    assert.ok(fs.existsSync(path.join(PLUGINS, name)), `${name} not found in ${PLUGINS}: set AUTHBRIDGE_PLUGINS (or run make build)`);
+  }
+  assert.ok(fs.existsSync(PYTHON), `Python not found at ${PYTHON}: set AUTHBRIDGE_PYTHON (or run make deps)`);
+}
+
+/** A temporary folder removed when the process ends. */
+export function tempDir(prefix) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/**
+ * A private place for hosts: plugins/ (oidc copied with safe modes), and per host its own
+ * XDG folders and HOME. Returns a factory of `AuthBridge.start` options.
+ */
+export function sandbox() {
+  const root = tempDir('authbridge-nodeclient-');
+  const pluginDir = path.join(root, 'plugins');
+  fs.mkdirSync(pluginDir);
+  fs.chmodSync(pluginDir, 0o755);
+  for (const name of OIDC_FILES) {
+    fs.copyFileSync(path.join(PLUGINS, name), path.join(pluginDir, name));
+    fs.chmodSync(path.join(pluginDir, name), 0o644);
+  }
+  let hosts = 0;
+  return {
+    root,
+    pluginDir,
+    /** Start options of an isolated host (its own folder under root). */
+    hostOptions(extra = {}) {
+      const dir = path.join(root, `host${hosts++}`);
+      const env = { ...process.env };
+      for (const sub of ['xdg-config', 'xdg-data', 'home']) fs.mkdirSync(path.join(dir, sub), { recursive: true, mode: 0o700 });
+      Object.assign(env, { XDG_CONFIG_HOME: path.join(dir, 'xdg-config'), XDG_DATA_HOME: path.join(dir, 'xdg-data'), HOME: path.join(dir, 'home') });
+      delete env.DBUS_SESSION_BUS_ADDRESS; // never the developer's keyring
+      delete env.AUTHBRIDGE_VAULT_KEY;
+      return { hostPath: HOST, noDefaultPlugins: true, plugins: [pluginDir], logLevel: 'debug', env, cwd: dir, ...extra };
+    },
+  };
+}
+
+// ── Frames: recorded for the validator, and observable by the tests ─────────
+
+let hostCount = 0;
+
+/**
+ * Where this test file's frames go: $AUTHBRIDGE_FRAMES_FILE, else a private file.
+ * Records are JSON lines: {"host", "dir": "in", "line"} for each frame received (its exact text,
+ * access tokens replaced) and {"host", "dir": "out", "id", "method"} for each request sent (so
+ * the validator knows which method's result schema applies; nothing else of what the tests
+ * send is written: callback URLs carry codes).
+ */
+export const FRAMES_FILE = process.env.AUTHBRIDGE_FRAMES_FILE
+  || path.join(tempDir('authbridge-frames-'), `${path.basename(process.argv[1] ?? 'frames')}.jsonl`);
+
+/** A token-free copy of a received line: every access token a result carries is replaced. */
+function redact(frame, line) {
+  const token = frame?.result?.accessToken;
+  if (typeof token !== 'string' || token.length === 0) return line;
+  const inJson = JSON.stringify(token).slice(1, -1);
+  return line.split(inJson).join('<redacted-access-token>');
+}
+
+/**
+ * A frame tap (the `onFrame` option): appends to FRAMES_FILE and keeps the received frames in
+ * memory, with `waitFor(predicate)` to wait (bounded) for one.
+ */
+export function frameTap() {
+  const host = `${process.pid}-${++hostCount}`;
+  const events = new EventEmitter();
+  const received = [];
+  const sent = [];
+  let largestLine = 0;
+  const write = (record) => fs.appendFileSync(FRAMES_FILE, JSON.stringify(record) + '\n');
+  return {
+    received,
+    /** Every frame sent (in memory only). */
+    sent,
+    /** Size in bytes of the longest line received. */
+    get largestLine() { return largestLine; },
+    onFrame(frame, direction, line) {
+      if (direction === 'in') {
+        received.push(frame);
+        largestLine = Math.max(largestLine, Buffer.byteLength(line));
+        write({ host, dir: 'in', line: redact(frame, line) });
+        events.emit('frame', frame);
+      } else {
+        sent.push(frame);
+        if ('id' in frame) write({ host, dir: 'out', id: frame.id, method: frame.method });
+      }
+    },
+    /** The first received frame (already here or to come) matching `predicate`. */
+    waitFor(predicate, { timeoutMs = WAIT_MS, what = 'a frame' } = {}) {
+      const seen = received.find(predicate);
+      if (seen) return Promise.resolve(seen);
+      return withTimeout(new Promise((resolve) => {
+        const onFrame = (frame) => {
+          if (!predicate(frame)) return;
+          events.off('frame', onFrame);
+          resolve(frame);
+        };
+        events.on('frame', onFrame);
+      }), timeoutMs, what);
+    },
+  };
+}
+
+/**
+ * Starts an isolated, initialized host with a frame tap. `bridge.tap` is the tap,
+ * `bridge.log` every stderr line. Hosts are closed by `closeAll()`.
+ */
+const started = new Set();
+export async function startBridge(box, extra = {}) {
+  const tap = frameTap();
+  const log = [];
+  const bridge = await AuthBridge.start(box.hostOptions({ onFrame: tap.onFrame, onStderr: (line) => log.push(line), ...extra }));
+  started.add(bridge);
+  bridge.tap = tap;
+  bridge.log = log;
+  const protocolErrors = [];
+  bridge.on('protocolError', (error) => protocolErrors.push(error.message));
+  bridge.protocolErrors = protocolErrors;
+  return bridge;
+}
+
+/** Closes every host startBridge() started (test clean-up); bounded. */
+export async function closeAll() {
+  await Promise.all([...started].map((bridge) => bridge.close({ timeoutMs: 3_000 })));
+  started.clear();
+}
+
+const FAKE_HOST = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fake_host.mjs');
+
+/** Start options of test-support/fake_host.mjs in `mode` (an executable, as the real host is). */
+export function fakeHostOptions(box, mode, extra = {}) {
+  const wrapper = path.join(box.root, 'fake-authbridge');
+  if (!fs.existsSync(wrapper)) {
+    fs.writeFileSync(wrapper, `#!/bin/sh\nexec '${process.execPath}' '${FAKE_HOST}' "$@"\n`, { mode: 0o755 });
+  }
+  return { hostPath: wrapper, env: { ...process.env, FAKE_HOST_MODE: mode }, ...extra };
+}
+
+/** Rejects with a clear message when `promise` has not settled within `ms`. */
+export function withTimeout(promise, ms, what) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: nothing within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Runs a command to its end (bounded); resolves with {code, signal, stdout, stderr}. */
+export function run(command, args, { timeoutMs = 60_000, env, input } = {}) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (text) => { stdout += text; });
+    child.stderr.setEncoding('utf8').on('data', (text) => { stderr += text; });
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${path.basename(command)} ${args.join(' ')} still running after ${timeoutMs} ms\n${stdout}\n${stderr}`));
+    }, timeoutMs);
+    child.once('error', (error) => { clearTimeout(timer); reject(error); });
+    child.once('close', (code, signal) => { clearTimeout(timer); resolve({ code, signal, stdout, stderr }); });
+    child.stdin.end(input);
+  });
+}
+
+/** Runs Tests/tools/validate_frames.py over JSONL files. */
+export function validateFrames(...files) {
+  return run(PYTHON, [VALIDATOR, ...files]);
+}
+
+/**
+ * The test that ends each test file: every frame this file's hosts sent validates against
+ * bridge-spec/openrpc.json (and no host wrote something the client took for a protocol error).
+ */
+export async function assertRecordedFramesValid() {
+  assert.ok(fs.existsSync(FRAMES_FILE), `no frame was recorded in ${FRAMES_FILE}`);
+  const { code, stdout, stderr } = await validateFrames(FRAMES_FILE);
+  assert.equal(code, 0, `frames break bridge-spec:\n${stdout}\n${stderr}`);
+  const checked = Number(/(\d+) frames checked/.exec(stdout)?.[1]);
+  assert.ok(checked > 0, `the validator checked frames: ${stdout}`);
+  return checked;
+}
+
+/**
+ * Codes and tokens that appear where the contract does not put them: in the host's log, or in
+ * any frame other than getAccessToken's and fetch's results (Tests/contract/leak_scan.py).
+ * Returns places, never the secrets.
+ */
+export function leaks(secrets, bridge) {
+  const long = secrets.filter((secret) => secret.length >= 12);
+  for (const frame of bridge.tap.received) if (typeof frame.result?.accessToken === 'string') long.push(frame.result.accessToken);
+  const found = [];
+  bridge.log.forEach((line, index) => { if (long.some((s) => line.includes(s))) found.push(`stderr line ${index + 1}`); });
+  bridge.tap.received.forEach((frame, index) => {
+    const result = frame.result;
+    if (result && typeof result === 'object' && ('accessToken' in result || ('status' in result && 'body' in result))) return;
+    const text = JSON.stringify(frame);
+    if (long.some((s) => text.includes(s))) found.push(`frame ${index} (${frame.method ?? (frame.error ? 'error' : 'result')})`);
+  });
+  return found;
+}

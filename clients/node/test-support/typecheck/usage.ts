@@ -1,0 +1,45 @@
+// Typical uses of @authbridge/client, type-checked with `tsc --strict` by test/units.test.mjs:
+// index.d.ts must accept these, and reject the lines marked @ts-expect-error.
+import {
+  AbortError, AccessTokenResult, AuthBridge, ErrorCodes, HostExitedError, NotSignedInError, SignInStatus,
+  SignOutResult, UnsupportedProtocolVersionError,
+} from '@authbridge/client';
+
+export async function typicalUse(): Promise<void> {
+  const bridge = await AuthBridge.start({ plugins: '/plugins', noDefaultPlugins: true, logLevel: 'debug', onFrame: (_frame, direction, line) => [direction, line.length] });
+  bridge.on('session/changed', (change) => {
+    const state: 'signedIn' | 'refreshed' | 'signedOut' | 'licenseRevoked' = change.state;
+    console.log(state, change.account?.id);
+  });
+  bridge.on('signIn/progress', (progress) => { if (progress.stage === 'openUrl') console.log(progress.url); });
+  bridge.on('exit', (info) => console.log(info.code, info.signal, info.stderrTail.length));
+
+  const status: SignInStatus = await bridge.requestOAuthTokens({ provider: 'corp', flow: 'browser', timeoutMs: 60_000 },
+    { onProgress: (progress) => console.log(progress.stage), signal: new AbortController().signal, timeoutMs: 100_000 });
+  console.log(status.account?.email, status.expiresAt);
+  const token: AccessTokenResult = await bridge.getAccessToken('corp');
+  console.log(token.headers['Authorization'], token.cookies.map((cookie) => cookie.domain));
+  const answer = await bridge.fetch({ provider: 'corp', url: '/me', method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}' });
+  const code: number = answer.status;
+  console.log(code, (await bridge.listAccounts()).accounts.map((account) => account.current));
+  try {
+    const out: SignOutResult = await bridge.signOut({ provider: 'corp', account: 'sub-1' });
+    console.log(out.revoked);
+  } catch (error) {
+    if (error instanceof NotSignedInError) console.log(error.reason, error.retryable, error.data?.provider);
+    if (error instanceof HostExitedError) console.log(error.exitCode, error.signal, error.stderrTail);
+    if (error instanceof AbortError) console.log(error.cause);
+    if (error instanceof UnsupportedProtocolVersionError) console.log(error.supported);
+  }
+  const notSignedIn: -32001 = ErrorCodes.NotSignedIn;
+  console.log(notSignedIn, (await bridge.close({ timeoutMs: 1_000 })).code);
+
+  // @ts-expect-error a param the spec does not have
+  await bridge.checkSignInStatus({ provider: 'corp', bogus: 1 });
+  // @ts-expect-error a flow the spec does not have
+  await bridge.requestOAuthTokens({ provider: 'corp', flow: 'popup' });
+  // @ts-expect-error fetch needs a url
+  await bridge.fetch({ provider: 'corp' });
+  // @ts-expect-error an event the bridge does not emit
+  bridge.on('session/exploded', () => {});
+}
