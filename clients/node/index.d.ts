@@ -188,6 +188,8 @@ export interface GetAccessTokenParams {
   account?: string;
   /** Refresh first when the token expires sooner than this (default 60 000). */
   minValidityMs?: number;
+  /** Renew first whatever the expiry says: the provider just rejected this token. */
+  forceRefresh?: boolean;
 }
 
 export interface FetchParams {

@@ -120,6 +120,9 @@ test('desktop_app.mjs as a program: its default openExternal runs xdg-open', { t
 test('the README quick start runs as written (package import, openBrowser with xdg-open, default plugin folders)', { timeout: 60_000 }, async () => {
   const readme = fs.readFileSync(path.join(REPO, 'clients', 'node', 'README.md'), 'utf8');
   const code = /## Quick start\n+```js\n([\s\S]*?)```/.exec(readme)?.[1];
+  // The root README shows the same quick start, character for character.
+  const root = fs.readFileSync(path.join(REPO, 'README.md'), 'utf8');
+  assert.ok(code && root.includes('```js\n' + code + '```'), 'README.md shows the Node client README quick start');
   assert.ok(code?.includes("from '@authbridge/client'"), 'the quick start imports the package by name');
   // An app folder where '@authbridge/client' resolves through node_modules, as after an install.
   const app = path.join(box.root, 'quickstart-app');

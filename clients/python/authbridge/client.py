@@ -283,11 +283,13 @@ class AuthBridge:
         return bool(result.get("accepted")) if isinstance(result, dict) else False
 
     async def get_access_token(self, provider: str, *, account: str | None = None,
-                               min_validity_ms: int | None = None,
+                               min_validity_ms: int | None = None, force_refresh: bool | None = None,
                                timeout: float | None = None) -> AccessTokenResult:
         """A valid access token (renewed first when it has less than `min_validity_ms` left,
-        default 60 s) and the headers/cookies to attach. Prefer `fetch`, which never exposes it."""
-        params = _drop_none(provider=provider, account=account, minValidityMs=min_validity_ms)
+        default 60 s, or when `force_refresh` says the provider just rejected it) and the
+        headers/cookies to attach. Prefer `fetch`, which never exposes it."""
+        params = _drop_none(provider=provider, account=account, minValidityMs=min_validity_ms,
+                            forceRefresh=force_refresh)
         return AccessTokenResult.from_wire(await self.request("getAccessToken", params, timeout=timeout))
 
     async def fetch(self, provider: str, url: str, *, method: str | None = None,
