@@ -91,7 +91,7 @@ let package = Package(
 
         .target(name: "AuthBridgePluginSDK", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"]),
         .target(name: "OIDCPlugin", dependencies: ["AuthBridgePluginSDK"],
-                path: "plugins/oidc", exclude: ["oidc.json"]),
+                path: "plugins/oidc", exclude: ["oidc.json", "README.md"]),
         .target(name: "SalesforcePlugin", dependencies: ["AuthBridgePluginSDK"],
                 path: "plugins/salesforce", exclude: ["salesforce.json", "README.md"]),
         .target(name: "TableauPlugin", dependencies: ["AuthBridgePluginSDK"],
