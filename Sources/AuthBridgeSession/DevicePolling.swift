@@ -43,7 +43,7 @@ struct DevicePolling: Sendable {
                 case "expired_token", "expiredToken":
                     throw expired(provider)
                 case "access_denied", "accessDenied":
-                    throw SessionError(.userCancelled, "The user declined the device sign-in.", provider: provider, reason: "accessDenied")
+                    throw SessionError(.userCancelled, "The user declined the device sign-in.", provider: provider, reason: "access_denied")
                 default:
                     if failure.kind == .cancelled {
                         throw SessionError(.userCancelled, "The device sign-in was cancelled.", provider: provider, reason: "cancelled")
@@ -57,6 +57,6 @@ struct DevicePolling: Sendable {
     }
 
     private func expired(_ provider: String) -> SessionError {
-        SessionError(.timeout, "The device code expired before the user finished signing in.", provider: provider, reason: "expiredToken")
+        SessionError(.timeout, "The device code expired before the user finished signing in.", provider: provider, reason: "expired_token")
     }
 }

@@ -67,7 +67,7 @@ struct DeviceFlowTests {
         await #expect {
             try await script.polling(interval: 5_000, deadline: now + 12_000).run(provider: "p", poll: script.poll)
         } throws: { error in
-            (error as? SessionError)?.kind == .timeout && (error as? SessionError)?.reason == "expiredToken"
+            (error as? SessionError)?.kind == .timeout && (error as? SessionError)?.reason == "expired_token"
         }
         #expect(script.waits.withLock { $0 } == [5_000, 5_000], "no poll is sent after the deadline")
     }
@@ -75,13 +75,13 @@ struct DeviceFlowTests {
     @Test func theServerSayingExpiredTokenIsATimeout() async {
         let script = Script(start: now, [.failure(Self.pending("expired_token"))])
         await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(provider: "p", poll: script.poll) }
-            throws: { ($0 as? SessionError)?.reason == "expiredToken" }
+            throws: { ($0 as? SessionError)?.reason == "expired_token" }
     }
 
     @Test func aDenialIsAUserCancellation() async {
         let script = Script(start: now, [.failure(Self.pending("access_denied", kind: .definitive))])
         await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(provider: "p", poll: script.poll) }
-            throws: { ($0 as? SessionError)?.kind == .userCancelled && ($0 as? SessionError)?.reason == "accessDenied" }
+            throws: { ($0 as? SessionError)?.kind == .userCancelled && ($0 as? SessionError)?.reason == "access_denied" }
     }
 
     @Test func anotherDefinitiveRefusalEndsTheSignIn() async {

@@ -66,7 +66,7 @@ def test_the_user_denying_the_device_cancels_the_sign_in(host, dot):
     pending, shown = start_device_sign_in(host)
     dot.approve_device(shown["userCode"], shown["verificationUri"], action="deny")
     error = host.wait_response(pending)["error"]
-    assert error["code"] == USER_CANCELLED and error["data"]["reason"] == "accessDenied", error
+    assert error["code"] == USER_CANCELLED and error["data"]["reason"] == "access_denied", error
     assert host.result("checkSignInStatus", {"provider": "tv"})["state"] == "notSignedIn"
 
 
