@@ -95,12 +95,19 @@ class Spec:
                                for kind in ("Response", "ErrorResponse", "Notification")}
         self.results: dict[str, Draft202012Validator] = {}
         self.notification_params: dict[str, Draft202012Validator] = {}
+        # What a frontend may send: requests and client-to-server notifications, by method.
+        self.request_params: dict[str, Draft202012Validator] = {}
+        self.client_notifications: set[str] = set()
         for index, method in enumerate(self.document["methods"]):
             name = method["name"]
             if "result" in method:
                 self.results[name] = self._validator(f"#/methods/{index}/result/schema")
             if method.get("x-notification") and method.get("x-direction") == "server-to-client":
                 self.notification_params[name] = self._validator(f"#/methods/{index}/x-params")
+            else:
+                self.request_params[name] = self._validator(f"#/methods/{index}/x-params")
+                if method.get("x-notification"):
+                    self.client_notifications.add(name)
 
     def _validator(self, pointer: str) -> Draft202012Validator:
         return Draft202012Validator({"$ref": SPEC_URI + pointer}, registry=self.registry)

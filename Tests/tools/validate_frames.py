@@ -9,7 +9,8 @@ validators as Tests/contract/conftest.py (its `Spec`, built from openrpc.json wi
 draft 2020-12). Each line of a FILE is one JSON record:
 
   {"host": H, "dir": "in",  "line": "<a frame's exact text, as the host wrote it>"}
-  {"host": H, "dir": "out", "id": ID, "method": "M"}      a request the frontend sent
+  {"host": H, "dir": "out", "line": "<a frame's exact text, as the frontend wrote it>"}
+  {"host": H, "dir": "out", "id": ID, "method": "M"}      a request the frontend sent (not checked)
   {"jsonrpc": "2.0", ...}                                   a bare host frame (no host, no request map)
 
 `host` names one host process (ids are per host). For every received frame, as conftest's
@@ -17,7 +18,12 @@ draft 2020-12). Each line of a FILE is one JSON record:
 `#/components/schemas/Envelope` (Notification / ErrorResponse / Response, which checks
 ErrorObject and ErrorData); a notification is one the spec lists, and its params fit its
 `x-params`; a response answers a request that was sent, only once, and a result fits the
-result schema of that request's method.
+result schema of that request's method. A sent frame given with its text must be a request
+or a client-to-server notification the spec lists, with params that fit its `x-params`
+(absent params count as {}).
+
+Tests/tools/frame_tap.py records both directions in this format for any frontend run as a
+child process (examples, quick starts).
 
 Exit status: 0 when every frame is valid, 1 when any is not (each problem is printed as
 FILE:LINE: what), 2 when a file cannot be read or a record is malformed.
@@ -67,6 +73,33 @@ def frame_problems(spec: Spec, frame: object, method: str | None) -> list[str]:
     return problems
 
 
+def sent_frame_problems(spec: Spec, frame: object) -> tuple[str | None, list[str]]:
+    """(the method, what is wrong) of one frame a frontend sent: a JSON-RPC 2.0 request or a
+    client-to-server notification the spec lists, whose params fit the method's `x-params`."""
+    if not isinstance(frame, dict):
+        return None, ["a sent frame is not a JSON object"]
+    problems = []
+    if frame.get("jsonrpc") != "2.0":
+        problems.append('a sent frame lacks "jsonrpc": "2.0"')
+    method = frame.get("method")
+    if not isinstance(method, str):
+        return None, problems + ["a sent frame has no method"]
+    extra = set(frame) - {"jsonrpc", "id", "method", "params"}
+    if extra:
+        problems.append(f"a sent frame has members JSON-RPC does not define: {sorted(extra)}")
+    validator = spec.request_params.get(method)
+    if validator is None:
+        return method, problems + [f"sent a method the spec does not list: {method!r}"]
+    is_notification = method in spec.client_notifications
+    if is_notification and "id" in frame:
+        problems.append(f"{method} is a notification but was sent with an id")
+    if not is_notification and id_key(frame.get("id")) is None:
+        problems.append(f"{method} is a request but was sent without an integer or string id")
+    problems += [f"{method} params break the schema {problem}"
+                 for problem in schema_problems(validator, frame.get("params", {}))]
+    return method, problems
+
+
 def validate(paths: list[Path]) -> tuple[int, list[str]]:
     """(frames checked, problems) over the files, in order."""
     spec = Spec(SPEC_PATH)
@@ -90,10 +123,23 @@ def validate(paths: list[Path]) -> tuple[int, list[str]]:
                 host, direction, line = record.get("host"), record["dir"], record.get("line")
             else:
                 raise RecordError(f"{where}: neither a record with dir in/out nor a bare frame")
+            if direction == "out" and isinstance(line, str):
+                checked += 1
+                try:
+                    frame = json.loads(line, object_pairs_hook=_no_duplicate_keys)
+                except ValueError as error:
+                    problems.append(f"{where}: a sent frame is not JSON ({error}): {short(line)}")
+                    continue
+                method, sent_problems = sent_frame_problems(spec, frame)
+                problems += [f"{where}: {problem}\n    frame: {short(line)}" for problem in sent_problems]
+                key = id_key(frame.get("id")) if isinstance(frame, dict) else None
+                if method is not None and key is not None:
+                    sent[(host, key)] = method
+                continue
             if direction == "out":
                 key = id_key(record.get("id"))
                 if key is None or not isinstance(record.get("method"), str):
-                    raise RecordError(f"{where}: an out record needs an integer or string id and a method")
+                    raise RecordError(f"{where}: an out record needs the frame's text in `line`, or an integer or string id and a method")
                 sent[(host, key)] = record["method"]
                 continue
             if not isinstance(line, str):

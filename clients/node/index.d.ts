@@ -89,6 +89,10 @@ export interface ProfileInfo {
 }
 
 /** The state of one profile's session. */
+/** Provider facts about a session that a frontend may need and that are not secrets
+ *  (Salesforce `instanceUrl`, Tableau `server`/`site`, MarketSharp `companyId`). */
+export type SessionDetails = Record<string, string | number | boolean | null>;
+
 export interface SignInStatus {
   provider: string;
   /** signedIn (reason valid | refreshed | signedIn), notSignedIn (noTokens, userSignedOut, revoked…),
@@ -97,6 +101,8 @@ export interface SignInStatus {
   account: Account | null;
   /** Access-token expiry; null when unknown or not signed in. */
   expiresAt: Timestamp | null;
+  /** Non-secret provider facts while signed in (e.g. Salesforce `instanceUrl`); see each plugin's README. */
+  details?: SessionDetails;
   reason: Reason | null;
   message?: string;
   storage?: StorageInfo;
@@ -244,6 +250,7 @@ export interface AccessTokenResult {
   /** Header fields to add to API requests (e.g. Authorization). */
   headers: Record<string, string>;
   cookies: Cookie[];
+  details?: SessionDetails;
 }
 
 export interface FetchResult {

@@ -38,6 +38,11 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _details(value: Any) -> dict[str, str | int | float | bool | None] | None:
+    """SessionDetails: non-secret provider facts (Salesforce instanceUrl…), None when absent."""
+    return dict(value) if isinstance(value, dict) else None
+
+
 @dataclass(frozen=True)
 class Account:
     """Who is signed in; every member is optional (the provider may name nobody)."""
@@ -78,6 +83,7 @@ class SignInStatus:
     message: str | None = None
     storage: StorageInfo | None = None
     current: bool | None = None
+    details: dict[str, str | int | float | bool | None] | None = None
 
     @property
     def signed_in(self) -> bool:
@@ -89,7 +95,8 @@ class SignInStatus:
         return cls(provider=data.get("provider", ""), state=data.get("state", "notSignedIn"),
                    reason=data.get("reason"), account=Account.from_wire(data.get("account")),
                    expires_at=data.get("expiresAt"), message=data.get("message"),
-                   storage=StorageInfo.from_wire(data.get("storage")), current=data.get("current"))
+                   storage=StorageInfo.from_wire(data.get("storage")), current=data.get("current"),
+                   details=_details(data.get("details")))
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,7 @@ class AccessTokenResult:
     headers: dict[str, str] = field(repr=False, default_factory=dict)
     cookies: list[Cookie] = field(repr=False, default_factory=list)
     account: Account | None = None
+    details: dict[str, str | int | float | bool | None] | None = None
 
     @classmethod
     def from_wire(cls, data: Any) -> AccessTokenResult:
@@ -143,7 +151,7 @@ class AccessTokenResult:
                    token_type=data.get("tokenType", "Bearer"), expires_at=data.get("expiresAt"),
                    headers=dict(_dict(data.get("headers"))),
                    cookies=[Cookie.from_wire(c) for c in _list(data.get("cookies"))],
-                   account=Account.from_wire(data.get("account")))
+                   account=Account.from_wire(data.get("account")), details=_details(data.get("details")))
 
 
 @dataclass(frozen=True)
