@@ -103,6 +103,10 @@ class RotatingAuthServer:
         self.issued_access_count = 0
         self.issued_refresh_count = 0
         self.refresh_times: list[float] = []  # monotonic time of each rotation
+        # Tests that race a refresh: when `refresh_gate` is set, a rotation's answer waits for it
+        # (the server has rotated; the client has not heard yet); `refresh_rotated` tells it happened.
+        self.refresh_gate: threading.Event | None = None
+        self.refresh_rotated = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.base = ""
@@ -359,6 +363,10 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload = self.auth.exchange_code(form)
         elif grant == "refresh_token":
             status, payload = self.auth.refresh(form)
+            gate = self.auth.refresh_gate
+            if status == 200 and gate is not None:
+                self.auth.refresh_rotated.set()
+                gate.wait(timeout=30)
         else:
             status, payload = 400, {"error": "unsupported_grant_type"}
         self.send_json(status, payload)
