@@ -168,7 +168,7 @@ test('AuthService: a browser that cannot be opened stops the sign-in at once (Ab
   }
 });
 
-test('every frame received in this file validates against bridge-spec', { timeout: 60_000 }, async () => {
+test('every frame sent and received in this file validates against bridge-spec', { timeout: 60_000 }, async () => {
   await closeAll();
   await assertRecordedFramesValid();
 });
