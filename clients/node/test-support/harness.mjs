@@ -210,9 +210,9 @@ export function withTimeout(promise, ms, what) {
 }
 
 /** Runs a command to its end (bounded); resolves with {code, signal, stdout, stderr}. */
-export function run(command, args, { timeoutMs = 60_000, env, input } = {}) {
+export function run(command, args, { timeoutMs = 60_000, env, cwd, input } = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(command, args, { env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (text) => { stdout += text; });
