@@ -446,7 +446,7 @@ export interface AuthBridgeOptions {
   vault?: 'encrypted-file' | 'secret-service' | 'memory';
   /** `--vault-dir`. */
   vaultDir?: string;
-  /** `--open-browser`: the host itself runs xdg-open for browser sign-ins. */
+  /** `serve --open-browser`: the host also runs xdg-open for browser sign-ins (a failure only reaches its log: show the openUrl URL too). */
   openBrowser?: boolean;
   /** Further host arguments, after `serve` and the options above. */
   args?: string[];
