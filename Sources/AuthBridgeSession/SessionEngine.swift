@@ -26,6 +26,8 @@ public actor SessionEngine {
     private let emit: EventSink
     private let installation: @Sendable () -> JSON
     private let openBrowser: (@Sendable (String) -> Void)?
+    /// Where plugins were looked for (named when a profile's plugin is missing).
+    private let pluginFolders: [String]
 
     private var profiles: [String: Profile] = [:]
     private var configs: [String: JSON] = [:]
@@ -42,8 +44,10 @@ public actor SessionEngine {
                 http: HTTPClient = .shared, logger: Logger,
                 installation: @escaping @Sendable () -> JSON = { InstallationIdentity.current },
                 openBrowser: (@Sendable (String) -> Void)? = nil,
+                pluginFolders: [String] = [],
                 emit: @escaping EventSink) {
         self.installation = installation
+        self.pluginFolders = pluginFolders
         self.openBrowser = openBrowser
         self.plugins = Dictionary(plugins.map { ($0.manifest.id, $0) }, uniquingKeysWith: { first, _ in first })
         self.profiles = Dictionary(profiles.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
@@ -144,7 +148,7 @@ public actor SessionEngine {
     private func context(for name: String) async throws(SessionError) -> Context {
         guard let profile = profiles[name] else { throw unknownProfile(name) }
         guard let plugin = plugins[profile.plugin] else {
-            throw SessionError(.pluginError, "Profile \"\(name)\" uses plugin \"\(profile.plugin)\", which is not loaded.", provider: name, reason: "pluginNotLoaded")
+            throw .pluginNotLoaded(profile: name, plugin: profile.plugin, folders: pluginFolders)
         }
         if let config = configs[name] { return Context(profile: profile, plugin: plugin, config: config) }
         if let issue = SettingsValidator.problem(in: profile.settings, schema: plugin.descriptor["settings"]) {
