@@ -52,18 +52,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import http.client
 import json
 import secrets
-import sys
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import leak_scan
+import sim_http
 
 CLIENT_ID = "3MVG9simulatedConsumerKey.AuthBridge"
 EXTERNAL_REDIRECT_URI = "sfdc://success"
@@ -75,11 +73,6 @@ KNOWN_SCOPES = {"api", "refresh_token", "offline_access", "id", "openid", "profi
                 "web", "full", "chatter_api", "visualforce", "custom_permissions", "wave_api", "content", "lightning"}
 INVALID_SESSION = [{"message": "Session expired or invalid", "errorCode": "INVALID_SESSION_ID"}]
 BUSY = {"error": "invalid_grant", "error_description": "token request is already being processed"}
-
-
-def b64url_sha256(text: str) -> str:
-    digest = hashlib.sha256(text.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 @dataclass
@@ -118,7 +111,7 @@ DEFAULT_USERS = {
 }
 
 
-class SalesforceSim:
+class SalesforceSim(sim_http.Simulator):
     """The simulator and its state. `start()` binds two ephemeral ports on 127.0.0.1."""
 
     def __init__(self, client_id: str = CLIENT_ID, redirect_uri: str = EXTERNAL_REDIRECT_URI,
@@ -158,8 +151,6 @@ class SalesforceSim:
         self.api_calls: list[tuple[str, str, int]] = []   # (method, path, status) at the instance
         self.login_host_api_calls = 0
         self.identity_calls: list[int] = []           # statuses
-        self._servers: list[ThreadingHTTPServer] = []
-        self._threads: list[threading.Thread] = []
         self.login_base = ""
         self.instance_url = ""
         self._leak_source = lambda: list(self.handed_out)
@@ -169,27 +160,13 @@ class SalesforceSim:
     def start(self) -> "SalesforceSim":
         for role in ("login", "instance"):
             handler = type(f"{role.title()}Handler", (_Handler,), {"sim": self, "role": role})
-            server = _QuietServer(("127.0.0.1", 0), handler)
-            base = f"http://127.0.0.1:{server.server_address[1]}"
+            base = self.serve(handler, name=f"salesforce-sim-{role}").base
             if role == "login":
                 self.login_base = base
             else:
                 self.instance_url = base
-            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                      name=f"salesforce-sim-{role}", daemon=True)
-            thread.start()
-            self._servers.append(server)
-            self._threads.append(thread)
         leak_scan.register(self._leak_source)
         return self
-
-    def stop(self) -> None:
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
-        for thread in self._threads:
-            thread.join(5)
-        self._servers, self._threads = [], []
 
     # ── What tests use ────────────────────────────────────────────────────
 
@@ -223,17 +200,7 @@ class SalesforceSim:
         with self.lock:
             self.login_as = user
             self._deny_next = deny
-        parts = urllib.parse.urlsplit(url)
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-        try:
-            connection.request("GET", parts.path + "?" + parts.query)
-            response = connection.getresponse()
-            body = response.read()
-            location = response.getheader("Location")
-        finally:
-            connection.close()
-        assert response.status == 302 and location, f"/services/oauth2/authorize answered {response.status}: {body[:200]!r}"
-        return location
+        return sim_http.redirect_location(url)
 
     def grant_refresh_token(self, user: str = "jane") -> str | None:
         """The refresh token of the user's latest grant (to compare, never to print)."""
@@ -439,7 +406,7 @@ class SalesforceSim:
             self._violation("token (authorization_code): redirect_uri differs from the authorization request")
             return 400, {"error": "redirect_uri_mismatch", "error_description": "redirect_uri must match configuration"}
         verifier = form.get("code_verifier", "")
-        if not (43 <= len(verifier) <= 128) or b64url_sha256(verifier) != entry["challenge"]:
+        if not (43 <= len(verifier) <= 128) or sim_http.pkce_s256(verifier) != entry["challenge"]:
             self._violation("token (authorization_code): the PKCE code_verifier does not match the code_challenge")
             return 400, {"error": "invalid_grant", "error_description": "invalid code verifier"}
         grant = Grant(entry["user_id"], None, entry["scope"])
@@ -580,72 +547,25 @@ class SalesforceSim:
         return 404, [{"errorCode": "NOT_FOUND", "message": "The requested resource does not exist"}]
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address) -> None:
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(sim_http.Handler):
     server_version = "SalesforceSim/1.0"
-    disable_nagle_algorithm = True
+    json_type = "application/json;charset=UTF-8"
+    json_headers = {"Cache-Control": "no-cache,must-revalidate,max-age=0,no-store,private"}
     sim: SalesforceSim
     role: str  # "login" or "instance"
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - base-class signature
-        pass
-
-    def send(self, status: int, body: bytes = b"", content_type: str | None = None,
-             headers: dict[str, str] | None = None) -> None:
-        try:
-            self.send_response(status)
-            if content_type:
-                self.send_header("Content-Type", content_type)
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if body:
-                self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        self.send(status, json.dumps(payload).encode("utf-8"), "application/json;charset=UTF-8",
-                  {"Cache-Control": "no-cache,must-revalidate,max-age=0,no-store,private", **(headers or {})})
+    def violation(self, text: str) -> None:
+        with self.sim.lock:
+            self.sim._violation(text)
 
     def bearer(self) -> str | None:
         scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
         return token.strip() if scheme.lower() in ("bearer", "oauth") and token.strip() else None
 
-    def read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length > 0 else b""
-
-    def read_form(self, body: bytes, where: str) -> dict[str, str] | None:
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        if content_type != "application/x-www-form-urlencoded":
-            with self.sim.lock:
-                self.sim._violation(f"{where}: Content-Type {content_type!r}, expected a form")
-            return None
-        form: dict[str, str] = {}
-        for name, value in urllib.parse.parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
-            if name in form:
-                with self.sim.lock:
-                    self.sim._violation(f"{where}: parameter {name!r} repeated")
-                return None
-            form[name] = value
-        return form
-
     def check_url(self, query: dict[str, str]) -> None:
         for name in ("access_token", "oauth_token", "refresh_token", "client_secret"):
             if name in query:
-                with self.sim.lock:
-                    self.sim._violation(f"a {name} in a URL ({self.command} {urllib.parse.urlsplit(self.path).path})")
+                self.violation(f"a {name} in a URL ({self.command} {urllib.parse.urlsplit(self.path).path})")
 
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
         self.route("GET")
@@ -671,8 +591,7 @@ class _Handler(BaseHTTPRequestHandler):
                 status, answer = self.sim.api(method, path, query, self.bearer(), body)
                 return self.send_json(status, answer)
             if path.startswith("/services/oauth2/") or path.startswith("/id/"):
-                with self.sim.lock:
-                    self.sim._violation(f"{method} {path} sent to the instance, not the login host")
+                self.violation(f"{method} {path} sent to the instance, not the login host")
             return self.send_json(404, [{"errorCode": "NOT_FOUND", "message": "The requested resource does not exist"}])
         # The login host.
         if path == "/services/oauth2/authorize" and method == "GET":

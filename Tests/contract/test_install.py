@@ -7,7 +7,6 @@ from the debug build, so the test needs no release build.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 

@@ -8,16 +8,15 @@ Every test ends by checking that the simulator saw no protocol violation from th
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from conftest import BUILD_DIR, REPO, sign_in_external
+from conftest import BUILD_DIR, REPO, make_plugin_dir, sign_in_external
+from sim_http import simulators
 from sim_marketsharp import MESSAGE_NO_LICENSE, MESSAGE_NOT_NAMED, MarketSharpSimulator
 
 DAY_MS = 86_400_000
@@ -31,33 +30,14 @@ ALICE = {"id": "4711:101", "name": "Alice Example", "email": "alice@sharpwindows
 @pytest.fixture
 def marketsharp_plugin_dir(tmp_path):
     """A plugin folder (0755) holding copies (0644) of the marketsharp plugin as staged in the build."""
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for name in PLUGIN_FILES:
-        source = BUILD_DIR / "plugins" / name
-        if not source.exists():
-            pytest.fail(f"{source} is missing: build the plugin and stage it first")
-        shutil.copyfile(source, folder / name)
-        os.chmod(folder / name, 0o644)
-    return folder
+    return make_plugin_dir(tmp_path / "plugins", PLUGIN_FILES, BUILD_DIR / "plugins")
 
 
 @pytest.fixture
 def make_sim():
     """Factory: make_sim(**options) → a started simulator; each must end without violations."""
-    sims: list[MarketSharpSimulator] = []
-
-    def make(**options) -> MarketSharpSimulator:
-        sim = MarketSharpSimulator(**options).start()
-        sims.append(sim)
-        return sim
-
-    yield make
-    for sim in sims:
-        sim.stop()
-    problems = [v for sim in sims for v in sim.violations]
-    assert not problems, f"the client broke MarketSharp's (modelled) protocol: {problems}"
+    with simulators(MarketSharpSimulator, "MarketSharp's (modelled) protocol") as make:
+        yield make
 
 
 @pytest.fixture

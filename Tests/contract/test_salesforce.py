@@ -11,17 +11,14 @@ no code or token leaked into the host's log or messages.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import threading
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from conftest import BUILD_DIR, advance_clock, sign_in_external
+from conftest import BUILD_DIR, advance_clock, make_plugin_dir, sign_in_external
+from sim_http import Handler, Served, simulators
 from sim_salesforce import CLIENT_ID, EXTERNAL_REDIRECT_URI, SalesforceSim
 
 SALESFORCE_FILES = ("salesforce.json", "libauthbridge-salesforce.so")
@@ -33,33 +30,14 @@ API = "/services/data/v60.0"
 @pytest.fixture
 def salesforce_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) holding copies (0644) of the bundled salesforce plugin."""
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for name in SALESFORCE_FILES:
-        source = BUILD_DIR / "plugins" / name
-        if not source.exists():
-            pytest.fail(f"{source} is missing: build and stage the salesforce plugin first")
-        shutil.copyfile(source, folder / name)
-        os.chmod(folder / name, 0o644)
-    return folder
+    return make_plugin_dir(tmp_path / "plugins", SALESFORCE_FILES, BUILD_DIR / "plugins")
 
 
 @pytest.fixture
 def make_sim():
     """Factory of started simulators; each is stopped afterwards and must have seen no violation."""
-    sims: list[SalesforceSim] = []
-
-    def make(**options) -> SalesforceSim:
-        sim = SalesforceSim(**options).start()
-        sims.append(sim)
-        return sim
-
-    yield make
-    for sim in sims:
-        sim.stop()
-    problems = [v for sim in sims for v in sim.violations]
-    assert not problems, "the simulator saw the client break Salesforce's protocol:\n- " + "\n- ".join(problems)
+    with simulators(SalesforceSim, "Salesforce's protocol") as make:
+        yield make
 
 
 @pytest.fixture
@@ -374,28 +352,20 @@ def test_an_unreachable_identity_service_leaves_the_user_signed_in_offline(start
 # ── Requests ─────────────────────────────────────────────────────────────────
 
 
-class _Recorder(BaseHTTPRequestHandler):
+class _Recorder(Handler):
     hits: list[str]
 
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
         self.hits.append(self.path)
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args) -> None:
-        pass
+        self.send(200)
 
 
 @pytest.fixture
 def foreign_server():
     handler = type("Recorder", (_Recorder,), {"hits": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", handler.hits
-    server.shutdown()
-    server.server_close()
+    served = Served(handler)
+    yield served.base, handler.hits
+    served.stop()
 
 
 def test_paths_go_to_the_instance_url_and_the_token_to_no_other_host(start_sf, sim, foreign_server):

@@ -8,15 +8,14 @@ Every simulator checks what the client sent; its violations fail the test (fixtu
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import BUILD_DIR, Host, advance_clock, sign_in_session
+from conftest import BUILD_DIR, Host, advance_clock, make_plugin_dir, sign_in_session
+from sim_http import simulators
 from sim_tableau import DAY_MS, TOKEN_PATH, VIEWS_PATH, TableauServer
 
 TABLEAU_FILES = ("tableau.json", "libauthbridge-tableau.so")
@@ -29,34 +28,25 @@ VIEWS = {"method": "POST", "url": VIEWS_PATH, "headers": {"Content-Type": "appli
 @pytest.fixture
 def tableau_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) holding the tableau plugin (0644) as the build stages it."""
-    source = BUILD_DIR / "plugins"
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for name in TABLEAU_FILES:
-        if not (source / name).exists():
-            pytest.fail(f"{source / name} is missing: build the plugin and stage it first")
-        shutil.copyfile(source / name, folder / name)
-        os.chmod(folder / name, 0o644)
-    return folder
-
-
-def _simulator(address: str = "127.0.0.1", **options: Any):
-    server = TableauServer(address, **options).start()
-    yield server
-    server.stop()
-    assert server.violations == [], f"the client broke the Tableau protocol: {server.violations}"
+    return make_plugin_dir(tmp_path / "plugins", TABLEAU_FILES, BUILD_DIR / "plugins")
 
 
 @pytest.fixture
-def tableau():
-    yield from _simulator()
+def make_tableau():
+    """Factory of started Tableau servers; each must end without violations."""
+    with simulators(TableauServer, "the Tableau protocol") as make:
+        yield make
 
 
 @pytest.fixture
-def tableau_b():
+def tableau(make_tableau):
+    return make_tableau()
+
+
+@pytest.fixture
+def tableau_b(make_tableau):
     """A second Tableau Server, on another loopback host (cookies do not tell ports apart)."""
-    yield from _simulator("127.0.0.2")
+    return make_tableau(address="127.0.0.2")
 
 
 def profile(server: TableauServer, **settings: Any) -> dict[str, Any]:
