@@ -695,6 +695,12 @@ def clock_host(start_host, plugin_dir) -> Host:
 # ── Helpers shared by the test files ─────────────────────────────────────────
 
 
+#: Marks a test of a plugin's `details` (bridge-spec SessionDetails) seen through the bridge: the
+#: host passes TokenSet.details on to frontends from the lead's SessionEngine change on. Strict:
+#: once that lands the test passes and this mark fails it, so the mark gets removed.
+needs_host_details = pytest.mark.xfail(strict=True, reason="the host does not pass TokenSet.details to frontends yet")
+
+
 def start_on_data_home(tmp_path: Path, plugin_dir: Path, name: str, data_home: Path, *extra: str,
                        env: dict | None = None) -> Host:
     """An initialized host whose vault lives under `data_home` (shared by the hosts of one test,

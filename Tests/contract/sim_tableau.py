@@ -28,12 +28,19 @@ Endpoints (on 127.0.0.1, or another loopback address, port 0):
   over, with HTTP 401 (``session_over_status``; 200 to check that the client reads the body).
 * ``POST /vizportal/api/web/v1/getViews`` — a small API page needing the same cookies and header;
   401 with ``result.errors`` when the session is over.
+* ``GET /views/<workbook>/<view>`` — a page a web view loads with the cookies alone (Tableau checks
+  the XSRF header on its API calls, not on page loads): 200 HTML whose script reads the
+  ``XSRF-TOKEN`` cookie and calls ``getViews`` with it, as Tableau's web client does, then lists the
+  views (``#status`` says ``loaded``, or ``refused <status>``); 401 "Sign in" without a live
+  ``tableau_access_token`` cookie.
 
 Server policy (on the simulator's own clock, `advance()`): a server session (access token) lasts
 `session_lifetime_ms` (4 h); a refresh token expires after 14 days unused and one year after the
 device's sign-in. Admin actions: `revoke_device(name)` (as an administrator sees devices: by
 name), `disable_connected_clients()`, `expire_sessions()`. `outage(status)` makes chosen endpoints
 answer 503 (with an ``error`` key in the body, as a proxy might) until the block ends.
+`omit_xsrf_on_refresh` models a renewal answered without ``xsrf_token`` (the server keeps the
+device's XSRF token, so the client must keep using the one it has).
 
 Everything it hands out (session ids, access, refresh and XSRF tokens) is registered with the
 suite's leak scan.
@@ -42,6 +49,7 @@ suite's leak scan.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import secrets
 import threading
@@ -60,6 +68,7 @@ TOKEN_PATH = "/oauth2/v1/token"
 REVOKE_PATH = "/oauth2/v1/revoke"
 SESSION_INFO_PATH = "/vizportal/api/web/v1/getSessionInfo"
 VIEWS_PATH = "/vizportal/api/web/v1/getViews"
+VIEW_PAGE = "/views/Superstore/Overview"
 LOGIN_PATH = "/vizportal/api/web/v1/login"
 
 DEFAULT_USERS = {
@@ -98,6 +107,7 @@ class Counters:
     rejected: int = 0                 # token requests answered with an error
     session_checks: int = 0           # getSessionInfo calls
     api_calls: int = 0                # getViews calls
+    page_loads: list[int] = field(default_factory=list)         # status of each /views page load
     outage_hits: int = 0
     revocations: list[str] = field(default_factory=list)        # token_hint of each revoke call
     refresh_forms: list[dict[str, str]] = field(default_factory=list)
@@ -125,6 +135,7 @@ class TableauServer(sim_http.Simulator):
         self.connected_clients_enabled = True
         # The HTTP status of a getSessionInfo answer whose session is over (result.errors is the signal).
         self.session_over_status = 401
+        self.omit_xsrf_on_refresh = False
         self.down: tuple[int, frozenset[str]] | None = None
         self.handed_out: set[str] = set()
         self.violations: list[str] = []
@@ -209,9 +220,7 @@ class TableauServer(sim_http.Simulator):
 
     def snapshot(self) -> Counters:
         with self.lock:
-            c = self.counters
-            return Counters(c.session_grants, c.refreshes, c.rejected, c.session_checks, c.api_calls, c.outage_hits,
-                            list(c.revocations), [dict(f) for f in c.refresh_forms], [dict(f) for f in c.grant_forms])
+            return copy.deepcopy(self.counters)
 
     # ── Server logic (called with self.lock held) ─────────────────────────
 
@@ -310,9 +319,12 @@ class TableauServer(sim_http.Simulator):
         if site not in self.sites:
             return 400, {"error": "invalid_request", "error_description": "No site has that content URL."}
         token_set.site = site
-        token_set.access, token_set.xsrf, token_set.access_issued = self._new("at-"), self._new("xs-"), now
+        token_set.access, token_set.access_issued = self._new("at-"), now
         token_set.refresh, token_set.refresh_last_used = self._new("rt-"), now  # rotation
         self.counters.refreshes += 1
+        if self.omit_xsrf_on_refresh:
+            return 200, {k: v for k, v in self._tokens(token_set).items() if k != "xsrf_token"}
+        token_set.xsrf = self._new("xs-")
         return 200, self._tokens(token_set)
 
     def revoke(self, form: dict[str, str]) -> tuple[int, dict[str, Any] | None]:
@@ -355,6 +367,12 @@ class TableauServer(sim_http.Simulator):
             return None
         return token_set
 
+    def page_session(self, cookies: SimpleCookie) -> TokenSet | None:
+        """A page load: the access-token cookie alone decides (no XSRF check on GET)."""
+        if "tableau_access_token" not in cookies:
+            return None
+        return self._set_for_access(cookies["tableau_access_token"].value)
+
     def session_info(self, token_set: TokenSet) -> dict[str, Any]:
         user = self.users[token_set.user]
         return {"result": {
@@ -365,6 +383,29 @@ class TableauServer(sim_http.Simulator):
 
 
 SESSION_OVER = {"result": {"errors": [{"code": 1, "message": "The session has expired or is not valid."}]}}
+
+SIGN_IN_PAGE = b"<!doctype html><html><head><title>Sign In</title></head><body><h1>Sign in to Tableau</h1></body></html>"
+
+#: What Tableau's web client does with the two cookies: the page came with the access-token cookie,
+#: its API calls send the XSRF-TOKEN cookie back as the X-XSRF-TOKEN header.
+VIEW_PAGE_HTML = """<!doctype html><html><head><title>Overview</title></head><body>
+<h1>Superstore</h1><p id="status">loading</p><ul id="views"></ul>
+<script>
+const xsrf = (document.cookie.match(/(?:^|; )XSRF-TOKEN=([^;]*)/) || [])[1] || "";
+fetch("%s", {method: "POST", credentials: "same-origin",
+             headers: {"Content-Type": "application/json", "X-XSRF-TOKEN": decodeURIComponent(xsrf)},
+             body: JSON.stringify({method: "getViews", params: {}})})
+  .then(response => response.json().then(body => [response.status, body]))
+  .then(([status, body]) => {
+    if (status !== 200) { document.getElementById("status").textContent = "refused " + status; return; }
+    for (const view of body.result.views) {
+      const item = document.createElement("li");
+      item.textContent = view.name;
+      document.getElementById("views").appendChild(item);
+    }
+    document.getElementById("status").textContent = "loaded";
+  }, error => { document.getElementById("status").textContent = "failed " + error; });
+</script></body></html>""".replace("%s", VIEWS_PATH).encode("utf-8")
 
 
 class _Handler(sim_http.Handler):
@@ -398,7 +439,14 @@ class _Handler(sim_http.Handler):
         return jar
 
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
-        self.send_json(404, {"error": "not_found"})
+        self.read_body()
+        if urllib.parse.urlsplit(self.path).path != VIEW_PAGE:
+            return self.send_json(404, {"error": "not_found"})
+        with self.sim.lock:
+            signed_in = self.sim.page_session(self.cookies()) is not None
+            self.sim.counters.page_loads.append(200 if signed_in else 401)
+        page = VIEW_PAGE_HTML if signed_in else SIGN_IN_PAGE
+        self.send(200 if signed_in else 401, page, "text/html; charset=utf-8", {"Cache-Control": "no-store"})
 
     def do_POST(self) -> None:  # noqa: N802
         sim = self.sim
