@@ -441,6 +441,9 @@ def test_credentials_are_only_sent_to_the_profiles_server(start_host, tableau_pl
     assert tableau_b.snapshot().api_calls == 0
     answer = host.result("fetch", {"provider": "tab", **VIEWS, "url": tableau.base + VIEWS_PATH})
     assert answer["status"] == 200
+    # A path whose query holds a URL is still a path on the profile's server.
+    answer = host.result("fetch", {"provider": "tab", **VIEWS, "url": f"{VIEWS_PATH}?next={tableau_b.base}/x"})
+    assert answer["status"] == 200 and tableau.snapshot().api_calls == 2
 
 
 def test_settings_are_checked(start_host, tableau_plugin_dir):

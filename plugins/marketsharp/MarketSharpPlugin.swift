@@ -194,7 +194,7 @@ struct MarketSharpPlugin: ProviderPlugin {
     func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
         // Relative paths may name the user's company as {companyId}: frontends
         // do not hold it (it rides in the token answer, kept in extras).
-        guard let url = input["request"]?["url"]?.stringValue, !URLCheck.isAbsolute(url),
+        guard let url = input["request"]?["url"]?.stringValue, !URLText.hasScheme(url),
               let company = input["tokens"]?["extras"]?["companyId"]?.stringValue else {
             return try call.standard(.authorizeRequest, input)
         }
@@ -294,11 +294,6 @@ enum LicenceProblem {
 
 /// URL checks without Foundation.
 enum URLCheck {
-    static func isAbsolute(_ url: String) -> Bool {
-        let lower = url.lowercased()
-        return lower.hasPrefix("https://") || lower.hasPrefix("http://")
-    }
-
     /// https anywhere; http only on a loopback IP literal (127.0.0.0/8 or [::1]).
     static func isSecure(_ url: String) -> Bool {
         let lower = url.lowercased()

@@ -164,7 +164,7 @@ struct TableauPlugin: ProviderPlugin {
         let base = config["server"]?.stringValue ?? ""
         var request = input["request"]?.objectValue ?? [:]
         if let url = request["url"]?.stringValue {
-            if url.contains("://") {
+            if URLText.hasScheme(url) {
                 // The cookies and header carry the session: only ever to this profile's server.
                 guard let target = ServerURL(url, allowQuery: true), let server = ServerURL(base), target.origin == server.origin,
                       target.path == server.path || target.path.hasPrefix(server.path + "/") else {
