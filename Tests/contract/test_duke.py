@@ -356,6 +356,9 @@ def test_environments_map_to_dukes_base_urls(start_host, duke_plugin_dir, enviro
 
 @pytest.mark.parametrize("settings, reason, words", [
     ({"clientName": "app", "baseUrl": "http://mobile-authorizer.example/"}, "insecureUrl", "baseUrl"),
+    # User info: the host is evil.example, not the loopback address before the '@'.
+    ({"clientName": "app", "baseUrl": "http://127.0.0.1:1@evil.example/"}, "insecureUrl", "baseUrl"),
+    ({"clientName": "app", "baseUrl": "https://someone@mobile-authorizer.example/"}, "insecureUrl", "baseUrl"),
     ({"clientName": "app", "environment": "staging"}, "invalidSettings", "environment"),
     ({"clientName": "app/ios"}, "invalidSettings", "clientName"),
     ({"environment": "test"}, "invalidSettings", "clientName"),
