@@ -477,9 +477,10 @@ def test_another_user_on_the_same_device_replaces_the_first_at_the_server(start_
 @needs_host_details
 def test_frontends_see_the_server_site_and_device(start_host, tableau_plugin_dir, tableau):
     host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau, site="finance", deviceName="Kiosk 7")})
+    status = sign_in(host, tableau)
     expected = {"server": tableau.base, "site": "finance", "deviceId": device_id(data_home_of(host), "tab"),
                 "deviceName": "Kiosk 7"}
-    assert sign_in(host, tableau)["details"] == expected
+    assert status["details"] == expected
     assert host.result("checkSignInStatus", {"provider": "tab"})["details"] == expected
     assert host.result("getAccessToken", {"provider": "tab"})["details"] == expected
     tableau.expire_sessions()                                   # a renewal keeps what it does not resend
