@@ -57,9 +57,14 @@ public final class BridgeServer: ConnectionDelegate {
         self.logger = logger
         self.runtime = Task.detached {
             let reports = PluginLoader(folders: configuration.pluginFolders, logger: logger).loadAll()
-            var openBrowser: (@Sendable (String) -> Void)?
+            var openBrowser: SessionEngine.BrowserOpener?
             if let browser = configuration.browser {
-                openBrowser = { url in browser.open(url, logger: logger) }
+                openBrowser = { url, failed in
+                    browser.open(url) { reason in
+                        logger.warning("could not open the browser: \(reason); the sign-in URL is in the openUrl progress event")
+                        failed(reason)
+                    }
+                }
             }
             let engine = SessionEngine(plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
                                        logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders,

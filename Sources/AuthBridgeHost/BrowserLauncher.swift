@@ -1,5 +1,4 @@
 import AuthBridgeVault
-import Logging
 
 #if canImport(Glibc)
 import Glibc
@@ -49,13 +48,6 @@ public struct BrowserLauncher: Sendable {
             repeat { reaped = waitpid(child, &exitStatus, 0) } while reaped < 0 && errno == EINTR
             guard reaped == child else { return }
             if let failure = Self.failure(waitStatus: exitStatus) { onFailure("\(command) \(failure)") }
-        }
-    }
-
-    /// `open`, with a failure logged as a warning (the host's log is stderr).
-    public func open(_ url: String, logger: Logger) {
-        open(url) { reason in
-            logger.warning("could not open the browser: \(reason); the sign-in URL is in the openUrl progress event")
         }
     }
 

@@ -25,7 +25,11 @@ public actor SessionEngine {
     private let logger: Logger
     private let emit: EventSink
     private let installation: @Sendable () -> JSON
-    private let openBrowser: (@Sendable (String) -> Void)?
+    /// Opens a browser-flow URL itself (`--open-browser`, `login`), calling
+    /// back with a short reason when the browser could not be opened.
+    public typealias BrowserOpener = @Sendable (_ url: String, _ failed: @escaping @Sendable (String) -> Void) -> Void
+
+    private let openBrowser: BrowserOpener?
     /// Where plugins were looked for (named when a profile's plugin is missing).
     private let pluginFolders: [String]
 
@@ -43,7 +47,7 @@ public actor SessionEngine {
     public init(plugins: [LoadedPlugin], profiles: [Profile], store: SessionStore,
                 http: HTTPClient = .shared, logger: Logger,
                 installation: @escaping @Sendable () -> JSON = { InstallationIdentity.current },
-                openBrowser: (@Sendable (String) -> Void)? = nil,
+                openBrowser: BrowserOpener? = nil,
                 pluginFolders: [String] = [],
                 emit: @escaping EventSink) {
         self.installation = installation
@@ -373,7 +377,11 @@ public actor SessionEngine {
         if let callbackPrefix { openURL["callbackPrefix"] = .string(callbackPrefix) }
         progress(provider, requestID: requestID, openURL)
         if let listener {
-            openBrowser?(url)
+            openBrowser?(url) { [emit] reason in
+                // The frontend (or person) waiting for a browser that never appeared is told.
+                emit("signIn/progress", ["provider": .string(provider), "requestId": requestID ?? .null, "stage": "waiting",
+                                         "message": .string("The browser could not be opened (\(reason)); open the sign-in URL yourself.")])
+            }
             // Whatever reaches the listener with the right state completes the sign-in.
             Task { if let url = await listener.awaitCallback(state: state) { pending.deliver(url) } }
             progress(provider, requestID: requestID, ["stage": "waiting", "message": .string("Waiting for the browser to come back to \(listener.redirectURI).")])

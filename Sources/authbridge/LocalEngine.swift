@@ -18,7 +18,7 @@ struct LocalEngine {
 
     /// Loads plugins and opens the store; `events` receives the engine's notifications,
     /// `openBrowser` the browser flow's sign-in pages.
-    init(options: HostOptions, openBrowser: (@Sendable (String) -> Void)? = nil, events: @escaping SessionEngine.EventSink) throws {
+    init(options: HostOptions, openBrowser: SessionEngine.BrowserOpener? = nil, events: @escaping SessionEngine.EventSink) throws {
         let logger = bootstrapLogging(options.logLevel == "info" ? "warning" : options.logLevel)
         var configuration = options.hostConfiguration()
         let store = options.sessionStore(warnings: &configuration.warnings)

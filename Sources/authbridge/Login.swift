@@ -76,9 +76,9 @@ struct Login: HumanCommand {
     }
 
     /// Opens sign-in pages with xdg-open; when that fails (no desktop), says so: the URL is already on screen.
-    static func browser(_ err: Terminal) -> @Sendable (String) -> Void {
+    static func browser(_ err: Terminal) -> SessionEngine.BrowserOpener {
         let launcher = BrowserLauncher()
-        return { url in
+        return { url, _ in
             launcher.open(url) { reason in
                 err.warn("could not open a browser (\(reason)). Open the URL above yourself; still waiting… (Ctrl-C cancels)")
             }

@@ -695,7 +695,6 @@ def clock_host(start_host, plugin_dir) -> Host:
 # ── Helpers shared by the test files ─────────────────────────────────────────
 
 
-
 def start_on_data_home(tmp_path: Path, plugin_dir: Path, name: str, data_home: Path, *extra: str,
                        env: dict | None = None) -> Host:
     """An initialized host whose vault lives under `data_home` (shared by the hosts of one test,

@@ -320,7 +320,9 @@ def test_serve_open_browser_logs_a_failed_xdg_open(start_host, oidc_plugin_dir, 
                       extra_args=["--open-browser"], env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser", "timeoutMs": 60_000})
     opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
-    host._wait(lambda: "could not open the browser" in host.stderr_text(), TIMEOUT, "the warning about xdg-open")
+    # The frontend is told (a progress message), and the host's log says why.
+    told = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and "could not be opened" in p.get("message", ""))
+    assert told["stage"] == "waiting" and "xdg-open exited with status 3" in told["message"] and opened["url"] not in told["message"]
     warning = next(line for line in host.stderr_text().splitlines() if "could not open the browser" in line)
     assert "warning" in warning and "xdg-open exited with status 3" in warning
     assert "the sign-in URL is in the openUrl progress event" in warning
