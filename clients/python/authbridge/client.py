@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 from . import __version__
 from .errors import BridgeClosed
-from .protocol import Connection, EventCallback, EventStream, FrameTap
+from .protocol import Connection, EventCallback, EventStream, FrameTap, ProgressCallback, SessionCallback
 from .transport import DEFAULT_MAX_FRAME_BYTES, HostProcess, find_executable
-from .types import AccessTokenResult, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList, SignInStatus, SignOutResult
+from .types import (AccessTokenResult, Event, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList,
+                    SessionChanged, SignInProgress, SignInStatus, SignOutResult)
 
 __all__ = ["AuthBridge", "connect", "PROTOCOL_VERSION"]
 
@@ -84,8 +85,8 @@ class AuthBridge:
         self._max_frame_bytes = max_frame_bytes
         self._stderr_lines = stderr_lines
         self._on_frame = on_frame
-        self._subscribers: dict[str | None, list[EventCallback]] = {}
-        self._streams: set[EventStream] = set()
+        self._subscribers: dict[str | None, list[Callable[[Any], object]]] = {}
+        self._streams: set[EventStream[Event]] = set()
         self._connection: Connection | None = None
         self._process: HostProcess | None = None
         self._info: InitializeResult | None = None
@@ -179,11 +180,18 @@ class AuthBridge:
 
     # ── Events ──────────────────────────────────────────────────────────────
 
-    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]:
-        """Calls `callback(event)` for every notification `method` ("session/changed",
-        "signIn/progress"; None: all). It runs in the reader, in order, before the answer of the
-        request that caused it; a coroutine it returns runs as a task. Returns a function that
-        unsubscribes. Survives `restart()`."""
+    @overload
+    def on(self, method: Literal["session/changed"], callback: SessionCallback) -> Callable[[], None]: ...
+    @overload
+    def on(self, method: Literal["signIn/progress"], callback: ProgressCallback) -> Callable[[], None]: ...
+    @overload
+    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]: ...
+
+    def on(self, method: str | None, callback: Callable[[Any], object]) -> Callable[[], None]:
+        """Calls `callback(event)` for every notification `method` ("session/changed" gives a
+        `SessionChanged`, "signIn/progress" a `SignInProgress`; None: all). It runs in the reader,
+        in order, before the answer of the request that caused it; a coroutine it returns runs as
+        a task. Returns a function that unsubscribes. Survives `restart()`."""
         self._subscribers.setdefault(method, []).append(callback)
 
         def unsubscribe() -> None:
@@ -192,7 +200,14 @@ class AuthBridge:
                 callbacks.remove(callback)
         return unsubscribe
 
-    def events(self, *methods: str) -> EventStream:
+    @overload
+    def events(self, method: Literal["session/changed"], /) -> EventStream[SessionChanged]: ...
+    @overload
+    def events(self, method: Literal["signIn/progress"], /) -> EventStream[SignInProgress]: ...
+    @overload
+    def events(self, *methods: str) -> EventStream[Event]: ...
+
+    def events(self, *methods: str) -> EventStream[Any]:
         """`async for event in bridge.events("session/changed"):` — the notifications (of
         `methods`, or all) from now on. Subscribed at once, so create it *before* the call whose
         events you want."""
@@ -206,7 +221,7 @@ class AuthBridge:
     # ── Raw access ──────────────────────────────────────────────────────────
 
     async def request(self, method: str, params: dict[str, Any] | None = None, *,
-                      timeout: float | None = None, on_progress: EventCallback | None = None) -> Any:
+                      timeout: float | None = None, on_progress: ProgressCallback | None = None) -> Any:
         """Any method by name, with its raw JSON result: for methods newer than this client.
         `timeout` (s) defaults to `request_timeout`; when it runs out the request is cancelled at
         the host and `asyncio.TimeoutError` is raised. Cancelling the calling task cancels the
@@ -260,7 +275,7 @@ class AuthBridge:
     async def request_oauth_tokens(self, provider: str, *, flow: Flow | None = None,
                                    session_id: str | None = None, scopes: Sequence[str] | None = None,
                                    login_hint: str | None = None, redirect_uri: str | None = None,
-                                   timeout_ms: int | None = None, on_progress: EventCallback | None = None,
+                                   timeout_ms: int | None = None, on_progress: ProgressCallback | None = None,
                                    timeout: float | None = None) -> SignInStatus:
         """Signs in and answers when the sign-in has finished.
 

@@ -25,6 +25,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import threading
@@ -243,6 +244,29 @@ def logs(frames) -> LogCapture:
     logger.setLevel(previous)
     places = leak_scan.leaks(capture.text(), frames.frames())
     assert not places, f"a code or token appeared in {', '.join(places)} (log lines count from the first record)"
+
+
+# ── The READMEs' code, as a reader copies it ─────────────────────────────────
+
+ROOT_README = REPO / "README.md"
+CLIENT_README = CLIENT_DIR / "README.md"
+
+
+def code_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+def from_python_section() -> str:
+    """The root README's "From Python" quick start (up to the next heading)."""
+    text = ROOT_README.read_text(encoding="utf-8")
+    assert "\n### From Python\n" in text, "the root README has no From Python section"
+    return text.split("\n### From Python\n", 1)[1].split("\n#", 1)[0]
+
+
+def root_quick_start() -> str:
+    """The Python program of the root README's quick start, verbatim."""
+    [program] = code_blocks(from_python_section(), "python")
+    return program
 
 
 # ── The host, its plugins and DOT ──────────────────────────────────────────────
