@@ -9,10 +9,12 @@ oidc.json and libauthbridge-oidc.so; default .build/debug/plugins). The venv nee
 and DOT (requirements-test.txt); the client itself needs nothing.
 
 Every frame the client sends and receives passes through its `on_frame` hook into
-`FrameValidator`, which checks what the host wrote against bridge-spec/openrpc.json as
-Tests/contract/conftest.py does; a violation fails the test at teardown. Every log record of
-the `authbridge` loggers (the client's, and the host's stderr it forwards at debug level) is
-scanned for the codes and tokens DOT handed out.
+`FrameValidator`, which checks both directions against bridge-spec/openrpc.json with
+Tests/tools/validate_frames.py (the validators of Tests/contract/conftest.py); a violation fails
+the test at teardown. Programs run as child processes (the example, the README's quick start)
+get Tests/tools/frame_tap.py in front of the host (the `frame_tap` fixture), and their recorded
+frames are validated the same way. Every log record of the `authbridge` loggers (the client's,
+and the host's stderr it forwards at debug level) is scanned for the codes and tokens DOT handed out.
 
 Async tests are plain `async def` functions, run here with `asyncio.run` under a deadline (no
 pytest-asyncio needed).
@@ -21,6 +23,8 @@ pytest-asyncio needed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib.util
 import inspect
 import json
 import logging
@@ -30,8 +34,9 @@ import shutil
 import sys
 import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -43,17 +48,11 @@ sys.path.insert(0, str(REPO / "Tests" / "contract"))   # dot_auth, leak_scan
 
 import leak_scan  # noqa: E402
 from dot_auth import DotAuthServer  # noqa: E402
-from jsonschema import Draft202012Validator  # noqa: E402
-from jsonschema.exceptions import best_match  # noqa: E402
-from referencing import Registry  # noqa: E402
-from referencing.jsonschema import DRAFT202012  # noqa: E402
 
 import authbridge  # noqa: E402
 
 HOST_BIN = Path(os.environ.get("AUTHBRIDGE") or REPO / ".build" / "debug" / "authbridge").resolve()
 PLUGINS_SOURCE = Path(os.environ.get("AUTHBRIDGE_PLUGINS") or REPO / ".build" / "debug" / "plugins").resolve()
-SPEC_PATH = REPO / "bridge-spec" / "openrpc.json"
-SPEC_URI = "urn:authbridge:bridge-spec:openrpc.json"
 OIDC_FILES = ("oidc.json", "libauthbridge-oidc.so")
 
 #: Bound on a whole async test; every wait inside has its own, smaller bound.
@@ -87,67 +86,66 @@ def pytest_pyfunc_call(pyfuncitem):
 
 # ── Every frame against bridge-spec/openrpc.json ──────────────────────────────
 
-class Spec:
-    def __init__(self) -> None:
-        self.document = json.loads(SPEC_PATH.read_text(encoding="utf-8"))
-        self.registry = Registry().with_resource(SPEC_URI, DRAFT202012.create_resource(self.document))
-        self.kinds = {kind: self.validator(f"#/components/schemas/Envelope/$defs/{kind}")
-                      for kind in ("Response", "ErrorResponse", "Notification")}
-        self.results: dict[str, Draft202012Validator] = {}
-        self.notifications: dict[str, Draft202012Validator] = {}
-        for index, method in enumerate(self.document["methods"]):
-            if "result" in method:
-                self.results[method["name"]] = self.validator(f"#/methods/{index}/result/schema")
-            if method.get("x-notification") and method.get("x-direction") == "server-to-client":
-                self.notifications[method["name"]] = self.validator(f"#/methods/{index}/x-params")
-
-    def validator(self, pointer: str) -> Draft202012Validator:
-        return Draft202012Validator({"$ref": SPEC_URI + pointer}, registry=self.registry)
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-_SPEC: Spec | None = None
+def _contract_tools() -> ModuleType:
+    """Tests/tools/validate_frames.py, the validators every frontend's frames are checked with.
+    It imports Tests/contract/conftest.py as `conftest`, which here is this file: that one is
+    loaded under its own name and stands in for `conftest` while validate_frames is imported."""
+    contract = _load("contract_conftest", REPO / "Tests" / "contract" / "conftest.py")
+    ours = sys.modules.get("conftest")
+    sys.modules["conftest"] = contract
+    try:
+        return _load("validate_frames", REPO / "Tests" / "tools" / "validate_frames.py")
+    finally:
+        if ours is not None:
+            sys.modules["conftest"] = ours
 
 
-def problems(validator: Draft202012Validator, instance: Any) -> list[str]:
-    found = []
-    for error in validator.iter_errors(instance):
-        best = best_match([error])
-        where = "/".join(str(p) for p in best.absolute_path) or "(root)"
-        found.append(f"at {where}: {best.message}")
-    return found
+validate_frames = _contract_tools()
+SPEC_PATH = validate_frames.SPEC_PATH
+_SPEC: Any = None
 
 
-def _no_duplicate_keys(pairs):
-    seen = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
+def spec() -> Any:
+    global _SPEC
+    if _SPEC is None:
+        _SPEC = validate_frames.Spec(SPEC_PATH)
+    return _SPEC
 
 
 class FrameValidator:
-    """The client's `on_frame` hook in the tests: validates what the host writes, remembers every
-    frame, and lets a test wait for one. Called on the bridge's event-loop thread."""
+    """The client's `on_frame` hook in the tests: validates every frame both ways with
+    validate_frames (what the client sends: a request or client notification the spec lists,
+    params that fit; what the host writes: envelope, result of the method asked, notification
+    params, each id answered once), remembers every frame, and lets a test wait for one.
+    Called on the bridge's event-loop thread; ids restart with each host (a restart says so
+    with its `initialize`, id 1)."""
 
     def __init__(self) -> None:
-        global _SPEC
-        if _SPEC is None:
-            _SPEC = Spec()
-        self.spec = _SPEC
-        self.sent: dict[Any, str] = {}            # request id → method (ids restart with each host)
+        self.spec = spec()
+        self.sent: dict[Any, str] = {}            # request id → method, of the current host
+        self.sent_frames: list[dict[str, Any]] = []
         self.received: list[dict[str, Any]] = []
+        self.answered: set[Any] = set()
         self.violations: list[str] = []
+        self.breaking_on_purpose = False
         self.cond = threading.Condition()
         self._waiters: list[tuple[Callable[[dict], bool], asyncio.AbstractEventLoop, asyncio.Future]] = []
 
     def __call__(self, direction: str, raw: bytes, frame: Any) -> None:
-        if direction == "send":
-            if isinstance(frame, dict) and "id" in frame and "method" in frame:
-                self.sent[frame["id"]] = frame["method"]
-            return
         with self.cond:
-            self._check(raw)
+            if direction == "send":
+                self._check_sent(raw, frame)
+                return
+            self._check_received(raw)
             if isinstance(frame, dict):
                 self.received.append(frame)
                 for waiter in list(self._waiters):
@@ -157,34 +155,51 @@ class FrameValidator:
                         loop.call_soon_threadsafe(lambda f=future, v=frame: f.done() or f.set_result(v))
             self.cond.notify_all()
 
-    def _check(self, raw: bytes) -> None:
+    def _check_sent(self, raw: bytes, frame: Any) -> None:
+        text = raw.decode("utf-8", errors="replace")[:300]
+        if not raw.endswith(b"\n") or raw.count(b"\n") != 1:
+            self.violations.append(f"sent frame is not one \\n-terminated line: {text}")
+        method, found = validate_frames.sent_frame_problems(self.spec, frame)
+        if found and not self.breaking_on_purpose:
+            self.violations += [f"{p}: {text}" for p in found]
+        if not isinstance(frame, dict):
+            return
+        if method == "initialize" and frame.get("id") == 1:   # a new host: ids start again
+            self.sent.clear()
+            self.answered.clear()
+        self.sent_frames.append(frame)
+        if "id" in frame and method is not None:
+            self.sent[frame["id"]] = method
+
+    @contextlib.contextmanager
+    def off_spec(self) -> Iterator[None]:
+        """Frames sent inside break the spec on purpose (a test of how the host refuses them)."""
+        self.breaking_on_purpose = True
+        try:
+            yield
+        finally:
+            self.breaking_on_purpose = False
+
+    def _check_received(self, raw: bytes) -> None:
         text = raw.decode("utf-8", errors="replace")[:300]
         if not raw.endswith(b"\n") or raw.endswith(b"\r\n"):
             self.violations.append(f"frame not terminated by a bare \\n: {text}")
         try:
-            frame = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+            frame = json.loads(raw.decode("utf-8"), object_pairs_hook=validate_frames._no_duplicate_keys)
         except ValueError as error:
             self.violations.append(f"not a JSON frame ({error}): {text}")
             return
-        if not isinstance(frame, dict):
-            self.violations.append(f"not a JSON object: {text}")
-            return
-        kind = "Notification" if "method" in frame else "ErrorResponse" if "error" in frame else "Response"
-        for problem in problems(self.spec.kinds[kind], frame):
-            self.violations.append(f"breaks Envelope/{kind} {problem}: {text}")
-        if kind == "Notification":
-            validator = self.spec.notifications.get(frame.get("method"))
-            if validator is None:
-                self.violations.append(f"unknown notification: {text}")
-            else:
-                self.violations += [f"{frame['method']} params {p}: {text}" for p in problems(validator, frame.get("params"))]
-        elif kind == "Response":
-            method = self.sent.get(frame.get("id"))
-            if method is None:
-                self.violations.append(f"answer to an id never sent: {text}")
-            elif method in self.spec.results:
-                found = problems(self.spec.results[method], frame["result"])
-                self.violations += [f"result of {method} {p}: {text}" for p in found]
+        method = None
+        if isinstance(frame, dict) and "method" not in frame and ("result" in frame or "error" in frame):
+            key = frame.get("id")
+            if key is not None:
+                method = self.sent.get(key)
+                if method is None:
+                    self.violations.append(f"answer to an id never sent: {text}")
+                elif key in self.answered:
+                    self.violations.append(f"request id {key!r} answered again: {text}")
+                self.answered.add(key)
+        self.violations += [f"{p}: {text}" for p in validate_frames.frame_problems(self.spec, frame, method)]
 
     def frames(self) -> list[dict[str, Any]]:
         with self.cond:
@@ -206,6 +221,40 @@ class FrameValidator:
             found = self.cond.wait_for(lambda: next((f for f in self.received if predicate(f)), None), timeout)
         assert found, "no such frame arrived in time"
         return found
+
+
+class TapLog:
+    """Tests/tools/frame_tap.py in front of the host, for a frontend run as a child process: put
+    `env` into its environment (AUTHBRIDGE is then the tap, which starts `host`). `check()`
+    validates every recorded frame, both ways, with validate_frames.validate."""
+
+    TAP = REPO / "Tests" / "tools" / "frame_tap.py"
+
+    def __init__(self, path: Path, host: Path = HOST_BIN) -> None:
+        self.path = path
+        self.env = {"AUTHBRIDGE": str(self.TAP), "AUTHBRIDGE_TAP_TARGET": str(host), "AUTHBRIDGE_TAP_LOG": str(path)}
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def sent_methods(self) -> list[str]:
+        """The methods of the frames the frontend sent, in order, over every host it started."""
+        return [json.loads(r["line"]).get("method") for r in self.records() if r["dir"] == "out"]
+
+    def check(self) -> int:
+        checked, found = validate_frames.validate([self.path])
+        assert not found, "frames that break bridge-spec:\n" + "\n".join(found[:20])
+        return checked
+
+
+@pytest.fixture
+def frame_tap(tmp_path) -> TapLog:
+    """A TapLog in tmp_path (the log holds tokens); its frames are validated again at teardown."""
+    tap = TapLog(tmp_path / "frames.jsonl")
+    yield tap
+    assert tap.check() > 0, "the tap recorded no frame: was AUTHBRIDGE pointed at it?"
 
 
 class LogCapture(logging.Handler):

@@ -35,7 +35,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-async def test_request_errors_map_to_their_classes(host_options, dot):
+async def test_request_errors_map_to_their_classes(host_options, dot, frames):
     profiles = {**dot_profiles(dot), "ghost": {"plugin": "ghost", "settings": {}}}
     async with authbridge.connect(**host_options(profiles=profiles)) as bridge:
         with pytest.raises(authbridge.ProviderUnknown) as raised:
@@ -56,11 +56,11 @@ async def test_request_errors_map_to_their_classes(host_options, dot):
         with pytest.raises(authbridge.NotSignedIn):
             await bridge.fetch("dot", f"{dot.base}/o/userinfo/")
 
-        with pytest.raises(authbridge.InvalidParams) as raised:
+        with frames.off_spec(), pytest.raises(authbridge.InvalidParams) as raised:
             await bridge.get_access_token("dot", min_validity_ms=-1)
         assert raised.value.field == "minValidityMs"
 
-        with pytest.raises(authbridge.MethodNotFound) as raised:
+        with frames.off_spec(), pytest.raises(authbridge.MethodNotFound) as raised:
             await bridge.request("getTokens", {})
         assert raised.value.data == {"method": "getTokens"}
 
