@@ -153,7 +153,8 @@ class Connection:
         if self.closed.done():
             raise self._closed_error(method)
         try:
-            await self.process.write(self._encode(frame))
+            self.process.send(self._encode(frame))
+            await self.process.drain()
         except (ConnectionError, OSError) as error:
             raise await self._write_failed(method) from error
 
@@ -176,7 +177,10 @@ class Connection:
             frame["params"] = params
         try:
             try:
-                await self.process.write(self._encode(frame))
+                # Queued at once, before any await: a caller cancelled from here on has a frame the
+                # host will answer, so `_cancel_at_host` always has an answer to wait for and drop.
+                self.process.send(self._encode(frame))
+                await self.process.drain()
             except (ConnectionError, OSError) as error:
                 raise await self._write_failed(method) from error
             if timeout is None:

@@ -138,19 +138,20 @@ class FrameValidator:
         self.violations: list[str] = []
         self.breaking_on_purpose = False
         self.cond = threading.Condition()
-        self._waiters: list[tuple[Callable[[dict], bool], asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._waiters: list[tuple[str, Callable[[dict], bool], asyncio.AbstractEventLoop, asyncio.Future]] = []
 
     def __call__(self, direction: str, raw: bytes, frame: Any) -> None:
         with self.cond:
             if direction == "send":
                 self._check_sent(raw, frame)
-                return
-            self._check_received(raw)
+            else:
+                self._check_received(raw)
+                if isinstance(frame, dict):
+                    self.received.append(frame)
             if isinstance(frame, dict):
-                self.received.append(frame)
                 for waiter in list(self._waiters):
-                    predicate, loop, future = waiter
-                    if predicate(frame):
+                    wanted, predicate, loop, future = waiter
+                    if wanted == direction and predicate(frame):
                         self._waiters.remove(waiter)
                         loop.call_soon_threadsafe(lambda f=future, v=frame: f.done() or f.set_result(v))
             self.cond.notify_all()
@@ -205,15 +206,17 @@ class FrameValidator:
         with self.cond:
             return list(self.received)
 
-    async def wait_for(self, predicate: Callable[[dict], bool], timeout: float = WAIT) -> dict[str, Any]:
-        """The first received frame (already here or still to come) matching `predicate`."""
+    async def wait_for(self, predicate: Callable[[dict], bool], timeout: float = WAIT,
+                       direction: str = "receive") -> dict[str, Any]:
+        """The first frame received (direction "send": sent) matching `predicate`, already there
+        or still to come."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self.cond:
-            for frame in self.received:
+            for frame in self.received if direction == "receive" else self.sent_frames:
                 if predicate(frame):
                     return frame
-            self._waiters.append((predicate, loop, future))
+            self._waiters.append((direction, predicate, loop, future))
         return await asyncio.wait_for(future, timeout)
 
     def wait_for_blocking(self, predicate: Callable[[dict], bool], timeout: float = WAIT) -> dict[str, Any]:

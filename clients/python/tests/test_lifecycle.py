@@ -59,6 +59,35 @@ async def test_a_client_deadline_cancels_the_request_and_raises_asyncio_timeout(
         assert (await bridge.check_sign_in_status("dot", timeout=WAIT)).state == "notSignedIn"
 
 
+async def test_calls_cancelled_while_the_pipe_is_full_are_cancelled_at_the_host(host_options, frames, logs):
+    """Calls given up while the host reads nothing (stopped): each frame was queued whole, so each
+    gets its $/cancelRequest, the host answers each id once, and the client drops those answers
+    and forgets the ids (none is left waiting for an answer that never comes)."""
+    async with authbridge.connect(**host_options()) as bridge:
+        os.kill(bridge.pid, signal.SIGSTOP)          # reads nothing: the pipe and the client's buffer fill
+        try:
+            big = asyncio.ensure_future(bridge.fetch("nope", "https://api.example.com/", method="POST",
+                                                     body="x" * (1 << 20)))
+            small = asyncio.ensure_future(bridge.list_accounts())
+            sent = [await frames.wait_for(lambda f, m=method: f.get("method") == m, direction="send")
+                    for method in ("fetch", "listAccounts")]
+            assert not big.done() and not small.done(), "both wait for the pipe"
+            for task in (small, big):                # the later call first: it never got to the pipe
+                task.cancel()
+            for task in (small, big):
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+        finally:
+            os.kill(bridge.pid, signal.SIGCONT)
+        cancels = [f["params"]["id"] for f in frames.sent_frames if f.get("method") == "$/cancelRequest"]
+        assert sorted(cancels) == [f["id"] for f in sent]
+        for frame in sent:                           # answered (cancelled, or refused first): once each
+            await frames.wait_for(lambda f, i=frame["id"]: f.get("id") == i and "method" not in f)
+        assert bridge._connection is not None and bridge._connection._abandoned == {}
+        assert (await bridge.list_providers()).plugins, "the bridge goes on"
+    assert "unknown request id" not in logs.text()
+
+
 async def test_a_killed_host_fails_every_pending_call_and_a_new_one_works(host_options, dot):
     profiles = {**dot_profiles(dot), "dot2": {"plugin": "oidc", "settings": dot_settings(dot)}}
     options = host_options(profiles=profiles)
