@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from . import __version__
-from .errors import BridgeClosed
+from .errors import AuthBridgeError, BridgeClosed, ProviderUnknown
 from .protocol import Connection, EventCallback, EventStream, FrameTap, ProgressCallback, SessionCallback
 from .transport import DEFAULT_MAX_FRAME_BYTES, HostProcess, find_executable
 from .types import (AccessTokenResult, Event, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList,
@@ -87,6 +87,9 @@ class AuthBridge:
         self._on_frame = on_frame
         self._subscribers: dict[str | None, list[Callable[[Any], object]]] = {}
         self._streams: set[EventStream[Event]] = set()
+        # Runtime profiles (configure_profile), in the order they were configured: a new host
+        # knows only its configuration file, so `start()` configures them again.
+        self._profiles: dict[str, tuple[str, dict[str, Any] | None]] = {}
         self._connection: Connection | None = None
         self._process: HostProcess | None = None
         self._info: InitializeResult | None = None
@@ -99,7 +102,10 @@ class AuthBridge:
         return [find_executable(self._executable), *self._argv_tail]
 
     async def start(self) -> InitializeResult:
-        """Starts the host and runs `initialize` / `initialized`, within `start_timeout`."""
+        """Starts the host and runs `initialize` / `initialized`, within `start_timeout`; then
+        configures again, in order, the profiles `configure_profile` added to an earlier host of
+        this bridge (if one fails, the others are still configured and the first error is raised;
+        the host keeps running)."""
         if self._connection is not None and not self._connection.closed.done():
             raise RuntimeError("this AuthBridge is already running")
         process = HostProcess(self.argv, env=self._env, cwd=self._cwd, max_frame_bytes=self._max_frame_bytes,
@@ -120,7 +126,19 @@ class AuthBridge:
         self._info = InitializeResult.from_wire(result)
         for warning in self._info.warnings:
             log.warning("authbridge: %s", warning)
+        await self._replay_profiles()
         return self._info
+
+    async def _replay_profiles(self) -> None:
+        failures: list[AuthBridgeError] = []
+        for name, (plugin, settings) in list(self._profiles.items()):
+            try:
+                await self.configure_profile(name, plugin, settings, timeout=self.start_timeout)
+            except AuthBridgeError as error:
+                log.warning("authbridge: profile %r could not be configured again: %s", name, error)
+                failures.append(error)
+        if failures:
+            raise failures[0]
 
     async def close(self) -> int | None:
         """Shuts the host down cleanly and waits for it (bounded, see `shutdown_timeout`).
@@ -135,7 +153,8 @@ class AuthBridge:
 
     async def restart(self) -> InitializeResult:
         """Stops the current host (cleanly if it still runs) and starts a new one with the same
-        arguments. Callbacks from `on()` and open event streams carry over."""
+        arguments. Callbacks from `on()`, open event streams and the profiles added with
+        `configure_profile` carry over; stored sessions are the vault's, so they do too."""
         if self._connection is not None:
             await self._connection.close(self.shutdown_timeout, end_streams=False)
         return await self.start()
@@ -246,15 +265,49 @@ class AuthBridge:
 
     async def configure_profile(self, name: str, plugin: str, settings: Mapping[str, Any] | None = None, *,
                                 timeout: float | None = None) -> ProfileInfo:
-        """Adds or replaces a runtime profile (never written to the configuration file).
-        Replacing one with other settings discards its session."""
-        params = _drop_none(name=name, plugin=plugin, settings=dict(settings) if settings is not None else None)
-        return ProfileInfo.from_wire(await self.request("configureProfile", params, timeout=timeout))
+        """Adds or replaces a runtime profile (never written to the configuration file; this
+        bridge configures it again on a new host, see `start()`). Replacing one with other
+        settings discards its session. A plugin the host has not loaded raises `ProviderUnknown`
+        (reason "unknownPlugin") saying which plugins it did load and where to put the missing one."""
+        kept = dict(settings) if settings is not None else None
+        params = _drop_none(name=name, plugin=plugin, settings=kept)
+        try:
+            result = await self.request("configureProfile", params, timeout=timeout)
+        except ProviderUnknown as error:
+            if error.reason != "unknownPlugin":
+                raise
+            raise ProviderUnknown(f"{error.message} {self._plugin_hint(plugin)}", code=error.code, data=error.data,
+                                  request_method=error.request_method) from None
+        self._profiles.pop(name, None)
+        self._profiles[name] = (plugin, kept)
+        return ProfileInfo.from_wire(result)
+
+    def _plugin_hint(self, plugin: str) -> str:
+        """What the host found at start-up (its `initialize` answer) and what to do about a
+        plugin it lacks: the host's own message says neither."""
+        found = self._info.providers if self._info else []
+        loaded = sorted(p.id for p in found if p.loaded and p.id)
+        folders = sorted({os.path.dirname(p.path) for p in found if p.loaded})
+        if loaded:
+            parts = [f"Loaded plugins: {', '.join(loaded)} (from {', '.join(folders)})."]
+        else:
+            parts = ["The host loaded no plugin."]
+        refused = [p for p in found if not p.loaded and (p.id == plugin or os.path.basename(p.path) == f"{plugin}.json")]
+        if refused:
+            parts += [f"It refused {p.path}: {p.message or p.reason}." for p in refused]
+            parts.append("Fix that and start the bridge again.")
+        else:
+            parts.append(f"To add {plugin!r}, put its manifest and library ({plugin}.json, a .so) in a plugin folder "
+                         "(one given with connect(plugins=[...]), or $XDG_DATA_HOME/authbridge/plugins) "
+                         "and start the bridge again.")
+        parts.append("`authbridge plugins` lists what the host finds and why it refuses any.")
+        return " ".join(parts)
 
     async def remove_profile(self, name: str, *, timeout: float | None = None) -> bool:
         """Removes a profile and discards its session (nothing is revoked: `sign_out` first for
-        that). False when no profile had that name."""
+        that). False when no profile had that name. A new host will not have it either."""
         result = await self.request("removeProfile", {"name": name}, timeout=timeout)
+        self._profiles.pop(name, None)
         return bool(result.get("removed")) if isinstance(result, dict) else False
 
     async def list_accounts(self, provider: str | None = None, *,

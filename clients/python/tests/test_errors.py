@@ -93,6 +93,27 @@ async def test_request_errors_map_to_their_classes(host_options, dot, frames):
         assert (raised.value.reason, raised.value.retryable) == ("timeout", True)
 
 
+async def test_a_plugin_that_is_not_loaded_says_what_there_is_and_what_to_do(host_options, plugin_dir):
+    ghost = plugin_dir / "ghost.json"
+    ghost.write_text(json.dumps({"id": "ghost", "version": "1", "abi": "1.0", "library": "libauthbridge-ghost.so"}))
+    os.chmod(ghost, 0o666)                       # refused: others may write it
+    async with authbridge.connect(**host_options()) as bridge:
+        with pytest.raises(authbridge.ProviderUnknown) as raised:
+            await bridge.configure_profile("corp", "ghost")
+        error = raised.value
+        assert (error.code, error.reason, error.field) == (-32003, "unknownPlugin", "plugin")
+        assert error.message.startswith('No loaded plugin has the id "ghost". '), "the host's own words first"
+        assert f"Loaded plugins: oidc (from {plugin_dir})." in error.message
+        assert f"It refused {ghost}: " in error.message and "(mode 666)" in error.message
+        assert "Fix that and start the bridge again." in error.message
+
+        with pytest.raises(authbridge.ProviderUnknown) as raised:
+            await bridge.configure_profile("corp", "okta")
+        assert "put its manifest and library (okta.json, a .so) in a plugin folder" in raised.value.message
+        assert "$XDG_DATA_HOME/authbridge/plugins" in raised.value.message and "authbridge plugins" in str(raised.value)
+        assert [p.name for p in (await bridge.list_providers()).profiles] == []
+
+
 async def test_sign_in_refusals_and_cancellations(host_options, dot):
     settings = {**dot_settings(dot), "redirectUri": dot.redirect_uri}
     async with authbridge.connect(**host_options(profiles={"dot": {"plugin": "oidc", "settings": settings}})) as bridge:

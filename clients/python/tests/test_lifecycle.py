@@ -125,6 +125,23 @@ async def test_a_killed_host_fails_every_pending_call_and_a_new_one_works(host_o
         await again.sign_out("dot")
 
 
+async def test_restart_configures_the_runtime_profiles_again(host_options, dot, frames):
+    async with authbridge.connect(**host_options()) as bridge:     # none in the configuration file
+        for name in ("dot", "gone", "dot2"):
+            await bridge.configure_profile(name, "oidc", dot_settings(dot))
+        assert await bridge.remove_profile("gone")
+        assert (await sign_in(bridge, dot)).state == "signedIn"
+        os.kill(bridge.pid, signal.SIGKILL)
+        await bridge.restart()
+        configured = [f["params"]["name"] for f in frames.sent_frames if f.get("method") == "configureProfile"]
+        assert configured[-2:] == ["dot", "dot2"], "again, in order, without the removed one"
+        assert [(p.name, p.source) for p in (await bridge.list_providers()).profiles] == \
+            [("dot", "runtime"), ("dot2", "runtime")]
+        status = await bridge.check_sign_in_status("dot")
+        assert (status.state, status.reason) == ("signedIn", "valid"), "the stored session is the same profile's"
+        await bridge.sign_out("dot")
+
+
 class BigBody(http.server.BaseHTTPRequestHandler):
     """An API on 127.0.0.1 answering a large JSON body (the host allows http on loopback)."""
     size = 8 * 1024 * 1024
