@@ -353,17 +353,20 @@ class Connection:
 
     async def close(self, grace: float, end_streams: bool = True) -> int | None:
         """The spec's clean stop (§2), every step bounded by `grace` seconds: `shutdown` (the host
-        answers null and refuses new work), `exit`, then EOF; if the host is still there,
-        SIGTERM, then SIGKILL. Returns the exit status (0 after a clean shutdown). Event streams
+        answers null and refuses new work), `exit` (also when shutdown went unanswered), then EOF;
+        if the host is still there, SIGTERM, then SIGKILL. Returns the exit status (0 after a clean shutdown). Event streams
         end, unless `end_streams` is false (a restart: they go on with the next host)."""
         self._closing = True
         self._end_streams = end_streams
         if not self.closed.done() and self.process.returncode is None:
             try:
                 await self.request("shutdown", timeout=grace)
-                await asyncio.wait_for(self.notify("exit"), grace)
+            except (AuthBridgeError, asyncio.TimeoutError) as error:
+                log.debug("shutdown was not answered (%s); sending exit anyway", type(error).__name__)
+            try:
+                await asyncio.wait_for(self.notify("exit"), grace)    # honoured in any phase (spec §2)
             except (AuthBridgeError, asyncio.TimeoutError, ConnectionError, OSError) as error:
-                log.debug("clean shutdown failed (%s); stopping the host", type(error).__name__)
+                log.debug("exit could not be sent (%s); stopping the host", type(error).__name__)
         code = await self.process.stop(grace)
         if self._reader is not None:
             await asyncio.wait({self._reader}, timeout=grace)

@@ -188,34 +188,50 @@ async def test_large_frames(host_options, dot, big_api, frames):
 
 
 STUB_HOST = textwrap.dedent('''
-    import json, sys
-    # A stand-in host that logs 4 MiB before it answers: a client that does not drain stderr
-    # leaves it blocked on a full pipe (64 KiB), and initialize is never answered.
+    import json, signal, sys
+    # A stand-in host. It exits 0 after `exit`, and 1 at EOF without one (the real host exits 0
+    # either way, so only this one tells whether the client sent `exit`).
+    #   --chatty: logs 4 MiB before it answers initialize (a client that does not drain stderr
+    #             leaves it blocked on a full 64 KiB pipe, and initialize is never answered);
+    #   --deaf:   answers neither shutdown nor exit and outlives EOF; only a signal ends it.
+    deaf = "--deaf" in sys.argv
     for line in sys.stdin:
         frame = json.loads(line)
-        if frame.get("method") == "initialize":
-            for n in range(32768):
-                sys.stderr.write(f"stub log line {n:06d} " + "." * 100 + "\\n")
-            sys.stderr.flush()
+        method = frame.get("method")
+        if method == "initialize":
+            if "--chatty" in sys.argv:
+                for n in range(32768):
+                    sys.stderr.write(f"stub log line {n:06d} " + "." * 100 + "\\n")
+                sys.stderr.flush()
             result = {"protocolVersion": "1.0", "serverInfo": {"name": "authbridge", "version": "0"},
                       "capabilities": {"batches": False, "cancellation": True, "flows": [], "notifications": []},
                       "providers": [], "profiles": [], "storage": {"backend": "memory", "protection": "none"}}
-        elif frame.get("method") == "shutdown":
+        elif method == "shutdown" and not deaf:
             result = None
-        elif frame.get("method") == "exit":
+        elif method == "exit" and not deaf:
             sys.exit(0)
         else:
             continue
         sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": frame["id"], "result": result}) + "\\n")
         sys.stdout.flush()
+    if deaf:
+        while True:
+            signal.pause()
+    sys.exit(1)
 ''')
 
 
-async def test_stderr_is_drained_and_kept_for_diagnostics(tmp_path, frames, logs):
+@pytest.fixture
+def stub_host(tmp_path):
     stub = tmp_path / "stub-host"
     stub.write_text(f"#!{sys.executable}\n{STUB_HOST}")
     stub.chmod(0o755)
-    async with authbridge.connect(stub, on_frame=frames, start_timeout=WAIT, stderr_lines=50) as bridge:
+    return stub
+
+
+async def test_stderr_is_drained_and_kept_for_diagnostics(stub_host, frames, logs):
+    async with authbridge.connect(stub_host, args=["--chatty"], on_frame=frames, start_timeout=WAIT,
+                                  stderr_lines=50) as bridge:
         assert bridge.info.storage.backend == "memory"
     assert bridge.returncode == 0
     tail = bridge.stderr_tail(3)
@@ -223,6 +239,26 @@ async def test_stderr_is_drained_and_kept_for_diagnostics(tmp_path, frames, logs
     assert len(bridge.stderr_tail(1000)) == 50, "a bounded ring of lines"
     forwarded = [r for r in logs.records if r.name == "authbridge.host"]
     assert len(forwarded) == 32768 and forwarded[0].levelname == "DEBUG"
+
+
+async def test_close_sends_shutdown_then_exit(stub_host, frames):
+    async with authbridge.connect(stub_host, on_frame=frames, start_timeout=WAIT):
+        pass
+    methods = [f.get("method") for f in frames.sent_frames]
+    assert methods == ["initialize", "initialized", "shutdown", "exit"], methods
+    assert frames.sent_frames[-1] == {"jsonrpc": "2.0", "method": "exit"}
+    shutdown = frames.sent_frames[-2]["id"]
+    assert {"jsonrpc": "2.0", "id": shutdown, "result": None} in frames.frames()
+
+
+async def test_a_host_deaf_to_shutdown_and_eof_ends_at_sigterm(stub_host, frames, logs):
+    bridge = await authbridge.connect(stub_host, args=["--deaf"], on_frame=frames, start_timeout=WAIT,
+                                      shutdown_timeout=0.5)
+    code = await bridge.close()
+    assert code == -signal.SIGTERM, "SIGTERM ended it: no SIGKILL was needed"
+    assert [f.get("method") for f in frames.sent_frames][-1] == "exit", "exit was sent although shutdown went unanswered"
+    steps = [r.getMessage().rsplit(": ", 1)[1] for r in logs.records if "did not exit within" in r.getMessage()]
+    assert steps == ["terminate"]
 
 
 async def test_shutdown_of_a_stuck_host_is_bounded(host_options):
