@@ -31,9 +31,12 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
+import textwrap
 import threading
 import urllib.request
+import venv
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -319,6 +322,45 @@ def root_quick_start() -> str:
     """The Python program of the root README's quick start, verbatim."""
     [program] = code_blocks(from_python_section(), "python")
     return program
+
+
+# ── Fresh virtual environments (a new user's machine) ──────────────────────────
+
+PIP_TIMEOUT = 300
+
+
+def fresh_venv(path: Path) -> Path:
+    """A new venv (with pip, nothing else); returns its python."""
+    venv.EnvBuilder(with_pip=True, clear=True).create(path)
+    return path / "bin" / "python"
+
+
+_INSTALLED = textwrap.dedent("""
+    import importlib.resources, sys
+    import authbridge, authbridge.sync
+    assert authbridge.__file__.startswith(sys.prefix), authbridge.__file__
+    assert importlib.resources.files("authbridge").joinpath("py.typed").is_file()
+    assert issubclass(authbridge.NotSignedIn, authbridge.AuthBridgeError) and authbridge.NotSignedIn.code == -32001
+    print("imported", authbridge.__version__)
+""")
+
+
+def check_installed(python: Path, cwd: Path) -> None:
+    """The venv of `python` imports its own installed copy of the package (run from `cwd`, not
+    the checkout), typed, and nothing but the package came along."""
+    done = subprocess.run([str(python), "-c", _INSTALLED], cwd=cwd, capture_output=True, text=True, timeout=PIP_TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == f"imported {authbridge.__version__}"
+    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
+                            timeout=PIP_TIMEOUT)
+    packages = {line.split("==")[0].lower() for line in listed.stdout.split()}
+    assert packages - {"pip", "setuptools"} == {"authbridge"}, "no runtime dependency came along"
+
+
+def no_package_index(pip_output: str) -> bool:
+    """pip failed because no package index could be reached for the build backend (setuptools)."""
+    return ("No matching distribution found for setuptools" in pip_output
+            or "Could not find a version that satisfies" in pip_output)
 
 
 # ── The host, its plugins and DOT ──────────────────────────────────────────────
