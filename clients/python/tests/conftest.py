@@ -1,12 +1,13 @@
 """Test harness of the Python client: the real host, the bundled `oidc` plugin and
-django-oauth-toolkit (Tests/support/dot_server.py, the suite's authorization server).
+django-oauth-toolkit (Tests/support/dot_server.py, the suite's authorization server); the
+`tableau` and `marketsharp` plugins against their simulators (Tests/contract/sim_*.py).
 
     AUTHBRIDGE=/path/to/authbridge AUTHBRIDGE_PLUGINS=/path/to/plugins \\
         .venv/bin/python -m pytest -q clients/python/tests
 
-AUTHBRIDGE (the host; default .build/debug/authbridge) and AUTHBRIDGE_PLUGINS (a folder holding
-oidc.json and libauthbridge-oidc.so; default .build/debug/plugins). The venv needs jsonschema
-and DOT (requirements-test.txt); the client itself needs nothing.
+AUTHBRIDGE (the host; default .build/debug/authbridge) and AUTHBRIDGE_PLUGINS (the folder of
+the bundled plugins, as `make build` stages them; default .build/debug/plugins). The venv needs
+requirements-test.txt (jsonschema, DOT, mypy…); the client itself needs nothing.
 
 Every frame the client sends and receives passes through its `on_frame` hook into
 `FrameValidator`, which checks both directions against bridge-spec/openrpc.json with
@@ -56,7 +57,6 @@ import authbridge  # noqa: E402
 
 HOST_BIN = Path(os.environ.get("AUTHBRIDGE") or REPO / ".build" / "debug" / "authbridge").resolve()
 PLUGINS_SOURCE = Path(os.environ.get("AUTHBRIDGE_PLUGINS") or REPO / ".build" / "debug" / "plugins").resolve()
-OIDC_FILES = ("oidc.json", "libauthbridge-oidc.so")
 
 #: Bound on a whole async test; every wait inside has its own, smaller bound.
 TEST_TIMEOUT = 90.0
@@ -98,21 +98,23 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
-def _contract_tools() -> ModuleType:
-    """Tests/tools/validate_frames.py, the validators every frontend's frames are checked with.
-    It imports Tests/contract/conftest.py as `conftest`, which here is this file: that one is
-    loaded under its own name and stands in for `conftest` while validate_frames is imported."""
-    contract = _load("contract_conftest", REPO / "Tests" / "contract" / "conftest.py")
+_CONTRACT_CONFTEST = _load("contract_conftest", REPO / "Tests" / "contract" / "conftest.py")
+
+
+def contract_module(path: Path, name: str) -> ModuleType:
+    """A module written for Tests/contract, loaded as `name`. Such modules import that folder's
+    conftest.py as `conftest`, which here is this file: the contract's stands in while it loads."""
     ours = sys.modules.get("conftest")
-    sys.modules["conftest"] = contract
+    sys.modules["conftest"] = _CONTRACT_CONFTEST
     try:
-        return _load("validate_frames", REPO / "Tests" / "tools" / "validate_frames.py")
+        return _load(name, path)
     finally:
         if ours is not None:
             sys.modules["conftest"] = ours
 
 
-validate_frames = _contract_tools()
+#: The validators every frontend's frames are checked with (those of Tests/contract/conftest.py).
+validate_frames = contract_module(REPO / "Tests" / "tools" / "validate_frames.py", "validate_frames")
 SPEC_PATH = validate_frames.SPEC_PATH
 _SPEC: Any = None
 
@@ -365,17 +367,22 @@ def no_package_index(pip_output: str) -> bool:
 
 # ── The host, its plugins and DOT ──────────────────────────────────────────────
 
+def plugin_folder(folder: Path, *plugins: str) -> Path:
+    """A private copy (folder 0755, files 0644) of bundled plugins (manifest and library): the
+    host refuses plugin files others can write."""
+    folder.mkdir(parents=True)
+    os.chmod(folder, 0o755)
+    for plugin in plugins:
+        for name in (f"{plugin}.json", f"libauthbridge-{plugin}.so"):
+            shutil.copyfile(PLUGINS_SOURCE / name, folder / name)
+            os.chmod(folder / name, 0o644)
+    return folder
+
+
 @pytest.fixture
 def plugin_dir(tmp_path) -> Path:
-    """A private copy (folder 0755, files 0644) of the bundled oidc plugin: the host refuses
-    plugin files others can write."""
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for name in OIDC_FILES:
-        shutil.copyfile(PLUGINS_SOURCE / name, folder / name)
-        os.chmod(folder / name, 0o644)
-    return folder
+    """The bundled oidc plugin, in a folder of its own."""
+    return plugin_folder(tmp_path / "plugins", "oidc")
 
 
 @pytest.fixture
