@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 
-from conftest import REPO
+from conftest import REPO, code_blocks, from_python_section
 
 EXAMPLE = REPO / "Examples" / "python_example.py"
 TIMEOUT = 120
@@ -16,6 +17,20 @@ TIMEOUT = 120
 DOT_TOKEN = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]{30}(?![A-Za-z0-9])")   # DOT's tokens and codes
 JWT = re.compile(r"eyJ[\w-]+\.[\w-]+\.")
 QUERY_SECRET = re.compile(r"[?&](code|state|nonce|code_challenge|access_token|refresh_token)=")
+
+
+def test_the_readme_runs_the_example_with_options_it_has():
+    """The root README's way to try the example (`make dev-server`, then this command line)."""
+    shell = "".join(code_blocks(from_python_section(), "sh"))
+    [line] = [line for line in shell.splitlines() if "Examples/python_example.py" in line]
+    words = shlex.split(line)
+    assert words[:3] == ["AUTHBRIDGE=.build/debug/authbridge", "python3", "Examples/python_example.py"], words
+    assert "make dev-server" in from_python_section()
+    usage = subprocess.run([sys.executable, str(EXAMPLE), "--help"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert usage.returncode == 0, usage.stderr
+    options = [word for word in words[3:] if word.startswith("--")]
+    assert options == ["--issuer", "--client-id"] and all(option in usage.stdout for option in options)
+    assert words[3:] == ["--issuer", "$ISSUER", "--client-id", "$CLIENT_ID"]
 
 
 def test_the_example_signs_in_fetches_userinfo_and_signs_out(tmp_path, plugin_dir, dot, frame_tap):

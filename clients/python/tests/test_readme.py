@@ -41,7 +41,7 @@ def for_dot(code: str, dot) -> str:
 
 def pip_command() -> str:
     """The install line of the root README's From Python section, without its comment."""
-    [shell] = code_blocks(from_python_section(), "sh")
+    shell = "".join(code_blocks(from_python_section(), "sh"))
     [line] = [line for line in shell.splitlines() if line.startswith("pip install")]
     return line.split("#", 1)[0].strip()
 
