@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from . import __version__
 from .errors import AuthBridgeError, BridgeClosed, ProviderUnknown
-from .protocol import Connection, EventCallback, EventStream, FrameTap, ProgressCallback, SessionCallback
+from .protocol import Connection, EventStream, FrameTap, Listeners, ProgressCallback
 from .transport import DEFAULT_MAX_FRAME_BYTES, HostProcess, find_executable
 from .types import (AccessTokenResult, Event, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList,
                     SessionChanged, SignInProgress, SignInStatus, SignOutResult)
@@ -35,7 +35,7 @@ def _drop_none(**params: Any) -> dict[str, Any]:
     return {name: value for name, value in params.items() if value is not None}
 
 
-class AuthBridge:
+class AuthBridge(Listeners):
     """A client of one `authbridge serve` process.
 
     Start it with `async with AuthBridge(...)` / `async with connect(...)`, or `await connect(...)`
@@ -85,7 +85,7 @@ class AuthBridge:
         self._max_frame_bytes = max_frame_bytes
         self._stderr_lines = stderr_lines
         self._on_frame = on_frame
-        self._subscribers: dict[str | None, list[Callable[[Any], object]]] = {}
+        super().__init__()
         self._streams: set[EventStream[Event]] = set()
         # Runtime profiles (configure_profile), in the order they were configured: a new host
         # knows only its configuration file, so `start()` configures them again.
@@ -198,26 +198,6 @@ class AuthBridge:
         return self._process.stderr_tail(lines) if self._process else []
 
     # ── Events ──────────────────────────────────────────────────────────────
-
-    @overload
-    def on(self, method: Literal["session/changed"], callback: SessionCallback) -> Callable[[], None]: ...
-    @overload
-    def on(self, method: Literal["signIn/progress"], callback: ProgressCallback) -> Callable[[], None]: ...
-    @overload
-    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]: ...
-
-    def on(self, method: str | None, callback: Callable[[Any], object]) -> Callable[[], None]:
-        """Calls `callback(event)` for every notification `method` ("session/changed" gives a
-        `SessionChanged`, "signIn/progress" a `SignInProgress`; None: all). It runs in the reader,
-        in order, before the answer of the request that caused it; a coroutine it returns runs as
-        a task. Returns a function that unsubscribes. Survives `restart()`."""
-        self._subscribers.setdefault(method, []).append(callback)
-
-        def unsubscribe() -> None:
-            callbacks = self._subscribers.get(method, [])
-            if callback in callbacks:
-                callbacks.remove(callback)
-        return unsubscribe
 
     @overload
     def events(self, method: Literal["session/changed"], /) -> EventStream[SessionChanged]: ...

@@ -18,13 +18,13 @@ import itertools
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 from .errors import AuthBridgeError, BridgeClosed, FrameTooLarge, HostExited, error_from_wire
 from .transport import HostProcess, OversizeLine
 from .types import Event, SessionChanged, SignInProgress, event_from_wire
 
-__all__ = ["Connection", "EventStream", "FrameTap", "EventCallback", "ProgressCallback", "SessionCallback"]
+__all__ = ["Connection", "EventStream", "Listeners", "FrameTap", "EventCallback", "ProgressCallback", "SessionCallback"]
 
 log = logging.getLogger("authbridge")
 
@@ -97,6 +97,36 @@ class EventStream(Generic[E_co]):
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+class Listeners:
+    """`on()`: the listeners of notifications, by method (None: all). A base of `AuthBridge` and
+    of the blocking `SyncAuthBridge`; the table is handed to each `Connection`, so listeners
+    survive a restart of the host."""
+
+    def __init__(self, table: dict[str | None, list[_Listener]] | None = None) -> None:
+        self._subscribers: dict[str | None, list[_Listener]] = table if table is not None else {}
+
+    @overload
+    def on(self, method: Literal["session/changed"], callback: SessionCallback) -> Callable[[], None]: ...
+    @overload
+    def on(self, method: Literal["signIn/progress"], callback: ProgressCallback) -> Callable[[], None]: ...
+    @overload
+    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]: ...
+
+    def on(self, method: str | None, callback: _Listener) -> Callable[[], None]:
+        """Calls `callback(event)` for every notification `method` ("session/changed" gives a
+        `SessionChanged`, "signIn/progress" a `SignInProgress`; None: all). It runs in the reader
+        (the blocking wrapper's event-loop thread), in order, before the answer of the request
+        that caused it; a coroutine it returns runs as a task. Returns a function that
+        unsubscribes. Survives `restart()`."""
+        self._subscribers.setdefault(method, []).append(callback)
+
+        def unsubscribe() -> None:
+            callbacks = self._subscribers.get(method, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
+        return unsubscribe
 
 
 class _Pending:

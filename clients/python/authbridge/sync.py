@@ -23,7 +23,7 @@ from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overl
 
 from .client import AuthBridge
 from .errors import BridgeClosed
-from .protocol import E_co, EventCallback, EventStream, ProgressCallback, SessionCallback
+from .protocol import E_co, EventStream, Listeners
 from .types import Event, InitializeResult, SessionChanged, SignInProgress
 
 __all__ = ["SyncAuthBridge", "SyncEventStream", "connect"]
@@ -74,7 +74,7 @@ class SyncEventStream(Generic[E_co]):
         self.close()
 
 
-class SyncAuthBridge:
+class SyncAuthBridge(Listeners):
     """`AuthBridge` with blocking methods (same names, arguments and results). Per-call
     `timeout=` works as in the async API: the request is cancelled at the host and
     `TimeoutError` is raised (`asyncio.TimeoutError` is `TimeoutError` from Python 3.11)."""
@@ -89,6 +89,7 @@ class SyncAuthBridge:
         except BaseException:
             self._stop_loop()
             raise
+        super().__init__(self._bridge._subscribers)    # `on()` adds to the asyncio bridge's listeners
 
     @staticmethod
     async def _make(args: tuple[Any, ...], kwargs: dict[str, Any]) -> AuthBridge:
@@ -168,17 +169,6 @@ class SyncAuthBridge:
         return self._bridge.stderr_tail(lines)
 
     # Events
-
-    @overload
-    def on(self, method: Literal["session/changed"], callback: SessionCallback) -> Callable[[], None]: ...
-    @overload
-    def on(self, method: Literal["signIn/progress"], callback: ProgressCallback) -> Callable[[], None]: ...
-    @overload
-    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]: ...
-
-    def on(self, method: str | None, callback: Callable[[Any], object]) -> Callable[[], None]:
-        """As `AuthBridge.on`; the callback runs in the bridge's thread."""
-        return self._bridge.on(method, callback)
 
     @overload
     def events(self, method: Literal["session/changed"], /) -> SyncEventStream[SessionChanged]: ...
