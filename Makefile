@@ -3,10 +3,12 @@
 #   make test                 install what is missing, build, run every suite
 #   make demo                 build, then sign in to django-oauth-toolkit as a scripted user
 #   make demo BROWSER=1       the same, signing in yourself in your browser
+#   make dev-server           the bundled django-oauth-toolkit, to try the quick starts against
 #   make install PREFIX=DIR   a relocatable tree: DIR/bin, DIR/lib/authbridge/plugins
 #   make bench                throughput and cold start next to a C baseline
 #
-# Everything it installs is local (apt packages, a venv in .venv).
+# Everything it installs is local (apt packages, a venv in .venv). Building needs only the build
+# packages; the test packages (a browser, a keyring, tsc) and the venv come with test and demo.
 
 SHELL       := /bin/bash
 PREFIX      ?= $(CURDIR)/out
@@ -17,26 +19,39 @@ VPY         := $(VENV)/bin/python
 DEBUG_DIR   := .build/debug
 RELEASE_DIR := .build/release
 TEST_PLUGINS := .build/test-plugins
-APT_PACKAGES := libjansson-dev libsecret-1-dev pkg-config gcc gnome-keyring libsecret-tools dbus \
-                chromium chromium-driver node-typescript
+BUILD_PACKAGES := libjansson-dev libsecret-1-dev pkg-config gcc
+TEST_PACKAGES  := gnome-keyring libsecret-tools dbus chromium chromium-driver node-typescript
+DEV_PORT    ?= 8765
+DEV_STATE   ?= .build/dev-server
 
 # Plugins shipped with AuthBridge: Swift ones are SwiftPM products
 # (libauthbridge-ID.so + plugins/ID/ID.json); C ones have plugins/ID/build.sh.
 BUNDLED_PLUGINS := oidc salesforce tableau marketsharp
 BUNDLED_C_PLUGINS := duke
 
-.PHONY: all deps build release test test-swift test-contract test-python-client test-node test-node-client install demo bench clean spec
+.PHONY: all deps deps-build deps-test build release test test-swift test-contract test-python-client test-node \
+        test-node-client install demo dev-server bench clean spec
 
 all: build
 
-## deps: system packages and the Python venv the tests use (Chromium and its driver:
-## the real-browser sign-in test, Tests/contract/test_browser.py, which never skips).
-deps: $(VENV)/.ready
-	@{ pkg-config --exists jansson libsecret-1 && command -v gnome-keyring-daemon dbus-daemon secret-tool >/dev/null \
-	   && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && command -v tsc >/dev/null; } || { \
-	  echo "==> installing $(APT_PACKAGES)"; \
+# $(call apt_install,CHECK,PACKAGES): installs PACKAGES with apt-get unless the shell CHECK passes.
+apt_install = @{ $(1); } >/dev/null 2>&1 || { \
+	  echo "==> installing $(2)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; }
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(2) >/dev/null; }
+
+## deps: everything below.
+deps: deps-build deps-test
+
+## deps-build: what building needs (jansson, libsecret's headers, a C compiler for the C plugins).
+deps-build:
+	$(call apt_install,pkg-config --exists jansson libsecret-1 && command -v gcc,$(BUILD_PACKAGES))
+
+## deps-test: what the tests need: a keyring on a private bus, Chromium and its driver (the
+## real-browser sign-in test, Tests/contract/test_browser.py, which never skips), tsc (the Node
+## client's declarations), and the Python venv (pytest, jsonschema, django-oauth-toolkit, selenium).
+deps-test: $(VENV)/.ready
+	$(call apt_install,command -v gnome-keyring-daemon dbus-daemon secret-tool tsc && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ],$(TEST_PACKAGES))
 
 $(VENV)/.ready: requirements-test.txt
 	@echo "==> creating $(VENV)"
@@ -45,11 +60,11 @@ $(VENV)/.ready: requirements-test.txt
 	@touch $@
 
 ## build: the host, its helper library, the bundled and test plugins (debug).
-build: deps
+build: deps-build
 	$(SWIFT) build
 	@$(MAKE) --no-print-directory test-plugins BUILD_DIR=$(DEBUG_DIR)
 
-release: deps
+release: deps-build
 	$(SWIFT) build -c release
 	@$(MAKE) --no-print-directory test-plugins BUILD_DIR=$(RELEASE_DIR)
 
@@ -67,7 +82,7 @@ stage-plugins:
 	  install -m 0644 $(BUILD_DIR)/libauthbridge-$$p.so plugins/$$p/$$p.json $(DEST)/; done
 	@for p in $(BUNDLED_C_PLUGINS); do sh plugins/$$p/build.sh $(DEST); done
 
-test: build
+test: build deps-test
 	@$(MAKE) --no-print-directory test-swift test-contract test-python-client test-node test-node-client
 
 ## Under a private session bus with an unlocked gnome-keyring, so the vault
@@ -107,11 +122,11 @@ install: release
 	@echo "installed into $(PREFIX)"
 
 ## demo: against django-oauth-toolkit, so with the venv's Python (Django).
-demo: build
+demo: build $(VENV)/.ready
 	$(VPY) Examples/demo.py --host $(CURDIR)/$(DEBUG_DIR)/authbridge --plugins $(CURDIR)/$(DEBUG_DIR)/plugins \
 	  $(if $(filter 1,$(BROWSER)),--browser)
 
-bench: release build
+bench: release build deps-test
 	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson
 	$(PYTHON) bench/bench.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
 	  --host-args "serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning"
@@ -120,6 +135,13 @@ bench: release build
 	@echo "Cross-process refresh (4 hosts sharing one vault, 1 s access tokens; the fake, then django-oauth-toolkit):"
 	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge \
 	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k shared 2>&1 | grep -E "processes|passed|failed"
+
+## dev-server: the bundled django-oauth-toolkit (Tests/support/dot_server.py) on 127.0.0.1:$(DEV_PORT)
+## until Ctrl-C, for trying the quick starts: it prints the exports they read and the test user.
+## Its users, clients and keys stay in $(DEV_STATE), so sessions signed in against it survive a restart.
+dev-server: $(VENV)/.ready
+	@$(VPY) Tests/support/dot_server.py --state $(DEV_STATE) --port $(DEV_PORT) --banner \
+	  --export AUTHBRIDGE=$(CURDIR)/$(DEBUG_DIR)/authbridge --export 'PATH=$(CURDIR)/$(DEBUG_DIR):$$PATH'
 
 ## spec: regenerate the embedded OpenRPC document after editing bridge-spec/openrpc.json.
 spec:

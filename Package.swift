@@ -104,6 +104,7 @@ let package = Package(
         .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"]),
         .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"]),
         .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost"]),
+        .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"]),
         .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession"]),
         .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault"]),
         .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"]),

@@ -13,6 +13,7 @@
 //   const bridge = await AuthBridge.start();
 //   const auth = new AuthService({ bridge, provider: 'corp', openExternal: (url) => shell.openExternal(url) });
 //   auth.on('changed', (view) => mainWindow.webContents.send('auth:changed', view));
+//   auth.on('browserFailed', ({ url }) => mainWindow.webContents.send('auth:openThisYourself', url));
 //   ipcMain.handle('auth:signIn', () => auth.signIn());
 //   ipcMain.handle('auth:cancelSignIn', () => auth.cancelSignIn());
 //   ipcMain.handle('auth:call', (event, url) => auth.call(url));
@@ -27,16 +28,19 @@ import { AuthBridge, AuthBridgeError, NotSignedInError } from '../clients/node/s
 import { USAGE_OPTIONS, authorizationServer, bridgeOptions, parseCommandLine, userinfoEndpoint } from './example_setup.mjs';
 
 /**
- * Opens a URL in the user's default browser, as `shell.openExternal` does in Electron.
- * Resolves once the opener started; rejects when there is none (no xdg-open).
+ * Opens a URL in the user's default browser, as `shell.openExternal` does in Electron: resolves
+ * when xdg-open succeeded, rejects when there is none (ENOENT) or it failed. xdg-open starts fine
+ * on a machine without a desktop and then exits 3 or 4, so its exit status is what tells.
  */
 export function openWithSystemBrowser(url) {
   return new Promise((resolve, reject) => {
+    // Detached and unref'd: a browser it starts outlives the app, and the app can quit first.
     const opener = spawn('xdg-open', [url], { stdio: 'ignore', detached: true });
+    opener.unref();
     opener.once('error', reject);
-    opener.once('spawn', () => {
-      opener.unref();
-      resolve();
+    opener.once('exit', (code, signal) => {
+      if (code === 0) resolve();
+      else reject(new Error(`xdg-open ${signal ? `was killed by ${signal}` : `exited with status ${code}`}`));
     });
   });
 }
@@ -44,7 +48,8 @@ export function openWithSystemBrowser(url) {
 /**
  * The main process's view of one provider's session. Emits `changed` with a view for the
  * window ({signedIn, state, account, message}) whenever the session changes, whatever caused it,
- * and `progress` with the sign-in's stage.
+ * `progress` with the sign-in's stage, and `browserFailed` ({url, error}) when the sign-in page
+ * could not be opened: the window then shows the address for the user to open themselves.
  */
 export class AuthService extends EventEmitter {
   #signIn = null; // the AbortController of the sign-in in progress
@@ -72,8 +77,7 @@ export class AuthService extends EventEmitter {
 
   /**
    * Signs in with the system browser. Resolves with the SignInStatus; rejects with
-   * UserCancelledError / TimeoutError from the host, or AbortError when cancelSignIn() was called
-   * or the browser could not be opened (the error's cause says which).
+   * UserCancelledError / TimeoutError from the host, or AbortError when cancelSignIn() was called.
    */
   async signIn() {
     this.cancelSignIn(); // one at a time: a second click starts over
@@ -85,11 +89,12 @@ export class AuthService extends EventEmitter {
         onProgress: ({ stage, url }) => {
           this.emit('progress', stage);
           if (stage !== 'openUrl') return;
-          // Not awaited: the sign-in goes on while the browser shows the page. If no browser
-          // can be opened, nobody will ever complete it: stop it now instead of at the timeout.
+          // Not awaited: the sign-in goes on while the browser shows the page. If the browser
+          // cannot be opened (no xdg-open, no desktop), the window shows the address instead and
+          // the sign-in keeps waiting: the user opens it elsewhere, or presses Cancel.
           Promise.resolve()
             .then(() => this.openExternal(url))
-            .catch((error) => controller.abort(error));
+            .catch((error) => this.emit('browserFailed', { url, error }));
         },
       });
     } finally {
@@ -146,6 +151,8 @@ async function runApp(args, server, { openExternal, log }) {
     // The window: here, log lines.
     auth.on('changed', (view) => log(`[window] ${view.signedIn ? `signed in as ${view.account?.id ?? '?'}` : `signed out (${view.state})`}`));
     auth.on('progress', (stage) => log(`[window] sign-in: ${stage === 'openUrl' ? 'continue in your browser…' : stage}`));
+    auth.on('browserFailed', ({ url, error }) =>
+      log(`[window] Your browser could not be opened (${error.message}). Open this address to sign in:\n  ${url}`));
 
     await bridge.configureProfile({ name: 'corp', plugin: 'oidc', settings: server.settings });
     log(`[window] ${(await auth.view()).signedIn ? 'signed in' : 'Sign in'} button shown`);

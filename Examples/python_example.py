@@ -4,8 +4,8 @@
     python Examples/python_example.py --issuer https://login.example.com --client-id my-app \\
         [--plugins DIR] [--host PATH] [--scripted]
 
-Against the repository's test server: `make dev-server` prints ISSUER and CLIENT_ID to export, then
-`AUTHBRIDGE=.build/debug/authbridge python3 Examples/python_example.py --issuer "$ISSUER" --client-id "$CLIENT_ID"`.
+Against the repository's test server: paste the exports `make dev-server` prints (ISSUER, CLIENT_ID,
+AUTHBRIDGE…), then `python3 Examples/python_example.py --issuer "$ISSUER" --client-id "$CLIENT_ID"`.
 
 Uses the `authbridge` package (clients/python: `pip install ./clients/python`; from a checkout
 it is found without installing). The host is `--host`, else `$AUTHBRIDGE`, else `authbridge` on

@@ -62,7 +62,7 @@ public final class BridgeServer: ConnectionDelegate {
                 openBrowser = { url in browser.open(url, logger: logger) }
             }
             let engine = SessionEngine(plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
-                                       logger: logger, openBrowser: openBrowser,
+                                       logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders,
                                        emit: { method, params in connection.notify(method, params) })
             return Runtime(reports: reports, engine: engine)
         }

@@ -51,6 +51,13 @@ final class HookThreads: @unchecked Sendable {
         return threads
     }
 
+    /// The number of threads waiting for a job (for tests).
+    var idleCount: Int {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return idle
+    }
+
     private func startThread() {
         final class Box { let pool: HookThreads; init(_ pool: HookThreads) { self.pool = pool } }
         var attributes = pthread_attr_t()

@@ -48,7 +48,7 @@ public enum Redaction {
         return (String(word), false)
     }
 
-    static func isSecretName(_ key: String) -> Bool {
+    public static func isSecretName(_ key: String) -> Bool {
         key.hasSuffix("token") || key.hasSuffix("_token") || key == "code" || key == "code_verifier"
             || key == "client_secret" || key == "password" || key == "secret" || key == "authorization"
             || key == "session_id" || key == "x-session-token" || key == "x-access-token"

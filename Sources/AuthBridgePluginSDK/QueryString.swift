@@ -18,16 +18,33 @@ public enum QueryString {
         items(of: url).first(where: { $0.name == name })?.value
     }
 
+    /// Percent-decoding (and `+` as a space, as forms write it). A `%` not followed by two hex
+    /// digits is kept as it stands, with what follows it (as WHATWG URL decoding does).
     static func decode(_ text: Substring) -> String {
+        let input = Array(text.utf8)
         var bytes: [UInt8] = []
-        var iterator = text.utf8.makeIterator()
-        while let byte = iterator.next() {
-            guard byte == UInt8(ascii: "%") else { bytes.append(byte == UInt8(ascii: "+") ? 0x20 : byte); continue }
-            guard let high = iterator.next(), let low = iterator.next(),
-                  let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
-            else { bytes.append(byte); continue }
-            bytes.append(value)
+        bytes.reserveCapacity(input.count)
+        var index = 0
+        while index < input.count {
+            let byte = input[index]
+            if byte == UInt8(ascii: "%"), index + 2 < input.count,
+               let high = hexValue(input[index + 1]), let low = hexValue(input[index + 2]) {
+                bytes.append(high << 4 | low)
+                index += 3
+            } else {
+                bytes.append(byte == UInt8(ascii: "+") ? 0x20 : byte)
+                index += 1
+            }
         }
         return String(decoding: bytes, as: UTF8.self)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
     }
 }

@@ -26,6 +26,8 @@ public actor SessionEngine {
     private let emit: EventSink
     private let installation: @Sendable () -> JSON
     private let openBrowser: (@Sendable (String) -> Void)?
+    /// Where plugins were looked for (named when a profile's plugin is missing).
+    private let pluginFolders: [String]
 
     private var profiles: [String: Profile] = [:]
     private var configs: [String: JSON] = [:]
@@ -42,8 +44,10 @@ public actor SessionEngine {
                 http: HTTPClient = .shared, logger: Logger,
                 installation: @escaping @Sendable () -> JSON = { InstallationIdentity.current },
                 openBrowser: (@Sendable (String) -> Void)? = nil,
+                pluginFolders: [String] = [],
                 emit: @escaping EventSink) {
         self.installation = installation
+        self.pluginFolders = pluginFolders
         self.openBrowser = openBrowser
         self.plugins = Dictionary(plugins.map { ($0.manifest.id, $0) }, uniquingKeysWith: { first, _ in first })
         self.profiles = Dictionary(profiles.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
@@ -89,6 +93,7 @@ public actor SessionEngine {
         }
         let previous = profiles[name]
         let previousConfig = configs[name]
+        let previousContext = resolvedContext(name)
         profiles[name] = Profile(name: name, plugin: pluginID, settings: settings, source: .runtime)
         configs[name] = nil
         do {
@@ -101,7 +106,7 @@ public actor SessionEngine {
         // Tokens belong to the provider they came from: a profile that now
         // points elsewhere must not send them there.
         if let previous, previous.plugin != pluginID || previous.settings != settings {
-            try await dropSession(name)
+            try await dropSession(name, context: previousContext)
         }
         return profileInfo(profiles[name]!)
     }
@@ -109,16 +114,20 @@ public actor SessionEngine {
     /// Removes a profile and the session stored for it (nothing is revoked:
     /// call signOut first to revoke).
     public func removeProfile(_ name: String) async throws(SessionError) -> Bool {
+        let context = resolvedContext(name)
         configs[name] = nil
         guard profiles.removeValue(forKey: name) != nil else { return false }
-        try await dropSession(name)
+        try await dropSession(name, context: context)
         return true
     }
 
-    private func dropSession(_ name: String) async throws(SessionError) {
+    /// Forgets a changed or removed profile's sessions. With the profile's
+    /// old context the frontend is also told which web-view cookies to drop.
+    private func dropSession(_ name: String, context: Context?) async throws(SessionError) {
         pendingSignIns.removeValue(forKey: name)?.fail(SessionError(.userCancelled, "The profile was changed.", provider: name, reason: "profileChanged"))
         for key in try await storedKeys(of: name) {
-            try await signOutLocally(key, reason: "profileChanged", message: "The profile was changed or removed; its session was discarded.")
+            try await endSession(key, reason: "profileChanged", message: "The profile was changed or removed; its session was discarded.",
+                                 ended: try await loadSession(key), context: context)
         }
     }
 
@@ -130,10 +139,16 @@ public actor SessionEngine {
         var profileJSON: JSON { ["name": .string(profile.name), "settings": profile.settings, "config": config] }
     }
 
+    /// The profile's context if its configuration is already resolved (no I/O).
+    private func resolvedContext(_ name: String) -> Context? {
+        guard let profile = profiles[name], let plugin = plugins[profile.plugin], let config = configs[name] else { return nil }
+        return Context(profile: profile, plugin: plugin, config: config)
+    }
+
     private func context(for name: String) async throws(SessionError) -> Context {
         guard let profile = profiles[name] else { throw unknownProfile(name) }
         guard let plugin = plugins[profile.plugin] else {
-            throw SessionError(.pluginError, "Profile \"\(name)\" uses plugin \"\(profile.plugin)\", which is not loaded.", provider: name, reason: "pluginNotLoaded")
+            throw .pluginNotLoaded(profile: name, plugin: profile.plugin, folders: pluginFolders)
         }
         if let config = configs[name] { return Context(profile: profile, plugin: plugin, config: config) }
         if let issue = SettingsValidator.problem(in: profile.settings, schema: plugin.descriptor["settings"]) {
@@ -166,8 +181,10 @@ public actor SessionEngine {
             return status(provider, state: "notSignedIn", session: nil, reason: "noTokens")
         }
         if session.licenseRevoked {
-            scheduleLicenceSignOut(key, context: context, message: nil)  // e.g. after a restart
-            return status(provider, state: "licenseRevoked", session: session, reason: "licenseRevoked")
+            guard let pending = try await enforceLicenceSignOut(key, session: session, context: context) else {
+                return status(provider, state: "notSignedIn", session: nil, reason: "licenseRevoked", message: session.licenseMessage)
+            }
+            return status(provider, state: "licenseRevoked", session: pending, reason: "licenseRevoked", message: pending.licenseMessage)
         }
         var expired: Bool
         if context.plugin.implements(.checkSession) {
@@ -183,15 +200,15 @@ public actor SessionEngine {
                     if reason == "licenseRevoked" {
                         return try await markLicenseRevoked(key, session: session, context: context, message: message)
                     }
-                    try await signOutLocally(key, reason: "revoked", message: message, ended: session, context: context)
-                    return status(provider, state: "notSignedIn", session: nil, reason: "revoked", message: message)
+                    try await endSession(key, reason: "revoked", message: message, ended: session, context: context)
+                    return try await statusAfterEnding(key, reason: "revoked", message: message)
                 default:
                     return status(provider, state: "offline", session: session, reason: "transient",
                                   message: answer["message"]?.stringValue ?? "The provider could not confirm the session.")
                 }
             case .failure(let failure) where failure.kind == .definitive:
-                try await signOutLocally(key, reason: signedOutReason(failure.reason), message: failure.message, ended: session, context: context)
-                return status(provider, state: "notSignedIn", session: nil, reason: endReason(failure.reason), message: failure.message)
+                try await endSession(key, reason: signedOutReason(failure.reason), message: failure.message, ended: session, context: context)
+                return try await statusAfterEnding(key, reason: endReason(failure.reason), message: failure.message)
             case .failure(let failure):
                 return status(provider, state: "offline", session: session, reason: "transient", message: failure.message)
             }
@@ -201,8 +218,8 @@ public actor SessionEngine {
         }
         guard expired else { return status(provider, state: "signedIn", session: session, reason: "valid") }
         guard session.tokens.refreshToken != nil else {
-            try await signOutLocally(key, reason: "expired", message: nil, ended: session, context: context)
-            return status(provider, state: "notSignedIn", session: nil, reason: "expired")
+            try await endSession(key, reason: "expired", message: nil, ended: session, context: context)
+            return try await statusAfterEnding(key, reason: "expired", message: nil)
         }
         switch await refreshed(key, context: context, stale: session) {
         case .success(let fresh):
@@ -229,13 +246,19 @@ public actor SessionEngine {
         }
         // By profile, then the current (latest signed-in) account first.
         found.sort { ($0.0.profile, -($0.1.signedInAt ?? 0)) < ($1.0.profile, -($1.1.signedInAt ?? 0)) }
+        // A licence sign-out left pending by a host that stopped meanwhile is timed again.
+        for (key, session) in found where session.licenseRevoked {
+            if let context = try? await context(for: key.profile) {
+                scheduleLicenceSignOut(key, context: context, at: session.licenseSignOutAt ?? 0)
+            }
+        }
         var current: Set<String> = []
         return found.map { key, session in
             // Local knowledge only: an expired access token with a refresh
             // token is still a signed-in account (`expiresAt` tells the age).
             let licenseRevoked = session.licenseRevoked
             var entry = status(key.profile, state: licenseRevoked ? "licenseRevoked" : "signedIn", session: session,
-                               reason: licenseRevoked ? "licenseRevoked" : "valid")
+                               reason: licenseRevoked ? "licenseRevoked" : "valid", message: licenseRevoked ? session.licenseMessage : nil)
             entry = entry.setting("current", .bool(current.insert(key.profile).inserted))
             return entry
         }
@@ -491,51 +514,114 @@ public actor SessionEngine {
     public func signOut(_ provider: String, account: String? = nil, requestID: JSON?) async throws(SessionError) -> JSON {
         let context = try await context(for: provider)
         pendingSignIns.removeValue(forKey: provider)?.fail(SessionError(.userCancelled, "The profile was signed out.", provider: provider, reason: "signedOut"))
-        guard let (key, session) = try await selectSession(provider, account: account) else {
+        guard let (key, _) = try await selectSession(provider, account: account),
+              let (ended, outcome) = try await revokeAndEnd(key, context: context, reason: "userSignedOut", requestID: requestID) else {
             return ["provider": .string(provider), "signedOut": true, "revoked": [], "failures": []]
         }
-        let outcome = await revokeAtProvider(session, context: context, requestID: requestID)
-        try await signOutLocally(key, reason: "userSignedOut", message: nil, ended: session, clearCookies: outcome.clearCookies)
-        return .compactObject(["provider": .string(provider), "signedOut": true, "account": session.account,
+        return .compactObject(["provider": .string(provider), "signedOut": true, "account": ended.account,
                                "revoked": outcome.revoked, "failures": outcome.failures,
                                "clearCookies": outcome.clearCookies.isEmpty ? nil : .array(outcome.clearCookies)])
     }
 
+    struct Revocation {
+        var revoked: JSON
+        var failures: JSON
+        var clearCookies: [JSON]
+    }
+
+    /// Revokes the stored tokens and wipes them as one step under the
+    /// session's lock (shared with other processes): a refresh in flight
+    /// finishes first and the tokens it stored are the ones revoked, and no
+    /// refresh can store tokens after them. `when` may decline the stored
+    /// session (e.g. it is no longer licence-revoked). Nil when nothing was
+    /// stored (signed out meanwhile) or `when` declined.
+    private func revokeAndEnd(_ key: SessionKey, context: Context, reason: String, message: (StoredSession) -> String? = { _ in nil },
+                              when: @escaping (StoredSession) -> Bool = { _ in true },
+                              requestID: JSON?) async throws(SessionError) -> (StoredSession, Revocation)? {
+        let ended: (StoredSession, Revocation)?
+        do {
+            ended = try await store.withExclusiveAccess(to: key) { () async throws -> (StoredSession, Revocation)? in
+                guard let current = try await self.store.load(key), when(current) else { return nil }
+                let outcome = await self.revokeAtProvider(current, context: context, requestID: requestID)
+                try await self.store.delete(key)
+                return (current, outcome)
+            }
+        } catch let error as SessionError {
+            throw error
+        } catch {
+            throw storageError(error, provider: key.profile)
+        }
+        guard var (session, outcome) = ended else { return nil }
+        // The cookies the revoke hook names, else those the plugin attached for these tokens.
+        let named = outcome.clearCookies.isEmpty ? await attachedCookies(session, context: context) : outcome.clearCookies
+        outcome.clearCookies = await cookiesToClear(named, ended: session, key: key, context: context)
+        announceEnd(key, reason: reason, message: message(session), ended: session, clearCookies: outcome.clearCookies)
+        return (session, outcome)
+    }
+
     /// The `revoke` hook, best effort: what was revoked, what failed, and the
     /// cookies a frontend's web view should drop (only this provider's).
-    private func revokeAtProvider(_ session: StoredSession, context: Context, requestID: JSON?) async -> (revoked: JSON, failures: JSON, clearCookies: [JSON]) {
+    private func revokeAtProvider(_ session: StoredSession, context: Context, requestID: JSON?) async -> Revocation {
         let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json]
         switch await run(.revoke, input: input, plugin: context.plugin, provider: context.profile.name, requestID: requestID) {
         case .success(let answer):
-            let cookies = (answer["clearCookies"]?.arrayValue ?? []).compactMap { cookie -> JSON? in
-                guard let name = cookie["name"]?.stringValue, let domain = cookie["domain"]?.stringValue else { return nil }
-                return ["name": .string(name), "domain": .string(domain), "path": .string(cookie["path"]?.stringValue ?? "/")]
-            }
-            return (answer["revoked"] ?? [], answer["failures"] ?? [], cookies)
+            return Revocation(revoked: answer["revoked"] ?? [], failures: answer["failures"] ?? [],
+                              clearCookies: Self.cookieRefs(answer["clearCookies"]))
         case .failure(let failure):
-            return ([], [["token": "all", "reason": .string(failure.reason), "message": .string(failure.message)]], [])
+            return Revocation(revoked: [], failures: [["token": "all", "reason": .string(failure.reason), "message": .string(failure.message)]],
+                              clearCookies: [])
         }
     }
 
     /// A licence revoked while signed in: after the profile's grace period
     /// (`licenseGracePeriodMs`, default 5 s: time for the user to read the
     /// provider's message) the account is signed out — revoked at the
-    /// provider, wiped, `signedOut` `licenseRevoked`. Once per account.
-    private func scheduleLicenceSignOut(_ key: SessionKey, context: Context, message: String?) {
+    /// provider, wiped, `signedOut` `licenseRevoked`. The deadline is stored
+    /// with the session, so a host stopped meanwhile signs out when it next
+    /// sees the session (or at start); one timer per account.
+    private func markLicenseRevoked(_ key: SessionKey, session: StoredSession, context: Context, message: String?) async throws(SessionError) -> JSON {
+        let provider = key.profile
+        var updated = session
+        if !session.licenseRevoked {
+            let grace = min(max(context.profile.settings["licenseGracePeriodMs"]?.intValue ?? Self.defaultLicenseGracePeriodMilliseconds, 0), 86_400_000)
+            updated.licenseRevoked = true
+            updated.licenseMessage = message
+            updated.licenseSignOutAt = HostClock.nowMilliseconds() + grace
+            try await saveSession(updated, key: key)
+            emit("session/changed", .compactObject(["provider": .string(provider), "state": "licenseRevoked", "reason": "licenseRevoked",
+                                                    "message": message.map(JSON.string), "account": session.account]))
+        }
+        scheduleLicenceSignOut(key, context: context, at: updated.licenseSignOutAt ?? HostClock.nowMilliseconds())
+        return status(provider, state: "licenseRevoked", session: updated, reason: "licenseRevoked", message: updated.licenseMessage)
+    }
+
+    /// A licence-revoked session whose grace period is over is signed out now
+    /// (nil); one still in its grace period is returned, its timer running.
+    private func enforceLicenceSignOut(_ key: SessionKey, session: StoredSession, context: Context) async throws(SessionError) -> StoredSession? {
+        let due = session.licenseSignOutAt ?? 0
+        guard due <= HostClock.nowMilliseconds() else {
+            scheduleLicenceSignOut(key, context: context, at: due)
+            return session
+        }
+        await signOutAfterLicenceLoss(key, context: context)
+        return try await loadSession(key).flatMap { $0.licenseRevoked ? $0 : nil }
+    }
+
+    private func scheduleLicenceSignOut(_ key: SessionKey, context: Context, at due: Int64) {
         guard !licenceSignOuts.contains(key) else { return }
         licenceSignOuts.insert(key)
-        let grace = min(max(context.profile.settings["licenseGracePeriodMs"]?.intValue ?? Self.defaultLicenseGracePeriodMilliseconds, 0), 86_400_000)
+        let wait = max(0, due - HostClock.nowMilliseconds())
         Task {
-            try? await Task.sleep(for: .milliseconds(grace))
-            await self.signOutAfterLicenceLoss(key, context: context, message: message)
+            try? await Task.sleep(for: .milliseconds(wait))
+            await self.signOutAfterLicenceLoss(key, context: context)
         }
     }
 
-    private func signOutAfterLicenceLoss(_ key: SessionKey, context: Context, message: String?) async {
+    private func signOutAfterLicenceLoss(_ key: SessionKey, context: Context) async {
         licenceSignOuts.remove(key)
-        guard let session = try? await loadSession(key), session.licenseRevoked else { return }  // signed out or in again meanwhile
-        let outcome = await revokeAtProvider(session, context: context, requestID: nil)
-        try? await signOutLocally(key, reason: "licenseRevoked", message: message, ended: session, clearCookies: outcome.clearCookies)
+        // Signed out, or signed in again, meanwhile: nothing to do.
+        _ = try? await revokeAndEnd(key, context: context, reason: "licenseRevoked", message: { $0.licenseMessage },
+                                    when: { $0.licenseRevoked }, requestID: nil)
     }
 
     // MARK: - getAccessToken and fetch
@@ -550,7 +636,7 @@ public actor SessionEngine {
         guard case (let key, var session)? = try await selectSession(provider, account: account) else {
             throw notSignedIn(provider, account: account)
         }
-        try refuseIfLicenseRevoked(session, provider: provider)
+        try await refuseIfLicenseRevoked(key, session: session, context: context)
         let now = HostClock.nowMilliseconds()
         if forceRefresh {
             guard session.tokens.refreshToken != nil else {
@@ -581,6 +667,7 @@ public actor SessionEngine {
             "expiresAt": session.tokens.expiresAt.map(JSON.int) ?? .null,
             "headers": authorized["request"]?["headers"] ?? [:],
             "cookies": authorized["cookies"] ?? [],
+            "details": session.tokens.details.isEmpty ? nil : .object(session.tokens.details),
         ])
     }
 
@@ -592,7 +679,7 @@ public actor SessionEngine {
         guard case (let key, var session)? = try await selectSession(provider, account: account) else {
             throw notSignedIn(provider, account: account)
         }
-        try refuseIfLicenseRevoked(session, provider: provider)
+        try await refuseIfLicenseRevoked(key, session: session, context: context)
         // A token known to be expired is renewed first rather than spending a 401.
         if let expiresAt = session.tokens.expiresAt, expiresAt <= HostClock.nowMilliseconds(), session.tokens.refreshToken != nil {
             session = try await refreshOrThrow(key, context: context, stale: session)
@@ -635,7 +722,7 @@ public actor SessionEngine {
                 continue
             case "revoked":
                 let message = outcome["message"]?.stringValue
-                try await signOutLocally(key, reason: "revoked", message: message, ended: session, context: context)
+                try await endSession(key, reason: "revoked", message: message, ended: session, context: context)
                 throw SessionError(.notSignedIn, message ?? "The provider revoked this session.", provider: provider, reason: "revoked")
             case "licenseRevoked":
                 _ = try await markLicenseRevoked(key, session: session, context: context, message: outcome["message"]?.stringValue)
@@ -690,7 +777,7 @@ public actor SessionEngine {
             return .failure(ProviderFailure(.transient, reason: "storageError", message: "The stored session could not be read: \(error)"))
         }
         guard let current else {
-            return .failure(ProviderFailure(.definitive, reason: "signedOut", message: "The session was signed out meanwhile."))
+            return .failure(ProviderFailure(.definitive, reason: "noTokens", message: "The session was signed out meanwhile."))
         }
         if current.tokens != stale.tokens { return .success(current) }
         let input: JSON = ["profile": context.profileJSON, "tokens": stale.tokens.json]
@@ -718,7 +805,8 @@ public actor SessionEngine {
             _ = try? await markLicenseRevoked(key, session: stale, context: context, message: failure.message)
             return .failure(failure)
         case .failure(let failure) where failure.kind == .definitive:
-            try? await signOutLocally(key, reason: signedOutReason(failure.reason), message: failure.message, ended: stale, context: context)
+            try? await endSession(key, reason: signedOutReason(failure.reason), message: failure.message, ended: stale, context: context,
+                                  holdingLock: true)
             return .failure(failure)
         case .failure(let failure):
             logger.notice("refresh failed transiently; the session is kept", metadata: ["provider": "\(provider)", "reason": "\(failure.reason)"])
@@ -758,39 +846,71 @@ public actor SessionEngine {
         return account.isEmpty ? nil : .object(account)
     }
 
-    /// A revoked licence keeps the tokens (for signOut's revocation) but hands none out.
-    private func refuseIfLicenseRevoked(_ session: StoredSession, provider: String) throws(SessionError) {
-        if session.licenseRevoked {
-            throw SessionError(.notSignedIn, "The user's licence was revoked; sign out and contact the administrator.",
-                               provider: provider, reason: "licenseRevoked")
-        }
+    /// A revoked licence keeps the tokens (for signOut's revocation) but hands
+    /// none out; the user keeps seeing the provider's words.
+    private func refuseIfLicenseRevoked(_ key: SessionKey, session: StoredSession, context: Context) async throws(SessionError) {
+        guard session.licenseRevoked else { return }
+        _ = try await enforceLicenceSignOut(key, session: session, context: context)
+        throw SessionError(.notSignedIn, session.licenseMessage ?? "The user's licence was revoked; sign out and contact the administrator.",
+                           provider: key.profile, reason: "licenseRevoked")
     }
 
-    private func markLicenseRevoked(_ key: SessionKey, session: StoredSession, context: Context, message: String?) async throws(SessionError) -> JSON {
-        let provider = key.profile
-        var updated = session
-        if !session.licenseRevoked {
-            updated.licenseRevoked = true
-            try await saveSession(updated, key: key)
-            emit("session/changed", .compactObject(["provider": .string(provider), "state": "licenseRevoked", "reason": "licenseRevoked",
-                                                    "message": message.map(JSON.string), "account": session.account]))
+    /// Wipes one account's session and tells the frontend why — unless the
+    /// stored session is no longer the one the evidence was about (it was
+    /// refreshed or signed in again meanwhile) or is already gone. Runs under
+    /// the session's lock unless the caller holds it. `clearCookies` defaults
+    /// to the cookies the plugin attaches for the ended tokens
+    /// (`authorize_request`, no I/O), so a web view drops them however the
+    /// session ended.
+    @discardableResult
+    private func endSession(_ key: SessionKey, reason: String, message: String?, ended: StoredSession? = nil,
+                            context: Context? = nil, holdingLock: Bool = false) async throws(SessionError) -> Bool {
+        let wiped: StoredSession?
+        do {
+            wiped = holdingLock ? try await wipe(key, ifStill: ended)
+                                : try await store.withExclusiveAccess(to: key) { try await self.wipe(key, ifStill: ended) }
+        } catch {
+            throw storageError(error, provider: key.profile)
         }
-        scheduleLicenceSignOut(key, context: context, message: message)
-        return status(provider, state: "licenseRevoked", session: updated, reason: "licenseRevoked", message: message)
+        guard let wiped else { return false }
+        var cookies: [JSON] = []
+        if let context { cookies = await cookiesToClear(attachedCookies(wiped, context: context), ended: wiped, key: key, context: context) }
+        announceEnd(key, reason: reason, message: message, ended: wiped, clearCookies: cookies)
+        return true
     }
 
-    /// Wipes one account's session and tells the frontend why.
-    /// `clearCookies` defaults to the cookies the plugin attaches to
-    /// requests (`authorize_request` with the ended tokens, no I/O), so a
-    /// frontend's web view drops them however the session ended.
-    private func signOutLocally(_ key: SessionKey, reason: String, message: String?, ended: StoredSession? = nil,
-                                context: Context? = nil, clearCookies: [JSON]? = nil) async throws(SessionError) {
-        var cookies = clearCookies ?? []
-        if clearCookies == nil, let ended, let context { cookies = await attachedCookies(ended, context: context) }
-        do { try await store.delete(key) } catch { throw storageError(error, provider: key.profile) }
+    /// Deletes the stored session if it is still `expected` (any, when nil).
+    private func wipe(_ key: SessionKey, ifStill expected: StoredSession?) async throws -> StoredSession? {
+        guard let current = try await store.load(key) else { return nil }
+        if let expected, current.tokens != expected.tokens { return nil }
+        try await store.delete(key)
+        return current
+    }
+
+    private func announceEnd(_ key: SessionKey, reason: String, message: String?, ended: StoredSession, clearCookies: [JSON]) {
         emit("session/changed", .compactObject(["provider": .string(key.profile), "state": "signedOut", "reason": .string(reason),
-                                                "message": message.map(JSON.string), "account": ended?.account,
-                                                "clearCookies": cookies.isEmpty ? nil : .array(cookies)]))
+                                                "message": message.map(JSON.string), "account": ended.account,
+                                                "clearCookies": clearCookies.isEmpty ? nil : .array(clearCookies)]))
+    }
+
+    /// After evidence ended a session: not signed in — unless a newer session
+    /// (refreshed or signed in meanwhile) took its place, which stands.
+    private func statusAfterEnding(_ key: SessionKey, reason: String, message: String?) async throws(SessionError) -> JSON {
+        if let newer = try await loadSession(key), !newer.licenseRevoked {
+            return status(key.profile, state: "signedIn", session: newer, reason: "valid")
+        }
+        return status(key.profile, state: "notSignedIn", session: nil, reason: reason, message: message)
+    }
+
+    /// The cookies to drop for an ended account. The web view holds the
+    /// profile's current account's cookies: when the ended account was not
+    /// the current one, cookies the current one also uses (same name, domain
+    /// and path — Tableau's, for two users of one server) are left alone.
+    private func cookiesToClear(_ cookies: [JSON], ended: StoredSession, key: SessionKey, context: Context) async -> [JSON] {
+        guard !cookies.isEmpty, let (currentKey, current) = try? await selectSession(key.profile, account: nil),
+              currentKey != key, (current.signedInAt ?? 0) > (ended.signedInAt ?? 0) else { return cookies }
+        let live = Set(await attachedCookies(current, context: context))
+        return cookies.filter { !live.contains($0) }
     }
 
     /// The name, domain and path of each cookie the plugin attaches for these tokens.
@@ -798,7 +918,12 @@ public actor SessionEngine {
         let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": ["method": "GET", "headers": [:]]]
         guard case .success(let answer) = await run(.authorizeRequest, input: input, plugin: context.plugin,
                                                     provider: context.profile.name, requestID: nil) else { return [] }
-        return (answer["cookies"]?.arrayValue ?? []).compactMap { cookie in
+        return Self.cookieRefs(answer["cookies"])
+    }
+
+    /// Cookie references (bridge-spec CookieRef) from a plugin's cookie list.
+    static func cookieRefs(_ cookies: JSON?) -> [JSON] {
+        (cookies?.arrayValue ?? []).compactMap { cookie in
             guard let name = cookie["name"]?.stringValue, let domain = cookie["domain"]?.stringValue else { return nil }
             return ["name": .string(name), "domain": .string(domain), "path": .string(cookie["path"]?.stringValue ?? "/")]
         }
@@ -849,10 +974,12 @@ public actor SessionEngine {
     }
 
     private func status(_ provider: String, state: String, session: StoredSession?, reason: String, message: String? = nil) -> JSON {
-        .compactObject([
+        let details = state == "notSignedIn" ? [:] : session?.tokens.details ?? [:]
+        return .compactObject([
             "provider": .string(provider), "state": .string(state),
             "account": session?.account ?? .null,
             "expiresAt": session?.tokens.expiresAt.map(JSON.int) ?? .null,
+            "details": details.isEmpty ? nil : .object(details),
             "reason": .string(reason), "message": message.map(JSON.string),
             "storage": storageInfo,
         ])

@@ -44,6 +44,15 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
 
     public var description: String { "\(kind.rawValue): \(message)" }
 
+    /// A profile names a plugin that did not load: where the host looked, and how to learn
+    /// why (a missing plugin and a refused one look the same from here).
+    static func pluginNotLoaded(profile: String, plugin: String, folders: [String]) -> SessionError {
+        let searched = folders.isEmpty ? "no plugin folder was searched" : "searched: \(folders.joined(separator: ", "))"
+        return SessionError(.pluginError, "Profile \"\(profile)\" uses plugin \"\(plugin)\", which is not loaded (\(searched)). "
+                            + "Run `authbridge plugins` to see which plugins loaded and why others were refused.",
+                            provider: profile, reason: "pluginNotLoaded")
+    }
+
     /// True when the same call may succeed later without the user doing anything.
     public var retryable: Bool { kind == .providerUnavailable || kind == .timeout }
 

@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgePluginHost
 @_exported import AuthBridgeVault
 
 /// The credentials of one signed-in session, as plugins exchange them
@@ -15,12 +16,15 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
     public var obtainedAt: Int64?
     public var idToken: String?
     public var scope: String?
-    /// Provider-specific values (Salesforce instance_url, Tableau xsrf_token…).
+    /// Provider-specific values (Salesforce instance_url, Tableau xsrf_token…), kept in the host.
     public var extras: [String: JSON]
+    /// Non-secret provider facts frontends may see (bridge-spec SessionDetails):
+    /// flat values under plain names, never a token (see `safeDetails`).
+    public var details: [String: JSON]
 
     public init(accessToken: String, refreshToken: String? = nil, tokenType: String = "Bearer",
                 expiresAt: Int64? = nil, obtainedAt: Int64? = nil, idToken: String? = nil, scope: String? = nil,
-                extras: [String: JSON] = [:]) {
+                extras: [String: JSON] = [:], details: [String: JSON] = [:]) {
         self.accessToken = accessToken
         self.refreshToken = refreshToken
         self.tokenType = tokenType
@@ -29,6 +33,8 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
         self.idToken = idToken
         self.scope = scope
         self.extras = extras
+        self.details = details
+        self.details = safeDetails(details)
     }
 
     /// Reads a plugin's TokenSet JSON; nil when `accessToken` is missing.
@@ -41,7 +47,8 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
                   obtainedAt: json["obtainedAt"]?.intValue,
                   idToken: json["idToken"]?.stringValue,
                   scope: json["scope"]?.stringValue,
-                  extras: json["extras"]?.objectValue ?? [:])
+                  extras: json["extras"]?.objectValue ?? [:],
+                  details: json["details"]?.objectValue ?? [:])
     }
 
     public var json: JSON {
@@ -54,6 +61,7 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
             "idToken": idToken.map(JSON.string),
             "scope": scope.map(JSON.string),
             "extras": extras.isEmpty ? nil : .object(extras),
+            "details": details.isEmpty ? nil : .object(details),
         ])
     }
 
@@ -65,7 +73,31 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
         if merged.idToken == nil { merged.idToken = idToken }
         if merged.scope == nil { merged.scope = scope }  // RFC 6749 §5.1: omitted = unchanged
         merged.extras = extras.merging(fresh.extras, uniquingKeysWith: { _, new in new })
+        merged.details = merged.safeDetails(details.merging(fresh.details, uniquingKeysWith: { _, new in new }))
         return merged
+    }
+
+    /// What of a plugin's `details` may reach a frontend: scalar values under
+    /// names that do not name a secret, and no value that is, contains or
+    /// looks like a credential. A safety net, as `Redaction` is: plugins must
+    /// not put secrets there in the first place.
+    func safeDetails(_ candidates: [String: JSON]) -> [String: JSON] {
+        // A value equal to a token, or containing one long enough not to match by chance.
+        let secrets = [accessToken, refreshToken, idToken].compactMap { $0 }.filter { !$0.isEmpty }
+        func holdsSecret(_ text: String) -> Bool {
+            secrets.contains { text == $0 || ($0.count >= 8 && text.contains($0)) }
+        }
+        return candidates.filter { name, value in
+            guard let first = name.unicodeScalars.first, first.properties.isAlphabetic, first.isASCII,
+                  name.unicodeScalars.allSatisfy({ $0.isASCII && ($0.properties.isAlphabetic || $0.properties.numericType != nil || $0 == "_") }),
+                  !Redaction.isSecretName(name.lowercased()) else { return false }
+            switch value {
+            case .string(let text):
+                return Redaction.redact(text) == text && !holdsSecret(text)
+            case .null, .bool, .int, .double: return true
+            default: return false
+            }
+        }
     }
 
     /// The refresh-ahead point: three quarters into the token's lifetime
@@ -86,6 +118,11 @@ public struct StoredSession: Sendable, Equatable {
     public var account: JSON?
     /// Set while a licence is revoked (MarketSharp) and sign-out is pending.
     public var licenseRevoked: Bool = false
+    /// The provider's words about the lost licence, shown until the sign-out.
+    public var licenseMessage: String?
+    /// When the pending licence sign-out is due (ms): kept in the record so a
+    /// host that stops during the grace period still signs the account out.
+    public var licenseSignOutAt: Int64?
     /// When the user signed in (ms): the latest sign-in is the profile's
     /// current account when a call names none.
     public var signedInAt: Int64?
@@ -146,6 +183,8 @@ public struct SessionStore: Sendable {
         }
         var session = StoredSession(tokens: tokens, account: record.secret["account"].flatMap { $0.isNull ? nil : $0 })
         session.licenseRevoked = record.secret["licenseRevoked"]?.boolValue ?? false
+        session.licenseMessage = record.secret["licenseMessage"]?.stringValue
+        session.licenseSignOutAt = record.secret["licenseSignOutAt"]?.intValue
         session.signedInAt = record.secret["signedInAt"]?.intValue
         return session
     }
@@ -154,6 +193,8 @@ public struct SessionStore: Sendable {
         let label = session.account?["id"]?.stringValue ?? session.account?["email"]?.stringValue ?? session.account?["name"]?.stringValue
         let secret: JSON = .compactObject(["tokens": session.tokens.json, "account": session.account,
                                            "licenseRevoked": session.licenseRevoked ? true : nil,
+                                           "licenseMessage": session.licenseMessage.map(JSON.string),
+                                           "licenseSignOutAt": session.licenseSignOutAt.map(JSON.int),
                                            "signedInAt": session.signedInAt.map(JSON.int)])
         try await vault.save(VaultRecord(profile: key.vaultKey, account: label, secret: secret))
     }

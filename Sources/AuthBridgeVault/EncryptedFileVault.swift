@@ -222,16 +222,21 @@ public final class EncryptedFileVault: Vault {
 }
 
 /// Opens a vault once, however many callers arrive at first use together
-/// (two concurrent first uses must not create two different keys).
+/// (two concurrent first uses must not create two different keys): the
+/// first caller's attempt is shared, never run twice at once.
 actor Opener {
-    private var result: Result<SymmetricKey, VaultError>?
+    private var attempt: Task<Result<SymmetricKey, VaultError>, Never>?
 
-    func open(_ make: () async throws(VaultError) -> SymmetricKey) async throws(VaultError) -> SymmetricKey {
-        if let result { return try result.get() }
-        let made: Result<SymmetricKey, VaultError>
-        do throws(VaultError) { made = .success(try await make()) } catch { made = .failure(error) }
+    func open(_ make: @escaping @Sendable () async throws(VaultError) -> SymmetricKey) async throws(VaultError) -> SymmetricKey {
+        let attempt = self.attempt ?? Task {
+            do throws(VaultError) { return .success(try await make()) } catch { return .failure(error) }
+        }
+        self.attempt = attempt
+        let made = await attempt.value
         // A missing or wrong key is permanent for this process; other I/O may be retried.
-        if case .failure(let error) = made, error.reason == .io || error.reason == .keyringUnavailable {} else { result = made }
+        if case .failure(let error) = made, error.reason == .io || error.reason == .keyringUnavailable, self.attempt == attempt {
+            self.attempt = nil
+        }
         return try made.get()
     }
 }

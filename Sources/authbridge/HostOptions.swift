@@ -35,9 +35,6 @@ struct HostOptions: ParsableArguments {
     @Flag(help: "Fail closed instead of keeping the vault key in a file: the key must come from the keyring (Secret Service) or AUTHBRIDGE_VAULT_KEY.")
     var requireSecureStorage = false
 
-    @Flag(help: "Open browser sign-in pages with xdg-open (for use by hand; frontends open the URL from the openUrl event).")
-    var openBrowser = false
-
     func validate() throws {
         guard ["encrypted-file", "secret-service", "memory"].contains(vault) else {
             throw ValidationError("--vault must be encrypted-file, secret-service or memory")
@@ -83,7 +80,7 @@ struct HostOptions: ParsableArguments {
     }
 
     /// Reads the profiles; problems become warnings so the host still serves.
-    func hostConfiguration(testClock: Bool) -> HostConfiguration {
+    func hostConfiguration(testClock: Bool = false, browser: BrowserLauncher? = nil) -> HostConfiguration {
         var warnings: [String] = []
         var profiles: [Profile] = []
         let path = config ?? Installation.userConfigFolder.map { $0 + "/config.json" }
@@ -94,6 +91,6 @@ struct HostOptions: ParsableArguments {
             }
         }
         return HostConfiguration(pluginFolders: folders, profiles: profiles, warnings: warnings, testClock: testClock,
-                                 browser: openBrowser ? BrowserLauncher() : nil)
+                                 browser: browser)
     }
 }

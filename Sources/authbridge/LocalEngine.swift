@@ -16,20 +16,16 @@ struct LocalEngine {
     let engine: SessionEngine
     let reports: [PluginReport]
 
-    /// Loads plugins and opens the store; `events` receives the engine's notifications.
-    init(options: HostOptions, openBrowser: Bool = false, events: @escaping SessionEngine.EventSink) throws {
+    /// Loads plugins and opens the store; `events` receives the engine's notifications,
+    /// `openBrowser` the browser flow's sign-in pages.
+    init(options: HostOptions, openBrowser: (@Sendable (String) -> Void)? = nil, events: @escaping SessionEngine.EventSink) throws {
         let logger = bootstrapLogging(options.logLevel == "info" ? "warning" : options.logLevel)
-        var configuration = options.hostConfiguration(testClock: false)
+        var configuration = options.hostConfiguration()
         let store = options.sessionStore(warnings: &configuration.warnings)
         for warning in configuration.warnings { Terminal.standardError.warn(warning) }
         reports = PluginLoader(folders: configuration.pluginFolders, logger: logger).loadAll()
-        var opener: (@Sendable (String) -> Void)?
-        if openBrowser {
-            let launcher = BrowserLauncher()
-            opener = { url in launcher.open(url, logger: logger) }
-        }
         engine = SessionEngine(plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
-                               logger: logger, openBrowser: opener, emit: events)
+                               logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders, emit: events)
     }
 
     func shutdown() {

@@ -1,7 +1,9 @@
 import ArgumentParser
 import AuthBridgeJSON
 import AuthBridgeSession
+import AuthBridgeHost
 import Dispatch
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -13,8 +15,10 @@ struct Login: HumanCommand {
         abstract: "Sign in to a profile (opens the browser, or shows a device code).",
         discussion: """
             The browser flow prints the sign-in URL and opens it with xdg-open (--no-browser: \
-            only print it). --device uses the device authorization grant: type the code shown \
-            on any device. Progress goes to stderr; Ctrl-C cancels.
+            only print it; when xdg-open fails, a warning says so and the wait goes on). \
+            --device uses the device authorization grant: type the code shown on any device. \
+            Progress goes to stderr; Ctrl-C cancels (exit 4). A sign-in not completed within \
+            --timeout exits 1.
             """)
 
     @Argument(help: "The profile to sign in to.")
@@ -37,8 +41,10 @@ struct Login: HumanCommand {
 
     func execute() async throws {
         let err = Terminal.standardError
-        let local = try LocalEngine(options: options, openBrowser: !noBrowser) { method, params in
+        let stage = LastStage()
+        let local = try LocalEngine(options: options, openBrowser: noBrowser || device ? nil : Login.browser(err)) { method, params in
             guard method == "signIn/progress" else { return }
+            stage.set(params["stage"]?.stringValue)
             Login.show(params, terminal: err, browserOpened: !noBrowser)
         }
         defer { local.shutdown() }
@@ -55,15 +61,28 @@ struct Login: HumanCommand {
         do {
             status = try await signIn.value
         } catch let error as SessionError {
+            if error.kind == .timeout, stage.waitingForUser {
+                // The user did not finish: not the provider's fault (exit 3 would say so), a failed login.
+                err.error(error.reason == "expired_token" ? error.message : "The sign-in was not completed within \(timeout) s.")
+                throw ExitCode(CommandExit.failure)
+            }
             if error.reason == "unsupportedFlow" && !device {
                 err.line("Hint: this profile cannot sign in through a browser from the command line; try --device.")
             }
             throw CommandExit.report(error)
-        } catch {
-            throw error
         }
         let out = Terminal.standardOutput
         out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status["account"]))")
+    }
+
+    /// Opens sign-in pages with xdg-open; when that fails (no desktop), says so: the URL is already on screen.
+    static func browser(_ err: Terminal) -> @Sendable (String) -> Void {
+        let launcher = BrowserLauncher()
+        return { url in
+            launcher.open(url) { reason in
+                err.warn("could not open a browser (\(reason)). Open the URL above yourself; still waiting… (Ctrl-C cancels)")
+            }
+        }
     }
 
     static func show(_ progress: JSON, terminal err: Terminal, browserOpened: Bool) {
@@ -89,6 +108,17 @@ struct Login: HumanCommand {
             if let message = progress["message"]?.stringValue { err.line(message) }
         }
     }
+}
+
+/// The sign-in's latest progress stage, so a timeout can be told apart:
+/// while the user is being waited for, or while talking to the provider.
+final class LastStage: Sendable {
+    private let stage = Mutex<String?>(nil)
+
+    func set(_ value: String?) { stage.withLock { $0 = value } }
+
+    /// The URL or code was shown and the provider has not been asked for tokens yet.
+    var waitingForUser: Bool { stage.withLock { ["openUrl", "waiting", "deviceCode"].contains($0 ?? "") } }
 }
 
 /// Ctrl-C cancels the running command instead of killing the process, so

@@ -17,6 +17,9 @@ struct Serve: AsyncParsableCommand {
 
     @OptionGroup var options: HostOptions
 
+    @Flag(help: "Open browser sign-in pages with xdg-open (for use by hand; frontends open the URL from the openUrl event).")
+    var openBrowser = false
+
     @Flag(help: .hidden)
     var testClock = false
 
@@ -30,7 +33,7 @@ struct Serve: AsyncParsableCommand {
         signal(SIGPIPE, SIG_IGN)
         let logger = bootstrapLogging(options.logLevel)
         let connection = Connection(input: 0, output: protocolFD, logger: logger)
-        var configuration = options.hostConfiguration(testClock: testClock)
+        var configuration = options.hostConfiguration(testClock: testClock, browser: openBrowser ? BrowserLauncher() : nil)
         let store = options.sessionStore(warnings: &configuration.warnings)
         let server = BridgeServer(configuration: configuration, connection: connection, store: store, logger: logger)
         let code = await server.run()

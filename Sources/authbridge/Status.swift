@@ -2,14 +2,21 @@ import ArgumentParser
 import AuthBridgeJSON
 import AuthBridgeSession
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// `authbridge status [PROFILE]`: who is signed in where, checked with the provider.
 struct Status: HumanCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show each profile's accounts: state, expiry and where tokens are kept.",
         discussion: """
             Checks every signed-in account with its provider (refreshing an expired token, as \
-            checkSignInStatus does). With PROFILE, exits 2 when it is not signed in and 3 when \
-            its provider could not be reached.
+            checkSignInStatus does). A profile whose provider cannot be reached is shown as \
+            offline; the others are still listed. STORAGE says where the tokens are and what \
+            protects them: an encrypted file whose key is in the desktop keyring or in a key \
+            file, the keyring itself, or memory. With PROFILE, exits 2 when it is not signed in \
+            and 3 when its provider could not be reached.
             """)
 
     @Argument(help: "Only this profile.")
@@ -60,13 +67,13 @@ struct Status: HumanCommand {
             out.line("No profiles are configured (see --config, or configureProfile from a frontend).")
             return
         }
-        let protection = "\(storage["backend"]?.stringValue ?? "?") (\(storage["protection"]?.stringValue ?? "?"))"
         let header = ["PROFILE", "ACCOUNT", "STATE", "EXPIRES", "STORAGE"]
         let cells: [[String]] = rows.map { row in
             let state = row["state"]?.stringValue ?? "?"
             let reason = row["reason"]?.stringValue.map { $0 == "valid" || $0 == "refreshed" && state == "signedIn" ? "" : " (\($0))" } ?? ""
             return [row["provider"]?.stringValue ?? "?", accountLabel(row["account"]), state + reason,
-                    state == "notSignedIn" ? "-" : relativeTime(row["expiresAt"]?.intValue), protection]
+                    state == "notSignedIn" ? "-" : relativeTime(row["expiresAt"]?.intValue),
+                    Status.storageLabel(row["storage"] ?? storage)]
         }
         let widths = header.indices.map { column in ([header] + cells).map { $0[column].count }.max() ?? 0 }
         /// Pads before styling, so escape codes never upset the columns.
@@ -89,6 +96,24 @@ struct Status: HumanCommand {
             if let message = row["message"]?.stringValue, row["state"]?.stringValue != "signedIn" {
                 Terminal.standardError.line("\(row["provider"]?.stringValue ?? "?"): \(message)")
             }
+        }
+    }
+}
+
+extension Status {
+    /// Where the tokens are and what protects them, as people ask it: is the vault key in the
+    /// keyring or in a file next to the vault? (The row's own StorageInfo once the vault is
+    /// open: a missing keyring means a key file.)
+    static func storageLabel(_ storage: JSON) -> String {
+        let protection = storage["protection"]?.stringValue
+        switch storage["backend"]?.stringValue {
+        case "encrypted-file":
+            if protection == "keyring" { return "encrypted file (key in keyring)" }
+            let fromSecret = getenv("AUTHBRIDGE_VAULT_KEY").map { $0.pointee != 0 } ?? false
+            return fromSecret ? "encrypted file (key from AUTHBRIDGE_VAULT_KEY)" : "encrypted file (key file)"
+        case "secret-service": return "keyring"
+        case "memory": return "memory (not kept)"
+        case let backend: return "\(backend ?? "?") (\(protection ?? "?"))"
         }
     }
 }

@@ -91,4 +91,28 @@ struct TokenSetTests {
         #expect(TokenSet(accessToken: "a", expiresAt: 5_000).refreshAheadAt == nil, "unknown lifetime")
         #expect(TokenSet(accessToken: "a", expiresAt: 1_000, obtainedAt: 1_000).refreshAheadAt == nil)
     }
+
+    @Test func detailsKeepOnlyFlatNonSecretFacts() {
+        let tokens = TokenSet(json: [
+            "accessToken": "at-7f3a", "refreshToken": "rt-99-2f0c4d1e",
+            "details": [
+                "instanceUrl": "https://acme.my.salesforce.com", "issuedAt": 1_700_000_000_000, "sandbox": false, "site": .null,
+                "xsrfToken": "named like a secret", "session_id": "named like a secret",
+                "echo": "Bearer at-7f3a", "leak": "prefix rt-99-2f0c4d1e suffix", "same": "at-7f3a",
+                "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln", "nested": ["a": 1], "list": [1],
+                "has space": "x", "9lives": "x", "": "x",
+            ],
+        ])!
+        #expect(tokens.details == ["instanceUrl": "https://acme.my.salesforce.com", "issuedAt": 1_700_000_000_000,
+                                   "sandbox": false, "site": .null])
+    }
+
+    @Test func aRefreshMergesDetailsAndScreensThemAgainstTheNewTokens() {
+        let old = TokenSet(accessToken: "access-1", refreshToken: "refresh-1",
+                           details: ["instanceUrl": "https://na1.example", "orgId": "00D"])
+        let fresh = TokenSet(accessToken: "access-2", details: ["instanceUrl": "https://na2.example", "copy": "was refresh-1"])
+        let merged = old.updated(with: fresh)
+        #expect(merged.details == ["instanceUrl": "https://na2.example", "orgId": "00D"],
+                "new values win; a value holding the kept refresh token is dropped")
+    }
 }

@@ -548,15 +548,15 @@ class Host:
 # ── Plugin folders ──────────────────────────────────────────────────────────
 
 
-def make_plugin_dir(path: Path, files: Iterable[str] = TEST_PLUGIN_FILES) -> Path:
-    """A plugin folder (0755) holding copies (0644) of built test plugin files."""
+def make_plugin_dir(path: Path, files: Iterable[str] = TEST_PLUGIN_FILES, source: Path = TEST_PLUGINS_DIR) -> Path:
+    """A plugin folder (0755) holding copies (0644) of built plugin files: the test plugins, or
+    (`source=BUILD_DIR / "plugins"`) bundled ones as the build stages them."""
     path.mkdir(parents=True, exist_ok=True)
     os.chmod(path, 0o755)
     for name in files:
-        source = TEST_PLUGINS_DIR / name
-        if not source.exists():
-            pytest.fail(f"{source} is missing: run `make build` first")
-        shutil.copyfile(source, path / name)
+        if not (source / name).exists():
+            pytest.fail(f"{source / name} is missing: run `make build` first")
+        shutil.copyfile(source / name, path / name)
         os.chmod(path / name, 0o644)
     return path
 
@@ -695,6 +695,7 @@ def clock_host(start_host, plugin_dir) -> Host:
 # ── Helpers shared by the test files ─────────────────────────────────────────
 
 
+
 def start_on_data_home(tmp_path: Path, plugin_dir: Path, name: str, data_home: Path, *extra: str,
                        env: dict | None = None) -> Host:
     """An initialized host whose vault lives under `data_home` (shared by the hosts of one test,
@@ -748,16 +749,7 @@ def bundled_plugin_dir(tmp_path) -> Path:
 @pytest.fixture
 def oidc_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) holding copies (0644) of the bundled oidc plugin as `make build` stages it."""
-    source = BUILD_DIR / "plugins"
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for name in OIDC_FILES:
-        if not (source / name).exists():
-            pytest.fail(f"{source / name} is missing: run `make build` first")
-        shutil.copyfile(source / name, folder / name)
-        os.chmod(folder / name, 0o644)
-    return folder
+    return make_plugin_dir(tmp_path / "plugins", OIDC_FILES, BUILD_DIR / "plugins")
 
 
 

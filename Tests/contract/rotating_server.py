@@ -31,27 +31,17 @@ Every counter is read under the server's lock with ``snapshot()``; handlers neve
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import http.client
-import json
 import secrets
-import sys
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import leak_scan
+import sim_http
 
 CLIENT_ID = "rotating-client"
-
-
-def b64url_sha256(text: str) -> str:
-    digest = hashlib.sha256(text.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 @dataclass
@@ -74,7 +64,7 @@ class Family:
     refresh: set[str] = field(default_factory=set)
 
 
-class RotatingAuthServer:
+class RotatingAuthServer(sim_http.Simulator):
     """The server and its state. `start()` binds 127.0.0.1 on an ephemeral port."""
 
     def __init__(self, access_lifetime: int = 1, grace_period: float = 0.0, reuse_protection: bool = True,
@@ -103,33 +93,20 @@ class RotatingAuthServer:
         self.issued_access_count = 0
         self.issued_refresh_count = 0
         self.refresh_times: list[float] = []  # monotonic time of each rotation
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        # Tests that race a refresh: when `refresh_gate` is set, a rotation's answer waits for it
+        # (the server has rotated; the client has not heard yet); `refresh_rotated` tells it happened.
+        self.refresh_gate: threading.Event | None = None
+        self.refresh_rotated = threading.Event()
         self.base = ""
         self.redirect_uri = ""
 
     # ── Lifecycle ─────────────────────────────────────────────────────────
 
     def start(self) -> "RotatingAuthServer":
-        handler = type("Handler", (_Handler,), {"auth": self})
-        server = _QuietServer(("127.0.0.1", 0), handler)
-        self._server = server
-        self.base = f"http://127.0.0.1:{server.server_address[1]}"
+        self.base = self.serve(type("Handler", (_Handler,), {"auth": self}), name="rotating-auth-server").base
         self.redirect_uri = f"{self.base}/callback"
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="rotating-auth-server", daemon=True)
-        self._thread.start()
         leak_scan.register(lambda: list(self.handed_out))
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
 
     @property
     def authorize_prefix(self) -> str:
@@ -137,17 +114,7 @@ class RotatingAuthServer:
 
     def browse(self, url: str) -> str:
         """The browser's part: GET the authorization URL and return the redirect (not followed)."""
-        parts = urllib.parse.urlsplit(url)
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-        try:
-            connection.request("GET", parts.path + "?" + parts.query)
-            response = connection.getresponse()
-            response.read()
-            location = response.getheader("Location")
-        finally:
-            connection.close()
-        assert response.status == 302 and location, f"/authorize answered {response.status}"
-        return location
+        return sim_http.redirect_location(url)
 
     def settings(self, **extra: Any) -> dict[str, Any]:
         """The `oidc` plugin settings of a profile using this server."""
@@ -216,7 +183,7 @@ class RotatingAuthServer:
             if form.get("redirect_uri") != entry["redirect_uri"]:
                 return 400, {"error": "invalid_grant", "error_description": "redirect_uri differs from the authorization request"}
             verifier = form.get("code_verifier", "")
-            if not (43 <= len(verifier) <= 128) or b64url_sha256(verifier) != entry["challenge"]:
+            if not (43 <= len(verifier) <= 128) or sim_http.pkce_s256(verifier) != entry["challenge"]:
                 return 400, {"error": "invalid_grant", "error_description": "PKCE verification failed"}
             family_id = len(self.families) + 1
             self.families[family_id] = Family()
@@ -272,58 +239,10 @@ class RotatingAuthServer:
             return entry is not None and entry.expires_at > time.monotonic()
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address) -> None:
-        # A client killed mid-request (the crash tests do that on purpose) resets its connection.
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(sim_http.Handler):
     server_version = "RotatingAuthServer/1.0"
-    # Headers and body go out in two writes: with Nagle's algorithm and the client's delayed ACK
-    # every answer would wait ~40 ms (and a kill would nearly always land in that wait).
-    disable_nagle_algorithm = True
+    json_headers = {"Cache-Control": "no-store", "Pragma": "no-cache"}
     auth: RotatingAuthServer  # set on the subclass made by start()
-
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - base-class signature
-        pass
-
-    def send(self, status: int, body: bytes = b"", content_type: str | None = None,
-             headers: dict[str, str] | None = None) -> None:
-        try:
-            self.send_response(status)
-            if content_type:
-                self.send_header("Content-Type", content_type)
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if body:
-                self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client was killed after its request (the tests do that on purpose)
-
-    def send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        extra = {"Cache-Control": "no-store", "Pragma": "no-cache", **(headers or {})}
-        self.send(status, json.dumps(payload).encode("utf-8"), "application/json", extra)
-
-    def read_form(self) -> dict[str, str] | None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length).decode("utf-8", "replace") if length > 0 else ""
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        if content_type != "application/x-www-form-urlencoded":
-            return None
-        form: dict[str, str] = {}
-        for name, value in urllib.parse.parse_qsl(raw, keep_blank_values=True):
-            if name in form:  # RFC 6749 §3.1: parameters must not repeat
-                return None
-            form[name] = value
-        return form
 
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
         parts = urllib.parse.urlsplit(self.path)
@@ -342,7 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = urllib.parse.urlsplit(self.path).path
-        form = self.read_form()
+        form = self.read_form(self.read_body(), path)
         if path not in ("/token", "/revoke"):
             return self.send_json(404, {"error": "not_found"})
         if form is None:
@@ -359,6 +278,10 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload = self.auth.exchange_code(form)
         elif grant == "refresh_token":
             status, payload = self.auth.refresh(form)
+            gate = self.auth.refresh_gate
+            if status == 200 and gate is not None:
+                self.auth.refresh_rotated.set()
+                gate.wait(timeout=30)
         else:
             status, payload = 400, {"error": "unsupported_grant_type"}
         self.send_json(status, payload)
@@ -384,6 +307,4 @@ class _Handler(BaseHTTPRequestHandler):
             auth.handed_out.add(code)
             auth.codes[code] = {"redirect_uri": params["redirect_uri"], "challenge": params["code_challenge"],
                                 "scope": params.get("scope", "")}
-        location = params["redirect_uri"] + ("&" if "?" in params["redirect_uri"] else "?") \
-            + urllib.parse.urlencode({"code": code, "state": params["state"]})
-        self.send(302, b"", headers={"Location": location})
+        self.redirect(params["redirect_uri"], {"code": code, "state": params["state"]})

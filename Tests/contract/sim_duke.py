@@ -39,18 +39,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import http.client
 import json
 import secrets
-import sys
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import leak_scan
+import sim_http
 
 CLIENT = "duke-mobile-test"
 API_PATH = "/api/v1/me"
@@ -76,7 +74,7 @@ class Session:
     alive: bool = True
 
 
-class DukeAuthorizer:
+class DukeAuthorizer(sim_http.Simulator):
     """The server and its state. ``start()`` binds 127.0.0.1 (an ephemeral port the first time)."""
 
     def __init__(self, client: str = CLIENT, access_lifetime: int = 3600) -> None:
@@ -105,35 +103,19 @@ class DukeAuthorizer:
         self.token_page_visits = 0
         self.port = 0
         self.base = ""
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self._leak_source = lambda: list(self.handed_out)
         self._registered = False
 
     # ── Lifecycle ─────────────────────────────────────────────────────────
 
     def start(self) -> "DukeAuthorizer":
-        handler = type("Handler", (_Handler,), {"duke": self})
-        server = _QuietServer(("127.0.0.1", self.port), handler)
-        self._server = server
-        self.port = server.server_address[1]
-        self.base = f"http://127.0.0.1:{self.port}/"     # Duke's bases end with '/'
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="duke-authorizer", daemon=True)
-        self._thread.start()
+        served = self.serve(type("Handler", (_Handler,), {"duke": self}), port=self.port, name="duke-authorizer")
+        self.port = served.port
+        self.base = f"{served.base}/"                     # Duke's bases end with '/'
         if not self._registered:
             leak_scan.register(self._leak_source)
             self._registered = True
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
 
     # ── URLs ──────────────────────────────────────────────────────────────
 
@@ -235,14 +217,7 @@ class DukeAuthorizer:
 
     def _request(self, method: str, target: str, body: str | None = None,
                  headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            connection.request(method, target, body=body, headers=headers or {})
-            response = connection.getresponse()
-            data = response.read()
-            return response.status, {k.lower(): v for k, v in response.getheaders()}, data
-        finally:
-            connection.close()
+        return sim_http.request(f"http://127.0.0.1:{self.port}{target}", method, body, headers)
 
     # ── Token bookkeeping (called with self.lock held) ──────────────────────
 
@@ -313,48 +288,14 @@ class DukeAuthorizer:
         return {"netid": self.claims(token)["sub"]}
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True   # start() again on the same port after stop()
-
-    def handle_error(self, request, client_address) -> None:
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(sim_http.Handler):
     server_version = "DukeMobileAuthorizer/1.0"
-    disable_nagle_algorithm = True
     duke: DukeAuthorizer  # set on the subclass made by start()
-
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - base-class signature
-        pass
-
-    def send(self, status: int, body: bytes = b"", content_type: str | None = None,
-             headers: dict[str, str] | None = None) -> None:
-        try:
-            self.send_response(status)
-            if content_type:
-                self.send_header("Content-Type", content_type)
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if body:
-                self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def send_json(self, status: int, payload: dict[str, Any]) -> None:
-        self.send(status, json.dumps(payload).encode("utf-8"), "application/json", {"Cache-Control": "no-store"})
 
     def read_body(self) -> bytes:
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             return b"<chunked>"  # never sent by a client that sends no body
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length > 0 else b""
+        return super().read_body()
 
     def violation(self, text: str) -> None:
         with self.duke.lock:

@@ -44,21 +44,17 @@ registered with the suite's leak scan.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import http.client
 import json
 import re
 import secrets
-import sys
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import leak_scan
+import sim_http
 
 CLIENT_ID = "authbridge-marketsharp"
 DAY = 86_400
@@ -75,10 +71,6 @@ UNAUTHORIZED = {"Message": "Authorization has been denied for this request."}
 PKCE_VERIFIER = re.compile(r"^[A-Za-z0-9\-._~]{43,128}$")
 PKCE_CHALLENGE = re.compile(r"^[A-Za-z0-9\-_]{43}$")
 LOOPBACK_REDIRECT = re.compile(r"^http://127\.0\.0\.1:\d{1,5}/callback$")
-
-
-def s256(verifier: str) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode("ascii")).digest()).rstrip(b"=").decode("ascii")
 
 
 @dataclass
@@ -124,7 +116,7 @@ class RefreshToken:
     revoked: bool = False
 
 
-class MarketSharpSimulator:
+class MarketSharpSimulator(sim_http.Simulator):
     """The server and its state. `start()` binds 127.0.0.1 on an ephemeral port."""
 
     def __init__(self, licence_check: str = "token", licence_check_on_refresh: bool = False,
@@ -159,37 +151,20 @@ class MarketSharpSimulator:
         self.reuse_detected = 0
         self.revocations: list[tuple[str, bool]] = []   # (token_type_hint, whether it ended something)
         self.api_calls: list[tuple[str, int, int | None]] = []   # (path, status, access-token serial)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self.base = ""
         self.redirect_uri = ""
 
     # ── Lifecycle ─────────────────────────────────────────────────────────
 
     def start(self) -> "MarketSharpSimulator":
-        handler = type("Handler", (_Handler,), {"sim": self})
-        server = _QuietServer(("127.0.0.1", 0), handler)
-        self._server = server
-        self.base = f"http://127.0.0.1:{server.server_address[1]}"
+        self.base = self.serve(type("Handler", (_Handler,), {"sim": self}), name="marketsharp-sim").base
         self.redirect_uri = f"{self.base}/oauth/mobile-callback"
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="marketsharp-sim", daemon=True)
-        self._thread.start()
         leak_scan.register(self._secrets)
         return self
 
     def _secrets(self) -> list[str]:
         with self.lock:
             return list(self.handed_out)
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
 
     @property
     def authorize_prefix(self) -> str:
@@ -203,17 +178,7 @@ class MarketSharpSimulator:
 
     def browse(self, url: str, user: str = "alice") -> str:
         """The browser: open the authorization URL, sign in as `user`, return the redirect (not followed)."""
-        parts = urllib.parse.urlsplit(url)
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-        try:
-            connection.request("GET", parts.path + "?" + parts.query, headers={"X-Sim-User": user})
-            response = connection.getresponse()
-            response.read()
-            location = response.getheader("Location")
-        finally:
-            connection.close()
-        assert response.status == 302 and location, f"/oauth/authorize answered {response.status}"
-        return location
+        return sim_http.redirect_location(url, {"X-Sim-User": user})
 
     # ── Clock and admin actions ─────────────────────────────────────────────
 
@@ -291,28 +256,14 @@ class MarketSharpSimulator:
         return self._post("/token", body)
 
     def call_api(self, access_token: str, path: str) -> int:
-        parts = urllib.parse.urlsplit(self.base)
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-        try:
-            connection.request("GET", path, headers={"Authorization": f"Bearer {access_token}",
-                                                     "Accept": "application/json"})
-            response = connection.getresponse()
-            response.read()
-            return response.status
-        finally:
-            connection.close()
+        status, _, _ = sim_http.request(self.base + path, headers={"Authorization": f"Bearer {access_token}",
+                                                                   "Accept": "application/json"})
+        return status
 
     def _post(self, path: str, body: str) -> tuple[int, dict[str, Any]]:
-        parts = urllib.parse.urlsplit(self.base)
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-        try:
-            connection.request("POST", path, body=body, headers={
-                "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"})
-            response = connection.getresponse()
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else {}
-        finally:
-            connection.close()
+        status, _, raw = sim_http.request(self.base + path, "POST", body, {
+            "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"})
+        return status, json.loads(raw) if raw else {}
 
     # ── Server logic (called by the handler) ────────────────────────────────
 
@@ -365,7 +316,7 @@ class MarketSharpSimulator:
                 self.violations.append("token: redirect_uri differs from the authorization request")
                 return 400, {"error": "invalid_grant", "error_description": "redirect_uri mismatch"}
             verifier = form.get("code_verifier", "")
-            if not PKCE_VERIFIER.match(verifier) or s256(verifier) != entry["challenge"]:
+            if not PKCE_VERIFIER.match(verifier) or sim_http.pkce_s256(verifier) != entry["challenge"]:
                 self.violations.append("token: PKCE code_verifier missing or wrong")
                 return 400, {"error": "invalid_grant", "error_description": "PKCE verification failed"}
             user = self.users[entry["user"]]
@@ -455,52 +406,20 @@ class MarketSharpSimulator:
             return 404, {"Message": "No HTTP resource was found that matches the request URI."}, entry.serial
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address) -> None:
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(sim_http.Handler):
     server_version = "MarketSharpSim/1.0"
-    disable_nagle_algorithm = True
+    json_type = "application/json; charset=utf-8"
+    json_headers = {"Cache-Control": "no-store", "Pragma": "no-cache"}
     sim: MarketSharpSimulator  # set on the subclass made by start()
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - base-class signature
-        pass
-
-    def send(self, status: int, body: bytes = b"", content_type: str | None = None,
-             headers: dict[str, str] | None = None) -> None:
-        try:
-            self.send_response(status)
-            if content_type:
-                self.send_header("Content-Type", content_type)
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if body:
-                self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        extra = {"Cache-Control": "no-store", "Pragma": "no-cache", **(headers or {})}
-        self.send(status, json.dumps(payload).encode("utf-8"), "application/json; charset=utf-8", extra)
-
-    def redirect(self, target: str, params: dict[str, str]) -> None:
-        location = target + ("&" if "?" in target else "?") + urllib.parse.urlencode(params)
-        self.send(302, b"", headers={"Location": location})
+    def violation(self, text: str) -> None:
+        self.sim.violation(text)
 
     # ── Routing ───────────────────────────────────────────────────────────
 
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
         parts = urllib.parse.urlsplit(self.path)
-        self.drain()
+        self.read_body()
         if parts.path == "/oauth/authorize":
             return self.authorize(parts.query)
         match = re.fullmatch(r"/companies/([^/]+)/(.+)", parts.path)
@@ -512,7 +431,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = urllib.parse.urlsplit(self.path).path
-        form = self.read_form(path)
+        form = self.public_client_form(path)
         if path not in ("/token", "/oauth/revoke"):
             return self.send_json(404, {"Message": "No HTTP resource was found that matches the request URI."})
         if form is None:
@@ -521,31 +440,18 @@ class _Handler(BaseHTTPRequestHandler):
             return self.revoke(form)
         self.token(form)
 
-    def drain(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
-
-    def read_form(self, path: str) -> dict[str, str] | None:
-        sim = self.sim
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length).decode("utf-8", "replace") if length > 0 else ""
+    def public_client_form(self, path: str) -> dict[str, str] | None:
+        """The form of a public client's request: no secret, no Authorization, nothing in the URL."""
+        body = self.read_body()
         if urllib.parse.urlsplit(self.path).query:
-            sim.violation(f"{path}: parameters in the query string (secrets belong in the body)")
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        if content_type != "application/x-www-form-urlencoded":
-            sim.violation(f"{path}: Content-Type {content_type!r}, expected a form")
+            self.violation(f"{path}: parameters in the query string (secrets belong in the body)")
+        form = self.read_form(body, path)
+        if form is None:
             return None
         if self.headers.get("Authorization"):
-            sim.violation(f"{path}: an Authorization header on a public client's request")
-        form: dict[str, str] = {}
-        for name, value in urllib.parse.parse_qsl(raw, keep_blank_values=True):
-            if name in form:  # RFC 6749 §3.1: parameters must not repeat
-                sim.violation(f"{path}: parameter {name!r} repeated")
-                return None
-            form[name] = value
+            self.violation(f"{path}: an Authorization header on a public client's request")
         if "client_secret" in form:
-            sim.violation(f"{path}: a client_secret from a public client")
+            self.violation(f"{path}: a client_secret from a public client")
         return form
 
     # ── Endpoints ─────────────────────────────────────────────────────────

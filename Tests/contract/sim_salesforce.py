@@ -5,9 +5,9 @@ It reproduces what /work/shared/providers.md records about Salesforce, on two lo
 * the **login host** (``login_base``, what the profile's ``loginHost`` names — production, sandbox
   or My Domain in real life):
   - ``GET /services/oauth2/authorize``: the web-server flow with PKCE. Checks ``response_type=code``,
-    the consumer key, the redirect URI (the registered callback, or the host's loopback listener
-    ``http://127.0.0.1:<port>/callback``), ``code_challenge`` (+ ``code_challenge_method=S256`` when
-    sent), ``state``, and that the scopes include ``refresh_token``. The scripted user (``browse``)
+    the consumer key, the redirect URI (exactly one of the connected app's callback URLs,
+    ``callback_urls``, as Salesforce matches them), ``code_challenge`` and
+    ``code_challenge_method=S256``, ``state``, and that the scopes include ``refresh_token``. The scripted user (``browse``)
     signs in and allows access: 302 to the redirect URI with ``code`` (ending in ``==``, so it is
     percent-encoded like Salesforce's) and ``state``; or denies: ``error=access_denied``.
   - ``POST /services/oauth2/token``:
@@ -26,7 +26,8 @@ It reproduces what /work/shared/providers.md records about Salesforce, on two lo
   - ``GET /id/<orgId>/<userId>``: the identity service (Bearer access token): 200 JSON with
     ``user_id``, ``organization_id``, ``username``, ``display_name``, ``email``…; a dead or missing
     token → 403 ``Bad_OAuth_Token`` / ``Missing_OAuth_Token`` (bare text), another org → 403
-    ``Wrong_Org``, unknown user → 404 ``Bad_Id``.
+    ``Wrong_Org``, unknown user → 404 ``Bad_Id``, a deactivated user whose session it still
+    recognises (``deactivate_user(end_sessions=False)``) → 404 ``Inactive``.
 * the org's **instance** (``instance_url``, another port: API calls must go there, not to the login
   host): a small REST API under ``/services/data/v60.0/`` (``sobjects``, ``query``, records, a POST
   that creates one). A dead access token → 401
@@ -37,7 +38,10 @@ It reproduces what /work/shared/providers.md records about Salesforce, on two lo
 Admin actions (seed 003's test plan): ``expire_sessions`` (Setup > Session Management: access tokens
 die, refresh still works), ``revoke_app`` (the user's OAuth Connected Apps > Revoke), ``deactivate_user``,
 ``deactivate_org``. ``hold_next_refresh`` makes the next refresh meet a request of another client
-still running (the "already being processed" refusal, counted apart).
+still running (the "already being processed" refusal, counted apart). Failures a test switches on:
+``refresh_failure`` (a refresh answered with that status, content type and body, e.g. a 503 page),
+``revoke_failure`` (the revoke endpoint answers that status), ``edit_sign_in_answer`` (a function
+that changes the code exchange's answer, e.g. drops ``instance_url``).
 
 The simulator **checks the client** and records each deviation in ``violations`` (the tests assert
 there is none): wrong or missing parameters, a secret sent where none belongs, PKCE, ``format=json``,
@@ -52,18 +56,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import http.client
 import json
 import secrets
-import sys
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 import leak_scan
+import sim_http
 
 CLIENT_ID = "3MVG9simulatedConsumerKey.AuthBridge"
 EXTERNAL_REDIRECT_URI = "sfdc://success"
@@ -75,11 +77,6 @@ KNOWN_SCOPES = {"api", "refresh_token", "offline_access", "id", "openid", "profi
                 "web", "full", "chatter_api", "visualforce", "custom_permissions", "wave_api", "content", "lightning"}
 INVALID_SESSION = [{"message": "Session expired or invalid", "errorCode": "INVALID_SESSION_ID"}]
 BUSY = {"error": "invalid_grant", "error_description": "token request is already being processed"}
-
-
-def b64url_sha256(text: str) -> str:
-    digest = hashlib.sha256(text.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 @dataclass
@@ -118,14 +115,16 @@ DEFAULT_USERS = {
 }
 
 
-class SalesforceSim:
+class SalesforceSim(sim_http.Simulator):
     """The simulator and its state. `start()` binds two ephemeral ports on 127.0.0.1."""
 
     def __init__(self, client_id: str = CLIENT_ID, redirect_uri: str = EXTERNAL_REDIRECT_URI,
                  session_timeout_ms: int = SESSION_TIMEOUT_MS, refresh_latency: float = 0.1,
-                 rotate_refresh_tokens: bool = False, client_secret: str | None = None) -> None:
+                 rotate_refresh_tokens: bool = False, client_secret: str | None = None,
+                 callback_urls: list[str] | None = None) -> None:
         self.client_id = client_id
-        self.redirect_uri = redirect_uri
+        self.redirect_uri = redirect_uri            # what settings() gives a profile
+        self.callback_urls = callback_urls or [redirect_uri]
         self.session_timeout_ms = session_timeout_ms
         self.refresh_latency = refresh_latency
         self.rotate_refresh_tokens = rotate_refresh_tokens
@@ -141,8 +140,12 @@ class SalesforceSim:
         self.handed_out: set[str] = set()
         self.violations: list[str] = []
         self.login_as = "jane"
+        self.last_issued_at: int | None = None       # issued_at of the latest token answer
         self._deny_next = False
         self.identity_unavailable = False            # the identity service answers 503 (maintenance)
+        self.refresh_failure: tuple[int, str, bytes] | None = None
+        self.revoke_failure: int | None = None
+        self.edit_sign_in_answer: Callable[[dict[str, Any]], None] | None = None
         self._in_flight: set[str] = set()
         self._held_refreshes = 0
         # Counters and logs (read with snapshot()).
@@ -152,16 +155,17 @@ class SalesforceSim:
         self.refreshes = 0
         self.presented_refresh_tokens: list[str] = []
         self.refused_refreshes: list[str] = []        # error_description of each refused refresh
+        self.failed_refreshes: list[int] = []         # status of each refresh answered by refresh_failure
         self.concurrent_refreshes = 0                 # "already being processed" caused by the client itself
         self.held_refreshes = 0                       # the same, caused by hold_next_refresh()
         self.revocations: list[str] = []              # "refresh_token" / "access_token" / "unknown"
         self.api_calls: list[tuple[str, str, int]] = []   # (method, path, status) at the instance
         self.login_host_api_calls = 0
         self.identity_calls: list[int] = []           # statuses
-        self._servers: list[ThreadingHTTPServer] = []
-        self._threads: list[threading.Thread] = []
         self.login_base = ""
         self.instance_url = ""
+        if client_secret:
+            self.handed_out.add(client_secret)       # a secret like the tokens: never in a log or a frame
         self._leak_source = lambda: list(self.handed_out)
 
     # ── Lifecycle ─────────────────────────────────────────────────────────
@@ -169,27 +173,13 @@ class SalesforceSim:
     def start(self) -> "SalesforceSim":
         for role in ("login", "instance"):
             handler = type(f"{role.title()}Handler", (_Handler,), {"sim": self, "role": role})
-            server = _QuietServer(("127.0.0.1", 0), handler)
-            base = f"http://127.0.0.1:{server.server_address[1]}"
+            base = self.serve(handler, name=f"salesforce-sim-{role}").base
             if role == "login":
                 self.login_base = base
             else:
                 self.instance_url = base
-            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                      name=f"salesforce-sim-{role}", daemon=True)
-            thread.start()
-            self._servers.append(server)
-            self._threads.append(thread)
         leak_scan.register(self._leak_source)
         return self
-
-    def stop(self) -> None:
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
-        for thread in self._threads:
-            thread.join(5)
-        self._servers, self._threads = [], []
 
     # ── What tests use ────────────────────────────────────────────────────
 
@@ -223,17 +213,7 @@ class SalesforceSim:
         with self.lock:
             self.login_as = user
             self._deny_next = deny
-        parts = urllib.parse.urlsplit(url)
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-        try:
-            connection.request("GET", parts.path + "?" + parts.query)
-            response = connection.getresponse()
-            body = response.read()
-            location = response.getheader("Location")
-        finally:
-            connection.close()
-        assert response.status == 302 and location, f"/services/oauth2/authorize answered {response.status}: {body[:200]!r}"
-        return location
+        return sim_http.redirect_location(url)
 
     def grant_refresh_token(self, user: str = "jane") -> str | None:
         """The refresh token of the user's latest grant (to compare, never to print)."""
@@ -252,6 +232,7 @@ class SalesforceSim:
                 "refresh_requests": self.refresh_requests,
                 "refreshes": self.refreshes,
                 "refused_refreshes": list(self.refused_refreshes),
+                "failed_refreshes": list(self.failed_refreshes),
                 "concurrent_refreshes": self.concurrent_refreshes,
                 "held_refreshes": self.held_refreshes,
                 "revocations": list(self.revocations),
@@ -280,11 +261,13 @@ class SalesforceSim:
                 if grant.user_id == self.users[user].user_id:
                     self._revoke_grant(grant)
 
-    def deactivate_user(self, user: str = "jane") -> None:
+    def deactivate_user(self, user: str = "jane", end_sessions: bool = True) -> None:
+        """Setup > Users > Deactivate. `end_sessions=False`: the identity service still recognises
+        the user's sessions for a while and answers them 404 ``Inactive``."""
         with self.lock:
             self.users[user].active = False
             for session in self.sessions.values():
-                if session.user_id == self.users[user].user_id:
+                if end_sessions and session.user_id == self.users[user].user_id:
                     session.dead = True
 
     def deactivate_org(self) -> None:
@@ -312,12 +295,13 @@ class SalesforceSim:
         for token in grant.access_tokens:
             self.sessions[token].dead = True
 
-    def _session_for(self, token: str) -> Session | None:
+    def _session_for(self, token: str, active_user: bool = True) -> Session | None:
+        """The live session of an access token (`active_user=False`: whether or not its user is active)."""
         session = self.sessions.get(token)
         if session is None or session.dead or session.grant.revoked or not self.org_active:
             return None
         user = self._user_by_id(session.user_id)
-        if user is None or not user.active:
+        if user is None or (active_user and not user.active):
             return None
         if self.now_ms() - session.issued_at_ms >= self.session_timeout_ms:
             return None
@@ -340,6 +324,7 @@ class SalesforceSim:
 
     def _token_answer(self, grant: Grant, with_refresh: bool) -> dict[str, Any]:
         access, issued_at = self._new_session(grant)
+        self.last_issued_at = issued_at
         identity = f"{self.login_base}/id/{ORG_ID}/{grant.user_id}"
         key = (self.client_secret or self.client_id).encode()
         signature = base64.b64encode(hmac.new(key, (identity + str(issued_at)).encode(), hashlib.sha256).digest()).decode()
@@ -368,8 +353,8 @@ class SalesforceSim:
                 problems.append(("unsupported_response_type", f"response_type {params.get('response_type')!r}"))
             if not params.get("code_challenge"):
                 problems.append(("invalid_request", "no code_challenge (PKCE)"))
-            if params.get("code_challenge_method", "S256") != "S256":
-                problems.append(("invalid_request", f"code_challenge_method {params.get('code_challenge_method')!r}"))
+            if params.get("code_challenge_method") != "S256":
+                problems.append(("invalid_request", f"code_challenge_method {params.get('code_challenge_method')!r}, expected S256"))
             if not state:
                 problems.append(("invalid_request", "no state"))
             scopes = params.get("scope", "").split(" ") if params.get("scope") else []
@@ -400,12 +385,8 @@ class SalesforceSim:
         return 302, {"Location": location}, b""
 
     def _registered(self, redirect: str) -> bool:
-        if redirect == self.redirect_uri:
-            return True
-        # The host's browser flow: http://127.0.0.1:<any port>/callback (RFC 8252 §7.3).
-        parts = urllib.parse.urlsplit(redirect)
-        return parts.scheme == "http" and parts.hostname == "127.0.0.1" and parts.port is not None \
-            and parts.path == "/callback" and not parts.query
+        # A connected app's callback URLs are matched exactly (a loopback one with its port too).
+        return redirect in self.callback_urls
 
     def token(self, form: dict[str, str], headers: Any) -> tuple[int, dict[str, Any]]:
         grant_type = form.get("grant_type")
@@ -439,13 +420,26 @@ class SalesforceSim:
             self._violation("token (authorization_code): redirect_uri differs from the authorization request")
             return 400, {"error": "redirect_uri_mismatch", "error_description": "redirect_uri must match configuration"}
         verifier = form.get("code_verifier", "")
-        if not (43 <= len(verifier) <= 128) or b64url_sha256(verifier) != entry["challenge"]:
+        if not (43 <= len(verifier) <= 128) or sim_http.pkce_s256(verifier) != entry["challenge"]:
             self._violation("token (authorization_code): the PKCE code_verifier does not match the code_challenge")
             return 400, {"error": "invalid_grant", "error_description": "invalid code verifier"}
         grant = Grant(entry["user_id"], None, entry["scope"])
         self.grants.append(grant)
         self.sign_ins += 1
-        return 200, self._token_answer(grant, with_refresh="refresh_token" in entry["scope"].split(" "))
+        answer = self._token_answer(grant, with_refresh="refresh_token" in entry["scope"].split(" "))
+        if self.edit_sign_in_answer is not None:
+            self.edit_sign_in_answer(answer)
+        return 200, answer
+
+    def failing_refresh(self, form: dict[str, str]) -> tuple[int, bytes, str] | None:
+        """(status, body, content type) when refreshes fail now (`refresh_failure`), else None."""
+        with self.lock:
+            if form.get("grant_type") != "refresh_token" or self.refresh_failure is None:
+                return None
+            status, content_type, body = self.refresh_failure
+            self.refresh_requests += 1
+            self.failed_refreshes.append(status)
+            return status, body, content_type
 
     def _refresh(self, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
         token = form.get("refresh_token", "")
@@ -494,6 +488,9 @@ class SalesforceSim:
             extra = sorted(set(form) - {"token"})
             if extra:
                 self._violation(f"revoke: parameters Salesforce does not take: {extra}")
+            if self.revoke_failure is not None:
+                self.revocations.append(f"failed {self.revoke_failure}")
+                return self.revoke_failure, None
             token = form.get("token", "")
             grant = self.refresh_index.get(token)
             if grant is not None and grant.refresh_token == token and not grant.revoked:
@@ -520,7 +517,7 @@ class SalesforceSim:
     def _identity_locked(self, org_id: str, user_id: str, token: str | None) -> tuple[int, Any]:
         if not token:
             return 403, "Missing_OAuth_Token"
-        session = self._session_for(token)
+        session = self._session_for(token, active_user=False)
         if session is None:
             return 403, "Bad_OAuth_Token"
         if org_id != ORG_ID:
@@ -580,72 +577,25 @@ class SalesforceSim:
         return 404, [{"errorCode": "NOT_FOUND", "message": "The requested resource does not exist"}]
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address) -> None:
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(sim_http.Handler):
     server_version = "SalesforceSim/1.0"
-    disable_nagle_algorithm = True
+    json_type = "application/json;charset=UTF-8"
+    json_headers = {"Cache-Control": "no-cache,must-revalidate,max-age=0,no-store,private"}
     sim: SalesforceSim
     role: str  # "login" or "instance"
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - base-class signature
-        pass
-
-    def send(self, status: int, body: bytes = b"", content_type: str | None = None,
-             headers: dict[str, str] | None = None) -> None:
-        try:
-            self.send_response(status)
-            if content_type:
-                self.send_header("Content-Type", content_type)
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if body:
-                self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        self.send(status, json.dumps(payload).encode("utf-8"), "application/json;charset=UTF-8",
-                  {"Cache-Control": "no-cache,must-revalidate,max-age=0,no-store,private", **(headers or {})})
+    def violation(self, text: str) -> None:
+        with self.sim.lock:
+            self.sim._violation(text)
 
     def bearer(self) -> str | None:
         scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
         return token.strip() if scheme.lower() in ("bearer", "oauth") and token.strip() else None
 
-    def read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length > 0 else b""
-
-    def read_form(self, body: bytes, where: str) -> dict[str, str] | None:
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        if content_type != "application/x-www-form-urlencoded":
-            with self.sim.lock:
-                self.sim._violation(f"{where}: Content-Type {content_type!r}, expected a form")
-            return None
-        form: dict[str, str] = {}
-        for name, value in urllib.parse.parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
-            if name in form:
-                with self.sim.lock:
-                    self.sim._violation(f"{where}: parameter {name!r} repeated")
-                return None
-            form[name] = value
-        return form
-
     def check_url(self, query: dict[str, str]) -> None:
         for name in ("access_token", "oauth_token", "refresh_token", "client_secret"):
             if name in query:
-                with self.sim.lock:
-                    self.sim._violation(f"a {name} in a URL ({self.command} {urllib.parse.urlsplit(self.path).path})")
+                self.violation(f"a {name} in a URL ({self.command} {urllib.parse.urlsplit(self.path).path})")
 
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
         self.route("GET")
@@ -671,8 +621,7 @@ class _Handler(BaseHTTPRequestHandler):
                 status, answer = self.sim.api(method, path, query, self.bearer(), body)
                 return self.send_json(status, answer)
             if path.startswith("/services/oauth2/") or path.startswith("/id/"):
-                with self.sim.lock:
-                    self.sim._violation(f"{method} {path} sent to the instance, not the login host")
+                self.violation(f"{method} {path} sent to the instance, not the login host")
             return self.send_json(404, [{"errorCode": "NOT_FOUND", "message": "The requested resource does not exist"}])
         # The login host.
         if path == "/services/oauth2/authorize" and method == "GET":
@@ -682,6 +631,9 @@ class _Handler(BaseHTTPRequestHandler):
             form = self.read_form(body, "token")
             if form is None:
                 return self.send_json(400, {"error": "invalid_request", "error_description": "expected a form body"})
+            failure = self.sim.failing_refresh(form)
+            if failure is not None:
+                return self.send(*failure)
             status, answer = self.sim.token(form, self.headers)
             return self.send_json(status, answer)
         if path == "/services/oauth2/revoke" and method == "POST":

@@ -28,12 +28,19 @@ Endpoints (on 127.0.0.1, or another loopback address, port 0):
   over, with HTTP 401 (``session_over_status``; 200 to check that the client reads the body).
 * ``POST /vizportal/api/web/v1/getViews`` — a small API page needing the same cookies and header;
   401 with ``result.errors`` when the session is over.
+* ``GET /views/<workbook>/<view>`` — a page a web view loads with the cookies alone (Tableau checks
+  the XSRF header on its API calls, not on page loads): 200 HTML whose script reads the
+  ``XSRF-TOKEN`` cookie and calls ``getViews`` with it, as Tableau's web client does, then lists the
+  views (``#status`` says ``loaded``, or ``refused <status>``); 401 "Sign in" without a live
+  ``tableau_access_token`` cookie.
 
 Server policy (on the simulator's own clock, `advance()`): a server session (access token) lasts
 `session_lifetime_ms` (4 h); a refresh token expires after 14 days unused and one year after the
 device's sign-in. Admin actions: `revoke_device(name)` (as an administrator sees devices: by
 name), `disable_connected_clients()`, `expire_sessions()`. `outage(status)` makes chosen endpoints
 answer 503 (with an ``error`` key in the body, as a proxy might) until the block ends.
+`omit_xsrf_on_refresh` models a renewal answered without ``xsrf_token`` (the server keeps the
+device's XSRF token, so the client must keep using the one it has).
 
 Everything it hands out (session ids, access, refresh and XSRF tokens) is registered with the
 suite's leak scan.
@@ -42,27 +49,26 @@ suite's leak scan.
 from __future__ import annotations
 
 import contextlib
-import http.client
+import copy
 import json
 import secrets
-import socket
-import sys
 import threading
 import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
 import leak_scan
+import sim_http
 
 DAY_MS = 86_400_000
 TOKEN_PATH = "/oauth2/v1/token"
 REVOKE_PATH = "/oauth2/v1/revoke"
 SESSION_INFO_PATH = "/vizportal/api/web/v1/getSessionInfo"
 VIEWS_PATH = "/vizportal/api/web/v1/getViews"
+VIEW_PAGE = "/views/Superstore/Overview"
 LOGIN_PATH = "/vizportal/api/web/v1/login"
 
 DEFAULT_USERS = {
@@ -101,13 +107,14 @@ class Counters:
     rejected: int = 0                 # token requests answered with an error
     session_checks: int = 0           # getSessionInfo calls
     api_calls: int = 0                # getViews calls
+    page_loads: list[int] = field(default_factory=list)         # status of each /views page load
     outage_hits: int = 0
     revocations: list[str] = field(default_factory=list)        # token_hint of each revoke call
     refresh_forms: list[dict[str, str]] = field(default_factory=list)
     grant_forms: list[dict[str, str]] = field(default_factory=list)
 
 
-class TableauServer:
+class TableauServer(sim_http.Simulator):
     """The server and its state. `start()` binds `address` (a loopback IP) on an ephemeral port."""
 
     def __init__(self, address: str = "127.0.0.1", session_lifetime_ms: int = 4 * 3_600_000,
@@ -128,43 +135,20 @@ class TableauServer:
         self.connected_clients_enabled = True
         # The HTTP status of a getSessionInfo answer whose session is over (result.errors is the signal).
         self.session_over_status = 401
+        self.omit_xsrf_on_refresh = False
         self.down: tuple[int, frozenset[str]] | None = None
         self.handed_out: set[str] = set()
         self.violations: list[str] = []
         self.counters = Counters()
-        self.connections: set[socket.socket] = set()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self._leak_source = lambda: list(self.handed_out)
         self.base = ""
 
     # ── Lifecycle ─────────────────────────────────────────────────────────
 
     def start(self) -> "TableauServer":
-        handler = type("Handler", (_Handler,), {"sim": self})
-        server = _QuietServer((self.address, 0), handler)
-        self._server = server
-        self.base = f"http://{self.address}:{server.server_address[1]}"
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"tableau-sim-{self.address}", daemon=True)
-        self._thread.start()
+        self.base = self.serve(type("Handler", (_Handler,), {"sim": self}), self.address, name=f"tableau-sim-{self.address}").base
         leak_scan.register(self._leak_source)
         return self
-
-    def stop(self) -> None:
-        """Stops listening and drops the open (keep-alive) connections: the server is gone."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        with self.lock:
-            connections, self.connections = list(self.connections), set()
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
 
     @property
     def host(self) -> str:
@@ -188,18 +172,9 @@ class TableauServer:
         `workgroup_session_id` cookie that page sets."""
         password = password if password is not None else self.users[user]["password"]
         body = json.dumps({"method": "login", "params": {"username": user, "password": password}})
-        parts = urllib.parse.urlsplit(self.base)
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-        try:
-            connection.request("POST", LOGIN_PATH, body, {"Content-Type": "application/json"})
-            response = connection.getresponse()
-            response.read()
-            cookies = SimpleCookie()
-            for header in response.headers.get_all("Set-Cookie") or []:
-                cookies.load(header)
-        finally:
-            connection.close()
-        assert response.status == 200 and "workgroup_session_id" in cookies, f"web sign-in answered {response.status}"
+        status, headers, _ = sim_http.request(self.base + LOGIN_PATH, "POST", body, {"Content-Type": "application/json"})
+        cookies = SimpleCookie(headers.get("set-cookie", ""))
+        assert status == 200 and "workgroup_session_id" in cookies, f"web sign-in answered {status}"
         return cookies["workgroup_session_id"].value
 
     def devices(self) -> list[dict[str, str]]:
@@ -245,9 +220,7 @@ class TableauServer:
 
     def snapshot(self) -> Counters:
         with self.lock:
-            c = self.counters
-            return Counters(c.session_grants, c.refreshes, c.rejected, c.session_checks, c.api_calls, c.outage_hits,
-                            list(c.revocations), [dict(f) for f in c.refresh_forms], [dict(f) for f in c.grant_forms])
+            return copy.deepcopy(self.counters)
 
     # ── Server logic (called with self.lock held) ─────────────────────────
 
@@ -346,9 +319,12 @@ class TableauServer:
         if site not in self.sites:
             return 400, {"error": "invalid_request", "error_description": "No site has that content URL."}
         token_set.site = site
-        token_set.access, token_set.xsrf, token_set.access_issued = self._new("at-"), self._new("xs-"), now
+        token_set.access, token_set.access_issued = self._new("at-"), now
         token_set.refresh, token_set.refresh_last_used = self._new("rt-"), now  # rotation
         self.counters.refreshes += 1
+        if self.omit_xsrf_on_refresh:
+            return 200, {k: v for k, v in self._tokens(token_set).items() if k != "xsrf_token"}
+        token_set.xsrf = self._new("xs-")
         return 200, self._tokens(token_set)
 
     def revoke(self, form: dict[str, str]) -> tuple[int, dict[str, Any] | None]:
@@ -391,6 +367,12 @@ class TableauServer:
             return None
         return token_set
 
+    def page_session(self, cookies: SimpleCookie) -> TokenSet | None:
+        """A page load: the access-token cookie alone decides (no XSRF check on GET)."""
+        if "tableau_access_token" not in cookies:
+            return None
+        return self._set_for_access(cookies["tableau_access_token"].value)
+
     def session_info(self, token_set: TokenSet) -> dict[str, Any]:
         user = self.users[token_set.user]
         return {"result": {
@@ -402,81 +384,48 @@ class TableauServer:
 
 SESSION_OVER = {"result": {"errors": [{"code": 1, "message": "The session has expired or is not valid."}]}}
 
+SIGN_IN_PAGE = b"<!doctype html><html><head><title>Sign In</title></head><body><h1>Sign in to Tableau</h1></body></html>"
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128   # many concurrent callers: the default backlog (5) drops connections
+#: What Tableau's web client does with the two cookies: the page came with the access-token cookie,
+#: its API calls send the XSRF-TOKEN cookie back as the X-XSRF-TOKEN header.
+VIEW_PAGE_HTML = """<!doctype html><html><head><title>Overview</title></head><body>
+<h1>Superstore</h1><p id="status">loading</p><ul id="views"></ul>
+<script>
+const xsrf = (document.cookie.match(/(?:^|; )XSRF-TOKEN=([^;]*)/) || [])[1] || "";
+fetch("%s", {method: "POST", credentials: "same-origin",
+             headers: {"Content-Type": "application/json", "X-XSRF-TOKEN": decodeURIComponent(xsrf)},
+             body: JSON.stringify({method: "getViews", params: {}})})
+  .then(response => response.json().then(body => [response.status, body]))
+  .then(([status, body]) => {
+    if (status !== 200) { document.getElementById("status").textContent = "refused " + status; return; }
+    for (const view of body.result.views) {
+      const item = document.createElement("li");
+      item.textContent = view.name;
+      document.getElementById("views").appendChild(item);
+    }
+    document.getElementById("status").textContent = "loaded";
+  }, error => { document.getElementById("status").textContent = "failed " + error; });
+</script></body></html>""".replace("%s", VIEWS_PATH).encode("utf-8")
 
-    def handle_error(self, request, client_address) -> None:
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            return
-        super().handle_error(request, client_address)
 
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(sim_http.Handler):
     server_version = "TableauServerSimulator/1.0"
-    disable_nagle_algorithm = True
+    json_type = "application/json;charset=utf-8"
     sim: TableauServer  # set on the subclass made by start()
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - base-class signature
-        pass
+    def violation(self, text: str) -> None:
+        self.sim._violation(text)   # the routes run with sim.lock held
 
-    def setup(self) -> None:
-        super().setup()
-        with self.sim.lock:
-            self.sim.connections.add(self.connection)
-
-    def finish(self) -> None:
-        with self.sim.lock:
-            self.sim.connections.discard(self.connection)
-        super().finish()
-
-    def send(self, status: int, payload: Any = None, headers: list[tuple[str, str]] | None = None) -> None:
-        body = b"" if payload is None else json.dumps(payload).encode("utf-8")
-        try:
-            self.send_response(status)
-            if payload is not None:
-                self.send_header("Content-Type", "application/json;charset=utf-8")
-            self.send_header("Cache-Control", "no-store")
-            for name, value in headers or []:
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if body:
-                self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def read_body(self) -> str:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length).decode("utf-8", "replace") if length > 0 else ""
-
-    def content_type(self) -> str:
-        return (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-
-    def read_form(self, raw: str, what: str) -> dict[str, str] | None:
-        if self.content_type() != "application/x-www-form-urlencoded":
-            self.sim._violation(f"{what} body is not form-encoded")
-            return None
-        form: dict[str, str] = {}
-        for name, value in urllib.parse.parse_qsl(raw, keep_blank_values=True):
-            if name in form:
-                self.sim._violation(f"{what} repeats the parameter {name!r}")
-                return None
-            form[name] = value
-        return form
-
-    def read_vizportal(self, raw: str, method: str) -> bool:
+    def read_vizportal(self, raw: bytes, method: str) -> bool:
         if self.content_type() != "application/json":
-            self.sim._violation(f"{method} body is not JSON")
+            self.violation(f"{method} body is not JSON")
             return False
         try:
             body = json.loads(raw)
         except ValueError:
             body = None
         if body != {"method": method, "params": {}}:
-            self.sim._violation(f"{method} body is not {{\"method\":\"{method}\",\"params\":{{}}}}")
+            self.violation(f"{method} body is not {{\"method\":\"{method}\",\"params\":{{}}}}")
             return False
         return True
 
@@ -486,11 +435,18 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 jar.load(header)
             except Exception:  # noqa: BLE001 - a malformed header is the client's problem
-                self.sim._violation("a malformed Cookie header")
+                self.violation("a malformed Cookie header")
         return jar
 
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
-        self.send(404, {"error": "not_found"})
+        self.read_body()
+        if urllib.parse.urlsplit(self.path).path != VIEW_PAGE:
+            return self.send_json(404, {"error": "not_found"})
+        with self.sim.lock:
+            signed_in = self.sim.page_session(self.cookies()) is not None
+            self.sim.counters.page_loads.append(200 if signed_in else 401)
+        page = VIEW_PAGE_HTML if signed_in else SIGN_IN_PAGE
+        self.send(200 if signed_in else 401, page, "text/html; charset=utf-8", {"Cache-Control": "no-store"})
 
     def do_POST(self) -> None:  # noqa: N802
         sim = self.sim
@@ -500,29 +456,29 @@ class _Handler(BaseHTTPRequestHandler):
             if sim.down is not None and path in sim.down[1]:
                 sim.counters.outage_hits += 1
                 status = sim.down[0]
-                return self.send(status, {"error": "temporarily_unavailable", "error_description": "The server is busy."})
+                return self.send_json(status, {"error": "temporarily_unavailable", "error_description": "The server is busy."})
             if path == LOGIN_PATH:
                 try:
                     params = json.loads(raw).get("params", {})
                 except (ValueError, AttributeError):
                     params = {}
                 status, answer, session_id = sim.login(params)
-                cookie = [("Set-Cookie", f"workgroup_session_id={session_id}; Path=/; HttpOnly")] if session_id else []
-                return self.send(status, answer, cookie)
+                cookie = {"Set-Cookie": f"workgroup_session_id={session_id}; Path=/; HttpOnly"} if session_id else None
+                return self.send_json(status, answer, cookie)
             if path == TOKEN_PATH:
                 if "application/json" not in (self.headers.get("Accept") or ""):
                     sim._violation("token request without Accept: application/json")
                 form = self.read_form(raw, "token request")
                 if form is None:
-                    return self.send(400, {"error": "invalid_request", "error_description": "expected a form body"})
+                    return self.send_json(400, {"error": "invalid_request", "error_description": "expected a form body"})
                 status, answer = sim.token(form)
-                return self.send(status, answer)
+                return self.send_json(status, answer)
             if path == REVOKE_PATH:
                 form = self.read_form(raw, "revoke")
                 if form is None:
-                    return self.send(400, {"error": "invalid_request", "error_description": "expected a form body"})
+                    return self.send_json(400, {"error": "invalid_request", "error_description": "expected a form body"})
                 status, answer = sim.revoke(form)
-                return self.send(status, answer)
+                return self.send_json(status, answer) if answer is not None else self.send(status, headers=self.json_headers)
             if path in (SESSION_INFO_PATH, VIEWS_PATH):
                 method = "getSessionInfo" if path == SESSION_INFO_PATH else "getViews"
                 if path == SESSION_INFO_PATH:
@@ -530,12 +486,12 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     sim.counters.api_calls += 1
                 if not self.read_vizportal(raw, method):
-                    return self.send(400, {"result": {"errors": [{"code": 2, "message": "Bad request."}]}})
+                    return self.send_json(400, {"result": {"errors": [{"code": 2, "message": "Bad request."}]}})
                 token_set = sim.authenticate(self.cookies(), self.headers.get("X-XSRF-TOKEN"), method)
                 if token_set is None:
-                    return self.send(sim.session_over_status if path == SESSION_INFO_PATH else 401, SESSION_OVER)
+                    return self.send_json(sim.session_over_status if path == SESSION_INFO_PATH else 401, SESSION_OVER)
                 if path == SESSION_INFO_PATH:
-                    return self.send(200, sim.session_info(token_set))
+                    return self.send_json(200, sim.session_info(token_set))
                 views = [{"name": "Overview", "workbook": "Superstore"}, {"name": "Forecast", "workbook": "Superstore"}]
-                return self.send(200, {"result": {"totalCount": len(views), "views": views, "site": token_set.site}})
-        self.send(404, {"error": "not_found"})
+                return self.send_json(200, {"result": {"totalCount": len(views), "views": views, "site": token_set.site}})
+        self.send_json(404, {"error": "not_found"})

@@ -1,17 +1,28 @@
-"""The human commands on the same binary (like `gh auth`): login, status, token, logout.
+"""The human commands on the same binary (like `gh auth`): login, status, token, logout, plugins.
 
 Each command is its own process sharing the profiles and the default encrypted-file vault, as a
 person would run them one after another. The browser is a stand-in `xdg-open` on PATH that plays
-the user at django-oauth-toolkit; the device flow's user approves on DOT's pages.
+the user at django-oauth-toolkit (and records that it ran); the device flow's user approves on
+DOT's pages. What only happens on a terminal (help for a bare `authbridge`, colours, Ctrl-C) runs
+on a pseudo-terminal.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
 import re
+import shutil
+import struct
 import subprocess
 import sys
+import termios
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,14 +31,20 @@ import leak_scan
 from conftest import HOST_BIN, TIMEOUT
 from dot_auth import DotAuthServer
 
-NOT_SIGNED_IN, UNAVAILABLE = 2, 3
+FAILED, NOT_SIGNED_IN, UNAVAILABLE, CANCELLED, USAGE = 1, 2, 3, 4, 64
 
 FAKE_BROWSER = """#!{python}
 import sys, urllib.request
+open({calls!r}, "a").write("called\\n")
 sys.path.insert(0, {contract!r})
 from dot_auth import DotAuthServer
 urllib.request.urlopen(DotAuthServer.browse(None, sys.argv[1]), timeout=30).read()
 """
+
+#: A machine without a desktop: xdg-open starts, finds no browser, and exits 3.
+FAILING_BROWSER = "#!/bin/sh\necho \"$1\" > '{record}'\nexit 3\n"
+
+AUTHORIZE_URL = re.compile(r"http://127\.0\.0\.1:\d+/o/authorize/\?[^\s\x1b]+")
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +60,11 @@ class CLI:
     def __init__(self, root: Path, oidc_plugin_dir: Path, dot: DotAuthServer) -> None:
         for name in ("config", "data", "home", "bin"):
             (root / name).mkdir()
+        self.root = root
+        self.browser_calls = root / "xdg-open-calls"
         browser = root / "bin" / "xdg-open"
-        browser.write_text(FAKE_BROWSER.format(python=sys.executable, contract=str(Path(__file__).parent)))
+        browser.write_text(FAKE_BROWSER.format(python=sys.executable, calls=str(self.browser_calls),
+                                               contract=str(Path(__file__).parent)))
         browser.chmod(0o755)
         profiles = {"dot": {"plugin": "oidc", "settings": {"issuer": f"{dot.base}/o", "clientId": "authbridge-test",
                                                            "scopes": ["openid", "read"]}},
@@ -52,12 +72,18 @@ class CLI:
                                                           "scopes": ["openid", "read"],
                                                           "deviceAuthorizationEndpoint": f"{dot.base}/o/device-authorization/"}},
                     # Nothing listens on port 9: the provider cannot be reached.
-                    "down": {"plugin": "oidc", "settings": {"issuer": "http://127.0.0.1:9/o", "clientId": "x"}}}
+                    "down": {"plugin": "oidc", "settings": {"issuer": "http://127.0.0.1:9/o", "clientId": "x"}},
+                    # DOT, but revocation goes nowhere: signing out cannot revoke.
+                    "norevoke": {"plugin": "oidc", "settings": {"issuer": f"{dot.base}/o", "clientId": "authbridge-test",
+                                                                "scopes": ["openid", "read"],
+                                                                "revocationEndpoint": "http://127.0.0.1:9/revoke/"}},
+                    "ghost": {"plugin": "ghost"}}
         (root / "config" / "authbridge").mkdir()
         (root / "config" / "authbridge" / "config.json").write_text(json.dumps({"profiles": profiles}))
         self.env = {k: v for k, v in os.environ.items() if k not in ("DBUS_SESSION_BUS_ADDRESS", "AUTHBRIDGE_VAULT_KEY", "NO_COLOR")}
         self.env.update(XDG_CONFIG_HOME=str(root / "config"), XDG_DATA_HOME=str(root / "data"), HOME=str(root / "home"),
                         PATH=f"{root / 'bin'}:{os.environ['PATH']}")
+        self.plugins = oidc_plugin_dir
         self.common = ["--no-default-plugins", "--plugins", str(oidc_plugin_dir)]
         self.outputs: list[str] = []   # everything printed, but `token`'s stdout (the one place a token belongs)
 
@@ -72,6 +98,79 @@ class CLI:
         command, rest = args[0], list(args[1:])
         return subprocess.Popen([str(HOST_BIN), command, *self.common, *rest], env=self.env, text=True,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def on_terminal(self, *args: str, env: dict[str, str] | None = None) -> "OnTerminal":
+        """`authbridge …` with a pseudo-terminal for stdin, stdout and stderr, as typed in a shell."""
+        argv = [str(HOST_BIN)] + ([args[0], *self.common, *args[1:]] if args else [])
+        return OnTerminal(argv, {**self.env, **(env or {})}, self.outputs)
+
+    def failing_browser(self) -> Path:
+        """Replaces the stand-in browser with one that fails as on a machine without a desktop;
+        returns the file where it writes the URL it was given."""
+        record = self.root / "failing-xdg-open-url"
+        browser = self.root / "bin" / "xdg-open"
+        browser.write_text(FAILING_BROWSER.format(record=record))
+        browser.chmod(0o755)
+        return record
+
+
+class OnTerminal:
+    """A process whose controlling terminal is a pseudo-terminal we hold the other end of:
+    its output is what a person sees, and typing Ctrl-C there sends SIGINT as a shell would."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], outputs: list[str]) -> None:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))  # wide: no wrapped rows
+        self.process = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                                        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+        os.close(slave)
+        self.master = master
+        self.outputs = outputs
+        self._seen = b""
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 4096)
+            except OSError:          # EIO: every holder of the terminal's other end is gone
+                chunk = b""
+            with self._changed:
+                self._seen += chunk
+                self._changed.notify_all()
+            if not chunk:
+                return
+
+    @property
+    def text(self) -> str:
+        with self._changed:
+            return self._seen.decode("utf-8", "replace")
+
+    def wait_for(self, pattern: str, timeout: float = TIMEOUT * 3) -> re.Match:
+        """The first match of `pattern` in what the terminal showed (bounded)."""
+        regex = re.compile(pattern)
+        with self._changed:
+            if not self._changed.wait_for(lambda: regex.search(self._seen.decode("utf-8", "replace")), timeout):
+                pytest.fail(f"{pattern!r} did not appear within {timeout} s; the terminal showed:\n{self.text}")
+        return regex.search(self.text)
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+    def finish(self, timeout: float = TIMEOUT * 3) -> int:
+        """The exit status, once the process ended and its output was read."""
+        try:
+            status = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"still running after {timeout} s; the terminal showed:\n{self.text}")
+        self._reader.join(timeout=TIMEOUT)
+        os.close(self.master)
+        self.outputs.append(self.text)
+        return status
 
 
 @pytest.fixture
@@ -98,7 +197,7 @@ def test_login_status_token_logout(cli, dot):
     assert header.split() == ["PROFILE", "ACCOUNT", "STATE", "EXPIRES", "STORAGE"]
     dot_row = next(row for row in rows if row.startswith("dot "))
     assert sub in dot_row and "signedIn" in dot_row and re.search(r"in \d+ min", dot_row)
-    assert "encrypted-file (encrypted)" in dot_row
+    assert "encrypted file (key file)" in dot_row, "no keyring here: the vault key is in a key file"
     assert any(row.startswith("tv ") and "notSignedIn" in row for row in rows)
     as_json = json.loads(cli.run("status", "--json", "dot").stdout)
     assert [entry["state"] for entry in as_json] == ["signedIn"]
@@ -135,13 +234,220 @@ def test_login_with_a_device_code(cli, dot):
 
 def test_errors_have_exit_codes_and_one_line_messages(cli):
     unknown = cli.run("login", "nope", "--no-browser")
-    assert unknown.returncode == 1 and 'No profile is named "nope"' in unknown.stderr
+    assert unknown.returncode == FAILED and 'No profile is named "nope"' in unknown.stderr
     unreachable = cli.run("status", "down")
     assert unreachable.returncode == UNAVAILABLE, unreachable.stderr
     assert unreachable.stderr.startswith("error: ") and len(unreachable.stderr.splitlines()) == 1
 
 
-def test_bare_authbridge_on_a_terminal_prints_help_but_serves_a_pipe(tmp_path):
+def test_usage_errors_exit_64(cli):
+    for argv in (["login"], ["login", "dot", "--timeout", "0"], ["status", "--vault", "nowhere"],
+                 ["token", "dot", "--log-level", "loud"], ["logout"], ["plugins", "--no-such-flag"]):
+        done = cli.run(*argv)
+        assert done.returncode == USAGE, f"{argv}: {done.returncode}\n{done.stderr}"
+        assert "Usage: authbridge " + argv[0] in done.stderr, f"{argv}: the command's usage\n{done.stderr}"
+
+
+def test_a_mistyped_command_is_named_with_the_closest_one(cli):
+    # `serve` is the default subcommand: a typo must not be taken for serve's argument.
+    for typo, guess in (("stauts", "status"), ("logni", "login"), ("plugin", "plugins"), ("toke", "token")):
+        done = subprocess.run([str(HOST_BIN), typo, "dot"], env=cli.env, capture_output=True, text=True,
+                              timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        assert done.returncode == USAGE, done.stderr
+        assert done.stdout == ""
+        assert done.stderr.splitlines()[0] == f"error: unknown command '{typo}'. Did you mean '{guess}'?"
+        assert "serve" not in done.stderr.lower(), "not serve's usage"
+    far = subprocess.run([str(HOST_BIN), "frobnicate"], env=cli.env, capture_output=True, text=True,
+                         timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    assert far.returncode == USAGE and far.stderr.splitlines()[0] == "error: unknown command 'frobnicate'."
+    assert "authbridge --help" in far.stderr
+
+
+def test_open_browser_belongs_to_serve_only(cli):
+    # login opens the browser by default (--no-browser: only print the URL); the others open nothing.
+    for command in ("login", "status", "token", "logout", "plugins"):
+        argv = [command, "dot"] if command in ("login", "token", "logout") else [command]
+        done = cli.run(*argv, "--open-browser")
+        assert done.returncode == USAGE and "--open-browser" in done.stderr, f"{command}: {done.stderr}"
+        helped = subprocess.run([str(HOST_BIN), command, "--help"], capture_output=True, text=True, timeout=TIMEOUT)
+        assert "--open-browser" not in helped.stdout, command
+    serve_help = subprocess.run([str(HOST_BIN), "serve", "--help"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert "--open-browser" in serve_help.stdout
+
+
+def test_login_no_browser_prints_the_url_waits_and_times_out_as_a_failure(cli, dot):
+    login = cli.run("login", "dot", "--no-browser", "--timeout", "2")
+    assert "Open this URL in a browser to sign in:" in login.stderr
+    assert AUTHORIZE_URL.search(login.stderr), login.stderr
+    assert "Waiting for the browser to come back… (Ctrl-C cancels)" in login.stderr
+    assert "opening it in your browser" not in login.stderr
+    assert not cli.browser_calls.exists(), "--no-browser: xdg-open never ran"
+    # Nobody signed in: the user did not finish, which is not "provider unreachable" (exit 3).
+    assert login.returncode == FAILED, login.stderr
+    assert login.stderr.splitlines()[-1] == "error: The sign-in was not completed within 2 s."
+    assert cli.run("status", "dot").returncode == NOT_SIGNED_IN
+
+
+def test_login_tells_the_user_when_the_browser_cannot_be_opened_and_keeps_waiting(cli, dot):
+    opened = cli.failing_browser()
+    login = cli.start("login", "dot")
+    lines: list[str] = []
+    url = None
+    for line in login.stderr:            # bounded: the login ends on its own --timeout at worst
+        lines.append(line)
+        url = url or (AUTHORIZE_URL.search(line) and AUTHORIZE_URL.search(line).group())
+        if "could not open a browser" in line:
+            break
+    warning = lines[-1]
+    assert url and warning.startswith("warning: could not open a browser (xdg-open exited with status 3)"), "".join(lines)
+    assert "Open the URL above yourself; still waiting" in warning
+    assert "authorize" not in warning and "state=" not in warning, "the warning is short and names no URL"
+    assert opened.read_text().strip() == url, "xdg-open was given the sign-in URL"
+    # The user opens the printed URL in a browser elsewhere: the login, still waiting, completes.
+    urllib.request.urlopen(dot.browse(url), timeout=30).read()
+    out, err = login.communicate(timeout=TIMEOUT * 3)
+    assert login.returncode == 0, "".join(lines) + err
+    assert out.startswith("✓ Signed in to dot")
+
+
+def test_serve_open_browser_logs_a_failed_xdg_open(start_host, oidc_plugin_dir, dot, tmp_path):
+    bin_dir = tmp_path / "failing-bin"
+    bin_dir.mkdir()
+    (bin_dir / "xdg-open").write_text(FAILING_BROWSER.format(record=tmp_path / "opened"))
+    (bin_dir / "xdg-open").chmod(0o755)
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "scopes": ["openid"]}
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}},
+                      extra_args=["--open-browser"], env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser", "timeoutMs": 60_000})
+    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    host._wait(lambda: "could not open the browser" in host.stderr_text(), TIMEOUT, "the warning about xdg-open")
+    warning = next(line for line in host.stderr_text().splitlines() if "could not open the browser" in line)
+    assert "warning" in warning and "xdg-open exited with status 3" in warning
+    assert "the sign-in URL is in the openUrl progress event" in warning
+    assert opened["url"] not in host.stderr_text() and "state=" not in warning
+    # The sign-in goes on: the frontend's user opens the URL.
+    urllib.request.urlopen(dot.browse(opened["url"]), timeout=30).read()
+    assert host.wait_response(pending)["result"]["state"] == "signedIn"
+
+
+def test_status_lists_every_profile_when_one_provider_is_down(cli, dot):
+    assert cli.run("login", "dot").returncode == 0
+    status = cli.run("status")
+    assert status.returncode == 0, status.stderr
+    rows = {row.split()[0]: row for row in status.stdout.splitlines()[1:]}
+    assert set(rows) >= {"dot", "down", "tv", "ghost"}, status.stdout
+    assert "signedIn" in rows["dot"] and "notSignedIn" in rows["tv"]
+    assert " offline" in rows["down"], rows["down"]
+    assert re.search(r"^down: .+", status.stderr, re.M), "the reason of the offline row, on stderr"
+    as_json = {entry["provider"]: entry for entry in json.loads(cli.run("status", "--json").stdout)}
+    assert as_json["down"]["state"] == "offline" and as_json["dot"]["state"] == "signedIn"
+
+
+def test_a_profile_whose_plugin_is_not_loaded_names_the_folders_searched(cli):
+    login = cli.run("login", "ghost", "--no-browser")
+    assert login.returncode == FAILED
+    message = login.stderr.strip()
+    assert message.startswith('error: Profile "ghost" uses plugin "ghost", which is not loaded'), message
+    assert f"searched: {cli.plugins}" in message, "the folders that were searched"
+    assert "`authbridge plugins`" in message, "how to see what loaded and what was refused"
+    assert len(message.splitlines()) == 1
+
+
+def test_logout_warns_when_the_provider_cannot_revoke(cli, dot):
+    assert cli.run("login", "norevoke").returncode == 0
+    logout = cli.run("logout", "norevoke")
+    assert logout.returncode == 0, logout.stderr
+    assert logout.stdout.startswith("✓ Signed out of norevoke")
+    warnings = [line for line in logout.stderr.splitlines() if line.startswith("warning: could not revoke ")]
+    assert {line.split()[4].rstrip(":") for line in warnings} == {"refresh_token", "access_token"}, logout.stderr
+    # Forgotten here all the same.
+    assert cli.run("token", "norevoke").returncode == NOT_SIGNED_IN
+
+
+def test_plugins_lists_loaded_and_refused_plugins_with_reasons(cli, tmp_path):
+    folder = tmp_path / "some-plugins"
+    folder.mkdir(mode=0o755)
+    for name in ("oidc.json", "libauthbridge-oidc.so"):
+        shutil.copyfile(cli.plugins / name, folder / name)
+        (folder / name).chmod(0o644)
+    careless = folder / "careless.json"
+    careless.write_text(json.dumps({"id": "careless", "version": "1.0.0", "abi": "1.0",
+                                    "library": "libauthbridge-careless.so", "description": "writable by anyone"}))
+    careless.chmod(0o666)
+    done = subprocess.run([str(HOST_BIN), "plugins", "--no-default-plugins", "--plugins", str(folder)], env=cli.env,
+                          capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(re.fullmatch(rf"loaded +oidc \S+ +{re.escape(str(folder))}/libauthbridge-oidc\.so", line) for line in lines), done.stdout
+    refused = [line for line in lines if line.startswith("refused")]
+    assert len(refused) == 1 and re.match(r"refused +careless +insecurePermissions: .*careless\.json", refused[0]), done.stdout
+    assert "666" in refused[0], "the reason says what is wrong"
+    as_json = json.loads(subprocess.run([str(HOST_BIN), "plugins", "--json", "--no-default-plugins", "--plugins", str(folder)],
+                                        env=cli.env, capture_output=True, text=True, timeout=TIMEOUT).stdout)
+    assert {entry["id"]: entry["status"] for entry in as_json} == {"oidc": "loaded", "careless": "refused"}
+    empty = tmp_path / "no-plugins"
+    empty.mkdir(mode=0o755)
+    none = subprocess.run([str(HOST_BIN), "plugins", "--no-default-plugins", "--plugins", str(empty)], env=cli.env,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert none.returncode == 0 and none.stdout.strip() == f"No plugins found in: {empty}"
+
+
+def test_status_storage_says_where_the_vault_key_is(cli, dot, tmp_path):
+    from test_keyring import KeyringSession
+    keyring = KeyringSession(tmp_path / "keyring")
+    try:
+        cli.env.update({k: keyring.env[k] for k in ("DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR")})
+        assert cli.run("login", "dot").returncode == 0
+        status = cli.run("status", "dot")
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.splitlines()[1].endswith("encrypted file (key in keyring)"), status.stdout
+        assert "vault-key" in keyring.search("application", "authbridge", "kind", "vault-key")
+        as_json = json.loads(cli.run("status", "--json", "dot").stdout)
+        assert as_json[0]["storage"] == {"backend": "encrypted-file", "protection": "keyring"}, "--json keeps the spec's StorageInfo"
+    finally:
+        keyring.stop()
+
+
+# ── On a terminal ──────────────────────────────────────────────────────────────────────────────
+
+def test_bare_authbridge_on_a_terminal_prints_help(cli):
+    shown = cli.on_terminal()
+    assert shown.finish() == 0
+    assert "USAGE: authbridge" in shown.text and "SUBCOMMANDS:" in shown.text
+    for command in ("serve", "login", "status", "token", "logout", "plugins"):
+        assert re.search(rf"^\s+{command}\b", shown.text, re.M), command
+    assert "Exit codes:" in shown.text and "sign-in not completed in time" in shown.text
+
+
+def test_colours_on_a_terminal_only_and_never_with_no_color(cli):
+    coloured = cli.on_terminal("status")
+    assert coloured.finish() == 0
+    assert "\x1b[1mPROFILE" in coloured.text, "a bold header"
+    assert re.search(r"\x1b\[31mnotSignedIn", coloured.text), "states in colour"
+    plain = cli.on_terminal("status", env={"NO_COLOR": "1"})
+    assert plain.finish() == 0
+    assert "PROFILE" in plain.text and "\x1b[" not in plain.text
+    piped = cli.run("status")
+    assert "\x1b[" not in piped.stdout + piped.stderr, "not on a terminal: no colours"
+
+
+def test_ctrl_c_during_login_cancels_it_and_leaves_nothing_behind(cli, dot):
+    login = cli.on_terminal("login", "dot", "--no-browser")
+    url = login.wait_for(AUTHORIZE_URL.pattern).group()
+    login.wait_for(r"Waiting for the browser to come back… \(Ctrl-C cancels\)")
+    redirect = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["redirect_uri"][0]
+    login.type(b"\x03")                 # Ctrl-C: the terminal sends SIGINT to the login
+    assert login.finish() == CANCELLED, login.text
+    assert re.search(r"error:.*cancelled", login.text, re.I), login.text
+    # Nothing half-done: the loopback listener is closed, and no session was stored.
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(redirect + "?code=late&state=late", timeout=5)
+    assert cli.run("status", "dot").returncode == NOT_SIGNED_IN
+    vault = cli.root / "data" / "authbridge" / "vault"
+    assert not list(vault.glob("*.vault")) if vault.exists() else True
+
+
+def test_bare_authbridge_serves_a_pipe_and_every_command_has_help(tmp_path):
     # Without a terminal on stdin it is the bridge: an initialize on stdin gets a frame back.
     done = subprocess.run([str(HOST_BIN), "--no-default-plugins"], input='{"jsonrpc":"2.0","id":1,"method":"initialize",'
                           '"params":{"protocolVersion":"1.0"}}\n', capture_output=True, text=True, timeout=TIMEOUT,

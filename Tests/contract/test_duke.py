@@ -12,7 +12,6 @@ before asserting, so a failure never prints one.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import urllib.parse
@@ -20,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD_DIR, REPO, advance_clock
+from conftest import BUILD_DIR, REPO, advance_clock, make_plugin_dir
 from sim_duke import DukeAuthorizer
+from sim_http import simulators
 
 DUKE_FILES = ("duke.json", "libauthbridge-duke.so")
 HOUR_MS = 3600 * 1000
@@ -34,24 +34,14 @@ PROFILE = "duke"
 @pytest.fixture
 def duke_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) with the duke plugin as the build stages it (plugins/duke/build.sh)."""
-    source = BUILD_DIR / "plugins"
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for name in DUKE_FILES:
-        if not (source / name).exists():
-            pytest.fail(f"{source / name} is missing: run `sh plugins/duke/build.sh {source}` (or `make build`)")
-        shutil.copyfile(source / name, folder / name)
-        os.chmod(folder / name, 0o644)
-    return folder
+    return make_plugin_dir(tmp_path / "plugins", DUKE_FILES, BUILD_DIR / "plugins")
 
 
 @pytest.fixture
 def duke():
-    server = DukeAuthorizer().start()
-    yield server
-    server.stop()
-    assert server.violations == [], "the client broke Duke's protocol"
+    """A started simulator; the test fails if it saw the client break Duke's protocol."""
+    with simulators(DukeAuthorizer, "Duke's protocol") as make:
+        yield make()
 
 
 @pytest.fixture
@@ -366,6 +356,9 @@ def test_environments_map_to_dukes_base_urls(start_host, duke_plugin_dir, enviro
 
 @pytest.mark.parametrize("settings, reason, words", [
     ({"clientName": "app", "baseUrl": "http://mobile-authorizer.example/"}, "insecureUrl", "baseUrl"),
+    # User info: the host is evil.example, not the loopback address before the '@'.
+    ({"clientName": "app", "baseUrl": "http://127.0.0.1:1@evil.example/"}, "insecureUrl", "baseUrl"),
+    ({"clientName": "app", "baseUrl": "https://someone@mobile-authorizer.example/"}, "insecureUrl", "baseUrl"),
     ({"clientName": "app", "environment": "staging"}, "invalidSettings", "environment"),
     ({"clientName": "app/ios"}, "invalidSettings", "clientName"),
     ({"environment": "test"}, "invalidSettings", "clientName"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import sign_in_external
+from sim_http import simulators
 from sim_marketsharp import MarketSharpSimulator
 from sim_salesforce import SalesforceSim
 
@@ -19,13 +20,9 @@ APPOINTMENTS = "/companies/{companyId}/appointments"
 
 @pytest.fixture
 def providers():
-    sims = {"salesforce-production": SalesforceSim().start(), "salesforce-sandbox": SalesforceSim().start(),
-            "marketsharp": MarketSharpSimulator().start()}
-    yield sims
-    for sim in sims.values():
-        sim.stop()
-    problems = [f"{name}: {v}" for name, sim in sims.items() for v in sim.violations]
-    assert not problems, "a simulator saw the host break its provider's protocol:\n- " + "\n- ".join(problems)
+    with simulators(lambda kind: kind(), "its provider's protocol") as make:
+        yield {"salesforce-production": make(kind=SalesforceSim), "salesforce-sandbox": make(kind=SalesforceSim),
+               "marketsharp": make(kind=MarketSharpSimulator)}
 
 
 def test_three_providers_signed_in_at_once_and_signing_out_of_one(start_host, bundled_plugin_dir, providers):

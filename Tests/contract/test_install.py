@@ -7,7 +7,6 @@ from the debug build, so the test needs no release build.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -136,3 +135,15 @@ def test_each_provider_plugin_is_a_drop_in(tmp_path):
     finally:
         host.stop()
     assert not host.violations, host.violations
+
+
+def test_bundled_manifests_name_the_versions_their_libraries_report(start_host, bundled_plugin_dir):
+    host = start_host([bundled_plugin_dir])
+    loaded = {p["id"]: p for p in host.result("listProviders", {})["plugins"]}
+    manifests = sorted(bundled_plugin_dir.glob("*.json"))
+    assert manifests
+    for manifest in manifests:
+        declared = json.loads(manifest.read_text())
+        plugin = loaded[declared["id"]]
+        assert plugin["status"] == "loaded", plugin
+        assert plugin["version"] == declared["version"], f"{manifest.name} says {declared['version']}, the library {plugin['version']}"

@@ -4,34 +4,22 @@ the profile's grace period (`licenseGracePeriodMs`), revoking at the provider.""
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 from conftest import sign_in_session
+from sim_http import Handler, Served
 
 
-class _LicenceGone(BaseHTTPRequestHandler):
+class _LicenceGone(Handler):
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
-        body = b'{"errorCode":"LICENSE_REVOKED"}'
-        self.send_response(403)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
+        self.send(403, b'{"errorCode":"LICENSE_REVOKED"}', "application/json")
 
 
 @pytest.fixture
 def api():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _LicenceGone)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    served = Served(_LicenceGone)
+    yield served.base
+    served.stop()
 
 
 def test_a_revoked_licence_is_announced_then_signed_out_after_the_grace_period(start_host, plugin_dir, api):

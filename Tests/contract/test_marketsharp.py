@@ -8,16 +8,14 @@ Every test ends by checking that the simulator saw no protocol violation from th
 from __future__ import annotations
 
 import json
-import os
-import re
-import shutil
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from conftest import BUILD_DIR, REPO, sign_in_external
+from conftest import BUILD_DIR, make_plugin_dir, sign_in_external
+from sim_http import simulators
 from sim_marketsharp import MESSAGE_NO_LICENSE, MESSAGE_NOT_NAMED, MarketSharpSimulator
 
 DAY_MS = 86_400_000
@@ -31,33 +29,14 @@ ALICE = {"id": "4711:101", "name": "Alice Example", "email": "alice@sharpwindows
 @pytest.fixture
 def marketsharp_plugin_dir(tmp_path):
     """A plugin folder (0755) holding copies (0644) of the marketsharp plugin as staged in the build."""
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for name in PLUGIN_FILES:
-        source = BUILD_DIR / "plugins" / name
-        if not source.exists():
-            pytest.fail(f"{source} is missing: build the plugin and stage it first")
-        shutil.copyfile(source, folder / name)
-        os.chmod(folder / name, 0o644)
-    return folder
+    return make_plugin_dir(tmp_path / "plugins", PLUGIN_FILES, BUILD_DIR / "plugins")
 
 
 @pytest.fixture
 def make_sim():
     """Factory: make_sim(**options) → a started simulator; each must end without violations."""
-    sims: list[MarketSharpSimulator] = []
-
-    def make(**options) -> MarketSharpSimulator:
-        sim = MarketSharpSimulator(**options).start()
-        sims.append(sim)
-        return sim
-
-    yield make
-    for sim in sims:
-        sim.stop()
-    problems = [v for sim in sims for v in sim.violations]
-    assert not problems, f"the client broke MarketSharp's (modelled) protocol: {problems}"
+    with simulators(MarketSharpSimulator, "MarketSharp's (modelled) protocol") as make:
+        yield make
 
 
 @pytest.fixture
@@ -296,29 +275,40 @@ def test_an_organisation_moved_off_named_licences_while_signed_in(ms_host, sim):
     assert (ended["reason"], ended["message"]) == ("licenseRevoked", MESSAGE_NOT_NAMED)
 
 
-def test_a_renewal_refused_for_the_licence_ends_the_session_with_the_message(ms_host, make_sim):
-    # Should MarketSharp also refuse refreshes of unlicensed users (modelled as an option).
+def test_a_renewal_refused_for_the_licence_is_announced_then_signed_out(ms_host, make_sim):
+    # Should MarketSharp also refuse refreshes of unlicensed users (modelled as an option): the
+    # same as a licence lost on an API call, message first, sign-out after the grace period.
     sim = make_sim(licence_check_on_refresh=True)
-    host = ms_host(sim)
+    host = ms_host(sim, licenseGracePeriodMs=GRACE_MS)
     sign_in_external(host, sim, "ms", user="alice")
     sim.remove_licence("alice")
     sim.expire_access_tokens("alice")
     mark = host.mark()
     error = host.error("fetch", {"provider": "ms", "url": "/companies/{companyId}/appointments"})
     assert error["code"] == -32001 and error["data"]["reason"] == "licenseRevoked"
+    announced = host.wait_for_notification("session/changed", lambda p: p["state"] == "licenseRevoked", since=mark)
+    assert (announced["reason"], announced["message"]) == ("licenseRevoked", MESSAGE_NO_LICENSE)
     ended = host.wait_for_notification("session/changed", lambda p: p["state"] == "signedOut", since=mark)
     assert (ended["reason"], ended["message"]) == ("licenseRevoked", MESSAGE_NO_LICENSE)
+    assert session_events(host, mark) == [("licenseRevoked", "licenseRevoked"), ("signedOut", "licenseRevoked")]
+    assert sim.snapshot()["rejected_refreshes"] == ["no_license_assigned"]
 
 
-def test_the_default_grace_period_is_five_seconds(start_host, marketsharp_plugin_dir):
-    # Read, not waited for: the host's rule in the spec, and the plugin's settings schema.
-    spec = (REPO / "bridge-spec" / "README.md").read_text(encoding="utf-8")
-    assert re.search(r"`licenseGracePeriodMs`, default 5 000", spec)
-    host = start_host([marketsharp_plugin_dir])
-    [plugin] = [p for p in host.result("listProviders", {})["plugins"] if p["id"] == "marketsharp"]
-    assert plugin["settings"]["properties"]["licenseGracePeriodMs"]["default"] == 5000
-    readme = (REPO / "plugins" / "marketsharp" / "README.md").read_text(encoding="utf-8")
-    assert re.search(r"`licenseGracePeriodMs` \| integer \| 5000", readme)
+def test_without_a_setting_the_message_shows_for_five_seconds_before_the_sign_out(ms_host, sim):
+    # Seed 003: "the user will be automatically be logged out after 5 seconds" (the host's default
+    # licenseGracePeriodMs). A lower bound on a designed delay, measured from when the test saw
+    # the announcement (later than it was sent, so the bound stays safe).
+    host = ms_host(sim)
+    sign_in_external(host, sim, "ms", user="alice")
+    sim.remove_licence("alice")
+    mark = host.mark()
+    assert host.result("fetch", {"provider": "ms", "url": "/companies/{companyId}/appointments"})["status"] == 403
+    announced = host.wait_for_notification("session/changed", lambda p: p["state"] == "licenseRevoked", since=mark)
+    seen = time.monotonic()
+    assert announced["message"] == MESSAGE_NO_LICENSE
+    ended = host.wait_for_notification("session/changed", lambda p: p["state"] == "signedOut", since=mark, timeout=15)
+    assert time.monotonic() - seen >= 4.5, "signed out before the default 5-second grace period"
+    assert (ended["reason"], ended["message"]) == ("licenseRevoked", MESSAGE_NO_LICENSE)
 
 
 # ── Sign-out and settings ────────────────────────────────────────────────────
@@ -362,3 +352,11 @@ def test_settings_are_checked(start_host, marketsharp_plugin_dir, sim):
     assert (url.scheme, url.netloc, url.path) == ("https", "restapi.marketsharpm.com", "/oauth/authorize")
     assert query["scope"] == "api" and query["code_challenge_method"] == "S256" and "nonce" not in query
     assert host.wait_response(pending)["error"]["code"] == -32006
+
+
+def test_frontends_see_the_company_id(ms_host, sim):
+    host = ms_host(sim)
+    status = sign_in_external(host, sim, "ms", user="alice")
+    assert status["details"] == {"companyId": "4711"}
+    assert host.result("checkSignInStatus", {"provider": "ms"})["details"] == {"companyId": "4711"}
+    assert host.result("getAccessToken", {"provider": "ms"})["details"] == {"companyId": "4711"}

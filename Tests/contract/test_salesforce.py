@@ -11,17 +11,15 @@ no code or token leaked into the host's log or messages.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import threading
+import socket
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from conftest import BUILD_DIR, advance_clock, sign_in_external
+from conftest import BUILD_DIR, advance_clock, make_plugin_dir, sign_in_external
+from sim_http import Handler, Served, simulators
 from sim_salesforce import CLIENT_ID, EXTERNAL_REDIRECT_URI, SalesforceSim
 
 SALESFORCE_FILES = ("salesforce.json", "libauthbridge-salesforce.so")
@@ -33,33 +31,14 @@ API = "/services/data/v60.0"
 @pytest.fixture
 def salesforce_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) holding copies (0644) of the bundled salesforce plugin."""
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for name in SALESFORCE_FILES:
-        source = BUILD_DIR / "plugins" / name
-        if not source.exists():
-            pytest.fail(f"{source} is missing: build and stage the salesforce plugin first")
-        shutil.copyfile(source, folder / name)
-        os.chmod(folder / name, 0o644)
-    return folder
+    return make_plugin_dir(tmp_path / "plugins", SALESFORCE_FILES, BUILD_DIR / "plugins")
 
 
 @pytest.fixture
 def make_sim():
     """Factory of started simulators; each is stopped afterwards and must have seen no violation."""
-    sims: list[SalesforceSim] = []
-
-    def make(**options) -> SalesforceSim:
-        sim = SalesforceSim(**options).start()
-        sims.append(sim)
-        return sim
-
-    yield make
-    for sim in sims:
-        sim.stop()
-    problems = [v for sim in sims for v in sim.violations]
-    assert not problems, "the simulator saw the client break Salesforce's protocol:\n- " + "\n- ".join(problems)
+    with simulators(SalesforceSim, "Salesforce's protocol") as make:
+        yield make
 
 
 @pytest.fixture
@@ -113,20 +92,50 @@ def test_external_sign_in_with_pkce_names_the_account_from_the_identity_url(star
     assert sim.session_alive(token["accessToken"])
 
 
-def test_browser_flow_comes_back_to_the_hosts_loopback_listener(start_sf, sim):
-    host = start_sf(sim)
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_browser_flow_comes_back_to_the_registered_loopback_callback(start_sf, make_sim):
+    # A connected app matches callback URLs exactly: the profile fixes the listener's port and
+    # path (host-level settings) to the one registered, e.g. the Salesforce CLI's.
+    callback = f"http://127.0.0.1:{free_port()}/OauthRedirect"
+    sim = make_sim(callback_urls=[EXTERNAL_REDIRECT_URI, callback])
+    port = urllib.parse.urlsplit(callback).port
+    host = start_sf(sim, loopbackPort=port, loopbackPath="/OauthRedirect")
     request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "browser"})
     progress = host.wait_for_notification(
         "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
     assert progress["url"].startswith(sim.authorize_prefix)
     location = sim.browse(progress["url"])
-    assert location.startswith("http://127.0.0.1:") and urllib.parse.urlsplit(location).path == "/callback"
+    assert location.startswith(callback + "?")
     # The browser follows the redirect; the listener answers once the session is stored.
     with urllib.request.urlopen(location, timeout=10) as page:
         assert page.status == 200
     answer = host.wait_response(request_id)
     assert answer["result"]["state"] == "signedIn" and answer["result"]["account"]["id"] == sim.account_id()
-    assert sim.authorize_requests[-1]["redirect_uri"].startswith("http://127.0.0.1:")
+    assert sim.authorize_requests[-1]["redirect_uri"] == callback
+
+
+def test_a_private_use_scheme_callback_works_in_the_external_flow(start_sf, make_sim):
+    # RFC 8252 §7.1, as the Mobile SDK registers them (scheme:/path, no host).
+    sim = make_sim(redirect_uri="com.acme.crm:/oauth2/done")
+    host = start_sf(sim)
+    status = sign_in_external(host, sim, "sf")
+    assert status["account"]["id"] == sim.account_id()
+    assert sim.authorize_requests[-1]["redirect_uri"] == "com.acme.crm:/oauth2/done"
+
+
+def test_a_connected_app_with_a_consumer_secret(start_sf, make_sim):
+    sim = make_sim(client_secret="8A3B9F2C1D4E5F60718293A4B5C6D7E8F90A1B2C3D4E5F6071829")
+    host = start_sf(sim, clientSecret="8A3B9F2C1D4E5F60718293A4B5C6D7E8F90A1B2C3D4E5F6071829")
+    sign_in_external(host, sim, "sf")                    # the simulator refuses an exchange without the secret
+    advance(host, sim, DAY_MS + 60_000)
+    assert fetch(host)["status"] == 200                  # and a refresh without it
+    assert sim.snapshot()["sign_ins"] == 1 and sim.snapshot()["refreshes"] == 1
 
 
 def test_a_user_who_denies_access_cancels_the_sign_in(start_sf, sim):
@@ -296,6 +305,42 @@ def test_an_inactive_user_or_org_is_signed_out_with_salesforces_words(start_sf, 
     assert host.result("checkSignInStatus", {"provider": "sf"})["state"] == "notSignedIn"
 
 
+def test_an_identity_service_answering_inactive_leads_to_the_refresh_that_says_why(start_sf, sim):
+    # The identity service still recognises the session of a deactivated user: 404 Inactive is not
+    # the end by itself (check_session says expired); the refresh endpoint then refuses, in its words.
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    sim.deactivate_user(end_sessions=False)
+    mark = host.mark()
+    status = host.result("checkSignInStatus", {"provider": "sf"})
+    assert (status["state"], status["reason"]) == ("notSignedIn", "inactiveUser")
+    assert status["message"] == "invalid_grant: inactive user"
+    assert sim.snapshot()["identity_calls"][-1] == 404 and sim.snapshot()["refused_refreshes"] == ["inactive user"]
+    assert [(e["state"], e["reason"]) for e in events(host, mark)] == [("signedOut", "invalidGrant")]
+
+
+@pytest.mark.parametrize("status, content_type, body", [
+    (503, "text/html", b"<html><body>Service Unavailable</body></html>"),
+    (400, "text/html", b"<html><body>Bad Request</body></html>"),   # no OAuth error: not a refusal
+], ids=["503", "400-without-an-oauth-error"])
+def test_a_refresh_that_fails_without_a_refusal_keeps_the_user_signed_in(start_sf, sim, status, content_type, body):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    advance(host, sim, DAY_MS + 60_000)                  # the org's session is over: the next call refreshes
+    sim.refresh_failure = (status, content_type, body)
+    mark = host.mark()
+    error = host.error("fetch", {"provider": "sf", "url": f"{API}/sobjects"})
+    assert error["code"] == PROVIDER_UNAVAILABLE and error["data"]["retryable"] is True
+    assert error["data"]["reason"] == ("serverError" if status == 503 else "badResponse")
+    offline = host.result("checkSignInStatus", {"provider": "sf"})
+    assert (offline["state"], offline["reason"]) == ("offline", "transient") and str(status) in offline["message"]
+    assert events(host, mark, "signedOut") == []
+    sim.refresh_failure = None                           # Salesforce is back
+    assert fetch(host)["status"] == 200
+    assert sim.snapshot()["failed_refreshes"] == [status, status] and sim.snapshot()["refreshes"] == 1
+    assert [e["state"] for e in events(host, mark)] == ["refreshed"]
+
+
 def test_a_refresh_refused_as_already_being_processed_keeps_the_session(start_sf, sim):
     # Salesforce answers invalid_grant "token request is already being processed" while another
     # request with the same refresh token runs: not the end of the session.
@@ -374,28 +419,20 @@ def test_an_unreachable_identity_service_leaves_the_user_signed_in_offline(start
 # ── Requests ─────────────────────────────────────────────────────────────────
 
 
-class _Recorder(BaseHTTPRequestHandler):
+class _Recorder(Handler):
     hits: list[str]
 
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
         self.hits.append(self.path)
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args) -> None:
-        pass
+        self.send(200)
 
 
 @pytest.fixture
 def foreign_server():
     handler = type("Recorder", (_Recorder,), {"hits": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", handler.hits
-    server.shutdown()
-    server.server_close()
+    served = Served(handler)
+    yield served.base, handler.hits
+    served.stop()
 
 
 def test_paths_go_to_the_instance_url_and_the_token_to_no_other_host(start_sf, sim, foreign_server):
@@ -425,6 +462,19 @@ def test_paths_go_to_the_instance_url_and_the_token_to_no_other_host(start_sf, s
     assert hits == []
 
 
+@pytest.mark.parametrize("path", [
+    f"{API}/query?q=SELECT+Id+FROM+Account+WHERE+Website='https://acme.com'",
+    f"{API}/query?q=SELECT+Id+FROM+Account&next=https://acme.example/x",
+    f"{API[1:]}/query?q=SELECT+Id+FROM+Account+WHERE+Website='http://acme.com'",
+])
+def test_a_path_whose_query_holds_a_url_goes_to_the_instance(start_sf, sim, path):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    answer = fetch(host, path)
+    assert answer["status"] == 200 and json.loads(answer["body"])["records"][0]["Name"] == "Acme"
+    assert [(m, p) for m, p, _ in sim.snapshot()["api_calls"]] == [("GET", f"{API}/query")]
+
+
 def test_sign_out_revokes_the_grant_at_the_revoke_endpoint(start_sf, sim):
     host = start_sf(sim)
     sign_in_external(host, sim, "sf")
@@ -437,3 +487,54 @@ def test_sign_out_revokes_the_grant_at_the_revoke_endpoint(start_sf, sim):
     assert not sim.session_alive(token), "revoking the refresh token ends its access tokens"
     assert [(e["state"], e["reason"]) for e in events(host, mark)] == [("signedOut", "userSignedOut")]
     assert host.result("checkSignInStatus", {"provider": "sf"})["reason"] == "noTokens"
+
+
+def test_sign_out_with_the_revoke_endpoint_down_still_signs_out_and_says_so(start_sf, sim):
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    sim.revoke_failure = 503
+    mark = host.mark()
+    result = host.result("signOut", {"provider": "sf"})
+    assert result["revoked"] == []
+    [failure] = result["failures"]
+    assert failure["token"] == "refresh_token" and failure["reason"] == "httpStatus" and "503" in failure["message"]
+    assert [(e["state"], e["reason"]) for e in events(host, mark)] == [("signedOut", "userSignedOut")]
+    assert host.result("checkSignInStatus", {"provider": "sf"})["reason"] == "noTokens"
+    assert host.error("getAccessToken", {"provider": "sf"})["code"] == NOT_SIGNED_IN
+    assert sim.snapshot()["revocations"] == ["failed 503"]
+
+
+@pytest.mark.parametrize("edit, code, reason", [
+    (lambda answer: answer.pop("instance_url"), PROVIDER_UNAVAILABLE, "badResponse"),
+    (lambda answer: answer.update(instance_url="http://acme.my.salesforce.example"), CONFIGURATION_ERROR, "insecureUrl"),
+], ids=["no-instance-url", "http-instance-url"])
+def test_a_sign_in_that_cannot_be_used_leaves_no_live_grant(start_sf, sim, edit, code, reason):
+    host = start_sf(sim)
+    sim.edit_sign_in_answer = edit
+    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external"})
+    progress = host.wait_for_notification("signIn/progress", lambda p: p.get("stage") == "openUrl")
+    assert host.result("completeSignIn", {"provider": "sf", "callbackUrl": sim.browse(progress["url"])}) == {"accepted": True}
+    error = host.wait_response(request_id)["error"]
+    assert error["code"] == code and error["data"]["reason"] == reason
+    snap = sim.snapshot()
+    assert snap["sign_ins"] == 1 and snap["revocations"] == ["refresh_token"] and snap["revoked_grants"] == 1
+    assert host.result("checkSignInStatus", {"provider": "sf"})["reason"] == "noTokens"
+
+
+def test_frontends_see_the_instance_and_identity(start_sf, make_sim):
+    sim = make_sim(rotate_refresh_tokens=True)
+    host = start_sf(sim)
+    status = sign_in_external(host, sim, "sf")
+    org_id, user_id = sim.account_id().split("/")
+
+    def expected() -> dict:
+        return {"instanceUrl": sim.instance_url, "identityUrl": sim.identity_url(), "orgId": org_id, "userId": user_id,
+                "issuedAt": sim.last_issued_at}
+    assert status["details"] == expected() and isinstance(status["details"]["issuedAt"], int)
+    assert host.result("checkSignInStatus", {"provider": "sf"})["details"] == expected()
+    first = host.result("getAccessToken", {"provider": "sf"})["details"]
+    assert first == expected()
+    advance(host, sim, DAY_MS + 60_000)
+    assert fetch(host)["status"] == 200                  # refreshed: a new issued_at (and instance_url)
+    renewed = host.result("getAccessToken", {"provider": "sf"})["details"]
+    assert renewed == expected() and renewed["issuedAt"] > first["issuedAt"]

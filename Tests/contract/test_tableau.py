@@ -8,16 +8,19 @@ Every simulator checks what the client sent; its violations fail the test (fixtu
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium.webdriver.common.by import By
 
-from conftest import BUILD_DIR, Host, advance_clock, sign_in_session
-from sim_tableau import DAY_MS, TOKEN_PATH, VIEWS_PATH, TableauServer
+from conftest import BUILD_DIR, Host, advance_clock, make_plugin_dir, sign_in_session
+from sim_http import simulators
+from sim_tableau import DAY_MS, TOKEN_PATH, VIEW_PAGE, VIEWS_PATH, TableauServer
+from test_browser import chromium, evidence_on_failure, wait_for  # noqa: F401 - chromium is a fixture
 
 TABLEAU_FILES = ("tableau.json", "libauthbridge-tableau.so")
 MAX_AGE = 2_629_743
@@ -29,34 +32,25 @@ VIEWS = {"method": "POST", "url": VIEWS_PATH, "headers": {"Content-Type": "appli
 @pytest.fixture
 def tableau_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) holding the tableau plugin (0644) as the build stages it."""
-    source = BUILD_DIR / "plugins"
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for name in TABLEAU_FILES:
-        if not (source / name).exists():
-            pytest.fail(f"{source / name} is missing: build the plugin and stage it first")
-        shutil.copyfile(source / name, folder / name)
-        os.chmod(folder / name, 0o644)
-    return folder
-
-
-def _simulator(address: str = "127.0.0.1", **options: Any):
-    server = TableauServer(address, **options).start()
-    yield server
-    server.stop()
-    assert server.violations == [], f"the client broke the Tableau protocol: {server.violations}"
+    return make_plugin_dir(tmp_path / "plugins", TABLEAU_FILES, BUILD_DIR / "plugins")
 
 
 @pytest.fixture
-def tableau():
-    yield from _simulator()
+def make_tableau():
+    """Factory of started Tableau servers; each must end without violations."""
+    with simulators(TableauServer, "the Tableau protocol") as make:
+        yield make
 
 
 @pytest.fixture
-def tableau_b():
+def tableau(make_tableau):
+    return make_tableau()
+
+
+@pytest.fixture
+def tableau_b(make_tableau):
     """A second Tableau Server, on another loopback host (cookies do not tell ports apart)."""
-    yield from _simulator("127.0.0.2")
+    return make_tableau(address="127.0.0.2")
 
 
 def profile(server: TableauServer, **settings: Any) -> dict[str, Any]:
@@ -69,6 +63,16 @@ def installation_id(data_home: Path) -> str:
 
 def data_home_of(host: Host) -> Path:
     return host.workdir / "xdg-data"
+
+
+#: The UUID namespace of the plugin's device ids (TableauPlugin.deviceNamespace).
+DEVICE_NAMESPACE = uuid.UUID("a76442dd-5984-4aa8-af48-b2576fc7c7a2")
+
+
+def device_id(data_home: Path, profile_name: str) -> str:
+    """The device a profile registers: a name-based UUID (v5) of the installation id and the
+    profile name, so two profiles on one server are two devices."""
+    return str(uuid.uuid5(DEVICE_NAMESPACE, installation_id(data_home) + "\0" + profile_name))
 
 
 def sign_in(host: Host, server: TableauServer, provider: str = "tab", user: str = "alice") -> dict[str, Any]:
@@ -106,15 +110,16 @@ def test_sign_in_with_a_session_id_registers_this_installation_and_hands_out_the
     assert host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id)["stage"] == "exchanging"
     assert host.wait_for_notification("session/changed", since=mark)["state"] == "signedIn"
 
-    # The device: the installation's stable id, the host name by default (what an admin sees).
-    device_id = installation_id(data_home_of(host))
-    assert tableau.devices() == [{"id": device_id, "name": socket.gethostname(), "user": "alice", "site": ""}]
+    # The device: derived from the installation's stable id and the profile's name, the host
+    # name by default (what an admin sees).
+    device = device_id(data_home_of(host), "tab")
+    assert tableau.devices() == [{"id": device, "name": socket.gethostname(), "user": "alice", "site": ""}]
     grant = tableau.snapshot().grant_forms[-1]
-    assert grant == {"grant_type": "session", "client_id": device_id, "device_id": device_id, "device_name": socket.gethostname()}
+    assert grant == {"grant_type": "session", "client_id": device, "device_id": device, "device_name": socket.gethostname()}
 
     # The credentials: Tableau's two cookies for the server's host, and the XSRF header.
     token = host.result("getAccessToken", {"provider": "tab"})
-    issued = tableau.token_set(device_id)
+    issued = tableau.token_set(device)
     assert token["accessToken"] == issued.access and token["expiresAt"] is None
     assert token["headers"] == {"X-XSRF-TOKEN": issued.xsrf}
     assert token["cookies"] == expected_cookies(tableau, issued.access, issued.xsrf)
@@ -140,13 +145,17 @@ def test_sign_out_revokes_both_tokens_with_token_hint_and_clears_only_its_cookie
     assert tableau.snapshot().revocations == ["access_token", "refresh_token"]
     assert tableau.devices() == [], "the device's grant ended at the server"
     assert host.result("checkSignInStatus", {"provider": "tab"})["reason"] == "noTokens"
+    error = host.error("getAccessToken", {"provider": "tab"})
+    assert error["code"] == -32001 and error["data"]["reason"] == "noTokens"
+    assert host.error("fetch", {"provider": "tab", **VIEWS})["code"] == -32001
+    assert tableau.snapshot().api_calls == 0, "nothing was sent without a session"
 
 
 def test_the_device_id_survives_a_host_restart(start_host, tableau_plugin_dir, tableau, tmp_path):
     data_home = tmp_path / "data-home"            # one user's data folder, several runs of the host
     first = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)}, env={"XDG_DATA_HOME": str(data_home)})
     sign_in(first, tableau)
-    device_id = installation_id(data_home)
+    device = device_id(data_home, "tab")
     first.stop()
 
     second = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)}, env={"XDG_DATA_HOME": str(data_home)})
@@ -154,12 +163,12 @@ def test_the_device_id_survives_a_host_restart(start_host, tableau_plugin_dir, t
     tableau.expire_sessions()
     assert second.result("checkSignInStatus", {"provider": "tab"})["reason"] == "refreshed"
     renewal = tableau.snapshot().refresh_forms[-1]
-    assert renewal["device_id"] == renewal["client_id"] == device_id
+    assert renewal["device_id"] == renewal["client_id"] == device
     # Signing in again from the restarted host is the same device: its token set is replaced.
     sign_in(second, tableau)
-    assert installation_id(data_home) == device_id
-    assert [d["id"] for d in tableau.devices()] == [device_id]
-    assert tableau.snapshot().grant_forms[-1]["device_id"] == device_id
+    assert device_id(data_home, "tab") == device
+    assert [d["id"] for d in tableau.devices()] == [device]
+    assert tableau.snapshot().grant_forms[-1]["device_id"] == device
 
 
 def test_the_device_name_is_what_the_administrator_sees_and_can_be_set(start_host, tableau_plugin_dir, tableau):
@@ -180,8 +189,8 @@ def test_an_expired_server_session_is_renewed_silently_with_the_site(start_host,
     host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau, **settings)})
     sign_in(host, tableau)
     old = host.result("getAccessToken", {"provider": "tab"})
-    device_id = installation_id(data_home_of(host))
-    old_refresh = tableau.token_set(device_id).refresh
+    device = device_id(data_home_of(host), "tab")
+    old_refresh = tableau.token_set(device).refresh
 
     tableau.expire_sessions()                                   # the admin ends every server session
     mark = host.mark()
@@ -189,8 +198,8 @@ def test_an_expired_server_session_is_renewed_silently_with_the_site(start_host,
     assert status["state"] == "signedIn" and status["reason"] == "refreshed"
     assert host.wait_for_notification("session/changed", since=mark)["state"] == "refreshed"
     renewal = tableau.snapshot().refresh_forms[-1]
-    assert renewal == {"grant_type": "refresh_token", "client_id": device_id, "device_id": device_id, "site_namespace": site}
-    issued = tableau.token_set(device_id)
+    assert renewal == {"grant_type": "refresh_token", "client_id": device, "device_id": device, "site_namespace": site}
+    issued = tableau.token_set(device)
     assert issued.refresh != old_refresh and issued.site == site     # rotated, on the profile's site
     token = host.result("getAccessToken", {"provider": "tab"})
     assert token["accessToken"] == issued.access != old["accessToken"]
@@ -210,13 +219,13 @@ def test_concurrent_checks_of_an_expired_session_renew_once(start_host, tableau_
     host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)})
     sign_in(host, tableau)
     tableau.expire_sessions()
-    # Few callers: the host runs blocking hooks on libdispatch threads, which Linux adds only
-    # about twice a second, so each concurrent getSessionInfo costs ~0.5 s (see the README).
-    ids = [host.send_request("checkSignInStatus", {"provider": "tab"}) for _ in range(5)]
-    ids += [host.send_request("fetch", {"provider": "tab", **VIEWS}) for _ in range(3)]
+    # Many callers at once: the host starts a hook thread for each (HookThreads), so all of
+    # them meet the expired session together.
+    ids = [host.send_request("checkSignInStatus", {"provider": "tab"}) for _ in range(16)]
+    ids += [host.send_request("fetch", {"provider": "tab", **VIEWS}) for _ in range(8)]
     answers = [host.wait_response(request_id, timeout=20)["result"] for request_id in ids]
-    assert {a["state"] for a in answers[:5]} == {"signedIn"}
-    assert {a["status"] for a in answers[5:]} == {200}
+    assert {a["state"] for a in answers[:16]} == {"signedIn"}
+    assert {a["status"] for a in answers[16:]} == {200}
     assert tableau.snapshot().refreshes == 1 and tableau.snapshot().rejected == 0
 
 
@@ -265,10 +274,51 @@ def test_a_refresh_token_unused_for_fourteen_days_signs_out(start_host, tableau_
     assert tableau.devices() == []
 
 
+def test_a_refresh_token_ends_one_year_after_the_sign_in_however_often_it_is_used(start_host, tableau_plugin_dir, tableau):
+    host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)}, test_clock=True)
+    sign_in(host, tableau)
+    mark = host.mark()
+    days = 0
+    while True:                                                 # renewed every 13 days: never idle for 14
+        days += 13
+        advance_clock(host, 13 * DAY_MS)
+        tableau.advance(13 * DAY_MS)
+        status = host.result("checkSignInStatus", {"provider": "tab"})
+        if status["reason"] != "refreshed":
+            break
+        assert days <= 365, "renewed past the refresh token's absolute lifetime"
+    # The first renewal after the year ends the session, with the server's words.
+    assert days == 377 and tableau.snapshot().refreshes == 28
+    assert status["state"] == "notSignedIn" and status["reason"] == "revoked" and "expired" in status["message"]
+    assert [n["reason"] for n in signed_out(host, mark)] == ["revoked"]
+    assert tableau.devices() == []
+
+
+def test_a_renewal_without_an_xsrf_token_keeps_the_new_tokens_and_the_previous_xsrf_token(start_host, tableau_plugin_dir, tableau):
+    """The refresh token rotated with that answer: throwing it away would sign the user out at
+    the next renewal (the spent token is refused)."""
+    host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)})
+    sign_in(host, tableau)
+    [device] = [d["id"] for d in tableau.devices()]
+    xsrf = tableau.token_set(device).xsrf
+    tableau.omit_xsrf_on_refresh = True
+    mark = host.mark()
+    for _ in range(2):
+        tableau.expire_sessions()
+        assert host.result("checkSignInStatus", {"provider": "tab"})["reason"] == "refreshed"
+        issued = tableau.token_set(device)
+        token = host.result("getAccessToken", {"provider": "tab"})
+        assert token["accessToken"] == issued.access and token["headers"] == {"X-XSRF-TOKEN": xsrf}
+        assert token["cookies"] == expected_cookies(tableau, issued.access, xsrf)
+        assert host.result("fetch", {"provider": "tab", **VIEWS})["status"] == 200
+    assert tableau.snapshot().refreshes == 2 and tableau.snapshot().rejected == 0
+    assert signed_out(host, mark) == []
+
+
 def test_a_server_outage_is_offline_and_keeps_the_tokens(start_host, tableau_plugin_dir, tableau):
     host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)})
     sign_in(host, tableau)
-    device_id = installation_id(data_home_of(host))
+    device = device_id(data_home_of(host), "tab")
     mark = host.mark()
     # 503 (whose body even carries an `error` key) is not a refusal: the tokens stay.
     with tableau.outage(503):
@@ -283,7 +333,7 @@ def test_a_server_outage_is_offline_and_keeps_the_tokens(start_host, tableau_plu
     assert signed_out(host, mark) == []
     assert tableau.snapshot().outage_hits >= 3
     assert host.result("checkSignInStatus", {"provider": "tab"})["reason"] == "refreshed"   # back: renewed
-    assert tableau.token_set(device_id) is not None
+    assert tableau.token_set(device) is not None
 
 
 def test_an_unreachable_server_is_offline_and_sign_out_still_clears_its_cookies(start_host, tableau_plugin_dir):
@@ -356,6 +406,33 @@ def test_two_servers_at_once_signing_out_of_one_leaves_the_other_alone(start_hos
     assert host.result("checkSignInStatus", {"provider": "north"})["reason"] == "noTokens"
 
 
+def test_two_profiles_on_one_server_are_two_devices_and_both_stay_signed_in(start_host, tableau_plugin_dir, tableau):
+    """One token set per device per server: were both profiles one device, the second sign-in
+    would end the first profile's grant, and its next renewal would sign it out."""
+    profiles = {"sales": profile(tableau), "finance": profile(tableau, site="finance")}
+    host = start_host([tableau_plugin_dir], profiles=profiles)
+    sign_in(host, tableau, "sales", user="alice")
+    sign_in(host, tableau, "finance", user="alice")
+    mark = host.mark()
+    for _ in range(3):                                          # renewals, each rotating both refresh tokens
+        tableau.expire_sessions()
+        for name in profiles:
+            assert host.result("checkSignInStatus", {"provider": name})["reason"] == "refreshed", name
+    assert signed_out(host, mark) == [] and tableau.snapshot().rejected == 0
+    devices = {name: device_id(data_home_of(host), name) for name in profiles}
+    assert devices["sales"] != devices["finance"]
+    assert sorted(d["id"] for d in tableau.devices()) == sorted(devices.values())
+    renewals = tableau.snapshot().refresh_forms
+    assert {(f["device_id"], f["site_namespace"]) for f in renewals} == {(devices["sales"], ""), (devices["finance"], "finance")}
+    for name, site in (("sales", ""), ("finance", "finance")):
+        answer = host.result("fetch", {"provider": name, **VIEWS})
+        assert answer["status"] == 200 and f'"site": "{site}"' in answer["body"]
+    # Both profiles' cookies have the same names on the same host: a web view holds one of them.
+    names = {name: [(c["name"], c["domain"]) for c in host.result("getAccessToken", {"provider": name})["cookies"]]
+             for name in profiles}
+    assert names["sales"] == names["finance"]
+
+
 def test_credentials_are_only_sent_to_the_profiles_server(start_host, tableau_plugin_dir, tableau, tableau_b):
     host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)})
     sign_in(host, tableau)
@@ -364,6 +441,9 @@ def test_credentials_are_only_sent_to_the_profiles_server(start_host, tableau_pl
     assert tableau_b.snapshot().api_calls == 0
     answer = host.result("fetch", {"provider": "tab", **VIEWS, "url": tableau.base + VIEWS_PATH})
     assert answer["status"] == 200
+    # A path whose query holds a URL is still a path on the profile's server.
+    answer = host.result("fetch", {"provider": "tab", **VIEWS, "url": f"{VIEWS_PATH}?next={tableau_b.base}/x"})
+    assert answer["status"] == 200 and tableau.snapshot().api_calls == 2
 
 
 def test_settings_are_checked(start_host, tableau_plugin_dir):
@@ -389,3 +469,77 @@ def test_another_user_on_the_same_device_replaces_the_first_at_the_server(start_
     status = host.result("checkSignInStatus", {"provider": "tab", "account": "alice"})
     assert status["state"] == "notSignedIn" and status["reason"] == "revoked"
     assert host.result("checkSignInStatus", {"provider": "tab"})["reason"] == "valid"
+
+
+# ── Details for frontends ───────────────────────────────────────────────────
+
+
+def test_frontends_see_the_server_site_and_device(start_host, tableau_plugin_dir, tableau):
+    host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau, site="finance", deviceName="Kiosk 7")})
+    status = sign_in(host, tableau)
+    expected = {"server": tableau.base, "site": "finance", "deviceId": device_id(data_home_of(host), "tab"),
+                "deviceName": "Kiosk 7"}
+    assert status["details"] == expected
+    assert host.result("checkSignInStatus", {"provider": "tab"})["details"] == expected
+    assert host.result("getAccessToken", {"provider": "tab"})["details"] == expected
+    tableau.expire_sessions()                                   # a renewal keeps what it does not resend
+    status = host.result("checkSignInStatus", {"provider": "tab"})
+    assert status["reason"] == "refreshed" and status["details"] == expected
+
+
+# ── A real web view ─────────────────────────────────────────────────────────
+
+
+def set_cookies(driver, cookies: list[dict[str, Any]]) -> None:
+    """What a frontend does with getAccessToken's cookies: each into its web view's cookie store
+    with the name, value, domain, path, lifetime and secure flag given."""
+    for cookie in cookies:
+        answer = driver.execute_cdp_cmd("Network.setCookie", {
+            "name": cookie["name"], "value": cookie["value"], "domain": cookie["domain"], "path": cookie["path"],
+            "secure": cookie.get("secure", False), "httpOnly": cookie.get("httpOnly", False),
+            "expires": time.time() + cookie["maxAge"]})
+        assert answer.get("success") is True, f"the web view refused the cookie {cookie['name']}"
+
+
+def stored_cookies(driver) -> set[tuple[str, str, str]]:
+    """(name, domain, path) of every cookie in the web view's store (never values)."""
+    return {(c["name"], c["domain"], c["path"]) for c in driver.execute_cdp_cmd("Storage.getCookies", {})["cookies"]}
+
+
+def view_page_status(driver, url: str) -> str:
+    """Loads the view page and waits for its script's getViews call: "loaded" or "refused <status>"."""
+    driver.get(url)
+    if driver.title != "Overview":
+        return driver.title
+    status = wait_for(driver, lambda d: d.find_element(By.ID, "status").text not in ("", "loading")
+                      and d.find_element(By.ID, "status").text, "the page's getViews call")
+    return status
+
+
+def test_a_web_view_shows_tableau_content_with_the_cookies_and_forgets_only_them_at_sign_out(
+        start_host, tableau_plugin_dir, tableau, chromium, tmp_path):
+    """Headless Chromium as the frontend's web view: the cookies exactly as getAccessToken gives
+    them load a page that needs them (its script sends the XSRF-TOKEN cookie back as the
+    X-XSRF-TOKEN header, which the simulator checks); after signOut, deleting exactly the
+    cookies named in clearCookies leaves other sites' cookies alone and the page is refused."""
+    host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)})
+    sign_in(host, tableau)
+    page = tableau.base + VIEW_PAGE
+    with evidence_on_failure(chromium, tmp_path / "browser"):
+        assert view_page_status(chromium, page) == "Sign In", "the page loaded without the cookies"
+        set_cookies(chromium, host.result("getAccessToken", {"provider": "tab"})["cookies"])
+        # Other sites' cookies: the same name on another Tableau host, and another cookie on this one.
+        set_cookies(chromium, [{"name": "tableau_access_token", "value": "another-site", "domain": "127.0.0.2",
+                                "path": "/", "maxAge": 3600},
+                               {"name": "theme", "value": "dark", "domain": tableau.host, "path": "/", "maxAge": 3600}])
+        assert view_page_status(chromium, page) == "loaded"
+        assert [item.text for item in chromium.find_elements(By.CSS_SELECTOR, "#views li")] == ["Overview", "Forecast"]
+        assert tableau.snapshot().api_calls == 1
+
+        result = host.result("signOut", {"provider": "tab"})
+        for cookie in result["clearCookies"]:
+            chromium.execute_cdp_cmd("Network.deleteCookies", {"name": cookie["name"], "domain": cookie["domain"],
+                                                               "path": cookie["path"]})
+        assert stored_cookies(chromium) == {("tableau_access_token", "127.0.0.2", "/"), ("theme", tableau.host, "/")}
+        assert view_page_status(chromium, page) == "Sign In"
+    assert tableau.snapshot().page_loads == [401, 200, 401]

@@ -2,10 +2,12 @@
 """A real django-oauth-toolkit authorization server for the tests, on 127.0.0.1.
 
     dot_server.py --state DIR [--access-lifetime S] [--grace S] [--device-interval S] [--port P]
+                  [--banner [--export NAME=VALUE ...]]
 
-Configures Django in-process (no project on disk), migrates a SQLite database in DIR, creates
-two users (ada / lovelace-test, grace / hopper-test) and three public clients, then serves on an
-ephemeral port and prints `READY <port>` on stdout:
+Configures Django in-process (no project on disk), migrates a SQLite database in DIR (created if
+need be), creates two users (ada / lovelace-test, grace / hopper-test) and three public clients,
+then serves on an ephemeral port and prints `READY <port>` on stdout (with --banner, for people:
+`make dev-server`, the exports a quick start reads and the test user, instead):
 
 - "authbridge-test": authorization code + PKCE, redirect http://127.0.0.1/callback on any port,
   consent skipped (the scripted user);
@@ -43,7 +45,10 @@ parser.add_argument("--access-lifetime", type=int, default=3600)
 parser.add_argument("--grace", type=int, default=0)
 parser.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
 parser.add_argument("--device-interval", type=int, default=1, help="RFC 8628 polling interval (s)")
+parser.add_argument("--banner", action="store_true", help="print what a person needs to try the quick starts")
+parser.add_argument("--export", action="append", default=[], metavar="NAME=VALUE", help="another export in the banner")
 args = parser.parse_args()
+os.makedirs(args.state, exist_ok=True)
 
 
 class Server(ThreadingMixIn, WSGIServer):
@@ -270,7 +275,15 @@ for client_id, grant, skip in CLIENTS:
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
 server.set_app(get_wsgi_application())
-print(f"READY {PORT}", flush=True)
+if args.banner:
+    exports = [("ISSUER", f"{BASE}/o"), ("CLIENT_ID", "authbridge-test"), ("USERINFO_URL", f"{BASE}/o/userinfo/")]
+    exports += [tuple(item.split("=", 1)) for item in args.export]
+    print(f"django-oauth-toolkit is serving on {BASE} (Ctrl-C stops it).\n\n"
+          "In another terminal, paste these, then run a quick start (README.md):\n"
+          + "".join(f'  export {name}="{value}"\n' for name, value in exports)
+          + "\nSign in as ada, password lovelace-test (or grace, hopper-test).", flush=True)
+else:
+    print(f"READY {PORT}", flush=True)
 try:
     server.serve_forever()
 except KeyboardInterrupt:

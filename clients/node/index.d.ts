@@ -432,7 +432,7 @@ export declare function errorFromResponse(error: { code: number; message: string
 // ── The client ──────────────────────────────────────────────────────────────
 
 export interface AuthBridgeOptions {
-  /** The authbridge executable; default $AUTHBRIDGE, else `authbridge` on PATH. */
+  /** The authbridge executable; default AUTHBRIDGE of `env`, else of this process, else `authbridge` on PATH. */
   hostPath?: string;
   /** Plugin folders (`--plugins DIR`, repeatable). */
   plugins?: string | string[];
@@ -446,11 +446,11 @@ export interface AuthBridgeOptions {
   vault?: 'encrypted-file' | 'secret-service' | 'memory';
   /** `--vault-dir`. */
   vaultDir?: string;
-  /** `--open-browser`: the host itself runs xdg-open for browser sign-ins. */
+  /** `serve --open-browser`: the host also runs xdg-open for browser sign-ins (a failure only reaches its log: show the openUrl URL too). */
   openBrowser?: boolean;
   /** Further host arguments, after `serve` and the options above. */
   args?: string[];
-  /** The host's environment (default: this process's). */
+  /** The host's environment (default: this process's); its AUTHBRIDGE names the host when `hostPath` does not. */
   env?: NodeJS.ProcessEnv;
   cwd?: string;
   /** initialize's protocolVersion (default PROTOCOL_VERSION). */
@@ -472,6 +472,12 @@ export interface AuthBridgeOptions {
   onStderr?: (line: string) => void;
   /** A tap on every frame: `in` from the host (after parsing; `line` is its exact text), `out` to it. */
   onFrame?: (frame: any, direction: 'in' | 'out', line: string) => void;
+  /**
+   * Each of the host's start-up warnings (initialize's `warnings`, e.g. a config file it could not
+   * read) and each profile restart() could not configure again. Default: `process.emitWarning`
+   * (type "AuthBridgeWarning", code "AUTHBRIDGE_HOST_WARNING"), printed on stderr like Node's own.
+   */
+  onWarning?: (warning: string) => void;
 }
 
 export interface CallOptions {
@@ -503,6 +509,11 @@ export declare class AuthBridge extends EventEmitter<BridgeEvents> {
   stderrTail(): string[];
 
   initialize(params?: InitializeParams, options?: CallOptions): Promise<InitializeResult>;
+  /**
+   * Stops this host (cleanly if it runs) and starts a new one with the same options: listeners
+   * stay, profiles configured with configureProfile() are configured again in order.
+   */
+  restart(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<InitializeResult>;
   /** shutdown, exit, bounded wait, SIGTERM, SIGKILL. */
   close(options?: { timeoutMs?: number }): Promise<ExitInfo>;
 
@@ -525,7 +536,7 @@ export declare class AuthBridge extends EventEmitter<BridgeEvents> {
 
 /** The argv of `authbridge serve` for the options. */
 export declare function hostArguments(options?: AuthBridgeOptions): string[];
-/** The host executable for the options: hostPath, $AUTHBRIDGE, or `authbridge`. */
+/** The host executable for the options: hostPath, AUTHBRIDGE of env, $AUTHBRIDGE, or `authbridge`. */
 export declare function resolveHostPath(options?: AuthBridgeOptions): string;
 
 /** The longest line the host may write: 64 MiB. */

@@ -402,14 +402,16 @@ static int is_loopback_ipv4(const char *host, size_t n)
 
 /* https://<host>…, or http:// on a loopback IP literal (127.0.0.0/8, [::1])
  * — the host's own rule; checked here so that a bad setting is reported by
- * configure, naming the setting. */
+ * configure, naming the setting. No user info: in http://127.0.0.1:1@evil/
+ * the host is evil, whatever comes before the '@'. */
 static int is_secure_base(const char *url)
 {
-    if (starts_with(url, "https://"))
-        return url[8] != '\0' && url[8] != '/' && url[8] != ':';
-    if (!starts_with(url, "http://"))
+    const char *authority = starts_with(url, "https://") ? url + 8 : starts_with(url, "http://") ? url + 7 : NULL;
+    if (authority == NULL || memchr(authority, '@', strcspn(authority, "/?#")) != NULL)
         return 0;
-    const char *host = url + 7;
+    if (authority == url + 8)
+        return url[8] != '\0' && url[8] != '/' && url[8] != ':';
+    const char *host = authority;
     if (starts_with(host, "[::1]"))
         return host[5] == '\0' || host[5] == ':' || host[5] == '/';
     size_t n = strcspn(host, ":/");
@@ -512,7 +514,7 @@ static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
     if (base_setting != NULL) {
         if (!is_secure_base(base_setting) || strpbrk(base_setting, "?#") != NULL) {
             st = fail(host, call, "configuration", "insecureUrl",
-                      "The setting \"baseUrl\" must be an https URL without query (http only on a loopback IP address).");
+                      "The setting \"baseUrl\" must be an https URL without user name or query (http only on a loopback IP address).");
             goto done;
         }
         base = base_setting;

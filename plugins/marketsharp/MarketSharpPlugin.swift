@@ -10,8 +10,9 @@ import AuthBridgePluginSDK
 ///
 /// - the named-licence refusals at sign-in, with the seed's messages
 ///   (`orgNotOnNamedLicenses`, `noLicenseAssigned`);
-/// - the account (company and user) from the token answer, and the company id
-///   filled into relative API paths (`{companyId}`);
+/// - the account (company and user) from the token answer, the company id
+///   filled into relative API paths (`{companyId}`) and given to frontends
+///   in `details`;
 /// - lifetimes: 365-day access token, 396-day refresh token, rotated by every
 ///   refresh (the host stores the new one before anyone sees the new access token);
 /// - a licence removed while signed in: `classify_response` and `check_session`
@@ -158,6 +159,8 @@ struct MarketSharpPlugin: ProviderPlugin {
             throw .transient("badResponse", "MarketSharp's token answer did not name the company and the user.")
         }
         tokens["extras"] = .object(extras)
+        // Frontends may build API paths with it (not a secret: also the first half of Account.id).
+        tokens["details"] = ["companyId": .string(company)]
         let account: JSON = .compactObject([
             "id": .string("\(company):\(user)"),
             "name": extras["userName"]?.stringValue.map(JSON.string),
@@ -194,7 +197,7 @@ struct MarketSharpPlugin: ProviderPlugin {
     func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
         // Relative paths may name the user's company as {companyId}: frontends
         // do not hold it (it rides in the token answer, kept in extras).
-        guard let url = input["request"]?["url"]?.stringValue, !URLCheck.isAbsolute(url),
+        guard let url = input["request"]?["url"]?.stringValue, !URLText.hasScheme(url),
               let company = input["tokens"]?["extras"]?["companyId"]?.stringValue else {
             return try call.standard(.authorizeRequest, input)
         }
@@ -294,11 +297,6 @@ enum LicenceProblem {
 
 /// URL checks without Foundation.
 enum URLCheck {
-    static func isAbsolute(_ url: String) -> Bool {
-        let lower = url.lowercased()
-        return lower.hasPrefix("https://") || lower.hasPrefix("http://")
-    }
-
     /// https anywhere; http only on a loopback IP literal (127.0.0.0/8 or [::1]).
     static func isSecure(_ url: String) -> Bool {
         let lower = url.lowercased()

@@ -9,7 +9,8 @@ import AuthBridgePluginSDK
 ///   gives the three endpoints; scopes always include `refresh_token`.
 /// - `begin_sign_in`: scopes of the request also get `refresh_token`.
 /// - `complete_sign_in`: the standard exchange, then the account from the
-///   identity URL (`id`) the token response carries.
+///   identity URL (`id`) the token response carries; an answer the session
+///   cannot use (no https `instance_url`) has its fresh grant revoked.
 /// - `refresh`: `format=json`; no refresh token comes back (the host keeps
 ///   the old one); Salesforce's refusals are told apart ("inactive user",
 ///   "inactive org", and the concurrent-request refusal, which is NOT the end
@@ -152,17 +153,22 @@ struct SalesforcePlugin: ProviderPlugin {
     func completeSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
         // The standard step checks the callback (error, state, code) and redeems the code with the PKCE verifier.
         let result = try call.standard(.completeSignIn, input)
+        let config = input["profile"]?["config"] ?? [:]
         // An ID token (scope openid) is not kept: the account comes from the identity URL.
-        guard let tokens = result["tokens"]?.setting("idToken", nil), let access = tokens["accessToken"]?.stringValue else {
+        guard let issued = result["tokens"], let access = issued["accessToken"]?.stringValue else {
+            Self.discard(result["tokens"], config: config, call)
             throw .transient("badResponse", "Salesforce answered the sign-in without an access token.")
         }
-        let extras = tokens["extras"] ?? [:]
+        let extras = issued["extras"] ?? [:]
         guard let instance = extras["instance_url"]?.stringValue, let instanceURL = WebURL(instance) else {
+            Self.discard(issued, config: config, call)
             throw .transient("badResponse", "Salesforce answered the sign-in without the org's instance_url.")
         }
         guard instanceURL.isSecureTransport else {
+            Self.discard(issued, config: config, call)
             throw .configuration("insecureUrl", "Salesforce named an instance_url that is not https; its API cannot be used safely.")
         }
+        let tokens = issued.setting("idToken", nil).setting("details", Self.details(extras))
         if tokens["refreshToken"]?.stringValue == nil {
             call.log(.warning, "Salesforce issued no refresh token (is refresh_token among the connected app's OAuth scopes?); the session ends when the org's session does")
         }
@@ -254,7 +260,25 @@ struct SalesforcePlugin: ProviderPlugin {
         // An ID token (scope openid) is not kept: the account comes from the identity URL.
         for key in ["access_token", "refresh_token", "token_type", "scope", "expires_in", "id_token"] { members[key] = nil }
         if !members.isEmpty { tokens["extras"] = .object(members) }  // instance_url, id, issued_at, signature
+        tokens["details"] = details(.object(members))
         return ["tokens": .object(tokens)]
+    }
+
+    /// What frontends may know of the session (no secret): where its API is
+    /// (`instanceUrl`), who it is (`identityUrl`, `orgId`, `userId`) and when
+    /// Salesforce issued the access token (`issuedAt`, ms). A refresh answer
+    /// brings them again (`instance_url` included), so a moved org is followed.
+    static func details(_ extras: JSON) -> JSON? {
+        let identity = extras["id"]?.stringValue
+        let named = identity.flatMap(identityIDs)
+        let issuedAt = extras["issued_at"]?.intValue ?? extras["issued_at"]?.stringValue.flatMap { Int64($0) }
+        let details: JSON = .compactObject([
+            "instanceUrl": extras["instance_url"]?.stringValue.map(JSON.string),
+            "identityUrl": identity.map(JSON.string),
+            "orgId": named.map { .string($0.organization) }, "userId": named.map { .string($0.user) },
+            "issuedAt": issuedAt.map(JSON.int),
+        ])
+        return details.objectValue?.isEmpty == false ? details : nil
     }
 
     /// Salesforce's token-endpoint refusals. `invalid_grant` covers very
@@ -317,7 +341,7 @@ struct SalesforcePlugin: ProviderPlugin {
         guard let token else { return ["revoked": [], "failures": []] }
         let name = revokes.first?.stringValue ?? "access_token"
         do {
-            let response = try call.http(["method": "POST", "url": .string(endpoint), "form": ["token": .string(token)], "timeoutMs": 10_000])
+            let response = try Self.revokeRequest(token, endpoint: endpoint, call)
             if (200..<300).contains(response.status) { return ["revoked": .array(revokes), "failures": []] }
             let error = response.json?["error"]?.stringValue
             let description = response.json?["error_description"]?.stringValue.map { String($0.prefix(200)) }
@@ -326,6 +350,26 @@ struct SalesforcePlugin: ProviderPlugin {
                                                  "message": .string("Salesforce's revoke endpoint answered HTTP \(response.status)" + (detail.isEmpty ? "." : " (\(detail)).")) ]]]
         } catch {
             return ["revoked": [], "failures": [["token": .string(name), "reason": .string(error.reason), "message": .string(error.message)]]]
+        }
+    }
+
+    static func revokeRequest(_ token: String, endpoint: String, _ call: PluginCall) throws(PluginFailure) -> HTTPResponse {
+        try call.http(["method": "POST", "url": .string(endpoint), "form": ["token": .string(token)], "timeoutMs": 10_000])
+    }
+
+    /// Revokes a grant that was just issued but cannot be used (the sign-in
+    /// fails), so that no live grant is left behind at Salesforce. Best effort:
+    /// the sign-in's own failure is what the user sees.
+    static func discard(_ tokens: JSON?, config: JSON, _ call: PluginCall) {
+        guard let endpoint = config["revocationEndpoint"]?.stringValue,
+              let token = tokens?["refreshToken"]?.stringValue ?? tokens?["accessToken"]?.stringValue else { return }
+        do {
+            let response = try revokeRequest(token, endpoint: endpoint, call)
+            if !(200..<300).contains(response.status) {
+                call.log(.warning, "the unusable sign-in's grant could not be revoked (HTTP \(response.status)); revoke it under Connected Apps OAuth Usage")
+            }
+        } catch {
+            call.log(.warning, "the unusable sign-in's grant could not be revoked (\(error.reason)); revoke it under Connected Apps OAuth Usage")
         }
     }
 
@@ -383,7 +427,7 @@ struct SalesforcePlugin: ProviderPlugin {
         let extras = tokens["extras"] ?? [:]
         let instance = extras["instance_url"]?.stringValue
         if let url = request["url"]?.stringValue {
-            if url.contains("://") {
+            if URLText.hasScheme(url) {
                 let allowed = [instance, input["profile"]?["config"]?["loginHost"]?.stringValue, extras["id"]?.stringValue]
                     .compactMap { $0.flatMap(WebURL.init)?.origin }
                 guard let target = WebURL(url), allowed.contains(target.origin) else {

@@ -82,8 +82,11 @@ struct SwiftTestPlugin: ProviderPlugin {
         }
         call.log(.debug, "session sign-in complete")
         let lifetime: Int64 = sessionID == "short" ? 1_000 : 3_600_000
+        // Details reach frontends: the host keeps only flat, non-secret ones (the last three are dropped).
+        let details: JSON = ["sessionId": .string(sessionID), "generation": 1, "tier": "test",
+                             "accessToken": "named like a secret", "echo": .string("sat-\(sessionID)"), "nested": ["a": 1]]
         return ["tokens": ["accessToken": .string("sat-\(sessionID)"), "refreshToken": .string("srt-\(sessionID)"),
-                           "tokenType": "bearer", "expiresAt": .int(now + lifetime), "extras": .object(extras)],
+                           "tokenType": "bearer", "expiresAt": .int(now + lifetime), "extras": .object(extras), "details": details],
                 "account": ["id": .string(sessionID), "name": "Swift Test User"]]
     }
 
@@ -92,7 +95,7 @@ struct SwiftTestPlugin: ProviderPlugin {
         if refresh.hasPrefix("srt-revoked") { throw .definitive("invalid_grant", "expired access/refresh token") }
         if refresh.hasPrefix("srt-transient") { throw .transient("unavailable", "provider unavailable") }
         return ["tokens": ["accessToken": .string("sat2-" + refresh.dropFirst(4)), "refreshToken": .string(refresh + "+"),
-                           "expiresAt": .int(call.now + 3_600_000)]]
+                           "expiresAt": .int(call.now + 3_600_000), "details": ["generation": 2]]]
     }
 
     func revoke(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {

@@ -58,9 +58,12 @@ export function hostArguments(options = {}) {
   return args.concat(options.args ?? []);
 }
 
-/** Where the host executable is: the option, else $AUTHBRIDGE, else `authbridge` on PATH. */
+/**
+ * Where the host executable is: the option, else AUTHBRIDGE of the host's environment
+ * (`options.env`), else of this process's, else `authbridge` on PATH.
+ */
 export function resolveHostPath(options = {}) {
-  return options.hostPath || process.env.AUTHBRIDGE || 'authbridge';
+  return options.hostPath || options.env?.AUTHBRIDGE || process.env.AUTHBRIDGE || 'authbridge';
 }
 
 /**
@@ -70,9 +73,13 @@ export function resolveHostPath(options = {}) {
  * - `'session/changed'` (params): a session changed (signed in, refreshed, signed out, licence revoked);
  * - `'signIn/progress'` (params): a sign-in moved on (`stage` `openUrl`: open `params.url`);
  * - `'notification'` ({method, params}): every notification, including ones this client does not know;
- * - `'exit'` ({code, signal, error, stderrTail}): the host is gone (after close(), or it died);
+ * - `'exit'` ({code, signal, error, stderrTail}): the host is gone (after close(), restart(), or it died);
  * - `'protocolError'` (Error): the host wrote something that is not a valid frame, or answered a
  *   request that was never sent. Never thrown: the bridge goes on.
+ *
+ * The host's start-up warnings (initialize's `warnings`, e.g. a config.json it could not read) go
+ * to the `onWarning` option, by default to `process.emitWarning` (printed on stderr like Node's own
+ * warnings, unless the program handles `process.on('warning')` or runs with --no-warnings).
  */
 export class AuthBridge extends EventEmitter {
   /** @type {HostProcess} */
@@ -87,6 +94,10 @@ export class AuthBridge extends EventEmitter {
   #requestTimeoutMs;
   #closeTimeoutMs;
   #options;
+  /** initialize's params as last sent, for restart() */
+  #initializeParams = {};
+  /** profile name → configureProfile params that succeeded (in order), replayed by restart() */
+  #profiles = new Map();
 
   /**
    * Starts a host and initializes it: the usual way to get a bridge.
@@ -120,21 +131,28 @@ export class AuthBridge extends EventEmitter {
     this.#onFrame = options.onFrame;
     this.#requestTimeoutMs = options.requestTimeoutMs;
     this.#closeTimeoutMs = options.closeTimeoutMs ?? DEFAULT_CLOSE_TIMEOUT_MS;
+    this.#spawn();
+  }
+
+  /** Starts a host process and wires it to this bridge; events of an earlier host are ignored. */
+  #spawn() {
+    const options = this.#options;
     /** The InitializeResult, once initialize() succeeded. */
     this.initializeResult = null;
-
-    this.#host = new HostProcess(resolveHostPath(options), hostArguments(options), {
+    const host = new HostProcess(resolveHostPath(options), hostArguments(options), {
       env: options.env,
       cwd: options.cwd,
       stderrLines: options.stderrLines,
     });
-    this.#host.on('line', (line) => this.#receive(line));
-    this.#host.on('overflow', (bytes) =>
-      this.#protocolError(`the host wrote a line of ${bytes} bytes, over the 64 MiB frame limit; it was dropped`));
-    if (options.onStderr) this.#host.on('stderr', options.onStderr);
-    this.#host.on('exit', (info) => this.#hostExited(info));
-    /** Resolves with {code, signal, error, stderrTail} when the host is gone. */
-    this.exited = this.#host.exited;
+    this.#host = host;
+    const current = (handler) => (value) => { if (this.#host === host) handler(value); };
+    host.on('line', current((line) => this.#receive(line)));
+    host.on('overflow', current((bytes) =>
+      this.#protocolError(`the host wrote a line of ${bytes} bytes, over the 64 MiB frame limit; it was dropped`)));
+    if (options.onStderr) host.on('stderr', options.onStderr);
+    host.on('exit', current((info) => this.#hostExited(info)));
+    /** Resolves with {code, signal, error, stderrTail} when the host is gone (the current one, after restart()). */
+    this.exited = host.exited;
   }
 
   // ── Lifecycle ──────────────────────────────────────────────────────────
@@ -145,6 +163,7 @@ export class AuthBridge extends EventEmitter {
    * @param {CallOptions} [options]
    */
   async initialize(params = {}, options = {}) {
+    this.#initializeParams = params;
     const result = await this.request('initialize', {
       protocolVersion: params.protocolVersion ?? PROTOCOL_VERSION,
       clientInfo: params.clientInfo ?? { name: 'authbridge-node-client', version: CLIENT_VERSION },
@@ -152,7 +171,44 @@ export class AuthBridge extends EventEmitter {
     }, options);
     this.initializeResult = result;
     this.notify('initialized', {});
+    for (const warning of result.warnings ?? []) this.#warn(warning);
     return result;
+  }
+
+  /**
+   * Stops this host (cleanly, if it still runs) and starts a new one with the same options:
+   * after the host died (HostExitedError), or to pick up new plugins or a changed config file.
+   * Listeners stay; the profiles configured with configureProfile() are configured again, in the
+   * order they were first configured (a profile that fails now is reported through `onWarning`,
+   * and retried by the next restart). Resolves with the new InitializeResult; rejects, leaving
+   * no process behind, when the new host cannot be started or initialized.
+   * @param {{signal?: AbortSignal, timeoutMs?: number}} [options] bound and abort of the start
+   */
+  async restart({ signal, timeoutMs = this.#options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS } = {}) {
+    await this.close();
+    this.#closing = null;
+    this.#spawn();
+    let result;
+    try {
+      result = await this.initialize(this.#initializeParams, { timeoutMs, signal });
+    } catch (error) {
+      await this.close({ timeoutMs: 2_000 }).catch(() => {});
+      throw error;
+    }
+    for (const [name, params] of this.#profiles) {
+      try {
+        await this.request('configureProfile', params, { timeoutMs, signal });
+      } catch (error) {
+        this.#warn(`profile "${name}" could not be configured again after the restart: ${error.message}`);
+      }
+    }
+    return result;
+  }
+
+  /** A start-up warning of the host, to `onWarning` or Node's process warnings. */
+  #warn(message) {
+    if (this.#options.onWarning) userCode(() => this.#options.onWarning(message));
+    else process.emitWarning(message, { type: 'AuthBridgeWarning', code: 'AUTHBRIDGE_HOST_WARNING' });
   }
 
   /** `serverInfo` of the InitializeResult ({name: "authbridge", version}). */
@@ -355,12 +411,25 @@ export class AuthBridge extends EventEmitter {
   /** The plugins the host found (loaded or refused, and why) and the configured profiles. */
   listProviders(options) { return this.request('listProviders', {}, options); }
 
-  /** Adds or replaces a profile for this host process (never written to the config file). */
-  configureProfile(params, options) { return this.request('configureProfile', params, options); }
+  /**
+   * Adds or replaces a profile for this host process (never written to the config file).
+   * restart() configures it again in the new host.
+   */
+  async configureProfile(params, options) {
+    const result = await this.request('configureProfile', params, options);
+    if (typeof params?.name === 'string') this.#profiles.set(params.name, params);
+    return result;
+  }
 
-  /** Removes a profile for this host process and discards its stored session (nothing is revoked). */
-  removeProfile(params, options) {
-    return this.request('removeProfile', typeof params === 'string' ? { name: params } : params, options);
+  /**
+   * Removes a profile for this host process and discards its stored session (nothing is revoked).
+   * restart() no longer configures it (one from the config file comes back, as in any new host).
+   */
+  async removeProfile(params, options) {
+    const named = typeof params === 'string' ? { name: params } : params;
+    const result = await this.request('removeProfile', named, options);
+    this.#profiles.delete(named?.name);
+    return result;
   }
 
   /** Every signed-in account (of one provider, or of all). Local knowledge: never calls a provider. */

@@ -6,7 +6,7 @@
 //   AUTHBRIDGE_PLUGINS  the folder holding the bundled oidc plugin (default <repo>/.build/debug/plugins)
 //   AUTHBRIDGE_PYTHON   the Python with Django, DOT and jsonschema (default <repo>/.venv/bin/python)
 //   AUTHBRIDGE_FRAMES_FILE
-//                       optional: a JSONL file every test file appends the host's frames to
+//                       optional: a JSONL file every test file appends the frames to, both ways
 //                       (default: one private file per test file). Each test file ends with a
 //                       test that runs Tests/tools/validate_frames.py over it.
 //
@@ -88,12 +88,28 @@ let hostCount = 0;
 /**
  * Where this test file's frames go: $AUTHBRIDGE_FRAMES_FILE, else a private file.
  * Records are JSON lines: {"host", "dir": "in", "line"} for each frame received (its exact text,
- * access tokens replaced) and {"host", "dir": "out", "id", "method"} for each request sent (so
- * the validator knows which method's result schema applies; nothing else of what the tests
- * send is written: callback URLs carry codes).
+ * access tokens replaced) and {"host", "dir": "out", "line"} for each frame sent (its text,
+ * authorization codes in callback URLs replaced): the validator checks both, and a sent request
+ * tells it which result schema applies to the answer. A test that sends invalid frames on
+ * purpose uses a tap with `checkSent: false`, which records only {"dir": "out", "id", "method"}.
  */
 export const FRAMES_FILE = process.env.AUTHBRIDGE_FRAMES_FILE
   || path.join(tempDir('authbridge-frames-'), `${path.basename(process.argv[1] ?? 'frames')}.jsonl`);
+
+/** A code-free copy of a sent line: the `code` of a completeSignIn callback URL is replaced. */
+function redactSent(frame, line) {
+  const callback = frame?.params?.callbackUrl;
+  if (typeof callback !== 'string') return line;
+  let url;
+  try {
+    url = new URL(callback);
+  } catch {
+    return line;
+  }
+  if (!url.searchParams.has('code')) return line;
+  url.searchParams.set('code', 'redacted-code');
+  return JSON.stringify({ ...frame, params: { ...frame.params, callbackUrl: url.href } });
+}
 
 /** A token-free copy of a received line: every access token a result carries is replaced. */
 function redact(frame, line) {
@@ -105,9 +121,10 @@ function redact(frame, line) {
 
 /**
  * A frame tap (the `onFrame` option): appends to FRAMES_FILE and keeps the received frames in
- * memory, with `waitFor(predicate)` to wait (bounded) for one.
+ * memory, with `waitFor(predicate)` to wait (bounded) for one. `checkSent: false` for a host the
+ * test sends invalid frames to on purpose.
  */
-export function frameTap() {
+export function frameTap({ checkSent = true } = {}) {
   const host = `${process.pid}-${++hostCount}`;
   const events = new EventEmitter();
   const received = [];
@@ -128,7 +145,8 @@ export function frameTap() {
         events.emit('frame', frame);
       } else {
         sent.push(frame);
-        if ('id' in frame) write({ host, dir: 'out', id: frame.id, method: frame.method });
+        if (checkSent) write({ host, dir: 'out', line: redactSent(frame, line) });
+        else if ('id' in frame) write({ host, dir: 'out', id: frame.id, method: frame.method });
       }
     },
     /** The first received frame (already here or to come) matching `predicate`. */
@@ -149,11 +167,11 @@ export function frameTap() {
 
 /**
  * Starts an isolated, initialized host with a frame tap. `bridge.tap` is the tap,
- * `bridge.log` every stderr line. Hosts are closed by `closeAll()`.
+ * `bridge.log` every stderr line. Hosts are closed by `closeAll()`. `tapOptions`: frameTap's.
  */
 const started = new Set();
-export async function startBridge(box, extra = {}) {
-  const tap = frameTap();
+export async function startBridge(box, extra = {}, tapOptions = {}) {
+  const tap = frameTap(tapOptions);
   const log = [];
   const bridge = await AuthBridge.start(box.hostOptions({ onFrame: tap.onFrame, onStderr: (line) => log.push(line), ...extra }));
   started.add(bridge);
@@ -192,9 +210,9 @@ export function withTimeout(promise, ms, what) {
 }
 
 /** Runs a command to its end (bounded); resolves with {code, signal, stdout, stderr}. */
-export function run(command, args, { timeoutMs = 60_000, env, input } = {}) {
+export function run(command, args, { timeoutMs = 60_000, env, cwd, input } = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(command, args, { env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (text) => { stdout += text; });
@@ -215,8 +233,8 @@ export function validateFrames(...files) {
 }
 
 /**
- * The test that ends each test file: every frame this file's hosts sent validates against
- * bridge-spec/openrpc.json (and no host wrote something the client took for a protocol error).
+ * The test that ends each test file: every frame this file's hosts and client sent validates
+ * against bridge-spec/openrpc.json.
  */
 export async function assertRecordedFramesValid() {
   assert.ok(fs.existsSync(FRAMES_FILE), `no frame was recorded in ${FRAMES_FILE}`);

@@ -170,6 +170,7 @@ test('rpc.discover (a 60 KB frame) equals bridge-spec; concurrent calls each get
 test('AuthBridge.start finds the host through $AUTHBRIDGE when no hostPath is given', { timeout: 30_000 }, async () => {
   const options = box.hostOptions();
   delete options.hostPath;
+  delete options.env.AUTHBRIDGE;
   const saved = process.env.AUTHBRIDGE;
   process.env.AUTHBRIDGE = box.hostOptions().hostPath;
   try {
@@ -188,6 +189,7 @@ test('AuthBridge.start finds `authbridge` on PATH', { timeout: 30_000 }, async (
   fs.mkdirSync(bin, { recursive: true });
   fs.symlinkSync(options.hostPath, path.join(bin, 'authbridge'));
   delete options.hostPath;
+  delete options.env.AUTHBRIDGE;
   const saved = process.env.AUTHBRIDGE;
   delete process.env.AUTHBRIDGE;
   try {
@@ -199,7 +201,23 @@ test('AuthBridge.start finds `authbridge` on PATH', { timeout: 30_000 }, async (
   }
 });
 
-test('every frame received in this file validates against bridge-spec', { timeout: 60_000 }, async () => {
+test('AUTHBRIDGE in options.env (the host\'s environment) wins over this process\'s', { timeout: 30_000 }, async () => {
+  const options = box.hostOptions();
+  const host = options.hostPath;
+  delete options.hostPath;
+  const saved = process.env.AUTHBRIDGE;
+  process.env.AUTHBRIDGE = path.join(box.root, 'not-this-one');
+  try {
+    const bridge = await AuthBridge.start({ ...options, env: { ...options.env, AUTHBRIDGE: host } });
+    assert.equal(bridge.serverInfo.name, 'authbridge');
+    await bridge.close();
+  } finally {
+    if (saved === undefined) delete process.env.AUTHBRIDGE;
+    else process.env.AUTHBRIDGE = saved;
+  }
+});
+
+test('every frame sent and received in this file validates against bridge-spec', { timeout: 60_000 }, async () => {
   await closeAll();
   await assertRecordedFramesValid();
 });

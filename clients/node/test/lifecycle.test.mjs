@@ -175,6 +175,81 @@ test('the host killed mid-request: pending calls reject at once with HostExitedE
   await again.signOut('dot');
 });
 
+test('restart(): after the host died, a new host with the same listeners; run-time profiles configured again, in order', { timeout: 60_000 }, async () => {
+  const bridge = await startBridge(box);
+  await bridge.configureProfile({ name: 'second', plugin: 'oidc', settings: dot.settings({ scopes: ['openid'] }) });
+  await bridge.configureProfile({ name: 'dot', plugin: 'oidc', settings: dot.settings() });
+  await bridge.configureProfile({ name: 'second', plugin: 'oidc', settings: dot.settings() }); // replaced: the latest counts
+  await bridge.configureProfile({ name: 'gone', plugin: 'oidc', settings: dot.settings() });
+  await bridge.removeProfile('gone');
+  await assert.rejects(bridge.configureProfile({ name: 'broken', plugin: 'oidc', settings: {} })); // never configured
+  const signedIn = await bridge.requestOAuthTokens({ provider: 'dot', flow: 'browser' }, {
+    onProgress: (params) => { if (params.stage === 'openUrl') signInAsUser(params.url).catch(() => {}); },
+  });
+  assert.equal(signedIn.state, 'signedIn');
+  const changes = [];
+  bridge.on('session/changed', (change) => changes.push([change.provider, change.state]));
+  const exits = [];
+  bridge.on('exit', (info) => exits.push(info));
+
+  const firstPid = bridge.pid;
+  process.kill(firstPid, 'SIGKILL');
+  assert.ok((await rejection(bridge.listProviders(), 'a call to the dead host')) instanceof HostExitedError);
+  const sentBefore = bridge.tap.sent.length;
+  const result = await withTimeout(bridge.restart(), WAIT_MS, 'restart');
+  assert.equal(result.serverInfo.name, 'authbridge');
+  assert.equal(bridge.initializeResult, result);
+  assert.equal(bridge.running, true);
+  assert.notEqual(bridge.pid, firstPid);
+  const replayed = bridge.tap.sent.slice(sentBefore).filter((frame) => frame.method === 'configureProfile').map((frame) => frame.params);
+  assert.deepEqual(replayed, [
+    { name: 'second', plugin: 'oidc', settings: dot.settings() },
+    { name: 'dot', plugin: 'oidc', settings: dot.settings() },
+  ]);
+  assert.deepEqual((await bridge.listProviders()).profiles.map((profile) => profile.name).sort(), ['dot', 'second']);
+  assert.equal((await bridge.checkSignInStatus('dot')).state, 'signedIn', 'the session the first host stored');
+  await bridge.signOut('dot');
+  assert.deepEqual(changes, [['dot', 'signedOut']], 'a listener attached before the restart hears the new host');
+
+  // restart() of a running host stops it cleanly first.
+  const secondPid = bridge.pid;
+  await withTimeout(bridge.restart(), WAIT_MS, 'restart');
+  assert.deepEqual(exits.map((exit) => exit.signal ?? exit.code), ['SIGKILL', 0]);
+  assert.notEqual(bridge.pid, secondPid);
+  assert.equal((await bridge.checkSignInStatus('second')).state, 'notSignedIn');
+});
+
+test('restart() when no new host can be started rejects with HostExitedError and leaves the bridge closed', async () => {
+  const link = path.join(box.root, 'authbridge-link');
+  fs.symlinkSync(box.hostOptions().hostPath, link);
+  const bridge = await startBridge(box, { hostPath: link });
+  fs.unlinkSync(link);
+  const error = await rejection(bridge.restart(), 'restart');
+  assert.ok(error instanceof HostExitedError, `${error.name}: ${error.message}`);
+  assert.equal(error.cause?.code, 'ENOENT');
+  assert.equal(bridge.running, false);
+  assert.ok((await rejection(bridge.listProviders(), 'a later call')) instanceof HostExitedError);
+});
+
+test('initialize warnings (a config file the host cannot read) go to onWarning, else to process warnings', async () => {
+  const config = path.join(box.root, 'broken-config.json');
+  fs.writeFileSync(config, '{"profiles": {');
+  const seen = [];
+  const bridge = await startBridge(box, { config, onWarning: (warning) => seen.push(warning) });
+  assert.equal(seen.length, 1);
+  assert.match(seen[0], /broken-config\.json/);
+  assert.deepEqual(bridge.initializeResult.warnings, seen);
+  await bridge.restart();
+  assert.equal(seen.length, 2, 'and again from the new host');
+
+  const warned = new Promise((resolve) => process.once('warning', resolve));
+  await startBridge(box, { config });
+  const warning = await withTimeout(warned, WAIT_MS, 'a process warning');
+  assert.equal(warning.name, 'AuthBridgeWarning');
+  assert.equal(warning.code, 'AUTHBRIDGE_HOST_WARNING');
+  assert.match(warning.message, /broken-config\.json/);
+});
+
 test('start() with an aborted signal rejects with AbortError and stops the host it spawned', async () => {
   const exits = [];
   const options = box.hostOptions({ signal: AbortSignal.abort(new Error('app quitting')) });
@@ -255,7 +330,7 @@ test('a host that exits with a status mid-request: HostExitedError with the code
   assert.match(error.message, /the database is on fire/);
 });
 
-test('every frame received in this file validates against bridge-spec', { timeout: 60_000 }, async () => {
+test('every frame sent and received in this file validates against bridge-spec', { timeout: 60_000 }, async () => {
   await closeAll();
   await assertRecordedFramesValid();
 });

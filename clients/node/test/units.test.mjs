@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import * as client from '../src/index.js';
-import { LineDecoder, ErrorCodes, errorClasses, errorFromResponse, AuthBridgeError, hostArguments } from '../src/index.js';
+import { LineDecoder, ErrorCodes, errorClasses, errorFromResponse, AuthBridgeError, hostArguments, resolveHostPath } from '../src/index.js';
 import { TailBuffer } from '../src/transport.js';
 import { frameKind } from '../src/protocol.js';
 import { SPEC_PATH } from '../test-support/harness.mjs';
@@ -129,6 +129,22 @@ test('client-made errors: AbortError is a RequestCancelledError, RequestTimeoutE
   assert.equal(exited.signal, 'SIGKILL');
   assert.deepEqual(exited.stderrTail, ['a']);
   assert.equal(exited.retryable, false);
+});
+
+test('host path: the option, else AUTHBRIDGE of options.env, else of this process, else authbridge on PATH', () => {
+  const saved = process.env.AUTHBRIDGE;
+  try {
+    process.env.AUTHBRIDGE = '/from/process';
+    assert.equal(resolveHostPath({ hostPath: '/given', env: { AUTHBRIDGE: '/from/env' } }), '/given');
+    assert.equal(resolveHostPath({ env: { AUTHBRIDGE: '/from/env' } }), '/from/env');
+    assert.equal(resolveHostPath({ env: { PATH: '/bin' } }), '/from/process');
+    delete process.env.AUTHBRIDGE;
+    assert.equal(resolveHostPath({ env: {} }), 'authbridge');
+    assert.equal(resolveHostPath(), 'authbridge');
+  } finally {
+    if (saved === undefined) delete process.env.AUTHBRIDGE;
+    else process.env.AUTHBRIDGE = saved;
+  }
 });
 
 test('host arguments: serve, plugin folders, options, then extra args', () => {

@@ -278,7 +278,9 @@ int main(int argc, char **argv)
                       "{\"profile\":\"duke\",\"settings\":{\"clientName\":\"app\",\"baseUrl\":\"http://duke.example/\"}}",
                       200, NULL, AB_ERROR, "configuration", "insecureUrl"));
     static const char *const bad_bases[] = { "http://127.evil.example/", "http://127.0.0.1.evil.example/",
-                                             "http://[::1].example/", "ftp://127.0.0.1/", "https:///x" };
+                                             "http://[::1].example/", "ftp://127.0.0.1/", "https:///x",
+                                             "http://127.0.0.1:1@evil.example/", "http://127.0.0.1@evil.example",
+                                             "https://user:pw@duke.example/", "http://[::1]@evil.example/" };
     for (size_t i = 0; i < sizeof bad_bases / sizeof bad_bases[0]; i++) {
         json_t *x = json_pack("{s:s, s:{s:s, s:s}}", "profile", "duke", "settings", "clientName", "app", "baseUrl",
                               bad_bases[i]);

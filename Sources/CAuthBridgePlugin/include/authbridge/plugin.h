@@ -154,9 +154,16 @@ typedef struct ab_host_api {
      *   {"method":"POST","url":"...","headers":{...},
      *    "form":{...} | "json":{...} | "body":"...", "timeoutMs":15000}
      * On AB_OK *response is {"status":200,"headers":{lower-case names},
-     * "body":"..."}; on AB_ERROR it is {"kind":"transient","reason":
-     * "timeout"|"refused"|"reset"|"tls"|"dns"|"insecureUrl"|..., "message":..};
-     * on AB_CANCELLED it is a failure of kind "cancelled"; on AB_INVALID it is
+     * "body":"..."} whatever the status. On AB_ERROR it is a failure JSON
+     * (a hook may pass it on as its own):
+     *   {"kind":"transient","reason":"timeout"|"refused"|"reset"|"tls"|"dns"|
+     *    "network"|..., "message":..} — the exchange failed on the way;
+     *   {"kind":"configuration","reason":"insecureUrl", ...} — a URL the host
+     *    will not contact (neither https nor a loopback IP literal);
+     *   {"kind":"internal","reason":"invalidRequest", ...} — a request it
+     *    cannot send (no absolute http(s) URL, a header with a line break, a
+     *    form value that is not a string, number, boolean or null).
+     * On AB_CANCELLED it is a failure of kind "cancelled"; on AB_INVALID it is
      * untouched. *response is borrowed until the hook returns (a hook that
      * polls many times keeps every response until then: poll sparingly). */
     ab_status (*http)(ab_call *call, ab_json request, ab_json *response);
@@ -208,7 +215,8 @@ typedef struct ab_plugin_vtable {
     ab_hook_fn refresh;
     /* token set → what was revoked. Best effort, bounded time. */
     ab_hook_fn revoke;
-    /* token set → {"state":"valid"|"expired"|"revoked"|"unknown", ...}. */
+    /* token set → {"state":"valid"|"expired"|"revoked"|"licenseRevoked"|
+     * "unknown", "message":...}. */
     ab_hook_fn check_session;
     /* token set + API request → request with credentials (headers, cookies,
      * base URL). Must not perform the request. */

@@ -1,7 +1,7 @@
 // Typical uses of @authbridge/client, type-checked with `tsc --strict` by test/units.test.mjs:
 // index.d.ts must accept these, and reject the lines marked @ts-expect-error.
 import {
-  AbortError, AccessTokenResult, AuthBridge, ErrorCodes, HostExitedError, NotSignedInError, SignInStatus,
+  AbortError, AccessTokenResult, AuthBridge, ErrorCodes, HostExitedError, InitializeResult, NotSignedInError, SignInStatus,
   SignOutResult, UnsupportedProtocolVersionError,
 } from '@authbridge/client';
 
@@ -31,6 +31,9 @@ export async function typicalUse(): Promise<void> {
     if (error instanceof AbortError) console.log(error.cause);
     if (error instanceof UnsupportedProtocolVersionError) console.log(error.supported);
   }
+  const fresh: InitializeResult = await bridge.restart({ timeoutMs: 10_000 });
+  console.log(fresh.warnings?.length);
+  await AuthBridge.start({ env: { AUTHBRIDGE: '/opt/authbridge/bin/authbridge' }, onWarning: (warning) => console.warn(warning.length) });
   const notSignedIn: -32001 = ErrorCodes.NotSignedIn;
   console.log(notSignedIn, (await bridge.close({ timeoutMs: 1_000 })).code);
 
@@ -42,4 +45,6 @@ export async function typicalUse(): Promise<void> {
   await bridge.fetch({ provider: 'corp' });
   // @ts-expect-error an event the bridge does not emit
   bridge.on('session/exploded', () => {});
+  // @ts-expect-error warnings are text
+  await AuthBridge.start({ onWarning: (warning: number) => warning });
 }

@@ -1,0 +1,125 @@
+"""`make dev-server` and the README's terminal quick start, as a new user follows them.
+
+`make dev-server` runs the bundled django-oauth-toolkit until Ctrl-C and prints the exports the
+quick starts read; the terminal quick start (README.md, "From a terminal") then runs as written
+in a shell with only those exports and a fresh home. The browser is a stand-in `xdg-open` that
+plays the user at DOT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+from conftest import BUILD_DIR, HOST_BIN, REPO, TIMEOUT
+
+FAKE_BROWSER = """#!{python}
+import sys, urllib.request
+sys.path.insert(0, {contract!r})
+from dot_auth import DotAuthServer
+urllib.request.urlopen(DotAuthServer.browse(None, sys.argv[1]), timeout=30).read()
+"""
+
+EXPORT = re.compile(r'^  export (\w+)="([^"]*)"$', re.M)
+
+
+class DevServer:
+    """`make dev-server` in its own process group (so Ctrl-C reaches make and the server, as in a terminal)."""
+
+    def __init__(self, state: Path) -> None:
+        # -o: the venv is taken as it is (this test runs in it); DEV_PORT=0: any free port.
+        argv = ["make", "-s", "--no-print-directory", "-o", ".venv/.ready", "dev-server", "DEV_PORT=0",
+                f"DEV_STATE={state}", f"VPY={sys.executable}"]
+        self.process = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.banner = ""
+        ready = threading.Event()
+
+        def read() -> None:
+            for line in self.process.stdout:
+                self.banner += line
+                if line.startswith("Sign in as"):
+                    ready.set()
+            ready.set()
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(TIMEOUT * 12) or "Sign in as" not in self.banner:  # the first start migrates a database
+            self.stop()
+            raise AssertionError(f"make dev-server printed no banner:\n{self.banner}\n{self.process.stderr.read()}")
+        self.exports = dict(EXPORT.findall(self.banner))
+
+    def stop(self) -> int:
+        """Ctrl-C, as typed in its terminal; the status make exits with."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            return self.process.wait(timeout=TIMEOUT * 3)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            raise AssertionError("make dev-server did not stop on Ctrl-C") from None
+
+
+def terminal_quick_start() -> str:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### From a terminal"):]
+    return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+
+
+def test_make_dev_server_and_the_terminal_quick_start_as_written(tmp_path):
+    server = DevServer(tmp_path / "dev-state")      # a folder that does not exist yet
+    try:
+        exports = server.exports
+        base = re.fullmatch(r"(http://127\.0\.0\.1:\d+)/o", exports["ISSUER"]).group(1)
+        assert exports["CLIENT_ID"] == "authbridge-test"
+        assert exports["USERINFO_URL"] == f"{base}/o/userinfo/", "with its trailing slash"
+        debug = REPO / ".build" / "debug"
+        assert exports["AUTHBRIDGE"] == f"{debug}/authbridge" and exports["PATH"] == f"{debug}:$PATH", "the host make build made"
+        assert "ada, password lovelace-test" in server.banner and "Ctrl-C" in server.banner
+        with urllib.request.urlopen(exports["ISSUER"] + "/.well-known/openid-configuration", timeout=TIMEOUT) as answer:
+            discovery = json.load(answer)
+        assert discovery["issuer"] == exports["ISSUER"] and discovery["userinfo_endpoint"] == exports["USERINFO_URL"]
+
+        # The terminal quick start, pasted into a shell with the exports and a fresh home.
+        home = tmp_path / "home"
+        bin_dir = tmp_path / "bin"
+        home.mkdir()
+        bin_dir.mkdir()
+        browser = bin_dir / "xdg-open"
+        browser.write_text(FAKE_BROWSER.format(python=sys.executable, contract=str(Path(__file__).parent)))
+        browser.chmod(0o755)
+        if not (HOST_BIN.parent / "plugins" / "oidc.json").exists():   # a host without plugins beside it
+            user_plugins = home / ".local" / "share" / "authbridge" / "plugins"
+            user_plugins.mkdir(parents=True, mode=0o755)
+            for name in ("oidc.json", "libauthbridge-oidc.so"):
+                (user_plugins / name).write_bytes((BUILD_DIR / "plugins" / name).read_bytes())
+        # The exports, with the host under test (normally the same one) first on PATH.
+        env = {"HOME": str(home), "PATH": f"{HOST_BIN.parent}:{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+               **{name: value for name, value in exports.items() if name != "PATH"}, "AUTHBRIDGE": str(HOST_BIN)}
+        done = subprocess.run(["/bin/sh", "-e", "-c", terminal_quick_start()], env=env, cwd=home, capture_output=True,
+                              text=True, timeout=TIMEOUT * 12, stdin=subprocess.DEVNULL)
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith("✓ Signed in to corp as "), done.stdout
+        assert lines[1].split() == ["PROFILE", "ACCOUNT", "STATE", "EXPIRES", "STORAGE"]
+        assert lines[2].startswith("corp ") and "signedIn" in lines[2] and lines[2].endswith("encrypted file (key file)")
+        userinfo = re.search(r"^(\{.*\})✓ Signed out of corp", done.stdout, re.M)   # curl prints no newline
+        assert userinfo and json.loads(userinfo.group(1))["sub"], "curl got the userinfo with the token"
+        assert "Open this URL in a browser to sign in:" in done.stderr
+        with urllib.request.urlopen(f"{base}/test/secrets", timeout=TIMEOUT) as answer:
+            secrets = [secret for secret in json.load(answer)["secrets"] if len(secret) >= 12]
+        assert secrets and not [secret for secret in secrets if secret in output], "no code or token printed"
+    finally:
+        server.stop()
+    # Stopped: nothing answers there any more.
+    try:
+        urllib.request.urlopen(exports["ISSUER"] + "/.well-known/openid-configuration", timeout=5)
+        raise AssertionError("the dev server still answers after Ctrl-C")
+    except OSError:
+        pass
