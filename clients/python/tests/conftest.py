@@ -370,13 +370,8 @@ def no_package_index(pip_output: str) -> bool:
 def plugin_folder(folder: Path, *plugins: str) -> Path:
     """A private copy (folder 0755, files 0644) of bundled plugins (manifest and library): the
     host refuses plugin files others can write."""
-    folder.mkdir(parents=True)
-    os.chmod(folder, 0o755)
-    for plugin in plugins:
-        for name in (f"{plugin}.json", f"libauthbridge-{plugin}.so"):
-            shutil.copyfile(PLUGINS_SOURCE / name, folder / name)
-            os.chmod(folder / name, 0o644)
-    return folder
+    files = [name for plugin in plugins for name in (f"{plugin}.json", f"libauthbridge-{plugin}.so")]
+    return _CONTRACT_CONFTEST.make_plugin_dir(folder, files, PLUGINS_SOURCE)
 
 
 @pytest.fixture

@@ -1,12 +1,14 @@
 """Provider-specific results through the Python client, against the provider simulators of
 Tests/contract (started by the contract suites' own fixtures, which fail the test when the host
 broke the provider's protocol): Tableau's cookies and the cookies to clear at sign-out, a session
-that is `offline` when the server is gone, and MarketSharp's `licenseRevoked` state and
-session/changed events with the provider's message."""
+that is `offline` when the server is gone, MarketSharp's `licenseRevoked` state and
+session/changed events with the provider's message, and each plugin's `details`."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+from pathlib import Path
 
 import pytest
 from conftest import REPO, WAIT, contract_module, plugin_folder
@@ -19,15 +21,16 @@ marketsharp_tests = contract_module(REPO / "Tests" / "contract" / "test_marketsh
 MESSAGE_NO_LICENSE = marketsharp_tests.MESSAGE_NO_LICENSE
 
 # The simulators, as the contract suites start them (each checks for violations at teardown).
-tableau = tableau_tests.tableau
-make_sim = marketsharp_tests.make_sim
-sim = marketsharp_tests.sim
+make_tableau, tableau = tableau_tests.make_tableau, tableau_tests.tableau
+make_sim, sim = marketsharp_tests.make_sim, marketsharp_tests.sim
 
 
 async def test_tableau_cookies_offline_and_the_cookies_to_clear(host_options, tmp_path, tableau):
     folder = plugin_folder(tmp_path / "tableau-plugins", "tableau")
     profiles = {"tab": tableau_tests.profile(tableau)}
-    async with authbridge.connect(**host_options(profiles=profiles, plugins=[folder])) as bridge:
+    options = host_options(profiles=profiles, plugins=[folder])
+    bridge_env = options["env"]
+    async with authbridge.connect(**options) as bridge:
         changes: list[SessionChanged] = []
         bridge.on("session/changed", changes.append)
         session_id = await asyncio.to_thread(tableau.web_sign_in, "alice")   # the app's web view
@@ -35,8 +38,11 @@ async def test_tableau_cookies_offline_and_the_cookies_to_clear(host_options, tm
         assert status.signed_in and status.account == Account(id="alice", name="Alice Analyst", email="alice@example.com")
 
         token = await bridge.get_access_token("tab")
-        [device] = tableau.devices()
-        issued = tableau.token_set(device["id"])
+        device = tableau_tests.device_id(Path(bridge_env["XDG_DATA_HOME"]), "tab")
+        assert [d["id"] for d in tableau.devices()] == [device]
+        issued = tableau.token_set(device)
+        details = {"server": tableau.base, "site": "", "deviceId": device, "deviceName": socket.gethostname()}
+        assert status.details == details and token.details == details
         expected = tableau_tests.expected_cookies(tableau, issued.access, issued.xsrf)
         assert token.cookies == [Cookie.from_wire(c) for c in expected]
         assert (token.cookies[0].name, token.cookies[0].domain, token.cookies[0].max_age, token.cookies[0].secure) == \
@@ -48,6 +54,7 @@ async def test_tableau_cookies_offline_and_the_cookies_to_clear(host_options, tm
         status = await bridge.check_sign_in_status("tab")
         assert (status.state, status.signed_in) == ("offline", False) and status.message
         assert status.account is not None and status.account.id == "alice", "offline keeps the session"
+        assert status.details == details
 
         result = await bridge.sign_out("tab")                    # the provider is gone: still signed out
         to_clear = [CookieRef.from_wire(c) for c in tableau_tests.clear_list(tableau)]
@@ -82,6 +89,7 @@ async def test_marketsharp_licence_revoked_state_and_events_carry_the_message(ho
     async with authbridge.connect(**host_options(profiles=profiles, plugins=[folder])) as bridge:
         status = await sign_in_external(bridge, sim, "ms", "alice")
         assert status.signed_in and status.account == alice
+        assert status.details == {"companyId": "4711"} and (await bridge.get_access_token("ms")).details == status.details
         async with bridge.events("session/changed") as changes:
             sim.remove_licence("alice")                         # an administrator takes the licence away
             status = await bridge.check_sign_in_status("ms")
