@@ -4,6 +4,9 @@
     python Examples/python_example.py --issuer https://login.example.com --client-id my-app \\
         [--plugins DIR] [--host PATH] [--scripted]
 
+Against the repository's test server: paste the exports `make dev-server` prints (ISSUER, CLIENT_ID,
+AUTHBRIDGE…), then `python3 Examples/python_example.py --issuer "$ISSUER" --client-id "$CLIENT_ID"`.
+
 Uses the `authbridge` package (clients/python: `pip install ./clients/python`; from a checkout
 it is found without installing). The host is `--host`, else `$AUTHBRIDGE`, else `authbridge` on
 PATH; `--plugins DIR` loads plugins only from DIR (it must hold the bundled `oidc` plugin).
@@ -61,7 +64,7 @@ def on_session_changed(event: authbridge.SessionChanged) -> None:
 # ── The scripted user (django-oauth-toolkit's login page, for the tests) ──────
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
         return None
 
 
@@ -70,7 +73,7 @@ def scripted_user(url: str, user: str = "ada", password: str = "lovelace-test") 
     redirect back to the host's 127.0.0.1 listener."""
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()), _NoRedirect)
 
-    def send(target: str, form: dict | None = None) -> tuple[int, str, str]:
+    def send(target: str, form: dict[str, str] | None = None) -> tuple[int, str, str]:
         data = urllib.parse.urlencode(form).encode() if form is not None else None
         request = urllib.request.Request(target, data=data, headers={"Referer": target} if form else {})
         try:
@@ -100,14 +103,18 @@ def scripted_user(url: str, user: str = "ada", password: str = "lovelace-test") 
 def userinfo_endpoint(issuer: str) -> str:
     """From the issuer's discovery document, as the plugin itself finds its endpoints."""
     with urllib.request.urlopen(issuer.rstrip("/") + "/.well-known/openid-configuration", timeout=15) as answer:
-        return json.load(answer)["userinfo_endpoint"]
+        endpoint = json.load(answer).get("userinfo_endpoint")
+    if not isinstance(endpoint, str):
+        raise RuntimeError(f"{issuer} names no userinfo endpoint: pass --userinfo")
+    return endpoint
 
 
 # ── The example ────────────────────────────────────────────────────────────
 
 async def run(args: argparse.Namespace) -> None:
-    options = {"plugins": [args.plugins], "no_default_plugins": True} if args.plugins else {}
-    async with authbridge.connect(args.host, client_name="python-example", **options) as bridge:
+    plugins = [args.plugins] if args.plugins else []
+    async with authbridge.connect(args.host, plugins=plugins, no_default_plugins=bool(plugins),
+                                  client_name="python-example") as bridge:
         info = bridge.info
         print(f"[1] authbridge {info.server_info.version}, protocol {info.protocol_version}, "
               f"tokens kept in {info.storage.backend if info.storage else '?'}")
@@ -120,10 +127,10 @@ async def run(args: argparse.Namespace) -> None:
         print(f"[2] status: {status.state} (reason {status.reason})")
 
         print("[3] signing in with the browser flow")
-        users: list[asyncio.Future] = []
+        users: list[asyncio.Future[None]] = []
 
         def on_progress(event: authbridge.SignInProgress) -> None:
-            if event.stage == "openUrl":
+            if event.stage == "openUrl" and event.url:
                 if args.scripted:
                     users.append(asyncio.ensure_future(asyncio.to_thread(scripted_user, event.url)))
                 else:

@@ -83,7 +83,10 @@ def main(argv: list[str]) -> int:
     if status < 0:
         signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
-    return status
+    # Not through the interpreter's shutdown: the stdin thread may still be blocked reading (a
+    # frontend keeps its end open for a moment after the host exited), and Python aborts (SIGABRT)
+    # when a daemon thread holds stdin's lock at shutdown. Everything was flushed already.
+    os._exit(status)
 
 
 if __name__ == "__main__":

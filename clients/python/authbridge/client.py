@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from typing import Any, Literal, overload
 
 from . import __version__
-from .errors import BridgeClosed
-from .protocol import Connection, EventCallback, EventStream, FrameTap
+from .errors import AuthBridgeError, BridgeClosed, ProviderUnknown
+from .protocol import Connection, EventStream, FrameTap, Listeners, ProgressCallback
 from .transport import DEFAULT_MAX_FRAME_BYTES, HostProcess, find_executable
-from .types import AccessTokenResult, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList, SignInStatus, SignOutResult
+from .types import (AccessTokenResult, Event, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList,
+                    SessionChanged, SignInProgress, SignInStatus, SignOutResult)
 
 __all__ = ["AuthBridge", "connect", "PROTOCOL_VERSION"]
 
@@ -34,7 +35,7 @@ def _drop_none(**params: Any) -> dict[str, Any]:
     return {name: value for name, value in params.items() if value is not None}
 
 
-class AuthBridge:
+class AuthBridge(Listeners):
     """A client of one `authbridge serve` process.
 
     Start it with `async with AuthBridge(...)` / `async with connect(...)`, or `await connect(...)`
@@ -84,8 +85,11 @@ class AuthBridge:
         self._max_frame_bytes = max_frame_bytes
         self._stderr_lines = stderr_lines
         self._on_frame = on_frame
-        self._subscribers: dict[str | None, list[EventCallback]] = {}
-        self._streams: set[EventStream] = set()
+        super().__init__()
+        self._streams: set[EventStream[Event]] = set()
+        # Runtime profiles (configure_profile), in the order they were configured: a new host
+        # knows only its configuration file, so `start()` configures them again.
+        self._profiles: dict[str, tuple[str, dict[str, Any] | None]] = {}
         self._connection: Connection | None = None
         self._process: HostProcess | None = None
         self._info: InitializeResult | None = None
@@ -98,7 +102,10 @@ class AuthBridge:
         return [find_executable(self._executable), *self._argv_tail]
 
     async def start(self) -> InitializeResult:
-        """Starts the host and runs `initialize` / `initialized`, within `start_timeout`."""
+        """Starts the host and runs `initialize` / `initialized`, within `start_timeout`; then
+        configures again, in order, the profiles `configure_profile` added to an earlier host of
+        this bridge (if one fails, the others are still configured and the first error is raised;
+        the host keeps running)."""
         if self._connection is not None and not self._connection.closed.done():
             raise RuntimeError("this AuthBridge is already running")
         process = HostProcess(self.argv, env=self._env, cwd=self._cwd, max_frame_bytes=self._max_frame_bytes,
@@ -119,7 +126,19 @@ class AuthBridge:
         self._info = InitializeResult.from_wire(result)
         for warning in self._info.warnings:
             log.warning("authbridge: %s", warning)
+        await self._replay_profiles()
         return self._info
+
+    async def _replay_profiles(self) -> None:
+        failures: list[AuthBridgeError] = []
+        for name, (plugin, settings) in list(self._profiles.items()):
+            try:
+                await self.configure_profile(name, plugin, settings, timeout=self.start_timeout)
+            except AuthBridgeError as error:
+                log.warning("authbridge: profile %r could not be configured again: %s", name, error)
+                failures.append(error)
+        if failures:
+            raise failures[0]
 
     async def close(self) -> int | None:
         """Shuts the host down cleanly and waits for it (bounded, see `shutdown_timeout`).
@@ -134,7 +153,8 @@ class AuthBridge:
 
     async def restart(self) -> InitializeResult:
         """Stops the current host (cleanly if it still runs) and starts a new one with the same
-        arguments. Callbacks from `on()` and open event streams carry over."""
+        arguments. Callbacks from `on()`, open event streams and the profiles added with
+        `configure_profile` carry over; stored sessions are the vault's, so they do too."""
         if self._connection is not None:
             await self._connection.close(self.shutdown_timeout, end_streams=False)
         return await self.start()
@@ -179,20 +199,14 @@ class AuthBridge:
 
     # ── Events ──────────────────────────────────────────────────────────────
 
-    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]:
-        """Calls `callback(event)` for every notification `method` ("session/changed",
-        "signIn/progress"; None: all). It runs in the reader, in order, before the answer of the
-        request that caused it; a coroutine it returns runs as a task. Returns a function that
-        unsubscribes. Survives `restart()`."""
-        self._subscribers.setdefault(method, []).append(callback)
+    @overload
+    def events(self, method: Literal["session/changed"], /) -> EventStream[SessionChanged]: ...
+    @overload
+    def events(self, method: Literal["signIn/progress"], /) -> EventStream[SignInProgress]: ...
+    @overload
+    def events(self, *methods: str) -> EventStream[Event]: ...
 
-        def unsubscribe() -> None:
-            callbacks = self._subscribers.get(method, [])
-            if callback in callbacks:
-                callbacks.remove(callback)
-        return unsubscribe
-
-    def events(self, *methods: str) -> EventStream:
+    def events(self, *methods: str) -> EventStream[Any]:
         """`async for event in bridge.events("session/changed"):` — the notifications (of
         `methods`, or all) from now on. Subscribed at once, so create it *before* the call whose
         events you want."""
@@ -206,7 +220,7 @@ class AuthBridge:
     # ── Raw access ──────────────────────────────────────────────────────────
 
     async def request(self, method: str, params: dict[str, Any] | None = None, *,
-                      timeout: float | None = None, on_progress: EventCallback | None = None) -> Any:
+                      timeout: float | None = None, on_progress: ProgressCallback | None = None) -> Any:
         """Any method by name, with its raw JSON result: for methods newer than this client.
         `timeout` (s) defaults to `request_timeout`; when it runs out the request is cancelled at
         the host and `asyncio.TimeoutError` is raised. Cancelling the calling task cancels the
@@ -231,15 +245,49 @@ class AuthBridge:
 
     async def configure_profile(self, name: str, plugin: str, settings: Mapping[str, Any] | None = None, *,
                                 timeout: float | None = None) -> ProfileInfo:
-        """Adds or replaces a runtime profile (never written to the configuration file).
-        Replacing one with other settings discards its session."""
-        params = _drop_none(name=name, plugin=plugin, settings=dict(settings) if settings is not None else None)
-        return ProfileInfo.from_wire(await self.request("configureProfile", params, timeout=timeout))
+        """Adds or replaces a runtime profile (never written to the configuration file; this
+        bridge configures it again on a new host, see `start()`). Replacing one with other
+        settings discards its session. A plugin the host has not loaded raises `ProviderUnknown`
+        (reason "unknownPlugin") saying which plugins it did load and where to put the missing one."""
+        kept = dict(settings) if settings is not None else None
+        params = _drop_none(name=name, plugin=plugin, settings=kept)
+        try:
+            result = await self.request("configureProfile", params, timeout=timeout)
+        except ProviderUnknown as error:
+            if error.reason != "unknownPlugin":
+                raise
+            raise ProviderUnknown(f"{error.message} {self._plugin_hint(plugin)}", code=error.code, data=error.data,
+                                  request_method=error.request_method) from None
+        self._profiles.pop(name, None)
+        self._profiles[name] = (plugin, kept)
+        return ProfileInfo.from_wire(result)
+
+    def _plugin_hint(self, plugin: str) -> str:
+        """What the host found at start-up (its `initialize` answer) and what to do about a
+        plugin it lacks: the host's own message says neither."""
+        found = self._info.providers if self._info else []
+        loaded = sorted(p.id for p in found if p.loaded and p.id)
+        folders = sorted({os.path.dirname(p.path) for p in found if p.loaded})
+        if loaded:
+            parts = [f"Loaded plugins: {', '.join(loaded)} (from {', '.join(folders)})."]
+        else:
+            parts = ["The host loaded no plugin."]
+        refused = [p for p in found if not p.loaded and (p.id == plugin or os.path.basename(p.path) == f"{plugin}.json")]
+        if refused:
+            parts += [f"It refused {p.path}: {p.message or p.reason}." for p in refused]
+            parts.append("Fix that and start the bridge again.")
+        else:
+            parts.append(f"To add {plugin!r}, put its manifest and library ({plugin}.json, a .so) in a plugin folder "
+                         "(one given with connect(plugins=[...]), or $XDG_DATA_HOME/authbridge/plugins) "
+                         "and start the bridge again.")
+        parts.append("`authbridge plugins` lists what the host finds and why it refuses any.")
+        return " ".join(parts)
 
     async def remove_profile(self, name: str, *, timeout: float | None = None) -> bool:
         """Removes a profile and discards its session (nothing is revoked: `sign_out` first for
-        that). False when no profile had that name."""
+        that). False when no profile had that name. A new host will not have it either."""
         result = await self.request("removeProfile", {"name": name}, timeout=timeout)
+        self._profiles.pop(name, None)
         return bool(result.get("removed")) if isinstance(result, dict) else False
 
     async def list_accounts(self, provider: str | None = None, *,
@@ -260,7 +308,7 @@ class AuthBridge:
     async def request_oauth_tokens(self, provider: str, *, flow: Flow | None = None,
                                    session_id: str | None = None, scopes: Sequence[str] | None = None,
                                    login_hint: str | None = None, redirect_uri: str | None = None,
-                                   timeout_ms: int | None = None, on_progress: EventCallback | None = None,
+                                   timeout_ms: int | None = None, on_progress: ProgressCallback | None = None,
                                    timeout: float | None = None) -> SignInStatus:
         """Signs in and answers when the sign-in has finished.
 

@@ -17,14 +17,14 @@ import inspect
 import itertools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, cast
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 from .errors import AuthBridgeError, BridgeClosed, FrameTooLarge, HostExited, error_from_wire
 from .transport import HostProcess, OversizeLine
-from .types import Event, SignInProgress, event_from_wire
+from .types import Event, SessionChanged, SignInProgress, event_from_wire
 
-__all__ = ["Connection", "EventStream", "FrameTap", "EventCallback"]
+__all__ = ["Connection", "EventStream", "Listeners", "FrameTap", "EventCallback", "ProgressCallback", "SessionCallback"]
 
 log = logging.getLogger("authbridge")
 
@@ -32,12 +32,21 @@ log = logging.getLogger("authbridge")
 #: `\n`), and the parsed object (None when the line is not JSON). A debugging and testing hook:
 #: frames carry tokens (getAccessToken's result), so never log them in production.
 FrameTap = Callable[[str, bytes, Any | None], None]
-EventCallback = Callable[[Event], None | Awaitable[None]]
+
+# Event listeners: called with one event; an awaitable they return runs as a task, anything else
+# they return is ignored (so `lambda e: items.append(e)` is a listener). `AuthBridge.on` types the
+# event by the notification's name.
+EventCallback = Callable[[Event], object]
+SessionCallback = Callable[[SessionChanged], object]
+ProgressCallback = Callable[[SignInProgress], object]
+_Listener = Callable[[Any], object]   # as stored: the type was checked where it was registered
+
+E_co = TypeVar("E_co", bound=Event, covariant=True)
 
 _END = object()
 
 
-class EventStream:
+class EventStream(Generic[E_co]):
     """An async iterator over the notifications the host sends from the moment it was created.
 
     It buffers without bound (notifications are few and small); `close()` or leaving an
@@ -59,10 +68,10 @@ class EventStream:
     def _finish(self, error: BaseException | None) -> None:
         self._queue.put_nowait(error if error is not None else _END)
 
-    def __aiter__(self) -> EventStream:
+    def __aiter__(self) -> EventStream[E_co]:
         return self
 
-    async def __anext__(self) -> Event:
+    async def __anext__(self) -> E_co:
         if self._done:
             raise StopAsyncIteration
         item = await self._queue.get()
@@ -72,9 +81,9 @@ class EventStream:
         if isinstance(item, BaseException):
             self._done = True
             raise item
-        return cast(Event, item)
+        return cast(E_co, item)
 
-    async def next(self, timeout: float | None = None) -> Event:
+    async def next(self, timeout: float | None = None) -> E_co:
         """The next event, waiting at most `timeout` seconds (`asyncio.TimeoutError`)."""
         return await asyncio.wait_for(self.__anext__(), timeout)
 
@@ -83,17 +92,47 @@ class EventStream:
         self._connection._streams.discard(self)
         self._queue.put_nowait(_END)
 
-    async def __aenter__(self) -> EventStream:
+    async def __aenter__(self) -> EventStream[E_co]:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
 
 
+class Listeners:
+    """`on()`: the listeners of notifications, by method (None: all). A base of `AuthBridge` and
+    of the blocking `SyncAuthBridge`; the table is handed to each `Connection`, so listeners
+    survive a restart of the host."""
+
+    def __init__(self, table: dict[str | None, list[_Listener]] | None = None) -> None:
+        self._subscribers: dict[str | None, list[_Listener]] = table if table is not None else {}
+
+    @overload
+    def on(self, method: Literal["session/changed"], callback: SessionCallback) -> Callable[[], None]: ...
+    @overload
+    def on(self, method: Literal["signIn/progress"], callback: ProgressCallback) -> Callable[[], None]: ...
+    @overload
+    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]: ...
+
+    def on(self, method: str | None, callback: _Listener) -> Callable[[], None]:
+        """Calls `callback(event)` for every notification `method` ("session/changed" gives a
+        `SessionChanged`, "signIn/progress" a `SignInProgress`; None: all). It runs in the reader
+        (the blocking wrapper's event-loop thread), in order, before the answer of the request
+        that caused it; a coroutine it returns runs as a task. Returns a function that
+        unsubscribes. Survives `restart()`."""
+        self._subscribers.setdefault(method, []).append(callback)
+
+        def unsubscribe() -> None:
+            callbacks = self._subscribers.get(method, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
+        return unsubscribe
+
+
 class _Pending:
     __slots__ = ("method", "future", "on_progress")
 
-    def __init__(self, method: str, future: asyncio.Future[Any], on_progress: EventCallback | None) -> None:
+    def __init__(self, method: str, future: asyncio.Future[Any], on_progress: ProgressCallback | None) -> None:
         self.method, self.future, self.on_progress = method, future, on_progress
 
 
@@ -104,8 +143,8 @@ class Connection:
     `bridge.on()` survive a restart of the host.
     """
 
-    def __init__(self, process: HostProcess, *, subscribers: dict[str | None, list[EventCallback]],
-                 streams: set[EventStream], on_frame: FrameTap | None = None) -> None:
+    def __init__(self, process: HostProcess, *, subscribers: dict[str | None, list[_Listener]],
+                 streams: set[EventStream[Event]], on_frame: FrameTap | None = None) -> None:
         self.process = process
         self._subscribers = subscribers
         self._streams = streams
@@ -144,12 +183,13 @@ class Connection:
         if self.closed.done():
             raise self._closed_error(method)
         try:
-            await self.process.write(self._encode(frame))
+            self.process.send(self._encode(frame))
+            await self.process.drain()
         except (ConnectionError, OSError) as error:
             raise await self._write_failed(method) from error
 
     async def request(self, method: str, params: dict[str, Any] | None = None, *,
-                      timeout: float | None = None, on_progress: EventCallback | None = None) -> Any:
+                      timeout: float | None = None, on_progress: ProgressCallback | None = None) -> Any:
         """Sends a request and returns its `result`, or raises the error class of its `error`.
 
         Cancelling the awaiting task, or `timeout` (seconds) running out, sends `$/cancelRequest`
@@ -167,7 +207,10 @@ class Connection:
             frame["params"] = params
         try:
             try:
-                await self.process.write(self._encode(frame))
+                # Queued at once, before any await: a caller cancelled from here on has a frame the
+                # host will answer, so `_cancel_at_host` always has an answer to wait for and drop.
+                self.process.send(self._encode(frame))
+                await self.process.drain()
             except (ConnectionError, OSError) as error:
                 raise await self._write_failed(method) from error
             if timeout is None:
@@ -293,7 +336,7 @@ class Connection:
         for stream in list(self._streams):
             stream._offer(event)
 
-    def _call(self, callback: EventCallback, event: Event) -> None:
+    def _call(self, callback: _Listener, event: Event) -> None:
         """Runs a callback now; a coroutine it returns runs as a task. Errors are logged, never
         raised into the reader (one faulty listener must not stop the bridge)."""
         try:
@@ -340,17 +383,20 @@ class Connection:
 
     async def close(self, grace: float, end_streams: bool = True) -> int | None:
         """The spec's clean stop (§2), every step bounded by `grace` seconds: `shutdown` (the host
-        answers null and refuses new work), `exit`, then EOF; if the host is still there,
-        SIGTERM, then SIGKILL. Returns the exit status (0 after a clean shutdown). Event streams
+        answers null and refuses new work), `exit` (also when shutdown went unanswered), then EOF;
+        if the host is still there, SIGTERM, then SIGKILL. Returns the exit status (0 after a clean shutdown). Event streams
         end, unless `end_streams` is false (a restart: they go on with the next host)."""
         self._closing = True
         self._end_streams = end_streams
         if not self.closed.done() and self.process.returncode is None:
             try:
                 await self.request("shutdown", timeout=grace)
-                await asyncio.wait_for(self.notify("exit"), grace)
+            except (AuthBridgeError, asyncio.TimeoutError) as error:
+                log.debug("shutdown was not answered (%s); sending exit anyway", type(error).__name__)
+            try:
+                await asyncio.wait_for(self.notify("exit"), grace)    # honoured in any phase (spec §2)
             except (AuthBridgeError, asyncio.TimeoutError, ConnectionError, OSError) as error:
-                log.debug("clean shutdown failed (%s); stopping the host", type(error).__name__)
+                log.debug("exit could not be sent (%s); stopping the host", type(error).__name__)
         code = await self.process.stop(grace)
         if self._reader is not None:
             await asyncio.wait({self._reader}, timeout=grace)

@@ -19,12 +19,12 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from .client import AuthBridge
 from .errors import BridgeClosed
-from .protocol import EventCallback, EventStream
-from .types import Event, InitializeResult
+from .protocol import E_co, EventStream, Listeners
+from .types import Event, InitializeResult, SessionChanged, SignInProgress
 
 __all__ = ["SyncAuthBridge", "SyncEventStream", "connect"]
 
@@ -42,13 +42,13 @@ def _blocking(method: Callable[Concatenate[AuthBridge, P], Awaitable[R]]) -> Cal
     return call
 
 
-class SyncEventStream:
+class SyncEventStream(Generic[E_co]):
     """A blocking iterator over events: `for event in stream:` or `stream.get(timeout=5)`."""
 
-    def __init__(self, owner: SyncAuthBridge, stream: EventStream) -> None:
+    def __init__(self, owner: SyncAuthBridge, stream: EventStream[E_co]) -> None:
         self._owner, self._stream = owner, stream
 
-    def get(self, timeout: float | None = None) -> Event:
+    def get(self, timeout: float | None = None) -> E_co:
         """The next event; `TimeoutError` after `timeout` seconds, `StopIteration` once the
         bridge is closed, `HostExited` when the host died."""
         try:
@@ -58,23 +58,23 @@ class SyncEventStream:
         except asyncio.TimeoutError:
             raise TimeoutError(f"no event within {timeout} s") from None
 
-    def __iter__(self) -> Iterator[Event]:
+    def __iter__(self) -> Iterator[E_co]:
         return self
 
-    def __next__(self) -> Event:
+    def __next__(self) -> E_co:
         return self.get()
 
     def close(self) -> None:
         self._owner._loop.call_soon_threadsafe(self._stream.close)
 
-    def __enter__(self) -> SyncEventStream:
+    def __enter__(self) -> SyncEventStream[E_co]:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class SyncAuthBridge:
+class SyncAuthBridge(Listeners):
     """`AuthBridge` with blocking methods (same names, arguments and results). Per-call
     `timeout=` works as in the async API: the request is cancelled at the host and
     `TimeoutError` is raised (`asyncio.TimeoutError` is `TimeoutError` from Python 3.11)."""
@@ -89,6 +89,7 @@ class SyncAuthBridge:
         except BaseException:
             self._stop_loop()
             raise
+        super().__init__(self._bridge._subscribers)    # `on()` adds to the asyncio bridge's listeners
 
     @staticmethod
     async def _make(args: tuple[Any, ...], kwargs: dict[str, Any]) -> AuthBridge:
@@ -169,12 +170,16 @@ class SyncAuthBridge:
 
     # Events
 
-    def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]:
-        """As `AuthBridge.on`; the callback runs in the bridge's thread."""
-        return self._bridge.on(method, callback)
+    @overload
+    def events(self, method: Literal["session/changed"], /) -> SyncEventStream[SessionChanged]: ...
+    @overload
+    def events(self, method: Literal["signIn/progress"], /) -> SyncEventStream[SignInProgress]: ...
+    @overload
+    def events(self, *methods: str) -> SyncEventStream[Event]: ...
 
-    def events(self, *methods: str) -> SyncEventStream:
-        async def make() -> EventStream:
+    def events(self, *methods: str) -> SyncEventStream[Any]:
+        """As `AuthBridge.events`, a blocking iterator."""
+        async def make() -> EventStream[Any]:
             return self._bridge.events(*methods)
         return SyncEventStream(self, self._run(make()))
 

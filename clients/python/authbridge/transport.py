@@ -77,7 +77,6 @@ class HostProcess:
         self._stderr = collections.deque(maxlen=stderr_lines)  # type: collections.deque[str]
         self._proc: asyncio.subprocess.Process | None = None
         self._stderr_task: asyncio.Task[None] | None = None
-        self._write_lock = asyncio.Lock()
 
     # ── Life ────────────────────────────────────────────────────────────────
 
@@ -188,22 +187,26 @@ class HostProcess:
                 return OversizeLine(head, (tail + line)[-512:], size + len(line))
             return line
 
-    async def write(self, data: bytes) -> None:
-        """Writes one frame whole and waits for the pipe to take it (back-pressure)."""
-        if self._proc is None or self._proc.stdin is None:
-            raise BrokenPipeError("the host is not running")
-        async with self._write_lock:
-            self._proc.stdin.write(data)
-            await self._proc.stdin.drain()
-
-    def write_nowait(self, data: bytes) -> bool:
-        """Queues a frame without waiting: for notifications sent from a cancelled task, which
-        must not await. False when the pipe is closed."""
+    def send(self, data: bytes) -> None:
+        """Queues one frame, whole, without waiting: the pipe transport takes it in one piece, so
+        frames never interleave and a frame is either queued entirely or not at all."""
         stdin = self._proc.stdin if self._proc else None
         if stdin is None or stdin.is_closing():
-            return False
+            raise BrokenPipeError("the host is not running")
+        stdin.write(data)
+
+    async def drain(self) -> None:
+        """Waits until the pipe takes what was queued (back-pressure). Several callers may wait
+        at once (Python 3.10+)."""
+        if self._proc is None or self._proc.stdin is None:
+            raise BrokenPipeError("the host is not running")
+        await self._proc.stdin.drain()
+
+    def write_nowait(self, data: bytes) -> bool:
+        """`send` for frames written while a cancellation unwinds, which must not await or raise.
+        False when the pipe is closed."""
         try:
-            stdin.write(data)
+            self.send(data)
         except (ConnectionError, OSError, RuntimeError):
             return False
         return True

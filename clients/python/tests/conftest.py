@@ -1,18 +1,21 @@
 """Test harness of the Python client: the real host, the bundled `oidc` plugin and
-django-oauth-toolkit (Tests/support/dot_server.py, the suite's authorization server).
+django-oauth-toolkit (Tests/support/dot_server.py, the suite's authorization server); the
+`tableau` and `marketsharp` plugins against their simulators (Tests/contract/sim_*.py).
 
     AUTHBRIDGE=/path/to/authbridge AUTHBRIDGE_PLUGINS=/path/to/plugins \\
         .venv/bin/python -m pytest -q clients/python/tests
 
-AUTHBRIDGE (the host; default .build/debug/authbridge) and AUTHBRIDGE_PLUGINS (a folder holding
-oidc.json and libauthbridge-oidc.so; default .build/debug/plugins). The venv needs jsonschema
-and DOT (requirements-test.txt); the client itself needs nothing.
+AUTHBRIDGE (the host; default .build/debug/authbridge) and AUTHBRIDGE_PLUGINS (the folder of
+the bundled plugins, as `make build` stages them; default .build/debug/plugins). The venv needs
+requirements-test.txt (jsonschema, DOT, mypy…); the client itself needs nothing.
 
 Every frame the client sends and receives passes through its `on_frame` hook into
-`FrameValidator`, which checks what the host wrote against bridge-spec/openrpc.json as
-Tests/contract/conftest.py does; a violation fails the test at teardown. Every log record of
-the `authbridge` loggers (the client's, and the host's stderr it forwards at debug level) is
-scanned for the codes and tokens DOT handed out.
+`FrameValidator`, which checks both directions against bridge-spec/openrpc.json with
+Tests/tools/validate_frames.py (the validators of Tests/contract/conftest.py); a violation fails
+the test at teardown. Programs run as child processes (the example, the README's quick start)
+get Tests/tools/frame_tap.py in front of the host (the `frame_tap` fixture), and their recorded
+frames are validated the same way. Every log record of the `authbridge` loggers (the client's,
+and the host's stderr it forwards at debug level) is scanned for the codes and tokens DOT handed out.
 
 Async tests are plain `async def` functions, run here with `asyncio.run` under a deadline (no
 pytest-asyncio needed).
@@ -21,16 +24,23 @@ pytest-asyncio needed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib.util
 import inspect
 import json
 import logging
 import os
+import re
 import shutil
+import subprocess
 import sys
+import textwrap
 import threading
 import urllib.request
-from collections.abc import Callable
+import venv
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -42,18 +52,11 @@ sys.path.insert(0, str(REPO / "Tests" / "contract"))   # dot_auth, leak_scan
 
 import leak_scan  # noqa: E402
 from dot_auth import DotAuthServer  # noqa: E402
-from jsonschema import Draft202012Validator  # noqa: E402
-from jsonschema.exceptions import best_match  # noqa: E402
-from referencing import Registry  # noqa: E402
-from referencing.jsonschema import DRAFT202012  # noqa: E402
 
 import authbridge  # noqa: E402
 
 HOST_BIN = Path(os.environ.get("AUTHBRIDGE") or REPO / ".build" / "debug" / "authbridge").resolve()
 PLUGINS_SOURCE = Path(os.environ.get("AUTHBRIDGE_PLUGINS") or REPO / ".build" / "debug" / "plugins").resolve()
-SPEC_PATH = REPO / "bridge-spec" / "openrpc.json"
-SPEC_URI = "urn:authbridge:bridge-spec:openrpc.json"
-OIDC_FILES = ("oidc.json", "libauthbridge-oidc.so")
 
 #: Bound on a whole async test; every wait inside has its own, smaller bound.
 TEST_TIMEOUT = 90.0
@@ -86,118 +89,139 @@ def pytest_pyfunc_call(pyfuncitem):
 
 # ── Every frame against bridge-spec/openrpc.json ──────────────────────────────
 
-class Spec:
-    def __init__(self) -> None:
-        self.document = json.loads(SPEC_PATH.read_text(encoding="utf-8"))
-        self.registry = Registry().with_resource(SPEC_URI, DRAFT202012.create_resource(self.document))
-        self.kinds = {kind: self.validator(f"#/components/schemas/Envelope/$defs/{kind}")
-                      for kind in ("Response", "ErrorResponse", "Notification")}
-        self.results: dict[str, Draft202012Validator] = {}
-        self.notifications: dict[str, Draft202012Validator] = {}
-        for index, method in enumerate(self.document["methods"]):
-            if "result" in method:
-                self.results[method["name"]] = self.validator(f"#/methods/{index}/result/schema")
-            if method.get("x-notification") and method.get("x-direction") == "server-to-client":
-                self.notifications[method["name"]] = self.validator(f"#/methods/{index}/x-params")
-
-    def validator(self, pointer: str) -> Draft202012Validator:
-        return Draft202012Validator({"$ref": SPEC_URI + pointer}, registry=self.registry)
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-_SPEC: Spec | None = None
+_CONTRACT_CONFTEST = _load("contract_conftest", REPO / "Tests" / "contract" / "conftest.py")
 
 
-def problems(validator: Draft202012Validator, instance: Any) -> list[str]:
-    found = []
-    for error in validator.iter_errors(instance):
-        best = best_match([error])
-        where = "/".join(str(p) for p in best.absolute_path) or "(root)"
-        found.append(f"at {where}: {best.message}")
-    return found
+def contract_module(path: Path, name: str) -> ModuleType:
+    """A module written for Tests/contract, loaded as `name`. Such modules import that folder's
+    conftest.py as `conftest`, which here is this file: the contract's stands in while it loads."""
+    ours = sys.modules.get("conftest")
+    sys.modules["conftest"] = _CONTRACT_CONFTEST
+    try:
+        return _load(name, path)
+    finally:
+        if ours is not None:
+            sys.modules["conftest"] = ours
 
 
-def _no_duplicate_keys(pairs):
-    seen = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
+#: The validators every frontend's frames are checked with (those of Tests/contract/conftest.py).
+validate_frames = contract_module(REPO / "Tests" / "tools" / "validate_frames.py", "validate_frames")
+SPEC_PATH = validate_frames.SPEC_PATH
+_SPEC: Any = None
+
+
+def spec() -> Any:
+    global _SPEC
+    if _SPEC is None:
+        _SPEC = validate_frames.Spec(SPEC_PATH)
+    return _SPEC
 
 
 class FrameValidator:
-    """The client's `on_frame` hook in the tests: validates what the host writes, remembers every
-    frame, and lets a test wait for one. Called on the bridge's event-loop thread."""
+    """The client's `on_frame` hook in the tests: validates every frame both ways with
+    validate_frames (what the client sends: a request or client notification the spec lists,
+    params that fit; what the host writes: envelope, result of the method asked, notification
+    params, each id answered once), remembers every frame, and lets a test wait for one.
+    Called on the bridge's event-loop thread; ids restart with each host (a restart says so
+    with its `initialize`, id 1)."""
 
     def __init__(self) -> None:
-        global _SPEC
-        if _SPEC is None:
-            _SPEC = Spec()
-        self.spec = _SPEC
-        self.sent: dict[Any, str] = {}            # request id → method (ids restart with each host)
+        self.spec = spec()
+        self.sent: dict[Any, str] = {}            # request id → method, of the current host
+        self.sent_frames: list[dict[str, Any]] = []
         self.received: list[dict[str, Any]] = []
+        self.answered: set[Any] = set()
         self.violations: list[str] = []
+        self.breaking_on_purpose = False
         self.cond = threading.Condition()
-        self._waiters: list[tuple[Callable[[dict], bool], asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._waiters: list[tuple[str, Callable[[dict], bool], asyncio.AbstractEventLoop, asyncio.Future]] = []
 
     def __call__(self, direction: str, raw: bytes, frame: Any) -> None:
-        if direction == "send":
-            if isinstance(frame, dict) and "id" in frame and "method" in frame:
-                self.sent[frame["id"]] = frame["method"]
-            return
         with self.cond:
-            self._check(raw)
+            if direction == "send":
+                self._check_sent(raw, frame)
+            else:
+                self._check_received(raw)
+                if isinstance(frame, dict):
+                    self.received.append(frame)
             if isinstance(frame, dict):
-                self.received.append(frame)
                 for waiter in list(self._waiters):
-                    predicate, loop, future = waiter
-                    if predicate(frame):
+                    wanted, predicate, loop, future = waiter
+                    if wanted == direction and predicate(frame):
                         self._waiters.remove(waiter)
                         loop.call_soon_threadsafe(lambda f=future, v=frame: f.done() or f.set_result(v))
             self.cond.notify_all()
 
-    def _check(self, raw: bytes) -> None:
+    def _check_sent(self, raw: bytes, frame: Any) -> None:
+        text = raw.decode("utf-8", errors="replace")[:300]
+        if not raw.endswith(b"\n") or raw.count(b"\n") != 1:
+            self.violations.append(f"sent frame is not one \\n-terminated line: {text}")
+        method, found = validate_frames.sent_frame_problems(self.spec, frame)
+        if found and not self.breaking_on_purpose:
+            self.violations += [f"{p}: {text}" for p in found]
+        if not isinstance(frame, dict):
+            return
+        if method == "initialize" and frame.get("id") == 1:   # a new host: ids start again
+            self.sent.clear()
+            self.answered.clear()
+        self.sent_frames.append(frame)
+        if "id" in frame and method is not None:
+            self.sent[frame["id"]] = method
+
+    @contextlib.contextmanager
+    def off_spec(self) -> Iterator[None]:
+        """Frames sent inside break the spec on purpose (a test of how the host refuses them)."""
+        self.breaking_on_purpose = True
+        try:
+            yield
+        finally:
+            self.breaking_on_purpose = False
+
+    def _check_received(self, raw: bytes) -> None:
         text = raw.decode("utf-8", errors="replace")[:300]
         if not raw.endswith(b"\n") or raw.endswith(b"\r\n"):
             self.violations.append(f"frame not terminated by a bare \\n: {text}")
         try:
-            frame = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+            frame = json.loads(raw.decode("utf-8"), object_pairs_hook=validate_frames._no_duplicate_keys)
         except ValueError as error:
             self.violations.append(f"not a JSON frame ({error}): {text}")
             return
-        if not isinstance(frame, dict):
-            self.violations.append(f"not a JSON object: {text}")
-            return
-        kind = "Notification" if "method" in frame else "ErrorResponse" if "error" in frame else "Response"
-        for problem in problems(self.spec.kinds[kind], frame):
-            self.violations.append(f"breaks Envelope/{kind} {problem}: {text}")
-        if kind == "Notification":
-            validator = self.spec.notifications.get(frame.get("method"))
-            if validator is None:
-                self.violations.append(f"unknown notification: {text}")
-            else:
-                self.violations += [f"{frame['method']} params {p}: {text}" for p in problems(validator, frame.get("params"))]
-        elif kind == "Response":
-            method = self.sent.get(frame.get("id"))
-            if method is None:
-                self.violations.append(f"answer to an id never sent: {text}")
-            elif method in self.spec.results:
-                found = problems(self.spec.results[method], frame["result"])
-                self.violations += [f"result of {method} {p}: {text}" for p in found]
+        method = None
+        if isinstance(frame, dict) and "method" not in frame and ("result" in frame or "error" in frame):
+            key = frame.get("id")
+            if key is not None:
+                method = self.sent.get(key)
+                if method is None:
+                    self.violations.append(f"answer to an id never sent: {text}")
+                elif key in self.answered:
+                    self.violations.append(f"request id {key!r} answered again: {text}")
+                self.answered.add(key)
+        self.violations += [f"{p}: {text}" for p in validate_frames.frame_problems(self.spec, frame, method)]
 
     def frames(self) -> list[dict[str, Any]]:
         with self.cond:
             return list(self.received)
 
-    async def wait_for(self, predicate: Callable[[dict], bool], timeout: float = WAIT) -> dict[str, Any]:
-        """The first received frame (already here or still to come) matching `predicate`."""
+    async def wait_for(self, predicate: Callable[[dict], bool], timeout: float = WAIT,
+                       direction: str = "receive") -> dict[str, Any]:
+        """The first frame received (direction "send": sent) matching `predicate`, already there
+        or still to come."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self.cond:
-            for frame in self.received:
+            for frame in self.received if direction == "receive" else self.sent_frames:
                 if predicate(frame):
                     return frame
-            self._waiters.append((predicate, loop, future))
+            self._waiters.append((direction, predicate, loop, future))
         return await asyncio.wait_for(future, timeout)
 
     def wait_for_blocking(self, predicate: Callable[[dict], bool], timeout: float = WAIT) -> dict[str, Any]:
@@ -205,6 +229,40 @@ class FrameValidator:
             found = self.cond.wait_for(lambda: next((f for f in self.received if predicate(f)), None), timeout)
         assert found, "no such frame arrived in time"
         return found
+
+
+class TapLog:
+    """Tests/tools/frame_tap.py in front of the host, for a frontend run as a child process: put
+    `env` into its environment (AUTHBRIDGE is then the tap, which starts `host`). `check()`
+    validates every recorded frame, both ways, with validate_frames.validate."""
+
+    TAP = REPO / "Tests" / "tools" / "frame_tap.py"
+
+    def __init__(self, path: Path, host: Path = HOST_BIN) -> None:
+        self.path = path
+        self.env = {"AUTHBRIDGE": str(self.TAP), "AUTHBRIDGE_TAP_TARGET": str(host), "AUTHBRIDGE_TAP_LOG": str(path)}
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def sent_methods(self) -> list[str]:
+        """The methods of the frames the frontend sent, in order, over every host it started."""
+        return [json.loads(r["line"]).get("method") for r in self.records() if r["dir"] == "out"]
+
+    def check(self) -> int:
+        checked, found = validate_frames.validate([self.path])
+        assert not found, "frames that break bridge-spec:\n" + "\n".join(found[:20])
+        return checked
+
+
+@pytest.fixture
+def frame_tap(tmp_path) -> TapLog:
+    """A TapLog in tmp_path (the log holds tokens); its frames are validated again at teardown."""
+    tap = TapLog(tmp_path / "frames.jsonl")
+    yield tap
+    assert tap.check() > 0, "the tap recorded no frame: was AUTHBRIDGE pointed at it?"
 
 
 class LogCapture(logging.Handler):
@@ -245,19 +303,81 @@ def logs(frames) -> LogCapture:
     assert not places, f"a code or token appeared in {', '.join(places)} (log lines count from the first record)"
 
 
+# ── The READMEs' code, as a reader copies it ─────────────────────────────────
+
+ROOT_README = REPO / "README.md"
+CLIENT_README = CLIENT_DIR / "README.md"
+
+
+def code_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+def from_python_section() -> str:
+    """The root README's "From Python" quick start (up to the next heading)."""
+    text = ROOT_README.read_text(encoding="utf-8")
+    assert "\n### From Python\n" in text, "the root README has no From Python section"
+    return text.split("\n### From Python\n", 1)[1].split("\n#", 1)[0]
+
+
+def root_quick_start() -> str:
+    """The Python program of the root README's quick start, verbatim."""
+    [program] = code_blocks(from_python_section(), "python")
+    return program
+
+
+# ── Fresh virtual environments (a new user's machine) ──────────────────────────
+
+PIP_TIMEOUT = 300
+
+
+def fresh_venv(path: Path) -> Path:
+    """A new venv (with pip, nothing else); returns its python."""
+    venv.EnvBuilder(with_pip=True, clear=True).create(path)
+    return path / "bin" / "python"
+
+
+_INSTALLED = textwrap.dedent("""
+    import importlib.resources, sys
+    import authbridge, authbridge.sync
+    assert authbridge.__file__.startswith(sys.prefix), authbridge.__file__
+    assert importlib.resources.files("authbridge").joinpath("py.typed").is_file()
+    assert issubclass(authbridge.NotSignedIn, authbridge.AuthBridgeError) and authbridge.NotSignedIn.code == -32001
+    print("imported", authbridge.__version__)
+""")
+
+
+def check_installed(python: Path, cwd: Path) -> None:
+    """The venv of `python` imports its own installed copy of the package (run from `cwd`, not
+    the checkout), typed, and nothing but the package came along."""
+    done = subprocess.run([str(python), "-c", _INSTALLED], cwd=cwd, capture_output=True, text=True, timeout=PIP_TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == f"imported {authbridge.__version__}"
+    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
+                            timeout=PIP_TIMEOUT)
+    packages = {line.split("==")[0].lower() for line in listed.stdout.split()}
+    assert packages - {"pip", "setuptools"} == {"authbridge"}, "no runtime dependency came along"
+
+
+def no_package_index(pip_output: str) -> bool:
+    """pip failed because no package index could be reached for the build backend (setuptools)."""
+    return ("No matching distribution found for setuptools" in pip_output
+            or "Could not find a version that satisfies" in pip_output)
+
+
 # ── The host, its plugins and DOT ──────────────────────────────────────────────
+
+def plugin_folder(folder: Path, *plugins: str) -> Path:
+    """A private copy (folder 0755, files 0644) of bundled plugins (manifest and library): the
+    host refuses plugin files others can write."""
+    files = [name for plugin in plugins for name in (f"{plugin}.json", f"libauthbridge-{plugin}.so")]
+    return _CONTRACT_CONFTEST.make_plugin_dir(folder, files, PLUGINS_SOURCE)
+
 
 @pytest.fixture
 def plugin_dir(tmp_path) -> Path:
-    """A private copy (folder 0755, files 0644) of the bundled oidc plugin: the host refuses
-    plugin files others can write."""
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for name in OIDC_FILES:
-        shutil.copyfile(PLUGINS_SOURCE / name, folder / name)
-        os.chmod(folder / name, 0o644)
-    return folder
+    """The bundled oidc plugin, in a folder of its own."""
+    return plugin_folder(tmp_path / "plugins", "oidc")
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-async def test_request_errors_map_to_their_classes(host_options, dot):
+async def test_request_errors_map_to_their_classes(host_options, dot, frames):
     profiles = {**dot_profiles(dot), "ghost": {"plugin": "ghost", "settings": {}}}
     async with authbridge.connect(**host_options(profiles=profiles)) as bridge:
         with pytest.raises(authbridge.ProviderUnknown) as raised:
@@ -56,11 +56,11 @@ async def test_request_errors_map_to_their_classes(host_options, dot):
         with pytest.raises(authbridge.NotSignedIn):
             await bridge.fetch("dot", f"{dot.base}/o/userinfo/")
 
-        with pytest.raises(authbridge.InvalidParams) as raised:
+        with frames.off_spec(), pytest.raises(authbridge.InvalidParams) as raised:
             await bridge.get_access_token("dot", min_validity_ms=-1)
         assert raised.value.field == "minValidityMs"
 
-        with pytest.raises(authbridge.MethodNotFound) as raised:
+        with frames.off_spec(), pytest.raises(authbridge.MethodNotFound) as raised:
             await bridge.request("getTokens", {})
         assert raised.value.data == {"method": "getTokens"}
 
@@ -91,6 +91,27 @@ async def test_request_errors_map_to_their_classes(host_options, dot):
         with pytest.raises(authbridge.Timeout) as raised:
             await bridge.request_oauth_tokens("dot", flow="browser", timeout_ms=1000, timeout=WAIT)
         assert (raised.value.reason, raised.value.retryable) == ("timeout", True)
+
+
+async def test_a_plugin_that_is_not_loaded_says_what_there_is_and_what_to_do(host_options, plugin_dir):
+    ghost = plugin_dir / "ghost.json"
+    ghost.write_text(json.dumps({"id": "ghost", "version": "1", "abi": "1.0", "library": "libauthbridge-ghost.so"}))
+    os.chmod(ghost, 0o666)                       # refused: others may write it
+    async with authbridge.connect(**host_options()) as bridge:
+        with pytest.raises(authbridge.ProviderUnknown) as raised:
+            await bridge.configure_profile("corp", "ghost")
+        error = raised.value
+        assert (error.code, error.reason, error.field) == (-32003, "unknownPlugin", "plugin")
+        assert error.message.startswith('No loaded plugin has the id "ghost". '), "the host's own words first"
+        assert f"Loaded plugins: oidc (from {plugin_dir})." in error.message
+        assert f"It refused {ghost}: " in error.message and "(mode 666)" in error.message
+        assert "Fix that and start the bridge again." in error.message
+
+        with pytest.raises(authbridge.ProviderUnknown) as raised:
+            await bridge.configure_profile("corp", "okta")
+        assert "put its manifest and library (okta.json, a .so) in a plugin folder" in raised.value.message
+        assert "$XDG_DATA_HOME/authbridge/plugins" in raised.value.message and "authbridge plugins" in str(raised.value)
+        assert [p.name for p in (await bridge.list_providers()).profiles] == []
 
 
 async def test_sign_in_refusals_and_cancellations(host_options, dot):

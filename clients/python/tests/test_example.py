@@ -1,13 +1,15 @@
-"""Examples/python_example.py end to end against django-oauth-toolkit, with its scripted user."""
+"""Examples/python_example.py end to end against django-oauth-toolkit, with its scripted user;
+every frame it exchanges with the host is recorded by Tests/tools/frame_tap.py and validated."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 
-from conftest import HOST_BIN, REPO
+from conftest import REPO, code_blocks, from_python_section
 
 EXAMPLE = REPO / "Examples" / "python_example.py"
 TIMEOUT = 120
@@ -17,8 +19,20 @@ JWT = re.compile(r"eyJ[\w-]+\.[\w-]+\.")
 QUERY_SECRET = re.compile(r"[?&](code|state|nonce|code_challenge|access_token|refresh_token)=")
 
 
-def test_the_example_signs_in_fetches_userinfo_and_signs_out(tmp_path, plugin_dir, dot):
-    env = dict(os.environ, AUTHBRIDGE=str(HOST_BIN), XDG_CONFIG_HOME=str(tmp_path / "config"),
+def test_the_readme_runs_the_example_with_options_it_has():
+    """The root README's way to try the example (`make dev-server`'s exports, then this command line)."""
+    shell = "".join(code_blocks(from_python_section(), "sh"))
+    [line] = [line for line in shell.splitlines() if "Examples/python_example.py" in line]
+    words = shlex.split(line)
+    assert words == ["python3", "Examples/python_example.py", "--issuer", "$ISSUER", "--client-id", "$CLIENT_ID"], words
+    assert "make dev-server" in from_python_section()
+    usage = subprocess.run([sys.executable, str(EXAMPLE), "--help"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert usage.returncode == 0, usage.stderr
+    assert "--issuer ISSUER" in usage.stdout and "--client-id CLIENT_ID" in usage.stdout
+
+
+def test_the_example_signs_in_fetches_userinfo_and_signs_out(tmp_path, plugin_dir, dot, frame_tap):
+    env = dict(os.environ, **frame_tap.env, XDG_CONFIG_HOME=str(tmp_path / "config"),
                XDG_DATA_HOME=str(tmp_path / "data"), HOME=str(tmp_path))
     env.pop("DBUS_SESSION_BUS_ADDRESS", None)
     env.pop("AUTHBRIDGE_VAULT_KEY", None)
@@ -42,3 +56,6 @@ def test_the_example_signs_in_fetches_userinfo_and_signs_out(tmp_path, plugin_di
     assert not DOT_TOKEN.search(output), "a token-looking value in the output"
     assert not JWT.search(output), "a JWT in the output"
     assert not QUERY_SECRET.search(output), "a URL with secret query values in the output"
+    methods = frame_tap.sent_methods()
+    assert methods[:2] == ["initialize", "initialized"] and methods[-2:] == ["shutdown", "exit"], methods
+    assert frame_tap.check() > 10

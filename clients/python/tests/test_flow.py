@@ -87,6 +87,7 @@ async def test_sign_in_status_token_fetch_events_and_sign_out(host_options, dot,
     # The tap saw the end of the lifecycle: `shutdown` answered null (then `exit`).
     shutdown = next(i for i, method in frames.sent.items() if method == "shutdown")
     assert {"jsonrpc": "2.0", "id": shutdown, "result": None} in frames.frames()
+    assert frames.sent_frames[-1] == {"jsonrpc": "2.0", "method": "exit"}
     # The host's log reached the logging module (debug), through the drained stderr.
     assert logs.text("authbridge.host"), "the host's stderr is forwarded to logging"
 

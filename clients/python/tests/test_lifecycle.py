@@ -59,6 +59,35 @@ async def test_a_client_deadline_cancels_the_request_and_raises_asyncio_timeout(
         assert (await bridge.check_sign_in_status("dot", timeout=WAIT)).state == "notSignedIn"
 
 
+async def test_calls_cancelled_while_the_pipe_is_full_are_cancelled_at_the_host(host_options, frames, logs):
+    """Calls given up while the host reads nothing (stopped): each frame was queued whole, so each
+    gets its $/cancelRequest, the host answers each id once, and the client drops those answers
+    and forgets the ids (none is left waiting for an answer that never comes)."""
+    async with authbridge.connect(**host_options()) as bridge:
+        os.kill(bridge.pid, signal.SIGSTOP)          # reads nothing: the pipe and the client's buffer fill
+        try:
+            big = asyncio.ensure_future(bridge.fetch("nope", "https://api.example.com/", method="POST",
+                                                     body="x" * (1 << 20)))
+            small = asyncio.ensure_future(bridge.list_accounts())
+            sent = [await frames.wait_for(lambda f, m=method: f.get("method") == m, direction="send")
+                    for method in ("fetch", "listAccounts")]
+            assert not big.done() and not small.done(), "both wait for the pipe"
+            for task in (small, big):                # the later call first: it never got to the pipe
+                task.cancel()
+            for task in (small, big):
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+        finally:
+            os.kill(bridge.pid, signal.SIGCONT)
+        cancels = [f["params"]["id"] for f in frames.sent_frames if f.get("method") == "$/cancelRequest"]
+        assert sorted(cancels) == [f["id"] for f in sent]
+        for frame in sent:                           # answered (cancelled, or refused first): once each
+            await frames.wait_for(lambda f, i=frame["id"]: f.get("id") == i and "method" not in f)
+        assert bridge._connection is not None and bridge._connection._abandoned == {}
+        assert (await bridge.list_providers()).plugins, "the bridge goes on"
+    assert "unknown request id" not in logs.text()
+
+
 async def test_a_killed_host_fails_every_pending_call_and_a_new_one_works(host_options, dot):
     profiles = {**dot_profiles(dot), "dot2": {"plugin": "oidc", "settings": dot_settings(dot)}}
     options = host_options(profiles=profiles)
@@ -94,6 +123,23 @@ async def test_a_killed_host_fails_every_pending_call_and_a_new_one_works(host_o
     async with authbridge.connect(**options) as again:     # or simply a new connect
         assert (await again.check_sign_in_status("dot")).state == "signedIn"
         await again.sign_out("dot")
+
+
+async def test_restart_configures_the_runtime_profiles_again(host_options, dot, frames):
+    async with authbridge.connect(**host_options()) as bridge:     # none in the configuration file
+        for name in ("dot", "gone", "dot2"):
+            await bridge.configure_profile(name, "oidc", dot_settings(dot))
+        assert await bridge.remove_profile("gone")
+        assert (await sign_in(bridge, dot)).state == "signedIn"
+        os.kill(bridge.pid, signal.SIGKILL)
+        await bridge.restart()
+        configured = [f["params"]["name"] for f in frames.sent_frames if f.get("method") == "configureProfile"]
+        assert configured[-2:] == ["dot", "dot2"], "again, in order, without the removed one"
+        assert [(p.name, p.source) for p in (await bridge.list_providers()).profiles] == \
+            [("dot", "runtime"), ("dot2", "runtime")]
+        status = await bridge.check_sign_in_status("dot")
+        assert (status.state, status.reason) == ("signedIn", "valid"), "the stored session is the same profile's"
+        await bridge.sign_out("dot")
 
 
 class BigBody(http.server.BaseHTTPRequestHandler):
@@ -142,34 +188,50 @@ async def test_large_frames(host_options, dot, big_api, frames):
 
 
 STUB_HOST = textwrap.dedent('''
-    import json, sys
-    # A stand-in host that logs 4 MiB before it answers: a client that does not drain stderr
-    # leaves it blocked on a full pipe (64 KiB), and initialize is never answered.
+    import json, signal, sys
+    # A stand-in host. It exits 0 after `exit`, and 1 at EOF without one (the real host exits 0
+    # either way, so only this one tells whether the client sent `exit`).
+    #   --chatty: logs 4 MiB before it answers initialize (a client that does not drain stderr
+    #             leaves it blocked on a full 64 KiB pipe, and initialize is never answered);
+    #   --deaf:   answers neither shutdown nor exit and outlives EOF; only a signal ends it.
+    deaf = "--deaf" in sys.argv
     for line in sys.stdin:
         frame = json.loads(line)
-        if frame.get("method") == "initialize":
-            for n in range(32768):
-                sys.stderr.write(f"stub log line {n:06d} " + "." * 100 + "\\n")
-            sys.stderr.flush()
+        method = frame.get("method")
+        if method == "initialize":
+            if "--chatty" in sys.argv:
+                for n in range(32768):
+                    sys.stderr.write(f"stub log line {n:06d} " + "." * 100 + "\\n")
+                sys.stderr.flush()
             result = {"protocolVersion": "1.0", "serverInfo": {"name": "authbridge", "version": "0"},
                       "capabilities": {"batches": False, "cancellation": True, "flows": [], "notifications": []},
                       "providers": [], "profiles": [], "storage": {"backend": "memory", "protection": "none"}}
-        elif frame.get("method") == "shutdown":
+        elif method == "shutdown" and not deaf:
             result = None
-        elif frame.get("method") == "exit":
+        elif method == "exit" and not deaf:
             sys.exit(0)
         else:
             continue
         sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": frame["id"], "result": result}) + "\\n")
         sys.stdout.flush()
+    if deaf:
+        while True:
+            signal.pause()
+    sys.exit(1)
 ''')
 
 
-async def test_stderr_is_drained_and_kept_for_diagnostics(tmp_path, frames, logs):
+@pytest.fixture
+def stub_host(tmp_path):
     stub = tmp_path / "stub-host"
     stub.write_text(f"#!{sys.executable}\n{STUB_HOST}")
     stub.chmod(0o755)
-    async with authbridge.connect(stub, on_frame=frames, start_timeout=WAIT, stderr_lines=50) as bridge:
+    return stub
+
+
+async def test_stderr_is_drained_and_kept_for_diagnostics(stub_host, frames, logs):
+    async with authbridge.connect(stub_host, args=["--chatty"], on_frame=frames, start_timeout=WAIT,
+                                  stderr_lines=50) as bridge:
         assert bridge.info.storage.backend == "memory"
     assert bridge.returncode == 0
     tail = bridge.stderr_tail(3)
@@ -177,6 +239,26 @@ async def test_stderr_is_drained_and_kept_for_diagnostics(tmp_path, frames, logs
     assert len(bridge.stderr_tail(1000)) == 50, "a bounded ring of lines"
     forwarded = [r for r in logs.records if r.name == "authbridge.host"]
     assert len(forwarded) == 32768 and forwarded[0].levelname == "DEBUG"
+
+
+async def test_close_sends_shutdown_then_exit(stub_host, frames):
+    async with authbridge.connect(stub_host, on_frame=frames, start_timeout=WAIT):
+        pass
+    methods = [f.get("method") for f in frames.sent_frames]
+    assert methods == ["initialize", "initialized", "shutdown", "exit"], methods
+    assert frames.sent_frames[-1] == {"jsonrpc": "2.0", "method": "exit"}
+    shutdown = frames.sent_frames[-2]["id"]
+    assert {"jsonrpc": "2.0", "id": shutdown, "result": None} in frames.frames()
+
+
+async def test_a_host_deaf_to_shutdown_and_eof_ends_at_sigterm(stub_host, frames, logs):
+    bridge = await authbridge.connect(stub_host, args=["--deaf"], on_frame=frames, start_timeout=WAIT,
+                                      shutdown_timeout=0.5)
+    code = await bridge.close()
+    assert code == -signal.SIGTERM, "SIGTERM ended it: no SIGKILL was needed"
+    assert [f.get("method") for f in frames.sent_frames][-1] == "exit", "exit was sent although shutdown went unanswered"
+    steps = [r.getMessage().rsplit(": ", 1)[1] for r in logs.records if "did not exit within" in r.getMessage()]
+    assert steps == ["terminate"]
 
 
 async def test_shutdown_of_a_stuck_host_is_bounded(host_options):
