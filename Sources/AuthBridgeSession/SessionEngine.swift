@@ -93,7 +93,7 @@ public actor SessionEngine {
             throw SessionError(.invalidParams, "The profile name \(problem).", provider: nil, reason: "invalidName", field: "name")
         }
         guard plugins[pluginID] != nil else {
-            throw SessionError(.providerUnknown, "No loaded plugin has the id \"\(pluginID)\".", provider: name, reason: "unknownPlugin", field: "plugin")
+            throw .unknownPlugin(profile: name, plugin: pluginID, folders: pluginFolders)
         }
         let previous = profiles[name]
         let previousConfig = configs[name]

@@ -47,10 +47,19 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
     /// A profile names a plugin that did not load: where the host looked, and how to learn
     /// why (a missing plugin and a refused one look the same from here).
     static func pluginNotLoaded(profile: String, plugin: String, folders: [String]) -> SessionError {
+        SessionError(.pluginError, "Profile \"\(profile)\" uses plugin \"\(plugin)\", which is not loaded \(whereLooked(folders))",
+                     provider: profile, reason: "pluginNotLoaded")
+    }
+
+    /// `configureProfile` names a plugin that did not load.
+    static func unknownPlugin(profile: String, plugin: String, folders: [String]) -> SessionError {
+        SessionError(.providerUnknown, "No loaded plugin has the id \"\(plugin)\" \(whereLooked(folders))",
+                     provider: profile, reason: "unknownPlugin", field: "plugin")
+    }
+
+    private static func whereLooked(_ folders: [String]) -> String {
         let searched = folders.isEmpty ? "no plugin folder was searched" : "searched: \(folders.joined(separator: ", "))"
-        return SessionError(.pluginError, "Profile \"\(profile)\" uses plugin \"\(plugin)\", which is not loaded (\(searched)). "
-                            + "Run `authbridge plugins` to see which plugins loaded and why others were refused.",
-                            provider: profile, reason: "pluginNotLoaded")
+        return "(\(searched)). Run `authbridge plugins` to see which plugins loaded and why others were refused."
     }
 
     /// True when the same call may succeed later without the user doing anything.

@@ -264,7 +264,7 @@ class AuthBridge(Listeners):
 
     def _plugin_hint(self, plugin: str) -> str:
         """What the host found at start-up (its `initialize` answer) and what to do about a
-        plugin it lacks: the host's own message says neither."""
+        plugin it lacks: the host's own message names only the folders it searched."""
         found = self._info.providers if self._info else []
         loaded = sorted(p.id for p in found if p.loaded and p.id)
         folders = sorted({os.path.dirname(p.path) for p in found if p.loaded})
@@ -280,7 +280,6 @@ class AuthBridge(Listeners):
             parts.append(f"To add {plugin!r}, put its manifest and library ({plugin}.json, a .so) in a plugin folder "
                          "(one given with connect(plugins=[...]), or $XDG_DATA_HOME/authbridge/plugins) "
                          "and start the bridge again.")
-        parts.append("`authbridge plugins` lists what the host finds and why it refuses any.")
         return " ".join(parts)
 
     async def remove_profile(self, name: str, *, timeout: float | None = None) -> bool:

@@ -102,7 +102,8 @@ async def test_a_plugin_that_is_not_loaded_says_what_there_is_and_what_to_do(hos
             await bridge.configure_profile("corp", "ghost")
         error = raised.value
         assert (error.code, error.reason, error.field) == (-32003, "unknownPlugin", "plugin")
-        assert error.message.startswith('No loaded plugin has the id "ghost". '), "the host's own words first"
+        assert error.message.startswith(f'No loaded plugin has the id "ghost" (searched: {plugin_dir}'), \
+            "the host's own words first, naming the folders it searched"
         assert f"Loaded plugins: oidc (from {plugin_dir})." in error.message
         assert f"It refused {ghost}: " in error.message and "(mode 666)" in error.message
         assert "Fix that and start the bridge again." in error.message
