@@ -106,20 +106,27 @@ def test_a_changed_or_removed_profile_names_its_cookies(host, change):
 # ── A licence sign-out that outlives the host ────────────────────────────────
 
 
-def test_a_licence_sign_out_pending_at_exit_happens_at_the_next_start(start_host, tmp_path, api):  # noqa: F811
+def lose_the_licence(start_host, tmp_path, api, grace_ms):
+    """A host whose signed-in ctest account just lost its licence (the grace period running),
+    and how to start another host on the same vault."""
     plugins = make_plugin_dir(tmp_path / "licence-plugins")
-    profiles = {"c": {"plugin": "ctest", "settings": {"server": "https://ctest.example", "licenseGracePeriodMs": 1500}}}
+    profiles = {"c": {"plugin": "ctest", "settings": {"server": "https://ctest.example", "licenseGracePeriodMs": grace_ms}}}
     data_home = {"XDG_DATA_HOME": str(tmp_path / "data")}
     first = start_host([plugins], profiles=profiles, env=data_home)
     sign_in_session(first, "c", "licensed")
     first.result("fetch", {"provider": "c", "url": f"{api}/companies/1/customers"})
     first.wait_for_notification("session/changed", lambda p: p["state"] == "licenseRevoked")
+    return first, lambda **options: start_host([plugins], profiles=profiles, env=data_home, **options)
+
+
+def test_a_licence_sign_out_pending_at_exit_happens_at_the_next_start(start_host, tmp_path, api):  # noqa: F811
+    first, start_next = lose_the_licence(start_host, tmp_path, api, grace_ms=1500)
     error = first.error("getAccessToken", {"provider": "c"})
     assert error["data"]["reason"] == "licenseRevoked" and "license removed" in error["message"], \
         "the user keeps seeing the provider's words"
     first.stop()                                 # inside the grace period
 
-    second = start_host([plugins], profiles=profiles, env=data_home)
+    second = start_next()
     # The new host's first look at the vault finds the pending sign-out; it then happens by
     # itself when the grace period ends, without anyone asking again.
     [pending] = second.result("listAccounts", {"provider": "c"})["accounts"]
@@ -132,16 +139,10 @@ def test_a_licence_sign_out_pending_at_exit_happens_at_the_next_start(start_host
 
 
 def test_a_licence_sign_out_overdue_at_start_happens_before_any_answer(start_host, tmp_path, api):  # noqa: F811
-    plugins = make_plugin_dir(tmp_path / "licence-plugins")
-    profiles = {"c": {"plugin": "ctest", "settings": {"server": "https://ctest.example", "licenseGracePeriodMs": 60_000}}}
-    data_home = {"XDG_DATA_HOME": str(tmp_path / "data")}
-    first = start_host([plugins], profiles=profiles, env=data_home)
-    sign_in_session(first, "c", "licensed")
-    first.result("fetch", {"provider": "c", "url": f"{api}/x"})
-    first.wait_for_notification("session/changed", lambda p: p["state"] == "licenseRevoked")
+    first, start_next = lose_the_licence(start_host, tmp_path, api, grace_ms=60_000)
     first.proc.kill()                            # a crash: its timer dies with it
     first.stop()
-    second = start_host([plugins], profiles=profiles, env=data_home, test_clock=True)
+    second = start_next(test_clock=True)
     second.result("$/test/advanceClock", {"milliseconds": 61_000})    # past the stored deadline
     status = second.result("checkSignInStatus", {"provider": "c"})
     assert status["state"] == "notSignedIn" and status["reason"] == "licenseRevoked", status

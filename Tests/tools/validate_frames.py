@@ -100,6 +100,15 @@ def sent_frame_problems(spec: Spec, frame: object) -> tuple[str | None, list[str
     return method, problems
 
 
+def parse_frame(line: str, where: str, problems: list[str], complaint: str) -> object | None:
+    """The frame's JSON (duplicate keys refused), or None with `complaint` recorded."""
+    try:
+        return json.loads(line, object_pairs_hook=_no_duplicate_keys)
+    except ValueError as error:
+        problems.append(f"{where}: {complaint} ({error}): {short(line)}")
+        return None
+
+
 def validate(paths: list[Path]) -> tuple[int, list[str]]:
     """(frames checked, problems) over the files, in order."""
     spec = Spec(SPEC_PATH)
@@ -125,10 +134,8 @@ def validate(paths: list[Path]) -> tuple[int, list[str]]:
                 raise RecordError(f"{where}: neither a record with dir in/out nor a bare frame")
             if direction == "out" and isinstance(line, str):
                 checked += 1
-                try:
-                    frame = json.loads(line, object_pairs_hook=_no_duplicate_keys)
-                except ValueError as error:
-                    problems.append(f"{where}: a sent frame is not JSON ({error}): {short(line)}")
+                frame = parse_frame(line, where, problems, "a sent frame is not JSON")
+                if frame is None:
                     continue
                 method, sent_problems = sent_frame_problems(spec, frame)
                 problems += [f"{where}: {problem}\n    frame: {short(line)}" for problem in sent_problems]
@@ -145,10 +152,8 @@ def validate(paths: list[Path]) -> tuple[int, list[str]]:
             if not isinstance(line, str):
                 raise RecordError(f"{where}: an in record needs the frame's text in `line`")
             checked += 1
-            try:
-                frame = json.loads(line, object_pairs_hook=_no_duplicate_keys)
-            except ValueError as error:
-                problems.append(f"{where}: not a JSON frame ({error}): {short(line)}")
+            frame = parse_frame(line, where, problems, "not a JSON frame")
+            if frame is None:
                 continue
             method = None
             if isinstance(frame, dict) and "method" not in frame and ("result" in frame or "error" in frame):
