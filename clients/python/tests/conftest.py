@@ -317,7 +317,7 @@ def from_python_section() -> str:
     """The root README's "From Python" quick start (up to the next heading)."""
     text = ROOT_README.read_text(encoding="utf-8")
     assert "\n### From Python\n" in text, "the root README has no From Python section"
-    return text.split("\n### From Python\n", 1)[1].split("\n#", 1)[0]
+    return re.split(r"\n#{2,3} ", text.split("\n### From Python\n", 1)[1], maxsplit=1)[0]
 
 
 def root_quick_start() -> str:

@@ -1,6 +1,6 @@
 """The README's Python quick start as a new user meets it: a fresh venv, `pip install
-./clients/python` typed in the checkout, then the root README's program verbatim (only the
-provider's URLs and client id are swapped for django-oauth-toolkit's). The host comes from
+./clients/python` typed in the checkout, then the root README's program verbatim, with the
+environment `make dev-server` gives (ISSUER, CLIENT_ID, USERINFO_URL for django-oauth-toolkit). The host comes from
 $AUTHBRIDGE and finds its bundled plugins next to itself (nothing is copied anywhere); the XDG
 folders are new; a person signs in at the printed URL. A second run finds the session kept, and
 the client README's blocking variant signs out. Every frame is recorded by frame_tap.py in front
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import queue
-import re
 import shutil
 import subprocess
 import threading
@@ -25,18 +24,10 @@ RUN_TIMEOUT = 60
 BUILD_LEFTOVERS = ("build", "authbridge.egg-info")
 
 
-def for_dot(code: str, dot) -> str:
-    """The README's placeholders → DOT (the only change made to the code)."""
+def dot_exports(dot) -> dict[str, str]:
+    """What `make dev-server` tells the user to export, for this test's django-oauth-toolkit."""
     issuer = f"{dot.base}/o"
-    replacements = {
-        r'^ISSUER = ".*?"': f'ISSUER = "{issuer}"',
-        r'^CLIENT_ID = ".*?"': 'CLIENT_ID = "authbridge-test"',
-        r'^USERINFO = ".*?"': f'USERINFO = "{issuer}/userinfo/"',
-        r'^ISSUER, CLIENT_ID = .*$': f'ISSUER, CLIENT_ID = "{issuer}", "authbridge-test"',
-    }
-    for pattern, value in replacements.items():
-        code = re.sub(pattern, value, code, flags=re.M)
-    return code
+    return {"ISSUER": issuer, "CLIENT_ID": "authbridge-test", "USERINFO_URL": f"{issuer}/userinfo/"}
 
 
 def pip_command() -> str:
@@ -88,8 +79,8 @@ def test_a_new_user_installs_the_client_and_runs_the_quick_start_twice(tmp_path,
     # build (through the frame tap): its plugins are the bundled ones in .build/debug/plugins.
     env.update(frame_tap.env)
     assert frame_tap.env["AUTHBRIDGE_TAP_TARGET"] == str(HOST_BIN) and (HOST_BIN.parent / "plugins" / "oidc.json").is_file()
-    program = for_dot(root_quick_start(), dot)
-    assert program.count(dot.base) == 2
+    env.update(dot_exports(dot))
+    program = root_quick_start()
     work = tmp_path / "app"
     work.mkdir()
     (work / "quick_start.py").write_text(program)
@@ -129,7 +120,7 @@ def test_a_new_user_installs_the_client_and_runs_the_quick_start_twice(tmp_path,
     # The client README's blocking variant: still signed in; signs out.
     blocks = code_blocks(CLIENT_README.read_text(encoding="utf-8"), "python")
     assert len(blocks) == 2, "the async quick start, then the blocking one"
-    (work / "blocking.py").write_text(for_dot(blocks[1], dot))
+    (work / "blocking.py").write_text(blocks[1])
     done = subprocess.run([str(python), "blocking.py"], cwd=work, env=env, text=True,
                           capture_output=True, timeout=RUN_TIMEOUT)
     assert done.returncode == 0, done.stdout + done.stderr
