@@ -43,7 +43,8 @@ class AuthBridge(Listeners):
     error code; `HostExited` when the host died (then `restart()` starts a new one).
 
     Arguments:
-      executable: path or name of the host; default: `$AUTHBRIDGE`, else `authbridge` on PATH.
+      executable: path or name of the host; default: `AUTHBRIDGE` of `env`, else of this process's
+        environment, else `authbridge` on PATH (`env`'s PATH when it has one).
       plugins: plugin folders (`--plugins`, repeatable); config: profiles file (`--config`);
       no_default_plugins: only the given folders (`--no-default-plugins`); args: further host
       arguments (e.g. `["--vault", "memory"]`); env / cwd: the host's environment and folder.
@@ -99,7 +100,7 @@ class AuthBridge(Listeners):
     @property
     def argv(self) -> list[str]:
         """The host's command line (the executable resolved now)."""
-        return [find_executable(self._executable), *self._argv_tail]
+        return [find_executable(self._executable, self._env), *self._argv_tail]
 
     async def start(self) -> InitializeResult:
         """Starts the host and runs `initialize` / `initialized`, within `start_timeout`; then

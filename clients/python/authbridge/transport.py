@@ -26,12 +26,15 @@ host_log = logging.getLogger("authbridge.host")
 log = logging.getLogger("authbridge")
 
 
-def find_executable(executable: str | os.PathLike[str] | None = None) -> str:
-    """The host to run: `executable`, else the `AUTHBRIDGE` environment variable, else
-    `authbridge` on PATH. A bare name is looked up on PATH; a path must be executable."""
-    candidate = os.fspath(executable) if executable is not None else os.environ.get("AUTHBRIDGE") or "authbridge"
+def find_executable(executable: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The host to run: `executable`, else `AUTHBRIDGE` of the host's environment (`env`), else
+    of this process's, else `authbridge` on PATH (the host's PATH when `env` has one). A bare
+    name is looked up on PATH; a path must be executable."""
+    variables = env or {}
+    candidate = (os.fspath(executable) if executable is not None
+                 else variables.get("AUTHBRIDGE") or os.environ.get("AUTHBRIDGE") or "authbridge")
     if os.sep not in candidate:
-        found = shutil.which(candidate)
+        found = shutil.which(candidate, path=variables.get("PATH"))
         if found is None:
             raise FileNotFoundError(
                 f"the authbridge host {candidate!r} is not on PATH; pass its path, or set AUTHBRIDGE")

@@ -274,6 +274,8 @@ async def test_shutdown_of_a_stuck_host_is_bounded(host_options):
 async def test_the_executable_comes_from_the_argument_the_environment_or_path(host_options, monkeypatch):
     options = host_options()
     del options["executable"]
+    # The host's environment says nothing here: this process's AUTHBRIDGE and PATH decide.
+    options["env"] = {name: value for name, value in options["env"].items() if name not in ("AUTHBRIDGE", "PATH")}
     monkeypatch.setenv("AUTHBRIDGE", str(HOST_BIN))
     async with authbridge.connect(**options) as bridge:
         assert bridge.argv[0] == str(HOST_BIN)
@@ -291,3 +293,16 @@ async def test_a_host_that_cannot_start_says_why(host_options):
             pass
     assert raised.value.returncode == 64 and raised.value.request_method == "initialize"
     assert any("--no-such-option" in line for line in raised.value.stderr_tail), raised.value.stderr_tail
+
+
+def test_the_host_is_found_through_the_environment_given_to_connect(tmp_path, monkeypatch):
+    from authbridge.transport import find_executable
+    monkeypatch.delenv("AUTHBRIDGE", raising=False)
+    assert find_executable(None, {"AUTHBRIDGE": str(HOST_BIN)}) == str(HOST_BIN.resolve())
+    own_bin = tmp_path / "bin"
+    own_bin.mkdir()
+    (own_bin / "authbridge").write_text("#!/bin/sh\n")
+    (own_bin / "authbridge").chmod(0o755)
+    assert find_executable(None, {"PATH": str(own_bin)}) == str(own_bin / "authbridge"), "the host's PATH"
+    with pytest.raises(FileNotFoundError, match="set AUTHBRIDGE"):
+        find_executable(None, {"PATH": str(tmp_path / "nowhere")})
