@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import Crypto
 
 #if canImport(Glibc)
 import Glibc
@@ -20,6 +21,28 @@ public enum InstallationIdentity {
         guard let folder = Installation.userDataFolder else { return ["id": .string(PKCE.randomToken()), "name": .string(name)] }
         return ["id": .string(loadOrCreate(folder: folder)), "name": .string(name)]
     }()
+
+    /// `installation` as one profile's hooks see it: with `profileId`, a stable id of this
+    /// installation for that profile — a name-based UUID (RFC 9562 §5.5, version 5) of the
+    /// installation id and the profile name — for providers that register one device per
+    /// profile (Tableau keeps one token set per device: two profiles on one server would
+    /// otherwise sign each other out).
+    public static func scoped(_ installation: JSON, profile: String) -> JSON {
+        guard let id = installation["id"]?.stringValue else { return installation }
+        return installation.setting("profileId", .string(nameBasedUUID(id + "\u{0}" + profile)))
+    }
+
+    /// The UUID namespace of `profileId`.
+    static let profileNamespace: [UInt8] = [0xA7, 0x64, 0x42, 0xDD, 0x59, 0x84, 0x4A, 0xA8,
+                                            0xAF, 0x48, 0xB2, 0x57, 0x6F, 0xC7, 0xC7, 0xA2]
+
+    static func nameBasedUUID(_ name: String) -> String {
+        var bytes = Array(Insecure.SHA1.hash(data: profileNamespace + Array(name.utf8)).prefix(16))
+        bytes[6] = (bytes[6] & 0x0F) | 0x50      // version 5
+        bytes[8] = (bytes[8] & 0x3F) | 0x80      // the RFC's variant
+        let hex = bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }
+        return [0..<4, 4..<6, 6..<8, 8..<10, 10..<16].map { hex[$0].joined() }.joined(separator: "-")
+    }
 
     private static func loadOrCreate(folder: String) -> String {
         let path = folder + "/installation-id"

@@ -38,6 +38,8 @@ public actor SessionEngine {
     private var refreshes: [SessionKey: Task<Result<StoredSession, ProviderFailure>, Never>] = [:]
     private var pendingSignIns: [String: PendingSignIn] = [:]
     private var licenceSignOuts: Set<SessionKey> = []
+    /// Each profile's `installation` hook input (with its `profileId`), made once.
+    private var installations: [String: JSON] = [:]
 
     /// How long a user sees a revoked-licence message before being signed out.
     public static let defaultLicenseGracePeriodMilliseconds: Int64 = 5_000
@@ -1027,7 +1029,9 @@ public actor SessionEngine {
 
     /// Runs a hook, or the host's standard step when the plugin leaves it to the host.
     func run(_ hook: PluginHook, input: JSON, plugin: LoadedPlugin, provider: String, requestID: JSON?) async -> Result<JSON, ProviderFailure> {
-        let input = input.setting("installation", installation())
+        let scoped = installations[provider] ?? InstallationIdentity.scoped(installation(), profile: provider)
+        installations[provider] = scoped
+        let input = input.setting("installation", scoped)
         let environment = EngineEnvironment(provider: provider, requestID: requestID, http: http, emit: emit)
         switch await plugin.invoke(hook, input: input, environment: environment) {
         case .result(let value): return .success(value)

@@ -65,13 +65,14 @@ def data_home_of(host: Host) -> Path:
     return host.workdir / "xdg-data"
 
 
-#: The UUID namespace of the plugin's device ids (TableauPlugin.deviceNamespace).
+#: The UUID namespace of the host's `installation.profileId` (InstallationIdentity.profileNamespace),
+#: which the plugin uses as the device id.
 DEVICE_NAMESPACE = uuid.UUID("a76442dd-5984-4aa8-af48-b2576fc7c7a2")
 
 
 def device_id(data_home: Path, profile_name: str) -> str:
-    """The device a profile registers: a name-based UUID (v5) of the installation id and the
-    profile name, so two profiles on one server are two devices."""
+    """The device a profile registers, the host's `installation.profileId`: a name-based UUID (v5)
+    of the installation id and the profile name, so two profiles on one server are two devices."""
     return str(uuid.uuid5(DEVICE_NAMESPACE, installation_id(data_home) + "\0" + profile_name))
 
 

@@ -221,35 +221,18 @@ struct TableauPlugin: ProviderPlugin {
     /// The device the tokens are (or will be) registered to, and the name an administrator sees.
     /// Tableau keeps one token set per device on a server, so each profile is a device of its
     /// own (two profiles on one server, e.g. one per site, would otherwise sign each other out):
-    /// its id is derived from the installation's stable id and the profile name. Tokens keep the
-    /// id they were issued to (`stored`), whatever derived it.
+    /// the host's `installation.profileId`, stable per installation and profile. Tokens keep
+    /// the id they were issued to (`stored`).
     static func device(_ input: JSON, stored: String?) throws(PluginFailure) -> (id: String, name: String) {
         let installation = input["installation"] ?? [:]
-        let id: String
-        if let stored, !stored.isEmpty {
-            id = stored
-        } else {
-            guard let installationID = installation["id"]?.stringValue, !installationID.isEmpty,
-                  let profile = input["profile"]?["name"]?.stringValue else {
-                throw PluginFailure(.internal, reason: "noInstallation", message: "The host gave no installation id to derive the Tableau device id from.")
-            }
-            id = deviceID(installation: installationID, profile: profile)
+        guard let id = [stored, installation["profileId"]?.stringValue].compactMap({ $0 }).first(where: { !$0.isEmpty }) else {
+            throw PluginFailure(.internal, reason: "noInstallation", message: "The host gave no installation profileId to use as the Tableau device id.")
         }
         let configured = config(input)["deviceName"]?.stringValue
         let hostName = installation["name"]?.stringValue
         let name = [configured, hostName].compactMap { $0 }.first(where: { !$0.trimmingWhitespace.isEmpty }) ?? "AuthBridge"
         return (id, name)
     }
-
-    /// The device id of `profile` on this installation: a name-based UUID (RFC 9562 §5.5) of
-    /// both, stable for as long as the installation id and the profile name are.
-    static func deviceID(installation: String, profile: String) -> String {
-        NameBasedUUID.v5(namespace: deviceNamespace, name: installation + "\u{0}" + profile)
-    }
-
-    /// The UUID namespace of AuthBridge's Tableau device ids.
-    static let deviceNamespace: [UInt8] = [0xA7, 0x64, 0x42, 0xDD, 0x59, 0x84, 0x4A, 0xA8,
-                                           0xAF, 0x48, 0xB2, 0x57, 0x6F, 0xC7, 0xC7, 0xA2]
 
     struct Tokens {
         var access: String
@@ -448,49 +431,6 @@ struct ServerURL: Equatable {
     }
 
     var isSecureTransport: Bool { scheme == "https" || (scheme == "http" && isLoopbackIPLiteral) }
-}
-
-/// Name-based UUIDs (RFC 9562 §5.5, version 5: SHA-1), without Foundation.
-enum NameBasedUUID {
-    static func v5(namespace: [UInt8], name: String) -> String {
-        var bytes = Array(sha1(namespace + Array(name.utf8)).prefix(16))
-        bytes[6] = (bytes[6] & 0x0F) | 0x50      // version 5
-        bytes[8] = (bytes[8] & 0x3F) | 0x80      // the RFC's variant
-        let hex = bytes.map { byte in
-            let digits = Array("0123456789abcdef")
-            return String([digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]])
-        }
-        return [0..<4, 4..<6, 6..<8, 8..<10, 10..<16].map { hex[$0].joined() }.joined(separator: "-")
-    }
-
-    /// FIPS 180-4 SHA-1 (identifiers only, never a security decision).
-    static func sha1(_ message: [UInt8]) -> [UInt8] {
-        var state: [UInt32] = [0x6745_2301, 0xEFCD_AB89, 0x98BA_DCFE, 0x1032_5476, 0xC3D2_E1F0]
-        var data = message + [0x80]
-        while data.count % 64 != 56 { data.append(0) }
-        let bits = UInt64(message.count) * 8
-        data += (0..<8).map { UInt8(truncatingIfNeeded: bits >> (56 - 8 * UInt64($0))) }
-        func rotate(_ value: UInt32, _ count: UInt32) -> UInt32 { value << count | value >> (32 - count) }
-        var words = [UInt32](repeating: 0, count: 80)
-        for chunk in stride(from: 0, to: data.count, by: 64) {
-            for i in 0..<16 {
-                words[i] = (0..<4).reduce(UInt32(0)) { $0 << 8 | UInt32(data[chunk + 4 * i + $1]) }
-            }
-            for i in 16..<80 { words[i] = rotate(words[i - 3] ^ words[i - 8] ^ words[i - 14] ^ words[i - 16], 1) }
-            var (a, b, c, d, e) = (state[0], state[1], state[2], state[3], state[4])
-            for i in 0..<80 {
-                let (f, k): (UInt32, UInt32) = switch i {
-                case 0..<20: ((b & c) | (~b & d), 0x5A82_7999)
-                case 20..<40: (b ^ c ^ d, 0x6ED9_EBA1)
-                case 40..<60: ((b & c) | (b & d) | (c & d), 0x8F1B_BCDC)
-                default: (b ^ c ^ d, 0xCA62_C1D6)
-                }
-                (a, b, c, d, e) = (rotate(a, 5) &+ f &+ e &+ k &+ words[i], a, rotate(b, 30), c, d)
-            }
-            for (index, value) in [a, b, c, d, e].enumerated() { state[index] &+= value }
-        }
-        return state.flatMap { word in (0..<4).map { UInt8(truncatingIfNeeded: word >> (24 - 8 * UInt32($0))) } }
-    }
 }
 
 extension String {
