@@ -815,8 +815,8 @@ public actor SessionEngine {
             _ = try? await markLicenseRevoked(key, session: stale, context: context, message: failure.message)
             return .failure(failure)
         case .failure(let failure) where failure.kind == .definitive:
-            try? await endSession(key, reason: signedOutReason(failure.reason), message: failure.message, ended: stale, context: context,
-                                  holdingLock: true)
+            _ = try? await endSession(key, reason: signedOutReason(failure.reason), message: failure.message, ended: stale, context: context,
+                                      holdingLock: true)
             return .failure(failure)
         case .failure(let failure):
             logger.notice("refresh failed transiently; the session is kept", metadata: ["provider": "\(provider)", "reason": "\(failure.reason)"])
