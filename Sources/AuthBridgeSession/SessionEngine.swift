@@ -561,7 +561,8 @@ public actor SessionEngine {
         } catch {
             throw storageError(error, provider: key.profile)
         }
-        guard var (session, outcome) = ended else { return nil }
+        guard let (session, revocation) = ended else { return nil }
+        var outcome = revocation
         // The cookies the revoke hook names, else those the plugin attached for these tokens.
         let named = outcome.clearCookies.isEmpty ? await attachedCookies(session, context: context) : outcome.clearCookies
         outcome.clearCookies = await cookiesToClear(named, ended: session, key: key, context: context)
