@@ -4,7 +4,8 @@
 #   make demo                 build, then sign in to django-oauth-toolkit as a scripted user
 #   make demo BROWSER=1       the same, signing in yourself in your browser
 #   make dev-server           the bundled django-oauth-toolkit, to try the quick starts against
-#   make install PREFIX=DIR   a relocatable tree: DIR/bin, DIR/lib/authbridge/plugins
+#   make install PREFIX=DIR   a self-contained, relocatable tree: DIR/bin, DIR/lib/authbridge/…
+#   make dist                 dist/: tarball, Python wheel, .deb, npm package, SHA256SUMS
 #   make bench                throughput and cold start next to a C baseline
 #
 # Everything it installs is local (apt packages, a venv in .venv). Building needs only the build
@@ -19,8 +20,19 @@ VPY         := $(VENV)/bin/python
 DEBUG_DIR   := .build/debug
 RELEASE_DIR := .build/release
 TEST_PLUGINS := .build/test-plugins
-BUILD_PACKAGES := libjansson-dev libsecret-1-dev pkg-config gcc
-TEST_PACKAGES  := gnome-keyring libsecret-tools dbus chromium chromium-driver node-typescript
+BUILD_PACKAGES := libjansson-dev pkg-config gcc
+# patchelf: RUNPATHs of the install tree; lintian checks the .deb in the tests.
+DIST_PACKAGES  := patchelf
+TEST_PACKAGES  := gnome-keyring libsecret-tools libsecret-1-dev dbus chromium chromium-driver node-typescript lintian
+# The version of every distribution: the host's own (BridgeServer.serverVersion).
+VERSION     := $(shell sed -n 's/.*serverVersion = "\([^"]*\)".*/\1/p' Sources/AuthBridgeHost/BridgeServer.swift)
+# Builds are reproducible from a commit: every time stamp in dist/ is the commit's.
+export SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+STAGE       := .build/stage
+# Release binaries name no build folder: C's __FILE__ (BoringSSL's error strings) and Swift's
+# #filePath become paths relative to the checkout.
+RELEASE_FLAGS := -Xcc -ffile-prefix-map=$(CURDIR)/= -Xswiftc -file-prefix-map -Xswiftc $(CURDIR)/=
+DIST        := dist
 DEV_PORT    ?= 8765
 DEV_STATE   ?= .build/dev-server
 
@@ -29,8 +41,8 @@ DEV_STATE   ?= .build/dev-server
 BUNDLED_PLUGINS := oidc salesforce tableau marketsharp
 BUNDLED_C_PLUGINS := duke
 
-.PHONY: all deps deps-build deps-test build release test test-swift test-contract test-python-client test-node \
-        test-node-client install demo dev-server bench clean spec
+.PHONY: all deps deps-build deps-dist deps-test build release test test-swift test-contract test-python-client test-node \
+        test-node-client test-dist install stage-tree dist demo dev-server bench clean spec
 
 all: build
 
@@ -41,17 +53,21 @@ apt_install = @{ $(1); } >/dev/null 2>&1 || { \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(2) >/dev/null; }
 
 ## deps: everything below.
-deps: deps-build deps-test
+deps: deps-build deps-dist deps-test
 
-## deps-build: what building needs (jansson, libsecret's headers, a C compiler for the C plugins).
+## deps-build: what building needs (jansson, a C compiler for the C plugins).
 deps-build:
-	$(call apt_install,pkg-config --exists jansson libsecret-1 && command -v gcc,$(BUILD_PACKAGES))
+	$(call apt_install,pkg-config --exists jansson && command -v gcc,$(BUILD_PACKAGES))
+
+## deps-dist: what making the install tree needs beyond the build (patchelf).
+deps-dist:
+	$(call apt_install,command -v patchelf,$(DIST_PACKAGES))
 
 ## deps-test: what the tests need: a keyring on a private bus, Chromium and its driver (the
 ## real-browser sign-in test, Tests/contract/test_browser.py, which never skips), tsc (the Node
 ## client's declarations), and the Python venv (pytest, jsonschema, django-oauth-toolkit, selenium).
 deps-test: $(VENV)/.ready
-	$(call apt_install,command -v gnome-keyring-daemon dbus-daemon secret-tool tsc && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ],$(TEST_PACKAGES))
+	$(call apt_install,command -v gnome-keyring-daemon dbus-daemon secret-tool tsc lintian && pkg-config --exists libsecret-1 && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ],$(TEST_PACKAGES))
 
 $(VENV)/.ready: requirements-test.txt
 	@echo "==> creating $(VENV)"
@@ -65,7 +81,8 @@ build: deps-build
 	@$(MAKE) --no-print-directory test-plugins BUILD_DIR=$(DEBUG_DIR)
 
 release: deps-build
-	$(SWIFT) build -c release
+	$(SWIFT) build -c release $(RELEASE_FLAGS)
+	$(SWIFT) build -c release $(RELEASE_FLAGS) --product generate-manual
 	@$(MAKE) --no-print-directory test-plugins BUILD_DIR=$(RELEASE_DIR)
 
 ## Test plugins: copied or compiled into one folder with safe permissions.
@@ -82,8 +99,12 @@ stage-plugins:
 	  install -m 0644 $(BUILD_DIR)/libauthbridge-$$p.so plugins/$$p/$$p.json $(DEST)/; done
 	@for p in $(BUNDLED_C_PLUGINS); do sh plugins/$$p/build.sh $(DEST); done
 
-test: build deps-test
-	@$(MAKE) --no-print-directory test-swift test-contract test-python-client test-node test-node-client
+test: build deps-test dist
+	@$(MAKE) --no-print-directory check-keyring-abi test-swift test-contract test-python-client test-node test-node-client test-dist
+
+## check-keyring-abi: the glib/libsecret types the keyring helper declares itself, against the real headers.
+check-keyring-abi:
+	@gcc -std=c11 -Wall -Werror -fsyntax-only $$(pkg-config --cflags libsecret-1) Tests/Keyring/abi_check.c
 
 ## Under a private session bus with an unlocked gnome-keyring, so the vault
 ## behaviour suite also runs against the Secret Service.
@@ -110,16 +131,41 @@ test-node-client:
 	AUTHBRIDGE=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_PLUGINS=$(CURDIR)/$(DEBUG_DIR)/plugins \
 	  AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY) node --test clients/node/test/
 
-## install: PREFIX/bin/authbridge, PREFIX/lib/authbridge/{libAuthBridgeHTTP.so,libAuthBridgeJWT.so,plugins/},
-## PREFIX/include/authbridge/plugin.h, PREFIX/share/authbridge/openrpc.json.
-install: release
-	install -d -m 0755 $(PREFIX)/bin $(PREFIX)/lib/authbridge $(PREFIX)/include/authbridge $(PREFIX)/share/authbridge
-	install -m 0755 $(RELEASE_DIR)/authbridge $(PREFIX)/bin/authbridge
-	install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeJWT.so $(RELEASE_DIR)/libAuthBridgeKeyring.so $(PREFIX)/lib/authbridge/
-	@$(MAKE) --no-print-directory stage-plugins BUILD_DIR=$(RELEASE_DIR) DEST=$(PREFIX)/lib/authbridge/plugins
-	install -m 0644 Sources/CAuthBridgePlugin/include/authbridge/plugin.h $(PREFIX)/include/authbridge/
-	install -m 0644 bridge-spec/openrpc.json $(PREFIX)/share/authbridge/
+## install: a self-contained, relocatable tree at PREFIX — bin/authbridge; lib/authbridge/ with the
+## helper libraries, the bundled plugins (plugins/), the Swift runtime and every library a plain
+## glibc system lacks; include/authbridge/plugin.h; share/ (openrpc.json, man page, completions,
+## licences). Staged in $(STAGE)/install, then copied over PREFIX.
+install: release deps-dist
+	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/install MODE=portable
+	install -d -m 0755 $(PREFIX)
+	cp -R $(STAGE)/install/. $(PREFIX)/
 	@echo "installed into $(PREFIX)"
+
+## stage-tree DEST=DIR MODE=portable|system: the install tree from the release build, made
+## self-contained by scripts/dist/bundle.py (portable: everything but glibc and libstdc++ inside;
+## system: the Swift runtime inside, the rest from the distribution's packages, as the .deb).
+stage-tree:
+	@rm -rf $(DEST)
+	@install -d -m 0755 $(DEST)/bin $(DEST)/lib/authbridge $(DEST)/include/authbridge $(DEST)/share/authbridge
+	@install -m 0755 $(RELEASE_DIR)/authbridge $(DEST)/bin/authbridge
+	@install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeJWT.so $(RELEASE_DIR)/libAuthBridgeKeyring.so $(DEST)/lib/authbridge/
+	@$(MAKE) --no-print-directory stage-plugins BUILD_DIR=$(RELEASE_DIR) DEST=$(DEST)/lib/authbridge/plugins
+	@install -m 0644 Sources/CAuthBridgePlugin/include/authbridge/plugin.h $(DEST)/include/authbridge/
+	@install -m 0644 bridge-spec/openrpc.json $(DEST)/share/authbridge/
+	@$(PYTHON) scripts/dist/bundle.py $(DEST) --mode $(MODE) --generate-manual $(RELEASE_DIR)/generate-manual \
+	  --build $(CURDIR)/.build --checkouts .build/checkouts
+
+## dist: dist/ — the tarball, the Python platform wheel, the .deb, the npm package and SHA256SUMS,
+## each with its size (scripts/dist/package.py). Reproducible: time stamps are the commit's.
+dist: release deps-dist $(VENV)/.ready
+	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/portable MODE=portable
+	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/system MODE=system
+	@$(VPY) scripts/dist/package.py --version $(VERSION) --portable $(STAGE)/portable --system $(STAGE)/system --out $(DIST)
+
+## test-dist: the four distributions with the Swift toolchain and the build folder hidden (a private
+## mount namespace, scripts/hide-toolchain.sh): installed and used as a user would (Tests/dist).
+test-dist:
+	scripts/hide-toolchain.sh $(VPY) -m pytest -q Tests/dist
 
 ## demo: against django-oauth-toolkit, so with the venv's Python (Django).
 demo: build $(VENV)/.ready
@@ -148,4 +194,4 @@ spec:
 	$(PYTHON) scripts/embed-openrpc.py
 
 clean:
-	rm -rf .build $(VENV) out
+	rm -rf .build $(VENV) out $(DIST)

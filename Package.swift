@@ -40,20 +40,25 @@ let package = Package(
         // Test plugins: built for the test suites, never installed.
         .library(name: "authbridge-testplugin-swift", type: .dynamic, targets: ["SwiftTestPlugin"]),
     ],
+    // Exact versions: a release is built from exactly these (Package.resolved is not committed,
+    // because this machine's package mirror has other commit ids than the upstream repositories).
+    // jwt-kit's own dependencies are named too, so that they are pinned as well.
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
-        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", exact: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", exact: "1.16.2"),
         // jwt-kit 5.7.1/5.8.0 needs swift-crypto >= 4.1.
-        .package(url: "https://github.com/apple/swift-crypto", from: "4.1.0"),
-        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
+        .package(url: "https://github.com/apple/swift-crypto", exact: "4.5.2"),
+        .package(url: "https://github.com/vapor/jwt-kit", exact: "5.8.0"),
+        .package(url: "https://github.com/apple/swift-certificates", exact: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", exact: "1.7.4"),
+        .package(url: "https://github.com/swift-extras/swift-extras-base64", exact: "1.2.0"),
     ],
     targets: [
         .systemLibrary(name: "CJansson", pkgConfig: "jansson",
                        providers: [.apt(["libjansson-dev"])]),
         .target(name: "CAuthBridgePlugin"),
-        .systemLibrary(name: "CLibSecret", pkgConfig: "libsecret-1",
-                       providers: [.apt(["libsecret-1-dev"])]),
-        .target(name: "CAuthBridgeKeyring", dependencies: ["CLibSecret"]),
+        // Opens libsecret-1.so.0 with dlopen itself: the keyring is optional at run time.
+        .target(name: "CAuthBridgeKeyring", linkerSettings: soname("libAuthBridgeKeyring.so")),
 
         .target(name: "AuthBridgeJSON", dependencies: ["CJansson"]),
         .target(name: "AuthBridgeRPC", dependencies: [
@@ -86,20 +91,29 @@ let package = Package(
         .target(name: "AuthBridgeJWT", dependencies: [
             "AuthBridgeJSON",
             .product(name: "JWTKit", package: "jwt-kit"),
-        ]),
+            // Linked through JWTKit anyway; named so that their versions are pinned above.
+            .product(name: "X509", package: "swift-certificates"),
+            .product(name: "SwiftASN1", package: "swift-asn1"),
+            .product(name: "ExtrasBase64", package: "swift-extras-base64"),
+        ], linkerSettings: soname("libAuthBridgeJWT.so")),
         .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault"], path: "bench/VaultBench"),
 
         .target(name: "AuthBridgePluginSDK", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"]),
         .target(name: "OIDCPlugin", dependencies: ["AuthBridgePluginSDK"],
-                path: "plugins/oidc", exclude: ["oidc.json", "README.md"]),
+                path: "plugins/oidc", exclude: ["oidc.json", "README.md"],
+                linkerSettings: soname("libauthbridge-oidc.so")),
         .target(name: "SalesforcePlugin", dependencies: ["AuthBridgePluginSDK"],
-                path: "plugins/salesforce", exclude: ["salesforce.json", "README.md"]),
+                path: "plugins/salesforce", exclude: ["salesforce.json", "README.md"],
+                linkerSettings: soname("libauthbridge-salesforce.so")),
         .target(name: "TableauPlugin", dependencies: ["AuthBridgePluginSDK"],
-                path: "plugins/tableau", exclude: ["tableau.json", "README.md"]),
+                path: "plugins/tableau", exclude: ["tableau.json", "README.md"],
+                linkerSettings: soname("libauthbridge-tableau.so")),
         .target(name: "MarketSharpPlugin", dependencies: ["AuthBridgePluginSDK"],
-                path: "plugins/marketsharp", exclude: ["marketsharp.json", "README.md"]),
+                path: "plugins/marketsharp", exclude: ["marketsharp.json", "README.md"],
+                linkerSettings: soname("libauthbridge-marketsharp.so")),
         .target(name: "SwiftTestPlugin", dependencies: ["AuthBridgePluginSDK"],
-                path: "Tests/Plugins/SwiftTestPlugin", exclude: ["swifttest.json"]),
+                path: "Tests/Plugins/SwiftTestPlugin", exclude: ["swifttest.json"],
+                linkerSettings: soname("libauthbridge-testplugin-swift.so")),
 
         .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"]),
         .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"]),
@@ -115,3 +129,10 @@ let package = Package(
         ]),
     ]
 )
+
+/// A dynamic library's file name as its SONAME. Without one the linker (gold) writes the
+/// library's path in the build folder into it, and a shipped binary must not name the build
+/// folder (`make dist` checks that none does).
+func soname(_ file: String) -> [LinkerSetting] {
+    [.unsafeFlags(["-Xlinker", "-soname=\(file)"])]
+}

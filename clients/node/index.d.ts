@@ -432,7 +432,7 @@ export declare function errorFromResponse(error: { code: number; message: string
 // ── The client ──────────────────────────────────────────────────────────────
 
 export interface AuthBridgeOptions {
-  /** The authbridge executable; default AUTHBRIDGE of `env`, else of this process, else `authbridge` on PATH. */
+  /** The authbridge executable; default AUTHBRIDGE of `env`, else of this process, else the host bundled in the package, else `authbridge` on PATH. */
   hostPath?: string;
   /** Plugin folders (`--plugins DIR`, repeatable). */
   plugins?: string | string[];
@@ -536,7 +536,7 @@ export declare class AuthBridge extends EventEmitter<BridgeEvents> {
 
 /** The argv of `authbridge serve` for the options. */
 export declare function hostArguments(options?: AuthBridgeOptions): string[];
-/** The host executable for the options: hostPath, AUTHBRIDGE of env, $AUTHBRIDGE, or `authbridge`. */
+/** The host executable for the options: hostPath, AUTHBRIDGE of env, $AUTHBRIDGE, the bundled host, or `authbridge`. */
 export declare function resolveHostPath(options?: AuthBridgeOptions): string;
 
 /** The longest line the host may write: 64 MiB. */

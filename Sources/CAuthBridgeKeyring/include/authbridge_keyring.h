@@ -3,6 +3,8 @@
  *
  * Built as its own shared library (libAuthBridgeKeyring.so) and dlopen'ed on
  * first use, so that glib, gio and D-Bus stay off the host's start-up path.
+ * It links nothing but glibc: libsecret-1.so.0 is itself dlopen'ed by the
+ * first call, and a machine without it gets an error naming the package.
  * Items carry the attributes {application: "authbridge", kind, key}.
  *
  * Ownership: strings returned through out-parameters are allocated here and

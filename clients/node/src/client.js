@@ -8,6 +8,8 @@
 // the host answers in (it answers as requests finish, bridge-spec §1).
 
 import { EventEmitter } from 'node:events';
+import { accessSync, constants } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { HostProcess } from './transport.js';
 import {
   AbortError,
@@ -60,10 +62,26 @@ export function hostArguments(options = {}) {
 
 /**
  * Where the host executable is: the option, else AUTHBRIDGE of the host's environment
- * (`options.env`), else of this process's, else `authbridge` on PATH.
+ * (`options.env`), else of this process's, else the host bundled in this package (`make dist`
+ * puts one in `host/<platform>-<arch>/`), else `authbridge` on PATH.
  */
 export function resolveHostPath(options = {}) {
-  return options.hostPath || options.env?.AUTHBRIDGE || process.env.AUTHBRIDGE || 'authbridge';
+  return options.hostPath || options.env?.AUTHBRIDGE || process.env.AUTHBRIDGE || bundledHost() || 'authbridge';
+}
+
+/**
+ * The host that came inside this package for the running platform, or undefined. The npm
+ * package of `make dist` carries the linux-x64 host itself (rather than esbuild's optional
+ * per-platform packages, which only a registry can resolve): one tarball installs offline.
+ */
+export function bundledHost() {
+  const host = fileURLToPath(new URL(`../host/${process.platform}-${process.arch}/bin/authbridge`, import.meta.url));
+  try {
+    accessSync(host, constants.X_OK);
+    return host;
+  } catch {
+    return undefined;
+  }
 }
 
 /**

@@ -44,7 +44,8 @@ class AuthBridge(Listeners):
 
     Arguments:
       executable: path or name of the host; default: `AUTHBRIDGE` of `env`, else of this process's
-        environment, else `authbridge` on PATH (`env`'s PATH when it has one).
+        environment, else the host bundled in the platform wheel, else `authbridge` on PATH
+        (`env`'s PATH when it has one).
       plugins: plugin folders (`--plugins`, repeatable); config: profiles file (`--config`);
       no_default_plugins: only the given folders (`--no-default-plugins`); args: further host
       arguments (e.g. `["--vault", "memory"]`); env / cwd: the host's environment and folder.

@@ -16,6 +16,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ._bundled import bundled_host
+
 __all__ = ["HostProcess", "find_executable", "DEFAULT_MAX_FRAME_BYTES"]
 
 #: The spec's frame limit (64 MiB) is also the default longest line the client accepts. It is a
@@ -28,11 +30,12 @@ log = logging.getLogger("authbridge")
 
 def find_executable(executable: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> str:
     """The host to run: `executable`, else `AUTHBRIDGE` of the host's environment (`env`), else
-    of this process's, else `authbridge` on PATH (the host's PATH when `env` has one). A bare
-    name is looked up on PATH; a path must be executable."""
+    of this process's, else the host bundled in this package (the platform wheel), else
+    `authbridge` on PATH (the host's PATH when `env` has one). A bare name is looked up on PATH;
+    a path must be executable."""
     variables = env or {}
     candidate = (os.fspath(executable) if executable is not None
-                 else variables.get("AUTHBRIDGE") or os.environ.get("AUTHBRIDGE") or "authbridge")
+                 else variables.get("AUTHBRIDGE") or os.environ.get("AUTHBRIDGE") or bundled_host() or "authbridge")
     if os.sep not in candidate:
         found = shutil.which(candidate, path=variables.get("PATH"))
         if found is None:

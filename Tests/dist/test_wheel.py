@@ -1,0 +1,110 @@
+"""The Python platform wheel: `pip install --no-index` into a fresh venv gives the client and an
+`authbridge` command, both running the host inside the wheel — with no AUTHBRIDGE and no
+authbridge on PATH."""
+
+from __future__ import annotations
+
+import queue
+import re
+import subprocess
+import sys
+import threading
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import (BUNDLED_PLUGINS, SYSTEM_PATH, TIMEOUT, VERSION, artifact, clean_env, code_blocks,
+                      dot_exports, handed_out_secrets, loaded_plugins, no_toolchain_paths, play_user, run,
+                      runpath_problems, section)
+
+CLIENT_README = (Path(__file__).resolve().parents[2] / "clients" / "python" / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A fresh venv with the wheel installed from the file alone (no index); its folder."""
+    folder = tmp_path_factory.mktemp("wheel-venv") / "venv"
+    venv.EnvBuilder(with_pip=True, clear=True).create(folder)
+    done = run([folder / "bin" / "python", "-m", "pip", "install", "--no-index", "--disable-pip-version-check",
+                artifact("authbridge-*.whl")], timeout=300)
+    assert f"Successfully installed authbridge-{VERSION}" in done.stdout, done.stdout
+    return folder
+
+
+def test_the_platform_tag_is_what_auditwheel_finds():
+    wheel = artifact("authbridge-*.whl")
+    tag = re.fullmatch(rf"authbridge-{re.escape(VERSION)}-py3-none-(manylinux_\d+_\d+_x86_64)\.whl", wheel.name)
+    assert tag, wheel.name
+    report = run([Path(sys.executable).parent / "auditwheel", "show", wheel]).stdout
+    assert f'is consistent with the following platform tag: "{tag.group(1)}"' in " ".join(report.split()), report
+    with zipfile.ZipFile(wheel) as archive:
+        assert f"Tag: py3-none-{tag.group(1)}" in archive.read(f"authbridge-{VERSION}.dist-info/WHEEL").decode()
+        executable = archive.getinfo("authbridge/_host/bin/authbridge").external_attr >> 16
+        assert executable & 0o111, "the host is executable in the wheel"
+
+
+def test_the_installed_host_is_relocatable_and_names_no_build_folder(installed):
+    host_tree = next(installed.glob("lib/python*/site-packages/authbridge/_host"))
+    assert runpath_problems(host_tree) == []
+    assert no_toolchain_paths(host_tree) == []
+
+
+def test_the_venv_has_an_authbridge_command(installed, tmp_path):
+    env = clean_env(tmp_path / "home", SYSTEM_PATH)
+    command = installed / "bin" / "authbridge"
+    assert run([command, "--version"], env=env).stdout.strip() == VERSION
+    assert loaded_plugins(run([command, "plugins"], env=env).stdout) == BUNDLED_PLUGINS
+    # Usage errors keep their exit status through the console script.
+    assert run([command, "no-such-command"], env=env, check=False).returncode == 64
+
+
+def lines_of(stream, into: queue.Queue) -> None:
+    for line in stream:
+        into.put(line)
+    into.put(None)
+
+
+def test_the_python_quick_starts_with_the_bundled_host(installed, tmp_path, dot):
+    """The root README's (async) quick start, twice, then the client README's blocking one — run by
+    the venv's python with PATH holding no authbridge and no AUTHBRIDGE: the wheel's host."""
+    python = installed / "bin" / "python"
+    env = clean_env(tmp_path / "home", SYSTEM_PATH) | dot_exports(dot)
+    assert run(["sh", "-c", "command -v authbridge"], env=env, check=False).returncode != 0
+    [program] = code_blocks(section("### From Python"), "python")
+    work = tmp_path / "app"
+    work.mkdir()
+    (work / "quick_start.py").write_text(program)
+
+    first = subprocess.Popen([python, "quick_start.py"], cwd=work, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        output: queue.Queue = queue.Queue()
+        threading.Thread(target=lines_of, args=(first.stdout, output), daemon=True).start()
+        seen: list[str] = []
+        while not any(line.startswith("Open this page to sign in: ") for line in seen):
+            line = output.get(timeout=TIMEOUT)
+            assert line is not None, "".join(seen)
+            seen.append(line)
+        assert play_user(dot, seen[-1].split(": ", 1)[1].strip()) == 200
+        assert first.wait(TIMEOUT) == 0, "".join(seen)
+        while (line := output.get(timeout=TIMEOUT)) is not None:
+            seen.append(line)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    text = "".join(seen)
+    assert "session: signedIn signedIn" in text and "userinfo: 200" in text, text
+
+    again = run([python, "quick_start.py"], cwd=work, env=env)
+    assert "Open this page" not in again.stdout and "userinfo: 200" in again.stdout, again.stdout
+
+    blocks = code_blocks(CLIENT_README, "python")
+    (work / "blocking.py").write_text(blocks[1])
+    done = run([python, "blocking.py"], cwd=work, env=env)
+    assert done.stdout.splitlines() == ["signedIn", "revoked: ['refresh_token', 'access_token']",
+                                        "signed out: noTokens"], done.stdout
+    secrets = handed_out_secrets(dot)
+    assert not [s for s in secrets if s in text + again.stdout + again.stderr + done.stdout + done.stderr]
+
