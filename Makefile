@@ -42,7 +42,7 @@ BUNDLED_PLUGINS := oidc salesforce tableau marketsharp
 BUNDLED_C_PLUGINS := duke
 
 .PHONY: all deps deps-build deps-dist deps-test build release test test-swift test-contract test-python-client test-node \
-        test-node-client test-dist install stage-tree dist demo dev-server bench clean spec
+        test-node-client test-dist install stage-tree dist demo dev-server bench clean spec ladder
 
 all: build
 
@@ -192,6 +192,11 @@ dev-server: $(VENV)/.ready
 ## spec: regenerate the embedded OpenRPC document after editing bridge-spec/openrpc.json.
 spec:
 	$(PYTHON) scripts/embed-openrpc.py
+
+## ladder: regenerate the Swift runtime note's version ladder
+## (Sources/AuthBridgePluginABI/SwiftRuntimeLadder.swift) after editing scripts/swift-runtime-ladder.py.
+ladder:
+	$(PYTHON) scripts/swift-runtime-ladder.py
 
 clean:
 	rm -rf .build $(VENV) out $(DIST)

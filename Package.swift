@@ -6,7 +6,7 @@ import PackageDescription
 ///
 ///   CAuthBridgePlugin (C ABI header)   CJansson (system library)
 ///            │                              │
-///            │                        AuthBridgeJSON      (JSON value type over jansson)
+///   AuthBridgePluginABI               AuthBridgeJSON      (Swift side of the ABI: the Swift runtime note │ JSON value type over jansson)
 ///            │                         │          │
 ///            │                  AuthBridgeRPC     │       (JSON-RPC 2.0 framing, connection)
 ///            └──────── AuthBridgePluginHost ──────┘       (manifests, loader, host services)
@@ -17,7 +17,16 @@ import PackageDescription
 ///                              │
 ///                         authbridge                      (executable / CLI)
 ///
-/// Plugin authors use AuthBridgePluginSDK (Swift) or the C header directly.
+/// Plugin authors use AuthBridgePluginSDK (Swift, over AuthBridgePluginABI) or the C header directly.
+
+/// AuthBridgePluginABI writes its Swift runtime note with `@section`/`@used`, spelled
+/// `@_section`/`@_used` behind an experimental feature before Swift 6.3.
+#if compiler(>=6.3)
+let symbolLinkageMarkers: [SwiftSetting] = []
+#else
+let symbolLinkageMarkers: [SwiftSetting] = [.enableExperimentalFeature("SymbolLinkageMarkers")]
+#endif
+
 let package = Package(
     name: "AuthBridge",
     platforms: [.macOS(.v15)],
@@ -57,6 +66,9 @@ let package = Package(
         .systemLibrary(name: "CJansson", pkgConfig: "jansson",
                        providers: [.apt(["libjansson-dev"])]),
         .target(name: "CAuthBridgePlugin"),
+        // The Swift side of the plugin ABI, shared by the host and the Swift SDK: the Swift runtime
+        // note (which Swift a plugin was built for). More shared ABI vocabulary is to move here.
+        .target(name: "AuthBridgePluginABI", dependencies: ["CAuthBridgePlugin"], swiftSettings: symbolLinkageMarkers),
         // Opens libsecret-1.so.0 with dlopen itself: the keyring is optional at run time.
         .target(name: "CAuthBridgeKeyring", linkerSettings: soname("libAuthBridgeKeyring.so")),
 
@@ -66,7 +78,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "AuthBridgePluginHost", dependencies: [
-            "CAuthBridgePlugin", "AuthBridgeJSON",
+            "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "AuthBridgeVault", dependencies: [
@@ -98,7 +110,7 @@ let package = Package(
         ], linkerSettings: soname("libAuthBridgeJWT.so")),
         .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault"], path: "bench/VaultBench"),
 
-        .target(name: "AuthBridgePluginSDK", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"]),
+        .target(name: "AuthBridgePluginSDK", dependencies: ["CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON"]),
         .target(name: "OIDCPlugin", dependencies: ["AuthBridgePluginSDK"],
                 path: "plugins/oidc", exclude: ["oidc.json", "README.md"],
                 linkerSettings: soname("libauthbridge-oidc.so")),
@@ -117,7 +129,8 @@ let package = Package(
 
         .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"]),
         .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"]),
-        .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost"]),
+        .testTarget(name: "AuthBridgePluginABITests", dependencies: ["AuthBridgePluginABI"]),
+        .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost", "AuthBridgePluginABI"]),
         .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"]),
         .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession"]),
         .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault"]),

@@ -60,7 +60,8 @@ public struct PluginReport: Sendable {
 /// A plugin is a manifest (`NAME.json`) and a shared library side by side in
 /// a plugin folder. Everything that can be checked without running plugin
 /// code is checked first (ownership and permissions like sshd's StrictModes,
-/// symlinks, duplicate ids, the manifest's ABI); then the library is opened
+/// symlinks, duplicate ids, the manifest's ABI, a complete ELF file, a Swift
+/// plugin's Swift runtime); then the library is opened
 /// with `RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE`, its entry point's ABI
 /// information is checked, and only then `init` runs. A refused plugin is
 /// reported with a reason and never stops the others.
@@ -158,7 +159,9 @@ public struct PluginLoader: Sendable {
     }
 
     private func open(_ path: String, manifest: PluginManifest) throws(PluginLoadError) -> LoadedPlugin {
-        try ELFCheck.validate(path)
+        let library = try ELFCheck.validate(path)
+        // Before dlopen: opening a Swift library already runs Swift code against the host's runtime.
+        try SwiftRuntimeCheck.check(library, path: path)
         _ = dlerror()
         // Never dlclosed: Swift plugins crash the process after dlclose.
         guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else {

@@ -58,6 +58,9 @@ public struct PluginLoadError: Error, Sendable, Equatable, CustomStringConvertib
         public static let badEntry = Reason(rawValue: "badEntry")
         public static let initFailed = Reason(rawValue: "initFailed")
         public static let describeFailed = Reason(rawValue: "describeFailed")
+        /// A Swift plugin built for another Swift runtime than the host's, or without the
+        /// Swift runtime note that says which (refused before `dlopen`).
+        public static let swiftRuntimeMismatch = Reason(rawValue: "swiftRuntimeMismatch")
     }
 
     public var reason: Reason

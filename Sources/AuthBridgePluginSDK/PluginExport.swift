@@ -1,8 +1,13 @@
+import AuthBridgePluginABI
 import CAuthBridgePlugin
 
 /// Builds the C entry point's data for a `ProviderPlugin` type: the
 /// `ab_plugin_info` and a function table whose C functions forward to the
 /// plugin instance. Allocated once, never freed (the library is never unloaded).
+///
+/// Every plugin built with the SDK also carries the Swift runtime note (`SwiftRuntimeNote`,
+/// AuthBridgePluginABI): the host reads it before `dlopen` and refuses a plugin built with
+/// another Swift than its own.
 public enum PluginExport {
     nonisolated(unsafe) private static var info: UnsafeMutablePointer<ab_plugin_info>?
     nonisolated(unsafe) fileprivate static var pluginType: (any ProviderPlugin.Type)?
@@ -10,6 +15,7 @@ public enum PluginExport {
     /// The value to return from `authbridge_plugin_v1`. Touches only static data.
     public static func entry<P: ProviderPlugin>(for type: P.Type) -> UnsafeRawPointer {
         if let info { return UnsafeRawPointer(info) }
+        _ = SwiftRuntimeNote.keepLinked()  // the note must be in every plugin
         pluginType = type
         let vtable = UnsafeMutablePointer<ab_plugin_vtable>.allocate(capacity: 1)
         vtable.initialize(to: ab_plugin_vtable(

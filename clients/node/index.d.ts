@@ -68,7 +68,7 @@ export interface RefusedPlugin {
   id?: string;
   status: 'refused';
   reason: 'invalidManifest' | 'insecurePermissions' | 'symlinkEscapes' | 'duplicateId' | 'abiMismatch'
-    | 'loadFailed' | 'missingSymbol' | 'badEntry' | 'initFailed' | 'describeFailed';
+    | 'loadFailed' | 'missingSymbol' | 'badEntry' | 'initFailed' | 'describeFailed' | 'swiftRuntimeMismatch';
   message: string;
   /** The manifest. */
   path: string;

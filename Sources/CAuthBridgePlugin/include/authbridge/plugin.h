@@ -16,12 +16,19 @@
  *
  * ── Loading (PG_MODULE_MAGIC's rule: check the ABI before any init) ────────
  * 1. The host reads the manifest beside the library and checks its "abi".
- * 2. dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE). The host never dlcloses.
- * 3. dlsym(AB_ENTRY_SYMBOL) and calls it. The entry must only return a
+ * 2. It reads the library file: a complete ELF shared object for this
+ *    machine (program headers, dynamic section and notes within bounds).
+ *    A Swift plugin (one whose DT_NEEDED lists libswiftCore.so) must carry
+ *    the Swift runtime note naming the host's own Swift version, or it is
+ *    refused (swiftRuntimeMismatch) before anything of it runs; the Swift
+ *    SDK embeds the note (AuthBridgePluginABI's SwiftRuntimeNote). C plugins
+ *    need no note: they use no Swift runtime.
+ * 3. dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE). The host never dlcloses.
+ * 4. dlsym(AB_ENTRY_SYMBOL) and calls it. The entry must only return a
  *    pointer to static, constant data: it runs before the ABI is checked.
- * 4. The host checks magic, major/minor, the plugin id against the manifest
+ * 5. The host checks magic, major/minor, the plugin id against the manifest
  *    and the vtable size; only then it calls init().
- * 5. shutdown() is called once when the host exits; the library stays mapped.
+ * 6. shutdown() is called once when the host exits; the library stays mapped.
  *
  * ── Data across the boundary ───────────────────────────────────────────────
  * Every structured value crosses as UTF-8 JSON text with an explicit length
