@@ -41,7 +41,6 @@ public final class BridgeServer: ConnectionDelegate {
     private let configuration: HostConfiguration
     private let logger: Logger
     private let phase = Mutex(Phase.uninitialized)
-    private let shutdownRequested = Atomic<Bool>(false)
     private let connection: Connection
     /// Plugins load in the background from process start; `initialize` waits.
     private let runtime: Task<Runtime, Never>
@@ -117,7 +116,9 @@ public final class BridgeServer: ConnectionDelegate {
     public func received(_ notification: Notification) -> Connection.Disposition {
         switch notification.method {
         case "exit":
-            return .exit(code: shutdownRequested.load(ordering: .acquiring) ? 0 : 1)
+            // Arrival order: a shutdown read before this exit counts even while its handler
+            // has not run yet (a frontend may write both at once).
+            return .exit(code: phase.withLock { $0 == .shuttingDown } ? 0 : 1)
         case "initialized":
             logger.debug("client initialized")
         default:
@@ -141,7 +142,6 @@ public final class BridgeServer: ConnectionDelegate {
         switch request.method {
         case "initialize": return try await initialize(params)
         case "shutdown":
-            shutdownRequested.store(true, ordering: .releasing)
             return .null
         case "rpc.discover": return try JSON.parse(OpenRPCDocument.text)
         default: break

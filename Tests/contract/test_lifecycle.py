@@ -162,6 +162,14 @@ def test_running_requests_go_on_after_shutdown_until_exit_cancels_them(host):
     assert host.wait_exit() == 0
 
 
+def test_exit_written_right_behind_shutdown_exits_0(host):
+    # The frontend that writes shutdown and exit in one go (without waiting for shutdown's
+    # answer) asked for a clean shutdown: exit's status follows arrival order, not whether
+    # shutdown's handler happened to run first.
+    host.send_lines(['{"jsonrpc":"2.0","id":"bye","method":"shutdown"}', '{"jsonrpc":"2.0","method":"exit"}'])
+    assert host.wait_exit() == 0
+
+
 def test_exit_without_shutdown_exits_1(host):
     host.notify("exit")
     assert host.wait_exit() == 1
