@@ -20,7 +20,7 @@ VPY         := $(VENV)/bin/python
 DEBUG_DIR   := .build/debug
 RELEASE_DIR := .build/release
 TEST_PLUGINS := .build/test-plugins
-BUILD_PACKAGES := libjansson-dev pkg-config gcc
+BUILD_PACKAGES := libjansson-dev libcurl4-openssl-dev pkg-config gcc
 # patchelf: RUNPATHs of the install tree; lintian checks the .deb in the tests.
 DIST_PACKAGES  := patchelf
 TEST_PACKAGES  := gnome-keyring libsecret-tools libsecret-1-dev dbus chromium chromium-driver node-typescript lintian
@@ -55,9 +55,9 @@ apt_install = @{ $(1); } >/dev/null 2>&1 || { \
 ## deps: everything below.
 deps: deps-build deps-dist deps-test
 
-## deps-build: what building needs (jansson, a C compiler for the C plugins).
+## deps-build: what building needs (jansson, libcurl, a C compiler for the C plugins).
 deps-build:
-	$(call apt_install,pkg-config --exists jansson && command -v gcc,$(BUILD_PACKAGES))
+	$(call apt_install,pkg-config --exists jansson libcurl && command -v gcc,$(BUILD_PACKAGES))
 
 ## deps-dist: what making the install tree needs beyond the build (patchelf).
 deps-dist:

@@ -33,9 +33,9 @@ let package = Package(
     products: [
         .executable(name: "authbridge", targets: ["authbridge"]),
         .library(name: "AuthBridgePluginSDK", targets: ["AuthBridgePluginSDK"]),
-        // Lazily dlopen'ed by the host on the first HTTP request, so that
-        // FoundationNetworking stays off the start-up path.
-        .library(name: "AuthBridgeHTTP", type: .dynamic, targets: ["AuthBridgeHTTP"]),
+        // The HTTP transport (libcurl), dlopen'ed by the host on the first request, so that
+        // libcurl and TLS stay off the start-up path.
+        .library(name: "AuthBridgeHTTP", type: .dynamic, targets: ["CAuthBridgeHTTP"]),
         // ID-token verification (jwt-kit, swift-crypto): for the host to dlopen on
         // first use, so none of it weighs on the host's start-up.
         .library(name: "AuthBridgeJWT", type: .dynamic, targets: ["AuthBridgeJWT"]),
@@ -99,7 +99,9 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .target(name: "AuthBridgeHTTP", dependencies: ["AuthBridgeJSON"]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .target(name: "CAuthBridgeHTTP", dependencies: ["CCurl", "CJansson"],
+                linkerSettings: soname("libAuthBridgeHTTP.so")),
         .target(name: "AuthBridgeJWT", dependencies: [
             "AuthBridgeJSON",
             .product(name: "JWTKit", package: "jwt-kit"),
