@@ -25,6 +25,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DIST = REPO / "dist"
 sys.path.insert(0, str(REPO / "Tests" / "contract"))   # dot_auth, leak_scan
+sys.path.insert(0, str(REPO / "Tests" / "support"))    # signing_in
 
 from dot_auth import DotAuthServer  # noqa: E402
 

@@ -4,16 +4,14 @@ authbridge on PATH."""
 
 from __future__ import annotations
 
-import queue
 import re
-import subprocess
 import sys
-import threading
 import venv
 import zipfile
 from pathlib import Path
 
 import pytest
+from signing_in import run_signing_in
 from conftest import (BUNDLED_PLUGINS, SYSTEM_PATH, TIMEOUT, VERSION, artifact, clean_env, code_blocks,
                       dot_exports, handed_out_secrets, loaded_plugins, no_toolchain_paths, play_user, run,
                       runpath_problems, section)
@@ -59,12 +57,6 @@ def test_the_venv_has_an_authbridge_command(installed, tmp_path):
     assert run([command, "no-such-command"], env=env, check=False).returncode == 64
 
 
-def lines_of(stream, into: queue.Queue) -> None:
-    for line in stream:
-        into.put(line)
-    into.put(None)
-
-
 def test_the_python_quick_starts_with_the_bundled_host(installed, tmp_path, dot):
     """The root README's (async) quick start, twice, then the client README's blocking one — run by
     the venv's python with PATH holding no authbridge and no AUTHBRIDGE: the wheel's host."""
@@ -76,25 +68,8 @@ def test_the_python_quick_starts_with_the_bundled_host(installed, tmp_path, dot)
     work.mkdir()
     (work / "quick_start.py").write_text(program)
 
-    first = subprocess.Popen([python, "quick_start.py"], cwd=work, env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        output: queue.Queue = queue.Queue()
-        threading.Thread(target=lines_of, args=(first.stdout, output), daemon=True).start()
-        seen: list[str] = []
-        while not any(line.startswith("Open this page to sign in: ") for line in seen):
-            line = output.get(timeout=TIMEOUT)
-            assert line is not None, "".join(seen)
-            seen.append(line)
-        assert play_user(dot, seen[-1].split(": ", 1)[1].strip()) == 200
-        assert first.wait(TIMEOUT) == 0, "".join(seen)
-        while (line := output.get(timeout=TIMEOUT)) is not None:
-            seen.append(line)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-    text = "".join(seen)
+    text = run_signing_in([python, "quick_start.py"], cwd=work, env=env, sign_in=lambda url: play_user(dot, url),
+                          timeout=TIMEOUT)
     assert "session: signedIn signedIn" in text and "userinfo: 200" in text, text
 
     again = run([python, "quick_start.py"], cwd=work, env=env)

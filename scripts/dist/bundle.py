@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import os
 import re
 import shutil
@@ -92,6 +93,37 @@ def toolchain_folders(files: list[Path], tree: Path, build: Path | None) -> set[
                 if build is None or not str(folder).startswith(str(build)):
                     folders.add(folder)
     return folders
+
+
+def sections(path: Path) -> dict[str, tuple[int, int]]:
+    """Section name → (file offset, size)."""
+    found = {}
+    for line in run(["readelf", "-S", "-W", path]).splitlines():
+        match = re.match(r"\s*\[\s*\d+\]\s+(\S+)\s+\S+\s+[0-9a-f]+\s+([0-9a-f]+)\s+([0-9a-f]+)", line)
+        if match:
+            found[match.group(1)] = (int(match.group(2), 16), int(match.group(3), 16))
+    return found
+
+
+def make_reproducible(path: Path) -> None:
+    """Clears what differs between two builds of the same source in different folders:
+    swiftc's per-object module hashes (.swift_modhash, compile-time bookkeeping for skipping
+    unchanged code generation, never read at run time) and the GNU build ID, which the linker
+    computed over debug information that names the build folder. The build ID becomes a hash of
+    the shipped file itself, so it still identifies the binary."""
+    found = sections(path)
+    data = bytearray(path.read_bytes())
+    if ".swift_modhash" in found:
+        offset, size = found[".swift_modhash"]
+        data[offset:offset + size] = bytes(size)
+    if ".note.gnu.build-id" in found:
+        offset, size = found[".note.gnu.build-id"]
+        name_size, desc_size = int.from_bytes(data[offset:offset + 4], "little"), int.from_bytes(data[offset + 4:offset + 8], "little")
+        desc = offset + 12 + (name_size + 3) // 4 * 4
+        if desc + desc_size <= offset + size:
+            data[desc:desc + desc_size] = bytes(desc_size)
+            data[desc:desc + desc_size] = hashlib.sha1(data).digest()[:desc_size].ljust(desc_size, b"\0")
+    path.write_bytes(data)
 
 
 def target_runpath(tree: Path, path: Path) -> str:
@@ -232,6 +264,7 @@ def main() -> None:
         # Symbols and debug information out: sizes, and the build's paths.
         run(["strip", "--strip-unneeded", "--remove-section=.comment", path])
         run(["patchelf", "--set-rpath", target_runpath(tree, path), path])
+        make_reproducible(path)
 
     generate_docs(tree, args.mode, args.generate_manual, epoch or 0)
     doc = tree / "share" / "doc" / "authbridge"

@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parents[3]
 CLIENT_DIR = REPO / "clients" / "python"
 sys.path.insert(0, str(CLIENT_DIR))                    # the client from this checkout
 sys.path.insert(0, str(REPO / "Tests" / "contract"))   # dot_auth, leak_scan
+sys.path.insert(0, str(REPO / "Tests" / "support"))    # signing_in
 
 import leak_scan  # noqa: E402
 from dot_auth import DotAuthServer  # noqa: E402

@@ -9,13 +9,12 @@ of the host and validated."""
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 
-from conftest import (CLIENT_DIR, CLIENT_README, HOST_BIN, PIP_TIMEOUT, REPO, WAIT, check_installed, code_blocks,
+from signing_in import run_signing_in
+from conftest import (CLIENT_DIR, CLIENT_README, HOST_BIN, PIP_TIMEOUT, REPO, check_installed, code_blocks,
                       fresh_venv, from_python_section, no_package_index, play_user, root_quick_start)
 
 RUN_TIMEOUT = 60
@@ -34,12 +33,6 @@ def pip_command() -> str:
     shell = "".join(code_blocks(from_python_section(), "sh"))
     [line] = [line for line in shell.splitlines() if line.startswith("pip install")]
     return line.split("#", 1)[0].strip()
-
-
-def lines_of(stream, into: queue.Queue) -> None:
-    for line in stream:
-        into.put(line)
-    into.put(None)
 
 
 def install_as_the_readme_says(venv: Path, env: dict[str, str]) -> None:
@@ -86,25 +79,8 @@ def test_a_new_user_installs_the_client_and_runs_the_quick_start_twice(tmp_path,
     (work / "quick_start.py").write_text(program)
 
     # First run: it prints the sign-in URL; the person opens it and signs in.
-    first = subprocess.Popen([str(python), "quick_start.py"], cwd=work, env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        output: queue.Queue = queue.Queue()
-        threading.Thread(target=lines_of, args=(first.stdout, output), daemon=True).start()
-        seen: list[str] = []
-        while not any(line.startswith("Open this page to sign in: ") for line in seen):
-            line = output.get(timeout=WAIT)
-            assert line is not None, "".join(seen)
-            seen.append(line)
-        assert play_user(dot, seen[-1].split(": ", 1)[1].strip()) == 200
-        assert first.wait(RUN_TIMEOUT) == 0, "".join(seen)
-        while (line := output.get(timeout=WAIT)) is not None:
-            seen.append(line)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-    text = "".join(seen)
+    text = run_signing_in([python, "quick_start.py"], cwd=work, env=env, sign_in=lambda url: play_user(dot, url),
+                          timeout=RUN_TIMEOUT)
     sub = dot._get_json("/test/user?name=ada")["sub"]
     assert "session: signedIn signedIn" in text, text
     assert f"signed in as {sub}" in text and f"userinfo: 200 {sub}" in text, text
