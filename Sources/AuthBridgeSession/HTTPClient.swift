@@ -16,7 +16,7 @@ import Darwin
 /// It vets every request before it leaves — https, or http to a loopback IP
 /// literal only — encodes forms and JSON bodies, and hands the request to the
 /// transport library (`libAuthBridgeHTTP.so`), which is dlopened on first use
-/// so that FoundationNetworking stays off the start-up path. Failures come
+/// so that libcurl and TLS stay off the start-up path. Failures come
 /// back as transient `ProviderFailure`s with a reason word; messages never
 /// contain URLs' queries, bodies or headers.
 public final class HTTPClient: Sendable {
