@@ -77,6 +77,12 @@ def expect(condition: bool, message: str) -> None:
         raise DemoError(message)
 
 
+def is_kept_configuration(path: Path) -> bool:
+    """A vault file that keeps a profile's resolved configuration (discovered endpoints and the
+    provider's keys, sealed like a session) rather than a session: bridge-spec, Storage."""
+    return path.name.startswith(hashlib.sha256("\x1eresolved".encode()).hexdigest()[:32] + "-")
+
+
 def fingerprint(token: str) -> str:
     """Enough to tell two tokens apart on screen, useless to anyone reading the screen."""
     return "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:12]
@@ -630,7 +636,8 @@ class Demo:
         for path in files:
             data = path.read_bytes()
             expect(access.encode() not in data, f"the access token is readable in {path}")
-            say(f"  {path.relative_to(self.workdir)}: {len(data)} bytes, mode {path.stat().st_mode & 0o777:04o}, "
+            what = " (the profile's kept configuration: endpoints and keys, no token)" if is_kept_configuration(path) else ""
+            say(f"  {path.relative_to(self.workdir)}{what}: {len(data)} bytes, mode {path.stat().st_mode & 0o777:04o}, "
                 "the access token's bytes are not in it")
 
     # 6
@@ -690,7 +697,7 @@ class Demo:
                 f"→ HTTP {code} ({why})")
             expect(code == 401, f"DOT still accepts the {label} access token (HTTP {code})")
         status = self.host.request("checkSignInStatus", {"provider": PROFILE})
-        records = sorted(p.name for p in self.vault_dir.glob("*.vault"))
+        records = sorted(p.name for p in self.vault_dir.glob("*.vault") if not is_kept_configuration(p))
         say(f"checkSignInStatus → {status.get('state')} (reason {status.get('reason')}); "
             f"session records left in the vault: {', '.join(records) or 'none'}")
         expect(status.get("state") == "notSignedIn", f"expected notSignedIn, got {status.get('state')}")

@@ -76,7 +76,7 @@ public final class BridgeServer: ConnectionDelegate {
     public func run() async -> Int32 {
         let ending = await connection.run(delegate: self)
         let runtime = await runtime.value
-        for report in runtime.reports { report.plugin?.shutdown() }
+        await runtime.engine.shutDownPlugins()
         connection.flush()
         switch ending {
         case .exit(let code): return code

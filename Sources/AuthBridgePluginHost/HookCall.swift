@@ -59,7 +59,7 @@ public struct ProviderFailure: Error, Sendable, Equatable {
     public init(_ kind: Kind, reason: String, message: String, status: Int? = nil) {
         self.kind = kind
         self.reason = reason
-        self.message = message
+        self.message = KnownSecrets.shared.scrub(message)
         self.status = status
     }
 

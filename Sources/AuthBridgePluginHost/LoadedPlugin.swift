@@ -101,6 +101,9 @@ public final class LoadedPlugin: @unchecked Sendable {
         return withExtendedLifetime(call) { call.outcome(status: status) }
     }
 
+    /// True once `shutdown` ran.
+    public var hasShutDown: Bool { isShutDown.load(ordering: .acquiring) }
+
     /// Calls the plugin's shutdown once. The library stays mapped (never dlclose).
     public func shutdown() {
         guard !isShutDown.exchange(true, ordering: .acquiringAndReleasing) else { return }

@@ -49,6 +49,11 @@ struct DevicePolling: Sendable {
                         throw SessionError(.userCancelled, "The device sign-in was cancelled.", provider: provider, reason: "cancelled")
                     }
                     guard failure.kind == .transient else { throw SessionError(failure, provider: provider) }
+                    // Any other OAuth error the server answered (invalid_request, invalid_scope,
+                    // unsupported_grant_type…) will not change by asking again (RFC 8628 §3.5).
+                    if let status = failure.status, (400..<500).contains(status), status != 429 {
+                        throw SessionError(.providerRefused, failure.message, provider: provider, reason: failure.reason, status: status)
+                    }
                     // RFC 8628 §3.5: on a connection timeout, back off (here: double, up to a minute).
                     interval = min(interval * 2, 60_000)
                 }

@@ -83,6 +83,16 @@ public final class IDTokenVerifier: Sendable {
         }
     }
 
+    /// The JWKS document cached for `uri`, if any (kept with the profile).
+    public func keys(for uri: String) -> JSON? { keySets.withLock { $0[uri] } }
+
+    /// Seeds the cache with keys kept from an earlier run, unless newer ones
+    /// are already cached. A token naming a key they lack still refetches.
+    public func remember(_ keys: JSON, for uri: String) {
+        guard keys["keys"]?.arrayValue != nil else { return }
+        keySets.withLock { if $0[uri] == nil { $0[uri] = keys } }
+    }
+
     private func fetchKeys(_ uri: String, http: HTTPClient) async -> Result<JSON, ProviderFailure> {
         switch await http.perform(["method": "GET", "url": .string(uri), "timeoutMs": 15_000]) {
         case .failure(let failure):

@@ -1,3 +1,4 @@
+import AuthBridgePluginHost
 import Crypto
 
 /// Proof Key for Code Exchange (RFC 7636), S256 only: a fresh verifier for
@@ -12,6 +13,7 @@ public struct PKCE: Sendable {
         let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
         verifier = Base64URL.encode(bytes)            // 43 characters
         challenge = Base64URL.encode(SHA256.hash(data: Array(verifier.utf8)))
+        KnownSecrets.shared.remember(verifier)
     }
 
     /// A random URL-safe value for `state` and `nonce` (128 bits).

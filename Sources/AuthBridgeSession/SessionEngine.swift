@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import Crypto
 import Logging
 
 /// The host's session state machine, shared by every provider plugin: the
@@ -35,9 +36,19 @@ public actor SessionEngine {
 
     private var profiles: [String: Profile] = [:]
     private var configs: [String: JSON] = [:]
-    private var refreshes: [SessionKey: Task<Result<StoredSession, ProviderFailure>, Never>] = [:]
+    private var refreshes: [SessionKey: SharedWork<Result<StoredSession, ProviderFailure>>] = [:]
     private var pendingSignIns: [String: PendingSignIn] = [:]
     private var licenceSignOuts: Set<SessionKey> = []
+    /// Resolutions of profiles' configurations under way (single-flight).
+    private var resolving: [String: (profile: Profile, work: SharedWork<Result<JSON, SessionError>>)] = [:]
+    /// Kept configurations in use because the provider could not be reached,
+    /// with when to try the provider again.
+    private var fallbackConfigs: [String: (profile: Profile, config: JSON, retryAt: Int64)] = [:]
+    /// Hooks running now, by plugin id, and who waits for none to run (shutdown).
+    private var hooksInFlight: [String: Int] = [:]
+    private var hookWaiters: [CheckedContinuation<Void, Never>] = []
+    /// The last change of each profile under way (see `changingProfile`).
+    private var profileChanges: [String: Task<Void, Never>] = [:]
     /// Each profile's `installation` hook input (with its `profileId`), made once.
     private var installations: [String: JSON] = [:]
 
@@ -60,8 +71,15 @@ public actor SessionEngine {
         self.store = store
         self.http = http
         self.logger = logger
-        self.emit = emit
+        // Whatever a provider echoed, no known secret reaches the frontend in an event's message.
+        self.emit = { method, params in
+            guard let message = params["message"]?.stringValue else { return emit(method, params) }
+            emit(method, params.setting("message", .string(KnownSecrets.shared.scrub(message))))
+        }
     }
+
+    /// The plugins the engine runs (one per id).
+    public nonisolated var loadedPlugins: [LoadedPlugin] { Array(plugins.values) }
 
     public nonisolated var storageInfo: JSON {
         ["backend": .string(store.backend), "protection": .string(store.protection)]
@@ -97,10 +115,17 @@ public actor SessionEngine {
         guard plugins[pluginID] != nil else {
             throw .unknownPlugin(profile: name, plugin: pluginID, folders: pluginFolders)
         }
+        return try await changingProfile(name) { engine async throws(SessionError) in
+            try await engine.replaceProfile(Profile(name: name, plugin: pluginID, settings: settings, source: .runtime))
+        }
+    }
+
+    private func replaceProfile(_ profile: Profile) async throws(SessionError) -> JSON {
+        let name = profile.name
         let previous = profiles[name]
         let previousConfig = configs[name]
         let previousContext = resolvedContext(name)
-        profiles[name] = Profile(name: name, plugin: pluginID, settings: settings, source: .runtime)
+        profiles[name] = profile
         configs[name] = nil
         do {
             _ = try await context(for: name)
@@ -111,20 +136,43 @@ public actor SessionEngine {
         }
         // Tokens belong to the provider they came from: a profile that now
         // points elsewhere must not send them there.
-        if let previous, previous.plugin != pluginID || previous.settings != settings {
+        if let previous, previous.plugin != profile.plugin || previous.settings != profile.settings {
             try await dropSession(name, context: previousContext)
         }
-        return profileInfo(profiles[name]!)
+        return profileInfo(profile)
     }
 
     /// Removes a profile and the session stored for it (nothing is revoked:
     /// call signOut first to revoke).
     public func removeProfile(_ name: String) async throws(SessionError) -> Bool {
-        let context = resolvedContext(name)
-        configs[name] = nil
-        guard profiles.removeValue(forKey: name) != nil else { return false }
-        try await dropSession(name, context: context)
-        return true
+        try await changingProfile(name) { engine async throws(SessionError) in
+            let context = engine.resolvedContext(name)
+            engine.configs[name] = nil
+            engine.fallbackConfigs[name] = nil
+            guard engine.profiles.removeValue(forKey: name) != nil else { return false }
+            try await engine.dropSession(name, context: context)
+            try? await engine.store.deleteResolvedProfile(name)
+            return true
+        }
+    }
+
+    /// Runs one change of a profile (configure, remove) after the changes of
+    /// that name already under way, so that no change sees the profile move
+    /// under it while it awaits (actor reentrancy): `configureProfile`
+    /// followed at once by `removeProfile` configures, then removes.
+    private func changingProfile<T: Sendable>(_ name: String,
+                                              _ change: @escaping @Sendable (isolated SessionEngine) async throws(SessionError) -> T) async throws(SessionError) -> T {
+        let before = profileChanges[name]
+        let task = Task<Result<T, SessionError>, Never> {
+            await before?.value
+            do throws(SessionError) { return .success(try await change(self)) } catch { return .failure(error) }
+        }
+        let done = Task<Void, Never> { _ = await task.value }
+        profileChanges[name] = done
+        // A cancelled request cancels its change (a configuration cut short changes nothing).
+        let result = await withTaskCancellationHandler { await task.value } onCancel: { task.cancel() }
+        if profileChanges[name] == done { profileChanges[name] = nil }
+        return try result.get()
     }
 
     /// Forgets a changed or removed profile's sessions. With the profile's
@@ -151,28 +199,144 @@ public actor SessionEngine {
         return Context(profile: profile, plugin: plugin, config: config)
     }
 
+    /// How long a kept configuration is used without asking the provider
+    /// again. Discovery documents change rarely, and an answer that suggests
+    /// a change (see `configurationMayHaveChanged`) drops it at once.
+    public static let resolvedConfigurationLifetimeMilliseconds: Int64 = 24 * 3_600_000
+    /// After the provider could not be reached to resolve a profile, how long
+    /// the kept configuration is used before trying again.
+    static let resolveRetryMilliseconds: Int64 = 30_000
+
     private func context(for name: String) async throws(SessionError) -> Context {
         guard let profile = profiles[name] else { throw unknownProfile(name) }
         guard let plugin = plugins[profile.plugin] else {
             throw .pluginNotLoaded(profile: name, plugin: profile.plugin, folders: pluginFolders)
         }
         if let config = configs[name] { return Context(profile: profile, plugin: plugin, config: config) }
+        if let fallback = fallbackConfigs[name], fallback.profile == profile, fallback.retryAt > HostClock.nowMilliseconds() {
+            return Context(profile: profile, plugin: plugin, config: fallback.config)
+        }
         if let issue = SettingsValidator.problem(in: profile.settings, schema: plugin.descriptor["settings"]) {
             throw SessionError(.configurationError, "Profile \"\(name)\": \(issue.field) \(issue.message).", provider: name, reason: "invalidSettings", field: issue.field)
         }
-        let input: JSON = ["profile": .string(name), "settings": profile.settings]
-        let config: JSON
-        switch await run(.configure, input: input, plugin: plugin, provider: name, requestID: nil) {
-        case .success(let value):
-            guard case .object = value else {
-                throw SessionError(.pluginError, "The \(plugin.manifest.id) plugin's configure answer is not an object.", provider: name, reason: "pluginError")
-            }
-            config = value
-        case .failure(let failure):
-            throw SessionError(failure, provider: name)
+        // One resolution per profile at a time, however many calls need it; a caller that is
+        // cancelled stops waiting, and the discovery stops when nobody waits for it.
+        let work: SharedWork<Result<JSON, SessionError>>
+        if let running = resolving[name], running.profile == profile, !running.work.isFinished {
+            work = running.work
+        } else {
+            work = SharedWork(cancelsWhenAbandoned: true) { await self.resolve(profile, plugin: plugin) }
+            resolving[name] = (profile, work)
         }
-        configs[name] = config
-        return Context(profile: profile, plugin: plugin, config: config)
+        let result = await work.value()
+        if resolving[name]?.work === work, work.isFinished { resolving[name] = nil }
+        guard let result else {
+            throw SessionError(.userCancelled, "The request was cancelled.", provider: name, reason: "cancelled")
+        }
+        return Context(profile: profile, plugin: plugin, config: try result.get())
+    }
+
+    /// Resolves a profile's configuration: the kept one while it is fresh,
+    /// else the plugin's `configure` (discovery), else — when the provider
+    /// cannot be reached — the kept one again, so that the tokens the host
+    /// holds stay usable (issue: a dead issuer must not make a valid access
+    /// token unusable).
+    private func resolve(_ profile: Profile, plugin: LoadedPlugin) async -> Result<JSON, SessionError> {
+        let name = profile.name
+        let fingerprint = Self.fingerprint(profile, plugin: plugin)
+        let kept = await keptConfiguration(name, fingerprint: fingerprint)
+        for (key, value) in profile.settings.objectValue ?? [:] where Redaction.isSecretName(key.lowercased()) || key.lowercased().hasSuffix("secret") {
+            KnownSecrets.shared.remember(value.stringValue)
+        }
+        let now = HostClock.nowMilliseconds()
+        if let kept, now - kept.resolvedAt < Self.resolvedConfigurationLifetimeMilliseconds, kept.resolvedAt <= now {
+            adopt(kept.config, for: profile, keys: kept.signingKeys)
+            return .success(kept.config)
+        }
+        let input: JSON = ["profile": .string(name), "settings": profile.settings]
+        switch await run(.configure, input: input, plugin: plugin, provider: name, requestID: nil) {
+        case .success(let config):
+            guard case .object = config else {
+                return .failure(SessionError(.pluginError, "The \(plugin.manifest.id) plugin's configure answer is not an object.", provider: name, reason: "pluginError"))
+            }
+            adopt(config, for: profile, keys: nil)
+            let signingKeys = kept?.config["jwksUri"] == config["jwksUri"] ? kept?.signingKeys : nil
+            await keep(ResolvedProfile(fingerprint: fingerprint, config: config, signingKeys: signingKeys, resolvedAt: now), for: profile)
+            return .success(config)
+        case .failure(let failure) where failure.kind == .transient && kept != nil:
+            let kept = kept!
+            logger.notice("the provider could not be reached to resolve the profile; using the configuration kept from an earlier run",
+                          metadata: ["provider": "\(name)", "reason": "\(failure.reason)"])
+            if profiles[name] == profile {
+                fallbackConfigs[name] = (profile, kept.config, HostClock.nowMilliseconds() + Self.resolveRetryMilliseconds)
+            }
+            if let uri = kept.config["jwksUri"]?.stringValue, let keys = kept.signingKeys { verifier.remember(keys, for: uri) }
+            return .success(kept.config)
+        case .failure(let failure):
+            return .failure(SessionError(failure, provider: name))
+        }
+    }
+
+    /// Makes `config` the profile's configuration in this process — unless
+    /// the profile was changed or removed while it was being resolved: that
+    /// configuration then belongs to the profile the call began with only.
+    private func adopt(_ config: JSON, for profile: Profile, keys: JSON?) {
+        if let uri = config["jwksUri"]?.stringValue, let keys { verifier.remember(keys, for: uri) }
+        guard profiles[profile.name] == profile else { return }
+        configs[profile.name] = config
+        fallbackConfigs[profile.name] = nil
+    }
+
+    /// The kept configuration when it was made for this plugin, version and settings.
+    private func keptConfiguration(_ name: String, fingerprint: String) async -> ResolvedProfile? {
+        do {
+            guard let kept = try await store.resolvedProfile(name), kept.fingerprint == fingerprint else { return nil }
+            return kept
+        } catch {
+            logger.notice("the kept configuration of a profile could not be read", metadata: ["provider": "\(name)", "error": "\(error)"])
+            return nil
+        }
+    }
+
+    /// Keeps a resolved configuration with the profile's data (best effort:
+    /// a vault that cannot store it only costs a discovery next time).
+    private func keep(_ resolved: ResolvedProfile, for profile: Profile) async {
+        guard profiles[profile.name] == profile else { return }
+        do { try await store.save(resolved, for: profile.name) } catch {
+            logger.notice("the resolved configuration could not be kept", metadata: ["provider": "\(profile.name)", "error": "\(error)"])
+        }
+    }
+
+    /// Keeps the provider's signing keys the verifier now holds with the
+    /// profile's configuration, when they changed.
+    private func keepSigningKeys(_ context: Context) async {
+        guard let uri = context.config["jwksUri"]?.stringValue, let keys = verifier.keys(for: uri) else { return }
+        let fingerprint = Self.fingerprint(context.profile, plugin: context.plugin)
+        guard var kept = await keptConfiguration(context.profile.name, fingerprint: fingerprint), kept.config == context.config,
+              kept.signingKeys != keys else { return }
+        kept.signingKeys = keys
+        await keep(kept, for: context.profile)
+    }
+
+    /// A provider answer suggests its configuration changed (an endpoint that
+    /// is no longer there, a signing key nobody knows): resolve it again on
+    /// the next call, keeping the old copy for when the provider is down.
+    private func configurationMayHaveChanged(_ name: String, failure: ProviderFailure) async {
+        guard failure.status == 404 || failure.status == 410 || failure.reason == "unknownKey",
+              let profile = profiles[name], configs[name] != nil, let plugin = plugins[profile.plugin] else { return }
+        logger.notice("a provider answer suggests its configuration changed; it will be resolved again",
+                      metadata: ["provider": "\(name)", "reason": "\(failure.reason)"])
+        configs[name] = nil
+        if var kept = await keptConfiguration(name, fingerprint: Self.fingerprint(profile, plugin: plugin)) {
+            kept.resolvedAt = 0
+            await keep(kept, for: profile)
+        }
+    }
+
+    /// Which plugin, plugin version and settings a configuration was resolved for.
+    static func fingerprint(_ profile: Profile, plugin: LoadedPlugin) -> String {
+        let text = JSON.array([.string(plugin.manifest.id), .string(plugin.manifest.version), profile.settings]).serializedString(sortKeys: true)
+        return SHA256.hash(data: Array(text.utf8)).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
     }
 
     // MARK: - checkSignInStatus
@@ -291,6 +455,7 @@ public actor SessionEngine {
             guard let sessionID = params["sessionId"]?.stringValue, !sessionID.isEmpty else {
                 throw SessionError(.invalidParams, "The session flow needs \"sessionId\" (e.g. Tableau's workgroup_session_id).", provider: provider, field: "sessionId")
             }
+            KnownSecrets.shared.remember(sessionID)
             progress(provider, requestID: requestID, ["stage": "exchanging"])
             let input: JSON = ["profile": context.profileJSON, "flow": "session", "sessionId": .string(sessionID)]
             tokens = try await complete(input, context: context, provider: provider, requestID: requestID)
@@ -328,18 +493,29 @@ public actor SessionEngine {
 
     /// Verifies what a sign-in returned, stores it and announces it.
     private func storeSignIn(_ tokens: JSON, context: Context, nonce: String?, provider: String) async throws(SessionError) -> JSON {
+        if let problem = TokenSet.sizeProblem(tokens["tokens"], account: tokens["account"]) {
+            throw SessionError(.providerRefused, "The provider's sign-in answer was refused: \(problem). Nothing was stored.",
+                               provider: provider, reason: "badResponse")
+        }
         guard let received = TokenSet(json: tokens["tokens"] ?? .null) else {
             throw SessionError(.pluginError, "The \(context.plugin.manifest.id) plugin finished sign-in without an access token.", provider: provider, reason: "pluginError")
         }
         // Nothing is stored before the ID token has passed every check.
         var (tokenSet, account) = try await identify(received, account: Self.account(tokens["account"]), context: context,
                                                      nonce: nonce, provider: provider)
+        if tokenSet.idToken != nil { await keepSigningKeys(context) }
         tokenSet.obtainedAt = HostClock.nowMilliseconds()
         var session = StoredSession(tokens: tokenSet, account: account)
         session.signedInAt = tokenSet.obtainedAt
-        // Another account of the profile stays signed in; the same account is replaced.
+        // Another account of the profile stays signed in; the same account is replaced — under
+        // its lock, so that a refresh of the old session in flight (here or in another process)
+        // cannot write its tokens over the new ones.
         let key = SessionKey(profile: provider, account: session.accountKey)
-        try await saveSession(session, key: key)
+        do {
+            try await store.withExclusiveAccess(to: key) { try await self.store.save(session, for: key) }
+        } catch {
+            throw storageError(error, provider: provider)
+        }
         emit("session/changed", .compactObject(["provider": .string(provider), "state": "signedIn", "reason": "signedIn",
                                                 "account": session.account]))
         return status(provider, state: "signedIn", session: session, reason: "signedIn")
@@ -398,12 +574,24 @@ public actor SessionEngine {
             throw error
         }
         if pendingSignIns[provider] === pending { pendingSignIns[provider] = nil }
+        let callback = CallbackURL(callbackURL)
+        KnownSecrets.shared.remember(callback?.queryValue("code"))
+        let expectedIssuer = context.config["issuerInCallback"]?.boolValue == true ? context.config["issuer"]?.stringValue : nil
+        // The host checks whose answer this is before any plugin acts on it, unless the plugin
+        // declares that its provider's callback carries no state (Duke's login page takes none).
+        if context.plugin.descriptor["callbackState"]?.boolValue != false {
+            guard let callback else {
+                throw SessionError(.providerRefused, "The callback URL could not be read.", provider: provider, reason: "invalidCallback")
+            }
+            if let mismatch = StandardSteps.callbackMismatch(callback, state: state, issuer: expectedIssuer) {
+                throw SessionError(mismatch, provider: provider)
+            }
+        }
         progress(provider, requestID: requestID, ["stage": "exchanging"])
         let input: JSON = .compactObject([
             "profile": context.profileJSON, "flow": "external", "callbackUrl": .string(callbackURL),
             "state": .string(state), "codeVerifier": .string(pkce.verifier), "redirectUri": redirectURI.map(JSON.string),
-            "nonce": nonce.map(JSON.string),
-            "expectedIssuer": context.config["issuerInCallback"]?.boolValue == true ? context.config["issuer"] : nil,
+            "nonce": nonce.map(JSON.string), "expectedIssuer": expectedIssuer.map(JSON.string),
         ])
         return try await complete(input, context: context, provider: provider, requestID: requestID)
     }
@@ -424,6 +612,7 @@ public actor SessionEngine {
             throw SessionError(.pluginError, "The \(context.plugin.manifest.id) plugin started a device sign-in without a device code, user code or verification URI.",
                                provider: provider, reason: "pluginError")
         }
+        KnownSecrets.shared.remember(deviceCode)
         let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 900_000, 3_600_000))
         let deadline = min(started["expiresAt"]?.intValue ?? Int64.max, HostClock.nowMilliseconds() + timeout)
         var shown: [String: JSON] = [
@@ -454,7 +643,9 @@ public actor SessionEngine {
             if let expectation = idTokenExpectation(context, nonce: nonce) {
                 switch await verifier.verify(idToken, expecting: expectation, http: http) {
                 case .success(let claims): if account == nil { account = Self.account(claims: claims) }
-                case .failure(let failure): throw SessionError(failure, provider: provider)
+                case .failure(let failure):
+                    await configurationMayHaveChanged(provider, failure: failure)
+                    throw SessionError(failure, provider: provider)
                 }
             } else {
                 logger.notice("the provider sent an ID token but no jwksUri is known to verify it; it is not kept",
@@ -520,12 +711,23 @@ public actor SessionEngine {
     // MARK: - signOut
 
     /// Revokes at the provider (best effort, bounded), then wipes the session
-    /// locally whatever the provider said, then notifies.
+    /// locally whatever the provider said, then notifies. A profile whose
+    /// configuration cannot be resolved (provider unreachable with nothing
+    /// kept, plugin missing) is still signed out locally; the revocation is
+    /// listed among the failures.
     public func signOut(_ provider: String, account: String? = nil, requestID: JSON?) async throws(SessionError) -> JSON {
-        let context = try await context(for: provider)
+        guard profiles[provider] != nil else { throw unknownProfile(provider) }
+        let context: Context?
+        var unresolved: SessionError?
+        do { context = try await self.context(for: provider) } catch {
+            if Task.isCancelled { throw error }   // a cancelled sign-out signs nothing out
+            context = nil
+            unresolved = error
+        }
         pendingSignIns.removeValue(forKey: provider)?.fail(SessionError(.userCancelled, "The profile was signed out.", provider: provider, reason: "signedOut"))
         guard let (key, _) = try await selectSession(provider, account: account),
-              let (ended, outcome) = try await revokeAndEnd(key, context: context, reason: "userSignedOut", requestID: requestID) else {
+              let (ended, outcome) = try await revokeAndEnd(key, context: context, unresolved: unresolved, reason: "userSignedOut",
+                                                            requestID: requestID) else {
             return ["provider": .string(provider), "signedOut": true, "revoked": [], "failures": []]
         }
         return .compactObject(["provider": .string(provider), "signedOut": true, "account": ended.account,
@@ -545,14 +747,23 @@ public actor SessionEngine {
     /// refresh can store tokens after them. `when` may decline the stored
     /// session (e.g. it is no longer licence-revoked). Nil when nothing was
     /// stored (signed out meanwhile) or `when` declined.
-    private func revokeAndEnd(_ key: SessionKey, context: Context, reason: String, message: (StoredSession) -> String? = { _ in nil },
+    private func revokeAndEnd(_ key: SessionKey, context: Context?, unresolved: SessionError? = nil, reason: String,
+                              message: (StoredSession) -> String? = { _ in nil },
                               when: @escaping (StoredSession) -> Bool = { _ in true },
                               requestID: JSON?) async throws(SessionError) -> (StoredSession, Revocation)? {
         let ended: (StoredSession, Revocation)?
         do {
             ended = try await store.withExclusiveAccess(to: key) { () async throws -> (StoredSession, Revocation)? in
                 guard let current = try await self.store.load(key), when(current) else { return nil }
-                let outcome = await self.revokeAtProvider(current, context: context, requestID: requestID)
+                let outcome: Revocation
+                if let context {
+                    outcome = await self.revokeAtProvider(current, context: context, requestID: requestID)
+                } else {
+                    let why = unresolved?.message ?? "The profile's configuration could not be resolved."
+                    outcome = Revocation(revoked: [], failures: [["token": "all", "reason": .string(unresolved?.reason ?? "unresolved"),
+                                                                  "message": .string("Not revoked at the provider: \(why)")]],
+                                         clearCookies: [])
+                }
                 try await self.store.delete(key)
                 return (current, outcome)
             }
@@ -563,9 +774,11 @@ public actor SessionEngine {
         }
         guard let (session, revocation) = ended else { return nil }
         var outcome = revocation
-        // The cookies the revoke hook names, else those the plugin attached for these tokens.
-        let named = outcome.clearCookies.isEmpty ? await attachedCookies(session, context: context) : outcome.clearCookies
-        outcome.clearCookies = await cookiesToClear(named, ended: session, key: key, context: context)
+        if let context {
+            // The cookies the revoke hook names, else those the plugin attached for these tokens.
+            let named = outcome.clearCookies.isEmpty ? await attachedCookies(session, context: context) : outcome.clearCookies
+            outcome.clearCookies = await cookiesToClear(named, ended: session, key: key, context: context)
+        }
         announceEnd(key, reason: reason, message: message(session), ended: session, clearCookies: outcome.clearCookies)
         return (session, outcome)
     }
@@ -590,17 +803,34 @@ public actor SessionEngine {
     /// provider, wiped, `signedOut` `licenseRevoked`. The deadline is stored
     /// with the session, so a host stopped meanwhile signs out when it next
     /// sees the session (or at start); one timer per account.
-    private func markLicenseRevoked(_ key: SessionKey, session: StoredSession, context: Context, message: String?) async throws(SessionError) -> JSON {
+    private func markLicenseRevoked(_ key: SessionKey, session: StoredSession, context: Context, message: String?,
+                                    holdingLock: Bool = false) async throws(SessionError) -> JSON {
         let provider = key.profile
-        var updated = session
-        if !session.licenseRevoked {
-            let grace = min(max(context.profile.settings["licenseGracePeriodMs"]?.intValue ?? Self.defaultLicenseGracePeriodMilliseconds, 0), 86_400_000)
-            updated.licenseRevoked = true
-            updated.licenseMessage = message
-            updated.licenseSignOutAt = HostClock.nowMilliseconds() + grace
-            try await saveSession(updated, key: key)
+        let grace = min(max(context.profile.settings["licenseGracePeriodMs"]?.intValue ?? Self.defaultLicenseGracePeriodMilliseconds, 0), 86_400_000)
+        // Under the account's lock, on the record as it is now: another process may have
+        // rotated the tokens since `session` was read, and those must not be overwritten.
+        let mark: () async throws -> (StoredSession, Bool)? = {
+            guard var current = try await self.store.load(key) else { return nil }
+            guard !current.licenseRevoked else { return (current, false) }
+            current.licenseRevoked = true
+            current.licenseMessage = message
+            current.licenseSignOutAt = HostClock.nowMilliseconds() + grace
+            try await self.store.save(current, for: key)
+            return (current, true)
+        }
+        let outcome: (StoredSession, Bool)?
+        do {
+            outcome = holdingLock ? try await mark() : try await store.withExclusiveAccess(to: key) { try await mark() }
+        } catch {
+            throw storageError(error, provider: provider)
+        }
+        guard let (updated, marked) = outcome else {
+            // Signed out meanwhile: nothing is left to hold back.
+            return status(provider, state: "notSignedIn", session: nil, reason: "licenseRevoked", message: message)
+        }
+        if marked {
             emit("session/changed", .compactObject(["provider": .string(provider), "state": "licenseRevoked", "reason": "licenseRevoked",
-                                                    "message": message.map(JSON.string), "account": session.account]))
+                                                    "message": message.map(JSON.string), "account": updated.account]))
         }
         scheduleLicenceSignOut(key, context: context, at: updated.licenseSignOutAt ?? HostClock.nowMilliseconds())
         return status(provider, state: "licenseRevoked", session: updated, reason: "licenseRevoked", message: updated.licenseMessage)
@@ -654,7 +884,7 @@ public actor SessionEngine {
                 throw SessionError(.notSignedIn, "The session cannot be renewed (no refresh token); sign in again.", provider: provider, reason: "noRefreshToken")
             }
             session = try await refreshOrThrow(key, context: context, stale: session)
-        } else if let expiresAt = session.tokens.expiresAt, expiresAt - now < minimumValidity {
+        } else if let expiresAt = session.tokens.expiresAt, expiresAt - now < session.tokens.effectiveMinimumValidity(minimumValidity) {
             session = try await refreshOrThrow(key, context: context, stale: session)
         } else if let ahead = session.tokens.refreshAheadAt, now >= ahead, session.tokens.refreshToken != nil, refreshes[key] == nil {
             // Refresh ahead: the caller gets the still-valid token at once and
@@ -760,12 +990,18 @@ public actor SessionEngine {
     /// Refreshes once for any number of concurrent callers. If the stored
     /// session already differs from `stale`, someone else refreshed: use it.
     private func refreshed(_ key: SessionKey, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
-        if let running = refreshes[key] { return await running.value }
-        let task = Task { await self.performRefresh(key, context: context, stale: stale) }
-        refreshes[key] = task
-        let result = await task.value
-        refreshes[key] = nil
-        return result
+        // A caller that is cancelled stops waiting; the refresh itself always runs to its end
+        // (the provider may already have rotated the refresh token: the new one must be stored).
+        let work: SharedWork<Result<StoredSession, ProviderFailure>>
+        if let running = refreshes[key], !running.isFinished {
+            work = running
+        } else {
+            work = SharedWork(cancelsWhenAbandoned: false) { await self.performRefresh(key, context: context, stale: stale) }
+            refreshes[key] = work
+        }
+        let result = await work.value()
+        if refreshes[key] === work, work.isFinished { refreshes[key] = nil }
+        return result ?? .failure(ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled."))
     }
 
     /// One refresh, under the profile's cross-process lock: the session is
@@ -794,6 +1030,13 @@ public actor SessionEngine {
         let input: JSON = ["profile": context.profileJSON, "tokens": stale.tokens.json]
         switch await run(.refresh, input: input, plugin: context.plugin, provider: provider, requestID: nil) {
         case .success(let answer):
+            if let problem = TokenSet.sizeProblem(answer["tokens"], account: answer["account"]) {
+                // Too big to keep: the grant cannot go on (a rotated refresh token is spent).
+                let failure = ProviderFailure(.definitive, reason: "badResponse", message: "The provider's refresh answer was refused: \(problem).")
+                _ = try? await endSession(key, reason: signedOutReason(failure.reason), message: failure.message, ended: stale, context: context,
+                                          holdingLock: true)
+                return .failure(failure)
+            }
             guard var fresh = TokenSet(json: answer["tokens"] ?? .null) else {
                 return .failure(ProviderFailure(.transient, reason: "badResponse", message: "The refresh answer had no access token."))
             }
@@ -813,7 +1056,7 @@ public actor SessionEngine {
             return .success(session)
         case .failure(let failure) where failure.kind == .definitive && endReason(failure.reason) == "licenseRevoked":
             // Like a licence lost on an API call: announced, then signed out after the grace period.
-            _ = try? await markLicenseRevoked(key, session: stale, context: context, message: failure.message)
+            _ = try? await markLicenseRevoked(key, session: stale, context: context, message: failure.message, holdingLock: true)
             return .failure(failure)
         case .failure(let failure) where failure.kind == .definitive:
             _ = try? await endSession(key, reason: signedOutReason(failure.reason), message: failure.message, ended: stale, context: context,
@@ -950,7 +1193,7 @@ public actor SessionEngine {
         var best: (SessionKey, StoredSession)?
         for key in try await storedKeys(of: provider) {
             guard let session = try await loadSession(key) else { continue }
-            if best == nil || (session.signedInAt ?? 0) > (best!.1.signedInAt ?? 0) { best = (key, session) }
+            if (session.signedInAt ?? 0) > best.map({ $0.1.signedInAt ?? 0 }) ?? Int64.min { best = (key, session) }
         }
         return best
     }
@@ -961,10 +1204,6 @@ public actor SessionEngine {
 
     private func loadSession(_ key: SessionKey) async throws(SessionError) -> StoredSession? {
         do { return try await store.load(key) } catch { throw storageError(error, provider: key.profile) }
-    }
-
-    private func saveSession(_ session: StoredSession, key: SessionKey) async throws(SessionError) {
-        do { try await store.save(session, for: key) } catch { throw storageError(error, provider: key.profile) }
     }
 
     private func notSignedIn(_ provider: String, account: String?) -> SessionError {
@@ -991,7 +1230,7 @@ public actor SessionEngine {
             "account": session?.account ?? .null,
             "expiresAt": session?.tokens.expiresAt.map(JSON.int) ?? .null,
             "details": details.isEmpty ? nil : .object(details),
-            "reason": .string(reason), "message": message.map(JSON.string),
+            "reason": .string(reason), "message": message.map { .string(KnownSecrets.shared.scrub($0)) },
             "storage": storageInfo,
         ])
     }
@@ -1028,22 +1267,68 @@ public actor SessionEngine {
         return String(parts[0]) + parts.dropFirst().map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined()
     }
 
+    // MARK: - Shutdown
+
+    /// Waits (at most `limit`) for the hooks in flight — a request's, or a
+    /// background refresh's — to return, then shuts the plugins down. A
+    /// plugin still inside a hook when the time is up is not shut down (its
+    /// code would be torn down under the running hook); the process is
+    /// ending anyway.
+    public func shutDownPlugins(drainingFor limit: Duration = .seconds(2)) async {
+        if !hooksInFlight.isEmpty {
+            let deadline = Task { [weak self] in
+                // A bound on the wait, not synchronisation: past it, the busy plugins are left alone.
+                guard (try? await Task.sleep(for: limit)) != nil else { return }
+                await self?.releaseHookWaiters()
+            }
+            await withCheckedContinuation { hookWaiters.append($0) }
+            deadline.cancel()
+            await deadline.value   // nothing of ours may still run when the process exits
+        }
+        let busy = Set(hooksInFlight.keys)
+        if !busy.isEmpty {
+            logger.warning("plugins still inside a hook at exit are not shut down", metadata: ["plugins": "\(busy.sorted())"])
+        }
+        for plugin in plugins.values where !busy.contains(plugin.manifest.id) { plugin.shutdown() }
+    }
+
+    private func releaseHookWaiters() {
+        let waiters = hookWaiters
+        hookWaiters.removeAll()
+        for waiter in waiters { waiter.resume() }
+    }
+
+    private func hookStarted(_ plugin: String) { hooksInFlight[plugin, default: 0] += 1 }
+
+    private func hookEnded(_ plugin: String) {
+        hooksInFlight[plugin, default: 1] -= 1
+        if hooksInFlight[plugin] == 0 { hooksInFlight[plugin] = nil }
+        if hooksInFlight.isEmpty { releaseHookWaiters() }
+    }
+
     /// Runs a hook, or the host's standard step when the plugin leaves it to the host.
     func run(_ hook: PluginHook, input: JSON, plugin: LoadedPlugin, provider: String, requestID: JSON?) async -> Result<JSON, ProviderFailure> {
+        hookStarted(plugin.manifest.id)
+        defer { hookEnded(plugin.manifest.id) }
         let scoped = installations[provider] ?? InstallationIdentity.scoped(installation(), profile: provider)
         installations[provider] = scoped
         let input = input.setting("installation", scoped)
         let environment = EngineEnvironment(provider: provider, requestID: requestID, http: http, emit: emit)
+        let result: Result<JSON, ProviderFailure>
         switch await plugin.invoke(hook, input: input, environment: environment) {
-        case .result(let value): return .success(value)
-        case .failure(let failure): return .failure(failure)
+        case .result(let value): result = .success(value)
+        case .failure(let failure): result = .failure(failure)
         case .useDefault:
             if hook == .checkSession { return .success(StandardSteps.checkSession(input)) }
             let http = self.http
-            return await plugin.runHostStep(hook, environment: environment) { call in
+            result = await plugin.runHostStep(hook, environment: environment) { call in
                 StandardSteps.run(hook, input: input, call: call, http: http)
             }
         }
+        if case .failure(let failure) = result, hook != .configure {
+            await configurationMayHaveChanged(provider, failure: failure)
+        }
+        return result
     }
 }
 

@@ -35,7 +35,7 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
     public init(_ kind: Kind, _ message: String, provider: String? = nil, reason: String? = nil, field: String? = nil,
                 status: Int? = nil) {
         self.kind = kind
-        self.message = message
+        self.message = KnownSecrets.shared.scrub(message)
         self.provider = provider
         self.reason = reason
         self.field = field
@@ -86,6 +86,12 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
         case .internal: kind = .pluginError
         case .cancelled: kind = .userCancelled
         }
-        self.init(kind, failure.message, provider: provider, reason: failure.reason, status: failure.status)
+        // The transport names the URL (without its query); the profile tells people which of theirs.
+        let message = Self.transportReasons.contains(failure.reason) && !failure.message.hasPrefix("Profile \"")
+            ? "Profile \"\(provider)\": \(failure.message)" : failure.message
+        self.init(kind, message, provider: provider, reason: failure.reason, status: failure.status)
     }
+
+    /// The reasons the HTTP transport gives when no answer came (bridge-spec Reason).
+    static let transportReasons: Set<String> = ["timeout", "refused", "dns", "tls", "reset", "protocol", "network", "tooLarge"]
 }

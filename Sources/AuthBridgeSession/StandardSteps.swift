@@ -51,10 +51,14 @@ public enum StandardSteps {
         var lastFailure = ProviderFailure(.transient, reason: "discovery", message: "The issuer's discovery document could not be read.")
         var found = false
         // OpenID Connect Discovery first; RFC 8414 metadata fills what it lacks (e.g. revocation).
-        for url in candidates {
+        documents: for url in candidates {
             let answer: JSON
             switch http.perform(["method": "GET", "url": .string(url), "timeoutMs": 15_000], call: call) {
-            case .failure(let failure): lastFailure = failure; continue
+            case .failure(let failure):
+                lastFailure = failure
+                // Both documents live on the issuer's origin: one it did not answer for, it will not answer for either.
+                if SessionError.transportReasons.contains(failure.reason) || failure.kind == .cancelled { break documents }
+                continue
             case .success(let value): answer = value
             }
             guard answer["status"]?.intValue == 200, let document = try? JSON.parse(answer["body"]?.stringValue ?? ""),
@@ -101,11 +105,22 @@ public enum StandardSteps {
         }
         if let hint = input["loginHint"]?.stringValue { pairs.append(("login_hint", hint)) }
         for (key, value) in (config["extraAuthorizationParams"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
+            // PKCE, state and the redirect are the host's: a setting must not weaken or replace them.
+            guard !reservedAuthorizationParams.contains(key) else {
+                return .failure(ProviderFailure(.configuration, reason: "invalidSettings",
+                                                message: "\"extraAuthorizationParams\" must not set \"\(key)\": AuthBridge sets it."))
+            }
             if let value = value.stringValue { pairs.append((key, value)) }
         }
         let separator = endpoint.contains("?") ? "&" : "?"
         return .success(["url": .string(endpoint + separator + FormEncoding.encode(pairs))])
     }
+
+    /// Parameters the host itself puts in the authorization URL (RFC 6749
+    /// §4.1.1, RFC 7636 §4.3, OpenID Connect Core §3.1.2.1).
+    public static let reservedAuthorizationParams: Set<String> = [
+        "response_type", "client_id", "redirect_uri", "scope", "state", "nonce", "code_challenge", "code_challenge_method", "login_hint",
+    ]
 
     /// RFC 8628 §3.1–3.2: asks for a device code and a user code.
     static func beginDeviceAuthorization(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
@@ -138,9 +153,14 @@ public enum StandardSteps {
         // RFC 8628 §3.2: expires_in is required; interval defaults to 5 s. Both clamped.
         let expiresIn = min(max(body["expires_in"]?.intValue ?? 600, 10), 86_400)
         let interval = min(max(body["interval"]?.intValue ?? 5, 1), 300)
+        // The page that carries the user code is held to the same rule as verification_uri: an
+        // insecure one is left out (the user types the code at verification_uri instead).
+        let complete = body["verification_uri_complete"]?.stringValue.flatMap { text in
+            ParsedURL(text)?.isSecureTransport == true ? text : nil
+        }
         return .success(.compactObject([
             "deviceCode": .string(deviceCode), "userCode": .string(userCode), "verificationUri": .string(verification),
-            "verificationUriComplete": body["verification_uri_complete"]?.stringValue.map(JSON.string),
+            "verificationUriComplete": complete.map(JSON.string),
             "expiresAt": .int(now + expiresIn * 1000), "intervalMs": .int(interval * 1000),
         ]))
     }
@@ -161,20 +181,15 @@ public enum StandardSteps {
             guard let url = CallbackURL(callback) else {
                 return .failure(ProviderFailure(.definitive, reason: "invalidCallback", message: "The callback URL could not be read."))
             }
+            // Whose answer this is comes first (RFC 6749 §10.12, RFC 9207 §2.4): a callback from
+            // another sign-in or another server is refused before anything it says is acted on.
+            if let failure = callbackMismatch(url, state: input["state"]?.stringValue, issuer: input["expectedIssuer"]?.stringValue) {
+                return .failure(failure)
+            }
             if let error = url.queryValue("error") {
                 let description = url.queryValue("error_description").map { ": " + Redaction.redact($0) } ?? ""
                 let kind: ProviderFailure.Kind = error == "access_denied" ? .cancelled : .definitive
                 return .failure(ProviderFailure(kind, reason: error, message: "The provider refused the sign-in (\(error))\(description)."))
-            }
-            if let expected = input["state"]?.stringValue {
-                guard let state = url.queryValue("state"), constantTimeEquals(state, expected) else {
-                    return .failure(ProviderFailure(.definitive, reason: "stateMismatch", message: "The callback's state does not match this sign-in; it was ignored."))
-                }
-            }
-            if let expectedIssuer = input["expectedIssuer"]?.stringValue {
-                guard let issuer = url.queryValue("iss"), issuer == expectedIssuer else {
-                    return .failure(ProviderFailure(.definitive, reason: "issuerMismatch", message: "The callback's issuer (iss) does not match the provider."))
-                }
             }
             code = url.queryValue("code")
         }
@@ -190,6 +205,27 @@ public enum StandardSteps {
         form["code_verifier"] = input["codeVerifier"]
         form["client_secret"] = config["clientSecret"]
         return tokenRequest(form: form, config: config, call: call, http: http)
+    }
+
+    /// A callback whose `state` (RFC 6749 §4.1.2) or `iss` (RFC 9207) is not
+    /// this sign-in's, as a definitive failure; nil when it is ours. With no
+    /// expected value, that check is not made.
+    public static func callbackMismatch(_ url: CallbackURL, state expected: String?, issuer expectedIssuer: String?) -> ProviderFailure? {
+        if let expected {
+            guard let state = url.queryValue("state"), constantTimeEquals(state, expected) else {
+                return ProviderFailure(.definitive, reason: "stateMismatch", message: "The callback's state does not match this sign-in; it was ignored.")
+            }
+        }
+        // RFC 9207 §2.4: another issuer is refused, and so is a code without one. An error
+        // response without `iss` (django-oauth-toolkit sends none on a denial) can still end
+        // the sign-in: it carries nothing that could be redeemed.
+        if let expectedIssuer {
+            let issuer = url.queryValue("iss")
+            if issuer.map({ $0 != expectedIssuer }) ?? (url.queryValue("error") == nil) {
+                return ProviderFailure(.definitive, reason: "issuerMismatch", message: "The callback's issuer (iss) does not match the provider.")
+            }
+        }
+        return nil
     }
 
     static func refresh(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {

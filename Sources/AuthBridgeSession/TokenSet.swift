@@ -35,6 +35,7 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
         self.extras = extras
         self.details = details
         self.details = safeDetails(details)
+        for secret in [accessToken, refreshToken, idToken] { KnownSecrets.shared.remember(secret) }
     }
 
     /// Reads a plugin's TokenSet JSON; nil when `accessToken` is missing.
@@ -98,6 +99,36 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
             default: return false
             }
         }
+    }
+
+    /// The most the host keeps of one provider answer: any one token, and the
+    /// whole token set with its account. Far below the vault's record limit,
+    /// so that whatever a provider sends, the record it makes can be read
+    /// back; real tokens are a few kilobytes (a JWT with many claims ~16 KiB).
+    public static let maximumTokenBytes = 64 << 10
+    public static let maximumAnswerBytes = 256 << 10
+
+    /// Why a plugin's TokenSet (and account) is too big to keep, or nil.
+    public static func sizeProblem(_ tokens: JSON?, account: JSON?) -> String? {
+        guard let tokens else { return nil }
+        for key in ["accessToken", "refreshToken", "idToken"] {
+            if let text = tokens[key]?.stringValue, text.utf8.count > maximumTokenBytes {
+                return "its \(key) is \(text.utf8.count) bytes (at most \(maximumTokenBytes) are kept)"
+            }
+        }
+        let size = JSON.array([tokens, account ?? .null]).serialized().count
+        return size > maximumAnswerBytes ? "it is \(size) bytes (at most \(maximumAnswerBytes) are kept)" : nil
+    }
+
+    /// How close to expiry the token may be before a caller asking for
+    /// `requested` milliseconds of validity gets a refresh: `requested`, but
+    /// never more than half the token's own lifetime. A provider that issues
+    /// 5-second tokens would otherwise be asked for a new one on every call
+    /// under the default 60-second minimum (and by every process sharing the
+    /// vault); `forceRefresh` still renews at once.
+    public func effectiveMinimumValidity(_ requested: Int64) -> Int64 {
+        guard let expiresAt, let obtainedAt, expiresAt > obtainedAt else { return requested }
+        return min(requested, (expiresAt - obtainedAt) / 2)
     }
 
     /// The refresh-ahead point: three quarters into the token's lifetime
@@ -203,7 +234,21 @@ public struct SessionStore: Sendable {
 
     /// Every stored session's key, from metadata only.
     nonisolated(nonsending) public func keys() async throws -> [SessionKey] {
-        try await vault.profiles().map(SessionKey.init(vaultKey:))
+        try await vault.profiles().map(SessionKey.init(vaultKey:)).filter { !ResolvedProfile.isReserved($0.profile) }
+    }
+
+    /// The profile's last good resolved configuration, or nil.
+    nonisolated(nonsending) public func resolvedProfile(_ profile: String) async throws -> ResolvedProfile? {
+        guard let record = try await vault.load(ResolvedProfile.vaultKey(profile)) else { return nil }
+        return ResolvedProfile(record.secret)
+    }
+
+    nonisolated(nonsending) public func save(_ resolved: ResolvedProfile, for profile: String) async throws {
+        try await vault.save(VaultRecord(profile: ResolvedProfile.vaultKey(profile), account: nil, secret: resolved.json))
+    }
+
+    nonisolated(nonsending) public func deleteResolvedProfile(_ profile: String) async throws {
+        try await vault.delete(ResolvedProfile.vaultKey(profile))
     }
 
     /// The accounts stored for one profile.
@@ -215,4 +260,49 @@ public struct SessionStore: Sendable {
     nonisolated(nonsending) public func withExclusiveAccess<T: Sendable>(to key: SessionKey, _ body: () async throws -> T) async throws -> T {
         try await vault.withExclusiveAccess(to: key.vaultKey, body)
     }
+}
+
+/// A profile's last good resolved configuration — what its plugin's
+/// `configure` answered (endpoints from the provider's discovery document)
+/// — and the provider's signing keys, kept with the profile's sessions so
+/// that tokens the host holds stay usable while the provider is down.
+///
+/// Stored in the vault (sealed like a session: the configuration may carry
+/// a client secret) under a key no profile can have: a control character
+/// (U+001E) cannot be part of a profile name.
+public struct ResolvedProfile: Sendable, Equatable {
+    /// Which plugin, plugin version and settings it was resolved for; a
+    /// change of any makes it unusable.
+    public var fingerprint: String
+    public var config: JSON
+    /// The JWKS document at the configuration's `jwksUri`, when known.
+    public var signingKeys: JSON?
+    /// When it was resolved (host clock, ms).
+    public var resolvedAt: Int64
+
+    public init(fingerprint: String, config: JSON, signingKeys: JSON?, resolvedAt: Int64) {
+        self.fingerprint = fingerprint
+        self.config = config
+        self.signingKeys = signingKeys
+        self.resolvedAt = resolvedAt
+    }
+
+    init?(_ json: JSON) {
+        guard let fingerprint = json["fingerprint"]?.stringValue, let config = json["config"], case .object = config,
+              let resolvedAt = json["resolvedAt"]?.intValue else { return nil }
+        self.init(fingerprint: fingerprint, config: config, signingKeys: json["signingKeys"], resolvedAt: resolvedAt)
+    }
+
+    var json: JSON {
+        .compactObject(["fingerprint": .string(fingerprint), "config": config, "signingKeys": signingKeys,
+                        "resolvedAt": .int(resolvedAt)])
+    }
+
+    static let reservedPrefix: Character = "\u{1E}"
+
+    static func vaultKey(_ profile: String) -> String {
+        VaultKey.make(profile: String(reservedPrefix) + "resolved", account: profile)
+    }
+
+    static func isReserved(_ vaultProfile: String) -> Bool { vaultProfile.first == reservedPrefix }
 }

@@ -55,7 +55,7 @@ typedef struct Request {
     Buffer response;
     json_t *headers; /* of the last response head read (a 100 Continue's are replaced) */
     int too_large;
-    char origin[320]; /* scheme://host[:port], for messages */
+    char origin[512]; /* scheme://host[:port]/path, for messages: no user information, query or fragment */
     void *context;
     authbridge_http_done done;
     /* Guarded by `lock`. */
@@ -414,7 +414,8 @@ static int is_loopback_host(const char *host)
     return strncmp(host, "127.", 4) == 0 || strcmp(host, "[::1]") == 0 || strcmp(host, "::1") == 0;
 }
 
-/* origin = scheme://host[:port] of url: nothing of the user information, path or query. */
+/* origin = scheme://host[:port]/path of url, for messages: nothing of the user information, query or
+ * fragment (a query may carry a code or a token). */
 static void origin_of(const char *url, char *origin, size_t size, int *loopback)
 {
     *loopback = 0;
@@ -447,6 +448,11 @@ static void origin_of(const char *url, char *origin, size_t size, int *loopback)
         host[host_length] = 0;
         *loopback = is_loopback_host(host);
     }
+    const char *path = authority + length;
+    size_t path_length = strcspn(path, "?#");
+    size_t used = strlen(origin);
+    if (path_length > 0 && used < size - 1)
+        snprintf(origin + used, size - used, "%.*s", (int)path_length, path);
 }
 
 static Request *build(const uint8_t *bytes, size_t length, void *context, authbridge_http_done done,

@@ -4,6 +4,7 @@ import AuthBridgeJSON
 import AuthBridgePluginHost
 import AuthBridgeSession
 import Logging
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -26,10 +27,20 @@ struct LocalEngine {
         reports = PluginLoader(folders: configuration.pluginFolders, logger: logger).loadAll()
         engine = SessionEngine(plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
                                logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders, emit: events)
+        let engine = engine
+        Self.opened.withLock { $0.append(engine) }
     }
 
-    func shutdown() {
-        for report in reports { report.plugin?.shutdown() }
+    /// Engines opened by this command, shut down when it ends.
+    private static let opened = Mutex<[SessionEngine]>([])
+
+    /// Shuts down every engine the command opened, after the hooks still in
+    /// flight (a background refresh, a check that ran out of time) return or
+    /// their bound passes.
+    static func closeAll() async {
+        for engine in opened.withLock({ engines in defer { engines.removeAll() }; return engines }) {
+            await engine.shutDownPlugins()
+        }
     }
 }
 
@@ -46,8 +57,10 @@ extension HumanCommand {
         do {
             try await execute()
         } catch {
+            await LocalEngine.closeAll()
             Self.exit(withError: error)
         }
+        await LocalEngine.closeAll()
         Self.exit()
     }
 }

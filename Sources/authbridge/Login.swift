@@ -47,7 +47,6 @@ struct Login: HumanCommand {
             stage.set(params["stage"]?.stringValue)
             Login.show(params, terminal: err, browserOpened: !noBrowser)
         }
-        defer { local.shutdown() }
         var params: [String: JSON] = ["timeoutMs": .int(timeout * 1000)]
         if device { params["flow"] = "device" }
         let engine = local.engine

@@ -18,22 +18,25 @@ struct Logout: HumanCommand {
 
     func execute() async throws {
         let local = try LocalEngine(options: options) { _, _ in }
-        defer { local.shutdown() }
+        let notice = WaitNotice.forProvider(of: profile)
         let result: JSON
         do throws(SessionError) {
             result = try await local.engine.signOut(profile, account: account, requestID: nil)
         } catch {
+            await notice.finish()
             throw CommandExit.report(error)
         }
+        await notice.finish()
         let out = Terminal.standardOutput
         let revoked = (result["revoked"]?.arrayValue ?? []).compactMap(\.stringValue)
-        guard result["account"] != nil || !revoked.isEmpty else {
+        let failures = result["failures"]?.arrayValue ?? []
+        guard result["account"] != nil || !revoked.isEmpty || !failures.isEmpty else {
             out.line("\(profile) was not signed in.")
             return
         }
         out.line(out.styled("✓", .green) + " Signed out of \(profile) (\(accountLabel(result["account"])))"
                  + (revoked.isEmpty ? "" : "; revoked: \(revoked.joined(separator: ", "))"))
-        for failure in result["failures"]?.arrayValue ?? [] {
+        for failure in failures {
             Terminal.standardError.warn("could not revoke \(failure["token"]?.stringValue ?? "?"): \(failure["message"]?.stringValue ?? "")")
         }
     }

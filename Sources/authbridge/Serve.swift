@@ -44,7 +44,7 @@ struct Serve: AsyncParsableCommand {
 func bootstrapLogging(_ level: String) -> Logger {
     let logLevel = Logger.Level(rawValue: level) ?? .info
     LoggingSystem.bootstrap { label in
-        var handler = StreamLogHandler.standardError(label: label)
+        var handler = ScrubbingLogHandler(wrapping: StreamLogHandler.standardError(label: label))
         handler.logLevel = logLevel
         return handler
     }

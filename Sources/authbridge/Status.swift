@@ -12,8 +12,9 @@ struct Status: HumanCommand {
         abstract: "Show each profile's accounts: state, expiry and where tokens are kept.",
         discussion: """
             Checks every signed-in account with its provider (refreshing an expired token, as \
-            checkSignInStatus does). A profile whose provider cannot be reached is shown as \
-            offline; the others are still listed. STORAGE says where the tokens are and what \
+            checkSignInStatus does). Profiles are checked at once, each for at most --timeout \
+            seconds; one whose provider cannot be reached in time is shown as offline, the others \
+            are still listed. STORAGE says where the tokens are and what \
             protects them: an encrypted file whose key is in the desktop keyring or in a key \
             file, the keyring itself, or memory. With PROFILE, exits 2 when it is not signed in \
             and 3 when its provider could not be reached.
@@ -27,26 +28,48 @@ struct Status: HumanCommand {
 
     @OptionGroup var options: HostOptions
 
+    @Option(help: "How long to wait for each profile's provider, in seconds; a profile not checked in time is shown offline.")
+    var timeout: Int64 = 10
+
     func execute() async throws {
+        guard (1...3_600).contains(timeout) else { throw ValidationError("--timeout must be 1…3600 seconds") }
         let local = try LocalEngine(options: options) { _, _ in }
-        defer { local.shutdown() }
         let engine = local.engine
-        var rows: [JSON] = []
         var names: [String]
         if let profile { names = [profile] } else { names = await engine.profileList().compactMap { $0["name"]?.stringValue } }
-        for name in names {
-            do throws(SessionError) {
-                let accounts = try await engine.listAccounts(name)
-                if accounts.isEmpty { rows.append(try await engine.checkSignInStatus(name)) }
-                for account in accounts {
-                    rows.append(try await engine.checkSignInStatus(name, account: account["account"]?["id"]?.stringValue))
+        // Every profile at once, each under its own bound: one dead provider costs one bound, not the sum.
+        let bound = Duration.seconds(timeout)
+        let progress = WaitNotice(after: .seconds(1)) { waiting in
+            "waiting for the provider of \(waiting.sorted().joined(separator: ", ")) (at most \(timeout) s)…"
+        }
+        var found: [String: Result<[JSON], SessionError>] = [:]
+        await withTaskGroup(of: (String, Result<[JSON], SessionError>).self) { group in
+            for name in names {
+                progress.started(name)
+                group.addTask {
+                    let result = await firstOf(within: bound) { await Self.check(name, engine: engine) }
+                        ?? .failure(SessionError(.timeout, "Profile \"\(name)\": the provider did not answer within \(timeout) s.",
+                                                 provider: name, reason: "timeout"))
+                    return (name, result)
                 }
-            } catch {
+            }
+            for await (name, result) in group {
+                progress.finished(name)
+                found[name] = result
+            }
+        }
+        await progress.finish()
+        var rows: [JSON] = []
+        for name in names {
+            switch found[name] {
+            case .success(let statuses)?: rows += statuses
+            case .failure(let error)?:
                 // One profile's trouble (a provider unreachable, a bad setting) is a row, not the end.
                 if profile != nil { throw CommandExit.report(error) }
                 let state = error.retryable ? "offline" : "error"
                 rows.append(["provider": .string(name), "state": .string(state), "account": .null, "expiresAt": .null,
                              "reason": .string(error.reason ?? state), "message": .string(error.message)])
+            case nil: break
             }
         }
         if json {
@@ -58,6 +81,21 @@ struct Status: HumanCommand {
             let offline = rows.contains { $0["state"]?.stringValue == "offline" }
             if rows.isEmpty { Terminal.standardError.error("no profile is named \"\(profile)\"") }
             throw ExitCode(offline ? CommandExit.unavailable : CommandExit.notSignedIn)
+        }
+    }
+
+    /// The statuses of one profile's accounts (one row when none is signed in).
+    private static func check(_ name: String, engine: SessionEngine) async -> Result<[JSON], SessionError> {
+        do throws(SessionError) {
+            let accounts = try await engine.listAccounts(name)
+            if accounts.isEmpty { return .success([try await engine.checkSignInStatus(name)]) }
+            var rows: [JSON] = []
+            for account in accounts {
+                rows.append(try await engine.checkSignInStatus(name, account: account["account"]?["id"]?.stringValue))
+            }
+            return .success(rows)
+        } catch {
+            return .failure(error)
         }
     }
 

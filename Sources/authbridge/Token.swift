@@ -22,13 +22,15 @@ struct Token: HumanCommand {
 
     func execute() async throws {
         let local = try LocalEngine(options: options) { _, _ in }
-        defer { local.shutdown() }
+        let notice = WaitNotice.forProvider(of: profile)
         let answer: JSON
         do throws(SessionError) {
             answer = try await local.engine.getAccessToken(profile, account: account)
         } catch {
+            await notice.finish()
             throw CommandExit.report(error)
         }
+        await notice.finish()
         Terminal.standardOutput.line(answer["accessToken"]?.stringValue ?? "")
     }
 }

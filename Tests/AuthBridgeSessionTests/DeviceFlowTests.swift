@@ -90,6 +90,17 @@ struct DeviceFlowTests {
             throws: { ($0 as? SessionError)?.kind == .providerRefused }
     }
 
+    /// Issue 12 §4: an OAuth error the server answered ends the sign-in at once
+    /// (RFC 8628 §3.5 lists only pending, slow_down, denied and expired as
+    /// reasons to go on); only a server that did not answer is polled again.
+    @Test(arguments: ["invalid_request", "unsupported_grant_type", "invalid_scope", "some_new_error"])
+    func anOAuthErrorTheServerAnsweredEndsTheSignIn(_ reason: String) async {
+        let script = Script(start: now, [.failure(ProviderFailure(.transient, reason: reason, message: reason, status: 400))])
+        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(provider: "p", poll: script.poll) }
+            throws: { ($0 as? SessionError)?.kind == .providerRefused && ($0 as? SessionError)?.reason == reason }
+        #expect(script.waits.withLock { $0 } == [1_000], "one poll, no more")
+    }
+
     @Test func anIntervalBelowOneSecondIsRaised() {
         #expect(DevicePolling(intervalMilliseconds: 10, deadline: now).intervalMilliseconds == 1_000)
     }
@@ -117,6 +128,13 @@ struct DeviceFlowTests {
     @Test func anInsecureVerificationURIIsRefused() {
         let body = #"{"device_code":"dc","user_code":"u","verification_uri":"http://example.com/d","expires_in":600}"#
         #expect(throws: ProviderFailure.self) { try StandardSteps.parseDeviceAuthorization(self.response(200, body), now: self.now).get() }
+    }
+
+    @Test func anInsecureVerificationURICompleteIsLeftOut() throws {
+        let body = #"{"device_code":"dc","user_code":"u","verification_uri":"https://example.com/d","#
+            + #""verification_uri_complete":"http://example.com/d?user_code=u","expires_in":600}"#
+        let answer = try StandardSteps.parseDeviceAuthorization(response(200, body), now: now).get()
+        #expect(answer["verificationUri"] == "https://example.com/d" && answer["verificationUriComplete"] == nil)
     }
 
     @Test func anOAuthErrorIsClassified() {

@@ -59,7 +59,7 @@ struct HTTPTransportTests {
         let failure = try #require(await get(server, "/callback?code=secret-code", timeoutMs: 1_000).failure)
         #expect(failure.reason == "timeout" && failure.kind == .transient)
         #expect(ContinuousClock.now - started < .seconds(5))
-        #expect(failure.message == "\(server.url) did not answer in time", "the origin only, never the query")
+        #expect(failure.message == "\(server.url)/callback did not answer in time", "the URL without its query (which may hold a code)")
     }
 
     @Test func theTimeoutBoundsTheWholeExchangeNotOnlyIdleTime() async throws {

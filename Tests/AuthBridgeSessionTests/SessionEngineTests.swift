@@ -11,7 +11,7 @@ import Glibc
 
 /// The engine driven with the Swift test plugin (copied from the build folder
 /// into a private temp folder) and a memory store. Nothing here moves the
-/// host clock: expiry comes from the plugin's 1-second "short" sessions.
+/// host clock: expiry comes from the plugin's "short" (1 s) and "expired" sessions.
 @Suite("Session engine", .serialized)
 struct SessionEngineTests {
     @Test func sessionSignInStoresTokensAndNotifies() async throws {
@@ -37,8 +37,8 @@ struct SessionEngineTests {
 
     @Test func concurrentCallersShareOneRefresh() async throws {
         try await withEngine { engine, events, _ in
-            // A 1-second token is inside the 60-second minimum validity: every caller wants a refresh.
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "short"], requestID: 1)
+            // An expired token: every caller wants a refresh.
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "expired"], requestID: 1)
             let tokens = try await withThrowingTaskGroup(of: String?.self) { group in
                 for _ in 0..<20 {
                     group.addTask { try await engine.getAccessToken("work")["accessToken"]?.stringValue }
@@ -46,9 +46,57 @@ struct SessionEngineTests {
                 return try await group.reduce(into: [String?]()) { $0.append($1) }
             }
             #expect(tokens.count == 20)
-            #expect(Set(tokens) == ["sat2-short"])
+            #expect(Set(tokens) == ["sat2-expired"])
             #expect(events.changes.filter { $0["state"] == "refreshed" }.count == 1)
             #expect(events.changes.last?["reason"] == "refreshed")
+        }
+    }
+
+    /// Issue 12 §0: `configureProfile` followed at once by `removeProfile` of
+    /// the same name crashed the host (a force-unwrap of the profile after the
+    /// configure hook's await). Changes of one profile now run in turn.
+    @Test func configureThenRemoveAtOnceNeverCrashesAndEndsRemoved() async throws {
+        try await withEngine { engine, _, _ in
+            for round in 0..<100 {
+                let name = "rt\(round % 3)"
+                async let configured = engine.configureProfile(name: name, plugin: "swifttest", settings: ["clientId": "c"])
+                async let removed = engine.removeProfile(name)
+                let info = try await configured
+                #expect(info["name"] == .string(name) && info["status"] == "ready")
+                _ = try await removed
+            }
+            // Every profile configured and removed in the same breath is gone or present, never half-made.
+            for profile in await engine.profileList() {
+                #expect(profile["status"] == "ready")
+            }
+        }
+    }
+
+    /// Issue 12 §3: a token that lives less than the minimum validity is not
+    /// refreshed while it is younger than half its lifetime.
+    @Test func aShortLivedTokenIsNotRefreshedOnEveryCall() async throws {
+        try await withEngine { engine, events, _ in
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "brief"], requestID: 1)
+            for _ in 0..<5 { #expect(try await engine.getAccessToken("work")["accessToken"] == "sat-brief") }
+            #expect(events.changes.filter { $0["state"] == "refreshed" }.isEmpty)
+            #expect(try await engine.getAccessToken("work", forceRefresh: true)["accessToken"] == "sat2-brief")
+            #expect(events.changes.filter { $0["state"] == "refreshed" }.count == 1)
+        }
+    }
+
+    /// Issue 12 §6: at exit, a plugin still inside a hook (a background refresh,
+    /// a sign-in) is not shut down under it; the others are.
+    @Test func shutdownWaitsForHooksInFlightAndSparesABusyPlugin() async throws {
+        try await withEngine { engine, events, _ in
+            let plugin = try #require(engine.loadedPlugins.first)
+            let signIn = Task { try? await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "slow"], requestID: 1) }
+            await events.wait { method, params in method == "signIn/progress" && params["stage"] == "exchanging" }
+            await engine.shutDownPlugins(drainingFor: .milliseconds(200))
+            #expect(!plugin.hasShutDown, "the plugin is inside complete_sign_in")
+            signIn.cancel()
+            _ = await signIn.value
+            await engine.shutDownPlugins(drainingFor: .seconds(10))
+            #expect(plugin.hasShutDown)
         }
     }
 
@@ -136,10 +184,36 @@ struct SessionEngineTests {
 
 /// Notifications the engine sent, in order.
 final class EventLog: Sendable {
-    private let events = Mutex<[(String, JSON)]>([])
+    private struct State {
+        var events: [(String, JSON)] = []
+        var waiters: [(predicate: @Sendable (String, JSON) -> Bool, continuation: CheckedContinuation<Void, Never>)] = []
+    }
+    private let state = Mutex(State())
 
-    var sink: SessionEngine.EventSink { { method, params in self.events.withLock { $0.append((method, params)) } } }
-    var all: [(String, JSON)] { events.withLock { $0 } }
+    var sink: SessionEngine.EventSink {
+        { method, params in
+            let ready = self.state.withLock { state in
+                state.events.append((method, params))
+                let done = state.waiters.filter { $0.predicate(method, params) }
+                state.waiters.removeAll { $0.predicate(method, params) }
+                return done
+            }
+            for waiter in ready { waiter.continuation.resume() }
+        }
+    }
+
+    /// Returns once an event matching `predicate` has been logged (at once if one was).
+    func wait(for predicate: @escaping @Sendable (String, JSON) -> Bool) async {
+        await withCheckedContinuation { continuation in
+            let seen = state.withLock { state in
+                if state.events.contains(where: { predicate($0.0, $0.1) }) { return true }
+                state.waiters.append((predicate, continuation))
+                return false
+            }
+            if seen { continuation.resume() }
+        }
+    }
+    var all: [(String, JSON)] { state.withLock { $0.events } }
     var methods: [String] { all.map(\.0) }
     /// The params of every session/changed notification.
     var changes: [JSON] { all.filter { $0.0 == "session/changed" }.map(\.1) }

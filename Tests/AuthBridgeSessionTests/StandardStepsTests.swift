@@ -136,6 +136,30 @@ struct StandardRequestStepsTests {
         #expect(url.queryItems.count == expected.count)
     }
 
+    /// Issue 12 §4: a setting must not replace what the host puts in the
+    /// authorization request (PKCE, state, the redirect).
+    @Test(arguments: ["state", "redirect_uri", "code_challenge_method", "code_challenge", "nonce", "response_type", "client_id"])
+    func extraParametersMustNotSetTheHostsOwn(_ name: String) {
+        let result = StandardSteps.beginSignIn(["state": "s", "codeChallenge": "c"],
+                                               config: config.setting("extraAuthorizationParams", .object([name: "plain"])))
+        guard case .failure(let failure) = result else { Issue.record("\(name) was accepted"); return }
+        #expect(failure.kind == .configuration && failure.reason == "invalidSettings" && failure.message.contains(name))
+    }
+
+    @Test func aCallbackIsCheckedForItsStateAndIssuerBeforeAnythingElse() throws {
+        let forged = try #require(CallbackURL("https://app.example/cb?error=access_denied&state=other"))
+        #expect(StandardSteps.callbackMismatch(forged, state: "mine", issuer: nil)?.reason == "stateMismatch")
+        let mixUp = try #require(CallbackURL("https://app.example/cb?code=c&state=mine&iss=https://evil.example"))
+        #expect(StandardSteps.callbackMismatch(mixUp, state: "mine", issuer: "https://idp.example")?.reason == "issuerMismatch")
+        let ours = try #require(CallbackURL("https://app.example/cb?code=c&state=mine&iss=https://idp.example"))
+        #expect(StandardSteps.callbackMismatch(ours, state: "mine", issuer: "https://idp.example") == nil)
+        // RFC 9207: a code without `iss` is refused; a denial without one still ends the sign-in.
+        let bare = try #require(CallbackURL("https://app.example/cb?code=c&state=mine"))
+        #expect(StandardSteps.callbackMismatch(bare, state: "mine", issuer: "https://idp.example")?.reason == "issuerMismatch")
+        let denied = try #require(CallbackURL("https://app.example/cb?error=access_denied&state=mine"))
+        #expect(StandardSteps.callbackMismatch(denied, state: "mine", issuer: "https://idp.example") == nil)
+    }
+
     @Test func anEndpointWithAQueryGetsMoreParametersAppended() throws {
         let config = self.config.setting("authorizationEndpoint", "https://idp.example/authorize?tenant=t1")
         let url = try url(StandardSteps.beginSignIn([:], config: config.setting("scopes", ["api"])))
@@ -242,9 +266,22 @@ struct SessionErrorTests {
     func providerFailuresMapOntoBridgeKinds(_ kind: ProviderFailure.Kind, _ reason: String, _ expected: SessionError.Kind) {
         let error = SessionError(ProviderFailure(kind, reason: reason, message: "m"), provider: "work")
         #expect(error.kind == expected)
-        #expect(error.provider == "work" && error.reason == reason && error.message == "m")
+        #expect(error.provider == "work" && error.reason == reason)
+        // A failure to reach the provider names the profile (the transport's message names the URL).
+        #expect(error.message == (reason == "timeout" ? "Profile \"work\": m" : "m"))
         #expect(error.retryable == (expected == .providerUnavailable || expected == .timeout))
         #expect(error.data == .compactObject(["provider": "work", "reason": .string(reason), "retryable": .bool(error.retryable)]))
+    }
+
+    @Test func knownSecretsNeverReachAMessage() {
+        // Issue 12 §4: a provider that echoes the tokens it was sent.
+        let refresh = TokenSet(accessToken: "at-9f8e7d6c5b4a", refreshToken: "rt-0a1b2c3d4e5f")
+        let echoed = "refresh token \(refresh.refreshToken!) busy; access \(refresh.accessToken) (rt-0a1b2c3d4e5f%2B)"
+        let error = SessionError(ProviderFailure(.transient, reason: "temporarily_unavailable", message: echoed), provider: "work")
+        #expect(!error.message.contains("rt-0a1b2c3d4e5f") && !error.message.contains("at-9f8e7d6c5b4a"), "\(error.message)")
+        #expect(error.message.contains("busy"))
+        let base64 = SessionError(.providerRefused, "Basic cnQtMGExYjJjM2Q0ZTVm", provider: "work")
+        #expect(!base64.message.contains("cnQtMGExYjJjM2Q0ZTVm"))
     }
 
     @Test func dataNamesTheField() {

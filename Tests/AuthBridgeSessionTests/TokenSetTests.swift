@@ -7,6 +7,22 @@ struct TokenSetTests {
     private let full = TokenSet(accessToken: "at-1", refreshToken: "rt-1", tokenType: "Bearer", expiresAt: 1_700_000_000_000,
                                 idToken: "id-1", scope: "openid email", extras: ["instance_url": "https://na1.example", "n": 2])
 
+    @Test func theMinimumValidityIsCappedAtHalfTheLifetime() {
+        let brief = TokenSet(accessToken: "a", expiresAt: 10_000, obtainedAt: 5_000)
+        #expect(brief.effectiveMinimumValidity(60_000) == 2_500)
+        #expect(brief.effectiveMinimumValidity(1_000) == 1_000)
+        #expect(TokenSet(accessToken: "a", expiresAt: 10_000).effectiveMinimumValidity(60_000) == 60_000, "no known lifetime")
+        #expect(TokenSet(accessToken: "a", expiresAt: 4_000, obtainedAt: 5_000).effectiveMinimumValidity(60_000) == 60_000)
+    }
+
+    @Test func providerAnswersTooBigToKeepAreNamed() {
+        #expect(TokenSet.sizeProblem(["accessToken": "a"], account: ["id": "x"]) == nil)
+        let huge = String(repeating: "t", count: TokenSet.maximumTokenBytes + 1)
+        #expect(TokenSet.sizeProblem(["accessToken": .string(huge)], account: nil)?.contains("accessToken") == true)
+        let extras = JSON.object(Dictionary(uniqueKeysWithValues: (0..<8).map { ("k\($0)", JSON.string(String(repeating: "x", count: 40_000))) }))
+        #expect(TokenSet.sizeProblem(["accessToken": "a", "extras": extras], account: nil) != nil)
+    }
+
     @Test func jsonRoundTrips() throws {
         #expect(TokenSet(json: full.json) == full)
         let minimal = TokenSet(accessToken: "at")

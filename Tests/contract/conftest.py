@@ -28,6 +28,7 @@ Environment (the first two are set by `make test-contract`):
 from __future__ import annotations
 
 import collections
+import hashlib
 import itertools
 import json
 import os
@@ -546,6 +547,19 @@ class Host:
 
 
 # ── Plugin folders ──────────────────────────────────────────────────────────
+
+
+#: Vault files that keep profiles' resolved configurations (bridge-spec, Storage: "Kept
+#: configuration"), named like any record: the first 32 hex digits of SHA-256 of the key's profile
+#: part (here U+001E "resolved"), a dash, and those of the profile's name.
+KEPT_CONFIGURATION_PREFIX = hashlib.sha256("\x1eresolved".encode()).hexdigest()[:32] + "-"
+
+
+def session_records(vault: Path) -> list[Path]:
+    """The encrypted-file vault's session records: every `*.vault` file but the kept configurations."""
+    if not vault.exists():
+        return []
+    return sorted(path for path in vault.glob("*.vault") if not path.name.startswith(KEPT_CONFIGURATION_PREFIX))
 
 
 def make_plugin_dir(path: Path, files: Iterable[str] = TEST_PLUGIN_FILES, source: Path = TEST_PLUGINS_DIR) -> Path:

@@ -10,6 +10,8 @@ carries anything token-shaped.
 import json
 import re
 
+import urllib.parse
+
 import pytest
 
 from conftest import DEFAULT_PROFILES, advance_clock, id_key, short, sign_in_session
@@ -64,7 +66,8 @@ class Scenario:
         self.access_tokens.add(EXTERNAL_ACCESS)
         self.refresh_tokens.add(EXTERNAL_REFRESH)
         request_id = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
-        host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
+        opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
+        callback += "&state=" + urllib.parse.quote(urllib.parse.parse_qs(urllib.parse.urlsplit(opened["url"]).query)["state"][0])
         host.request("completeSignIn", {"provider": "s", "callbackUrl": callback.replace("swifttest.example", "evil.example")})
         host.result("completeSignIn", {"provider": "s", "callbackUrl": callback})
         host.wait_response(request_id)

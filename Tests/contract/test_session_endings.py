@@ -41,10 +41,9 @@ def test_sign_out_during_a_refresh_revokes_the_rotated_tokens_and_nothing_comes_
     host = start_host([oidc_plugin_dir], profiles={"p": {"plugin": "oidc", "settings": rotating.settings()}})
     sign_in_external(host, rotating, "p")
     mark = host.mark()
-    # A 1 s token is inside getAccessToken's minimum validity: this call refreshes. The server
-    # rotates and holds its answer until the sign-out has been sent.
+    # This call refreshes; the server rotates and holds its answer until the sign-out has been sent.
     gate = rotating.refresh_gate = threading.Event()
-    token_id = host.send_request("getAccessToken", {"provider": "p"})
+    token_id = host.send_request("getAccessToken", {"provider": "p", "forceRefresh": True})
     assert rotating.refresh_rotated.wait(10), "the refresh never reached the server"
     sign_out_id = host.send_request("signOut", {"provider": "p"})
     # The sign-out waits for the refresh in flight (else it would revoke and wipe the old tokens

@@ -9,6 +9,8 @@ rt-transient / srt-transient transiently; swifttest's check_session fails transi
 session id "transient".
 """
 
+import urllib.parse
+
 import pytest
 
 from conftest import advance_clock, sign_in_session
@@ -22,6 +24,13 @@ PLUGINS = {
           "callback": "https://swifttest.example/done", "login": "https://swifttest.example/login"},
 }
 BOTH = pytest.mark.parametrize("provider", ["c", "s"])
+
+
+def with_state(callback: str, opened: dict) -> str:
+    """The callback a provider sends back: it carries the sign-in's state (the host checks it
+    before the plugin sees the callback, for plugins whose provider sends one: swifttest)."""
+    state = urllib.parse.parse_qs(urllib.parse.urlsplit(opened["url"]).query)["state"][0]
+    return f"{callback}&state={urllib.parse.quote(state)}"
 
 
 def refreshed_events(host, provider, since=0):
@@ -140,7 +149,7 @@ def test_flow_defaults_to_the_profiles_first_flow_and_other_flows_ignore_session
     opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
     assert opened["url"].startswith("https://swifttest.example/login?")
     host.result("completeSignIn", {"provider": "s",
-                                   "callbackUrl": "https://swifttest.example/done?session_token=S9&access_token=A9"})
+                                   "callbackUrl": with_state("https://swifttest.example/done?session_token=S9&access_token=A9", opened)})
     assert host.wait_response(request_id)["result"]["state"] == "signedIn"
     assert host.result("getAccessToken", {"provider": "s"})["accessToken"] == "A9"
 
@@ -166,7 +175,7 @@ def test_external_flow_completes_with_complete_sign_in(host, provider):
     assert opened["provider"] == provider
     assert opened["url"].startswith(info["login"] + "?state=")
     accepted = host.result("completeSignIn", {
-        "provider": provider, "callbackUrl": f"{info['callback']}?session_token=S1-{provider}&access_token=A1-{provider}"})
+        "provider": provider, "callbackUrl": with_state(f"{info['callback']}?session_token=S1-{provider}&access_token=A1-{provider}", opened)})
     assert accepted == {"accepted": True}
     status = host.wait_response(request_id)["result"]
     assert status["state"] == "signedIn" and status["reason"] == "signedIn" and status["provider"] == provider
@@ -187,7 +196,7 @@ def test_external_flow_progress_follows_the_readme(host, provider):
     request_id = host.send_request("requestOAuthTokens", {"provider": provider, "flow": "external"})
     opened = host.wait_for_notification("signIn/progress",
                                         lambda p: p["requestId"] == request_id and p["stage"] == "openUrl", since=mark)
-    host.result("completeSignIn", {"provider": provider, "callbackUrl": info["callback"] + "?session_token=S&access_token=A"})
+    host.result("completeSignIn", {"provider": provider, "callbackUrl": with_state(info["callback"] + "?session_token=S&access_token=A", opened)})
     host.wait_response(request_id)
     stages = [p["stage"] for p in host.notifications("signIn/progress", mark)
               if p["requestId"] == request_id and p["stage"] != "plugin"]
@@ -204,12 +213,12 @@ def test_complete_sign_in_without_pending_sign_in(host):
 
 def test_complete_sign_in_with_a_foreign_url_is_refused_and_the_sign_in_stays_pending(host):
     request_id = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
-    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
+    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
     foreign = host.error("completeSignIn", {"provider": "s",
                                             "callbackUrl": "https://evil.example/done?session_token=S1&access_token=A1"})
     # The right callback still completes the sign-in.
     host.result("completeSignIn", {"provider": "s",
-                                   "callbackUrl": "https://swifttest.example/done?session_token=S1&access_token=A1"})
+                                   "callbackUrl": with_state("https://swifttest.example/done?session_token=S1&access_token=A1", opened)})
     assert host.wait_response(request_id)["result"]["state"] == "signedIn"
     # README §4: "a URL that does not start with the sign-in's callbackPrefix → -32602 (field
     # "callbackUrl")".
@@ -224,9 +233,9 @@ def test_new_sign_in_supersedes_a_pending_one(host):
     superseded = host.wait_response(first)
     assert superseded["error"]["code"] == -32005
     assert superseded["error"]["data"]["reason"] == "superseded"
-    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == second and p["stage"] == "openUrl")
+    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == second and p["stage"] == "openUrl")
     host.result("completeSignIn", {"provider": "s",
-                                   "callbackUrl": "https://swifttest.example/done?session_token=S2&access_token=A2"})
+                                   "callbackUrl": with_state("https://swifttest.example/done?session_token=S2&access_token=A2", opened)})
     assert host.wait_response(second)["result"]["state"] == "signedIn"
 
 
@@ -234,6 +243,23 @@ def test_sign_in_timeout(host):
     error = host.error("requestOAuthTokens", {"provider": "s", "flow": "external", "timeoutMs": 1000})
     assert error["code"] == -32006
     assert error["data"] == {"provider": "s", "reason": "timeout", "retryable": True}
+
+
+def test_the_host_refuses_a_callback_from_another_sign_in_before_the_plugin_sees_it(host):
+    # Issue 12 §4: swifttest's complete_sign_in does not check state itself; the host does, first.
+    request_id = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
+    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
+    host.result("completeSignIn", {"provider": "s",
+                                   "callbackUrl": "https://swifttest.example/done?session_token=S&access_token=A&state=forged"})
+    error = host.wait_response(request_id)["error"]
+    assert error["code"] == -32004 and error["data"]["reason"] == "stateMismatch", error
+    assert host.result("listAccounts", {"provider": "s"})["accounts"] == [], "nothing was stored"
+    # Not even an error the callback names is acted on when its state is not this sign-in's.
+    request_id = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
+    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
+    host.result("completeSignIn", {"provider": "s", "callbackUrl": "https://swifttest.example/done?error=access_denied"})
+    assert host.wait_response(request_id)["error"]["data"]["reason"] == "stateMismatch"
+    assert "state=" in opened["url"]
 
 
 def test_sign_out_ends_a_pending_sign_in(host):
@@ -450,7 +476,10 @@ def test_get_access_token_refreshes_within_min_validity(clock_host):
     host = clock_host
     sign_in_session(host, "s", "early")
     assert host.result("getAccessToken", {"provider": "s", "minValidityMs": 60_000})["accessToken"] == "sat-early"
-    token = host.result("getAccessToken", {"provider": "s", "minValidityMs": 2 * HOUR})
+    # minValidityMs counts for at most half the token's own lifetime: a fresh one-hour token is kept.
+    assert host.result("getAccessToken", {"provider": "s", "minValidityMs": 2 * HOUR})["accessToken"] == "sat-early"
+    advance_clock(host, 40 * 60_000)                  # 20 minutes left
+    token = host.result("getAccessToken", {"provider": "s", "minValidityMs": 25 * 60_000})
     assert token["accessToken"] == "sat2-early"
 
 
@@ -533,3 +562,16 @@ def test_check_session_expired_answer_refreshes(host):
     assert status["state"] == "signedIn" and status["reason"] == "refreshed"
     assert len(refreshed_events(host, "c", mark)) == 1
     assert host.result("getAccessToken", {"provider": "c"})["accessToken"] == "at2-expired"
+
+
+def test_configure_then_remove_at_once_never_crashes_the_host(start_host, oidc_plugin_dir):
+    # Issue 12 §0: the two frames written in one go killed the host (SIGILL) in some runs.
+    host = start_host([oidc_plugin_dir])
+    settings = {"clientId": "c", "tokenEndpoint": "http://127.0.0.1:9/t"}
+    for round in range(30):
+        configured = host.send_request("configureProfile", {"name": "rt1", "plugin": "oidc", "settings": settings})
+        removed = host.send_request("removeProfile", {"name": "rt1"})
+        assert "result" in host.wait_response(configured)
+        assert host.wait_response(removed)["result"]["removed"] in (True, False)
+    assert {p["name"] for p in host.result("listProviders")["profiles"]} <= {"rt1"}
+    assert host.proc.poll() is None, "the host is still running"

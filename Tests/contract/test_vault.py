@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from conftest import Host, sign_in_session, start_on_data_home, stop_cleanly
+from conftest import Host, session_records, sign_in_session, start_on_data_home, stop_cleanly
 
 
 def start(tmp_path: Path, plugin_dir: Path, name: str, data_home: Path, *extra: str, env: dict | None = None) -> Host:
@@ -27,7 +27,7 @@ def test_sessions_survive_a_restart_and_files_are_private(tmp_path, plugin_dir):
 
     vault = data_home / "authbridge" / "vault"
     assert stat.S_IMODE(vault.stat().st_mode) == 0o700
-    records = list(vault.glob("*.vault"))
+    records = session_records(vault)
     assert len(records) == 2
     for path in records + [vault / "vault.check", data_home / "authbridge" / "keys" / "vault.key"]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
@@ -46,7 +46,7 @@ def test_sessions_survive_a_restart_and_files_are_private(tmp_path, plugin_dir):
     assert sorted(a["provider"] for a in accounts) == ["c", "s"]
     host.result("signOut", {"provider": "c"})
     stop(host)
-    assert len(list(vault.glob("*.vault"))) == 1, "sign-out wipes the profile's record"
+    assert len(session_records(vault)) == 1, "sign-out wipes the profile's record"
 
 
 def test_a_damaged_record_signs_out_only_its_profile(tmp_path, plugin_dir):
@@ -55,7 +55,7 @@ def test_a_damaged_record_signs_out_only_its_profile(tmp_path, plugin_dir):
     sign_in_session(host, "c", "victim")
     stop(host)
     vault = data_home / "authbridge" / "vault"
-    (victim,) = list(vault.glob("*.vault"))
+    (victim,) = session_records(vault)
     victim.write_bytes(victim.read_bytes()[:40])        # a torn write
 
     host = start(tmp_path, plugin_dir, "second", data_home)

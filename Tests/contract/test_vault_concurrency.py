@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BUILD_DIR, TIMEOUT, Host, host_command, short, sign_in_external, stop_cleanly
+from conftest import BUILD_DIR, TIMEOUT, Host, host_command, session_records, short, sign_in_external, stop_cleanly
 from dot_auth import DotAuthServer
 from rotating_server import RotatingAuthServer
 
@@ -47,8 +47,6 @@ MIN_KILLS = 20
 KILL_BUDGET = 35.0
 KILL_MAX_DELAY = 0.3
 GRACE_SECONDS = 5.0
-#: minValidityMs larger than any access-token lifetime: every getAccessToken refreshes.
-FORCE_REFRESH_MS = 3_600_000
 
 
 # ── Fixtures and helpers ─────────────────────────────────────────────────────
@@ -129,7 +127,7 @@ class Fleet:
 def vault_files(vault: Path) -> dict[str, list[str]]:
     quarantine = vault / "quarantine"
     return {
-        "records": sorted(p.name for p in vault.glob("*.vault")),
+        "records": [p.name for p in session_records(vault)],
         "temporary": sorted(p.name for p in vault.glob("*.tmp")),
         "quarantine": sorted(p.name for p in quarantine.iterdir()) if quarantine.exists() else [],
     }
@@ -244,7 +242,7 @@ def test_shared_vault_processes_refresh_once_per_expiry(tmp_path, oidc_plugin_di
 
 
 class Stream(threading.Thread):
-    """getAccessToken calls one after the other, each forcing a refresh, until the host dies."""
+    """getAccessToken calls one after the other, each forcing a refresh (forceRefresh), until the host dies."""
 
     def __init__(self, host: Host) -> None:
         super().__init__(name="refresh-stream", daemon=True)
@@ -259,7 +257,7 @@ class Stream(threading.Thread):
         try:
             while not self.stop_requested.is_set():
                 answer = self.host.request("getAccessToken",
-                                           {"provider": PROFILE, "minValidityMs": FORCE_REFRESH_MS}, timeout=TIMEOUT)
+                                           {"provider": PROFILE, "forceRefresh": True}, timeout=TIMEOUT)
                 self.calls += 1
                 if "result" in answer:
                     self.ok += 1
@@ -294,7 +292,7 @@ def test_sigkill_during_refreshes_keeps_the_session(tmp_path, oidc_plugin_dir, r
         while kills < KILLS and time.monotonic() < budget_end:
             host = fleet.start(f"k{kills}")
             # After the previous kill (or the sign-in): the session still refreshes, no new sign-in.
-            answer = host.request("getAccessToken", {"provider": PROFILE, "minValidityMs": FORCE_REFRESH_MS})
+            answer = host.request("getAccessToken", {"provider": PROFILE, "forceRefresh": True})
             if "result" not in answer:
                 failures.append(f"host k{kills} (after {kills} kills): getAccessToken failed: {short(answer['error'])}")
                 break
@@ -325,7 +323,7 @@ def test_sigkill_during_refreshes_keeps_the_session(tmp_path, oidc_plugin_dir, r
 
         if not failures:
             final = fleet.start("final")
-            answer = final.request("getAccessToken", {"provider": PROFILE, "minValidityMs": FORCE_REFRESH_MS})
+            answer = final.request("getAccessToken", {"provider": PROFILE, "forceRefresh": True})
             if "result" not in answer:
                 failures.append(f"final host: getAccessToken failed: {short(answer['error'])}")
             else:

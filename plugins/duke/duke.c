@@ -446,7 +446,7 @@ static ab_status duke_describe(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     (void)input;
     json_t *d = json_pack(
-        "{s:s, s:s, s:s, s:s, s:[s], s:[s,s],"
+        "{s:s, s:s, s:s, s:s, s:[s], s:b, s:[s,s],"
         " s:{s:s, s:[s], s:{"
         "   s:{s:s, s:s},"
         "   s:{s:s, s:[s,s], s:s, s:s},"
@@ -455,6 +455,8 @@ static ab_status duke_describe(ab_plugin *plugin, ab_call *call, ab_json input)
         "id", DUKE_ID, "version", DUKE_VERSION, "displayName", "Duke University",
         "description", "Duke University mobile authorizer (NetID sign-in through Shibboleth)",
         "flows", "external",
+        /* The authorizer's login page takes no state, so its callback carries none back. */
+        "callbackState", 0,
         "capabilities", "revoke", "fetch",
         "settings",
             "type", "object",

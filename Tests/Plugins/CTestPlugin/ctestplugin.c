@@ -292,12 +292,14 @@ static ab_status ctest_describe(ab_plugin *plugin, ab_call *call, ab_json input)
     (void)input;
     TRACE("describe");
     json_t *d = json_pack(
-        "{s:s, s:s, s:s, s:s, s:[s,s], s:[s,s,s], s:[s], s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s]}}",
+        "{s:s, s:s, s:s, s:s, s:[s,s], s:b, s:[s,s,s], s:[s], s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s]}}",
         "id", CTEST_PLUGIN_ID,
         "version", CTEST_VERSION,
         "displayName", "C test provider",
         "description", "Deterministic provider written in C, used by AuthBridge's contract tests",
         "flows", "external", "session",
+        /* Like Duke's authorizer: the callback carries the tokens and no OAuth state. */
+        "callbackState", 0,
         "capabilities", "revoke", "checkSession", "fetch",
         /* check_session is local here (no host->http): run it on the caller's thread */
         "inlineHooks", "check_session",

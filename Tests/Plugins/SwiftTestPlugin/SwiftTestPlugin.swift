@@ -81,7 +81,14 @@ struct SwiftTestPlugin: ProviderPlugin {
             break
         }
         call.log(.debug, "session sign-in complete")
-        let lifetime: Int64 = sessionID == "short" ? 1_000 : 3_600_000
+        // "short" lives a second, "brief" 40 s (less than the default minimum validity);
+        // "expired" arrives already expired (every caller wants a refresh).
+        let lifetime: Int64 = switch sessionID {
+        case "short": 1_000
+        case "brief": 40_000
+        case "expired": -1_000
+        default: 3_600_000
+        }
         // Details reach frontends: the host keeps only flat, non-secret ones (the last three are dropped).
         let details: JSON = ["sessionId": .string(sessionID), "generation": 1, "tier": "test",
                              "accessToken": "named like a secret", "echo": .string("sat-\(sessionID)"), "nested": ["a": 1]]

@@ -1,0 +1,116 @@
+import AuthBridgeJSON
+import Synchronization
+
+/// The secrets this process holds or has sent — access, refresh and ID
+/// tokens, PKCE verifiers, device codes, client secrets, session ids — so
+/// that their exact values are scrubbed from every message, event and log
+/// line, whatever `Redaction`'s patterns miss: a provider that echoes a
+/// token in an `error_description` ("refresh token <RT> busy") must not put
+/// it in front of the user or into the log.
+///
+/// Each value is matched as written, percent-encoded, and in base64 and
+/// base64url. Values shorter than `minimumLength` are not remembered: they
+/// would mask ordinary words by chance. The set is bounded: the oldest values
+/// are forgotten first (tokens rotate; a long-lived host must not grow).
+///
+/// Threading: any thread; one lock around a small table.
+public final class KnownSecrets: Sendable {
+    public static let shared = KnownSecrets()
+
+    public static let minimumLength = 8
+    public static let capacity = 512
+
+    private struct Table {
+        var forms: [String: [String]] = [:]   // value → the forms to look for
+        var order: [String] = []               // oldest first
+    }
+
+    private let table = Mutex(Table())
+
+    public init() {}
+
+    /// Remembers a secret value (and its encoded forms).
+    public func remember(_ value: String?) {
+        guard let value, value.utf8.count >= Self.minimumLength else { return }
+        table.withLock { table in
+            guard table.forms[value] == nil else { return }
+            table.forms[value] = Self.forms(of: value)
+            table.order.append(value)
+            if table.order.count > Self.capacity {
+                let excess = table.order.count - Self.capacity
+                for old in table.order.prefix(excess) { table.forms[old] = nil }
+                table.order.removeFirst(excess)
+            }
+        }
+    }
+
+    /// The text with every known secret replaced by `Redaction.mask`.
+    public func scrub(_ text: String) -> String {
+        guard text.utf8.count >= Self.minimumLength else { return text }
+        let candidates: [String] = table.withLock { table in
+            table.forms.values.flatMap { $0 }
+        }
+        var result = text
+        // Longest first, so that a token containing another is masked whole.
+        for form in candidates.sorted(by: { $0.utf8.count > $1.utf8.count }) where result.contains(form) {
+            result = result.replacing(form, with: Redaction.mask)
+        }
+        return result
+    }
+
+    /// The strings of a JSON value with every known secret scrubbed.
+    public func scrub(_ value: JSON) -> JSON {
+        switch value {
+        case .string(let text): .string(scrub(text))
+        case .array(let elements): .array(elements.map(scrub))
+        case .object(let members): .object(members.mapValues(scrub))
+        default: value
+        }
+    }
+
+    /// The number of values remembered (for tests).
+    public var count: Int { table.withLock { $0.order.count } }
+
+    private static func forms(of value: String) -> [String] {
+        var forms = [value]
+        let percent = percentEncoded(value)
+        if percent != value { forms.append(percent) }
+        let base64 = base64Encoded(Array(value.utf8))
+        forms.append(base64)
+        let trimmed = String(base64.reversed().drop(while: { $0 == "=" }).reversed())
+        if trimmed != base64 { forms.append(trimmed) }
+        let url = String(trimmed.map { $0 == "+" ? "-" : $0 == "/" ? "_" : $0 })
+        if url != trimmed { forms.append(url) }
+        return forms.filter { $0.utf8.count >= minimumLength }
+    }
+
+    private static func percentEncoded(_ value: String) -> String {
+        let hex = Array("0123456789ABCDEF".utf8)
+        var output: [UInt8] = []
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                output.append(byte)
+            default:
+                output += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+            }
+        }
+        return String(decoding: output, as: UTF8.self)
+    }
+
+    private static func base64Encoded(_ bytes: [UInt8]) -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+        var output: [UInt8] = []
+        var index = 0
+        while index < bytes.count {
+            let chunk = bytes[index..<min(index + 3, bytes.count)]
+            let value = chunk.enumerated().reduce(UInt32(0)) { $0 | UInt32($1.element) << (16 - 8 * UInt32($1.offset)) }
+            for position in 0..<4 {
+                output.append(position <= chunk.count ? alphabet[Int((value >> (18 - 6 * UInt32(position))) & 0x3F)] : UInt8(ascii: "="))
+            }
+            index += 3
+        }
+        return String(decoding: output, as: UTF8.self)
+    }
+}
