@@ -188,7 +188,7 @@ def test_login_status_token_logout(cli, dot):
     assert login.returncode == 0, login.stderr
     assert "Open this URL in a browser to sign in:" in login.stderr and f"{dot.base}/o/authorize/" in login.stderr
     sub = dot._get_json("/test/user?name=ada")["sub"]
-    assert login.stdout.strip() == f"✓ Signed in to dot as {sub}"
+    assert login.stdout.strip() == f"✓ Signed in to dot as ada@example.test ({sub})", "by name, the sub beside it"
     assert "\x1b[" not in login.stdout + login.stderr, "no colours when not on a terminal"
 
     status = cli.run("status")
