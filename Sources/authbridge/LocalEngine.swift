@@ -20,7 +20,7 @@ struct LocalEngine {
     /// `openBrowser` the browser flow's sign-in pages.
     init(options: HostOptions, openBrowser: SessionEngine.BrowserOpener? = nil, events: @escaping SessionEngine.EventSink) throws {
         let logger = bootstrapLogging(options.logLevel == "info" ? "warning" : options.logLevel)
-        var configuration = options.hostConfiguration()
+        var configuration = try options.commandConfiguration()
         let store = options.sessionStore(warnings: &configuration.warnings)
         for warning in configuration.warnings { Terminal.standardError.warn(warning) }
         reports = PluginLoader(folders: configuration.pluginFolders, logger: logger).loadAll()
@@ -58,6 +58,8 @@ enum CommandExit {
     static let notSignedIn: Int32 = 2
     static let unavailable: Int32 = 3
     static let cancelled: Int32 = 4
+    /// EX_CONFIG (sysexits.h): the configuration file cannot be read or is not valid.
+    static let configuration: Int32 = 78
 
     /// The exit code and a one-line message for a session failure.
     static func report(_ error: SessionError) -> ExitCode {
