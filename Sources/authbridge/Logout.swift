@@ -23,7 +23,7 @@ struct Logout: HumanCommand {
         do throws(SessionError) {
             result = try await local.engine.signOut(profile, account: account, requestID: nil)
         } catch {
-            throw CommandExit.report(error)
+            throw local.report(error)
         }
         let out = Terminal.standardOutput
         let revoked = (result["revoked"]?.arrayValue ?? []).compactMap(\.stringValue)

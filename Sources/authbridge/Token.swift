@@ -27,7 +27,7 @@ struct Token: HumanCommand {
         do throws(SessionError) {
             answer = try await local.engine.getAccessToken(profile, account: account)
         } catch {
-            throw CommandExit.report(error)
+            throw local.report(error)
         }
         Terminal.standardOutput.line(answer["accessToken"]?.stringValue ?? "")
     }

@@ -355,6 +355,59 @@ def test_a_profile_whose_plugin_is_not_loaded_names_the_folders_searched(cli):
     assert len(message.splitlines()) == 1
 
 
+def run_with(cli: CLI, config: Path, folder: Path, *args: str) -> subprocess.CompletedProcess:
+    """`authbridge COMMAND …` with its own config file and plugin folder (not the CLI's)."""
+    done = subprocess.run([str(HOST_BIN), args[0], "--no-default-plugins", "--plugins", str(folder), "--config",
+                           str(config), *args[1:]], env=cli.env, capture_output=True, text=True,
+                          timeout=TIMEOUT * 6, stdin=subprocess.DEVNULL)
+    cli.outputs += [done.stdout, done.stderr]
+    return done
+
+
+def test_login_with_a_refused_plugin_says_why_and_how_to_fix_it(cli, tmp_path):
+    folder = tmp_path / "careless-plugins"
+    folder.mkdir(mode=0o755)
+    for name in ("oidc.json", "libauthbridge-oidc.so"):
+        shutil.copyfile(cli.plugins / name, folder / name)
+        (folder / name).chmod(0o644)
+    manifest = folder / "oidc.json"
+    manifest.chmod(0o664)                            # writable by the group: refused at load
+    config = tmp_path / "refused.json"
+    config.write_text(json.dumps({"profiles": {"corp": {"plugin": "oidc", "settings": {
+        "issuer": "http://127.0.0.1:9/o", "clientId": "x"}}}}))
+    done = run_with(cli, config, folder, "login", "corp", "--no-browser")
+    assert done.returncode == FAILED
+    # One line: the refusal and its fix, no log line of the loader.
+    assert done.stderr.splitlines() == [
+        f'error: Profile "corp" uses plugin "oidc", which was refused (insecurePermissions): manifest {manifest} is '
+        f"writable by group or others (mode 664). To fix it: chmod go-w {manifest}"], done.stderr
+    # The fix, as printed, works: the plugin loads, and what fails now is the provider (nothing listens).
+    fix = done.stderr.split("To fix it: ", 1)[1].strip()
+    subprocess.run(["/bin/sh", "-c", fix], check=True, timeout=TIMEOUT)
+    again = run_with(cli, config, folder, "login", "corp", "--no-browser")
+    assert again.returncode == UNAVAILABLE and "plugin" not in again.stderr, again.stderr
+
+
+def test_login_names_the_flows_a_plugin_has_and_says_when_it_has_none(cli, tmp_path, ctest_variants):
+    config = tmp_path / "flows.json"
+    config.write_text(json.dumps({"profiles": {
+        "none": {"plugin": "noflows", "settings": {"server": "http://127.0.0.1:9"}},
+        "some": {"plugin": "ctest", "settings": {"server": "http://127.0.0.1:9"}}}}))
+    folder = tmp_path / "flow-plugins"
+    ctest_variants.install(folder, "noflows", "-DCTEST_NO_FLOWS")
+    ctest_variants.install(folder, "ctest")
+    done = run_with(cli, config, folder, "login", "none", "--no-browser")
+    assert done.returncode == FAILED
+    assert done.stderr.splitlines() == [
+        'error: The noflows plugin does not support the "browser" flow; it declares no sign-in flow at all (its describe '
+        'lists no "flows"), so it cannot sign anyone in.'], done.stderr
+    # A plugin with flows but no device flow: they are named, and there is no --device hint.
+    done = run_with(cli, config, folder, "login", "some", "--device")
+    assert done.returncode == FAILED
+    assert done.stderr.splitlines() == [
+        'error: The ctest plugin does not support the "device" flow (it supports: external, session).'], done.stderr
+
+
 def test_a_configuration_file_that_cannot_be_used_exits_78_naming_the_file_and_the_problem(cli, tmp_path):
     config = cli.root / "config" / "authbridge" / "config.json"    # the default one ($XDG_CONFIG_HOME)
     config.write_text('{"profiles": {"dot": {"plugin": "oidc",}}}')  # a trailing comma
