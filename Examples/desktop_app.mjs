@@ -149,7 +149,7 @@ async function runApp(args, server, { openExternal, log }) {
   try {
     const auth = new AuthService({ bridge, provider: 'corp', openExternal });
     // The window: here, log lines.
-    auth.on('changed', (view) => log(`[window] ${view.signedIn ? `signed in as ${view.account?.id ?? '?'}` : `signed out (${view.state})`}`));
+    auth.on('changed', (view) => log(`[window] ${view.signedIn ? `signed in as ${view.account?.name ?? view.account?.id ?? '?'}` : `signed out (${view.state})`}`));
     auth.on('progress', (stage) => log(`[window] sign-in: ${stage === 'openUrl' ? 'continue in your browser…' : stage}`));
     auth.on('browserFailed', ({ url, error }) =>
       log(`[window] Your browser could not be opened (${error.message}). Open this address to sign in:\n  ${url}`));

@@ -13,6 +13,9 @@ import { USAGE_OPTIONS, authorizationServer, bridgeOptions, parseCommandLine, us
 
 const PROFILE = 'example';
 
+/** An account for people: its name (or email), and the provider's id for it. */
+const named = (account) => (account.name ?? account.email ? `${account.name ?? account.email} (${account.id})` : account.id);
+
 async function main(argv) {
   const args = parseCommandLine(argv, { scripted: { type: 'boolean' } });
   if (args.help) {
@@ -39,7 +42,7 @@ async function signInAndOut(args, server) {
     // 2. Every change of the session arrives as an event, whoever caused it (this program, a
     //    background refresh, the provider revoking the grant).
     bridge.on('session/changed', ({ provider, state, reason, account }) => {
-      console.log(`session/changed: ${provider} ${state} (${reason})${account?.id ? ` account ${account.id}` : ''}`);
+      console.log(`session/changed: ${provider} ${state} (${reason})${account ? ` account ${named(account)}` : ''}`);
     });
 
     // 3. A profile: the oidc plugin pointed at the issuer (or put it in the host's config file).
@@ -62,7 +65,7 @@ async function signInAndOut(args, server) {
       },
     });
     await user;
-    console.log(`Signed in: account ${signedIn.account?.id ?? '(unnamed)'}, access token valid for ${Math.round((signedIn.expiresAt - Date.now()) / 1000)} s`);
+    console.log(`Signed in: account ${signedIn.account ? named(signedIn.account) : '(unnamed)'}, access token valid for ${Math.round((signedIn.expiresAt - Date.now()) / 1000)} s`);
 
     const status = await bridge.checkSignInStatus(PROFILE);
     console.log(`Status: ${status.state} (${status.reason})`);

@@ -65,10 +65,13 @@ public struct PluginLoadError: Error, Sendable, Equatable, CustomStringConvertib
 
     public var reason: Reason
     public var message: String
+    /// A command that removes the cause, when there is one (e.g. `chmod go-w PATH`), for people.
+    public var fix: String?
 
-    public init(_ reason: Reason, _ message: String) {
+    public init(_ reason: Reason, _ message: String, fix: String? = nil) {
         self.reason = reason
         self.message = message
+        self.fix = fix
     }
 
     public var description: String { "\(reason.rawValue): \(message)" }

@@ -1,4 +1,10 @@
 import CAuthBridgePlugin
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Level of a plugin's log line.
 public enum PluginLogLevel: Int32, Sendable {
@@ -57,6 +63,42 @@ public struct PluginCall: @unchecked Sendable {
         return HTTPResponse(status: Int(answer["status"]?.intValue ?? 0), headers: headers, body: answer["body"]?.stringValue ?? "")
     }
 
+    /// Several HTTP exchanges at once, each on its own thread (the ABI lets host
+    /// services be called from any thread while the hook runs): the whole takes
+    /// as long as the slowest, not the sum — e.g. two revocations against a
+    /// server that does not answer wait one timeout, not two. Answers are in
+    /// the order of `requests`.
+    public func http(concurrently requests: [JSON]) -> [Result<HTTPResponse, PluginFailure>] {
+        let answers = Answers(count: requests.count)
+        let call = self
+        var threads: [pthread_t] = []
+        for index in requests.indices.dropFirst() {
+            let work = ThreadWork { answers.set(index, Result { () throws(PluginFailure) in try call.http(requests[index]) }) }
+            if let thread = work.start() { threads.append(thread) } else { work.run() }  // no thread: in turn
+        }
+        if let first = requests.indices.first {
+            answers.set(first, Result { () throws(PluginFailure) in try http(requests[first]) })
+        }
+        for thread in threads { pthread_join(thread, nil) }
+        return answers.all
+    }
+
+    /// Waits `milliseconds` (real time) unless the request is cancelled first;
+    /// throws the `cancelled` failure then. For a provider that asks to try
+    /// again shortly; the wait is checked for cancellation every 50 ms.
+    public func pause(milliseconds: Int) throws(PluginFailure) {
+        var remaining = max(0, milliseconds)
+        while remaining > 0 {
+            if isCancelled { throw PluginFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.") }
+            let step = min(remaining, 50)
+            var interval = timespec(tv_sec: 0, tv_nsec: step * 1_000_000)
+            var left = timespec()
+            while nanosleep(&interval, &left) != 0 && errno == EINTR { interval = left }
+            remaining -= step
+        }
+        if isCancelled { throw PluginFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.") }
+    }
+
     /// The host's standard implementation of `hook` on `input`.
     public func standard(_ hook: Hook, _ input: JSON) throws(PluginFailure) -> JSON {
         try exchange(input) { input, output in
@@ -90,4 +132,43 @@ public struct PluginCall: @unchecked Sendable {
 /// The hooks, numbered as in the C header.
 public enum Hook: Int32, Sendable, Hashable {
     case describe = 1, configure, beginSignIn, completeSignIn, refresh, revoke, checkSession, authorizeRequest, classifyResponse
+}
+
+/// The answers of `http(concurrently:)`, each written by its own thread.
+private final class Answers: Sendable {
+    private let slots: Mutex<[Result<HTTPResponse, PluginFailure>?]>
+
+    init(count: Int) { slots = Mutex(Array(repeating: nil, count: count)) }
+
+    func set(_ index: Int, _ answer: Result<HTTPResponse, PluginFailure>) { slots.withLock { $0[index] = answer } }
+
+    var all: [Result<HTTPResponse, PluginFailure>] {
+        slots.withLock { $0.map { $0 ?? .failure(PluginFailure(.internal, reason: "hostError", message: "An HTTP exchange did not run.")) } }
+    }
+}
+
+/// A closure run on a thread of its own (pthreads: no Foundation in plugins).
+private final class ThreadWork: @unchecked Sendable {
+    let run: () -> Void
+
+    init(_ run: @escaping () -> Void) { self.run = run }
+
+    /// The started thread, or nil when none could be started.
+    func start() -> pthread_t? {
+        let context = Unmanaged.passRetained(self).toOpaque()
+        #if canImport(Glibc)
+        var thread = pthread_t()
+        #else
+        var thread: pthread_t?
+        #endif
+        let started = pthread_create(&thread, nil, { context in
+            Unmanaged<ThreadWork>.fromOpaque(context!).takeRetainedValue().run()
+            return nil
+        }, context)
+        guard started == 0 else {
+            Unmanaged<ThreadWork>.fromOpaque(context).release()
+            return nil
+        }
+        return thread
+    }
 }

@@ -443,7 +443,10 @@ public actor SessionEngine {
         let flows = context.plugin.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
         let flow = params["flow"]?.stringValue ?? flows.first ?? "browser"
         guard flows.contains(flow) else {
-            throw SessionError(.unsupported, "The \(context.plugin.manifest.id) plugin does not support the \"\(flow)\" flow (it supports: \(flows.joined(separator: ", "))).",
+            let supported = flows.isEmpty
+                ? "; it declares no sign-in flow at all (its describe lists no \"flows\"), so it cannot sign anyone in"
+                : " (it supports: \(flows.joined(separator: ", ")))"
+            throw SessionError(.unsupported, "The \(context.plugin.manifest.id) plugin does not support the \"\(flow)\" flow\(supported).",
                                provider: provider, reason: "unsupportedFlow", field: "flow")
         }
         let tokens: JSON

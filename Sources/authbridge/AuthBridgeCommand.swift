@@ -21,7 +21,9 @@ struct AuthBridgeCommand: AsyncParsableCommand {
             Exit codes: 0 success (or `exit` after `shutdown`); 1 a failed command, e.g. a \
             sign-in not completed in time (or `exit` without `shutdown`); 2 not signed in; 3 the \
             provider could not be reached or did not answer in time (the session is kept); \
-            4 cancelled (Ctrl-C, or the user declined); 64 usage error.
+            4 cancelled (Ctrl-C, or the user declined); 64 usage error; 78 the configuration \
+            file cannot be read or is not valid JSON of profiles (the message names the file and \
+            the problem).
             """,
         version: BridgeServer.serverVersion,
         subcommands: [Serve.self, Login.self, Status.self, Token.self, Logout.self, Plugins.self],

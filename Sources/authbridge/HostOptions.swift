@@ -17,7 +17,7 @@ struct HostOptions: ParsableArguments {
     @Flag(help: "Load plugins only from --plugins folders, not from the install tree or the XDG data folder.")
     var noDefaultPlugins = false
 
-    @Option(help: ArgumentHelp("Profiles file (default: $XDG_CONFIG_HOME/authbridge/config.json if it exists).", valueName: "FILE"))
+    @Option(help: ArgumentHelp("Profiles file (default: ${XDG_CONFIG_HOME:-~/.config}/authbridge/config.json, if it exists).", valueName: "FILE"))
     var config: String?
 
     @Option(help: ArgumentHelp("Log level on stderr: trace, debug, info, notice, warning, error, critical.", valueName: "LEVEL"))
@@ -79,18 +79,44 @@ struct HostOptions: ParsableArguments {
         return SessionStore(vault: EncryptedFileVault(folder: folder, keySource: keySource))
     }
 
-    /// Reads the profiles; problems become warnings so the host still serves.
+    /// The profiles file: --config, else $XDG_CONFIG_HOME/authbridge/config.json (nil: no home).
+    var configPath: String? { config ?? Installation.userConfigFolder.map { $0 + "/config.json" } }
+
+    /// The profiles, and warnings about keys nothing reads; a file that exists but cannot be
+    /// read or parsed (or --config naming none) is a failure. Messages name the file.
+    func loadConfiguration() -> Result<LoadedConfiguration, ConfigurationError> {
+        guard let path = configPath else { return .success(LoadedConfiguration()) }
+        return ConfigurationLoader.load(path, required: config != nil)
+    }
+
+    /// For `serve`: problems become warnings (logged, and in `initialize`'s `warnings`), so the
+    /// host still serves and the frontend can configure profiles itself.
     func hostConfiguration(testClock: Bool = false, browser: BrowserLauncher? = nil) -> HostConfiguration {
         var warnings: [String] = []
         var profiles: [Profile] = []
-        let path = config ?? Installation.userConfigFolder.map { $0 + "/config.json" }
-        if let path {
-            switch ConfigurationLoader.load(path, required: config != nil) {
-            case .success(let loaded): profiles = loaded
-            case .failure(let error): warnings.append("configuration \(path): \(error.message)")
-            }
+        switch loadConfiguration() {
+        case .success(let loaded):
+            profiles = loaded.profiles
+            warnings = loaded.warnings.map { "configuration file \($0)" }
+        case .failure(let error):
+            warnings.append("configuration file \(error.message); none of its profiles are loaded")
         }
         return HostConfiguration(pluginFolders: folders, profiles: profiles, warnings: warnings, testClock: testClock,
                                  browser: browser)
+    }
+
+    /// For the human commands: a configuration file that cannot be used ends the command with
+    /// exit 78 (EX_CONFIG), naming the file and the problem; unknown keys are warnings.
+    func commandConfiguration() throws -> HostConfiguration {
+        switch loadConfiguration() {
+        case .success(let loaded):
+            return HostConfiguration(pluginFolders: folders, profiles: loaded.profiles,
+                                     warnings: loaded.warnings.map { "configuration file \($0)" })
+        case .failure(let error):
+            let err = Terminal.standardError
+            err.error("configuration file \(error.message)")
+            err.line("Fix the file (or name another with --config FILE); nothing was changed.")
+            throw ExitCode(CommandExit.configuration)
+        }
     }
 }

@@ -16,20 +16,52 @@ import Glibc
 struct LocalEngine {
     let engine: SessionEngine
     let reports: [PluginReport]
+    let profiles: [Profile]
 
     /// Loads plugins and opens the store; `events` receives the engine's notifications,
     /// `openBrowser` the browser flow's sign-in pages.
     init(options: HostOptions, openBrowser: SessionEngine.BrowserOpener? = nil, events: @escaping SessionEngine.EventSink) throws {
         let logger = bootstrapLogging(options.logLevel == "info" ? "warning" : options.logLevel)
-        var configuration = options.hostConfiguration()
+        var configuration = try options.commandConfiguration()
         let store = options.sessionStore(warnings: &configuration.warnings)
         for warning in configuration.warnings { Terminal.standardError.warn(warning) }
-        reports = PluginLoader(folders: configuration.pluginFolders, logger: logger).loadAll()
+        // A refused plugin is explained where a command needs it (`report`), not as a log line
+        // (unless a --log-level asks for the loader's log).
+        var loaderLogger = logger
+        if options.logLevel == "info" { loaderLogger.logLevel = .error }
+        reports = PluginLoader(folders: configuration.pluginFolders, logger: loaderLogger).loadAll()
+        profiles = configuration.profiles
         engine = SessionEngine(plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
                                logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders, emit: events)
         let engine = engine
         Self.opened.withLock { $0.append(engine) }
     }
+
+    /// `error` as a person needs it: a profile whose plugin was refused at load says why and
+    /// what fixes it (e.g. `chmod go-w …`), where the engine can only say "not loaded".
+    func explained(_ error: SessionError) -> SessionError {
+        guard error.reason == "pluginNotLoaded", let name = error.provider,
+              let plugin = profiles.first(where: { $0.name == name })?.plugin,
+              let refusal = reports.lazy.compactMap({ report -> PluginLoadError? in
+                  guard report.id == plugin, case .refused(let refusal) = report.status else { return nil }
+                  return refusal
+              }).first
+        else { return error }
+        var explained = error
+        explained.message = "Profile \"\(name)\" uses plugin \"\(plugin)\", which was refused (\(refusal.reason.rawValue)): \(refusal.message). "
+            + (refusal.fix.map { "To fix it: \($0)" } ?? "Run `authbridge plugins` to see every plugin's state.")
+        return explained
+    }
+
+    /// The sign-in flows the plugin of profile `name` declares (none when it is not loaded).
+    func flows(ofProfile name: String) -> [String] {
+        guard let plugin = profiles.first(where: { $0.name == name })?.plugin,
+              let loaded = reports.lazy.compactMap(\.plugin).first(where: { $0.manifest.id == plugin }) else { return [] }
+        return loaded.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
+    }
+
+    /// The exit code and one-line message for a failed command (see `CommandExit.report`).
+    func report(_ error: SessionError) -> ExitCode { CommandExit.report(explained(error)) }
 
     /// Engines opened by this command, shut down when it ends.
     private static let opened = Mutex<[SessionEngine]>([])
@@ -71,6 +103,8 @@ enum CommandExit {
     static let notSignedIn: Int32 = 2
     static let unavailable: Int32 = 3
     static let cancelled: Int32 = 4
+    /// EX_CONFIG (sysexits.h): the configuration file cannot be read or is not valid.
+    static let configuration: Int32 = 78
 
     /// The exit code and a one-line message for a session failure.
     static func report(_ error: SessionError) -> ExitCode {

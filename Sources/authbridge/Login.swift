@@ -65,10 +65,10 @@ struct Login: HumanCommand {
                 err.error(error.reason == "expired_token" ? error.message : "The sign-in was not completed within \(timeout) s.")
                 throw ExitCode(CommandExit.failure)
             }
-            if error.reason == "unsupportedFlow" && !device {
+            if error.reason == "unsupportedFlow" && !device && local.flows(ofProfile: profile).contains("device") {
                 err.line("Hint: this profile cannot sign in through a browser from the command line; try --device.")
             }
-            throw CommandExit.report(error)
+            throw local.report(error)
         }
         let out = Terminal.standardOutput
         out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status["account"]))")

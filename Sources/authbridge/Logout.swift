@@ -24,7 +24,7 @@ struct Logout: HumanCommand {
             result = try await local.engine.signOut(profile, account: account, requestID: nil)
         } catch {
             await notice.finish()
-            throw CommandExit.report(error)
+            throw local.report(error)
         }
         await notice.finish()
         let out = Terminal.standardOutput

@@ -27,7 +27,7 @@ struct Plugins: AsyncParsableCommand {
             case .loaded(let plugin):
                 print("loaded   \(plugin.manifest.id) \(plugin.version)  \(plugin.libraryPath)")
             case .refused(let error):
-                print("refused  \(report.id ?? "?")  \(error.reason.rawValue): \(error.message)")
+                print("refused  \(report.id ?? "?")  \(error.reason.rawValue): \(error.message)" + (error.fix.map { " (fix: \($0))" } ?? ""))
             }
         }
     }

@@ -65,10 +65,10 @@ struct Status: HumanCommand {
             case .success(let statuses)?: rows += statuses
             case .failure(let error)?:
                 // One profile's trouble (a provider unreachable, a bad setting) is a row, not the end.
-                if profile != nil { throw CommandExit.report(error) }
+                if profile != nil { throw local.report(error) }
                 let state = error.retryable ? "offline" : "error"
                 rows.append(["provider": .string(name), "state": .string(state), "account": .null, "expiresAt": .null,
-                             "reason": .string(error.reason ?? state), "message": .string(error.message)])
+                             "reason": .string(error.reason ?? state), "message": .string(local.explained(error).message)])
             case nil: break
             }
         }

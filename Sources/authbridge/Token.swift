@@ -28,7 +28,7 @@ struct Token: HumanCommand {
             answer = try await local.engine.getAccessToken(profile, account: account)
         } catch {
             await notice.finish()
-            throw CommandExit.report(error)
+            throw local.report(error)
         }
         await notice.finish()
         Terminal.standardOutput.line(answer["accessToken"]?.stringValue ?? "")

@@ -32,6 +32,27 @@ struct FileSecurityTests {
         #expect(error?.message.contains(String(mode, radix: 8)) == true)
     }
 
+    /// People are told the command that removes the cause (`authbridge plugins`, the CLI's errors).
+    @Test func aWritableFileNamesItsFix() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let path = folder.path + "/it's here.json"
+        #expect(writeFile(path, "x", mode: 0o664))
+        chmod(path, 0o664)
+        do {
+            try FileSecurity.checkNotTamperable(path, what: "manifest")
+            Issue.record("a group-writable file was accepted")
+        } catch {
+            #expect(error.fix == "chmod go-w " + FileSecurity.shellQuoted(path))
+        }
+    }
+
+    @Test(arguments: [("/usr/lib/authbridge/plugins/oidc.json", "/usr/lib/authbridge/plugins/oidc.json"),
+                      ("/home/a b/x.json", "'/home/a b/x.json'"), ("it's", "'it'\\''s'"), ("", "''")])
+    func pathsAreQuotedForAShell(path: String, quoted: String) {
+        #expect(FileSecurity.shellQuoted(path) == quoted)
+    }
+
     @Test func aGroupWritableFolderIsRefused() throws {
         let folder = try TemporaryFolder()
         defer { folder.remove() }

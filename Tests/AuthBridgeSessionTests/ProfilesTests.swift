@@ -2,6 +2,10 @@ import AuthBridgeJSON
 @testable import AuthBridgeSession
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 @Suite("Configuration file")
 struct ConfigurationFileTests {
     private func problem(_ json: JSON) -> String? {
@@ -101,5 +105,61 @@ struct SettingsValidatorTests {
     @Test func settingsMustBeAnObject() {
         #expect(SettingsValidator.problem(in: ["clientId"], schema: nil)?.field == "settings")
         #expect(SettingsValidator.problem(in: .null, schema: schema)?.field == "settings")
+    }
+}
+
+@Suite("Configuration loader")
+struct ConfigurationLoaderTests {
+    private func file(_ text: String) throws -> String {
+        var template = Array("/tmp/authbridge-config-test-XXXXXX".utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        try #require(fd >= 0)
+        let bytes = Array(text.utf8)
+        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        return String(cString: template.withUnsafeBufferPointer { $0.baseAddress! })
+    }
+
+    private func message(_ result: Result<LoadedConfiguration, ConfigurationError>) -> String? {
+        if case .failure(let error) = result { return error.message }
+        return nil
+    }
+
+    @Test func aFileThatIsNotJSONIsAnErrorNamingTheFileAndThePlace() throws {
+        let path = try file("{\"profiles\": {\"a\": {\"plugin\": \"oidc\",}}}")
+        defer { unlink(path) }
+        let text = try #require(message(ConfigurationLoader.load(path, required: false)))
+        #expect(text.hasPrefix("\(path): not valid JSON: "))
+        #expect(text.contains("(line 1, column "))
+    }
+
+    @Test func aFileOfTheWrongShapeIsAnErrorNamingTheFile() throws {
+        let path = try file("{\"profiles\": [\"a\"]}")
+        defer { unlink(path) }
+        #expect(message(ConfigurationLoader.load(path, required: false))?.hasPrefix("\(path): \"profiles\" must be an object") == true)
+    }
+
+    @Test func aMissingFileIsAnErrorOnlyWhenNamed() {
+        let path = "/tmp/authbridge-config-test-does-not-exist.json"
+        #expect(message(ConfigurationLoader.load(path, required: true)) == "\(path): cannot read the file (No such file or directory)")
+        guard case .success(let loaded) = ConfigurationLoader.load(path, required: false) else {
+            Issue.record("a missing default file is no profiles")
+            return
+        }
+        #expect(loaded.profiles.isEmpty && loaded.warnings.isEmpty)
+    }
+
+    @Test func unknownKeysAreWarningsNamingTheFileAndTheKey() throws {
+        let path = try file("{\"profiles\": {\"b\": {\"plugin\": \"oidc\", \"setings\": {}}, \"a\": {\"plugin\": \"oidc\"}}, \"profile\": 1}")
+        defer { unlink(path) }
+        guard case .success(let loaded) = ConfigurationLoader.load(path, required: true) else {
+            Issue.record("unknown keys are not an error")
+            return
+        }
+        #expect(loaded.profiles.map(\.name) == ["a", "b"])
+        #expect(loaded.warnings == [
+            "\(path): unknown key \"profile\" (ignored; the file's only key is \"profiles\")",
+            "\(path): profile \"b\": unknown key \"setings\" (ignored; a profile has \"plugin\" and \"settings\")",
+        ])
     }
 }

@@ -40,8 +40,10 @@ die, refresh still works), ``revoke_app`` (the user's OAuth Connected Apps > Rev
 ``deactivate_org``. ``hold_next_refresh`` makes the next refresh meet a request of another client
 still running (the "already being processed" refusal, counted apart). Failures a test switches on:
 ``refresh_failure`` (a refresh answered with that status, content type and body, e.g. a 503 page),
-``revoke_failure`` (the revoke endpoint answers that status), ``edit_sign_in_answer`` (a function
-that changes the code exchange's answer, e.g. drops ``instance_url``).
+``revoke_failure`` (the revoke endpoint answers that status), ``edit_sign_in_answer`` and
+``edit_refresh_answer`` (functions that change the code exchange's or a refresh's answer, e.g. drop
+or move ``instance_url``). ``refresh_gaps()`` says how long a client waited before trying a refresh
+again after an "already being processed" refusal.
 
 The simulator **checks the client** and records each deviation in ``violations`` (the tests assert
 there is none): wrong or missing parameters, a secret sent where none belongs, PKCE, ``format=json``,
@@ -146,6 +148,8 @@ class SalesforceSim(sim_http.Simulator):
         self.refresh_failure: tuple[int, str, bytes] | None = None
         self.revoke_failure: int | None = None
         self.edit_sign_in_answer: Callable[[dict[str, Any]], None] | None = None
+        self.edit_refresh_answer: Callable[[dict[str, Any]], None] | None = None
+        self._refresh_log: list[tuple[float, bool]] = []   # (monotonic time, refused as busy) per refresh request
         self._in_flight: set[str] = set()
         self._held_refreshes = 0
         # Counters and logs (read with snapshot()).
@@ -275,6 +279,12 @@ class SalesforceSim(sim_http.Simulator):
             self.org_active = False
             for session in self.sessions.values():
                 session.dead = True
+
+    def refresh_gaps(self) -> list[float]:
+        """Seconds between each "already being processed" refusal and the refresh request after it."""
+        with self.lock:
+            log = list(self._refresh_log)
+        return [later[0] - earlier[0] for earlier, later in zip(log, log[1:]) if earlier[1]]
 
     def hold_next_refresh(self) -> None:
         """The next refresh meets another client's request with the same refresh token still
@@ -452,12 +462,15 @@ class SalesforceSim(sim_http.Simulator):
                 self._held_refreshes -= 1
                 self.held_refreshes += 1
                 self.refused_refreshes.append(BUSY["error_description"])
+                self._refresh_log.append((time.monotonic(), True))
                 return 400, dict(BUSY)
             if token in self._in_flight:
                 # Salesforce lets one request per refresh token run at a time.
                 self.concurrent_refreshes += 1
                 self.refused_refreshes.append(BUSY["error_description"])
+                self._refresh_log.append((time.monotonic(), True))
                 return 400, dict(BUSY)
+            self._refresh_log.append((time.monotonic(), False))
             self._in_flight.add(token)
         try:
             # Latency, so that a second concurrent refresh would overlap this one and be refused.
@@ -481,7 +494,10 @@ class SalesforceSim(sim_http.Simulator):
             self.refused_refreshes.append(refusal)
             return 400, {"error": "invalid_grant", "error_description": refusal}
         self.refreshes += 1
-        return 200, self._token_answer(grant, with_refresh=self.rotate_refresh_tokens)
+        answer = self._token_answer(grant, with_refresh=self.rotate_refresh_tokens)
+        if self.edit_refresh_answer is not None:
+            self.edit_refresh_answer(answer)
+        return 200, answer
 
     def revoke(self, form: dict[str, str]) -> tuple[int, dict[str, Any] | None]:
         with self.lock:

@@ -39,6 +39,8 @@ Server policy (on the simulator's own clock, `advance()`): a server session (acc
 device's sign-in. Admin actions: `revoke_device(name)` (as an administrator sees devices: by
 name), `disable_connected_clients()`, `expire_sessions()`. `outage(status)` makes chosen endpoints
 answer 503 (with an ``error`` key in the body, as a proxy might) until the block ends.
+`stall(paths)` makes chosen endpoints take requests and never answer (a server that hangs) until
+the block ends, counting how many wait at once.
 `omit_xsrf_on_refresh` models a renewal answered without ``xsrf_token`` (the server keeps the
 device's XSRF token, so the client must keep using the one it has).
 
@@ -114,6 +116,39 @@ class Counters:
     grant_forms: list[dict[str, str]] = field(default_factory=list)
 
 
+class Stall:
+    """Requests held without an answer (TableauServer.stall): how many arrived, how many waited at
+    the same time at most."""
+
+    def __init__(self, paths: frozenset[str]) -> None:
+        self.paths = paths
+        self.arrived = 0
+        self.waiting = 0
+        self.most_at_once = 0
+        self._cond = threading.Condition()
+        self._released = False
+
+    def hold(self) -> None:
+        """Called by a request's handler thread: waits (at most a minute) until released."""
+        with self._cond:
+            self.arrived += 1
+            self.waiting += 1
+            self.most_at_once = max(self.most_at_once, self.waiting)
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._released, timeout=60)
+            self.waiting -= 1
+
+    def wait_until_waiting(self, count: int, timeout: float) -> bool:
+        """True once `count` requests wait at the same time (False after `timeout` seconds)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.most_at_once >= count, timeout=timeout)
+
+    def release(self) -> None:
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
+
+
 class TableauServer(sim_http.Simulator):
     """The server and its state. `start()` binds `address` (a loopback IP) on an ephemeral port."""
 
@@ -137,6 +172,7 @@ class TableauServer(sim_http.Simulator):
         self.session_over_status = 401
         self.omit_xsrf_on_refresh = False
         self.down: tuple[int, frozenset[str]] | None = None
+        self.stalled: Stall | None = None
         self.handed_out: set[str] = set()
         self.violations: list[str] = []
         self.counters = Counters()
@@ -209,6 +245,20 @@ class TableauServer(sim_http.Simulator):
         finally:
             with self.lock:
                 self.down = None
+
+    @contextlib.contextmanager
+    def stall(self, paths: tuple[str, ...] = (REVOKE_PATH,)) -> Iterator["Stall"]:
+        """Requests to `paths` are read and never answered until the block ends (then their
+        connections are closed): an unresponsive server."""
+        stall = Stall(frozenset(paths))
+        with self.lock:
+            self.stalled = stall
+        try:
+            yield stall
+        finally:
+            with self.lock:
+                self.stalled = None
+            stall.release()
 
     def token_set(self, device_id: str) -> TokenSet | None:
         with self.lock:
@@ -452,6 +502,11 @@ class _Handler(sim_http.Handler):
         sim = self.sim
         path = urllib.parse.urlsplit(self.path).path
         raw = self.read_body()
+        stall = sim.stalled
+        if stall is not None and path in stall.paths:
+            stall.hold()                  # no answer; the connection is closed afterwards
+            self.close_connection = True
+            return
         with sim.lock:
             if sim.down is not None and path in sim.down[1]:
                 sim.counters.outage_hits += 1

@@ -31,7 +31,7 @@ import leak_scan
 from conftest import HOST_BIN, TIMEOUT, session_records
 from dot_auth import DotAuthServer
 
-FAILED, NOT_SIGNED_IN, UNAVAILABLE, CANCELLED, USAGE = 1, 2, 3, 4, 64
+FAILED, NOT_SIGNED_IN, UNAVAILABLE, CANCELLED, USAGE, CONFIG = 1, 2, 3, 4, 64, 78
 
 FAKE_BROWSER = """#!{python}
 import sys, urllib.request
@@ -188,7 +188,7 @@ def test_login_status_token_logout(cli, dot):
     assert login.returncode == 0, login.stderr
     assert "Open this URL in a browser to sign in:" in login.stderr and f"{dot.base}/o/authorize/" in login.stderr
     sub = dot._get_json("/test/user?name=ada")["sub"]
-    assert login.stdout.strip() == f"✓ Signed in to dot as {sub}"
+    assert login.stdout.strip() == f"✓ Signed in to dot as ada@example.test ({sub})", "by name, the sub beside it"
     assert "\x1b[" not in login.stdout + login.stderr, "no colours when not on a terminal"
 
     status = cli.run("status")
@@ -353,6 +353,119 @@ def test_a_profile_whose_plugin_is_not_loaded_names_the_folders_searched(cli):
     assert f"searched: {cli.plugins}" in message, "the folders that were searched"
     assert "`authbridge plugins`" in message, "how to see what loaded and what was refused"
     assert len(message.splitlines()) == 1
+
+
+def run_with(cli: CLI, config: Path, folder: Path, *args: str) -> subprocess.CompletedProcess:
+    """`authbridge COMMAND …` with its own config file and plugin folder (not the CLI's)."""
+    done = subprocess.run([str(HOST_BIN), args[0], "--no-default-plugins", "--plugins", str(folder), "--config",
+                           str(config), *args[1:]], env=cli.env, capture_output=True, text=True,
+                          timeout=TIMEOUT * 6, stdin=subprocess.DEVNULL)
+    cli.outputs += [done.stdout, done.stderr]
+    return done
+
+
+def test_login_with_a_refused_plugin_says_why_and_how_to_fix_it(cli, tmp_path):
+    folder = tmp_path / "careless-plugins"
+    folder.mkdir(mode=0o755)
+    for name in ("oidc.json", "libauthbridge-oidc.so"):
+        shutil.copyfile(cli.plugins / name, folder / name)
+        (folder / name).chmod(0o644)
+    manifest = folder / "oidc.json"
+    manifest.chmod(0o664)                            # writable by the group: refused at load
+    config = tmp_path / "refused.json"
+    config.write_text(json.dumps({"profiles": {"corp": {"plugin": "oidc", "settings": {
+        "issuer": "http://127.0.0.1:9/o", "clientId": "x"}}}}))
+    done = run_with(cli, config, folder, "login", "corp", "--no-browser")
+    assert done.returncode == FAILED
+    # One line: the refusal and its fix, no log line of the loader.
+    assert done.stderr.splitlines() == [
+        f'error: Profile "corp" uses plugin "oidc", which was refused (insecurePermissions): manifest {manifest} is '
+        f"writable by group or others (mode 664). To fix it: chmod go-w {manifest}"], done.stderr
+    # The fix, as printed, works: the plugin loads, and what fails now is the provider (nothing listens).
+    fix = done.stderr.split("To fix it: ", 1)[1].strip()
+    subprocess.run(["/bin/sh", "-c", fix], check=True, timeout=TIMEOUT)
+    again = run_with(cli, config, folder, "login", "corp", "--no-browser")
+    assert again.returncode == UNAVAILABLE and "plugin" not in again.stderr, again.stderr
+
+
+def test_login_names_the_flows_a_plugin_has_and_says_when_it_has_none(cli, tmp_path, ctest_variants):
+    config = tmp_path / "flows.json"
+    config.write_text(json.dumps({"profiles": {
+        "none": {"plugin": "noflows", "settings": {"server": "http://127.0.0.1:9"}},
+        "some": {"plugin": "ctest", "settings": {"server": "http://127.0.0.1:9"}}}}))
+    folder = tmp_path / "flow-plugins"
+    ctest_variants.install(folder, "noflows", "-DCTEST_NO_FLOWS")
+    ctest_variants.install(folder, "ctest")
+    done = run_with(cli, config, folder, "login", "none", "--no-browser")
+    assert done.returncode == FAILED
+    assert done.stderr.splitlines() == [
+        'error: The noflows plugin does not support the "browser" flow; it declares no sign-in flow at all (its describe '
+        'lists no "flows"), so it cannot sign anyone in.'], done.stderr
+    # A plugin with flows but no device flow: they are named, and there is no --device hint.
+    done = run_with(cli, config, folder, "login", "some", "--device")
+    assert done.returncode == FAILED
+    assert done.stderr.splitlines() == [
+        'error: The ctest plugin does not support the "device" flow (it supports: external, session).'], done.stderr
+
+
+def test_a_configuration_file_that_cannot_be_used_exits_78_naming_the_file_and_the_problem(cli, tmp_path):
+    config = cli.root / "config" / "authbridge" / "config.json"    # the default one ($XDG_CONFIG_HOME)
+    config.write_text('{"profiles": {"dot": {"plugin": "oidc",}}}')  # a trailing comma
+    for argv in (["status"], ["login", "dot", "--no-browser"], ["token", "dot"], ["logout", "dot"]):
+        done = cli.run(*argv)
+        assert done.returncode == CONFIG, f"{argv}: {done.returncode}\n{done.stdout}{done.stderr}"
+        assert done.stdout == "", "no \"No profiles are configured\" after it"
+        first, second = done.stderr.splitlines()
+        assert first.startswith(f"error: configuration file {config}: not valid JSON: "), first
+        assert re.search(r"\(line 1, column \d+\)$", first), first
+        assert second == "Fix the file (or name another with --config FILE); nothing was changed."
+    # Valid JSON of the wrong shape, and --config naming no file: the same.
+    config.write_text('{"profiles": ["dot"]}')
+    done = cli.run("status")
+    assert done.returncode == CONFIG
+    assert done.stderr.startswith(f'error: configuration file {config}: "profiles" must be an object'), done.stderr
+    missing = tmp_path / "nowhere.json"
+    done = cli.run("status", "--config", str(missing))
+    assert done.returncode == CONFIG
+    assert done.stderr.startswith(f"error: configuration file {missing}: cannot read the file (No such file or directory)")
+    # No configuration file at the default place is no error: no profiles.
+    config.unlink()
+    done = cli.run("status")
+    assert done.returncode == 0 and done.stdout.startswith("No profiles are configured"), done.stdout + done.stderr
+    # The exit code is in the help.
+    helped = subprocess.run([str(HOST_BIN), "--help"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert re.search(r"\b78 the\s+configuration\s+file", helped.stdout), helped.stdout
+
+
+def test_unknown_keys_in_the_configuration_file_are_warnings_naming_the_file_and_the_key(cli):
+    config = cli.root / "config" / "authbridge" / "config.json"
+    data = json.loads(config.read_text())
+    data["profile"] = {}                                            # misspelt "profiles"
+    data["profiles"]["dot"]["setings"] = {"scopes": ["openid"]}     # misspelt "settings"
+    config.write_text(json.dumps(data))
+    done = cli.run("status", "dot")
+    assert done.returncode == NOT_SIGNED_IN, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        f'warning: configuration file {config}: unknown key "profile" (ignored; the file\'s only key is "profiles")',
+        f'warning: configuration file {config}: profile "dot": unknown key "setings" (ignored; a profile has "plugin" '
+        'and "settings")'], done.stderr
+
+
+def test_serve_reports_a_configuration_file_it_cannot_use_in_initialize_and_serves_on(start_host, oidc_plugin_dir):
+    host = start_host([oidc_plugin_dir], config_text='{"profiles": {"corp": {"plugin": "oidc",}}}')
+    config = host.workdir / "config.json"
+    [warning] = host.init_result["warnings"]
+    assert warning.startswith(f"configuration file {config}: not valid JSON: ") and "(line 1, column" in warning
+    assert warning.endswith("; none of its profiles are loaded"), warning
+    assert host.init_result["profiles"] == []
+    # The frontend learnt it, and may configure profiles itself: the host serves on.
+    assert host.result("configureProfile", {"name": "corp", "plugin": "oidc", "settings": {
+        "clientId": "x", "authorizationEndpoint": "http://127.0.0.1:9/a", "tokenEndpoint": "http://127.0.0.1:9/t"}})
+    unknown = start_host([oidc_plugin_dir], config_text=json.dumps({"profiles": {}, "profils": {}}))
+    assert unknown.init_result["warnings"] == [
+        f'configuration file {unknown.workdir / "config.json"}: unknown key "profils" (ignored; the file\'s only key is '
+        '"profiles")']
 
 
 def test_logout_warns_when_the_provider_cannot_revoke(cli, dot):

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from conftest import BUILD_DIR, HOST_BIN, REPO, TIMEOUT
+from dot_auth import DotAuthServer
 
 FAKE_BROWSER = """#!{python}
 import sys, urllib.request
@@ -106,15 +107,40 @@ def test_make_dev_server_and_the_terminal_quick_start_as_written(tmp_path):
         output = done.stdout + done.stderr
         assert done.returncode == 0, output
         lines = done.stdout.splitlines()
-        assert lines[0].startswith("✓ Signed in to corp as "), done.stdout
+        # The account by name (the server sends email and preferred_username), its numeric sub beside it.
+        assert re.fullmatch(r"✓ Signed in to corp as ada@example\.test \(\d+\)", lines[0]), done.stdout
         assert lines[1].split() == ["PROFILE", "ACCOUNT", "STATE", "EXPIRES", "STORAGE"]
         assert lines[2].startswith("corp ") and "signedIn" in lines[2] and lines[2].endswith("encrypted file (key file)")
+        assert "ada@example.test" in lines[2], lines[2]
         userinfo = re.search(r"^(\{.*\})✓ Signed out of corp", done.stdout, re.M)   # curl prints no newline
         assert userinfo and json.loads(userinfo.group(1))["sub"], "curl got the userinfo with the token"
         assert "Open this URL in a browser to sign in:" in done.stderr
         with urllib.request.urlopen(f"{base}/test/secrets", timeout=TIMEOUT) as answer:
             secrets = [secret for secret in json.load(answer)["secrets"] if len(secret) >= 12]
         assert secrets and not [secret for secret in secrets if secret in output], "no code or token printed"
+
+        # The banner's device-flow profile, added to the quick start's config.json as it says: a
+        # code to type on another device.
+        profile = re.search(r'^  "tv": (\{.*\})$', server.banner, re.M)
+        assert profile, f"the banner has no device-flow profile:\n{server.banner}"
+        config_file = home / ".config" / "authbridge" / "config.json"
+        config = json.loads(config_file.read_text())
+        config["profiles"]["tv"] = json.loads(profile.group(1))
+        config_file.write_text(json.dumps(config))
+        login = subprocess.Popen([str(HOST_BIN), "login", "tv", "--device"], env=env, cwd=home, text=True,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        code = uri = None
+        shown: list[str] = []
+        for line in login.stderr:        # bounded: the login ends on its own timeout at worst
+            shown.append(line)
+            code = code or (re.search(r"one-time code: (\S+)", line) or [None, None])[1]
+            uri = uri or (re.search(r"Then open (\S+) on any device", line) or [None, None])[1]
+            if code and uri:
+                break
+        assert code and uri and uri == f"{base}/o/device/", "".join(shown)
+        DotAuthServer.approve_device(None, code, uri)
+        out, err = login.communicate(timeout=TIMEOUT * 3)
+        assert login.returncode == 0 and re.fullmatch(r"✓ Signed in to tv as ada@example\.test \(\d+\)\n", out), out + err
     finally:
         server.stop()
     # Stopped: nothing answers there any more.

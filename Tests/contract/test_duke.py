@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD_DIR, REPO, advance_clock, make_plugin_dir
-from sim_duke import DukeAuthorizer
+from sim_duke import DEFAULT_ORDER, DukeAuthorizer
 from sim_http import simulators
 
 DUKE_FILES = ("duke.json", "libauthbridge-duke.so")
@@ -182,6 +182,34 @@ def test_a_token_url_from_another_path_is_refused(start_duke_host, duke):
     error = host.wait_response(request_id)["error"]
     assert error["code"] == -32004 and error["data"]["reason"] == "invalidCallback"
     assert host.result("checkSignInStatus", {"provider": PROFILE})["state"] == "notSignedIn"
+
+
+@pytest.mark.parametrize("name, value", [
+    ("access_token", "ab%ZZcd"),      # '%' followed by something that is not hex
+    ("session_token", "abc%4"),       # an escape cut short at the end of the value
+    ("lang", "en%2"),                 # broken in a parameter the plugin does not read: not Duke's page either
+], ids=["invalid-escape", "truncated-escape", "elsewhere-in-the-query"])
+def test_a_token_url_with_a_malformed_escape_is_refused_and_nothing_is_stored(start_duke_host, duke, name, value):
+    host = start_duke_host()
+    duke.set_callback(order=DEFAULT_ORDER + ("lang",), extras={"lang": "en"})
+    mark = host.mark()
+    request_id, location = token_url(duke, host)
+    parts = urllib.parse.urlsplit(location)
+    # Rebuilt by hand: urlencode would escape the '%' and make the URL well formed again.
+    pairs = [pair.split("=", 1) for pair in parts.query.split("&")]
+    assert name in [key for key, _ in pairs]
+    query = "&".join(f"{key}={value if key == name else rest}" for key, rest in pairs)
+    broken = urllib.parse.urlunsplit(parts._replace(query=query))
+    host.result("completeSignIn", {"provider": PROFILE, "callbackUrl": broken})
+    error = host.wait_response(request_id)["error"]
+    assert error["code"] == -32004 and error["data"]["reason"] == "invalidCallback"
+    assert "not well formed" in error["message"] and "nothing was stored" in error["message"]
+    assert not [p for p in host.notifications("session/changed", since=mark) if p["state"] == "signedIn"]
+    assert host.result("checkSignInStatus", {"provider": PROFILE})["state"] == "notSignedIn"
+    assert host.result("listAccounts", {}) == {"accounts": []}
+    # The next, well-formed sign-in works.
+    duke.set_callback()
+    signed_in(host, duke)
 
 
 # ── Refresh ─────────────────────────────────────────────────────────────────

@@ -138,6 +138,19 @@ def test_sign_in_is_refused_for_a_user_without_a_licence(ms_host, make_sim, wher
     assert_nothing_stored(host, sim, ["no_license_assigned"])
 
 
+def test_a_callback_with_a_malformed_escape_is_refused_before_the_code_is_redeemed(ms_host, sim):
+    # The Swift SDK's QueryString refuses a query that is not well formed, as Duke's C plugin does.
+    host = ms_host(sim)
+    request_id = host.send_request("requestOAuthTokens", {"provider": "ms", "flow": "external"})
+    opened = host.wait_for_notification("signIn/progress", lambda p: p.get("stage") == "openUrl")
+    location = sim.browse(opened["url"], user="alice") + "&lang=en%2"     # cut short: not a callback MarketSharp sent
+    assert host.result("completeSignIn", {"provider": "ms", "callbackUrl": location}) == {"accepted": True}
+    error = host.wait_response(request_id)["error"]
+    assert error["code"] == -32004 and error["data"]["reason"] == "invalidCallback"
+    assert "not well formed" in error["message"] and "nothing was stored" in error["message"]
+    assert_nothing_stored(host, sim, [])
+
+
 def assert_nothing_stored(host, sim: MarketSharpSimulator, refusals: list[str]) -> None:
     status = host.result("checkSignInStatus", {"provider": "ms"})
     assert (status["state"], status["reason"]) == ("notSignedIn", "noTokens")

@@ -341,21 +341,40 @@ def test_a_refresh_that_fails_without_a_refusal_keeps_the_user_signed_in(start_s
     assert [e["state"] for e in events(host, mark)] == ["refreshed"]
 
 
-def test_a_refresh_refused_as_already_being_processed_keeps_the_session(start_sf, sim):
+def test_a_refresh_refused_as_already_being_processed_is_tried_again_once(start_sf, sim):
     # Salesforce answers invalid_grant "token request is already being processed" while another
-    # request with the same refresh token runs: not the end of the session.
+    # request with the same refresh token runs (another device): that request ends in a moment, so
+    # the plugin tries once more after a short wait, and the caller sees the working session.
     host = start_sf(sim)
     sign_in_external(host, sim, "sf")
     sim.expire_sessions()
     sim.hold_next_refresh()
     mark = host.mark()
+    assert fetch(host)["status"] == 200
+    snap = sim.snapshot()
+    assert snap["held_refreshes"] == 1 and snap["refresh_requests"] == 2 and snap["refreshes"] == 1
+    assert snap["concurrent_refreshes"] == 0
+    gaps = sim.refresh_gaps()
+    assert len(gaps) == 1 and gaps[0] >= 0.5, f"the second try came {gaps[0]:.3f} s after the refusal"
+    assert [e["state"] for e in events(host, mark)] == ["refreshed"]
+
+
+def test_a_refresh_refused_as_already_being_processed_twice_keeps_the_session(start_sf, sim):
+    # Still busy on the second try: the caller gets a retryable error, and the session stays.
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    sim.expire_sessions()
+    sim.hold_next_refresh()
+    sim.hold_next_refresh()
+    mark = host.mark()
     error = host.error("fetch", {"provider": "sf", "url": f"{API}/sobjects"})
     assert error["code"] == PROVIDER_UNAVAILABLE and error["data"]["reason"] == "requestInProgress"
     assert error["data"]["retryable"] is True
+    assert sim.snapshot()["refresh_requests"] == 2, "one retry, not more"
     assert events(host, mark, "signedOut") == []
-    assert fetch(host)["status"] == 200                  # the next try refreshes
+    assert fetch(host)["status"] == 200                  # the next call refreshes
     snap = sim.snapshot()
-    assert snap["held_refreshes"] == 1 and snap["refreshes"] == 1 and snap["concurrent_refreshes"] == 0
+    assert snap["held_refreshes"] == 2 and snap["refreshes"] == 1 and snap["concurrent_refreshes"] == 0
 
 
 def test_concurrent_fetches_after_expiry_share_one_refresh(start_sf, sim):
@@ -507,7 +526,10 @@ def test_sign_out_with_the_revoke_endpoint_down_still_signs_out_and_says_so(star
 @pytest.mark.parametrize("edit, code, reason", [
     (lambda answer: answer.pop("instance_url"), PROVIDER_UNAVAILABLE, "badResponse"),
     (lambda answer: answer.update(instance_url="http://acme.my.salesforce.example"), CONFIGURATION_ERROR, "insecureUrl"),
-], ids=["no-instance-url", "http-instance-url"])
+    (lambda answer: answer.update(instance_url="https://evil.example.com"), CONFIGURATION_ERROR, "untrustedInstance"),
+    (lambda answer: answer.update(instance_url="https://na1.salesforce.com.evil.example"), CONFIGURATION_ERROR, "untrustedInstance"),
+    (lambda answer: answer.update(instance_url="https://acme.my.salesforce.com@evil.example.com"), CONFIGURATION_ERROR, "untrustedInstance"),
+], ids=["no-instance-url", "http-instance-url", "foreign-instance-url", "lookalike-instance-url", "user-info-instance-url"])
 def test_a_sign_in_that_cannot_be_used_leaves_no_live_grant(start_sf, sim, edit, code, reason):
     host = start_sf(sim)
     sim.edit_sign_in_answer = edit
@@ -519,6 +541,93 @@ def test_a_sign_in_that_cannot_be_used_leaves_no_live_grant(start_sf, sim, edit,
     snap = sim.snapshot()
     assert snap["sign_ins"] == 1 and snap["revocations"] == ["refresh_token"] and snap["revoked_grants"] == 1
     assert host.result("checkSignInStatus", {"provider": "sf"})["reason"] == "noTokens"
+
+
+class _Collector(Handler):
+    hits: list[str]
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        self.hits.append(self.path)
+        self.send(200, b"[]", "application/json")
+
+    do_POST = do_GET  # noqa: N815
+
+
+@pytest.fixture
+def other_host():
+    """A server on another loopback host (127.0.0.2): not the login host, not Salesforce's."""
+    handler = type("Collector", (_Collector,), {"hits": []})
+    served = Served(handler, "127.0.0.2")
+    yield served.base, handler.hits
+    served.stop()
+
+
+def test_an_instance_url_elsewhere_fails_the_sign_in_revokes_the_grant_and_gets_no_request(start_sf, sim, other_host):
+    base, hits = other_host
+    host = start_sf(sim)
+    sim.edit_sign_in_answer = lambda answer: answer.update(instance_url=base)
+    mark = host.mark()
+    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external"})
+    progress = host.wait_for_notification("signIn/progress", lambda p: p.get("stage") == "openUrl")
+    host.result("completeSignIn", {"provider": "sf", "callbackUrl": sim.browse(progress["url"])})
+    error = host.wait_response(request_id)["error"]
+    assert error["code"] == CONFIGURATION_ERROR and error["data"]["reason"] == "untrustedInstance"
+    assert "127.0.0.2" in error["message"] and "instanceDomains" in error["message"]
+    snap = sim.snapshot()
+    assert snap["revocations"] == ["refresh_token"] and snap["revoked_grants"] == 1
+    assert events(host, mark, "signedIn") == []
+    assert host.error("fetch", {"provider": "sf", "url": f"{API}/sobjects"})["code"] == NOT_SIGNED_IN
+    assert hits == [], "a request went to the foreign instance_url"
+
+
+def test_a_refresh_naming_an_instance_elsewhere_is_refused_and_the_old_instance_kept(start_sf, sim, other_host):
+    base, hits = other_host
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    sim.expire_sessions()
+    sim.edit_refresh_answer = lambda answer: answer.update(instance_url=base)
+    error = host.error("fetch", {"provider": "sf", "url": f"{API}/sobjects"})
+    assert error["code"] == CONFIGURATION_ERROR and error["data"]["reason"] == "untrustedInstance"
+    assert hits == []
+    assert host.result("getAccessToken", {"provider": "sf"})["details"]["instanceUrl"] == sim.instance_url
+    sim.edit_refresh_answer = None                       # Salesforce answers as it should again
+    assert fetch(host)["status"] == 200 and hits == []
+
+
+@pytest.mark.parametrize("instance, settings, allowed", [
+    ("https://acme.my.salesforce.com", {}, True),
+    ("https://acme--uat.sandbox.my.salesforce.com", {}, True),
+    ("https://na1.salesforce.com", {}, True),
+    ("https://acme.lightning.force.com", {}, True),
+    ("https://acme.cloudforce.com", {}, True),
+    ("https://acme.my.salesforce.mil", {}, True),
+    ("https://api.agency.example.gov", {}, False),
+    ("https://api.agency.example.gov", {"instanceDomains": ["agency.example.gov"]}, True),
+    ("https://api.agency.example.gov", {"instanceDomains": ["*.example.gov"]}, True),
+    ("https://agency.example.gov.evil.example", {"instanceDomains": ["example.gov"]}, False),
+], ids=["my-domain", "sandbox", "instance", "lightning", "cloudforce", "government-defense", "other",
+        "widened", "widened-wildcard", "widened-lookalike"])
+def test_the_instance_url_must_be_on_salesforces_domains_or_those_the_profile_adds(start_sf, sim, instance, settings, allowed):
+    host = start_sf(sim, **settings)
+    sim.edit_sign_in_answer = lambda answer: answer.update(instance_url=instance)
+    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external"})
+    progress = host.wait_for_notification("signIn/progress", lambda p: p.get("stage") == "openUrl")
+    host.result("completeSignIn", {"provider": "sf", "callbackUrl": sim.browse(progress["url"])})
+    answer = host.wait_response(request_id)
+    if allowed:
+        assert answer["result"]["state"] == "signedIn" and answer["result"]["details"]["instanceUrl"] == instance
+    else:
+        assert answer["error"]["data"]["reason"] == "untrustedInstance"
+        assert sim.snapshot()["revoked_grants"] == 1
+
+
+@pytest.mark.parametrize("domains", [["127.0.0.2"], "example.gov", [""], ["exa mple.gov"], ["gov"]])
+def test_instance_domains_must_be_domain_names(start_host, salesforce_plugin_dir, domains):
+    host = start_host([salesforce_plugin_dir])
+    error = host.error("configureProfile", {"name": "sf", "plugin": "salesforce",
+                                            "settings": {"clientId": CLIENT_ID, "instanceDomains": domains}})
+    assert error["code"] == CONFIGURATION_ERROR and error["data"]["reason"] == "invalidSettings"
+    assert "instanceDomains" in error["message"]
 
 
 def test_frontends_see_the_instance_and_identity(start_sf, make_sim):

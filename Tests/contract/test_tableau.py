@@ -19,7 +19,7 @@ from selenium.webdriver.common.by import By
 
 from conftest import BUILD_DIR, Host, advance_clock, make_plugin_dir, sign_in_session
 from sim_http import simulators
-from sim_tableau import DAY_MS, TOKEN_PATH, VIEW_PAGE, VIEWS_PATH, TableauServer
+from sim_tableau import DAY_MS, REVOKE_PATH, TOKEN_PATH, VIEW_PAGE, VIEWS_PATH, TableauServer
 from test_browser import chromium, evidence_on_failure, wait_for  # noqa: F401 - chromium is a fixture
 
 TABLEAU_FILES = ("tableau.json", "libauthbridge-tableau.so")
@@ -143,7 +143,7 @@ def test_sign_out_revokes_both_tokens_with_token_hint_and_clears_only_its_cookie
     ended = signed_out(host, mark)
     assert [(n["reason"], n["clearCookies"]) for n in ended] == [("userSignedOut", clear_list(tableau))]
     # Two POSTs to /oauth2/v1/revoke with token_hint (the simulator records token_type_hint as a violation).
-    assert tableau.snapshot().revocations == ["access_token", "refresh_token"]
+    assert sorted(tableau.snapshot().revocations) == ["access_token", "refresh_token"]   # sent at once: any order
     assert tableau.devices() == [], "the device's grant ended at the server"
     assert host.result("checkSignInStatus", {"provider": "tab"})["reason"] == "noTokens"
     error = host.error("getAccessToken", {"provider": "tab"})
@@ -353,6 +353,31 @@ def test_an_unreachable_server_is_offline_and_sign_out_still_clears_its_cookies(
     assert host.result("checkSignInStatus", {"provider": "tab"})["reason"] == "noTokens"
 
 
+def test_sign_out_against_a_server_that_does_not_answer_waits_one_bound_and_still_signs_out(
+        start_host, tableau_plugin_dir, tableau):
+    host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)})
+    sign_in(host, tableau)
+    mark = host.mark()
+    with tableau.stall(paths=(REVOKE_PATH,)) as stalled:
+        request_id = host.send_request("signOut", {"provider": "tab"})
+        # Both revocations wait at the server at the same time: one after the other, the second
+        # would only be sent once the first had timed out (10 s).
+        assert stalled.wait_until_waiting(2, timeout=8), \
+            f"the revocations were not sent at once ({stalled.arrived} arrived within 8 s)"
+        # One bound (10 s each, concurrently) and some slack; sequential revocations took 20 s.
+        answer = host.wait_response(request_id, timeout=30)
+    result = answer["result"]
+    assert result["revoked"] == []
+    assert sorted((f["token"], f["reason"]) for f in result["failures"]) == [
+        ("access_token", "timeout"), ("refresh_token", "timeout")]
+    assert result["clearCookies"] == clear_list(tableau)
+    assert [n["reason"] for n in signed_out(host, mark)] == ["userSignedOut"]
+    # Wiped locally whatever the server did.
+    assert host.result("checkSignInStatus", {"provider": "tab"})["reason"] == "noTokens"
+    assert host.error("getAccessToken", {"provider": "tab"})["data"]["reason"] == "noTokens"
+    assert stalled.arrived == 2 and tableau.snapshot().revocations == []
+
+
 # ── Refusals ─────────────────────────────────────────────────────────────────
 
 
@@ -396,7 +421,7 @@ def test_two_servers_at_once_signing_out_of_one_leaves_the_other_alone(start_hos
     result = host.result("signOut", {"provider": "north"})
     assert result["clearCookies"] == clear_list(tableau)        # only north's two cookies
     assert [n["provider"] for n in signed_out(host, mark)] == ["north"]
-    assert tableau.snapshot().revocations == ["access_token", "refresh_token"]
+    assert sorted(tableau.snapshot().revocations) == ["access_token", "refresh_token"]   # sent at once: any order
     assert tableau_b.snapshot().revocations == []
 
     status = host.result("checkSignInStatus", {"provider": "south"})

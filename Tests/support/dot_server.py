@@ -14,6 +14,9 @@ then serves on an ephemeral port and prints `READY <port>` on stdout (with --ban
 - "authbridge-consent": the same with DOT's consent page (the real-browser test clicks it);
 - "authbridge-device": the device authorization grant (RFC 8628), verification at /o/device/.
 
+ID tokens and userinfo name the user: `preferred_username`, `name` and `email` besides DOT's
+numeric `sub` (NamingValidator).
+
 Refresh tokens rotate with reuse protection, as a careful deployment configures them; OIDC is on
 (RS256, a key made at start-up; the key survives restarts in DIR so issued ID tokens stay valid).
 
@@ -118,6 +121,7 @@ settings.configure(
         "DEVICE_FLOW_INTERVAL": args.device_interval,
         "SCOPES": {"openid": "OpenID Connect", "read": "Read"},
         "OIDC_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_post", "client_secret_basic"],
+        "OAUTH2_VALIDATOR_CLASS": f"{__name__}.NamingValidator",
     },
 )
 
@@ -133,6 +137,26 @@ from django.urls import include, path  # noqa: E402
 from django.views.decorators.csrf import csrf_exempt  # noqa: E402
 from oauth2_provider.models import get_application_model  # noqa: E402
 from oauth2_provider.views import TokenView  # noqa: E402
+
+from oauth2_provider.oauth2_validators import OAuth2Validator  # noqa: E402
+
+
+class NamingValidator(OAuth2Validator):
+    """ID tokens and userinfo name the user (`preferred_username`, `name`, `email`), not only by
+    DOT's numeric `sub`, so that a sign-in shows who signed in. DOT releases a claim only with its
+    scope (`profile`, `email`); the quick starts ask for `openid` alone, so every claim comes with
+    it here (`oidc_claim_scope = None`)."""
+
+    oidc_claim_scope = None
+
+    def get_additional_claims(self):
+        # Request-agnostic form (callables): DOT also lists these in discovery's claims_supported.
+        return {
+            "preferred_username": lambda request: request.user.get_username(),
+            "name": lambda request: request.user.get_full_name() or request.user.get_username(),
+            "email": lambda request: request.user.email,
+        }
+
 
 STATS = {"refreshes": 0, "revocations": 0, "refresh_errors": 0, "codes_redeemed": 0, "device_polls": 0,
          "device_codes_redeemed": 0}
@@ -257,9 +281,11 @@ urlpatterns = [
 
 call_command("migrate", verbosity=0, interactive=False)
 Application = get_application_model()
-for username, password in [("ada", "lovelace-test"), ("grace", "hopper-test")]:
+for username, password, first, last in [("ada", "lovelace-test", "Ada", "Lovelace"), ("grace", "hopper-test", "Grace", "Hopper")]:
     if not User.objects.filter(username=username).exists():  # a restart keeps users, clients and tokens
         User.objects.create_user(username, password=password, email=f"{username}@example.test")
+    # Named also in a state folder made before users had names.
+    User.objects.filter(username=username, first_name="").update(first_name=first, last_name=last)
 CLIENTS = [
     ("authbridge-test", Application.GRANT_AUTHORIZATION_CODE, True),
     ("authbridge-consent", Application.GRANT_AUTHORIZATION_CODE, False),
@@ -278,9 +304,17 @@ server.set_app(get_wsgi_application())
 if args.banner:
     exports = [("ISSUER", f"{BASE}/o"), ("CLIENT_ID", "authbridge-test"), ("USERINFO_URL", f"{BASE}/o/userinfo/")]
     exports += [tuple(item.split("=", 1)) for item in args.export]
+    # A profile for the device flow (RFC 8628): its own client, and the endpoint DOT's discovery
+    # does not announce.
+    device_profile = {"plugin": "oidc", "settings": {
+        "issuer": f"{BASE}/o", "clientId": "authbridge-device", "scopes": ["openid"],
+        "deviceAuthorizationEndpoint": f"{BASE}/o/device-authorization/"}}
     print(f"django-oauth-toolkit is serving on {BASE} (Ctrl-C stops it).\n\n"
           "In another terminal, paste these, then run a quick start (README.md):\n"
           + "".join(f'  export {name}="{value}"\n' for name, value in exports)
+          + "\nFor the device flow (`authbridge login tv --device`: a code to type at "
+          + f"{BASE}/o/device/), add this profile to the \"profiles\" of your config.json:\n"
+          + f'  "tv": {json.dumps(device_profile)}\n'
           + "\nSign in as ada, password lovelace-test (or grace, hopper-test).", flush=True)
 else:
     print(f"READY {PORT}", flush=True)

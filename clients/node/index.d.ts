@@ -424,6 +424,15 @@ export declare class HostExitedError extends AuthBridgeError {
   readonly stderrTail: string[];
 }
 
+/**
+ * No host could be started: the executable is missing or not executable. The message names it and
+ * how to point the client at a host; `cause` is the spawn error (`code` "ENOENT", "EACCES"…).
+ */
+export declare class HostNotFoundError extends HostExitedError {
+  /** The executable (path or name) that could not be started. */
+  readonly executable: string | undefined;
+}
+
 /** Error class by code. */
 export declare const errorClasses: Readonly<Record<number, typeof AuthBridgeError>>;
 /** The error for a JSON-RPC error object. */

@@ -55,6 +55,11 @@
 #define REFRESH_TIMEOUT_MS 15000
 #define REVOKE_TIMEOUT_MS 10000
 
+/* A callback whose query has a broken percent-escape (RFC 3986 §2.1). */
+#define MALFORMED_CALLBACK \
+    "The Duke sign-in ended at a token URL that is not well formed (a '%' not followed by two hex digits); " \
+    "nothing was stored. Sign in again."
+
 /* Latest `exp` accepted (year 9999): keeps exp * 1000 far from overflow. */
 #define MAX_EXP_SECONDS INT64_C(253402300799)
 
@@ -183,17 +188,33 @@ static int hexval(char c)
     return -1;
 }
 
-/* Percent-decodes src[0..n) into dst (n bytes suffice); returns the length.
+/* True when every '%' in s[0..n) starts an escape of two hex digits (RFC 3986
+ * §2.1): "ab%ZZcd" and "abc%4" are not well formed. */
+static int escapes_well_formed(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '%')
+            continue;
+        if (i + 2 >= n || hexval(s[i + 1]) < 0 || hexval(s[i + 2]) < 0)
+            return 0;
+        i += 2;
+    }
+    return 1;
+}
+
+/* Percent-decodes src[0..n) into dst (n bytes suffice); returns the length,
+ * or (size_t)-1 when an escape is malformed: guessing what a broken escape
+ * meant would store a token the server never issued.
  * '+' stays '+': the callback is a URL (RFC 3986), not a form, and tokens may
- * contain '+' but never a space. A malformed escape is kept as is. */
+ * contain '+' but never a space. */
 static size_t percent_decode(const char *src, size_t n, char *dst)
 {
+    if (!escapes_well_formed(src, n))
+        return (size_t)-1;
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        int hi, lo;
-        if (src[i] == '%' && i + 2 < n &&
-            (hi = hexval(src[i + 1])) >= 0 && (lo = hexval(src[i + 2])) >= 0) {
-            dst[o++] = (char)(hi * 16 + lo);
+        if (src[i] == '%') {
+            dst[o++] = (char)(hexval(src[i + 1]) * 16 + hexval(src[i + 2]));
             i += 2;
         } else {
             dst[o++] = src[i];
@@ -209,22 +230,32 @@ typedef struct query_value {
     int count;    /* how many times the name occurs */
 } query_value;
 
-/* Finds parameter `name` in the query of `url` BY NAME (never by position):
- * the query runs from the first '?' to the '#' (the fragment is ignored);
+/* The query of `url`: from the first '?' to the '#' (the fragment is
+ * ignored). *start is NULL when there is no query. */
+static void query_of(const char *url, const char **start, const char **end)
+{
+    const char *q = strchr(url, '?');
+    *start = q ? q + 1 : NULL;
+    *end = NULL;
+    if (q != NULL) {
+        const char *hash = strchr(q + 1, '#');
+        *end = hash ? hash : q + 1 + strlen(q + 1);
+    }
+}
+
+/* Finds parameter `name` in the query of `url` BY NAME (never by position);
  * names and values are percent-decoded. Every occurrence is counted; the
- * first one's value is returned. Returns 0, or -1 when out of memory. */
+ * first one's value is returned. Returns 0, -1 when out of memory, or -2
+ * when an escape in a name or in the value read is malformed. */
 static int query_param(const char *url, const char *name, query_value *out)
 {
     out->text = NULL;
     out->length = 0;
     out->count = 0;
-    const char *q = strchr(url, '?');
+    const char *q, *end;
+    query_of(url, &q, &end);
     if (q == NULL)
         return 0;
-    q++;
-    const char *end = strchr(q, '#');
-    if (end == NULL)
-        end = q + strlen(q);
 
     size_t namelen = strlen(name);
     char *buf = malloc((size_t)(end - q) + 1);
@@ -236,10 +267,18 @@ static int query_param(const char *url, const char *name, query_value *out)
         const char *eq = memchr(q, '=', (size_t)(seg_end - q));
         const char *key_end = eq ? eq : seg_end;
         size_t klen = percent_decode(q, (size_t)(key_end - q), buf);
+        if (klen == (size_t)-1) {
+            free(buf);
+            return -2;
+        }
         if (klen == namelen && memcmp(buf, name, namelen) == 0) {
             out->count++;
             if (out->count == 1) {
                 size_t vlen = eq ? percent_decode(eq + 1, (size_t)(seg_end - eq - 1), buf) : 0;
+                if (vlen == (size_t)-1) {
+                    free(buf);
+                    return -2;
+                }
                 out->text = malloc(vlen + 1);
                 if (out->text == NULL) {
                     free(buf);
@@ -580,7 +619,14 @@ static ab_status callback_token(const ab_host_api *host, ab_call *call, const ch
                                 query_value *value)
 {
     char message[160];
-    if (query_param(url, name, value) != 0)
+    int found = query_param(url, name, value);
+    if (found == -2) {
+        free(value->text);
+        value->text = NULL;
+        return fail(host, call, "definitive", "invalidCallback",
+                    MALFORMED_CALLBACK);
+    }
+    if (found != 0)
         return fail(host, call, "internal", "outOfMemory", "The duke plugin ran out of memory.");
     if (value->count == 0 || value->length == 0) {
         free(value->text);
@@ -620,6 +666,15 @@ static ab_status duke_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_json
     if (prefix == NULL || !starts_with(url, prefix) || url[strlen(prefix)] != '?') {
         st = fail(host, call, "definitive", "invalidCallback",
                   "The Duke sign-in did not end at the mobile authorizer's token URL.");
+        goto done;
+    }
+    /* The whole query must be well formed, not only the two values read: a
+     * URL broken anywhere is not the page Duke redirected to. */
+    const char *query, *query_end;
+    query_of(url, &query, &query_end);
+    if (query != NULL && !escapes_well_formed(query, (size_t)(query_end - query))) {
+        st = fail(host, call, "definitive", "invalidCallback",
+                  MALFORMED_CALLBACK);
         goto done;
     }
     if ((st = callback_token(host, call, url, "access_token", &access)) != AB_OK)

@@ -95,9 +95,10 @@ struct MarketSharpPlugin: ProviderPlugin {
 
     func completeSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
         // A licence refusal may come back on the redirect (the sign-in page knows the user)…
-        if let callback = input["callbackUrl"]?.stringValue, let error = QueryString.value("error", in: callback),
+        // A callback that is not well formed is refused here (QueryString), before any exchange.
+        if let callback = input["callbackUrl"]?.stringValue, let error = try QueryString.value("error", in: callback),
            let problem = LicenceProblem(oauthError: error) {
-            guard let expected = input["state"]?.stringValue, QueryString.value("state", in: callback) == expected else {
+            guard let expected = input["state"]?.stringValue, try QueryString.value("state", in: callback) == expected else {
                 throw .definitive("stateMismatch", "The callback's state does not match this sign-in; it was ignored.")
             }
             throw problem.signInRefusal

@@ -10,11 +10,14 @@ import AuthBridgePluginSDK
 /// - `begin_sign_in`: scopes of the request also get `refresh_token`.
 /// - `complete_sign_in`: the standard exchange, then the account from the
 ///   identity URL (`id`) the token response carries; an answer the session
-///   cannot use (no https `instance_url`) has its fresh grant revoked.
+///   cannot use (no https `instance_url`, or one outside Salesforce's own
+///   domains and the login host) has its fresh grant revoked.
 /// - `refresh`: `format=json`; no refresh token comes back (the host keeps
 ///   the old one); Salesforce's refusals are told apart ("inactive user",
 ///   "inactive org", and the concurrent-request refusal, which is NOT the end
-///   of the session although it arrives as `invalid_grant`).
+///   of the session although it arrives as `invalid_grant`, and is tried
+///   once more after a short wait); an `instance_url` outside the trusted
+///   domains is refused.
 /// - `revoke`: one `token=` POST (the refresh token ends the whole grant).
 /// - `check_session`: the identity URL answers for the session.
 /// - `authorize_request`: relative URLs go to the session's `instance_url`;
@@ -34,6 +37,18 @@ struct SalesforcePlugin: ProviderPlugin {
     static let productionHost = "https://login.salesforce.com"
     static let sandboxHost = "https://test.salesforce.com"
     static let defaultScopes = ["api", "refresh_token"]
+    /// Salesforce's own domains: an org's `instance_url` must be one of them or
+    /// under one (or on the login host, or under a domain of the profile's
+    /// `instanceDomains`), so that the access token never goes elsewhere.
+    /// Source: the Salesforce CLI's list of Salesforce-owned domains
+    /// (forcedotcom/sfdx-core, src/util/sfdcUrl.ts: `isSalesforceDomain`, which
+    /// cites Salesforce Help article 000003652, and `toLightningDomain` for
+    /// My Domain's `my.salesforce.mil` and `my-salesforce.com` forms); see README.md.
+    static let salesforceDomains = ["salesforce.com", "force.com", "cloudforce.com", "my-salesforce.com", "salesforce.mil", "crmforce.mil"]
+    /// How long to wait before trying a refresh again that Salesforce refused
+    /// with "token request is already being processed" (another request with
+    /// the same refresh token was running; it takes a moment).
+    static let busyRetryDelayMs = 1_000
     /// Parameters the host itself puts in the authorization URL.
     static let reservedAuthorizationParams: Set<String> = [
         "response_type", "client_id", "redirect_uri", "scope", "state", "nonce", "code_challenge", "code_challenge_method", "login_hint",
@@ -61,6 +76,8 @@ struct SalesforcePlugin: ProviderPlugin {
                                "description": "OAuth scopes (default api refresh_token); refresh_token is always added"],
                     "extraAuthorizationParams": ["type": "object",
                                                  "description": "Added to the authorization URL, e.g. {\"prompt\": \"login\"} or {\"display\": \"touch\"}"],
+                    "instanceDomains": ["type": "array", "items": ["type": "string"],
+                                       "description": "Further domains the org's instance_url may be on (e.g. [\"example.gov\"]), besides Salesforce's own and the login host"],
                 ],
             ],
         ]
@@ -109,7 +126,49 @@ struct SalesforcePlugin: ProviderPlugin {
             }
             config["extraAuthorizationParams"] = extra
         }
+        if let given = settings["instanceDomains"] {
+            config["instanceDomains"] = .array(try Self.instanceDomains(given).map(JSON.string))
+        }
         return .object(config)
+    }
+
+    /// The `instanceDomains` setting: domain names, lower-cased, a leading `*.` or `.` dropped.
+    static func instanceDomains(_ setting: JSON) throws(PluginFailure) -> [String] {
+        let problem = PluginFailure.configuration(
+            "invalidSettings", "\"instanceDomains\" must be a list of domain names such as [\"example.gov\"] (a host on one of them, or under it, may be the org's instance_url).")
+        guard let items = setting.arrayValue else { throw problem }
+        var domains: [String] = []
+        for item in items {
+            guard var text = item.stringValue?.lowercased() else { throw problem }
+            if text.hasPrefix("*.") { text.removeFirst(2) } else if text.hasPrefix(".") { text.removeFirst() }
+            let labels = text.split(separator: ".", omittingEmptySubsequences: false)
+            guard labels.count >= 2, labels.allSatisfy({ label in
+                !label.isEmpty && label.count <= 63 && label.first != "-" && label.last != "-"
+                    && label.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }
+            }), labels.last!.contains(where: \.isLetter) else { throw problem }  // a name, not an IP address
+            domains.append(text)
+        }
+        return domains
+    }
+
+    /// Why `instance` may not receive the session's token, or nil when it may: it must be https
+    /// (http only on a loopback IP), without user info, and on Salesforce's own domains, the
+    /// login host, or a domain of the profile's `instanceDomains`.
+    static func untrustedInstance(_ instance: String, config: JSON) -> PluginFailure? {
+        guard let url = WebURL(instance) else {
+            return .transient("badResponse", "Salesforce named an instance_url that is not a URL.")
+        }
+        guard url.isSecureTransport else {
+            return .configuration("insecureUrl", "Salesforce named an instance_url that is not https; its API cannot be used safely.")
+        }
+        let extra = config["instanceDomains"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        if url.userInfo == nil {  // user info has no place in an API base (and hides the real host)
+            if let login = config["loginHost"]?.stringValue.flatMap(WebURL.init), login.host == url.host { return nil }
+            if (salesforceDomains + extra).contains(where: { url.host == $0 || url.host.hasSuffix("." + $0) }) { return nil }
+        }
+        return .configuration(
+            "untrustedInstance",
+            "Salesforce named the instance_url host \(url.host), which is not a Salesforce domain (\(salesforceDomains.joined(separator: ", "))) nor the login host; no token is sent there. If your org's API really is on that host, add its domain to the profile setting \"instanceDomains\".")
     }
 
     /// The login host's base URL (no trailing slash) for a `loginHost` setting.
@@ -160,13 +219,13 @@ struct SalesforcePlugin: ProviderPlugin {
             throw .transient("badResponse", "Salesforce answered the sign-in without an access token.")
         }
         let extras = issued["extras"] ?? [:]
-        guard let instance = extras["instance_url"]?.stringValue, let instanceURL = WebURL(instance) else {
+        guard let instance = extras["instance_url"]?.stringValue, WebURL(instance) != nil else {
             Self.discard(issued, config: config, call)
             throw .transient("badResponse", "Salesforce answered the sign-in without the org's instance_url.")
         }
-        guard instanceURL.isSecureTransport else {
+        if let refusal = Self.untrustedInstance(instance, config: config) {
             Self.discard(issued, config: config, call)
-            throw .configuration("insecureUrl", "Salesforce named an instance_url that is not https; its API cannot be used safely.")
+            throw refusal
         }
         let tokens = issued.setting("idToken", nil).setting("details", Self.details(extras))
         if tokens["refreshToken"]?.stringValue == nil {
@@ -237,9 +296,24 @@ struct SalesforcePlugin: ProviderPlugin {
         var form: [String: JSON] = ["grant_type": "refresh_token", "refresh_token": .string(refreshToken),
                                     "client_id": .string(clientID), "format": "json"]
         form["client_secret"] = config["clientSecret"]
-        let response = try call.http(["method": "POST", "url": .string(endpoint), "form": .object(form), "timeoutMs": 30_000,
-                                      "headers": ["Accept": "application/json"]])
-        return try Self.tokenResult(response, now: call.now)
+        let request: JSON = ["method": "POST", "url": .string(endpoint), "form": .object(form), "timeoutMs": 30_000,
+                             "headers": ["Accept": "application/json"]]
+        let result: JSON
+        do {
+            result = try Self.tokenResult(call.http(request), now: call.now)
+        } catch where error.reason == "requestInProgress" {
+            // Another request with this refresh token (another device or process) is running:
+            // it ends in a moment, so one more try after a short wait usually succeeds.
+            call.log(.notice, "Salesforce is already processing a token request for this session; trying again in \(Self.busyRetryDelayMs) ms")
+            try call.pause(milliseconds: Self.busyRetryDelayMs)
+            result = try Self.tokenResult(call.http(request), now: call.now)
+        }
+        // A moved org is followed, but only to Salesforce's own hosts.
+        if let instance = result["tokens"]?["extras"]?["instance_url"]?.stringValue,
+           let refusal = Self.untrustedInstance(instance, config: config) {
+            throw refusal
+        }
+        return result
     }
 
     /// A token endpoint answer as a TokenResult, or the Failure it means.
@@ -425,7 +499,12 @@ struct SalesforcePlugin: ProviderPlugin {
         }
         var request = input["request"]?.objectValue ?? [:]
         let extras = tokens["extras"] ?? [:]
-        let instance = extras["instance_url"]?.stringValue
+        // A session stored before instance_url was checked is checked here, before any use.
+        var instance = extras["instance_url"]?.stringValue
+        if let named = instance, let refusal = Self.untrustedInstance(named, config: input["profile"]?["config"] ?? [:]) {
+            if let url = request["url"]?.stringValue, !URLText.hasScheme(url) { throw refusal }
+            instance = nil
+        }
         if let url = request["url"]?.stringValue {
             if URLText.hasScheme(url) {
                 let allowed = [instance, input["profile"]?["config"]?["loginHost"]?.stringValue, extras["id"]?.stringValue]

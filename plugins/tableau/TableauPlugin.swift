@@ -184,26 +184,31 @@ struct TableauPlugin: ProviderPlugin {
 
     // MARK: - Sign-out: two revocations with token_hint, this server's cookies only
 
+    /// Both revocations run at once under one bound (`revokeTimeout`): against a server that
+    /// does not answer, sign-out waits one timeout, not one per token.
     func revoke(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
         let config = Self.config(input)
         let endpoint = config["revocationEndpoint"]?.stringValue ?? ""
+        let hints = [("accessToken", "access_token"), ("refreshToken", "refresh_token")].compactMap { key, hint -> (hint: String, token: String)? in
+            guard let token = input["tokens"]?[key]?.stringValue, !token.isEmpty else { return nil }
+            return (hint, token)
+        }
+        // Tableau's parameter is `token_hint`, not RFC 7009's `token_type_hint`.
+        let answers = call.http(concurrently: hints.map { hint, token in
+            ["method": "POST", "url": .string(endpoint), "timeoutMs": .int(Self.revokeTimeout),
+             "headers": ["Accept": "application/json"],
+             "form": ["token": .string(token), "token_hint": .string(hint)]]
+        })
         var revoked: [JSON] = []
         var failures: [JSON] = []
-        for (key, hint) in [("accessToken", "access_token"), ("refreshToken", "refresh_token")] {
-            guard let token = input["tokens"]?[key]?.stringValue, !token.isEmpty else { continue }
-            // Tableau's parameter is `token_hint`, not RFC 7009's `token_type_hint`.
-            let request: JSON = ["method": "POST", "url": .string(endpoint), "timeoutMs": .int(Self.revokeTimeout),
-                                 "headers": ["Accept": "application/json"],
-                                 "form": ["token": .string(token), "token_hint": .string(hint)]]
-            do {
-                let response = try call.http(request)
-                if (200..<300).contains(response.status) {
-                    revoked.append(.string(hint))
-                } else {
-                    failures.append(["token": .string(hint), "reason": "httpStatus",
-                                     "message": .string("Tableau's revocation endpoint answered HTTP \(response.status).")])
-                }
-            } catch {
+        for ((hint, _), answer) in zip(hints, answers) {
+            switch answer {
+            case .success(let response) where (200..<300).contains(response.status):
+                revoked.append(.string(hint))
+            case .success(let response):
+                failures.append(["token": .string(hint), "reason": "httpStatus",
+                                 "message": .string("Tableau's revocation endpoint answered HTTP \(response.status).")])
+            case .failure(let error):
                 failures.append(["token": .string(hint), "reason": .string(error.reason), "message": .string(error.message)])
             }
         }

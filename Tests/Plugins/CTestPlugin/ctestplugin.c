@@ -18,6 +18,7 @@
  *   CTEST_NO_ENTRY      no authbridge_plugin_v1 symbol (another name is exported)
  *   CTEST_WRONG_ID      the entry reports id "other"
  *   CTEST_ID=name       the entry reports id "name" (a bare token, e.g. ctest2)
+ *   CTEST_NO_FLOWS      describe lists no sign-in flow ("flows": [])
  *
  * Ownership: everything the host lends (hook input, http/standard answers) is
  * borrowed and never freed here; every jansson value and string this file
@@ -309,6 +310,10 @@ static ab_status ctest_describe(ab_plugin *plugin, ab_call *call, ab_json input)
                 "server", "type", "string", "description", "Base URL of the test server",
                 "probeUrl", "type", "string", "description", "URL fetched during the \"http\" session sign-in",
             "required", "server");
+#ifdef CTEST_NO_FLOWS
+    if (d != NULL)
+        json_object_set_new(d, "flows", json_array());
+#endif
     return reply(plugin->host, call, d);
 }
 

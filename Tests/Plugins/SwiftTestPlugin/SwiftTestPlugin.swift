@@ -53,8 +53,8 @@ struct SwiftTestPlugin: ProviderPlugin {
         let now = call.now
         if input["flow"]?.stringValue == "external" {
             let url = input["callbackUrl"]?.stringValue ?? ""
-            guard let access = QueryString.value("access_token", in: url),
-                  let session = QueryString.value("session_token", in: url), !access.isEmpty, !session.isEmpty
+            guard let access = try QueryString.value("access_token", in: url),
+                  let session = try QueryString.value("session_token", in: url), !access.isEmpty, !session.isEmpty
             else { throw .definitive("missingToken", "The callback URL did not carry both tokens.") }
             return ["tokens": ["accessToken": .string(access), "refreshToken": .string(session),
                                "expiresAt": .int(now + 3_600_000)],

@@ -15,6 +15,7 @@ import {
   AbortError,
   AuthBridgeError,
   HostExitedError,
+  HostNotFoundError,
   PROTOCOL_VERSION,
   RequestTimeoutError,
   errorFromResponse,
@@ -38,6 +39,8 @@ const DEFAULT_START_TIMEOUT_MS = 30_000;
 const DEFAULT_CLOSE_TIMEOUT_MS = 5_000;
 /** After SIGTERM, how long the host gets before SIGKILL. */
 const KILL_GRACE_MS = 2_000;
+/** spawn() errors that mean there is no host to run at that path (HostNotFoundError). */
+const HOST_NOT_FOUND_CODES = new Set(['ENOENT', 'EACCES', 'ENOTDIR', 'ELOOP']);
 /** How many of the host's last stderr lines an error message quotes (all are in `stderrTail`). */
 const STDERR_LINES_IN_MESSAGE = 10;
 
@@ -411,6 +414,13 @@ export class AuthBridge extends EventEmitter {
   }
 
   #hostExitedError(info, method, id) {
+    if (HOST_NOT_FOUND_CODES.has(info.error?.code)) {
+      const what = info.error.code === 'EACCES' ? 'is not executable' : 'was not found';
+      return new HostNotFoundError(
+        `the authbridge host ${this.#host.command} ${what} (${info.error.code}), so ${method} could not be sent; ` +
+        'pass its path (hostPath), set AUTHBRIDGE, or put authbridge on PATH (make install PREFIX=DIR installs DIR/bin/authbridge)',
+        { method, requestId: id, executable: this.#host.command, cause: info.error });
+    }
     const call = id === undefined ? `cannot send ${method}` : `before answering ${method} (#${id})`;
     let how;
     if (info.error) how = `could not be started (${info.error.message})`;

@@ -30,5 +30,6 @@ export {
   AbortError,
   RequestTimeoutError,
   HostExitedError,
+  HostNotFoundError,
 } from './protocol.js';
 export { LineDecoder, MAX_LINE_BYTES } from './transport.js';

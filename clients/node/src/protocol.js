@@ -191,6 +191,24 @@ export class HostExitedError extends AuthBridgeError {
   }
 }
 
+/**
+ * No host could be started: the executable is missing or not executable (spawn's ENOENT,
+ * EACCES…). The message names it and how to point the client at a host; `executable` is the
+ * path or name tried and `cause` the spawn error (its `code`, e.g. "ENOENT"). A HostExitedError
+ * too (there is no host), which is what this used to be.
+ */
+export class HostNotFoundError extends HostExitedError {
+  /**
+   * @param {string} message
+   * @param {{executable?: string, method?: string, requestId?: string|number, cause?: unknown}} [details]
+   */
+  constructor(message, details = {}) {
+    super(message, details);
+    /** The executable that could not be started. */
+    this.executable = details.executable;
+  }
+}
+
 // ── Frames ─────────────────────────────────────────────────────────────────
 
 const has = (object, key) => Object.prototype.hasOwnProperty.call(object, key);

@@ -121,11 +121,11 @@ test('node_example.mjs --scripted: sign-in, status, userinfo, session/changed, s
   const expected = [
     /^Status: notSignedIn \(noTokens\)$/m,
     /^Sign-in: the scripted user opens 127\.0\.0\.1:\d+\/o\/authorize\/$/m,
-    /^session\/changed: example signedIn \(signedIn\) account \d+$/m,
-    /^Signed in: account \d+, access token valid for \d+ s$/m,
+    /^session\/changed: example signedIn \(signedIn\) account Ada Lovelace \(\d+\)$/m,
+    /^Signed in: account Ada Lovelace \(\d+\), access token valid for \d+ s$/m,
     /^Status: signedIn \(valid\)$/m,
     /^userinfo: HTTP 200, sub \d+$/m,
-    /^session\/changed: example signedOut \(userSignedOut\) account \d+$/m,
+    /^session\/changed: example signedOut \(userSignedOut\) account Ada Lovelace \(\d+\)$/m,
     /^Signed out; revoked at the provider: (refresh_token, access_token|access_token, refresh_token)$/m,
     /^getAccessToken now: NotSignedInError \(noTokens\)$/m,
     /^Host exited with status 0$/m,
@@ -170,7 +170,7 @@ test('desktop_app.mjs: openExternal is called with the sign-in page; the injecte
     '[window] sign-in: continue in your browser…',
     '[window] sign-in: waiting',
     '[window] sign-in: exchanging',
-    '[window] signed in as N',
+    '[window] signed in as Ada Lovelace',
     '[main] signed in: signedIn',
     '[main] userinfo: HTTP N, sub N',
     '[window] signed out (signedOut)',
@@ -213,7 +213,7 @@ test('desktop_app.mjs when xdg-open fails (no desktop): the window shows the add
   const url = shown.exec(stdout)[1];
   assert.equal(fs.readFileSync(calls, 'utf8'), `${url}\n`, 'xdg-open was asked to open that address');
   assert.ok(url.startsWith(`${dot.base}/o/authorize/?`));
-  assert.match(stdout, /^\[window\] signed in as \d+$/m);
+  assert.match(stdout, /^\[window\] signed in as Ada Lovelace$/m);
   assert.match(stdout, /^\[main\] userinfo: HTTP 200, sub \d+$/m);
   assert.match(stdout, /^\[main\] host exited with status 0$/m);
   await assertNoSecrets(stdout + stderr);
@@ -259,11 +259,11 @@ test('the README quick start works verbatim with plain node, in a fresh folder, 
   const printed = /^Open this page to sign in: (\S+)$/m;
   const first = await runWatching(process.execPath, ['app.mjs'], { env, cwd: app, pattern: printed, onMatch: (match) => signInAsUser(match[1]) });
   assert.equal(first.code, 0, `${first.stdout}\n${first.stderr}`);
-  assert.match(first.stdout, /^Open this page to sign in: http:\/\/127\.0\.0\.1:\d+\/o\/authorize\/\?\S+\ncorp: signedIn \(signedIn\)\nsigned in as \d+\nuserinfo: HTTP 200\n$/);
+  assert.match(first.stdout, /^Open this page to sign in: http:\/\/127\.0\.0\.1:\d+\/o\/authorize\/\?\S+\ncorp: signedIn \(signedIn\)\nsigned in as Ada Lovelace\nuserinfo: HTTP 200\n$/);
   // The second run finds the session the host kept: no sign-in.
   const second = await run(process.execPath, ['app.mjs'], { env, cwd: app });
   assert.equal(second.code, 0, `${second.stdout}\n${second.stderr}`);
-  assert.match(second.stdout, /^signed in as \d+\nuserinfo: HTTP 200\n$/);
+  assert.match(second.stdout, /^signed in as Ada Lovelace\nuserinfo: HTTP 200\n$/);
   await assertFramesValid(tap.log);
 });
 

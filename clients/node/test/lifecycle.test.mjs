@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 
 import {
-  AbortError, AuthBridge, AuthBridgeError, HostExitedError, RequestCancelledError, RequestTimeoutError, TimeoutError,
+  AbortError, AuthBridge, AuthBridgeError, HostExitedError, HostNotFoundError, RequestCancelledError, RequestTimeoutError, TimeoutError,
 } from '../src/index.js';
 import { startDot, signInAsUser } from '../../../Tests/support/dot.mjs';
 import {
@@ -265,11 +265,23 @@ test('start() with an aborted signal rejects with AbortError and stops the host 
   assert.equal(exits.length, 1);
 });
 
-test('a host that cannot be started: start() rejects with HostExitedError', async () => {
-  const error = await rejection(AuthBridge.start({ hostPath: path.join(box.root, 'no-such-authbridge') }), 'start');
-  assert.ok(error instanceof HostExitedError);
+test('a host that cannot be started: start() rejects with HostNotFoundError, saying what and how', async () => {
+  const missing = path.join(box.root, 'no-such-authbridge');
+  const error = await rejection(AuthBridge.start({ hostPath: missing }), 'start');
+  assert.ok(error instanceof HostNotFoundError, `${error.name}: ${error.message}`);
+  assert.ok(error instanceof HostExitedError && error instanceof AuthBridgeError, 'still what callers caught before');
+  assert.equal(error.name, 'HostNotFoundError');
+  assert.equal(error.executable, missing);
   assert.equal(error.cause.code, 'ENOENT');
-  assert.match(error.message, /could not be started/);
+  assert.equal(error.method, 'initialize');
+  assert.ok(error.message.startsWith(`the authbridge host ${missing} was not found (ENOENT)`), error.message);
+  assert.match(error.message, /AUTHBRIDGE/);
+  // A file that is not executable: the same error, saying so.
+  const unexecutable = path.join(box.root, 'authbridge-not-executable');
+  fs.writeFileSync(unexecutable, '#!/bin/sh\n', { mode: 0o644 });
+  const refused = await rejection(AuthBridge.start({ hostPath: unexecutable }), 'start');
+  assert.ok(refused instanceof HostNotFoundError, `${refused.name}: ${refused.message}`);
+  assert.match(refused.message, /is not executable \(EACCES\)/);
 });
 
 test('stderr is drained: a host that logs 20 MB before answering still starts', { timeout: 60_000 }, async () => {

@@ -129,6 +129,11 @@ test('client-made errors: AbortError is a RequestCancelledError, RequestTimeoutE
   assert.equal(exited.signal, 'SIGKILL');
   assert.deepEqual(exited.stderrTail, ['a']);
   assert.equal(exited.retryable, false);
+  const missing = new client.HostNotFoundError('no host', { executable: '/x/authbridge', cause: { code: 'ENOENT' } });
+  assert.ok(missing instanceof client.HostExitedError && missing instanceof AuthBridgeError);
+  assert.equal(missing.name, 'HostNotFoundError');
+  assert.equal(missing.executable, '/x/authbridge');
+  assert.equal(missing.code, null);
 });
 
 test('host path: the option, else AUTHBRIDGE of options.env, else of this process, else authbridge on PATH', () => {

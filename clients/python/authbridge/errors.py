@@ -9,6 +9,8 @@ token in them (spec §8).
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,8 +19,8 @@ __all__ = [
     "InternalError", "ServerNotInitialized", "RequestCancelled", "NotSignedIn", "ProviderUnknown",
     "ProviderRefused", "UserCancelled", "Timeout", "ProviderUnavailable", "PluginError",
     "Unsupported", "UnsupportedProtocolVersion", "StorageError", "NoPendingSignIn",
-    "ConfigurationError", "HostExited", "BridgeClosed", "FrameTooLarge", "ProtocolError",
-    "error_from_wire",
+    "ConfigurationError", "HostExited", "HostNotFound", "BridgeClosed", "FrameTooLarge", "ProtocolError",
+    "RequestTimeout", "error_from_wire",
 ]
 
 
@@ -28,7 +30,8 @@ class AuthBridgeError(Exception):
     For an error answered by the host, `code`, `message` and `data` are the JSON-RPC error
     object's members; `provider`, `reason`, `retryable`, `field` are copied out of `data`
     (None when absent). `request_method` is the method of the call that failed. Errors made by
-    the client itself (`HostExited`, `BridgeClosed`, `FrameTooLarge`) have `code` None.
+    the client itself (`HostExited`, `HostNotFound`, `BridgeClosed`, `FrameTooLarge`) have `code`
+    None; `RequestTimeout` has the code of `Timeout`.
     """
 
     code: int | None = None
@@ -119,7 +122,7 @@ class UserCancelled(AuthBridgeError):
 
 class Timeout(AuthBridgeError):
     """-32006: the *host* gave up waiting (the user, `fetch`, or a provider call); retryable.
-    A deadline set with the client's `timeout=` raises `asyncio.TimeoutError` instead."""
+    A deadline of the client's own (`timeout=`) raises the subclass `RequestTimeout`."""
     code = -32006
 
 
@@ -199,6 +202,40 @@ class HostExited(BridgeClosed):
         if self.stderr_tail:
             text += "; its last log lines:\n  " + "\n  ".join(self.stderr_tail)
         super().__init__(text, request_method=request_method)
+
+
+class HostNotFound(AuthBridgeError, FileNotFoundError):
+    """The host executable could not be found, or is not executable, so no host was started.
+
+    The message names what was looked for and how to point the client at a host. Also a
+    `FileNotFoundError`, which is what this used to raise.
+    """
+
+    def __init__(self, message: str, *, executable: str | None = None) -> None:
+        super().__init__(message)
+        self.executable = executable
+
+
+if sys.version_info >= (3, 11):
+    _BuiltinTimeout = TimeoutError
+else:
+    class _BuiltinTimeout(TimeoutError, asyncio.TimeoutError):
+        """Python 3.10: asyncio's TimeoutError is a class of its own (3.11: the built-in one)."""
+
+
+class RequestTimeout(Timeout, _BuiltinTimeout):
+    """The client's own deadline (`timeout=`, `request_timeout`, `start_timeout`) ran out before the
+    answer came; the request was cancelled at the host (`$/cancelRequest`). `timeout` is that
+    deadline in seconds, `reason` "clientTimeout", `retryable` True.
+
+    A `Timeout` (−32006) like the host's own deadlines, and a built-in `TimeoutError`
+    (= `asyncio.TimeoutError`), which is what this used to raise (with an empty message).
+    """
+
+    def __init__(self, request_method: str, timeout: float) -> None:
+        super().__init__(f"no answer within {timeout:g} s; the request was cancelled at the host", code=Timeout.code,
+                         data={"reason": "clientTimeout", "retryable": True}, request_method=request_method)
+        self.timeout = timeout
 
 
 class FrameTooLarge(AuthBridgeError):

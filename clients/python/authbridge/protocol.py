@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 
-from .errors import AuthBridgeError, BridgeClosed, FrameTooLarge, HostExited, error_from_wire
+from .errors import AuthBridgeError, BridgeClosed, FrameTooLarge, HostExited, RequestTimeout, error_from_wire
 from .transport import HostProcess, OversizeLine
 from .types import Event, SessionChanged, SignInProgress, event_from_wire
 
@@ -194,7 +194,7 @@ class Connection:
 
         Cancelling the awaiting task, or `timeout` (seconds) running out, sends `$/cancelRequest`
         for this id so the host stops the work (a pending sign-in closes its listener), then
-        raises `asyncio.CancelledError` or `asyncio.TimeoutError`. The host's `-32800` answer that
+        raises `asyncio.CancelledError` or `RequestTimeout` (a `TimeoutError`). The host's `-32800` answer that
         follows is dropped. `on_progress` receives this request's `signIn/progress` events.
         """
         if self.closed.done():
@@ -215,8 +215,12 @@ class Connection:
                 raise await self._write_failed(method) from error
             if timeout is None:
                 return await future
-            return await asyncio.wait_for(future, timeout)
-        except (asyncio.CancelledError, asyncio.TimeoutError):
+            try:
+                return await asyncio.wait_for(future, timeout)
+            except asyncio.TimeoutError:
+                self._cancel_at_host(request_id)
+                raise RequestTimeout(method, timeout) from None
+        except asyncio.CancelledError:
             self._cancel_at_host(request_id)
             raise
         finally:

@@ -77,7 +77,7 @@ class SyncEventStream(Generic[E_co]):
 class SyncAuthBridge(Listeners):
     """`AuthBridge` with blocking methods (same names, arguments and results). Per-call
     `timeout=` works as in the async API: the request is cancelled at the host and
-    `TimeoutError` is raised (`asyncio.TimeoutError` is `TimeoutError` from Python 3.11)."""
+    `RequestTimeout` (a `TimeoutError`) is raised."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()

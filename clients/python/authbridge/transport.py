@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ._bundled import bundled_host
+from .errors import HostNotFound
 
 __all__ = ["HostProcess", "find_executable", "DEFAULT_MAX_FRAME_BYTES"]
 
@@ -28,23 +29,30 @@ host_log = logging.getLogger("authbridge.host")
 log = logging.getLogger("authbridge")
 
 
+#: How to point the client at a host, for HostNotFound's message.
+_HOW_TO_FIND = ("pass its path (connect(executable=...)), set AUTHBRIDGE, or put `authbridge` on PATH "
+                "(make install PREFIX=DIR installs DIR/bin/authbridge)")
+
+
 def find_executable(executable: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> str:
     """The host to run: `executable`, else `AUTHBRIDGE` of the host's environment (`env`), else
     of this process's, else the host bundled in this package (the platform wheel), else
     `authbridge` on PATH (the host's PATH when `env` has one). A bare name is looked up on PATH;
-    a path must be executable."""
+    a path must be executable. `HostNotFound` (a `FileNotFoundError`) says what was looked for."""
     variables = env or {}
     candidate = (os.fspath(executable) if executable is not None
                  else variables.get("AUTHBRIDGE") or os.environ.get("AUTHBRIDGE") or bundled_host() or "authbridge")
     if os.sep not in candidate:
         found = shutil.which(candidate, path=variables.get("PATH"))
         if found is None:
-            raise FileNotFoundError(
-                f"the authbridge host {candidate!r} is not on PATH; pass its path, or set AUTHBRIDGE")
+            raise HostNotFound(f"the authbridge host {candidate!r} is not on PATH; {_HOW_TO_FIND}", executable=candidate)
         return found
     path = Path(candidate).expanduser()
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        raise FileNotFoundError(f"the authbridge host {path} does not exist or is not executable")
+    if not path.is_file():
+        raise HostNotFound(f"the authbridge host {path} does not exist; {_HOW_TO_FIND}", executable=str(path))
+    if not os.access(path, os.X_OK):
+        raise HostNotFound(f"the authbridge host {path} is not executable (chmod +x it); {_HOW_TO_FIND}",
+                           executable=str(path))
     return str(path.resolve())
 
 
@@ -87,10 +95,15 @@ class HostProcess:
     # ── Life ────────────────────────────────────────────────────────────────
 
     async def start(self) -> None:
-        self._proc = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=self.env, cwd=self.cwd,
-            limit=self.max_frame_bytes, start_new_session=True)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=self.env, cwd=self.cwd,
+                limit=self.max_frame_bytes, start_new_session=True)
+        except (FileNotFoundError, PermissionError) as error:
+            # Removed or made unexecutable since it was found (cwd missing is reported likewise).
+            raise HostNotFound(f"the authbridge host {self.argv[0]} could not be started ({error.strerror}); {_HOW_TO_FIND}",
+                               executable=self.argv[0]) from error
         self._stderr_task = asyncio.get_running_loop().create_task(self._drain_stderr(), name="authbridge-stderr")
         log.debug("started %s (pid %d)", self.argv[0], self._proc.pid)
 

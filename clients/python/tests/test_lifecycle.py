@@ -44,19 +44,53 @@ async def test_cancelling_the_task_cancels_the_request_at_the_host(host_options,
         await bridge.sign_out("dot")
 
 
-async def test_a_client_deadline_cancels_the_request_and_raises_asyncio_timeout(host_options, dot, frames):
+async def test_a_client_deadline_cancels_the_request_and_raises_request_timeout(host_options, dot, frames):
     async with authbridge.connect(**host_options(profiles=dot_profiles(dot), request_timeout=0.5)) as bridge:
         started = time.monotonic()
-        with pytest.raises(asyncio.TimeoutError):
+        with pytest.raises(authbridge.RequestTimeout) as raised:
             await bridge.request_oauth_tokens("dot", flow="browser")        # request_timeout applies
         assert time.monotonic() - started < WAIT
+        # One error of the client's, with a message, that is still what callers caught before.
+        error = raised.value
+        assert isinstance(error, TimeoutError) and isinstance(error, asyncio.TimeoutError)
+        assert isinstance(error, authbridge.Timeout) and isinstance(error, authbridge.AuthBridgeError)
+        assert error.request_method == "requestOAuthTokens" and error.timeout == 0.5
+        assert (error.code, error.reason, error.retryable) == (-32006, "clientTimeout", True)
+        assert str(error) == ("requestOAuthTokens: no answer within 0.5 s; the request was cancelled at the host"
+                              " [-32006] (clientTimeout)")
         sent = [i for i, m in frames.sent.items() if m == "requestOAuthTokens"]
         await frames.wait_for(is_cancelled_answer(sent[-1]))
-        with pytest.raises(asyncio.TimeoutError):
+        with pytest.raises(authbridge.RequestTimeout, match="within 0.2 s"):
             await bridge.request_oauth_tokens("dot", flow="browser", timeout=0.2)  # per call
         sent = [i for i, m in frames.sent.items() if m == "requestOAuthTokens"]
         await frames.wait_for(is_cancelled_answer(sent[-1]))
         assert (await bridge.check_sign_in_status("dot", timeout=WAIT)).state == "notSignedIn"
+
+
+async def test_a_missing_or_unexecutable_host_is_host_not_found_with_a_message(host_options, tmp_path):
+    missing = tmp_path / "no-such-authbridge"
+    with pytest.raises(authbridge.HostNotFound) as raised:
+        await authbridge.connect(**host_options(executable=str(missing))).start()
+    error = raised.value
+    assert isinstance(error, authbridge.AuthBridgeError) and isinstance(error, FileNotFoundError)
+    assert str(missing) in str(error) and "does not exist" in str(error) and "AUTHBRIDGE" in str(error)
+    assert error.executable == str(missing) and error.code is None
+    unexecutable = tmp_path / "authbridge"
+    unexecutable.write_text("#!/bin/sh\n")
+    unexecutable.chmod(0o644)
+    with pytest.raises(authbridge.HostNotFound, match="is not executable"):
+        await authbridge.connect(**host_options(executable=str(unexecutable))).start()
+    options = host_options()
+    del options["executable"]
+    options["env"] = {name: value for name, value in options["env"].items() if name != "AUTHBRIDGE"}
+    options["env"]["PATH"] = str(tmp_path / "empty")
+    options["env"]["AUTHBRIDGE"] = "authbridge-nowhere"
+    with pytest.raises(authbridge.HostNotFound, match="'authbridge-nowhere' is not on PATH"):
+        await authbridge.connect(**options).start()
+    # The blocking wrapper raises the same.
+    with pytest.raises(authbridge.HostNotFound):
+        with authbridge.sync.connect(**host_options(executable=str(missing))):
+            pass
 
 
 async def test_calls_cancelled_while_the_pipe_is_full_are_cancelled_at_the_host(host_options, frames, logs):

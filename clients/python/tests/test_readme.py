@@ -83,14 +83,14 @@ def test_a_new_user_installs_the_client_and_runs_the_quick_start_twice(tmp_path,
                           timeout=RUN_TIMEOUT)
     sub = dot._get_json("/test/user?name=ada")["sub"]
     assert "session: signedIn signedIn" in text, text
-    assert f"signed in as {sub}" in text and f"userinfo: 200 {sub}" in text, text
+    assert "signed in as Ada Lovelace" in text and f"userinfo: 200 {sub}" in text, text
 
     # Second run: the session was kept (the encrypted vault in the new XDG data folder), no sign-in.
     again = subprocess.run([str(python), "quick_start.py"], cwd=work, env=env, text=True,
                            capture_output=True, timeout=RUN_TIMEOUT)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "Open this page" not in again.stdout and "session:" not in again.stdout
-    assert f"signed in as {sub}" in again.stdout and f"userinfo: 200 {sub}" in again.stdout
+    assert "signed in as Ada Lovelace" in again.stdout and f"userinfo: 200 {sub}" in again.stdout
     assert (home / ".local" / "share" / "authbridge").is_dir(), "the session lives in the user's data folder"
 
     # The client README's blocking variant: still signed in; signs out.

@@ -328,7 +328,8 @@ int main(int argc, char **argv)
     char *token = jwt("{\"sub\":\"ab123\",\"name\":\"Alex\",\"exp\":1767229200}");
     char *token_noexp = jwt("{\"sub\":\"ab123\"}");
     char extra[2048];
-    json_t *cases = json_pack("[[s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s]]",
+    json_t *cases = json_pack("[[s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s],"
+                              " [s,i,s,s], [s,i,s,s], [s,i,s,s]]",
         /* url suffix after the prefix, status, kind, reason */
         "?lang=en&session_token=s%2Bx%2F%3D&access_token={T}#frag", AB_OK, "", "",
         "?access_token={T}", AB_ERROR, "definitive", "missingToken",
@@ -337,7 +338,11 @@ int main(int argc, char **argv)
         "?access_token={T}&session_token=a&session_token=b", AB_ERROR, "definitive", "invalidCallback",
         "?access_token={T}&session_token=a%0Ab", AB_ERROR, "definitive", "invalidCallback",
         "X?access_token={T}&session_token=a", AB_ERROR, "definitive", "invalidCallback",
-        "?access_token=not-a-jwt&session_token=a%", AB_OK, "", "");
+        "?access_token=not-a-jwt&session_token=a%25", AB_OK, "", "",
+        /* malformed escapes: refused, not kept as written */
+        "?access_token={T}&session_token=ab%ZZcd", AB_ERROR, "definitive", "invalidCallback",
+        "?access_token={T}&session_token=abc%4", AB_ERROR, "definitive", "invalidCallback",
+        "?x=%&access_token={T}&session_token=a", AB_ERROR, "definitive", "invalidCallback");
     for (size_t i = 0; i < json_array_size(cases); i++) {
         json_t *c = json_array_get(cases, i);
         char url[1024];
@@ -369,8 +374,11 @@ int main(int argc, char **argv)
             expect(strcmp(json_string_value(json_object_get(json_object_get(a, "account"), "id")), "ab123") == 0,
                    "account from sub");
         }
-        if (i == 7)
+        if (i == 7) {
             expect(json_is_null(json_object_get(json_object_get(a, "tokens"), "expiresAt")), "no exp → null");
+            expect(strcmp(json_string_value(json_object_get(json_object_get(a, "tokens"), "refreshToken")), "a%") == 0,
+                   "an escaped '%' decoded");
+        }
         json_decref(a);
         free(in);
     }

@@ -1,7 +1,7 @@
 // Typical uses of @authbridge/client, type-checked with `tsc --strict` by test/units.test.mjs:
 // index.d.ts must accept these, and reject the lines marked @ts-expect-error.
 import {
-  AbortError, AccessTokenResult, AuthBridge, ErrorCodes, HostExitedError, InitializeResult, NotSignedInError, SignInStatus,
+  AbortError, AccessTokenResult, AuthBridge, ErrorCodes, HostExitedError, HostNotFoundError, InitializeResult, NotSignedInError, SignInStatus,
   SignOutResult, UnsupportedProtocolVersionError,
 } from '@authbridge/client';
 
@@ -27,6 +27,7 @@ export async function typicalUse(): Promise<void> {
     console.log(out.revoked);
   } catch (error) {
     if (error instanceof NotSignedInError) console.log(error.reason, error.retryable, error.data?.provider);
+    if (error instanceof HostNotFoundError) console.log(error.executable, error.message);
     if (error instanceof HostExitedError) console.log(error.exitCode, error.signal, error.stderrTail);
     if (error instanceof AbortError) console.log(error.cause);
     if (error instanceof UnsupportedProtocolVersionError) console.log(error.supported);
