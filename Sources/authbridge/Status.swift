@@ -109,8 +109,7 @@ extension Status {
         switch storage["backend"]?.stringValue {
         case "encrypted-file":
             if protection == "keyring" { return "encrypted file (key in keyring)" }
-            let fromSecret = getenv("AUTHBRIDGE_VAULT_KEY").map { $0.pointee != 0 } ?? false
-            return fromSecret ? "encrypted file (key from AUTHBRIDGE_VAULT_KEY)" : "encrypted file (key file)"
+            return ProcessHardening.vaultSecret != nil ? "encrypted file (key from AUTHBRIDGE_VAULT_KEY)" : "encrypted file (key file)"
         case "secret-service": return "keyring"
         case "memory": return "memory (not kept)"
         case let backend: return "\(backend ?? "?") (\(protection ?? "?"))"
