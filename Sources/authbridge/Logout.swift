@@ -32,7 +32,7 @@ struct Logout: HumanCommand {
             return
         }
         out.line(out.styled("✓", .green) + " Signed out of \(profile) (\(accountLabel(result["account"])))"
-                 + (revoked.isEmpty ? "" : "; revoked: \(revoked.joined(separator: ", "))"))
+                 + (revoked.isEmpty ? "" : "; revoked: \(Terminal.clean(revoked.joined(separator: ", ")))"))
         for failure in result["failures"]?.arrayValue ?? [] {
             Terminal.standardError.warn("could not revoke \(failure["token"]?.stringValue ?? "?"): \(failure["message"]?.stringValue ?? "")")
         }

@@ -50,7 +50,7 @@ struct Status: HumanCommand {
             }
         }
         if json {
-            print(JSON.array(rows).prettyPrinted())
+            print(Terminal.cleanJSON(JSON.array(rows).prettyPrinted()))
         } else {
             printTable(rows, storage: engine.storageInfo)
         }
@@ -73,7 +73,7 @@ struct Status: HumanCommand {
             let reason = row["reason"]?.stringValue.map { $0 == "valid" || $0 == "refreshed" && state == "signedIn" ? "" : " (\($0))" } ?? ""
             return [row["provider"]?.stringValue ?? "?", accountLabel(row["account"]), state + reason,
                     state == "notSignedIn" ? "-" : relativeTime(row["expiresAt"]?.intValue),
-                    Status.storageLabel(row["storage"] ?? storage)]
+                    Status.storageLabel(row["storage"] ?? storage)].map(Terminal.clean)
         }
         let widths = header.indices.map { column in ([header] + cells).map { $0[column].count }.max() ?? 0 }
         /// Pads before styling, so escape codes never upset the columns.
@@ -94,7 +94,7 @@ struct Status: HumanCommand {
         }
         for row in rows {
             if let message = row["message"]?.stringValue, row["state"]?.stringValue != "signedIn" {
-                Terminal.standardError.line("\(row["provider"]?.stringValue ?? "?"): \(message)")
+                Terminal.standardError.line(Terminal.clean("\(row["provider"]?.stringValue ?? "?"): \(message)"))
             }
         }
     }
