@@ -72,6 +72,21 @@ struct LoopbackListenerTests {
         #expect(page.hasPrefix("HTTP/1.1 200 OK") && page.contains("&lt;denied&gt;"))
     }
 
+    /// A request is handled once its head is complete: before, the first line was enough, so a
+    /// request whose head never ends properly (here: headers past the 16 KiB bound) was taken
+    /// for the callback.
+    @Test func aRequestWhoseHeadNeverEndsIsNotTakenForTheCallback() async throws {
+        let listener = try LoopbackListener()
+        defer { listener.close() }
+        let waiting = Task { await listener.awaitCallback(state: "s1") }
+        let flood = try #require(TestClient(port: listener.port))
+        flood.send(Array(("GET /callback?state=s1&code=flood HTTP/1.1\r\nX-Filler: " + String(repeating: "f", count: 20_000)).utf8))
+        #expect(String(decoding: await flood.readAll(), as: UTF8.self).hasPrefix("HTTP/1.1 431"))
+        let browser = try #require(TestClient(port: listener.port))
+        browser.send(Array("GET /callback?state=s1&code=real HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+        #expect(await firstOf(waiting, orNilAfter: .seconds(20)) == "http://127.0.0.1:\(listener.port)/callback?state=s1&code=real")
+    }
+
     @Test(arguments: [("POST /callback HTTP/1.1\r\n\r\n", "400"), ("GET /callback?state=other HTTP/1.1\r\n\r\n", "400"),
                       ("GET /<20000 characters>", "431")])
     func strayRequestsAreAnsweredAndIgnored(_ text: String, _ status: String) async throws {

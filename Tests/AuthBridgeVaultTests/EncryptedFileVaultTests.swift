@@ -126,7 +126,7 @@ struct EncryptedFileVaultTests {
     /// Before: each first opener that found no key file wrote its own (a replacing rename) and
     /// sealed vault.check with it; the others then failed with wrongKey.
     @Test func manyFirstTimeOpenersInOneProcessShareOneKey() async throws {
-        for _ in 0..<5 {
+        for _ in 0..<3 {
             let scratch = Scratch()
             defer { scratch.remove() }
             let vaults = (0..<24).map { _ in make(scratch) }
@@ -148,6 +148,52 @@ struct EncryptedFileVaultTests {
             for index in 0..<24 { #expect(try await later.load("p\(index)") == record("p\(index)")) }
             #expect(listFolder(scratch.path + "/keys") == ["vault.key"])
         }
+    }
+
+    /// Creating the key file runs under the vault's lock, and never replaces a key file: an
+    /// opener that waited while another created one uses that one.
+    @Test func anOpenerTakesTheVaultLockAroundCreatingTheKeyFile() async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let folder = scratch.path + "/vault", keyFile = scratch.path + "/keys/vault.key"
+        try makePrivateFolder(folder + "/locks")
+        let lock = open(folder + "/locks/vault.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        #expect(flock(lock, LOCK_EX) == 0)
+        let opener = Task { try await EncryptedFileVault(folder: folder, keySource: .keyFile(keyFile)).save(record("work")) }
+        try await waitForLockWaiter(folder + "/locks/vault.lock")
+        #expect(bytes(keyFile).isEmpty, "no key file written while the lock is held elsewhere")
+        let theirs = [UInt8](repeating: 7, count: 16) + [UInt8](repeating: 9, count: 16)
+        try makePrivateFolder(scratch.path + "/keys")
+        try writeAtomically(theirs, to: keyFile)
+        close(lock)
+        try await opener.value
+        #expect(bytes(keyFile) == theirs, "the key file found was kept")
+    }
+
+    /// The keyring's lookup-then-store runs under the vault's lock: before, openers that all
+    /// found no key each stored one (the keyring keeps the last) and sealed vault.check with their
+    /// own, so the others got wrongKey, or vault.check was sealed with a key the keyring no longer
+    /// held. Here another opener (the test) holds the lock and stores its key meanwhile: the
+    /// waiting opener must then use that key, not store its own.
+    @Test(.enabled(if: getenv("AUTHBRIDGE_TEST_KEYRING") != nil && getenv("DBUS_SESSION_BUS_ADDRESS") != nil))
+    func anOpenerTakesTheVaultLockAroundTheKeyringLookupAndStore() async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let folder = scratch.path + "/vault"
+        let keyring = Keyring(libraryPaths: [Backend.keyringLibraryPath])
+        try makePrivateFolder(folder + "/locks")
+        let lock = open(folder + "/locks/vault.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        #expect(flock(lock, LOCK_EX) == 0)
+        let opener = Task { try await EncryptedFileVault(folder: folder, keySource: .keyring(keyring, fallback: nil)).save(record("work")) }
+        try await waitForLockWaiter(folder + "/locks/vault.lock")
+        #expect(try await keyring.lookup(kind: "vault-key", key: folder) == nil, "nothing stored while the lock is held elsewhere")
+        let theirs = randomKey()
+        try await keyring.store(kind: "vault-key", key: folder, label: "another opener's key", secret: theirs)
+        close(lock)
+        try await opener.value
+        #expect(try await keyring.lookup(kind: "vault-key", key: folder) == theirs, "the key found was kept")
+        #expect(try await EncryptedFileVault(folder: folder, keySource: .keyring(keyring, fallback: nil)).load("work") == record("work"))
+        try await keyring.clear(kind: "vault-key", key: folder)
     }
 
     /// A record file larger than any record (a save before the bound existed, or not ours) is

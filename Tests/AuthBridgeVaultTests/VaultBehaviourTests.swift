@@ -38,8 +38,10 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
         }
     }
 
+    private var keyringLibrary: String { Self.keyringLibraryPath }
+
     /// libAuthBridgeKeyring.so from this build (next to the test bundle).
-    private var keyringLibrary: String {
+    static var keyringLibraryPath: String {
         var root = Substring(String(#filePath))
         while let slash = root.lastIndex(of: "/"), !root.hasSuffix("/Tests") { root = root[..<slash] }
         return String(root.dropLast("/Tests".count)) + "/.build/debug/libAuthBridgeKeyring.so"

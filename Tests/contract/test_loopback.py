@@ -22,12 +22,15 @@ from test_http_transport import cpu_seconds
 PROFILE = {"o": {"plugin": "oidc", "settings": {"clientId": "x", "authorizationEndpoint": "http://127.0.0.1:9/authorize",
                                                 "tokenEndpoint": "http://127.0.0.1:9/token"}}}
 
-#: A local process that connects to the callback port and sends a byte every 2 s, for ever.
+#: A local process that connects to the callback port and sends a byte every 2 s, for ever
+#: (saying so on stdout once it has sent the first).
 DRIPPER = """
 import socket, sys, time
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-for byte in b"GET /callback?state=x HTTP/1.1" * 100:
+for index, byte in enumerate(b"GET /callback?state=x HTTP/1.1" * 100):
     s.send(bytes([byte]))
+    if index == 0:
+        print("dripping", flush=True)
     time.sleep(2)
 """
 
@@ -55,8 +58,11 @@ def test_a_process_dripping_bytes_does_not_keep_the_callback_out(start_host, oid
     # hours and the sign-in never completed.
     host = start_host([oidc_plugin_dir], profiles=PROFILE)
     pending, port, state = start_browser_sign_in(host)
-    drippers = [subprocess.Popen([sys.executable, "-c", DRIPPER, str(port)]) for _ in range(3)]
+    drippers = [subprocess.Popen([sys.executable, "-c", DRIPPER, str(port)], stdout=subprocess.PIPE, text=True)
+                for _ in range(3)]
     try:
+        for dripper in drippers:   # connected and dripping before the browser comes back
+            assert dripper.stdout.readline().strip() == "dripping"
         deliver_callback(port, state)
         host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "exchanging")
         assert host.wait_response(pending)["error"]["code"] == -32007, "the exchange at port 9 is refused"
