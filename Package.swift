@@ -94,8 +94,10 @@ let package = Package(
             "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // Process hardening the executable does first (prctl is variadic: C only).
+        .target(name: "CAuthBridgeProcess"),
         .executableTarget(name: "authbridge", dependencies: [
-            "AuthBridgeHost",
+            "AuthBridgeHost", "CAuthBridgeProcess",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),

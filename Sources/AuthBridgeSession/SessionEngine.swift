@@ -179,9 +179,14 @@ public actor SessionEngine {
     /// old context the frontend is also told which web-view cookies to drop.
     private func dropSession(_ name: String, context: Context?) async throws(SessionError) {
         pendingSignIns.removeValue(forKey: name)?.fail(SessionError(.userCancelled, "The profile was changed.", provider: name, reason: "profileChanged"))
-        for key in try await storedKeys(of: name) {
+        // A record that cannot be read is set aside as it is found (corruptRecord): drop the rest all the same.
+        let keys: [SessionKey]
+        do { keys = try await storedKeys(of: name) } catch where error.reason == "corruptRecord" { keys = try await storedKeys(of: name) }
+        for key in keys {
+            let ended: StoredSession?
+            do { ended = try await loadSession(key) } catch where error.reason == "corruptRecord" { continue }
             try await endSession(key, reason: "profileChanged", message: "The profile was changed or removed; its session was discarded.",
-                                 ended: try await loadSession(key), context: context)
+                                 ended: ended, context: context)
         }
     }
 

@@ -208,7 +208,10 @@ public struct SessionStore: Sendable {
     public var protection: String { vault.protection }
 
     nonisolated(nonsending) public func load(_ key: SessionKey) async throws -> StoredSession? {
-        guard let record = try await vault.load(key.vaultKey) else { return nil }
+        // A record without tokens cannot be used: the vault keeps it aside (corruptRecord, once).
+        guard let record = try await vault.load(key.vaultKey, validate: { record in
+            TokenSet(json: record.secret["tokens"] ?? .null) == nil ? "it holds no tokens" : nil
+        }) else { return nil }
         guard let tokens = TokenSet(json: record.secret["tokens"] ?? .null) else {
             throw VaultError(.corruptRecord, "The stored session of \"\(key)\" has no tokens.")
         }

@@ -17,7 +17,8 @@ import Musl
 ///     vault.check             a sealed constant: tells a wrong key from corruption
 ///     <hash>.vault            {"format","version","profile","account","sealed"}
 ///     locks/<hash>.lock       flock(2) per profile, for cross-process refreshes
-///     quarantine/             records that failed authentication, kept aside
+///     locks/vault.lock        held while opening (creating the key and vault.check)
+///     quarantine/             records that could not be read, kept aside
 ///
 /// The profile and account are authenticated (AEAD associated data) but not
 /// encrypted, so accounts can be listed without the key; everything else
@@ -45,22 +46,36 @@ public final class EncryptedFileVault: Vault {
 
     // MARK: - Vault
 
-    nonisolated(nonsending) public func load(_ profile: String) async throws -> VaultRecord? {
+    nonisolated(nonsending) public func load(_ profile: String, validate: @Sendable (VaultRecord) -> String?) async throws -> VaultRecord? {
         let key = try await openKey()
         let path = recordPath(profile)
-        guard let bytes = try readPrivateFile(path) else { return nil }
-        do {
-            return try Self.open(bytes, key: key, expectedProfile: profile)
-        } catch {
+        func examine() throws(VaultError) -> Examined {
+            guard let bytes = try readRecordFile(path) else { return .missing }
+            guard let bytes = bytes.value else { return .damaged(bytes.problem!) }
+            do {
+                let record = try Self.open(bytes, key: key, expectedProfile: profile)
+                if let problem = validate(record) { return .damaged(problem) }
+                return .intact(record)
+            } catch {
+                return .damaged(error.message)
+            }
+        }
+        guard case .damaged = try examine() else { return try examine().record }
+        // Moved aside under the record's lock, and only if it is still the
+        // damaged one: a writer may have replaced it since it was read.
+        return try await ProfileFileLock.withLock(lockPath(Self.fileStem(profile))) {
+            let now = try examine()
+            guard case .damaged(let problem) = now else { return now.record }
             let kept = quarantine(path)
             throw VaultError(.corruptRecord,
-                             "The stored session of profile \"\(profile)\" is damaged (\(error.message)); it was moved to \(kept) and the profile is signed out. Other profiles are not affected.")
+                             "The stored session of profile \"\(VaultKey.split(profile).profile)\" could not be read (\(problem)); it was moved to \(kept) and the profile is signed out. Other profiles are not affected.")
         }
     }
 
     nonisolated(nonsending) public func save(_ record: VaultRecord) async throws {
         let key = try await openKey()
         let bytes = try Self.seal(record, key: key)
+        guard bytes.count <= VaultRecord.maximumSize else { throw VaultError.tooLarge(record.profile, size: bytes.count) }
         try writeAtomically(bytes, to: recordPath(record.profile))
     }
 
@@ -78,7 +93,8 @@ public final class EncryptedFileVault: Vault {
         var names: [String] = []
         for file in listFolder(folder) where file.hasSuffix(".vault") {
             guard let bytes = try? readPrivateFile(folder + "/" + file),
-                  let envelope = try? JSON.parse(bytes), let profile = envelope["profile"]?.stringValue
+                  let envelope = try? JSON.parse(bytes), let profile = envelope["profile"]?.stringValue,
+                  Self.fileStem(profile) + ".vault" == file
             else { continue }
             names.append(profile)
         }
@@ -86,29 +102,65 @@ public final class EncryptedFileVault: Vault {
     }
 
     /// Files are named by the profile's hash (and the account's), so one
-    /// profile's records are found without reading anyone else's.
+    /// profile's records are found without reading anyone else's. A record
+    /// whose metadata cannot be read is moved aside (under its lock, if still
+    /// damaged) and reported once.
     nonisolated(nonsending) public func keys(of profile: String) async throws -> [String] {
         _ = try await openKey()
         let stem = Self.fileStem(profile)
         var keys: [String] = []
+        var damaged: [String] = []
         for file in listFolder(folder) where file == stem + ".vault" || (file.hasPrefix(stem + "-") && file.hasSuffix(".vault")) {
             let path = folder + "/" + file
-            guard let bytes = try readPrivateFile(path) else { continue }
-            guard let envelope = try? JSON.parse(bytes), let key = envelope["profile"]?.stringValue,
-                  VaultKey.split(key).profile == profile else {
-                let kept = quarantine(path)
-                throw VaultError(.corruptRecord,
-                                 "A stored session of profile \"\(profile)\" is damaged; it was moved to \(kept) and that account is signed out. Other profiles are not affected.")
+            let examine = { () throws(VaultError) -> String?? in
+                guard let bytes = try self.readRecordFile(path) else { return .some(nil) }
+                // The record must be the one its file name says (not a copy of another).
+                guard let envelope = bytes.value.flatMap({ try? JSON.parse($0) }), let key = envelope["profile"]?.stringValue,
+                      VaultKey.split(key).profile == profile, Self.fileStem(key) + ".vault" == file else { return nil }
+                return .some(key)
             }
-            keys.append(key)
+            if let found = try examine() {
+                if let found { keys.append(found) }
+                continue
+            }
+            let recordStem = String(file.dropLast(".vault".count))
+            try await ProfileFileLock.withLock(lockPath(recordStem)) {
+                if let found = try examine() {
+                    if let found { keys.append(found) }
+                } else {
+                    damaged.append(quarantine(path))
+                }
+            }
+        }
+        if !damaged.isEmpty {
+            throw VaultError(.corruptRecord,
+                             "A stored session of profile \"\(profile)\" could not be read; it was moved to \(damaged.joined(separator: ", ")) and that account is signed out. Other profiles are not affected.")
         }
         return keys.sorted()
     }
 
     nonisolated(nonsending) public func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T {
         _ = try await openKey()
-        return try await ProfileFileLock.withExclusiveAccess(folder: folder + "/locks", profile: profile, body)
+        return try await ProfileFileLock.withLock(lockPath(Self.fileStem(profile)), body)
     }
+
+    /// What a record file holds: a readable record, nothing, or why it cannot be read.
+    private enum Examined {
+        case missing, intact(VaultRecord), damaged(String)
+        var record: VaultRecord? { if case .intact(let record) = self { record } else { nil } }
+    }
+
+    /// A record file's bytes, nil when there is none, or (in `problem`) why it
+    /// cannot be a record (too large, not a file); other failures throw.
+    private func readRecordFile(_ path: String) throws(VaultError) -> (value: [UInt8]?, problem: String?)? {
+        do {
+            return try readPrivateFile(path).map { ($0, nil) }
+        } catch where error.reason == .corruptRecord {
+            return (nil, error.message)
+        }
+    }
+
+    private func lockPath(_ stem: String) -> String { folder + "/locks/" + stem + ".lock" }
 
     // MARK: - Opening
 
@@ -117,23 +169,38 @@ public final class EncryptedFileVault: Vault {
         try await opener.open { () async throws(VaultError) -> SymmetricKey in try await self.openVault() }
     }
 
+    /// Under the vault's lock (`locks/vault.lock`): processes opening a new
+    /// vault at once create one key and one check record, never two (the
+    /// files are also created without replacing, for processes that do not
+    /// take the lock).
     private func openVault() async throws(VaultError) -> SymmetricKey {
         try makePrivateFolder(folder)
         removeAbandonedTemporaryFiles()
-        let (key, protection) = try await keySource.key(vaultFolder: folder)
-        protectionState.withLock { $0 = protection }
+        do {
+            return try await ProfileFileLock.withLock(folder + "/locks/vault.lock") { () async throws -> SymmetricKey in
+                let (key, protection) = try await keySource.key(vaultFolder: folder)
+                protectionState.withLock { $0 = protection }
+                try checkKey(key)
+                return key
+            }
+        } catch let error as VaultError {
+            throw error
+        } catch {
+            throw VaultError(.io, "Cannot open the vault in \(folder).")
+        }
+    }
+
+    /// `vault.check`, a sealed constant: created with the first key, then proves each key.
+    private func checkKey(_ key: SymmetricKey) throws(VaultError) {
         let check = folder + "/vault.check"
         let constant = VaultRecord(profile: "authbridge.vault.check", account: nil, secret: "authbridge")
-        if let bytes = try readPrivateFile(check) {
-            do {
-                _ = try Self.open(bytes, key: key, expectedProfile: constant.profile)
-            } catch {
-                throw VaultError(.wrongKey, "The vault key does not open the vault in \(folder) (\(keySource.description)); nothing was changed. Use the key it was created with.")
-            }
-        } else {
-            try writeAtomically(try Self.seal(constant, key: key), to: check)
+        if try readPrivateFile(check) == nil, try createExclusively(try Self.seal(constant, key: key), at: check) { return }
+        guard let bytes = try readPrivateFile(check) else { throw VaultError(.io, "Cannot create \(check).") }
+        do {
+            _ = try Self.open(bytes, key: key, expectedProfile: constant.profile)
+        } catch {
+            throw VaultError(.wrongKey, "The vault key does not open the vault in \(folder) (\(keySource.description)); nothing was changed. Use the key it was created with.")
         }
-        return key
     }
 
     /// A process killed in the middle of `writeAtomically` leaves its
@@ -204,18 +271,24 @@ public final class EncryptedFileVault: Vault {
 
     func recordPath(_ profile: String) -> String { folder + "/" + Self.fileStem(profile) + ".vault" }
 
-    /// Moves a damaged record aside (never deletes it) and says where.
+    /// Moves a damaged record aside (never deletes it, never over an earlier
+    /// one) and says where: `quarantine/<file>.<seconds>`, `….<seconds>.2`, ….
     private func quarantine(_ path: String) -> String {
         let aside = folder + "/quarantine"
         try? makePrivateFolder(aside)
         let name = path.split(separator: "/").last.map(String.init) ?? "record"
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
-        let target = "\(aside)/\(name).\(now.tv_sec)"
-        if rename(path, target) == 0 {
-            syncFolder(folder)
-            syncFolder(aside)
-            return target
+        for attempt in 1...1_000 {
+            let target = "\(aside)/\(name).\(now.tv_sec)" + (attempt == 1 ? "" : ".\(attempt)")
+            switch moveWithoutReplacing(path, to: target) {
+            case 0:
+                syncFolder(folder)
+                syncFolder(aside)
+                return target
+            case EEXIST: continue
+            default: return path
+            }
         }
         return path
     }

@@ -10,8 +10,20 @@ public final class MemoryVault: Vault {
 
     public init() {}
 
-    nonisolated(nonsending) public func load(_ profile: String) async -> VaultRecord? { records.withLock { $0[profile] } }
-    nonisolated(nonsending) public func save(_ record: VaultRecord) async { records.withLock { $0[record.profile] = record } }
+    nonisolated(nonsending) public func load(_ profile: String, validate: @Sendable (VaultRecord) -> String?) async throws -> VaultRecord? {
+        guard let record = records.withLock({ $0[profile] }) else { return nil }
+        guard let problem = validate(record) else { return record }
+        // Nothing to keep aside in memory: the unreadable record is dropped, and reported once.
+        records.withLock { if $0[profile] == record { $0[profile] = nil } }
+        throw VaultError(.corruptRecord, "The stored session of profile \"\(VaultKey.split(profile).profile)\" could not be read (\(problem)); it was discarded and the profile is signed out.")
+    }
+
+    nonisolated(nonsending) public func save(_ record: VaultRecord) async throws {
+        // The same bound as the other backends, so a session behaves alike in each.
+        let size = SecretServiceVault.item(record).utf8.count
+        guard size <= VaultRecord.maximumSize else { throw VaultError.tooLarge(record.profile, size: size) }
+        records.withLock { $0[record.profile] = record }
+    }
     nonisolated(nonsending) public func delete(_ profile: String) async { records.withLock { $0[profile] = nil } }
     nonisolated(nonsending) public func profiles() async -> [String] { records.withLock { $0.keys.sorted() } }
     nonisolated(nonsending) public func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T {

@@ -36,17 +36,24 @@ func checkPrivate(_ info: stat, path: String, what: String, allowedMode: mode_t)
     }
 }
 
-/// Reads a private file; nil when it does not exist.
-func readPrivateFile(_ path: String) throws(VaultError) -> [UInt8]? {
-    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+/// Reads a private file; nil when it does not exist. A file that cannot be a
+/// vault file (larger than `limit`, a symbolic link, not a regular file)
+/// throws `corruptRecord`: the caller keeps it aside. A file another user could
+/// read or change throws `insecurePermissions` and is left alone.
+func readPrivateFile(_ path: String, limit: Int = VaultRecord.maximumSize) throws(VaultError) -> [UInt8]? {
+    // O_NONBLOCK: a FIFO put in the folder must not block the open.
+    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
     if fd < 0 {
         if errno == ENOENT { return nil }
+        if errno == ELOOP { throw VaultError(.corruptRecord, "a symbolic link, not a vault file") }
         throw VaultError(.io, "Cannot open \(path): \(String(cString: strerror(errno))).")
     }
     defer { close(fd) }
     var info = stat()
     guard fstat(fd, &info) == 0 else { throw VaultError(.io, "Cannot stat \(path).") }
     try checkPrivate(info, path: path, what: "vault file", allowedMode: 0o600)
+    guard (info.st_mode & S_IFMT) == S_IFREG else { throw VaultError(.corruptRecord, "not a regular file") }
+    guard info.st_size <= limit else { throw tooLarge(Int(info.st_size), limit: limit) }
     var bytes: [UInt8] = []
     var chunk = [UInt8](repeating: 0, count: 16 << 10)
     while true {
@@ -54,7 +61,27 @@ func readPrivateFile(_ path: String) throws(VaultError) -> [UInt8]? {
         if count < 0 { if errno == EINTR { continue }; throw VaultError(.io, "Cannot read \(path).") }
         if count == 0 { return bytes }
         bytes.append(contentsOf: chunk[0..<count])
-        if bytes.count > 16 << 20 { throw VaultError(.corruptRecord, "\(path) is larger than any vault record") }
+        if bytes.count > limit { throw tooLarge(bytes.count, limit: limit) }  // it grew while being read
+    }
+}
+
+private func tooLarge(_ size: Int, limit: Int) -> VaultError {
+    VaultError(.corruptRecord, "\(size) bytes, larger than any vault record (at most \(limit))")
+}
+
+/// Creates `path` with `bytes` unless it already exists, atomically and
+/// durably: a complete temporary file is linked into place, so a reader never
+/// sees a partial file and an existing one is never replaced (two processes
+/// creating a key at once: one wins, the other reads the winner's).
+/// Returns false when `path` already existed (nothing was written).
+func createExclusively(_ bytes: [UInt8], at path: String) throws(VaultError) -> Bool {
+    let folder = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
+    let temporary = try writeTemporary(bytes, for: path)
+    defer { unlink(temporary) }
+    switch moveWithoutReplacing(temporary, to: path) {
+    case 0: syncFolder(folder); return true
+    case EEXIST: return false
+    case let error: throw VaultError(.io, "Cannot create \(path): \(String(cString: strerror(error))).")
     }
 }
 
@@ -62,6 +89,18 @@ func readPrivateFile(_ path: String) throws(VaultError) -> [UInt8]? {
 /// or the new content, never a torn one, and a crash after return loses nothing.
 func writeAtomically(_ bytes: [UInt8], to path: String) throws(VaultError) {
     let folder = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
+    let temporary = try writeTemporary(bytes, for: path)
+    guard rename(temporary, path) == 0 else {
+        let reason = String(cString: strerror(errno))
+        unlink(temporary)
+        throw VaultError(.io, "Cannot write \(path): \(reason).")
+    }
+    syncFolder(folder)
+}
+
+/// `<path>.<pid>.<ns>.tmp`, written and fsync'ed (a crashed writer's are
+/// removed when the vault opens).
+private func writeTemporary(_ bytes: [UInt8], for path: String) throws(VaultError) -> String {
     var stamp = timespec()
     clock_gettime(CLOCK_MONOTONIC, &stamp)
     let temporary = "\(path).\(getpid()).\(stamp.tv_nsec).tmp"
@@ -77,14 +116,31 @@ func writeAtomically(_ bytes: [UInt8], to path: String) throws(VaultError) {
         return true
     }
     ok = ok && fsync(fd) == 0
+    let reason = String(cString: strerror(errno))
     close(fd)
-    guard ok, rename(temporary, path) == 0 else {
-        let reason = String(cString: strerror(errno))
+    guard ok else {
         unlink(temporary)
-        throw VaultError(.io, "Cannot write \(path): \(reason).")
+        throw VaultError(.io, "Cannot write \(temporary): \(reason).")
     }
-    syncFolder(folder)
+    return temporary
 }
+
+/// Renames `source` to `target` unless `target` exists; 0 or the errno
+/// (EEXIST when it exists). renameat2(RENAME_NOREPLACE) where the kernel and
+/// file system have it, else link + unlink (POSIX; `source` briefly has two names).
+func moveWithoutReplacing(_ source: String, to target: String) -> Int32 {
+    if let renameNoReplace {
+        if renameNoReplace(AT_FDCWD, source, AT_FDCWD, target, 1 /* RENAME_NOREPLACE */) == 0 { return 0 }
+        guard errno == EINVAL || errno == ENOSYS else { return errno }   // only "unsupported here" falls through
+    }
+    guard link(source, target) == 0 else { return errno }
+    unlink(source)
+    return 0
+}
+
+/// glibc's renameat2 (2.28+), looked up at run time: Swift's Glibc module does not declare it.
+private let renameNoReplace: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32)? =
+    dlsym(nil, "renameat2").map { unsafeBitCast($0, to: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32).self) }
 
 /// Makes a rename or unlink in `folder` durable.
 func syncFolder(_ folder: String) {

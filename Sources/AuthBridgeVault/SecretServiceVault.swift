@@ -16,23 +16,41 @@ public final class SecretServiceVault: Vault {
         self.lockFolder = lockFolder
     }
 
-    nonisolated(nonsending) public func load(_ profile: String) async throws -> VaultRecord? {
-        guard let text = try await keyring.lookup(kind: "session", key: profile) else { return nil }
-        guard let json = try? JSON.parse(text), json["profile"]?.stringValue == profile, let secret = json["secret"] else {
-            // Keep the damaged item aside under another kind, never delete it.
-            try await keyring.store(kind: "quarantine", key: "\(profile) \(HostTime.seconds())",
+    nonisolated(nonsending) public func load(_ profile: String, validate: @Sendable (VaultRecord) -> String?) async throws -> VaultRecord? {
+        /// The record; or the damaged item's text and why it cannot be used.
+        func examine() async throws -> (record: VaultRecord?, damaged: (text: String, problem: String)?) {
+            guard let text = try await keyring.lookup(kind: "session", key: profile) else { return (nil, nil) }
+            guard let json = try? JSON.parse(text), json["profile"]?.stringValue == profile, let secret = json["secret"] else {
+                return (nil, (text, "not a session record"))
+            }
+            let record = VaultRecord(profile: profile, account: json["account"]?.stringValue, secret: secret)
+            if let problem = validate(record) { return (nil, (text, problem)) }
+            return (record, nil)
+        }
+        guard try await examine().damaged != nil else { return try await examine().record }
+        // Kept aside under the profile's lock, only if still damaged (a writer may have replaced it).
+        return try await withExclusiveAccess(to: profile) {
+            let now = try await examine()
+            guard let (text, problem) = now.damaged else { return now.record }
+            // A key of its own (time and a random suffix): never over an earlier quarantined item.
+            var generator = SystemRandomNumberGenerator()
+            try await keyring.store(kind: "quarantine", key: "\(profile) \(HostTime.seconds()).\(UInt32.random(in: .min ... .max, using: &generator))",
                                     label: "AuthBridge damaged session: \(profile)", secret: text)
             try await keyring.clear(kind: "session", key: profile)
-            throw VaultError(.corruptRecord, "The stored session of profile \"\(profile)\" in the keyring is damaged; it was kept aside (kind \"quarantine\") and the profile is signed out. Other profiles are not affected.")
+            throw VaultError(.corruptRecord, "The stored session of profile \"\(VaultKey.split(profile).profile)\" in the keyring could not be read (\(problem)); it was kept aside (kind \"quarantine\") and the profile is signed out. Other profiles are not affected.")
         }
-        return VaultRecord(profile: profile, account: json["account"]?.stringValue, secret: secret)
     }
 
     nonisolated(nonsending) public func save(_ record: VaultRecord) async throws {
-        let json: JSON = .compactObject(["profile": .string(record.profile), "account": record.account.map(JSON.string),
-                                         "secret": record.secret])
-        try await keyring.store(kind: "session", key: record.profile, label: "AuthBridge session: \(record.profile)",
-                                secret: json.serializedString())
+        let item = Self.item(record)
+        guard item.utf8.count <= VaultRecord.maximumSize else { throw VaultError.tooLarge(record.profile, size: item.utf8.count) }
+        try await keyring.store(kind: "session", key: record.profile, label: "AuthBridge session: \(record.profile)", secret: item)
+    }
+
+    /// The item's secret: the record as JSON.
+    static func item(_ record: VaultRecord) -> String {
+        JSON.compactObject(["profile": .string(record.profile), "account": record.account.map(JSON.string),
+                            "secret": record.secret]).serializedString()
     }
 
     nonisolated(nonsending) public func delete(_ profile: String) async throws {

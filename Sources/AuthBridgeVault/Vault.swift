@@ -15,6 +15,14 @@ public struct VaultRecord: Sendable, Equatable {
         self.account = account
         self.secret = secret
     }
+
+    /// The largest record any vault keeps: 1 MiB (1,048,576 bytes) as stored
+    /// (for the encrypted file, the sealed envelope: the record's JSON takes
+    /// about three quarters of it). Reads and writes share this bound: a save
+    /// over it is refused with nothing written (`recordTooLarge`), so every
+    /// stored record can be read back. What the host accepts from a provider
+    /// is bounded far below it.
+    public static let maximumSize = 1 << 20
 }
 
 /// A record's key: a profile, or a profile and one of its accounts.
@@ -41,8 +49,11 @@ public struct VaultError: Error, Sendable, CustomStringConvertible {
     public enum Reason: String, Sendable {
         /// Folder or file permissions or ownership are unsafe; nothing was read.
         case insecurePermissions
-        /// A record failed authentication (torn write, tampering): it was moved aside.
+        /// A record could not be read (torn write, tampering, wrong format, too
+        /// large, not a file): it was moved aside (quarantine).
         case corruptRecord
+        /// A save larger than `VaultRecord.maximumSize`: refused, nothing written.
+        case recordTooLarge
         /// The key does not open this vault (a wrong key, not a corrupt vault).
         case wrongKey
         /// No key source is acceptable (e.g. `--require-secure-storage` without a keyring).
@@ -61,6 +72,11 @@ public struct VaultError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { message }
+
+    /// The refusal of a save over `VaultRecord.maximumSize`.
+    static func tooLarge(_ profile: String, size: Int) -> VaultError {
+        VaultError(.recordTooLarge, "The session of \"\(VaultKey.split(profile).profile)\" is too large to store (\(size) bytes; a vault record holds at most \(VaultRecord.maximumSize)); nothing was written.")
+    }
 }
 
 /// Where sessions are kept. Every backend passes the same behaviour suite.
@@ -74,8 +90,15 @@ public protocol Vault: Sendable {
     /// "none" (memory only), "encrypted" (AES-GCM at rest), "keyring".
     var protection: String { get }
 
-    nonisolated(nonsending) func load(_ profile: String) async throws -> VaultRecord?
-    /// Durable when it returns (fsync'ed), atomic (all or nothing).
+    /// The profile's record, nil when there is none. A record that cannot be
+    /// read, or that `validate` rejects (it returns why), is moved aside
+    /// (quarantine) and reported as `corruptRecord`, once: afterwards the
+    /// profile has no record. The move happens under the profile's lock and
+    /// only if the record is still the damaged one (a writer may have
+    /// replaced it meanwhile).
+    nonisolated(nonsending) func load(_ profile: String, validate: @Sendable (VaultRecord) -> String?) async throws -> VaultRecord?
+    /// Durable when it returns (fsync'ed), atomic (all or nothing). A record
+    /// larger than `VaultRecord.maximumSize` is refused (`recordTooLarge`).
     nonisolated(nonsending) func save(_ record: VaultRecord) async throws
     /// Removes everything stored for the profile.
     nonisolated(nonsending) func delete(_ profile: String) async throws
@@ -86,10 +109,15 @@ public protocol Vault: Sendable {
     nonisolated(nonsending) func keys(of profile: String) async throws -> [String]
     /// Runs `body` holding the profile's cross-process lock (a refresh must
     /// re-read the record inside it). A lock held by a dead process is free.
+    /// Re-entrant within a task: `load` inside `body` may take it again.
     nonisolated(nonsending) func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T
 }
 
 extension Vault {
+    nonisolated(nonsending) public func load(_ profile: String) async throws -> VaultRecord? {
+        try await load(profile, validate: { _ in nil })
+    }
+
     nonisolated(nonsending) public func keys(of profile: String) async throws -> [String] {
         try await profiles().filter { VaultKey.split($0).profile == profile }
     }

@@ -9,8 +9,10 @@ import Musl
 
 /// Where the encrypted-file vault's key comes from.
 public enum VaultKeySource: Sendable, CustomStringConvertible {
-    /// A secret given to a service account (e.g. `AUTHBRIDGE_VAULT_KEY`): the
-    /// key is derived from it with HKDF-SHA256. Use a long random secret.
+    /// A random key given to a service account (`AUTHBRIDGE_VAULT_KEY`): 32
+    /// random bytes written as 64 hex digits or base64 (standard or URL-safe,
+    /// padding optional). Anything weaker (a passphrase) is refused: the key
+    /// goes through HKDF-SHA256, which adds no work against guessing.
     case secret(String)
     /// 32 random bytes in a 0600 file, created on first use. Protects against
     /// other users and stolen vault files, not against this user's own programs.
@@ -58,6 +60,9 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
         }
     }
 
+    /// Called with the vault folder's lock held (`EncryptedFileVault`), so two
+    /// processes opening a new vault never both store a key: the second finds
+    /// the first's.
     private static func keyringKey(_ keyring: Keyring, vaultFolder: String) async throws(VaultError) -> SymmetricKey {
         if let stored = try await keyring.lookup(kind: "vault-key", key: vaultFolder) {
             guard let bytes = Data(base64Encoded: stored), bytes.count == 32 else {
@@ -65,16 +70,44 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
             }
             return SymmetricKey(data: bytes)
         }
-        var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
         try await keyring.store(kind: "vault-key", key: vaultFolder, label: "AuthBridge vault key (\(vaultFolder))",
-                                secret: Data(bytes).base64EncodedString())
-        // Two hosts creating it at once: read back what the keyring kept.
+                                secret: Data(randomKeyBytes()).base64EncodedString())
+        // A process of an older version, which did not take the lock, may have stored one too: use what the keyring kept.
         guard let stored = try await keyring.lookup(kind: "vault-key", key: vaultFolder),
               let kept = Data(base64Encoded: stored), kept.count == 32 else {
             throw VaultError(.keyringUnavailable, "The keyring did not keep the vault key.")
         }
         return SymmetricKey(data: kept)
+    }
+
+    /// Why `secret` is not acceptable as `AUTHBRIDGE_VAULT_KEY`, or nil.
+    public static func secretProblem(_ secret: String) -> String? {
+        guard let bytes = decodeKey(secret) else {
+            return "The vault secret (AUTHBRIDGE_VAULT_KEY) must be a random 32-byte key written as 64 hex digits or as base64 (43 or 44 characters), e.g. the output of: head -c 32 /dev/urandom | base64. Passphrases are refused; the vault stays closed."
+        }
+        // Random bytes: about 30 distinct values out of 32; a made-up pattern ("0000…", "abab…") has few.
+        guard Set(bytes).count >= 16 else {
+            return "The vault secret (AUTHBRIDGE_VAULT_KEY) does not look random (it repeats a few byte values); make one with: head -c 32 /dev/urandom | base64. The vault stays closed."
+        }
+        return nil
+    }
+
+    /// The 32 bytes of a hex or base64 (standard or URL-safe, padding optional) key.
+    static func decodeKey(_ text: String) -> [UInt8]? {
+        let characters = Array(text.utf8)
+        if characters.count == 64, characters.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x66) }) {
+            return stride(from: 0, to: 64, by: 2).map { UInt8(String(decoding: characters[$0..<$0 + 2], as: UTF8.self), radix: 16)! }
+        }
+        guard characters.count == 43 || (characters.count == 44 && characters.last == UInt8(ascii: "=")) else { return nil }
+        var standard = String(decoding: characters.prefix(43).map { $0 == UInt8(ascii: "-") ? UInt8(ascii: "+") : $0 == UInt8(ascii: "_") ? UInt8(ascii: "/") : $0 }, as: UTF8.self)
+        standard += "="
+        guard let data = Data(base64Encoded: standard), data.count == 32 else { return nil }
+        return Array(data)
+    }
+
+    private static func randomKeyBytes() -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
     }
 
     private func fileOrSecretKey(vaultFolder: String) throws(VaultError) -> SymmetricKey {
@@ -84,28 +117,35 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
         case .unavailable(let why):
             throw VaultError(.noKey, why)
         case .secret(let secret):
-            guard secret.utf8.count >= 16 else {
-                throw VaultError(.noKey, "The vault secret is too short (at least 16 characters; use a long random value).")
-            }
+            if let problem = Self.secretProblem(secret) { throw VaultError(.noKey, problem) }
+            // Over the text as given: vaults made with a random key of this form keep opening.
             return HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array(secret.utf8)),
                                           salt: Array("authbridge-vault".utf8), info: Array("v1".utf8), outputByteCount: 32)
         case .keyFile(let path):
-            if let bytes = try readPrivateFile(path) {
-                guard bytes.count == 32 else {
-                    throw VaultError(.noKey, "The vault key file \(path) is damaged (\(bytes.count) bytes instead of 32); nothing was changed.")
-                }
-                return SymmetricKey(data: bytes)
-            }
-            var generator = SystemRandomNumberGenerator()
-            let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+            if let stored = try readKeyFile(path) { return SymmetricKey(data: stored) }
             let folder = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
             try makePrivateFolder(folder)
-            try writeAtomically(bytes, to: path)
-            // Two hosts creating it at once: the last rename wins; read back what stands.
-            guard let stored = try readPrivateFile(path), stored.count == 32 else {
+            // Never replaces a key another process created meanwhile: then that one is read.
+            _ = try createExclusively(Self.randomKeyBytes(), at: path)
+            guard let stored = try readKeyFile(path) else {
                 throw VaultError(.io, "Cannot create the vault key file \(path).")
             }
             return SymmetricKey(data: stored)
         }
     }
+}
+
+/// The 32 bytes of a key file; nil when there is none.
+private func readKeyFile(_ path: String) throws(VaultError) -> [UInt8]? {
+    let bytes: [UInt8]?
+    do {
+        bytes = try readPrivateFile(path, limit: 4096)
+    } catch where error.reason == .corruptRecord {
+        throw VaultError(.noKey, "The vault key file \(path) is damaged (\(error.message)); nothing was changed.")
+    }
+    guard let bytes else { return nil }
+    guard bytes.count == 32 else {
+        throw VaultError(.noKey, "The vault key file \(path) is damaged (\(bytes.count) bytes instead of 32); nothing was changed.")
+    }
+    return bytes
 }

@@ -32,6 +32,7 @@ struct AuthBridgeCommand: AsyncParsableCommand {
 
     /// A person typing `authbridge` alone gets help, not a silent JSON-RPC server.
     static func main() async {
+        ProcessHardening.apply()
         let arguments = Array(CommandLine.arguments.dropFirst())
         if arguments.isEmpty && isatty(0) == 1 {
             print(helpMessage())

@@ -29,7 +29,7 @@ struct HostOptions: ParsableArguments {
     @Option(help: ArgumentHelp("The encrypted vault's folder (default: $XDG_DATA_HOME/authbridge/vault).", valueName: "DIR"))
     var vaultDir: String?
 
-    @Option(help: ArgumentHelp("The vault key file (default: $XDG_DATA_HOME/authbridge/keys/vault.key; created on first use). AUTHBRIDGE_VAULT_KEY, when set, is used instead.", valueName: "FILE"))
+    @Option(help: ArgumentHelp("The vault key file (default: $XDG_DATA_HOME/authbridge/keys/vault.key; created on first use). AUTHBRIDGE_VAULT_KEY (a random 32-byte key: 64 hex digits or base64), when set, is used instead.", valueName: "FILE"))
     var vaultKeyFile: String?
 
     @Flag(help: "Fail closed instead of keeping the vault key in a file: the key must come from the keyring (Secret Service) or AUTHBRIDGE_VAULT_KEY.")
@@ -66,7 +66,8 @@ struct HostOptions: ParsableArguments {
         }
         let hasSessionBus = getenv("DBUS_SESSION_BUS_ADDRESS").map { $0.pointee != 0 } ?? false
         let keySource: VaultKeySource
-        if let secret = getenv("AUTHBRIDGE_VAULT_KEY").map({ String(cString: $0) }), !secret.isEmpty {
+        if let secret = ProcessHardening.vaultSecret {
+            if let problem = VaultKeySource.secretProblem(secret) { warnings.append(problem) }
             keySource = .secret(secret)
         } else if hasSessionBus {
             // The desktop keyring holds the key; without it, a key file — unless secure storage is required.

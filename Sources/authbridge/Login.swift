@@ -98,13 +98,13 @@ struct Login: HumanCommand {
             let uri = progress["verificationUri"]?.stringValue ?? "?"
             err.line("First copy your one-time code: " + err.styled(code, .bold))
             err.line("Then open " + err.styled(uri, .cyan) + " on any device and enter it.")
-            if let complete = progress["verificationUriComplete"]?.stringValue { err.line("Or open: " + complete) }
+            if let complete = progress["verificationUriComplete"]?.stringValue { err.line("Or open: " + Terminal.clean(complete)) }
             let expiry = progress["expiresAt"]?.intValue.map { " (the code expires \(relativeTime($0)))" } ?? ""
             err.line(err.styled("Waiting for you to finish\(expiry)… (Ctrl-C cancels)", .dim))
         case "exchanging":
             err.line(err.styled("Signing in…", .dim))
         default:
-            if let message = progress["message"]?.stringValue { err.line(message) }
+            if let message = progress["message"]?.stringValue { err.line(Terminal.clean(message)) }
         }
     }
 }

@@ -35,7 +35,7 @@ struct Logout: HumanCommand {
             return
         }
         out.line(out.styled("✓", .green) + " Signed out of \(profile) (\(accountLabel(result["account"])))"
-                 + (revoked.isEmpty ? "" : "; revoked: \(revoked.joined(separator: ", "))"))
+                 + (revoked.isEmpty ? "" : "; revoked: \(Terminal.clean(revoked.joined(separator: ", ")))"))
         for failure in failures {
             Terminal.standardError.warn("could not revoke \(failure["token"]?.stringValue ?? "?"): \(failure["message"]?.stringValue ?? "")")
         }

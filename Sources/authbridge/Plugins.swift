@@ -18,16 +18,17 @@ struct Plugins: AsyncParsableCommand {
         let reports = PluginLoader(folders: options.folders, logger: logger).loadAll()
         defer { for report in reports { report.plugin?.shutdown() } }
         if json {
-            print(JSON.array(reports.map(\.json)).prettyPrinted())
+            print(Terminal.cleanJSON(JSON.array(reports.map(\.json)).prettyPrinted()))
             return
         }
-        if reports.isEmpty { print("No plugins found in: \(options.folders.joined(separator: ", "))") }
+        // Manifests and plugins are someone else's text: cleaned for the terminal.
+        if reports.isEmpty { print(Terminal.clean("No plugins found in: \(options.folders.joined(separator: ", "))")) }
         for report in reports {
             switch report.status {
             case .loaded(let plugin):
-                print("loaded   \(plugin.manifest.id) \(plugin.version)  \(plugin.libraryPath)")
+                print(Terminal.clean("loaded   \(plugin.manifest.id) \(plugin.version)  \(plugin.libraryPath)"))
             case .refused(let error):
-                print("refused  \(report.id ?? "?")  \(error.reason.rawValue): \(error.message)" + (error.fix.map { " (fix: \($0))" } ?? ""))
+                print(Terminal.clean("refused  \(report.id ?? "?")  \(error.reason.rawValue): \(error.message)" + (error.fix.map { " (fix: \($0))" } ?? "")))
             }
         }
     }

@@ -73,7 +73,7 @@ struct Status: HumanCommand {
             }
         }
         if json {
-            print(JSON.array(rows).prettyPrinted())
+            print(Terminal.cleanJSON(JSON.array(rows).prettyPrinted()))
         } else {
             printTable(rows, storage: engine.storageInfo)
         }
@@ -111,7 +111,7 @@ struct Status: HumanCommand {
             let reason = row["reason"]?.stringValue.map { $0 == "valid" || $0 == "refreshed" && state == "signedIn" ? "" : " (\($0))" } ?? ""
             return [row["provider"]?.stringValue ?? "?", accountLabel(row["account"]), state + reason,
                     state == "notSignedIn" ? "-" : relativeTime(row["expiresAt"]?.intValue),
-                    Status.storageLabel(row["storage"] ?? storage)]
+                    Status.storageLabel(row["storage"] ?? storage)].map(Terminal.clean)
         }
         let widths = header.indices.map { column in ([header] + cells).map { $0[column].count }.max() ?? 0 }
         /// Pads before styling, so escape codes never upset the columns.
@@ -132,7 +132,7 @@ struct Status: HumanCommand {
         }
         for row in rows {
             if let message = row["message"]?.stringValue, row["state"]?.stringValue != "signedIn" {
-                Terminal.standardError.line("\(row["provider"]?.stringValue ?? "?"): \(message)")
+                Terminal.standardError.line(Terminal.clean("\(row["provider"]?.stringValue ?? "?"): \(message)"))
             }
         }
     }
@@ -147,8 +147,7 @@ extension Status {
         switch storage["backend"]?.stringValue {
         case "encrypted-file":
             if protection == "keyring" { return "encrypted file (key in keyring)" }
-            let fromSecret = getenv("AUTHBRIDGE_VAULT_KEY").map { $0.pointee != 0 } ?? false
-            return fromSecret ? "encrypted file (key from AUTHBRIDGE_VAULT_KEY)" : "encrypted file (key file)"
+            return ProcessHardening.vaultSecret != nil ? "encrypted file (key from AUTHBRIDGE_VAULT_KEY)" : "encrypted file (key file)"
         case "secret-service": return "keyring"
         case "memory": return "memory (not kept)"
         case let backend: return "\(backend ?? "?") (\(protection ?? "?"))"

@@ -31,6 +31,7 @@ struct Token: HumanCommand {
             throw local.report(error)
         }
         await notice.finish()
-        Terminal.standardOutput.line(answer["accessToken"]?.stringValue ?? "")
+        // A token is visible ASCII (RFC 6750 b64token): cleaning changes nothing but a hostile provider's.
+        Terminal.standardOutput.line(Terminal.clean(answer["accessToken"]?.stringValue ?? ""))
     }
 }

@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 @testable import AuthBridgeSession
+import AuthBridgeVault
 import Testing
 
 @Suite("Token sets and the memory store")
@@ -131,4 +132,17 @@ struct TokenSetTests {
         #expect(merged.details == ["instanceUrl": "https://na2.example", "orgId": "00D"],
                 "new values win; a value holding the kept refresh token is dropped")
     }
+
+    /// A record the vault opens but that holds no tokens cannot be used: before, every call on
+    /// its profile failed with corruptRecord for good; now it is set aside and reported once.
+    @Test func aStoredRecordWithoutTokensIsSetAsideOnce() async throws {
+        let vault = MemoryVault()
+        let store = SessionStore(vault: vault)
+        let key = SessionKey(profile: "work", account: "ada")
+        try await vault.save(VaultRecord(profile: key.vaultKey, account: "ada", secret: ["account": ["id": "ada"]]))
+        await #expect(throws: VaultError.self) { try await store.load(key) }
+        let again = try await store.load(key)
+        #expect(again == nil)
+    }
+
 }

@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import FoundationEssentials
 @testable import AuthBridgeVault
 import Testing
 
@@ -75,9 +76,9 @@ struct EncryptedFileVaultTests {
     @Test func aWrongKeyIsRefusedWithoutTouchingTheVault() async throws {
         let scratch = Scratch()
         defer { scratch.remove() }
-        let first = make(scratch, key: .secret("correct horse battery staple 1"))
+        let first = make(scratch, key: .secret(randomKey()))
         try await first.save(record("work"))
-        let other = make(scratch, key: .secret("a different long secret value"))
+        let other = make(scratch, key: .secret(randomKey()))
         do {
             _ = try await other.load("work")
             Issue.record("a wrong key must be refused")
@@ -85,6 +86,207 @@ struct EncryptedFileVaultTests {
             #expect(error.reason == .wrongKey)
         }
         #expect(try await first.load("work") == record("work"), "nothing was quarantined")
+    }
+
+    /// The service secret goes through HKDF, which adds no work against guessing: only a
+    /// random key of full strength is accepted (before: any 16 characters).
+    @Test(arguments: ["correct horse battery staple 1", "a-long-random-service-secret-1234",
+                      String(repeating: "0", count: 64), String(repeating: "ab", count: 32),
+                      String(repeating: "A", count: 43), "c2hvcnQ="])
+    func aSecretWeakerThanARandom32ByteKeyIsRefused(_ secret: String) async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        do {
+            try await make(scratch, key: .secret(secret)).save(record("work"))
+            Issue.record("a weak secret opened the vault")
+        } catch let error as VaultError {
+            #expect(error.reason == .noKey)
+            #expect(error.message.contains("AUTHBRIDGE_VAULT_KEY") && error.message.contains("base64"))
+            #expect(!error.message.contains(secret))
+        }
+        #expect(listFolder(scratch.path + "/vault").allSatisfy { !$0.hasSuffix(".vault") && $0 != "vault.check" })
+    }
+
+    @Test func aRandomKeyIsAcceptedAsHexBase64AndUnpaddedBase64URL() async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        let hex = bytes.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+        let base64 = Data(bytes).base64EncodedString()
+        let url = String(base64.dropLast()).map { $0 == "+" ? "-" : $0 == "/" ? "_" : $0 }
+        for (index, secret) in [hex, hex.uppercased(), base64, String(url)].enumerated() {
+            let vault = EncryptedFileVault(folder: scratch.path + "/vault\(index)", keySource: .secret(secret))
+            try await vault.save(record("work"))
+            #expect(try await vault.load("work") == record("work"))
+        }
+        #expect(VaultKeySource.decodeKey(hex) == bytes && VaultKeySource.decodeKey(String(url)) == bytes)
+    }
+
+    /// Before: each first opener that found no key file wrote its own (a replacing rename) and
+    /// sealed vault.check with it; the others then failed with wrongKey.
+    @Test func manyFirstTimeOpenersInOneProcessShareOneKey() async throws {
+        for _ in 0..<3 {
+            let scratch = Scratch()
+            defer { scratch.remove() }
+            let vaults = (0..<24).map { _ in make(scratch) }
+            let failures = await withTaskGroup(of: String?.self) { group in
+                for (index, vault) in vaults.enumerated() {
+                    group.addTask {
+                        do {
+                            try await vault.save(record("p\(index)"))
+                            return nil
+                        } catch {
+                            return "\(index): \(error)"
+                        }
+                    }
+                }
+                return await group.reduce(into: [String]()) { if let failure = $1 { $0.append(failure) } }
+            }
+            #expect(failures.isEmpty, "\(failures)")
+            let later = make(scratch)
+            for index in 0..<24 { #expect(try await later.load("p\(index)") == record("p\(index)")) }
+            #expect(listFolder(scratch.path + "/keys") == ["vault.key"])
+        }
+    }
+
+    /// Creating the key file runs under the vault's lock, and never replaces a key file: an
+    /// opener that waited while another created one uses that one.
+    @Test func anOpenerTakesTheVaultLockAroundCreatingTheKeyFile() async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let folder = scratch.path + "/vault", keyFile = scratch.path + "/keys/vault.key"
+        try makePrivateFolder(folder + "/locks")
+        let lock = open(folder + "/locks/vault.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        #expect(flock(lock, LOCK_EX) == 0)
+        let opener = Task { try await EncryptedFileVault(folder: folder, keySource: .keyFile(keyFile)).save(record("work")) }
+        try await waitForLockWaiter(folder + "/locks/vault.lock")
+        #expect(bytes(keyFile).isEmpty, "no key file written while the lock is held elsewhere")
+        let theirs = [UInt8](repeating: 7, count: 16) + [UInt8](repeating: 9, count: 16)
+        try makePrivateFolder(scratch.path + "/keys")
+        try writeAtomically(theirs, to: keyFile)
+        close(lock)
+        try await opener.value
+        #expect(bytes(keyFile) == theirs, "the key file found was kept")
+    }
+
+    /// The keyring's lookup-then-store runs under the vault's lock: before, openers that all
+    /// found no key each stored one (the keyring keeps the last) and sealed vault.check with their
+    /// own, so the others got wrongKey, or vault.check was sealed with a key the keyring no longer
+    /// held. Here another opener (the test) holds the lock and stores its key meanwhile: the
+    /// waiting opener must then use that key, not store its own.
+    @Test(.enabled(if: getenv("AUTHBRIDGE_TEST_KEYRING") != nil && getenv("DBUS_SESSION_BUS_ADDRESS") != nil))
+    func anOpenerTakesTheVaultLockAroundTheKeyringLookupAndStore() async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let folder = scratch.path + "/vault"
+        let keyring = Keyring(libraryPaths: [Backend.keyringLibraryPath])
+        try makePrivateFolder(folder + "/locks")
+        let lock = open(folder + "/locks/vault.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        #expect(flock(lock, LOCK_EX) == 0)
+        let opener = Task { try await EncryptedFileVault(folder: folder, keySource: .keyring(keyring, fallback: nil)).save(record("work")) }
+        try await waitForLockWaiter(folder + "/locks/vault.lock")
+        #expect(try await keyring.lookup(kind: "vault-key", key: folder) == nil, "nothing stored while the lock is held elsewhere")
+        let theirs = randomKey()
+        try await keyring.store(kind: "vault-key", key: folder, label: "another opener's key", secret: theirs)
+        close(lock)
+        try await opener.value
+        #expect(try await keyring.lookup(kind: "vault-key", key: folder) == theirs, "the key found was kept")
+        #expect(try await EncryptedFileVault(folder: folder, keySource: .keyring(keyring, fallback: nil)).load("work") == record("work"))
+        try await keyring.clear(kind: "vault-key", key: folder)
+    }
+
+    /// A record file larger than any record (a save before the bound existed, or not ours) is
+    /// set aside once; before, every call on the profile failed with corruptRecord for good.
+    @Test func anOversizedRecordIsQuarantinedAndTheProfileWorksAfterwards() async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let vault = make(scratch)
+        try await vault.save(record("big"))
+        try await vault.save(record("big\u{1F}bob"))
+        try writeAtomically([UInt8](repeating: 0x61, count: 17 << 20), to: vault.recordPath("big"))
+        do {
+            _ = try await vault.load("big")
+            Issue.record("an oversized record must be reported")
+        } catch let error as VaultError {
+            #expect(error.reason == .corruptRecord && error.message.contains("quarantine"))
+        }
+        #expect(try await vault.load("big") == nil)
+        #expect(try await vault.keys(of: "big") == ["big\u{1F}bob"])
+        // The same through listing: an account's record too large to read.
+        try writeAtomically([UInt8](repeating: 0x62, count: 17 << 20), to: vault.recordPath("big\u{1F}bob"))
+        await #expect(throws: VaultError.self) { try await vault.keys(of: "big") }
+        #expect(try await vault.keys(of: "big") == [])
+        try await vault.save(record("big"))
+        #expect(try await vault.load("big") == record("big"))
+        #expect(listFolder(scratch.path + "/vault/quarantine").count == 2)
+    }
+
+    /// Not a regular file (a FIFO would even block a plain open), or a symbolic link: set aside too.
+    @Test func aRecordThatIsNotAFileIsQuarantined() async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let vault = make(scratch)
+        try await vault.save(record("other"))
+        #expect(mkfifo(vault.recordPath("fifo"), 0o600) == 0)
+        #expect(symlink(vault.recordPath("other"), vault.recordPath("link")) == 0)
+        for profile in ["fifo", "link"] {
+            await #expect(throws: VaultError.self) { try await vault.load(profile) }
+            #expect(try await vault.load(profile) == nil)
+        }
+        #expect(listFolder(scratch.path + "/vault/quarantine").count == 2)
+        #expect(try await vault.load("other") == record("other"))
+    }
+
+    /// Before: copies were named `<file>.<seconds>`, so a second one within a second replaced the first.
+    @Test func quarantinedCopiesNeverReplaceEachOther() async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let vault = make(scratch)
+        try await vault.save(record("other"))
+        for round in 0..<3 {
+            try writeAtomically(Array("torn \(round)".utf8), to: vault.recordPath("work"))
+            await #expect(throws: VaultError.self) { try await vault.load("work") }
+        }
+        let kept = listFolder(scratch.path + "/vault/quarantine")
+        #expect(kept.count == 3, "\(kept)")
+        let contents = Set(kept.map { String(decoding: bytes(scratch.path + "/vault/quarantine/" + $0), as: UTF8.self) })
+        #expect(contents == ["torn 0", "torn 1", "torn 2"])
+    }
+
+    /// Before, `load` moved a damaged record aside without the profile's lock: a record a writer
+    /// (holding the lock) put in its place meanwhile went to quarantine instead. Now the move
+    /// happens under the lock, only if the file is still the damaged one.
+    @Test func aRecordReplacedWhileALoadWaitsForTheLockIsNotQuarantined() async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let vault = make(scratch)
+        try await vault.save(record("work"))
+        try writeAtomically(Array("torn".utf8), to: vault.recordPath("work"))
+        let loaded = try await vault.withExclusiveAccess(to: "work") { () async throws -> Task<VaultRecord?, any Error> in
+            let reader = Task { try await make(scratch).load("work") }   // another opener, as another process would be
+            // The reader has found the damage once it waits for the lock (bounded: /proc/locks shows the waiter).
+            try await waitForLockWaiter(scratch.path + "/vault/locks/" + EncryptedFileVault.fileStem("work") + ".lock")
+            try await vault.save(record("work", token: "fresh"))
+            return reader
+        }
+        #expect(try await loaded.value == record("work", token: "fresh"))
+        #expect(!listFolder(scratch.path + "/vault").contains("quarantine") || listFolder(scratch.path + "/vault/quarantine").isEmpty)
+    }
+
+    /// Inside the profile's own critical section a damaged record is set aside without
+    /// waiting for the lock the caller already holds.
+    @Test func aDamagedRecordFoundUnderTheLockIsQuarantinedWithoutDeadlock() async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let vault = make(scratch)
+        try await vault.save(record("work"))
+        try writeAtomically(Array("torn".utf8), to: vault.recordPath("work"))
+        let outcome = try await vault.withExclusiveAccess(to: "work") { () async throws -> String in
+            do { _ = try await vault.load("work"); return "loaded" } catch let error as VaultError { return error.reason.rawValue }
+        }
+        #expect(outcome == "corruptRecord")
+        #expect(listFolder(scratch.path + "/vault/quarantine").count == 1)
     }
 
     @Test func looseFolderOrFilePermissionsAreRefused() async throws {
@@ -130,6 +332,31 @@ struct EncryptedFileVaultTests {
         try await make(scratch).save(record("work"))
         #expect(try await make(scratch).load("work") == record("work"))
     }
+}
+
+/// 32 random bytes as base64: a service secret of full strength.
+func randomKey() -> String {
+    var generator = SystemRandomNumberGenerator()
+    return Data((0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }).base64EncodedString()
+}
+
+/// Waits until someone waits for the flock on `path` (/proc/locks lists waiters with "->"), bounded.
+func waitForLockWaiter(_ path: String) async throws {
+    var info = stat()
+    #expect(stat(path, &info) == 0)
+    let inode = ":\(info.st_ino) "
+    let deadline = ContinuousClock.now + .seconds(30)
+    while ContinuousClock.now < deadline {
+        var text = ""
+        if let file = fopen("/proc/locks", "r") {
+            var line = [CChar](repeating: 0, count: 512)
+            while fgets(&line, 512, file) != nil { text += String(cString: line) }
+            fclose(file)
+        }
+        if text.split(separator: "\n").contains(where: { $0.contains("-> FLOCK") && $0.contains(inode) }) { return }
+        try await Task.sleep(for: .milliseconds(5))
+    }
+    Issue.record("nobody waited for the lock")
 }
 
 private extension String {

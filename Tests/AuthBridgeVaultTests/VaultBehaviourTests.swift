@@ -38,8 +38,10 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
         }
     }
 
+    private var keyringLibrary: String { Self.keyringLibraryPath }
+
     /// libAuthBridgeKeyring.so from this build (next to the test bundle).
-    private var keyringLibrary: String {
+    static var keyringLibraryPath: String {
         var root = Substring(String(#filePath))
         while let slash = root.lastIndex(of: "/"), !root.hasSuffix("/Tests") { root = root[..<slash] }
         return String(root.dropLast("/Tests".count)) + "/.build/debug/libAuthBridgeKeyring.so"
@@ -50,7 +52,9 @@ func record(_ profile: String, token: String = "at-secret-1", account: String? =
     VaultRecord(profile: profile, account: account, secret: ["tokens": ["accessToken": .string(token), "refreshToken": "rt-secret-1"]])
 }
 
-@Suite("Vault behaviour (every backend)")
+/// Serialized: the Secret Service cases share one keyring, whose listing fails on an item
+/// another test deletes meanwhile.
+@Suite("Vault behaviour (every backend)", .serialized)
 struct VaultBehaviourTests {
     @Test(arguments: Backend.available)
     func savesLoadsOverwritesAndDeletes(_ backend: Backend) async throws {
@@ -96,6 +100,55 @@ struct VaultBehaviourTests {
         for pair in stride(from: 0, to: entries.count, by: 2) {
             #expect(entries[pair].dropFirst(3) == entries[pair + 1].dropFirst(4), "sections overlapped: \(entries)")
         }
+    }
+}
+
+extension VaultBehaviourTests {
+    /// Reads and writes share one bound (VaultRecord.maximumSize, 1 MiB): before, a save had
+    /// none while reads refused more than 16 MiB, so a large save broke its profile for good.
+    @Test(arguments: Backend.available)
+    func aSaveOverTheRecordLimitIsRefusedAndNothingIsWritten(_ backend: Backend) async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let vault = backend.make(in: scratch)
+        let work = "limit-\(UInt32.random(in: .min ... .max))"   // one keyring serves every test at once
+        try await vault.save(record(work))
+        let huge = VaultRecord(profile: work, account: "ada", secret: ["tokens": ["accessToken": .string(String(repeating: "a", count: 1 << 20))]])
+        do {
+            try await vault.save(huge)
+            Issue.record("a record over the limit was stored")
+        } catch let error as VaultError {
+            #expect(error.reason.rawValue == "recordTooLarge")
+            #expect(error.message.contains("too large") && !error.message.contains("aaaa"))
+        }
+        #expect(try await vault.load(work) == record(work), "the stored record is untouched")
+        // Just under the bound is stored and read back.
+        let large = VaultRecord(profile: work, account: "ada", secret: ["tokens": ["accessToken": .string(String(repeating: "b", count: 600 << 10))]])
+        try await vault.save(large)
+        #expect(try await vault.load(work) == large)
+        try await vault.delete(work)
+    }
+
+    /// A record the vault can open but its user cannot read (`validate` says why) is kept
+    /// aside and reported once; afterwards the profile simply has no record.
+    @Test(arguments: Backend.available)
+    func aRecordItsReaderRejectsIsSetAsideOnce(_ backend: Backend) async throws {
+        let scratch = Scratch()
+        defer { scratch.remove() }
+        let vault = backend.make(in: scratch)
+        let suffix = UInt32.random(in: .min ... .max)   // one keyring serves every test at once
+        let odd = "odd-\(suffix)", fine = "fine-\(suffix)"
+        try await vault.save(record(odd))
+        try await vault.save(record(fine))
+        do {
+            _ = try await vault.load(odd, validate: { _ in "it holds no tokens" })
+            Issue.record("a rejected record must be reported")
+        } catch let error as VaultError {
+            #expect(error.reason == .corruptRecord && error.message.contains("it holds no tokens"))
+        }
+        #expect(try await vault.load(odd) == nil)
+        #expect(try await vault.load(fine) == record(fine))
+        try await vault.delete(fine)
     }
 }
 

@@ -571,3 +571,71 @@ def test_bare_authbridge_serves_a_pipe_and_every_command_has_help(tmp_path):
     for command in ("login", "status", "token", "logout", "serve", "plugins"):
         helped = subprocess.run([str(HOST_BIN), command, "--help"], capture_output=True, text=True, timeout=TIMEOUT)
         assert helped.returncode == 0 and "USAGE: authbridge " + command in helped.stdout
+
+
+class HostileProvider:
+    """A device-flow provider whose words carry terminal control sequences: a user code that
+    retitles the window and clears the screen, and a refusal whose description does more."""
+
+    HOSTILE = "\x1b]0;owned\x07\x1b[2J\x1b[31mRED\x1b[0m\u009b1m\x07\r\nerror: forged line\x7f"
+
+    def __init__(self) -> None:
+        import http.server
+
+        hostile = self.HOSTILE
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == "/device":
+                    status, body = 200, {"device_code": "dc-1", "user_code": "CODE-" + hostile, "expires_in": 60,
+                                         "verification_uri": "https://example.com/device", "interval": 1}
+                else:
+                    status, body = 400, {"error": "invalid_client", "error_description": "denied " + hostile}
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_provider_text_is_printed_without_terminal_control_characters(cli):
+    # Before: the user code and the provider's error_description reached the terminal as sent:
+    # escape sequences could retitle the window, clear the screen or forge a line.
+    provider = HostileProvider()
+    try:
+        config = cli.root / "config" / "authbridge" / "config.json"
+        profiles = json.loads(config.read_text())
+        profiles["profiles"]["hostile"] = {"plugin": "oidc", "settings": {
+            "clientId": "x", "tokenEndpoint": f"{provider.base}/token", "deviceAuthorizationEndpoint": f"{provider.base}/device"}}
+        config.write_text(json.dumps(profiles))
+        for terminal in (False, True):
+            if terminal:
+                session = cli.on_terminal("login", "hostile", "--device", "--timeout", "30")
+                session.finish()
+                shown = session.text
+            else:
+                login = cli.run("login", "hostile", "--device", "--timeout", "30")
+                shown = login.stdout + login.stderr
+            assert "CODE-" in shown and "denied" in shown, shown
+            visible = shown.replace("\x1b[0m", "").replace("\r\n", "\n")
+            for style in ("\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[36m"):   # the program's own styles, on a terminal only
+                visible = visible.replace(style, "")
+            for control in ("\x1b", "\x07", "\x9b", "\x7f", "\r"):
+                assert control not in visible, f"{control!r} reached the {'terminal' if terminal else 'pipe'}: {shown!r}"
+            assert "owned" not in visible, "a sequence's string goes with it"
+            assert not any(line.startswith("error: forged line") for line in visible.splitlines()), visible
+    finally:
+        provider.stop()

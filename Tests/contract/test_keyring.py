@@ -178,3 +178,24 @@ def test_a_locked_keyring_gives_a_clear_error(tmp_path, plugin_dir):
         bus.kill()
         bus.wait(timeout=10)
         stop_keyrings_of(root)
+
+
+def test_first_time_openers_store_one_vault_key_in_the_keyring(tmp_path, plugin_dir, keyring):
+    # Before: each opener looked the key up, found none, stored its own (the keyring keeps the
+    # last) and sealed vault.check with its key: earlier openers then held a key the keyring no
+    # longer had, and vault.check could be sealed with a key nobody can get back.
+    bus = {k: v for k, v in keyring.env.items() if k in ("DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR")}
+    for round_ in range(3):
+        data_home = tmp_path / f"data{round_}"
+        hosts = [start_on_data_home(tmp_path, plugin_dir, f"r{round_}-{i}", data_home, env=bus) for i in range(8)]
+        ids = [host.send_request("requestOAuthTokens", {"provider": "c", "flow": "session", "sessionId": f"k{i}"})
+               for i, host in enumerate(hosts)]
+        answers = [host.wait_response(id_) for host, id_ in zip(hosts, ids)]
+        for host in hosts:
+            stop(host)
+        errors = [a["error"]["message"] for a in answers if "error" in a]
+        assert not errors, errors
+        later = start_on_data_home(tmp_path, plugin_dir, f"later{round_}", data_home, env=bus)
+        status = later.result("checkSignInStatus", {"provider": "c"})
+        assert status["state"] == "signedIn" and status["storage"]["protection"] == "keyring"
+        stop(later)

@@ -174,3 +174,81 @@ def test_the_suite_wide_leak_scan_finds_a_token_where_it_must_not_be():
         assert leak_scan.leaks("", [token_result, error]) == ["frame 1 (error)"]
     finally:
         leak_scan.unregister(source)
+
+
+# ── The vault key and crash dumps ───────────────────────────────────────────
+
+#: A stand-in xdg-open: records its own environment (/proc/self/environ, as any process of this
+#: user could read it), then fails as on a machine without a desktop, which the host reports in a
+#: progress event: the test's signal that the record is complete.
+RECORDING_BROWSER = """#!{python}
+import shutil, sys
+shutil.copyfile("/proc/self/environ", {record!r})
+sys.exit(3)
+"""
+
+
+def proc_fields(pid: int, name: str) -> list[str]:
+    return next(line.split()[len(name.split()):] for line in open(f"/proc/{pid}/limits") if line.startswith(name))
+
+
+def test_the_vault_key_leaves_the_environment_and_children_get_a_filtered_one(start_host, oidc_plugin_dir, tmp_path):
+    # Before: AUTHBRIDGE_VAULT_KEY stayed in the host's environment (readable in
+    # /proc/<pid>/environ) and xdg-open and the browser inherited it.
+    import base64
+    import os
+    import sys
+    secret = base64.b64encode(os.urandom(32)).decode()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "xdg-open-environ"
+    (bin_dir / "xdg-open").write_text(RECORDING_BROWSER.format(python=sys.executable, record=str(record)))
+    (bin_dir / "xdg-open").chmod(0o755)
+    profile = {"plugin": "oidc", "settings": {"clientId": "x", "authorizationEndpoint": "http://127.0.0.1:9/authorize",
+                                              "tokenEndpoint": "http://127.0.0.1:9/token"}}
+    host = start_host([oidc_plugin_dir], profiles={"o": profile}, extra_args=["--open-browser"],
+                      env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "AUTHBRIDGE_VAULT_KEY": secret,
+                           "SOME_API_TOKEN": "tok-123456", "KEEP_ME": "visible"})
+    pending = host.send_request("requestOAuthTokens", {"provider": "o", "flow": "browser", "timeoutMs": 60_000})
+    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    host.result("listAccounts", {})  # the vault opened with the key: it was read before it left
+    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and "could not be opened" in p.get("message", ""))
+    child = dict(entry.split(b"=", 1) for entry in record.read_bytes().split(b"\0") if b"=" in entry)
+    assert b"AUTHBRIDGE_VAULT_KEY" not in child and secret.encode() not in record.read_bytes()
+    assert b"SOME_API_TOKEN" not in child, "a variable named like a secret is not passed on"
+    assert child.get(b"KEEP_ME") == b"visible" and child.get(b"PATH", b"").startswith(str(bin_dir).encode())
+    pid = host.proc.pid
+    if os.geteuid() == 0:
+        # root may read any process's environment: the host's shows no trace of the key.
+        environ = open(f"/proc/{pid}/environ", "rb").read()
+        assert secret.encode() not in environ and b"AUTHBRIDGE_VAULT_KEY=" not in environ
+    else:
+        # Not dumpable: this user's other processes cannot read it at all.
+        with pytest.raises(PermissionError):
+            open(f"/proc/{pid}/environ", "rb").read()
+    host.notify("$/cancelRequest", {"id": pending})
+    assert host.wait_response(pending)["error"]["code"] == -32800
+
+
+def test_no_core_dumps_and_not_dumpable():
+    # Before: the default core limit applied and the process was dumpable (ptrace-able by this
+    # user's other processes). A process that is not dumpable has its /proc entries owned by
+    # root; it is observed as a non-root user (root may read anything anyway).
+    import os
+    import subprocess
+    from conftest import HOST_BIN
+    uid = 65534 if os.geteuid() == 0 else os.geteuid()
+    env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent"}
+    process = subprocess.Popen([str(HOST_BIN), "serve", "--no-default-plugins", "--vault", "memory"], env=env, cwd="/",
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               user=uid if os.geteuid() == 0 else None)
+    try:
+        # Answered once it runs: the hardening happens before anything is read.
+        process.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"1.0"}}\n')
+        process.stdin.flush()
+        assert b'"id":1' in process.stdout.readline()
+        assert proc_fields(process.pid, "Max core file size")[:2] == ["0", "0"]
+        assert os.stat(f"/proc/{process.pid}/environ").st_uid == 0, "the host is still dumpable"
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)

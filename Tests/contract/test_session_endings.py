@@ -155,7 +155,8 @@ def test_a_licence_sign_out_overdue_at_start_happens_before_any_answer(start_hos
 def test_details_reach_frontends_without_secrets_and_follow_refreshes(clock_host):
     host = clock_host
     signed_in = sign_in_session(host, "s", "alice")
-    expected = {"sessionId": "alice", "generation": 1, "tier": "test"}   # secret-named, token-bearing, nested: dropped
+    # Secret-named (sessionId: a web session id is a credential; accessToken), token-bearing, nested: dropped.
+    expected = {"generation": 1, "tier": "test"}
     assert signed_in["details"] == expected
     assert host.result("checkSignInStatus", {"provider": "s"})["details"] == expected
     assert host.result("getAccessToken", {"provider": "s"})["details"] == expected

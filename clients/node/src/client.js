@@ -7,6 +7,7 @@
 // Ids are integers from 1, one per call, so an answer finds its call in `#pending` whatever order
 // the host answers in (it answers as requests finish, bridge-spec §1).
 
+import { Buffer } from 'node:buffer';
 import { EventEmitter } from 'node:events';
 import { accessSync, constants } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -95,8 +96,9 @@ export function bundledHost() {
  * - `'signIn/progress'` (params): a sign-in moved on (`stage` `openUrl`: open `params.url`);
  * - `'notification'` ({method, params}): every notification, including ones this client does not know;
  * - `'exit'` ({code, signal, error, stderrTail}): the host is gone (after close(), restart(), or it died);
- * - `'protocolError'` (Error): the host wrote something that is not a valid frame, or answered a
- *   request that was never sent. Never thrown: the bridge goes on.
+ * - `'protocolError'` (Error): the host wrote something that is not a valid frame, answered a
+ *   request that was never sent, or its output ended inside a line. The message gives lengths,
+ *   never the line's text (it may be part of a token). Never thrown: the bridge goes on.
  *
  * The host's start-up warnings (initialize's `warnings`, e.g. a config.json it could not read) go
  * to the `onWarning` option, by default to `process.emitWarning` (printed on stderr like Node's own
@@ -170,6 +172,8 @@ export class AuthBridge extends EventEmitter {
     host.on('line', current((line) => this.#receive(line)));
     host.on('overflow', current((bytes) =>
       this.#protocolError(`the host wrote a line of ${bytes} bytes, over the 64 MiB frame limit; it was dropped`)));
+    host.on('partial', current((bytes) =>
+      this.#protocolError(`the host's output ended inside a line (${bytes} bytes without a newline: it stopped mid-frame); it was dropped`)));
     if (options.onStderr) host.on('stderr', options.onStderr);
     host.on('exit', current((info) => this.#hostExited(info)));
     /** Resolves with {code, signal, error, stderrTail} when the host is gone (the current one, after restart()). */
@@ -354,8 +358,9 @@ export class AuthBridge extends EventEmitter {
     let frame;
     try {
       frame = JSON.parse(line);
-    } catch (error) {
-      this.#protocolError(`the host wrote a line that is not JSON: ${line.slice(0, 200)}`, error);
+    } catch {
+      // Not the parser's error as a cause: its message quotes the line.
+      this.#protocolError(`the host wrote a line that is not JSON (${byteLength(line)} bytes); it was ignored`);
       return;
     }
     if (this.#onFrame) userCode(() => this.#onFrame(frame, 'in', line));
@@ -367,7 +372,7 @@ export class AuthBridge extends EventEmitter {
         this.#dispatchResponse(frame, line);
         return;
       default:
-        this.#protocolError(`the host wrote a frame that is neither a response nor a notification: ${line.slice(0, 200)}`);
+        this.#protocolError(`the host wrote a frame that is neither a response nor a notification (${byteLength(line)} bytes); it was ignored`);
     }
   }
 
@@ -379,7 +384,7 @@ export class AuthBridge extends EventEmitter {
         // The host could not tell which request a frame was (-32700/-32600 with id null).
         this.#protocolError(`the host refused a frame: ${frame.error.code} ${frame.error.message}`, errorFromResponse(frame.error));
       } else {
-        this.#protocolError(`the host answered id ${JSON.stringify(frame.id)}, which no call is waiting for: ${line.slice(0, 200)}`);
+        this.#protocolError(`the host answered id ${describeId(frame.id)}, which no call is waiting for (${byteLength(line)} bytes); it was ignored`);
       }
       return;
     }
@@ -512,4 +517,16 @@ function exitedWithin(host, ms) {
       resolve(true);
     });
   });
+}
+
+// Protocol errors say how long a line was, never what it held: a broken or cut frame may be part
+// of an answer carrying a token (as the Python client does).
+function byteLength(line) {
+  return Buffer.byteLength(line, 'utf8');
+}
+
+/** An id as a problem report may show it: a number, or a short string; else only its type. */
+function describeId(id) {
+  if (typeof id === 'number' || (typeof id === 'string' && id.length <= 40)) return JSON.stringify(id);
+  return `of type ${id === null ? 'null' : typeof id}`;
 }

@@ -24,14 +24,16 @@ const CARRIAGE_RETURN = 0x0d;
 export class LineDecoder {
   /**
    * @param {(line: string) => void} onLine called with each complete line (without `\n`)
-   * @param {{maxLineBytes?: number, onOverflow?: (bytes: number) => void}} [options]
+   * @param {{maxLineBytes?: number, onOverflow?: (bytes: number) => void, onPartial?: (bytes: number) => void}} [options]
    *   onOverflow is called once per line longer than maxLineBytes; that line is discarded up
-   *   to its `\n` and decoding goes on after it.
+   *   to its `\n` and decoding goes on after it. onPartial is called at the end of the stream
+   *   when a last line has no `\n` (the writer stopped mid-frame); that line is discarded.
    */
-  constructor(onLine, { maxLineBytes = MAX_LINE_BYTES, onOverflow = () => {} } = {}) {
+  constructor(onLine, { maxLineBytes = MAX_LINE_BYTES, onOverflow = () => {}, onPartial = () => {} } = {}) {
     this.onLine = onLine;
     this.maxLineBytes = maxLineBytes;
     this.onOverflow = onOverflow;
+    this.onPartial = onPartial;
     this.parts = [];        // Buffers of the current, unfinished line
     this.partBytes = 0;
     this.discarding = false; // inside an over-long line: drop bytes up to the next \n
@@ -53,9 +55,20 @@ export class LineDecoder {
     }
   }
 
-  /** The stream ended: a last line without `\n` still counts. */
+  /**
+   * The stream ended. A last line without `\n` is not a frame (bridge-spec §1: each ends with
+   * one, and the host writes frames whole): a host that died mid-write left it, e.g. part of a
+   * getAccessToken answer. It is dropped and only its length reported, never its text.
+   */
   end() {
-    if (this.partBytes > 0 || this.discarding) this.#finishLine();
+    if (this.discarding) {
+      this.#finishLine();
+    } else if (this.partBytes > 0) {
+      const bytes = this.partBytes;
+      this.parts = [];
+      this.partBytes = 0;
+      this.onPartial(bytes);
+    }
   }
 
   #append(bytes) {
@@ -138,6 +151,7 @@ export class TailBuffer {
  * Events:
  * - `line` (text): one line of stdout, i.e. one frame's text;
  * - `overflow` (bytes): stdout carried a line longer than the 64 MiB limit (discarded);
+ * - `partial` (bytes): stdout ended inside a line, without its `\n` (discarded);
  * - `stderr` (line): one line of the host's log, if anyone listens (it is drained either way);
  * - `exit` ({code, signal, error, stderrTail}): the host is gone and its stdout has been read to
  *   the end, so every frame it wrote was delivered as a `line` before this. Emitted once.
@@ -168,6 +182,7 @@ export class HostProcess extends EventEmitter {
 
     const decoder = new LineDecoder((line) => this.emit('line', line), {
       onOverflow: (bytes) => this.emit('overflow', bytes),
+      onPartial: (bytes) => this.emit('partial', bytes),
     });
     let stdoutEnded = false;
     let stderrEnded = false;

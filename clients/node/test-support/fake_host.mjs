@@ -9,6 +9,8 @@
 //             sent, and a -32700 with id null
 //   crash     on listProviders: logs a last line and exits with status 3
 //   burst     answers listProviders in the same write as a session/changed notification before it
+//   cut       on listProviders: writes a line that is not JSON, an answer to an id never sent and
+//             the first part of an answer holding a token, then dies (no newline after it)
 
 import fs from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -55,6 +57,12 @@ lines.on('line', (text) => {
         fs.writeSync(1, 'this is not JSON\n');
         answer(999_999, {});
         send({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error' } });
+      }
+      if (mode === 'cut') {
+        fs.writeSync(1, '{"jsonrpc":"2.0","id":7,"result":{"accessToken":"at-broken-6161"\n');
+        fs.writeSync(1, '{"jsonrpc":"2.0","id":424242,"result":{"accessToken":"at-unknown-6262"}}\n');
+        fs.writeSync(1, `{"jsonrpc":"2.0","id":${message.id},"result":{"accessToken":"at-cut-6363`);
+        process.exit(9);
       }
       if (mode === 'crash') {
         fs.writeSync(2, 'fake host: the database is on fire\n');

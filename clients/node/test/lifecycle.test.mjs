@@ -314,6 +314,27 @@ test('broken frames are reported as protocolError events and the bridge goes on'
   await bridge.close();
 });
 
+test('protocol errors give lengths, never the text of a broken, unknown or cut frame', async () => {
+  // Before: the first 200 characters of the line went into the message (and the parser's error,
+  // which quotes it, into its cause), and a last line cut by the host's death was delivered.
+  const bridge = await AuthBridge.start(fakeHostOptions(box, 'cut'));
+  const problems = [];
+  bridge.on('protocolError', (error) => problems.push(error));
+  const error = await rejection(bridge.listProviders(), 'listProviders');
+  assert.ok(error instanceof HostExitedError);
+  await bridge.exited;
+  const text = problems.map((p) => `${p.message} ${p.cause?.message ?? ''}`).join('\n');
+  assert.equal(problems.length, 3, text);
+  assert.match(problems[0].message, /not JSON \(\d+ bytes\)/);
+  assert.match(problems[1].message, /id 424242, which no call is waiting for \(\d+ bytes\)/);
+  assert.match(problems[2].message, /ended inside a line \(\d+ bytes without a newline/);
+  for (const secret of ['at-broken-6161', 'at-unknown-6262', 'at-cut-6363', 'accessToken']) {
+    assert.ok(!text.includes(secret), `${secret} in: ${text}`);
+    assert.ok(!error.message.includes(secret), `${secret} in the rejection`);
+  }
+  await bridge.close();
+});
+
 test('a listener that throws does not cost the frames after it: the call in the same chunk is answered', async () => {
   // In a child process: the listener's error must surface as an uncaught exception, as from any
   // EventEmitter, which would end this test runner.

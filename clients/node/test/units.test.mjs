@@ -52,12 +52,20 @@ test('framing: a frame split at every byte boundary, with multi-byte UTF-8, deco
 
 test('framing: a 5 MB frame in uneven chunks, between small ones; CRLF and blank lines tolerated', () => {
   const big = { jsonrpc: '2.0', id: 1, result: { body: 'x'.repeat(5 * 1024 * 1024), tail: 'é' } };
-  const text = `{"jsonrpc":"2.0","id":0,"result":null}\r\n\n   \n${JSON.stringify(big)}\n{"jsonrpc":"2.0","id":2,"result":{}}`;
+  const text = `{"jsonrpc":"2.0","id":0,"result":null}\r\n\n   \n${JSON.stringify(big)}\n{"jsonrpc":"2.0","id":2,"result":{}}\n`;
   const lines = decode(Buffer.from(text), [65_536, 7, 100_003, 1, 4_096]);
   assert.equal(lines.length, 3);
   assert.deepEqual(JSON.parse(lines[0]), { jsonrpc: '2.0', id: 0, result: null });
   assert.deepEqual(JSON.parse(lines[1]), big);
-  assert.deepEqual(JSON.parse(lines[2]), { jsonrpc: '2.0', id: 2, result: {} }, 'a last line without \\n counts at end of stream');
+  assert.deepEqual(JSON.parse(lines[2]), { jsonrpc: '2.0', id: 2, result: {} });
+});
+
+test('framing: a last line without \\n (the writer died mid-frame) is dropped and only its length reported', () => {
+  const partials = [];
+  const text = '{"jsonrpc":"2.0","id":1,"result":{}}\n{"jsonrpc":"2.0","id":2,"result":{"accessToken":"at-cut';
+  const lines = decode(Buffer.from(text), [5, 64], { onPartial: (n) => partials.push(n) });
+  assert.deepEqual(lines, ['{"jsonrpc":"2.0","id":1,"result":{}}']);
+  assert.deepEqual(partials, [Buffer.byteLength(text.split('\n')[1])]);
 });
 
 test('framing: an over-long line is dropped (reported once) and decoding goes on after it', () => {

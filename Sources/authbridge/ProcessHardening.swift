@@ -1,0 +1,28 @@
+import CAuthBridgeProcess
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What the process does before anything else: the vault key and tokens
+/// live in its memory, so no core dump may write them out and no other
+/// process of this user may read them (ptrace, /proc/<pid>/mem); and the
+/// service secret leaves the environment, so no child (xdg-open, the
+/// browser it starts) inherits it.
+enum ProcessHardening {
+    /// `AUTHBRIDGE_VAULT_KEY` as found at start; the environment no longer holds it.
+    static let vaultSecret: String? = {
+        guard let value = ab_process_take_variable("AUTHBRIDGE_VAULT_KEY") else { return nil }
+        defer { free(value) }
+        let text = String(cString: value)
+        return text.isEmpty ? nil : text
+    }()
+
+    static func apply() {
+        _ = vaultSecret
+        let status = ab_process_harden()
+        if status != 0 {
+            Terminal.standardError.warn("could not turn off core dumps for this process (\(String(cString: strerror(status))))")
+        }
+    }
+}
