@@ -19,11 +19,11 @@ trap stop_keyrings EXIT
 export AUTHBRIDGE_KEYRING_HOME="$keyrings"   # marks the daemons started (or activated) for us
 # A private keyring folder: an existing login keyring with another password would stay locked.
 printf 'authbridge-test' | XDG_DATA_HOME="$keyrings" gnome-keyring-daemon --unlock --components=secrets >/dev/null 2>&1
-# The default collection appears shortly after start-up: wait for it (bounded).
+# The default collection appears shortly after start-up: wait for it (bounded: 30 s, for a loaded machine).
 tries=0
 until printf x | secret-tool store --label=probe application authbridge-probe >/dev/null 2>&1; do
     tries=$((tries + 1))
-    [ "$tries" -lt 100 ] || { echo "gnome-keyring did not come up" >&2; exit 1; }
+    [ "$tries" -lt 300 ] || { echo "gnome-keyring did not come up" >&2; exit 1; }
     sleep 0.1
 done
 secret-tool clear application authbridge-probe >/dev/null 2>&1 || true
