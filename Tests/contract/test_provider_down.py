@@ -58,13 +58,19 @@ def start_on(tmp_path: Path, name: str, data_home: Path, plugin_dirs: list[Path]
     return host
 
 
-def test_a_fresh_host_hands_out_the_held_token_and_signs_out_locally(tmp_path, oidc_plugin_dir, dot):
+def signed_in_on_a_shared_data_home(tmp_path: Path, oidc_plugin_dir: Path, dot) -> tuple[Path, dict[str, Any], Host]:
+    """A data home, the `dot` profile (discovery only), and a host signed in there."""
     data_home = tmp_path / "data"
     data_home.mkdir(mode=0o700)
     profiles = {"dot": {"plugin": "oidc", "settings": {"issuer": f"{dot.base}/o", "clientId": "authbridge-test",
                                                        "redirectUri": dot.redirect_uri}}}
     first = start_on(tmp_path, "first", data_home, [oidc_plugin_dir], profiles)
     sign_in_external(first, dot, "dot")
+    return data_home, profiles, first
+
+
+def test_a_fresh_host_hands_out_the_held_token_and_signs_out_locally(tmp_path, oidc_plugin_dir, dot):
+    data_home, profiles, first = signed_in_on_a_shared_data_home(tmp_path, oidc_plugin_dir, dot)
     held = first.result("getAccessToken", {"provider": "dot"})["accessToken"]
     stop_cleanly(first)
     dot.stop()
@@ -82,12 +88,7 @@ def test_a_fresh_host_hands_out_the_held_token_and_signs_out_locally(tmp_path, o
 
 
 def test_a_profile_whose_plugin_is_gone_is_still_signed_out_locally(tmp_path, oidc_plugin_dir, dot):
-    data_home = tmp_path / "data"
-    data_home.mkdir(mode=0o700)
-    profiles = {"dot": {"plugin": "oidc", "settings": {"issuer": f"{dot.base}/o", "clientId": "authbridge-test",
-                                                       "redirectUri": dot.redirect_uri}}}
-    first = start_on(tmp_path, "first", data_home, [oidc_plugin_dir], profiles)
-    sign_in_external(first, dot, "dot")
+    data_home, profiles, first = signed_in_on_a_shared_data_home(tmp_path, oidc_plugin_dir, dot)
     stop_cleanly(first)
     second = start_on(tmp_path, "second", data_home, [], profiles)   # the oidc plugin is not installed any more
     try:
