@@ -64,8 +64,8 @@ public final class Connection: Sendable {
     private let maxConcurrentRequests: Int
     private let maxBacklogBytes: Int
     private let maxBacklogCount: Int
-    /// How long the last frames may take to reach a peer at the end (one that
-    /// does not read must not keep the host alive).
+    /// How long the last frames may wait at the end for a peer that reads
+    /// nothing (one that does not read must not keep the host alive).
     private let flushGrace: Duration
     private let ending = EndingBox()
 
@@ -107,8 +107,8 @@ public final class Connection: Sendable {
     /// `drainGrace` to finish — `echo '{…initialize…}' | authbridge` still
     /// gets its answer — then, as after `exit`, the rest (e.g. a sign-in
     /// waiting for a callback that can no longer arrive) are cancelled and
-    /// answered -32800. What is queued is written before `run` returns, for
-    /// at most `flushGrace` when the peer does not read.
+    /// answered -32800. What is queued is written before `run` returns,
+    /// unless the peer reads nothing for `flushGrace`.
     public func run(delegate: ConnectionDelegate, drainGrace: Duration = .seconds(1)) async -> Ending {
         state.lock.withLock { state.delegate = delegate }
         let reason: Ending = await withCheckedContinuation { continuation in
@@ -158,8 +158,8 @@ public final class Connection: Sendable {
         writer.send(OutgoingFrame.notification(method: method, params: params))
     }
 
-    /// Writes out everything queued, waiting at most the flush grace for a
-    /// peer that does not read.
+    /// Writes out everything queued, giving up once the peer has read nothing
+    /// for the flush grace.
     public func flush() {
         state.lock.withLock {
             for frame in state.deferred { writer.send(frame) }

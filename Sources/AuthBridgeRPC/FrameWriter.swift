@@ -35,6 +35,8 @@ public final class FrameWriter: @unchecked Sendable {
     private var idle = false
     /// Threads waiting in `flush`.
     private var flushWaiters = 0
+    /// Bytes written so far (how `flush(timeout:)` tells a slow peer from one that does not read).
+    private var progress = 0
     private let onFailure: @Sendable (Int32) -> Void
     private let onWritten: @Sendable () -> Void
     public let maxQueuedBytes: Int
@@ -77,17 +79,22 @@ public final class FrameWriter: @unchecked Sendable {
         }
     }
 
-    /// Like `flush`, but gives up after `timeout` (a peer that does not read
-    /// must not keep the host alive); true when everything was written.
+    /// Like `flush`, but gives up once the peer has read nothing for
+    /// `timeout` (a peer that does not read must not keep the host alive; a
+    /// slow one still gets everything); true when everything was written.
     @discardableResult
     public func flush(timeout: Duration) -> Bool {
-        let deadline = ConditionLock.deadline(after: timeout)
-        return lock.withLock {
+        lock.withLock {
             flushWaiters += 1
             defer { flushWaiters -= 1 }
             if idle { lock.broadcast() }
+            var deadline = ConditionLock.deadline(after: timeout)
+            var seen = progress
             while (!queued.isEmpty || busy) && !failed && !stopped {
-                if !lock.wait(until: deadline) { break }
+                if lock.wait(until: deadline) { continue }
+                guard progress != seen else { break }
+                seen = progress
+                deadline = ConditionLock.deadline(after: timeout)
             }
             return queued.isEmpty && !busy
         }
@@ -143,6 +150,7 @@ public final class FrameWriter: @unchecked Sendable {
                     return errno
                 }
                 offset += written
+                lock.withLock { progress += written }
             }
             return 0
         }
