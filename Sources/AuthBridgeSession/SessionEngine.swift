@@ -102,7 +102,8 @@ public actor SessionEngine {
         let previous = profiles[name]
         let previousConfig = configs[name]
         let previousContext = resolvedContext(name)
-        profiles[name] = Profile(name: name, plugin: pluginID, settings: settings, source: .runtime)
+        let configured = Profile(name: name, plugin: pluginID, settings: settings, source: .runtime)
+        profiles[name] = configured
         configs[name] = nil
         do {
             _ = try await context(for: name)
@@ -116,7 +117,8 @@ public actor SessionEngine {
         if let previous, previous.plugin != pluginID || previous.settings != settings {
             try await dropSession(name, context: previousContext)
         }
-        return profileInfo(profiles[name]!)
+        // Not `profiles[name]!`: a removeProfile may have run during the awaits (issue 12 §0).
+        return profileInfo(profiles[name] ?? configured)
     }
 
     /// Removes a profile and the session stored for it (nothing is revoked:
