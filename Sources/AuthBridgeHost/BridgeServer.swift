@@ -54,6 +54,8 @@ public final class BridgeServer: ConnectionDelegate {
         self.configuration = configuration
         self.connection = connection
         self.logger = logger
+        // The spec's params schemas are read while plugins load, off the path of the first frame.
+        Task.detached { _ = ParamsSchema.shared.methods.count }
         self.runtime = Task.detached {
             let reports = PluginLoader(folders: configuration.pluginFolders, logger: logger).loadAll()
             var openBrowser: SessionEngine.BrowserOpener?

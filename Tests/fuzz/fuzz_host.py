@@ -480,7 +480,7 @@ def params_valid(spec, method: str, params: Any) -> bool | None:
 
 def run_episode(lines: list[bytes], ending: str, plugin_dir: Path, workdir: Path, validator: Validator,
                 figures: Figures, max_rss_kib: int) -> None:
-    argv, env = conftest.host_command(workdir, [plugin_dir], profiles=conftest.DEFAULT_PROFILES, log_level="error",
+    argv, env = conftest.host_command(workdir, [plugin_dir], profiles=conftest.DEFAULT_PROFILES, log_level="warning",
                                       extra_args=["--vault", "memory"])
     stderr = open(workdir / "stderr.log", "wb")
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, bufsize=0)
@@ -490,23 +490,16 @@ def run_episode(lines: list[bytes], ending: str, plugin_dir: Path, workdir: Path
     bad_lines: list[bytes] = []
     frames_out: list[dict] = []
 
+    raw_lines: list[bytes] = []
+
     def read():
-        nonlocal null_answers
-        for raw in proc.stdout:
-            try:
-                frame = json.loads(raw, object_pairs_hook=_no_duplicates)
-            except ValueError:
-                bad_lines.append(raw)
-                continue
-            frames_out.append(frame)
-            if "method" in frame:
-                continue
-            if frame.get("id") is None:
-                null_answers += 1
-            else:
-                key = readable_id(frame["id"])
-                answers[key] += 1
-                answer_frames[key].append(frame)
+        # Only collects: a reader that keeps up is what the host expects of a frontend.
+        stream = proc.stdout
+        while True:
+            chunk = os.read(stream.fileno(), 1 << 20)
+            if not chunk:
+                break
+            raw_lines.append(chunk)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -588,6 +581,25 @@ def run_episode(lines: list[bytes], ending: str, plugin_dir: Path, workdir: Path
     reader.join(EXIT_BOUND_S)
     stderr.close()
     figures.episodes += 1
+    output = b"".join(raw_lines)
+    lines_out = output.split(b"\n")
+    if lines_out and lines_out[-1]:
+        bad_lines.append(b"(no newline at the end) " + lines_out[-1][:200])
+    for raw in lines_out[:-1]:
+        try:
+            frame = json.loads(raw, object_pairs_hook=_no_duplicates)
+        except ValueError:
+            bad_lines.append(raw)
+            continue
+        frames_out.append(frame)
+        if "method" in frame:
+            continue
+        if frame.get("id") is None:
+            null_answers += 1
+        else:
+            key = readable_id(frame["id"])
+            answers[key] += 1
+            answer_frames[key].append(frame)
 
     if code is not None and code < 0:
         figures.crashes += 1
