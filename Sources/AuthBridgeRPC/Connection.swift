@@ -162,9 +162,8 @@ public final class Connection: Sendable {
     /// for the flush grace.
     public func flush() {
         state.lock.withLock {
-            for frame in state.deferred { writer.send(frame) }
-            state.deferred.removeAll()
-            state.backlogBytes = state.backlog.reduce(0) { $0 + $1.size }
+            while let frame = state.deferred.popFirst() { writer.send(frame) }
+            state.backlogBytes = state.backlog.elements.reduce(0) { $0 + $1.size }
         }
         if !writer.flush(timeout: flushGrace) {
             logger.warning("the peer did not read the last frames; exiting without them", metadata: ["bytes": "\(writer.queuedBytes)"])
@@ -232,14 +231,12 @@ public final class Connection: Sendable {
     /// order. Called with the lock held, whenever room or a slot may have
     /// appeared.
     private func pumpLocked() {
-        while !state.deferred.isEmpty, writer.hasRoom {
-            let frame = state.deferred.removeFirst()
+        while !state.deferred.isEmpty, writer.hasRoom, let frame = state.deferred.popFirst() {
             state.backlogBytes -= frame.count
             writer.send(frame)
         }
-        while state.deferred.isEmpty, let next = state.backlog.first, state.running.count < maxConcurrentRequests,
-              !state.closed, writer.hasRoom, let delegate = state.delegate {
-            state.backlog.removeFirst()
+        while state.deferred.isEmpty, !state.backlog.isEmpty, state.running.count < maxConcurrentRequests,
+              !state.closed, writer.hasRoom, let delegate = state.delegate, let next = state.backlog.popFirst() {
             state.backlogBytes -= next.size
             state.waitingIDs.remove(next.request.id)
             startLocked(next.request, delegate: delegate)
@@ -301,9 +298,8 @@ public final class Connection: Sendable {
             return
         }
         let task: Task<Void, Never>? = state.lock.withLock {
-            if let index = state.backlog.firstIndex(where: { $0.request.id == id }) {
+            if let waiting = state.backlog.removeFirst(where: { $0.request.id == id }) {
                 // Never started: answered at once.
-                let waiting = state.backlog.remove(at: index)
                 state.backlogBytes -= waiting.size
                 state.waitingIDs.remove(id)
                 answerLocked(OutgoingFrame.error(id: id, .cancelled))
@@ -325,12 +321,11 @@ public final class Connection: Sendable {
     private func cancelAll() {
         let tasks: [Task<Void, Never>] = state.lock.withLock {
             state.closed = true
-            for waiting in state.backlog {
+            while let waiting = state.backlog.popFirst() {
                 answerLocked(OutgoingFrame.error(id: waiting.request.id, .cancelled))
             }
-            state.backlog.removeAll()
             state.waitingIDs.removeAll()
-            state.backlogBytes = state.deferred.reduce(0) { $0 + $1.count }
+            state.backlogBytes = state.deferred.elements.reduce(0) { $0 + $1.count }
             for (id, running) in state.running {
                 var marked = running
                 marked.cancelRequested = true
@@ -393,10 +388,10 @@ private final class SharedState: @unchecked Sendable {
     let lock = ConditionLock()
     var delegate: ConnectionDelegate?
     var running: [RequestID: Running] = [:]
-    var backlog: [Waiting] = []
+    var backlog = FIFO<Waiting>()
     var waitingIDs: Set<RequestID> = []
     /// Answers waiting for room in the output, in arrival order.
-    var deferred: [[UInt8]] = []
+    var deferred = FIFO<[UInt8]>()
     /// What the backlog and the deferred answers weigh.
     var backlogBytes = 0
     /// After `exit` or the end of input's grace: nothing more starts.
@@ -405,6 +400,39 @@ private final class SharedState: @unchecked Sendable {
     var idleWaiters: [CheckedContinuation<Void, Never>] = []
     /// Runs the pump (set once the connection exists; called by the writer).
     var wake: (@Sendable () -> Void)?
+}
+
+/// A first-in first-out queue with O(1) removal at the front (Array's
+/// `removeFirst` is O(n), and the backlog may hold tens of thousands).
+struct FIFO<Element> {
+    private var storage: [Element] = []
+    private var head = 0
+
+    var isEmpty: Bool { head == storage.count }
+    var count: Int { storage.count - head }
+    var elements: ArraySlice<Element> { storage[head...] }
+
+    mutating func append(_ element: Element) { storage.append(element) }
+
+    mutating func popFirst() -> Element? {
+        guard head < storage.count else { return nil }
+        let element = storage[head]
+        head += 1
+        if head == storage.count {
+            storage.removeAll(keepingCapacity: storage.count <= 4096)
+            head = 0
+        } else if head >= 4096, head * 2 >= storage.count {
+            storage.removeFirst(head)
+            head = 0
+        }
+        return element
+    }
+
+    /// Removes and returns the first element that matches.
+    mutating func removeFirst(where matches: (Element) -> Bool) -> Element? {
+        guard let index = storage[head...].firstIndex(where: matches) else { return nil }
+        return storage.remove(at: index)
+    }
 }
 
 private final class EndingBox: Sendable {
