@@ -80,9 +80,15 @@ final class LoopbackListener: Sendable {
     }
 
     /// Stops the listener (idempotent); a pending `awaitCallback` returns nil.
+    /// The port refuses connections once this returns — before the request
+    /// that owned it is answered — not when the last reference goes (the
+    /// descriptor itself is closed in `deinit`, so no thread polls a reused one).
     func close() {
         answerBrowser(signedIn: nil, message: nil)
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        // On a listening socket, shutdown(2) leaves the LISTEN state at once: new
+        // connections are refused and queued ones reset.
+        _ = shutdown(socket, Int32(SHUT_RDWR))
         var byte: UInt8 = 1
         _ = write(stopPipe.write, &byte, 1)
     }
