@@ -145,7 +145,9 @@ struct ParamsSchema: Sendable {
                 return Problem(path: path, message: "must be at most \(maximum) characters long")
             }
             if let pattern = schema["pattern"]?.stringValue, !PatternCache.shared.matches(text, pattern) {
-                return Problem(path: path, message: "must match \(pattern)")
+                // The schema's description says it for people ("MAJOR.MINOR", e.g. "1.0").
+                let described = schema["description"]?.stringValue.map { " (\($0.hasSuffix(".") ? String($0.dropLast()) : $0))" } ?? ""
+                return Problem(path: path, message: "must match \(pattern)\(described)")
             }
         }
         if case .array(let elements) = instance {
