@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import fuzz_host  # noqa: E402
 
 FRAMES = 20_000
-MAX_RSS_MIB = 256
+MAX_RSS_MIB = 160
 
 
 def test_twenty_thousand_fuzzed_frames_are_each_answered_as_the_spec_says():

@@ -490,14 +490,35 @@ def test_the_newer_of_two_sign_ins_written_at_once_is_the_one_that_stays(host):
 # ── A frontend that does not read (issue 12 §1) ───────────────────────────────
 
 
+def _peak_rss_kib(pid, stopped, peak):
+    """Samples the host's VmHWM until `stopped` (wait4's ru_maxrss would also count this
+    process's own memory: Popen starts children with vfork)."""
+    while True:
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        peak[0] = max(peak[0], int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+        if stopped.wait(0.02):
+            return
+
+
 def _wait_with_rusage(proc, timeout):
     """(exit code, peak RSS in KiB) of a child, or (None, None) when it is still running after `timeout`."""
     outcome = {}
+    stopped, peak = threading.Event(), [0]
+    sampler = threading.Thread(target=_peak_rss_kib, args=(proc.pid, stopped, peak), daemon=True)
+    sampler.start()
 
     def reap():
-        _, status, usage = os.wait4(proc.pid, 0)
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)   # exited, still readable in /proc
+        stopped.set()
+        sampler.join()
+        _, status, _ = os.wait4(proc.pid, 0)
         outcome["code"] = os.waitstatus_to_exitcode(status)
-        outcome["rss"] = usage.ru_maxrss
+        outcome["rss"] = peak[0]
 
     waiter = threading.Thread(target=reap, daemon=True)
     waiter.start()

@@ -413,6 +413,7 @@ class Figures:
     wrong_exit_codes: int = 0
     rss_over_bound: int = 0
     max_rss_kib: int = 0
+    max_rss_episode: str = ""
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -430,8 +431,8 @@ class Figures:
                 f"crashes {self.crashes}, hangs {self.hangs}, lost answers {self.lost_answers}, "
                 f"extra answers {self.extra_answers}, null-id answer mismatches {self.null_id_mismatches}, "
                 f"frames breaking bridge-spec {self.invalid_frames}, params disagreements {self.params_disagreements}, "
-                f"wrong exit codes {self.wrong_exit_codes}, max RSS {self.max_rss_kib / 1024:.1f} MiB, "
-                f"{self.seconds:.0f} s")
+                f"wrong exit codes {self.wrong_exit_codes}, max RSS {self.max_rss_kib / 1024:.1f} MiB "
+                f"({self.max_rss_episode}), {self.seconds:.0f} s")
 
 
 class Validator:
@@ -465,6 +466,36 @@ class Validator:
         return found
 
 
+class PeakRSS:
+    """The host's peak resident set (VmHWM), read from /proc while it runs. Not wait4's
+    ru_maxrss: for a child started by vfork it also counts the parent's (this fuzzer's) memory."""
+
+    def __init__(self, pid: int):
+        self.path = f"/proc/{pid}/status"
+        self.peak_kib = 0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def read(self) -> None:
+        try:
+            with open(self.path) as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        self.peak_kib = max(self.peak_kib, int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+
+    def _sample(self) -> None:
+        while not self.stopped.wait(0.05):
+            self.read()
+
+    def stop(self) -> int:
+        self.stopped.set()
+        self.thread.join()
+        return self.peak_kib
+
+
 def params_valid(spec, method: str, params: Any) -> bool | None:
     """Whether `params` satisfy the method's x-params schema (None: not a request method)."""
     validator = spec.request_params.get(method)
@@ -491,6 +522,7 @@ def run_episode(lines: list[bytes], ending: str, plugin_dir: Path, workdir: Path
     frames_out: list[dict] = []
 
     raw_lines: list[bytes] = []
+    peak = PeakRSS(proc.pid)
 
     def read():
         # Only collects: a reader that keeps up is what the host expects of a frontend.
@@ -557,9 +589,9 @@ def run_episode(lines: list[bytes], ending: str, plugin_dir: Path, workdir: Path
     outcome_box: dict[str, Any] = {}
 
     def reap():
-        _, status, usage = os.wait4(proc.pid, 0)
+        _, status, _ = os.wait4(proc.pid, 0)
         outcome_box["status"] = status
-        outcome_box["rss"] = usage.ru_maxrss
+        outcome_box["rss"] = peak.stop()
 
     reaper = threading.Thread(target=reap, daemon=True)
     reaper.start()
@@ -574,7 +606,10 @@ def run_episode(lines: list[bytes], ending: str, plugin_dir: Path, workdir: Path
         proc.returncode = os.waitstatus_to_exitcode(status)
         code = proc.returncode
         rss = outcome_box["rss"]
-        figures.max_rss_kib = max(figures.max_rss_kib, rss)
+        if rss > figures.max_rss_kib:
+            figures.max_rss_kib = rss
+            longest = max(len(line) for line in lines)
+            figures.max_rss_episode = f"{workdir.name}: {len(lines)} frames, ending {ending}, longest line {longest} bytes"
         if rss > max_rss_kib:
             figures.rss_over_bound += 1
             figures.problem(f"{workdir.name}: peak RSS {rss // 1024} MiB")
