@@ -209,7 +209,7 @@ public final class BridgeServer: ConnectionDelegate {
             return params
         }
         // Notifications a client sends are in the spec too, but are never requests.
-        guard schemas.knows(request.method), !["initialized", "exit", "$/cancelRequest", "session/changed", "signIn/progress"].contains(request.method) else {
+        guard schemas.knows(request.method), !["initialized", "exit", "$/cancelRequest"].contains(request.method) else {
             throw RPCError.methodNotFound(request.method)
         }
         let params = try Params(request)

@@ -29,8 +29,9 @@ import Musl
 /// with ECMA-262 on the subset the spec uses (anchors, classes, groups,
 /// alternation, quantifiers).
 struct ParamsSchema: Sendable {
-    /// The document, parsed on first use (not at start-up).
-    static let shared = ParamsSchema(document: (try? JSON.parse(OpenRPCDocument.text)) ?? .null)
+    /// The spec's params schemas (`OpenRPCDocument.paramsText`: the document's `x-params` and
+    /// the schemas they reach, a tenth of the whole), parsed once.
+    static let shared = ParamsSchema(document: (try? JSON.parse(OpenRPCDocument.paramsText)) ?? .null)
 
     static let supportedKeywords: Set<String> = [
         "$ref", "type", "const", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
@@ -47,8 +48,9 @@ struct ParamsSchema: Sendable {
 
     init(document: JSON) {
         self.document = document
-        var methods: [String: JSON] = [:]
-        for method in document["methods"]?.arrayValue ?? [] {
+        var methods: [String: JSON] = document["methods"]?.objectValue ?? [:]
+        // The whole OpenRPC document lists methods in an array (with the host's own notifications).
+        for method in document["methods"]?.arrayValue ?? [] where method["x-direction"] != "server-to-client" {
             if let name = method["name"]?.stringValue, let params = method["x-params"] { methods[name] = params }
         }
         self.methods = methods

@@ -39,6 +39,30 @@ struct ParamsSchemaTests {
         return found
     }
 
+    /// The cut-down copy the host reads (`make spec`) holds exactly the whole document's params schemas.
+    @Test func theParamsSchemasAreTheWholeDocumentsOwn() throws {
+        let whole = ParamsSchema(document: try JSON.parse(OpenRPCDocument.text))
+        #expect(whole.methods == schemas.methods)
+        #expect(!schemas.methods.isEmpty)
+        var references: Set<String> = []
+        func collect(_ value: JSON) {
+            switch value {
+            case .object(let members):
+                if let reference = members["$ref"]?.stringValue { references.insert(reference) }
+                members.values.forEach(collect)
+            case .array(let elements): elements.forEach(collect)
+            default: break
+            }
+        }
+        schemas.methods.values.forEach(collect)
+        schemas.document["components"].map(collect)
+        for reference in references {
+            #expect(schemas.resolve(reference) != nil && schemas.resolve(reference) == whole.resolve(reference), "\(reference)")
+        }
+        let names = Set(schemas.document["components"]?["schemas"]?.objectValue?.keys.map { "#/components/schemas/\($0)" } ?? [])
+        #expect(names == references, "the cut-down copy holds what the params schemas reach, no more")
+    }
+
     @Test func theDocumentIsReadAndNamesEveryMethod() {
         for method in ["initialize", "shutdown", "rpc.discover", "listProviders", "configureProfile", "removeProfile", "listAccounts",
                        "checkSignInStatus", "requestOAuthTokens", "completeSignIn", "signOut", "getAccessToken", "fetch"] {
