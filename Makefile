@@ -7,6 +7,7 @@
 #   make install PREFIX=DIR   a self-contained, relocatable tree: DIR/bin, DIR/lib/authbridge/…
 #   make dist                 dist/: tarball, Python wheel, .deb, npm package, SHA256SUMS
 #   make bench                throughput and cold start next to a C baseline
+#   make fuzz N=1000000       the seeded frame fuzzer, long (SEED=…); it prints its figures
 #
 # Everything it installs is local (apt packages, a venv in .venv). Building needs only the build
 # packages; the test packages (a browser, a keyring, tsc) and the venv come with test and demo.
@@ -42,7 +43,7 @@ BUNDLED_PLUGINS := oidc salesforce tableau marketsharp
 BUNDLED_C_PLUGINS := duke
 
 .PHONY: all deps deps-build deps-dist deps-test build release test test-swift test-contract test-python-client test-node \
-        test-node-client test-dist install stage-tree dist demo dev-server bench clean spec ladder
+        test-node-client test-dist install stage-tree dist demo dev-server bench clean spec ladder fuzz
 
 all: build
 
@@ -181,6 +182,15 @@ bench: release build deps-test
 	@echo "Cross-process refresh (4 hosts sharing one vault, 1 s access tokens; the fake, then django-oauth-toolkit):"
 	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge \
 	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k shared 2>&1 | grep -E "processes|passed|failed"
+
+## fuzz N=FRAMES [SEED=S]: Tests/fuzz/fuzz_host.py against the debug host (test plugins, memory vault):
+## valid, hostile and broken frames; prints frames, crashes, hangs, lost answers, max RSS. `make test`
+## runs it at about 20,000 frames (Tests/contract/test_fuzz.py).
+N    ?= 1000000
+SEED ?= 12
+fuzz: build $(VENV)/.ready
+	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
+	  $(VPY) Tests/fuzz/fuzz_host.py --frames $(N) --seed $(SEED)
 
 ## dev-server: the bundled django-oauth-toolkit (Tests/support/dot_server.py) on 127.0.0.1:$(DEV_PORT)
 ## until Ctrl-C, for trying the quick starts: it prints the exports they read and the test user.

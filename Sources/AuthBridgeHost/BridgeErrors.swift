@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgePluginHost
 import AuthBridgeRPC
 import AuthBridgeSession
 
@@ -37,6 +38,12 @@ extension RPCError {
         case .configurationError: code = .configurationError
         case .invalidParams: code = .invalidParams
         }
-        self.init(code, error.message, data: error.data)
+        // Held to bridge-spec's ErrorObject whatever produced the error: a
+        // message for people, a reason that is a word, a real HTTP status.
+        var data = error.data
+        if let reason = data["reason"]?.stringValue, !ProviderFailure.isWord(reason) { data = data.setting("reason", "pluginError") }
+        if let status = data["status"]?.intValue, !(100...599).contains(status) { data = data.setting("status", nil) }
+        let message = error.message.allSatisfy(\.isWhitespace) ? "The request failed (\(error.reason ?? error.kind.rawValue))." : error.message
+        self.init(code, message, data: data)
     }
 }

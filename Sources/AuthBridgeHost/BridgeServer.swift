@@ -54,6 +54,8 @@ public final class BridgeServer: ConnectionDelegate {
         self.configuration = configuration
         self.connection = connection
         self.logger = logger
+        // The spec's params schemas are read while plugins load, off the path of the first frame.
+        Task.detached { _ = ParamsSchema.shared.methods.count }
         self.runtime = Task.detached {
             let reports = PluginLoader(folders: configuration.pluginFolders, logger: logger).loadAll()
             var openBrowser: SessionEngine.BrowserOpener?
@@ -103,7 +105,8 @@ public final class BridgeServer: ConnectionDelegate {
             case (.initialized, "initialize"):
                 return RPCError.invalidRequest("the server is already initialized")
             case (.initialized, "shutdown"):
-                phase = .shuttingDown
+                // Only a valid shutdown starts shutting down; an invalid one is answered by `handle`.
+                if (try? Self.checkedParams(request)) != nil { phase = .shuttingDown }
                 return nil
             case (.initialized, _):
                 return nil
@@ -138,7 +141,7 @@ public final class BridgeServer: ConnectionDelegate {
     // MARK: - Methods
 
     private func dispatch(_ request: Request) async throws -> JSON {
-        let params = try Params(request)
+        let params = try Self.checkedParams(request, testClock: configuration.testClock)
         switch request.method {
         case "initialize": return try await initialize(params)
         case "shutdown":
@@ -149,64 +152,41 @@ public final class BridgeServer: ConnectionDelegate {
         let engine = await runtime.value.engine
         switch request.method {
         case "listProviders":
-            try params.allowOnly([])
             return ["plugins": .array(await runtime.value.reports.map(\.json)), "profiles": .array(await engine.profileList())]
         case "configureProfile":
-            try params.allowOnly(["name", "plugin", "settings"])
             let settings = JSON.object(try params.optionalObject("settings") ?? [:])
             return try await engine.configureProfile(name: try params.string("name"), plugin: try params.string("plugin"), settings: settings)
         case "removeProfile":
-            try params.allowOnly(["name"])
             return ["removed": .bool(try await engine.removeProfile(try params.string("name")))]
         case "listAccounts":
-            try params.allowOnly(["provider"])
             return ["accounts": .array(try await engine.listAccounts(try params.optionalString("provider")))]
         case "checkSignInStatus":
-            try params.allowOnly(["provider", "account"])
             return try await engine.checkSignInStatus(try params.string("provider"), account: try params.optionalNonEmptyString("account"),
                                                       requestID: request.id.json)
         case "requestOAuthTokens":
-            try params.allowOnly(["provider", "flow", "sessionId", "scopes", "loginHint", "redirectUri", "timeoutMs"])
-            let provider = try params.string("provider")
-            _ = try params.optionalEnum("flow", ["browser", "external", "device", "session"])
-            _ = try params.optionalString("sessionId")
-            _ = try params.optionalStringArray("scopes")
-            _ = try params.optionalString("loginHint")
-            _ = try params.optionalString("redirectUri")
-            _ = try params.optionalInt("timeoutMs", in: 1_000...3_600_000)
-            return try await engine.requestOAuthTokens(provider, params: .object(params.members), requestID: request.id.json)
+            return try await engine.requestOAuthTokens(try params.string("provider"), params: .object(params.members), requestID: request.id.json,
+                                                       order: request.sequence)
         case "completeSignIn":
-            try params.allowOnly(["provider", "callbackUrl"])
             return try await engine.completeSignIn(try params.string("provider"), callbackURL: try params.string("callbackUrl"))
         case "signOut":
-            try params.allowOnly(["provider", "account"])
             return try await engine.signOut(try params.string("provider"), account: try params.optionalNonEmptyString("account"),
                                             requestID: request.id.json)
         case "getAccessToken":
-            try params.allowOnly(["provider", "account", "minValidityMs", "forceRefresh"])
             let minimum = try params.optionalInt("minValidityMs", in: 0...86_400_000) ?? SessionEngine.defaultMinimumValidityMilliseconds
             return try await engine.getAccessToken(try params.string("provider"), account: try params.optionalNonEmptyString("account"),
                                                    minimumValidity: minimum, forceRefresh: try params.optionalBool("forceRefresh") ?? false,
                                                    requestID: request.id.json)
         case "fetch":
-            try params.allowOnly(["provider", "account", "url", "method", "headers", "body", "timeoutMs"])
-            let provider = try params.string("provider")
-            var headers: [String: JSON] = [:]
-            for (name, value) in try params.optionalObject("headers") ?? [:] {
-                guard case .string = value else { throw RPCError.invalidParams(field: "headers.\(name)", "must be a string") }
-                headers[name] = value
-            }
             let outgoing: JSON = .compactObject([
-                "method": .string(try params.optionalString("method")?.uppercased() ?? "GET"),
+                "method": .string(try params.optionalString("method") ?? "GET"),
                 "url": .string(try params.string("url")),
-                "headers": .object(headers),
+                "headers": .object(try params.optionalObject("headers") ?? [:]),
                 "body": try params.optionalString("body").map(JSON.string),
                 "timeoutMs": try params.optionalInt("timeoutMs", in: 1_000...300_000).map(JSON.int),
             ])
-            return try await engine.fetch(provider, account: try params.optionalNonEmptyString("account"), request: outgoing,
+            return try await engine.fetch(try params.string("provider"), account: try params.optionalNonEmptyString("account"), request: outgoing,
                                           requestID: request.id.json)
         case "$/test/advanceClock" where configuration.testClock:
-            try params.allowOnly(["milliseconds"])
             guard let step = try params.optionalInt("milliseconds", in: -31_536_000_000...31_536_000_000) else {
                 throw RPCError.invalidParams(field: "milliseconds", "is required")
             }
@@ -217,19 +197,34 @@ public final class BridgeServer: ConnectionDelegate {
         }
     }
 
+    /// The request's params, checked against the method's `x-params` schema in
+    /// bridge-spec (`ParamsSchema`): every method's checks come from the spec.
+    /// An unknown method is -32601 whatever its params.
+    static func checkedParams(_ request: Request, testClock: Bool = false) throws(RPCError) -> Params {
+        let schemas = ParamsSchema.shared
+        if request.method == "$/test/advanceClock" && testClock {
+            // Test suites only, not part of the protocol: checked by hand.
+            let params = try Params(request)
+            try params.allowOnly(["milliseconds"])
+            return params
+        }
+        // Notifications a client sends are in the spec too, but are never requests.
+        guard schemas.knows(request.method), !["initialized", "exit", "$/cancelRequest"].contains(request.method) else {
+            throw RPCError.methodNotFound(request.method)
+        }
+        let params = try Params(request)
+        try schemas.check(method: request.method, params: request.params)
+        return params
+    }
+
     /// Validates `initialize` params. Unknown members are ignored: a newer
-    /// client sends them before it knows this host's version.
+    /// client sends them before it knows this host's version (the spec's
+    /// InitializeParams allows them).
     static func checkInitialize(_ request: Request) -> RPCError? {
         do throws(RPCError) {
-            let params = try Params(request)
+            let params = try checkedParams(request)
             let requested = try params.string("protocolVersion")
-            _ = try params.optionalObject("clientInfo")
-            _ = try params.optionalObject("capabilities")
             guard negotiatedMinor(requested) != nil else {
-                let parts = requested.split(separator: ".", omittingEmptySubsequences: false)
-                guard parts.count == 2, parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }) else {
-                    return RPCError.invalidParams(field: "protocolVersion", "must look like \"1.0\"")
-                }
                 return RPCError(.unsupportedProtocolVersion, "Protocol version \(requested) is not supported; this host speaks 1.x",
                                 data: ["reason": "unsupportedProtocolVersion", "retryable": false, "supported": ["1.0"]])
             }

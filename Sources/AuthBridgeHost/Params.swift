@@ -2,6 +2,8 @@ import AuthBridgeJSON
 import AuthBridgeRPC
 
 /// Named params of a request, read with errors that name the field (-32602).
+/// The bridge's methods check their params against bridge-spec first
+/// (`ParamsSchema`); these readers then only take out typed values.
 struct Params {
     let members: [String: JSON]
 
@@ -40,9 +42,12 @@ struct Params {
         return flag
     }
 
+    /// An integer: in JSON Schema 2020-12 (bridge-spec's dialect) `1000.0` and `1e3` are integers too.
     func optionalInt(_ name: String, in range: ClosedRange<Int64>) throws(RPCError) -> Int64? {
         guard let value = members[name], !value.isNull else { return nil }
-        guard case .int(let number) = value else { throw RPCError.invalidParams(field: name, "must be an integer, not \(value.typeName)") }
+        guard let number = value.intValue else {
+            throw RPCError.invalidParams(field: name, "must be an integer, not \(value.typeName)")
+        }
         guard range.contains(number) else { throw RPCError.invalidParams(field: name, "must be between \(range.lowerBound) and \(range.upperBound)") }
         return number
     }

@@ -7,29 +7,90 @@ public struct JSONParseError: Error, Sendable, CustomStringConvertible {
     public var message: String
     public var line: Int
     public var column: Int
+    /// True when the text is valid JSON nested deeper than jansson's limit (2048 levels).
+    public var isTooDeep: Bool = false
+
+    public init(message: String, line: Int, column: Int, isTooDeep: Bool = false) {
+        self.message = message
+        self.line = line
+        self.column = column
+        self.isTooDeep = isTooDeep
+    }
 
     public var description: String { "\(message) (line \(line), column \(column))" }
 }
 
 extension JSON {
+    /// How deep arrays and objects may nest (jansson's JSON_PARSER_MAX_DEPTH).
+    public static let maximumDepth = 2048
+
     /// Parses one JSON value (any type at top level) from UTF-8 bytes.
     ///
     /// Invalid UTF-8, duplicate object keys, trailing garbage and nesting
     /// deeper than jansson's limit (2048) are errors. `\u0000` in strings is allowed.
+    ///
+    /// Numbers are never a reason to refuse valid JSON (RFC 8259 §6 sets no
+    /// range): integers become `.int`, other numbers `.double`; an integer
+    /// beyond 64 bits becomes the nearest `.double` (RFC 8259 §6 allows that
+    /// approximation) and a number beyond a double's range `.double(±.infinity)`,
+    /// so that a reader can refuse that one value (naming it) rather than the
+    /// whole text. jansson refuses the whole text instead
+    /// (`json_error_numeric_overflow`), so on that error, and only then, the
+    /// text is parsed again with each such number token swapped for a string
+    /// sentinel carrying a random per-parse nonce (`WideNumbers`), and the
+    /// sentinels are turned back into those doubles. The common path costs
+    /// nothing extra, and jansson still does all the parsing and checking.
     public static func parse(_ bytes: UnsafeRawBufferPointer) throws(JSONParseError) -> JSON {
+        switch parseWithJansson(bytes) {
+        case .success(let value): return value
+        case .failure(let failure):
+            guard failure.code == json_error_numeric_overflow else { throw failure.error }
+            guard let rewritten = WideNumbers(bytes) else { throw failure.error }
+            let reparsed = rewritten.text.withUnsafeBytes { parseWithJansson($0) }
+            switch reparsed {
+            case .success(let value): return rewritten.restore(value)
+            case .failure(let again): throw again.error
+            }
+        }
+    }
+
+    /// Parses like `parse`, except that every array or object nested deeper
+    /// than `depth` levels is read as `null`, and `truncated` says whether any
+    /// was. For reading a message's envelope (its id) when the whole is too
+    /// deep for jansson. The replaced parts are skipped, not checked.
+    public static func parse(_ bytes: UnsafeRawBufferPointer, truncatingBeyond depth: Int) throws(JSONParseError) -> (value: JSON, truncated: Bool) {
+        let (text, truncated) = WideNumbers.truncating(bytes, beyond: max(1, depth))
+        let value = try text.withUnsafeBytes { buffer in
+            Result { () throws(JSONParseError) in try parse(buffer) }
+        }.get()
+        return (value, truncated)
+    }
+
+    private struct JanssonFailure: Error {
+        var error: JSONParseError
+        var code: json_error_code
+    }
+
+    private static func parseWithJansson(_ bytes: UnsafeRawBufferPointer) -> Result<JSON, JanssonFailure> {
         var error = json_error_t()
         let flags = JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL
         guard let base = bytes.baseAddress?.assumingMemoryBound(to: CChar.self),
               let root = json_loadb(base, bytes.count, Int(flags), &error)
         else {
-            if bytes.isEmpty { throw JSONParseError(message: "empty input", line: 1, column: 0) }
+            if bytes.isEmpty {
+                return .failure(JanssonFailure(error: JSONParseError(message: "empty input", line: 1, column: 0), code: json_error_premature_end_of_input))
+            }
             let message = withUnsafeBytes(of: &error.text) { raw in
                 String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
             }
-            throw JSONParseError(message: message, line: Int(error.line), column: Int(error.column))
+            // json_error_code() is an inline function Swift cannot import: the code is the text's last byte.
+            let code = withUnsafeBytes(of: &error.text) { raw in json_error_code(rawValue: UInt32(raw[raw.count - 1])) }
+            return .failure(JanssonFailure(error: JSONParseError(message: message, line: Int(error.line), column: Int(error.column),
+                                                                 isTooDeep: code == json_error_stack_overflow),
+                                           code: code))
         }
         defer { cjansson_decref(root) }
-        return JSON(borrowing: root)
+        return .success(JSON(borrowing: root))
     }
 
     /// Parses one JSON value from UTF-8 bytes.

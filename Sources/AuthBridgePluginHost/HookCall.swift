@@ -63,12 +63,30 @@ public struct ProviderFailure: Error, Sendable, Equatable {
         self.status = status
     }
 
+    /// A Failure as a plugin sent it (`set_error`), held to the ABI's schema,
+    /// because its members reach the frontend (`error.data`, events): a
+    /// `reason` that is not a word (bridge-spec's `Reason`) makes it a plugin
+    /// error (`internal` `pluginError`, as any malformed answer); an empty
+    /// `message` gets one; a `status` that is not an HTTP status is dropped.
     public init(json: JSON) {
+        let given = json["message"]?.stringValue.map(Redaction.redact) ?? ""
+        let message = given.allSatisfy(\.isWhitespace) ? nil : given
+        let status = json["status"]?.intValue.flatMap { (100...599).contains($0) ? Int($0) : nil }
+        let reason = json["reason"]?.stringValue ?? "unspecified"
+        guard Self.isWord(reason) else {
+            self.init(.internal, reason: "pluginError",
+                      message: message ?? "The provider plugin reported an error with an invalid reason.", status: status)
+            return
+        }
         let kind = json["kind"]?.stringValue.flatMap(Kind.init(rawValue:)) ?? .internal
-        self.init(kind,
-                  reason: json["reason"]?.stringValue ?? "unspecified",
-                  message: Redaction.redact(json["message"]?.stringValue ?? "the provider plugin reported an error"),
-                  status: json["status"]?.intValue.map { Int($0) })
+        self.init(kind, reason: reason, message: message ?? "the provider plugin reported an error", status: status)
+    }
+
+    /// bridge-spec's `Reason`: `^[A-Za-z][A-Za-z0-9_.-]*$`, a stable machine word.
+    public static func isWord(_ text: String) -> Bool {
+        func isLetter(_ byte: UInt8) -> Bool { (65...90).contains(byte) || (97...122).contains(byte) }
+        guard let first = text.utf8.first, isLetter(first) else { return false }
+        return text.utf8.allSatisfy { isLetter($0) || (48...57).contains($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") }
     }
 
     public var json: JSON {

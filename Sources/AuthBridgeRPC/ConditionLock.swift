@@ -33,6 +33,24 @@ final class ConditionLock: @unchecked Sendable {
     /// Waits for a signal; only call inside `withLock`.
     func wait() { pthread_cond_wait(condition, mutex) }
 
+    /// Waits for a signal until `deadline` (CLOCK_REALTIME, as the condition
+    /// variable's default clock); false once the deadline has passed.
+    func wait(until deadline: timespec) -> Bool {
+        var deadline = deadline
+        return pthread_cond_timedwait(condition, mutex, &deadline) != ETIMEDOUT
+    }
+
+    /// The CLOCK_REALTIME time `duration` from now, for `wait(until:)`.
+    static func deadline(after duration: Duration) -> timespec {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let (seconds, attoseconds) = duration.components
+        var nanoseconds = Int(now.tv_nsec) + Int(attoseconds / 1_000_000_000)
+        var wholeSeconds = Int(now.tv_sec) + Int(seconds)
+        if nanoseconds >= 1_000_000_000 { nanoseconds -= 1_000_000_000; wholeSeconds += 1 }
+        return timespec(tv_sec: wholeSeconds, tv_nsec: nanoseconds)
+    }
+
     func broadcast() { pthread_cond_broadcast(condition) }
 }
 

@@ -25,11 +25,23 @@ public protocol ConnectionDelegate: AnyObject, Sendable {
 }
 
 /// A JSON-RPC 2.0 peer on a pair of file descriptors, after sourcekit-lsp's
-/// connection: one reader thread, one serialized writer, a table of pending
+/// connection: one reader thread, one serialized writer, a table of running
 /// requests, and cancellation mapped to task cancellation.
 ///
 /// Every request gets exactly one response; responses go out as requests
 /// finish, so they may be out of order.
+///
+/// Bounds, and why the reader keeps reading: at most `maxConcurrentRequests`
+/// run at once, and no new one starts while the writer's queue is past its
+/// bound (a peer that does not read its input). Requests read meanwhile wait
+/// in a backlog, in arrival order, and answers the reader gives at once
+/// (parse errors, refusals) wait with them when the output is full. The
+/// reader goes on reading, so `$/cancelRequest` (a waiting request is
+/// answered -32800 at once), `exit` and end of input are always seen; it
+/// only pauses while the backlog itself is past `maxBacklogBytes` (a peer
+/// that writes without end and never reads), until the backlog shrinks.
+/// Memory is thus bounded by the running requests, the writer's bound and
+/// the backlog's.
 public final class Connection: Sendable {
     /// What the reader does after a notification.
     public enum Disposition: Sendable {
@@ -48,16 +60,22 @@ public final class Connection: Sendable {
     private let reader: FrameReader
     private let writer: FrameWriter
     private let logger: Logger
-    private let pending = Mutex<[RequestID: Task<Void, Never>]>([:])
-    /// Requests running at once; the reader waits for a free slot, so a
-    /// client that pipelines faster than requests finish cannot make the
-    /// host's memory grow without bound (notifications still need a slot-free
-    /// reader only between requests, so cancellation keeps working).
-    private let slots: RequestSlots
+    private let state: SharedState
+    private let maxConcurrentRequests: Int
+    private let maxBacklogBytes: Int
+    private let maxBacklogCount: Int
+    /// How long the last frames may wait at the end for a peer that reads
+    /// nothing (one that does not read must not keep the host alive).
+    private let flushGrace: Duration
     private let ending = EndingBox()
 
-    public init(input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20, maxConcurrentRequests: Int = 256) {
-        self.slots = RequestSlots(limit: maxConcurrentRequests)
+    public init(input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20, maxConcurrentRequests: Int = 256,
+                maxQueuedOutputBytes: Int = 4 << 20, maxBacklogBytes: Int = 8 << 20, maxBacklogCount: Int = 65_536,
+                flushGrace: Duration = .seconds(2)) {
+        self.maxConcurrentRequests = max(1, maxConcurrentRequests)
+        self.maxBacklogBytes = max(1, maxBacklogBytes)
+        self.maxBacklogCount = max(1, maxBacklogCount)
+        self.flushGrace = flushGrace
         // A pipe whose write end the writer closes when the peer is gone, to
         // wake the reader from a blocked read.
         var stop: [Int32] = [-1, -1]
@@ -68,21 +86,31 @@ public final class Connection: Sendable {
         }
         self.reader = FrameReader(fd: input, maxFrameBytes: maxFrameBytes, stopFD: stop[0] >= 0 ? stop[0] : nil)
         self.logger = logger
+        let state = SharedState()
+        self.state = state
         let endingBox = self.ending
         let stopWriter = stop[1]
-        self.writer = FrameWriter(fd: output, onFailure: { _ in
+        self.writer = FrameWriter(fd: output, maxQueuedBytes: maxQueuedOutputBytes, onFailure: { _ in
             endingBox.value.withLock { if $0 == nil { $0 = .peerGone } }
             if stopWriter >= 0 { close(stopWriter) }
-        })
+            // A reader waiting for the backlog to shrink must see the end too.
+            state.lock.withLock { state.lock.broadcast() }
+        }, onWritten: { state.wake?() })
+        state.wake = { [weak self] in
+            guard let self else { return }
+            self.state.lock.withLock { self.pumpLocked() }
+        }
     }
 
     /// Reads and dispatches frames until end of input, `exit`, or the peer
-    /// going away. After end of input, running requests get `drainGrace` to
-    /// finish — `echo '{…initialize…}' | authbridge` still gets its answer —
-    /// then, as after `exit`, the rest (e.g. a sign-in waiting for a callback
-    /// that can no longer arrive) are cancelled and answered -32800.
-    /// Everything queued is written before `run` returns.
+    /// going away. After end of input, running and waiting requests get
+    /// `drainGrace` to finish — `echo '{…initialize…}' | authbridge` still
+    /// gets its answer — then, as after `exit`, the rest (e.g. a sign-in
+    /// waiting for a callback that can no longer arrive) are cancelled and
+    /// answered -32800. What is queued is written before `run` returns,
+    /// unless the peer reads nothing for `flushGrace`.
     public func run(delegate: ConnectionDelegate, drainGrace: Duration = .seconds(1)) async -> Ending {
+        state.lock.withLock { state.delegate = delegate }
         let reason: Ending = await withCheckedContinuation { continuation in
             startThread(name: "ab-reader") { [self] in
                 var exitCode: Int32?
@@ -90,36 +118,35 @@ public final class Connection: Sendable {
                     switch event {
                     case .tooLarge(let count):
                         logger.warning("dropped an over-long frame", metadata: ["bytes": "\(count)"])
-                        send(error: .invalidRequest("frame of \(count) bytes exceeds the limit of \(reader.maxFrameBytes)"), id: nil)
-                        return true
+                        answer(error: .invalidRequest("frame of \(count) bytes exceeds the limit of \(reader.maxFrameBytes)"), id: nil)
                     case .frame(let bytes):
                         if ending.value.withLock({ $0 }) == .peerGone { return false }
-                        switch dispatch(IncomingMessage.decode(bytes), delegate: delegate) {
-                        case .proceed: return true
-                        case .exit(let code): exitCode = code; return false
+                        if case .exit(let code) = dispatch(IncomingMessage.decode(bytes), size: bytes.count, delegate: delegate) {
+                            exitCode = code
+                            return false
                         }
                     }
+                    return waitForBacklogRoom()
                 }
                 let reason: Ending = exitCode.map { .exit(code: $0) } ?? ending.value.withLock { $0 } ?? .endOfInput
                 continuation.resume(returning: reason)
             }
         }
         if reason == .endOfInput && drainGrace > .zero { await drain(grace: drainGrace) }
-        await cancelPending()
-        writer.flush()
+        cancelAll()
+        await waitUntilIdle()
+        flush()
         return reason
     }
 
-    /// Waits for running requests to finish, at most `grace`.
+    /// Lets running and waiting requests finish, for at most `grace`.
     private func drain(grace: Duration) async {
-        let tasks = pending.withLock { Array($0.values) }
-        guard !tasks.isEmpty else { return }
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { for task in tasks { await task.value } }
+            group.addTask { await self.waitUntilIdle() }
             group.addTask {
                 // A deadline, not synchronisation: past it, what still runs is cancelled.
                 guard (try? await Task.sleep(for: grace)) != nil else { return }
-                for task in tasks { task.cancel() }
+                self.cancelAll()
             }
             await group.next()
             group.cancelAll()
@@ -131,19 +158,28 @@ public final class Connection: Sendable {
         writer.send(OutgoingFrame.notification(method: method, params: params))
     }
 
-    /// Writes out everything queued.
-    public func flush() { writer.flush() }
+    /// Writes out everything queued, giving up once the peer has read nothing
+    /// for the flush grace.
+    public func flush() {
+        state.lock.withLock {
+            while let frame = state.deferred.popFirst() { writer.send(frame) }
+            state.backlogBytes = state.backlog.elements.reduce(0) { $0 + $1.size }
+        }
+        if !writer.flush(timeout: flushGrace) {
+            logger.warning("the peer did not read the last frames; exiting without them", metadata: ["bytes": "\(writer.queuedBytes)"])
+        }
+    }
 
     /// The number of requests running now.
-    public var pendingCount: Int { pending.withLock { $0.count } }
+    public var pendingCount: Int { state.lock.withLock { state.running.count } }
 
     // MARK: - Dispatch (reader thread)
 
-    private func dispatch(_ message: IncomingMessage, delegate: ConnectionDelegate) -> Disposition {
+    private func dispatch(_ message: IncomingMessage, size: Int, delegate: ConnectionDelegate) -> Disposition {
         switch message {
         case .invalid(let id, let error):
             logger.debug("answered an invalid frame", metadata: ["code": "\(error.code.rawValue)"])
-            send(error: error, id: id)
+            answer(error: error, id: id)
         case .response(let id):
             logger.debug("ignored a response from the peer", metadata: ["id": "\(id.map(String.init(describing:)) ?? "null")"])
         case .notification(let notification):
@@ -152,58 +188,107 @@ public final class Connection: Sendable {
                 return .proceed
             }
             return delegate.received(notification)
-        case .request(let request):
+        case .request(var request):
+            // A duplicate is refused before `admit`, so it has no effect at all
+            // (a duplicate `shutdown` must not start shutting down).
+            let duplicate: Bool = state.lock.withLock {
+                state.sequence += 1
+                request.sequence = state.sequence
+                guard state.running[request.id] != nil || state.waitingIDs.contains(request.id) else { return false }
+                // Queued under the lock that also orders the first request's
+                // own answer: this refusal always goes out before that answer.
+                answerLocked(OutgoingFrame.error(id: request.id, .invalidRequest("id \(request.id) is already in use by a running request")))
+                return true
+            }
+            if duplicate { return .proceed }
             if let refusal = delegate.admit(request) {
-                send(error: refusal, id: request.id)
+                answer(error: refusal, id: request.id)
                 return .proceed
             }
-            start(request, delegate: delegate)
+            state.lock.withLock {
+                state.backlog.append(Waiting(request: request, size: size))
+                state.backlogBytes += size
+                state.waitingIDs.insert(request.id)
+                pumpLocked()
+            }
         }
         return .proceed
     }
 
-    private func start(_ request: Request, delegate: ConnectionDelegate) {
-        let id = request.id
-        slots.acquire()
-        let accepted = pending.withLock { table -> Bool in
-            guard table[id] == nil else { return false }
-            // Registered under the lock: the task cannot remove its entry
-            // before it has been added.
-            table[id] = Task { [self] in
-                let started = logger.logLevel <= .debug ? ContinuousClock.now : nil
-                let frame: [UInt8]
-                var outcome: RPCError?
-                do {
-                    let result = try await delegate.handle(request)
-                    if Task.isCancelled { outcome = .cancelled }
-                    frame = outcome.map { OutgoingFrame.error(id: id, $0) } ?? OutgoingFrame.result(id: id, result)
-                } catch let error as RPCError {
-                    outcome = Task.isCancelled ? .cancelled : error
-                    frame = OutgoingFrame.error(id: id, outcome!)
-                } catch is CancellationError {
-                    outcome = .cancelled
-                    frame = OutgoingFrame.error(id: id, .cancelled)
-                } catch {
-                    // Unclassified errors may carry provider text: keep it in the log only.
-                    logger.error("request failed", metadata: ["method": "\(request.method)", "error": "\(type(of: error))"])
-                    outcome = Task.isCancelled ? .cancelled : .internalError
-                    frame = OutgoingFrame.error(id: id, outcome!)
-                }
-                if let started {
-                    // Method, id, time and outcome only: never params or results.
-                    logger.debug("answered", metadata: ["method": "\(request.method)", "id": "\(id)",
-                                                        "ms": "\((ContinuousClock.now - started).components.attoseconds / 1_000_000_000_000_000 + (ContinuousClock.now - started).components.seconds * 1000)",
-                                                        "outcome": "\(outcome.map { String($0.code.rawValue) } ?? "ok")"])
-                }
-                pending.withLock { _ = $0.removeValue(forKey: id) }
-                writer.send(frame)
-                slots.release()
+    /// Blocks the reader while the backlog is past its bound; false when the
+    /// peer is gone meanwhile.
+    private func waitForBacklogRoom() -> Bool {
+        state.lock.withLock {
+            while state.backlogBytes > maxBacklogBytes || state.backlog.count + state.deferred.count > maxBacklogCount {
+                if ending.value.withLock({ $0 }) == .peerGone { return false }
+                state.lock.wait()
             }
             return true
         }
-        if !accepted {
-            slots.release()
-            send(error: .invalidRequest("id \(id) is already in use by a running request"), id: id)
+    }
+
+    /// Answers what may be answered and starts what may start, in arrival
+    /// order. Called with the lock held, whenever room or a slot may have
+    /// appeared.
+    private func pumpLocked() {
+        while !state.deferred.isEmpty, writer.hasRoom, let frame = state.deferred.popFirst() {
+            state.backlogBytes -= frame.count
+            writer.send(frame)
+        }
+        while state.deferred.isEmpty, !state.backlog.isEmpty, state.running.count < maxConcurrentRequests,
+              !state.closed, writer.hasRoom, let delegate = state.delegate, let next = state.backlog.popFirst() {
+            state.backlogBytes -= next.size
+            state.waitingIDs.remove(next.request.id)
+            startLocked(next.request, delegate: delegate)
+        }
+        state.lock.broadcast()
+        resumeIdleWaitersLocked()
+    }
+
+    private func startLocked(_ request: Request, delegate: ConnectionDelegate) {
+        let id = request.id
+        // Registered under the lock: the task cannot look its entry up
+        // before it has been added.
+        let task = Task { [self] in
+            let started = logger.logLevel <= .debug ? ContinuousClock.now : nil
+            var outcome: RPCError?
+            var result: JSON?
+            do {
+                result = try await delegate.handle(request)
+            } catch let error as RPCError {
+                outcome = error
+            } catch is CancellationError {
+                outcome = .cancelled
+            } catch {
+                // Unclassified errors may carry provider text: keep it in the log only.
+                logger.error("request failed", metadata: ["method": "\(request.method)", "error": "\(type(of: error))"])
+                outcome = .internalError
+            }
+            finish(id, method: request.method, result: result, error: outcome, started: started)
+        }
+        state.running[id] = Running(task: task)
+    }
+
+    /// Answers a finished request. A result always stands — its effect
+    /// happened, even if a `$/cancelRequest` arrived meanwhile; an error is
+    /// answered -32800 when the peer cancelled the request before it ended.
+    private func finish(_ id: RequestID, method: String, result: JSON?, error: RPCError?, started: ContinuousClock.Instant?) {
+        var outcome = error
+        state.lock.withLock {
+            let cancelled = state.running[id]?.cancelRequested ?? false
+            if result == nil, cancelled { outcome = .cancelled }
+            state.running[id] = nil
+            // Under the lock, so that a duplicate of this id read before
+            // this point is refused before this answer goes out.
+            writer.send(result.map { OutgoingFrame.result(id: id, $0) } ?? OutgoingFrame.error(id: id, outcome ?? .internalError))
+            pumpLocked()
+        }
+        if let started {
+            // Method, id, time and outcome only: never params or results.
+            let elapsed = ContinuousClock.now - started
+            let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+            logger.debug("answered", metadata: ["method": "\(method)", "id": "\(id)", "ms": "\(milliseconds)",
+                                                "outcome": "\(outcome.map { String($0.code.rawValue) } ?? "ok")"])
         }
     }
 
@@ -212,44 +297,144 @@ public final class Connection: Sendable {
             logger.debug("$/cancelRequest without a valid id")
             return
         }
-        let task = pending.withLock { $0[id] }
+        let task: Task<Void, Never>? = state.lock.withLock {
+            if let waiting = state.backlog.removeFirst(where: { $0.request.id == id }) {
+                // Never started: answered at once.
+                state.backlogBytes -= waiting.size
+                state.waitingIDs.remove(id)
+                answerLocked(OutgoingFrame.error(id: id, .cancelled))
+                pumpLocked()
+                return nil
+            }
+            // A finished request is no longer here: its answer stands.
+            guard var running = state.running[id] else { return nil }
+            running.cancelRequested = true
+            state.running[id] = running
+            return running.task
+        }
+        // Outside the lock: cancellation handlers run synchronously.
         task?.cancel()
     }
 
-    private func cancelPending() async {
-        let tasks = pending.withLock { Array($0.values) }
+    /// Stops starting requests, answers the waiting ones -32800 and cancels
+    /// the running ones (`exit`, end of input past its grace).
+    private func cancelAll() {
+        let tasks: [Task<Void, Never>] = state.lock.withLock {
+            state.closed = true
+            while let waiting = state.backlog.popFirst() {
+                answerLocked(OutgoingFrame.error(id: waiting.request.id, .cancelled))
+            }
+            state.waitingIDs.removeAll()
+            state.backlogBytes = state.deferred.elements.reduce(0) { $0 + $1.count }
+            for (id, running) in state.running {
+                var marked = running
+                marked.cancelRequested = true
+                state.running[id] = marked
+            }
+            resumeIdleWaitersLocked()
+            return state.running.values.map(\.task)
+        }
         for task in tasks { task.cancel() }
-        for task in tasks { await task.value }
     }
 
-    private func send(error: RPCError, id: RequestID?) {
-        writer.send(OutgoingFrame.error(id: id, error))
+    /// Returns once no request runs or waits.
+    private func waitUntilIdle() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            state.lock.withLock {
+                state.idleWaiters.append(continuation)
+                resumeIdleWaitersLocked()
+            }
+        }
+    }
+
+    private func resumeIdleWaitersLocked() {
+        guard state.running.isEmpty, state.backlog.isEmpty, !state.idleWaiters.isEmpty else { return }
+        for waiter in state.idleWaiters { waiter.resume() }
+        state.idleWaiters.removeAll()
+    }
+
+    /// An answer given without running anything (parse errors, refusals):
+    /// written now, or after the answers before it once the output has room.
+    private func answer(error: RPCError, id: RequestID?) {
+        state.lock.withLock { answerLocked(OutgoingFrame.error(id: id, error)) }
+    }
+
+    private func answerLocked(_ frame: [UInt8]) {
+        if state.deferred.isEmpty, writer.hasRoom {
+            writer.send(frame)
+        } else {
+            state.deferred.append(frame)
+            state.backlogBytes += frame.count
+        }
+    }
+}
+
+/// A request read but not started yet.
+private struct Waiting {
+    var request: Request
+    /// Its frame's size: what it weighs in the backlog's bound.
+    var size: Int
+}
+
+private struct Running {
+    var task: Task<Void, Never>
+    /// The peer cancelled it (or the connection is ending) before it finished.
+    var cancelRequested = false
+}
+
+/// The connection's mutable state, behind one lock (a condition variable,
+/// because the reader thread waits on it).
+private final class SharedState: @unchecked Sendable {
+    let lock = ConditionLock()
+    var delegate: ConnectionDelegate?
+    var running: [RequestID: Running] = [:]
+    var backlog = FIFO<Waiting>()
+    var waitingIDs: Set<RequestID> = []
+    /// Answers waiting for room in the output, in arrival order.
+    var deferred = FIFO<[UInt8]>()
+    /// What the backlog and the deferred answers weigh.
+    var backlogBytes = 0
+    /// After `exit` or the end of input's grace: nothing more starts.
+    var closed = false
+    var sequence: UInt64 = 0
+    var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Runs the pump (set once the connection exists; called by the writer).
+    var wake: (@Sendable () -> Void)?
+}
+
+/// A first-in first-out queue with O(1) removal at the front (Array's
+/// `removeFirst` is O(n), and the backlog may hold tens of thousands).
+struct FIFO<Element> {
+    private var storage: [Element] = []
+    private var head = 0
+
+    var isEmpty: Bool { head == storage.count }
+    var count: Int { storage.count - head }
+    var elements: ArraySlice<Element> { storage[head...] }
+
+    mutating func append(_ element: Element) { storage.append(element) }
+
+    mutating func popFirst() -> Element? {
+        guard head < storage.count else { return nil }
+        let element = storage[head]
+        head += 1
+        if head == storage.count {
+            storage.removeAll(keepingCapacity: storage.count <= 4096)
+            head = 0
+        } else if head >= 4096, head * 2 >= storage.count {
+            storage.removeFirst(head)
+            head = 0
+        }
+        return element
+    }
+
+    /// Removes and returns the first element that matches.
+    mutating func removeFirst(where matches: (Element) -> Bool) -> Element? {
+        guard let index = storage[head...].firstIndex(where: matches) else { return nil }
+        return storage.remove(at: index)
     }
 }
 
 private final class EndingBox: Sendable {
     let value = Mutex<Connection.Ending?>(nil)
-}
-
-/// A counting semaphore the reader thread blocks on (never a task).
-private final class RequestSlots: Sendable {
-    private let lock = ConditionLock()
-    private let limit: Int
-    nonisolated(unsafe) private var used = 0
-
-    init(limit: Int) { self.limit = max(1, limit) }
-
-    func acquire() {
-        lock.withLock {
-            while used >= limit { lock.wait() }
-            used += 1
-        }
-    }
-
-    func release() {
-        lock.withLock {
-            used -= 1
-            lock.broadcast()
-        }
-    }
 }

@@ -21,10 +21,15 @@ public enum RequestID: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// The id in a `$/cancelRequest`-style param, or nil when it is not an id.
+    /// A number with a zero fraction (`7.0`, `1e3`) is an integer, as in JSON
+    /// Schema 2020-12 (bridge-spec's `RequestId`), up to 2^53 where doubles
+    /// are exact; it is answered as the integer.
     public init?(_ json: JSON) {
         switch json {
         case .int(let value): self = .int(value)
         case .string(let value): self = .string(value)
+        case .double(let value) where value.isFinite && value.rounded() == value && abs(value) <= 9_007_199_254_740_992:
+            self = .int(Int64(value))
         default: return nil
         }
     }
@@ -36,11 +41,16 @@ public struct Request: Sendable {
     public var method: String
     /// The params object or array; nil when absent.
     public var params: JSON?
+    /// Arrival order: the connection numbers requests as it reads them
+    /// (1, 2, …), so "newer" can mean "arrived later" even when requests run
+    /// concurrently and reach a shared point in another order.
+    public var sequence: UInt64
 
-    public init(id: RequestID, method: String, params: JSON?) {
+    public init(id: RequestID, method: String, params: JSON?, sequence: UInt64 = 0) {
         self.id = id
         self.method = method
         self.params = params
+        self.sequence = sequence
     }
 }
 
@@ -71,6 +81,19 @@ public enum IncomingMessage: Sendable {
         let value: JSON
         do {
             value = try JSON.parse(frame)
+        } catch where error.isTooDeep {
+            // Valid JSON, deeper than the parser goes: read the envelope alone
+            // so that a request still gets an answer carrying its id.
+            guard let (envelope, _) = try? JSON.parse(frame, truncatingBeyond: 8) else {
+                return .invalid(id: nil, error: .parseError(error.description))
+            }
+            let refusal = RPCError.invalidRequest("the message nests deeper than \(JSON.maximumDepth) levels")
+            switch classify(envelope) {
+            case .request(let request): return .invalid(id: request.id, error: refusal)
+            case .response(let id): return .response(id: id)
+            case .invalid(let id, let error): return .invalid(id: id, error: error)
+            case .notification: return .invalid(id: nil, error: refusal)
+            }
         } catch {
             return .invalid(id: nil, error: .parseError(error.description))
         }

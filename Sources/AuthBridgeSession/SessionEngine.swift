@@ -38,6 +38,8 @@ public actor SessionEngine {
     private var configs: [String: JSON] = [:]
     private var refreshes: [SessionKey: SharedWork<Result<StoredSession, ProviderFailure>>] = [:]
     private var pendingSignIns: [String: PendingSignIn] = [:]
+    /// Per profile, the arrival order of the newest external/browser sign-in that got as far as waiting.
+    private var newestSignIn: [String: UInt64] = [:]
     private var licenceSignOuts: Set<SessionKey> = []
     /// Resolutions of profiles' configurations under way (single-flight).
     private var resolving: [String: (profile: Profile, work: SharedWork<Result<JSON, SessionError>>)] = [:]
@@ -442,8 +444,9 @@ public actor SessionEngine {
     // MARK: - requestOAuthTokens
 
     /// Interactive sign-in. `params` are the bridge params (flow, sessionId,
-    /// scopes, loginHint, redirectUri, timeoutMs).
-    public func requestOAuthTokens(_ provider: String, params: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
+    /// scopes, loginHint, redirectUri, timeoutMs). `order` is the request's
+    /// arrival order (0: unknown), which decides which of two sign-ins is newer.
+    public func requestOAuthTokens(_ provider: String, params: JSON, requestID: JSON?, order: UInt64 = 0) async throws(SessionError) -> JSON {
         let context = try await context(for: provider)
         let flows = context.plugin.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
         let flow = params["flow"]?.stringValue ?? flows.first ?? "browser"
@@ -468,7 +471,7 @@ public actor SessionEngine {
             let input: JSON = ["profile": context.profileJSON, "flow": "session", "sessionId": .string(sessionID)]
             tokens = try await complete(input, context: context, provider: provider, requestID: requestID)
         case "external":
-            tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID, listener: nil, nonce: &nonce)
+            tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID, listener: nil, nonce: &nonce, order: order)
         case "browser":
             // RFC 8252: the redirect comes back to a one-shot listener on 127.0.0.1,
             // which holds the browser's request until the outcome is known.
@@ -482,7 +485,7 @@ public actor SessionEngine {
             let listener = try LoopbackListener(port: UInt16(port), path: path)
             defer { listener.close() }
             do {
-                tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID, listener: listener, nonce: &nonce)
+                tokens = try await externalSignIn(provider, context: context, params: params, requestID: requestID, listener: listener, nonce: &nonce, order: order)
                 let result = try await storeSignIn(tokens, context: context, nonce: nonce, provider: provider)
                 listener.answerBrowser(signedIn: true, message: nil)
                 return result
@@ -536,7 +539,7 @@ public actor SessionEngine {
     /// `nonce` goes into the authorization request; it is cleared when the
     /// plugin's URL does not carry it (the ID token cannot then be bound to it).
     private func externalSignIn(_ provider: String, context: Context, params: JSON, requestID: JSON?,
-                                listener: LoopbackListener?, nonce: inout String?) async throws(SessionError) -> JSON {
+                                listener: LoopbackListener?, nonce: inout String?, order: UInt64 = 0) async throws(SessionError) -> JSON {
         let pkce = PKCE()
         let state = PKCE.randomToken()
         let redirectURI = listener?.redirectURI ?? params["redirectUri"]?.stringValue ?? context.config["redirectUri"]?.stringValue
@@ -554,8 +557,14 @@ public actor SessionEngine {
             throw SessionError(.pluginError, "The sign-in URL is missing or not https.", provider: provider, reason: "insecureUrl")
         }
         if let sent = nonce, parsed.queryValue("nonce") != sent { nonce = nil }
-        // Supersede an earlier sign-in for this profile rather than losing its answer.
-        pendingSignIns.removeValue(forKey: provider)?.fail(SessionError(.userCancelled, "A newer sign-in for this profile replaced this one.", provider: provider, reason: "superseded"))
+        // Supersede an earlier sign-in for this profile rather than losing its answer. Earlier means
+        // arrived earlier: two sign-ins may get here in either order (each awaited begin_sign_in).
+        let superseded = SessionError(.userCancelled, "A newer sign-in for this profile replaced this one.", provider: provider, reason: "superseded")
+        if order > 0 {
+            if order < newestSignIn[provider] ?? 0 { throw superseded }
+            newestSignIn[provider] = order
+        }
+        pendingSignIns.removeValue(forKey: provider)?.fail(superseded)
         let callbackPrefix = started["callbackPrefix"]?.stringValue ?? redirectURI
         let pending = PendingSignIn(callbackPrefix: callbackPrefix)
         pendingSignIns[provider] = pending

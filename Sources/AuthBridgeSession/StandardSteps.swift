@@ -277,7 +277,8 @@ public enum StandardSteps {
             return ProviderFailure(.transient, reason: status == 429 ? "rateLimited" : "serverError",
                                    message: "The provider is unavailable (HTTP \(status)).", status: status)
         }
-        guard let error else {
+        // An `error` that is not a word (RFC 6749 §5.2 allows none other) is no OAuth error: it never reaches the frontend.
+        guard let error, ProviderFailure.isWord(error) else {
             return ProviderFailure(.transient, reason: "badResponse", message: "The token endpoint answered HTTP \(status) without an OAuth error.", status: status)
         }
         let message = description.map { "\(error): \($0)" } ?? error

@@ -51,4 +51,65 @@ struct JSONParsingTests {
             #expect(!error.message.isEmpty)
         }
     }
+
+    // Valid JSON is never refused for its numbers (RFC 8259 §6 sets no range); jansson refuses the
+    // whole text, so `parse` falls back (WideNumbers).
+
+    @Test(arguments: [
+        ("9223372036854775808", 9.223372036854775808e18), ("-9223372036854775809", -9.223372036854775809e18),
+        ("18446744073709551616", 1.8446744073709551616e19), ("1" + String(repeating: "0", count: 40), 1e40),
+    ])
+    func integersBeyond64BitsBecomeTheNearestDouble(_ text: String, _ expected: Double) throws {
+        let value = try JSON.parse(#"{"id":7,"params":{"n":\#(text),"s":"\#(text)","k":[1,-2,3.5]}}"#)
+        #expect(value["params"]?["n"] == .double(expected))
+        #expect(value["params"]?["s"] == .string(text), "a string of digits stays a string")
+        #expect(value["id"] == .int(7))
+        #expect(value["params"]?["k"] == [1, -2, 3.5])
+    }
+
+    @Test(arguments: [("1e999", Double.infinity), ("-1e999", -Double.infinity), ("1.7976931348623157e309", Double.infinity),
+                      ("-2E+400", -Double.infinity)])
+    func numbersBeyondADoubleBecomeInfinity(_ text: String, _ expected: Double) throws {
+        #expect(try JSON.parse("[\(text), 1]") == [.double(expected), 1])
+        #expect(try JSON.parse(text) == .double(expected))
+    }
+
+    @Test func underflowIsZeroAsBefore() throws {
+        #expect(try JSON.parse("1e-999") == .double(0))
+    }
+
+    @Test func aStringThatLooksLikeTheFallbacksSentinelStaysAString() throws {
+        let value = try JSON.parse(##"["\u0000abc#0", 1e999, "\u0000", "#0"]"##)
+        #expect(value == [.string("\u{0}abc#0"), .double(.infinity), .string("\u{0}"), .string("#0")])
+    }
+
+    @Test(arguments: [#"{"a":99999999999999999999999,}"#, #"[1e999 2]"#, #"{"a":1e999,"a":2}"#, #"[01e999]"#, #"[-]"#])
+    func invalidTextWithWideNumbersIsStillRefused(_ text: String) {
+        #expect(throws: JSONParseError.self) { try JSON.parse(text) }
+    }
+
+    @Test func tooDeepIsReportedAsSuch() {
+        let deep = String(repeating: "[", count: 3000) + String(repeating: "]", count: 3000)
+        do {
+            _ = try JSON.parse(deep)
+            Issue.record("parse should have failed")
+        } catch {
+            #expect(error.isTooDeep)
+        }
+        do {
+            _ = try JSON.parse("[1,")
+            Issue.record("parse should have failed")
+        } catch {
+            #expect(!error.isTooDeep)
+        }
+    }
+
+    @Test func theEnvelopeOfATooDeepTextCanBeRead() throws {
+        let deep = String(repeating: "[", count: 3000) + String(repeating: "]", count: 3000)
+        let text = #"{"id":"x","s":"[[[{","params":{"a":\#(deep),"b":2}}"#
+        let (value, truncated) = try Array(text.utf8).withUnsafeBytes { try JSON.parse($0, truncatingBeyond: 2) }
+        #expect(truncated)
+        #expect(value["id"] == "x" && value["s"] == "[[[{")
+        #expect(value["params"]?["a"] == .null && value["params"]?["b"] == 2)
+    }
 }

@@ -9,15 +9,23 @@ import Dispatch
 import Glibc
 #endif
 
-/// A delegate with a few methods: "echo", "sleep" (until cancelled), "fail".
+/// A delegate with a few methods: "echo", "sleep" (until cancelled), "fail", "effect" (done
+/// whatever happens: it returns a result once cancelled), "failOnCancel" (an error once cancelled).
 private final class TestDelegate: ConnectionDelegate {
     let gate = Mutex<Set<String>>([])
+    /// Methods `admit` was asked about, and how many requests `handle` started.
+    let admitted = Mutex<[String]>([])
+    let handled = Mutex(0)
+    /// Notifications seen, in order (the reader's progress).
+    let notifications = Mutex<[String]>([])
 
     func admit(_ request: Request) -> RPCError? {
-        request.method == "refused" ? RPCError(.serverNotInitialized, "not yet") : nil
+        admitted.withLock { $0.append(request.method) }
+        return request.method == "refused" ? RPCError(.serverNotInitialized, "not yet") : nil
     }
 
     func handle(_ request: Request) async throws -> JSON {
+        handled.withLock { $0 += 1 }
         switch request.method {
         case "echo": return request.params ?? .null
         case "sleep":
@@ -25,12 +33,18 @@ private final class TestDelegate: ConnectionDelegate {
             return "woke"
         case "fail": throw RPCError(.init(-32001), "nope", data: ["reason": "x"])
         case "crash": throw CancellationError()
+        case "effect", "failOnCancel":
+            // Polls for the cancellation (a test delegate: the wait is the point).
+            while !Task.isCancelled { try? await Task.sleep(for: .milliseconds(2)) }
+            if request.method == "effect" { return "done" }
+            throw RPCError(.init(-32004), "refused after the cancel", data: ["reason": "x"])
         default: throw RPCError.methodNotFound(request.method)
         }
     }
 
     func received(_ notification: AuthBridgeRPC.Notification) -> Connection.Disposition {
-        notification.method == "exit" ? .exit(code: 3) : .proceed
+        notifications.withLock { $0.append(notification.method) }
+        return notification.method == "exit" ? .exit(code: 3) : .proceed
     }
 }
 
@@ -41,15 +55,20 @@ private struct Harness {
     let connection: Connection
     let run: Task<Connection.Ending, Never>
 
-    init() {
+    let delegate: TestDelegate
+
+    init(maxConcurrentRequests: Int = 256, maxQueuedOutputBytes: Int = 4 << 20, flushGrace: Duration = .seconds(2)) {
         var input: [Int32] = [0, 0], output: [Int32] = [0, 0]
         pipe(&input)
         pipe(&output)
         toHost = input[1]
         fromHost = output[0]
-        let connection = Connection(input: input[0], output: output[1], logger: Logger(label: "test"))
+        let connection = Connection(input: input[0], output: output[1], logger: Logger(label: "test"),
+                                    maxConcurrentRequests: maxConcurrentRequests, maxQueuedOutputBytes: maxQueuedOutputBytes,
+                                    flushGrace: flushGrace)
         self.connection = connection
         let delegate = TestDelegate()
+        self.delegate = delegate
         run = Task { await connection.run(delegate: delegate, drainGrace: .milliseconds(200)) }
     }
 
@@ -58,15 +77,16 @@ private struct Harness {
         bytes.withUnsafeBytes { _ = write(toHost, $0.baseAddress, $0.count) }
     }
 
-    /// Reads one frame. The blocking read runs on a Dispatch thread, never on
-    /// the cooperative pool the connection's own tasks need.
+    /// Reads one frame, waiting at most 10 s. The blocking read runs on a
+    /// Dispatch thread, never on the cooperative pool the connection's own tasks need.
     func next() async throws -> JSON {
         let fd = fromHost
         let line: [UInt8]? = await withCheckedContinuation { continuation in
             DispatchQueue.global().async {
                 var line: [UInt8] = []
                 var byte: UInt8 = 0
-                while read(fd, &byte, 1) == 1 {
+                var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                while poll(&ready, 1, 10_000) == 1, read(fd, &byte, 1) == 1 {
                     if byte == 0x0A { continuation.resume(returning: line); return }
                     line.append(byte)
                 }
@@ -75,6 +95,25 @@ private struct Harness {
         }
         guard let line else { throw RPCError.internalError }
         return try JSON.parse(line)
+    }
+
+    /// Returns once the reader has dispatched everything sent before: a
+    /// notification it passes to the delegate in arrival order.
+    func readerCaughtUp(_ marker: String) async {
+        send(#"{"jsonrpc":"2.0","method":"\#(marker)"}"#)
+        while !delegate.notifications.withLock({ $0.contains(marker) }) { try? await Task.sleep(for: .milliseconds(2)) }
+    }
+
+    /// `run`'s ending, or nil when it has not ended within `limit`.
+    func ending(within limit: Duration) async -> Connection.Ending? {
+        let run = self.run
+        return await withTaskGroup(of: Connection.Ending?.self) { group in
+            group.addTask { await run.value }
+            group.addTask { try? await Task.sleep(for: limit); return nil }
+            let first = await group.next()!
+            group.cancelAll()
+            return first
+        }
     }
 
     func close() { Glibc.close(toHost) }
@@ -133,5 +172,81 @@ struct ConnectionTests {
         // The 30 s sleep outlives the 200 ms grace, so it is cancelled and answered.
         #expect(try await harness.next()["error"]?["code"] == -32800)
         #expect(await harness.run.value == .endOfInput)
+    }
+
+    @Test func aResultStandsWhenTheCancelArrivesAfterTheEffect() async throws {
+        let harness = Harness()
+        harness.send(#"{"jsonrpc":"2.0","id":"e","method":"effect"}"#)
+        harness.send(#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":"e"}}"#)
+        // The handler saw the cancel and still finished its work: its result is the answer.
+        let answer = try await harness.next()
+        #expect(answer["id"] == "e" && answer["result"] == "done", "\(answer)")
+        harness.send(#"{"jsonrpc":"2.0","id":"f","method":"failOnCancel"}"#)
+        harness.send(#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":"f"}}"#)
+        // An error after the cancel is the cancellation's.
+        let failed = try await harness.next()
+        #expect(failed["id"] == "f" && failed["error"]?["code"] == -32800, "\(failed)")
+        harness.close()
+        _ = await harness.run.value
+    }
+
+    @Test func cancelAndExitAreReadWhileEverySlotIsBusy() async throws {
+        let harness = Harness(maxConcurrentRequests: 2)
+        for id in ["s1", "s2", "s3", "s4"] { harness.send(#"{"jsonrpc":"2.0","id":"\#(id)","method":"sleep"}"#) }
+        // s3 and s4 wait for a slot; cancelling s3 answers it at once.
+        harness.send(#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":"s3"}}"#)
+        let first = try await harness.next()
+        #expect(first["id"] == "s3" && first["error"]?["code"] == -32800, "\(first)")
+        harness.send(#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":"s1"}}"#)
+        let second = try await harness.next()
+        #expect(second["id"] == "s1" && second["error"]?["code"] == -32800, "\(second)")
+        harness.send(#"{"jsonrpc":"2.0","method":"exit"}"#)
+        var rest: Set<String> = []
+        for _ in 0..<2 {
+            let answer = try await harness.next()
+            #expect(answer["error"]?["code"] == -32800)
+            rest.insert(answer["id"]?.stringValue ?? "?")
+        }
+        #expect(rest == ["s2", "s4"])
+        #expect(await harness.ending(within: .seconds(10)) == .exit(code: 3))
+        #expect(harness.delegate.handled.withLock { $0 } == 3, "s3 never ran")
+    }
+
+    @Test func aDuplicateIDHasNoEffectAndIsRefusedBeforeTheFirstAnswer() async throws {
+        let harness = Harness()
+        harness.send(#"{"jsonrpc":"2.0","id":"d","method":"effect"}"#)
+        harness.send(#"{"jsonrpc":"2.0","id":"d","method":"counted"}"#)
+        let duplicate = try await harness.next()
+        #expect(duplicate["id"] == "d" && duplicate["error"]?["code"] == -32600, "\(duplicate)")
+        #expect(!harness.delegate.admitted.withLock { $0.contains("counted") }, "a duplicate reached admit")
+        harness.send(#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":"d"}}"#)
+        let first = try await harness.next()
+        #expect(first["id"] == "d" && first["result"] == "done", "\(first)")
+        harness.close()
+        _ = await harness.run.value
+    }
+
+    @Test func requestsWaitWhileTheOutputIsFullAndAllAreAnsweredOnceItIsRead() async throws {
+        let harness = Harness(maxQueuedOutputBytes: 4096)
+        let payload = String(repeating: "x", count: 4000)
+        let count = 200  // ≈ 0.8 MB of answers: far more than the pipe and the bound hold
+        for index in 0..<count { harness.send(#"{"jsonrpc":"2.0","id":\#(index),"method":"echo","params":{"p":"\#(payload)"}}"#) }
+        await harness.readerCaughtUp("probe")
+        // Nobody read: most requests have not started.
+        #expect(harness.delegate.handled.withLock { $0 } < count / 2)
+        var seen: Set<Int64> = []
+        for _ in 0..<count { if let id = try await harness.next()["id"]?.intValue { seen.insert(id) } }
+        #expect(seen.count == count)
+        harness.close()
+        #expect(await harness.ending(within: .seconds(10)) == .endOfInput)
+    }
+
+    @Test func exitEndsTheConnectionWhenThePeerNeverReads() async throws {
+        let harness = Harness(maxQueuedOutputBytes: 4096, flushGrace: .milliseconds(300))
+        let payload = String(repeating: "y", count: 4000)
+        for index in 0..<100 { harness.send(#"{"jsonrpc":"2.0","id":\#(index),"method":"echo","params":{"p":"\#(payload)"}}"#) }
+        harness.send(#"{"jsonrpc":"2.0","id":"slow","method":"sleep"}"#)
+        harness.send(#"{"jsonrpc":"2.0","method":"exit"}"#)
+        #expect(await harness.ending(within: .seconds(10)) == .exit(code: 3))
     }
 }

@@ -75,4 +75,30 @@ struct MessageTests {
         let notification = try JSON.parse(OutgoingFrame.notification(method: "n", params: nil))
         #expect(notification["id"] == nil && notification["params"] == nil)
     }
+
+    @Test func idsWithAZeroFractionAreIntegers() {
+        for (text, id) in [("7.0", Int64(7)), ("1e3", 1000), ("-2.0E1", -20)] {
+            guard case .request(let request) = decode(#"{"jsonrpc":"2.0","id":\#(text),"method":"m"}"#) else {
+                Issue.record("\(text) is not a request id"); continue
+            }
+            #expect(request.id == .int(id))
+        }
+        for text in ["1.5", "1e-3", "9223372036854775808", "1e999", "1e300"] {
+            expectInvalid(#"{"jsonrpc":"2.0","id":\#(text),"method":"m"}"#, code: .invalidRequest)
+        }
+    }
+
+    @Test func aRequestWithAnOutOfRangeNumberIsARequest() {
+        guard case .request(let request) = decode(#"{"jsonrpc":"2.0","id":3,"method":"m","params":{"n":1e999}}"#) else {
+            Issue.record("not a request"); return
+        }
+        #expect(request.id == .int(3) && request.params?["n"] == .double(.infinity))
+    }
+
+    @Test func aRequestTooDeepToParseIsRefusedWithItsID() {
+        let deep = String(repeating: "[", count: 2100) + String(repeating: "]", count: 2100)
+        expectInvalid(#"{"jsonrpc":"2.0","id":"d","method":"m","params":{"x":\#(deep)}}"#, code: .invalidRequest, id: .string("d"))
+        expectInvalid(#"{"jsonrpc":"2.0","method":"n","params":{"x":\#(deep)}}"#, code: .invalidRequest)
+        expectInvalid(#"{"jsonrpc":"2.0","id":"d","method":"m","params":{"x":\#(deep)}"#, code: .parseError)
+    }
 }

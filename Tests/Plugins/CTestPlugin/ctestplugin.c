@@ -432,6 +432,11 @@ static ab_status complete_session(const ab_host_api *host, ab_call *call, json_t
         return fail(host, call, "definitive", "missingSessionId", "a session id is required");
     if (strcmp(sid, "bad") == 0)
         return fail(host, call, "definitive", "invalid_grant", "session id refused");
+    /* Failures that break the ABI's Failure schema: the host must not pass them on as they are. */
+    if (strcmp(sid, "bad-reason") == 0)
+        return fail(host, call, "definitive", "not a word!", "refused with a reason that is not a word");
+    if (strcmp(sid, "no-message") == 0)
+        return fail(host, call, "definitive", "refusedQuietly", "");
 
     if (strcmp(sid, "slow") == 0 && AB_HAS(host, is_cancelled)) {
         logmsg(host, call, AB_LOG_DEBUG, "ctest: slow sign-in, waiting for cancellation");
