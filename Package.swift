@@ -4,9 +4,9 @@ import PackageDescription
 /// AuthBridge: a token broker host that loads OAuth provider plugins and
 /// speaks JSON-RPC 2.0 on stdio. Modules depend one way, top to bottom:
 ///
-///   CAuthBridgePlugin (C ABI header)   CJansson (system library)
-///            │                              │
-///   AuthBridgePluginABI               AuthBridgeJSON      (Swift side of the ABI: the Swift runtime note │ JSON value type over jansson)
+///   CAuthBridgePlugin (C ABI header)   CJansson (system library)      AuthBridgeURL
+///            │                              │                        (URLs, query and form encoding, base64url)
+///   AuthBridgePluginABI ───────────── AuthBridgeJSON      (Swift side of the ABI: hooks, failures, the Swift runtime note │ JSON over jansson)
 ///            │                         │          │
 ///            │                  AuthBridgeRPC     │       (JSON-RPC 2.0 framing, connection)
 ///            └──────── AuthBridgePluginHost ──────┘       (manifests, loader, host services)
@@ -17,7 +17,10 @@ import PackageDescription
 ///                              │
 ///                         authbridge                      (executable / CLI)
 ///
-/// Plugin authors use AuthBridgePluginSDK (Swift, over AuthBridgePluginABI) or the C header directly.
+/// AuthBridgeURL depends on nothing; the plugin host, the session, the JWT helper and the SDK use it.
+/// Plugin authors use AuthBridgePluginSDK (Swift, over AuthBridgePluginABI and AuthBridgeURL) or the
+/// C header directly. A Swift plugin is two targets: its provider logic (unit-tested) and its entry
+/// point (`Entry/`), the one `authbridge_plugin_v1` of its library.
 
 /// AuthBridgePluginABI writes its Swift runtime note with `@section`/`@used`, spelled
 /// `@_section`/`@_used` behind an experimental feature before Swift 6.3.
@@ -26,6 +29,12 @@ let symbolLinkageMarkers: [SwiftSetting] = []
 #else
 let symbolLinkageMarkers: [SwiftSetting] = [.enableExperimentalFeature("SymbolLinkageMarkers")]
 #endif
+
+/// The bundled Swift plugins: `plugins/ID/` (logic) and `plugins/ID/Entry/` (entry point) make the
+/// library `libauthbridge-ID.so`.
+let bundledSwiftPlugins: [(id: String, target: String)] = [
+    ("oidc", "OIDCPlugin"), ("salesforce", "SalesforcePlugin"), ("tableau", "TableauPlugin"), ("marketsharp", "MarketSharpPlugin"),
+]
 
 let package = Package(
     name: "AuthBridge",
@@ -42,10 +51,7 @@ let package = Package(
         // Likewise for the Secret Service (glib, gio, D-Bus): dlopen'ed on first use.
         .library(name: "AuthBridgeKeyring", type: .dynamic, targets: ["CAuthBridgeKeyring"]),
         // Bundled provider plugins (installed into lib/authbridge/plugins).
-        .library(name: "authbridge-oidc", type: .dynamic, targets: ["OIDCPlugin"]),
-        .library(name: "authbridge-salesforce", type: .dynamic, targets: ["SalesforcePlugin"]),
-        .library(name: "authbridge-tableau", type: .dynamic, targets: ["TableauPlugin"]),
-        .library(name: "authbridge-marketsharp", type: .dynamic, targets: ["MarketSharpPlugin"]),
+    ] + bundledSwiftPlugins.map { Product.library(name: "authbridge-\($0.id)", type: .dynamic, targets: [$0.target + "Entry"]) } + [
         // Test plugins: built for the test suites, never installed.
         .library(name: "authbridge-testplugin-swift", type: .dynamic, targets: ["SwiftTestPlugin"]),
     ],
@@ -66,9 +72,11 @@ let package = Package(
         .systemLibrary(name: "CJansson", pkgConfig: "jansson",
                        providers: [.apt(["libjansson-dev"])]),
         .target(name: "CAuthBridgePlugin"),
-        // The Swift side of the plugin ABI, shared by the host and the Swift SDK: the Swift runtime
-        // note (which Swift a plugin was built for). More shared ABI vocabulary is to move here.
-        .target(name: "AuthBridgePluginABI", dependencies: ["CAuthBridgePlugin"], swiftSettings: symbolLinkageMarkers),
+        // The Swift side of the plugin ABI, shared by the host and the Swift SDK: the hooks, the
+        // failure type, and the Swift runtime note (which Swift a plugin was built for).
+        .target(name: "AuthBridgePluginABI", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"], swiftSettings: symbolLinkageMarkers),
+        // The URL toolkit of the host and the Swift SDK (no dependencies, no Foundation).
+        .target(name: "AuthBridgeURL"),
         // Opens libsecret-1.so.0 with dlopen itself: the keyring is optional at run time.
         .target(name: "CAuthBridgeKeyring", linkerSettings: soname("libAuthBridgeKeyring.so")),
 
@@ -78,7 +86,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "AuthBridgePluginHost", dependencies: [
-            "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON",
+            "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "AuthBridgeVault", dependencies: [
@@ -86,7 +94,7 @@ let package = Package(
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .target(name: "AuthBridgeSession", dependencies: [
-            "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeVault",
+            "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -105,7 +113,7 @@ let package = Package(
         .target(name: "CAuthBridgeHTTP", dependencies: ["CCurl", "CJansson"],
                 linkerSettings: soname("libAuthBridgeHTTP.so")),
         .target(name: "AuthBridgeJWT", dependencies: [
-            "AuthBridgeJSON",
+            "AuthBridgeJSON", "AuthBridgeURL",
             .product(name: "JWTKit", package: "jwt-kit"),
             // Linked through JWTKit anyway; named so that their versions are pinned above.
             .product(name: "X509", package: "swift-certificates"),
@@ -114,19 +122,17 @@ let package = Package(
         ], linkerSettings: soname("libAuthBridgeJWT.so")),
         .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault"], path: "bench/VaultBench"),
 
-        .target(name: "AuthBridgePluginSDK", dependencies: ["CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON"]),
-        .target(name: "OIDCPlugin", dependencies: ["AuthBridgePluginSDK"],
-                path: "plugins/oidc", exclude: ["oidc.json", "README.md"],
-                linkerSettings: soname("libauthbridge-oidc.so")),
-        .target(name: "SalesforcePlugin", dependencies: ["AuthBridgePluginSDK"],
-                path: "plugins/salesforce", exclude: ["salesforce.json", "README.md"],
-                linkerSettings: soname("libauthbridge-salesforce.so")),
-        .target(name: "TableauPlugin", dependencies: ["AuthBridgePluginSDK"],
-                path: "plugins/tableau", exclude: ["tableau.json", "README.md"],
-                linkerSettings: soname("libauthbridge-tableau.so")),
-        .target(name: "MarketSharpPlugin", dependencies: ["AuthBridgePluginSDK"],
-                path: "plugins/marketsharp", exclude: ["marketsharp.json", "README.md"],
-                linkerSettings: soname("libauthbridge-marketsharp.so")),
+        .target(name: "AuthBridgePluginSDK", dependencies: [
+            "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL",
+        ]),
+    ] + bundledSwiftPlugins.flatMap { plugin -> [Target] in [
+        // The provider logic (what the unit tests import) …
+        .target(name: plugin.target, dependencies: ["AuthBridgePluginSDK"], path: "plugins/\(plugin.id)",
+                exclude: ["\(plugin.id).json", "README.md", "Entry"]),
+        // … and the library's entry point (one per library: tests link several plugins at once).
+        .target(name: plugin.target + "Entry", dependencies: [.target(name: plugin.target)],
+                path: "plugins/\(plugin.id)/Entry", linkerSettings: soname("libauthbridge-\(plugin.id).so")),
+    ] } + [
         .target(name: "SwiftTestPlugin", dependencies: ["AuthBridgePluginSDK"],
                 path: "Tests/Plugins/SwiftTestPlugin", exclude: ["swifttest.json"],
                 linkerSettings: soname("libauthbridge-testplugin-swift.so")),
@@ -136,7 +142,10 @@ let package = Package(
         .testTarget(name: "AuthBridgePluginABITests", dependencies: ["AuthBridgePluginABI"]),
         .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost", "AuthBridgePluginABI"]),
         .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"]),
-        .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession"]),
+        .testTarget(name: "AuthBridgeURLTests", dependencies: ["AuthBridgeURL"]),
+        // The bundled plugins' pure functions (failure mapping, URL rules, license mapping).
+        .testTarget(name: "BundledPluginsTests", dependencies: ["SalesforcePlugin", "TableauPlugin", "MarketSharpPlugin"]),
+        .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession", "AuthBridgeURL"]),
         .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault"]),
         .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"]),
         .testTarget(name: "AuthBridgeJWTTests", dependencies: [

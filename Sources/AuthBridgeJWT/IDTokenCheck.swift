@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgeURL
 import JWTKit
 #if canImport(FoundationEssentials)
 import FoundationEssentials

@@ -1,99 +1,8 @@
+@_exported import AuthBridgePluginABI
 import AuthBridgeJSON
 import CAuthBridgePlugin
 import Logging
 import Synchronization
-
-/// The ABI's hooks, numbered as `ab_hook` in authbridge/plugin.h.
-public enum PluginHook: Int32, Sendable, CaseIterable, CustomStringConvertible {
-    case describe = 1
-    case configure = 2
-    case beginSignIn = 3
-    case completeSignIn = 4
-    case refresh = 5
-    case revoke = 6
-    case checkSession = 7
-    case authorizeRequest = 8
-    case classifyResponse = 9
-
-    /// Hooks that must not perform I/O by the ABI's definition.
-    public var isPure: Bool { self == .authorizeRequest || self == .classifyResponse }
-
-    public var description: String {
-        switch self {
-        case .describe: "describe"
-        case .configure: "configure"
-        case .beginSignIn: "begin_sign_in"
-        case .completeSignIn: "complete_sign_in"
-        case .refresh: "refresh"
-        case .revoke: "revoke"
-        case .checkSession: "check_session"
-        case .authorizeRequest: "authorize_request"
-        case .classifyResponse: "classify_response"
-        }
-    }
-}
-
-/// A failure a plugin (or a standard step) classified, as in the ABI's error JSON.
-public struct ProviderFailure: Error, Sendable, Equatable {
-    public enum Kind: String, Sendable {
-        /// The provider said no for good: revoked, invalid grant, licence removed.
-        case definitive
-        /// Might work later: network, timeout, 5xx, garbage answers.
-        case transient
-        /// The profile's settings are wrong.
-        case configuration
-        /// The plugin itself misbehaved.
-        case `internal`
-        /// The user (or frontend) cancelled.
-        case cancelled
-    }
-
-    public var kind: Kind
-    /// A stable word: "invalid_grant", "revoked", "licenseRevoked", "timeout"…
-    public var reason: String
-    /// A user-facing sentence; never a token.
-    public var message: String
-    /// The provider's own status, when there was one.
-    public var status: Int?
-
-    public init(_ kind: Kind, reason: String, message: String, status: Int? = nil) {
-        self.kind = kind
-        self.reason = reason
-        self.message = KnownSecrets.shared.scrub(message)
-        self.status = status
-    }
-
-    /// A Failure as a plugin sent it (`set_error`), held to the ABI's schema,
-    /// because its members reach the frontend (`error.data`, events): a
-    /// `reason` that is not a word (bridge-spec's `Reason`) makes it a plugin
-    /// error (`internal` `pluginError`, as any malformed answer); an empty
-    /// `message` gets one; a `status` that is not an HTTP status is dropped.
-    public init(json: JSON) {
-        let given = json["message"]?.stringValue.map(Redaction.redact) ?? ""
-        let message = given.allSatisfy(\.isWhitespace) ? nil : given
-        let status = json["status"]?.intValue.flatMap { (100...599).contains($0) ? Int($0) : nil }
-        let reason = json["reason"]?.stringValue ?? "unspecified"
-        guard Self.isWord(reason) else {
-            self.init(.internal, reason: "pluginError",
-                      message: message ?? "The provider plugin reported an error with an invalid reason.", status: status)
-            return
-        }
-        let kind = json["kind"]?.stringValue.flatMap(Kind.init(rawValue:)) ?? .internal
-        self.init(kind, reason: reason, message: message ?? "the provider plugin reported an error", status: status)
-    }
-
-    /// bridge-spec's `Reason`: `^[A-Za-z][A-Za-z0-9_.-]*$`, a stable machine word.
-    public static func isWord(_ text: String) -> Bool {
-        func isLetter(_ byte: UInt8) -> Bool { (65...90).contains(byte) || (97...122).contains(byte) }
-        guard let first = text.utf8.first, isLetter(first) else { return false }
-        return text.utf8.allSatisfy { isLetter($0) || (48...57).contains($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") }
-    }
-
-    public var json: JSON {
-        .compactObject(["kind": .string(kind.rawValue), "reason": .string(reason), "message": .string(message),
-                        "status": status.map { .int(Int64($0)) }])
-    }
-}
 
 /// What running a hook produced.
 public enum HookOutcome: Sendable {
@@ -202,11 +111,17 @@ public final class HookCall: Sendable {
     /// Copies `value`'s text into a buffer that stays valid until the hook returns.
     func lend(_ value: JSON) -> ab_json {
         let bytes = value.serialized()
+        // A NUL after the text, for C code that expects one.
+        return ab_json(data: lend(bytes: bytes), length: bytes.count)
+    }
+
+    /// Copies `bytes` into a NUL-terminated buffer that stays valid until the hook returns.
+    func lend(bytes: [UInt8]) -> UnsafePointer<CChar> {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count + 1, alignment: 1)
         bytes.withUnsafeBytes { buffer.copyMemory(from: $0) }
-        buffer[bytes.count] = 0  // a NUL after the text, for C code that expects one
+        buffer[bytes.count] = 0
         state.withLock { $0.lent.append(LentBuffer(pointer: buffer)) }
-        return ab_json(data: buffer.baseAddress!.assumingMemoryBound(to: CChar.self), length: bytes.count)
+        return UnsafePointer(buffer.baseAddress!.assumingMemoryBound(to: CChar.self))
     }
 
     /// Lends a host service's answer to the plugin and returns the matching status.
@@ -229,7 +144,7 @@ public final class HookCall: Sendable {
             if let result { return .result(result) }
             return .failure(misbehaved(invalid ?? "returned AB_OK without set_result"))
         case AB_ERROR:
-            if let error { return .failure(ProviderFailure(json: error)) }
+            if let error { return .failure(Self.failure(fromPlugin: error)) }
             return .failure(misbehaved(invalid ?? "returned AB_ERROR without set_error"))
         case AB_DEFAULT:
             return .useDefault
@@ -238,6 +153,13 @@ public final class HookCall: Sendable {
         default:
             return .failure(misbehaved("returned unknown status \(status.rawValue)"))
         }
+    }
+
+    /// A plugin's Failure (`set_error`), its message redacted before anything else sees it:
+    /// plugin text may carry what looks like a credential.
+    static func failure(fromPlugin error: JSON) -> ProviderFailure {
+        guard let message = error["message"]?.stringValue else { return ProviderFailure(json: error) }
+        return ProviderFailure(json: error.setting("message", .string(Redaction.redact(message))))
     }
 
     private func misbehaved(_ detail: String) -> ProviderFailure {

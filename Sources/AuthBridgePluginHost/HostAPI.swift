@@ -1,4 +1,6 @@
+import AuthBridgePluginABI
 import AuthBridgeJSON
+import AuthBridgeURL
 import CAuthBridgePlugin
 import Logging
 
@@ -66,6 +68,28 @@ enum HostAPI {
             is_cancelled: { call in
                 guard let call else { return 0 }
                 return HostAPI.call(call).isCancelled ? 1 : 0
+            },
+            fail: { call, kind, reason, message, status in
+                guard let call, let kind, let reason, let message else { return AB_INVALID }
+                let kindText = String(cString: kind)
+                let failure: JSON = .compactObject([
+                    "kind": .string(kindText), "reason": .string(String(cString: reason)),
+                    "message": .string(String(cString: message)), "status": status == 0 ? nil : .int(Int64(status)),
+                ])
+                let bytes = failure.serialized()
+                guard bytes.withUnsafeBytes({ HostAPI.call(call).setError($0) }) else { return AB_INVALID }
+                return kindText == ProviderFailure.Kind.cancelled.rawValue ? AB_CANCELLED : AB_ERROR
+            },
+            query_value: { call, url, urlLength, name, value, length, count in
+                guard let call, let url, let name else { return AB_INVALID }
+                let text = String(decoding: UnsafeRawBufferPointer(start: url, count: urlLength), as: UTF8.self)
+                guard let query = URLQuery(url: text) else { return AB_ERROR }
+                let wanted = String(cString: name)
+                let found = query.value(wanted)
+                value?.pointee = found.map { HostAPI.call(call).lend(bytes: Array($0.utf8)) }
+                length?.pointee = found?.utf8.count ?? 0
+                count?.pointee = query.count(wanted)
+                return AB_OK
             }
         ))
         return UnsafePointer(table)

@@ -1,4 +1,6 @@
+import AuthBridgePluginABI
 import AuthBridgeJSON
+import AuthBridgeURL
 import Synchronization
 
 /// The secrets this process holds or has sent — access, refresh and ID
@@ -15,7 +17,14 @@ import Synchronization
 ///
 /// Threading: any thread; one lock around a small table.
 public final class KnownSecrets: Sendable {
-    public static let shared = KnownSecrets()
+    /// The process's list. Made before the first secret is remembered, it installs itself as
+    /// `ProviderFailure`'s message filter then, so that no failure made afterwards carries a
+    /// secret it knows.
+    public static let shared: KnownSecrets = {
+        let secrets = KnownSecrets()
+        ProviderFailure.filterMessages { secrets.scrub($0) }
+        return secrets
+    }()
 
     public static let minimumLength = 8
     public static let capacity = 512
@@ -73,44 +82,14 @@ public final class KnownSecrets: Sendable {
 
     private static func forms(of value: String) -> [String] {
         var forms = [value]
-        let percent = percentEncoded(value)
+        let percent = FormEncoding.percentEncode(value)
         if percent != value { forms.append(percent) }
-        let base64 = base64Encoded(Array(value.utf8))
+        let base64 = Base64.encode(value.utf8)
         forms.append(base64)
         let trimmed = String(base64.reversed().drop(while: { $0 == "=" }).reversed())
         if trimmed != base64 { forms.append(trimmed) }
         let url = String(trimmed.map { $0 == "+" ? "-" : $0 == "/" ? "_" : $0 })
         if url != trimmed { forms.append(url) }
         return forms.filter { $0.utf8.count >= minimumLength }
-    }
-
-    private static func percentEncoded(_ value: String) -> String {
-        let hex = Array("0123456789ABCDEF".utf8)
-        var output: [UInt8] = []
-        for byte in value.utf8 {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
-                output.append(byte)
-            default:
-                output += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
-            }
-        }
-        return String(decoding: output, as: UTF8.self)
-    }
-
-    private static func base64Encoded(_ bytes: [UInt8]) -> String {
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
-        var output: [UInt8] = []
-        var index = 0
-        while index < bytes.count {
-            let chunk = bytes[index..<min(index + 3, bytes.count)]
-            let value = chunk.enumerated().reduce(UInt32(0)) { $0 | UInt32($1.element) << (16 - 8 * UInt32($1.offset)) }
-            for position in 0..<4 {
-                output.append(position <= chunk.count ? alphabet[Int((value >> (18 - 6 * UInt32(position))) & 0x3F)] : UInt8(ascii: "="))
-            }
-            index += 3
-        }
-        return String(decoding: output, as: UTF8.self)
     }
 }

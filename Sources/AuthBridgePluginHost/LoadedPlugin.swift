@@ -1,3 +1,4 @@
+import AuthBridgePluginABI
 import AuthBridgeJSON
 import CAuthBridgePlugin
 import Dispatch

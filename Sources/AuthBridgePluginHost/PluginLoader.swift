@@ -1,3 +1,4 @@
+import AuthBridgePluginABI
 import AuthBridgeJSON
 import CAuthBridgePlugin
 import Logging
@@ -188,6 +189,10 @@ public struct PluginLoader: Sendable {
         guard reportedID == manifest.id else {
             throw PluginLoadError(.badEntry, "library reports id \"\(reportedID)\" but its manifest says \"\(manifest.id)\"")
         }
+        // The version is the manifest's; a library that states one must agree (NULL: it does not).
+        if let stated = info.pointee.version.map({ String(cString: $0) }), stated != manifest.version {
+            throw PluginLoadError(.metadataMismatch, "library reports version \"\(stated)\" but its manifest says \"\(manifest.version)\"; the manifest is where a plugin's version is stated")
+        }
         guard let vtable = info.pointee.vtable,
               Int(vtable.pointee.size) >= MemoryLayout<ab_plugin_vtable>.offset(of: \.describe)!
         else {
@@ -202,8 +207,7 @@ public struct PluginLoader: Sendable {
                 throw PluginLoadError(.initFailed, "init failed: \(Redaction.redact(text))")
             }
         }
-        let version = info.pointee.version.map { String(cString: $0) } ?? manifest.version
-        let plugin = LoadedPlugin(manifest: manifest, libraryPath: path, version: version, vtable: vtable,
+        let plugin = LoadedPlugin(manifest: manifest, libraryPath: path, version: manifest.version, vtable: vtable,
                                   state: state, logger: logger)
         plugin.descriptor = try describe(plugin)
         return plugin
@@ -226,9 +230,11 @@ public struct PluginLoader: Sendable {
                 plugin.shutdown()
                 throw PluginLoadError(.describeFailed, "describe must answer a JSON object")
             }
-            if let id = members["id"]?.stringValue, id != plugin.manifest.id {
+            // id, version and description are the manifest's: filled in, and refused when stated otherwise.
+            for (key, stated) in [("id", plugin.manifest.id), ("version", plugin.manifest.version), ("description", plugin.manifest.description)] {
+                guard let given = members[key], given != .string(stated) else { continue }
                 plugin.shutdown()
-                throw PluginLoadError(.describeFailed, "describe reports id \"\(id)\" but the manifest says \"\(plugin.manifest.id)\"")
+                throw PluginLoadError(.metadataMismatch, "describe reports \(key) \(given.serializedString()) but the manifest says \(JSON.string(stated).serializedString()); the manifest is where a plugin's \(key) is stated")
             }
             for (key, value) in fallback.objectValue! where members[key] == nil { members[key] = value }
             return .object(members)

@@ -1,7 +1,8 @@
 import AuthBridgeJSON
 
 /// The JSON file beside a plugin library that lets the host vet a plugin
-/// before running any of its code.
+/// before running any of its code, and the one place where a plugin's id,
+/// version and description are stated (plugin.h, "Metadata").
 ///
 ///     {"id": "oidc", "version": "0.1.0", "abi": "1.0",
 ///      "library": "libauthbridge-oidc.so", "description": "…"}
@@ -12,6 +13,7 @@ public struct PluginManifest: Sendable, Equatable {
     public var abiMinor: Int
     /// The library's file name, relative to the manifest's folder.
     public var library: String
+    /// What people read about the plugin (`initialize`'s provider list); "" when none is given.
     public var description: String
 
     public init(json: JSON) throws(PluginLoadError) {
@@ -58,6 +60,9 @@ public struct PluginLoadError: Error, Sendable, Equatable, CustomStringConvertib
         public static let badEntry = Reason(rawValue: "badEntry")
         public static let initFailed = Reason(rawValue: "initFailed")
         public static let describeFailed = Reason(rawValue: "describeFailed")
+        /// The library or its `describe` states an id, version or description other than its
+        /// manifest's (the manifest is where they are stated).
+        public static let metadataMismatch = Reason(rawValue: "metadataMismatch")
         /// A Swift plugin built for another Swift runtime than the host's, or without the
         /// Swift runtime note that says which (refused before `dlopen`).
         public static let swiftRuntimeMismatch = Reason(rawValue: "swiftRuntimeMismatch")

@@ -9,6 +9,10 @@ import CAuthBridgePlugin
 /// AuthBridgePluginABI): the host reads it before `dlopen` and refuses a plugin built with
 /// another Swift than its own.
 public enum PluginExport {
+    /// The ABI minor the SDK's plugins declare: the newest `ab_host_api` entry it reads is ABI 1.0's,
+    /// so its plugins load in every 1.x host (their manifests say "1.0").
+    public static let abiMinor: UInt16 = 0
+
     nonisolated(unsafe) private static var info: UnsafeMutablePointer<ab_plugin_info>?
     nonisolated(unsafe) fileprivate static var pluginType: (any ProviderPlugin.Type)?
 
@@ -39,14 +43,14 @@ public enum PluginExport {
             describe: { state, call, _ in
                 PluginExport.run(state, call, JSON.null) { plugin, _, _ in plugin.describe() }
             },
-            configure: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(PluginFailure) in try plugin.configure(input, call) } },
-            begin_sign_in: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(PluginFailure) in try plugin.beginSignIn(input, call) } },
-            complete_sign_in: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(PluginFailure) in try plugin.completeSignIn(input, call) } },
-            refresh: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(PluginFailure) in try plugin.refresh(input, call) } },
-            revoke: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(PluginFailure) in try plugin.revoke(input, call) } },
-            check_session: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(PluginFailure) in try plugin.checkSession(input, call) } },
-            authorize_request: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(PluginFailure) in try plugin.authorizeRequest(input, call) } },
-            classify_response: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(PluginFailure) in try plugin.classifyResponse(input, call) } }
+            configure: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.configure(input, call) } },
+            begin_sign_in: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.beginSignIn(input, call) } },
+            complete_sign_in: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.completeSignIn(input, call) } },
+            refresh: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.refresh(input, call) } },
+            revoke: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.revoke(input, call) } },
+            check_session: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.checkSession(input, call) } },
+            authorize_request: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.authorizeRequest(input, call) } },
+            classify_response: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.classifyResponse(input, call) } }
         ))
         if let hooks = type.implementedHooks {
             // Hooks the type does not implement stay NULL: the host uses its standard step directly.
@@ -61,15 +65,15 @@ public enum PluginExport {
         }
         let created = UnsafeMutablePointer<ab_plugin_info>.allocate(capacity: 1)
         created.initialize(to: ab_plugin_info(
-            magic: AB_PLUGIN_MAGIC, abi_major: UInt16(AB_ABI_MAJOR), abi_minor: UInt16(AB_ABI_MINOR),
-            id: staticString(type.id), version: staticString(type.version), vtable: UnsafePointer(vtable)))
+            magic: AB_PLUGIN_MAGIC, abi_major: UInt16(AB_ABI_MAJOR), abi_minor: abiMinor,
+            id: staticString(type.id), version: type.version.map(staticString), vtable: UnsafePointer(vtable)))
         info = created
         return UnsafeRawPointer(created)
     }
 
     /// Parses the input, runs the hook, and answers through the host.
     private static func run(_ state: OpaquePointer?, _ call: OpaquePointer?, _ input: ab_json,
-                            _ body: (any ProviderPlugin, JSON, PluginCall) throws(PluginFailure) -> JSON?) -> ab_status {
+                            _ body: (any ProviderPlugin, JSON, PluginCall) throws(ProviderFailure) -> JSON?) -> ab_status {
         guard let data = input.data, let value = try? JSON.parse(UnsafeRawBufferPointer(start: data, count: input.length)) else {
             return run(state, call, JSON.null, body)
         }
@@ -77,7 +81,7 @@ public enum PluginExport {
     }
 
     private static func run(_ state: OpaquePointer?, _ call: OpaquePointer?, _ input: JSON,
-                            _ body: (any ProviderPlugin, JSON, PluginCall) throws(PluginFailure) -> JSON?) -> ab_status {
+                            _ body: (any ProviderPlugin, JSON, PluginCall) throws(ProviderFailure) -> JSON?) -> ab_status {
         guard let state, let call else { return AB_INVALID }
         let instance = Unmanaged<Instance>.fromOpaque(UnsafeRawPointer(state)).takeUnretainedValue()
         let pluginCall = PluginCall(host: instance.host, call: call)

@@ -1,3 +1,4 @@
+import AuthBridgePluginABI
 import CAuthBridgePlugin
 import Synchronization
 #if canImport(Glibc)
@@ -56,7 +57,7 @@ public struct PluginCall: @unchecked Sendable {
 
     /// One HTTP exchange through the host (https only, except loopback IPs).
     /// Request: {method, url, headers, form | json | body, timeoutMs}.
-    public func http(_ request: JSON) throws(PluginFailure) -> HTTPResponse {
+    public func http(_ request: JSON) throws(ProviderFailure) -> HTTPResponse {
         let answer = try exchange(request) { input, output in host.api.pointee.http?(call, input, output) }
         var headers: [String: String] = [:]
         for (name, value) in answer["headers"]?.objectValue ?? [:] { headers[name] = value.stringValue }
@@ -68,16 +69,16 @@ public struct PluginCall: @unchecked Sendable {
     /// as long as the slowest, not the sum — e.g. two revocations against a
     /// server that does not answer wait one timeout, not two. Answers are in
     /// the order of `requests`.
-    public func http(concurrently requests: [JSON]) -> [Result<HTTPResponse, PluginFailure>] {
+    public func http(concurrently requests: [JSON]) -> [Result<HTTPResponse, ProviderFailure>] {
         let answers = Answers(count: requests.count)
         let call = self
         var threads: [pthread_t] = []
         for index in requests.indices.dropFirst() {
-            let work = ThreadWork { answers.set(index, Result { () throws(PluginFailure) in try call.http(requests[index]) }) }
+            let work = ThreadWork { answers.set(index, Result { () throws(ProviderFailure) in try call.http(requests[index]) }) }
             if let thread = work.start() { threads.append(thread) } else { work.run() }  // no thread: in turn
         }
         if let first = requests.indices.first {
-            answers.set(first, Result { () throws(PluginFailure) in try http(requests[first]) })
+            answers.set(first, Result { () throws(ProviderFailure) in try http(requests[first]) })
         }
         for thread in threads { pthread_join(thread, nil) }
         return answers.all
@@ -86,38 +87,38 @@ public struct PluginCall: @unchecked Sendable {
     /// Waits `milliseconds` (real time) unless the request is cancelled first;
     /// throws the `cancelled` failure then. For a provider that asks to try
     /// again shortly; the wait is checked for cancellation every 50 ms.
-    public func pause(milliseconds: Int) throws(PluginFailure) {
+    public func pause(milliseconds: Int) throws(ProviderFailure) {
         var remaining = max(0, milliseconds)
         while remaining > 0 {
-            if isCancelled { throw PluginFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.") }
+            if isCancelled { throw ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.") }
             let step = min(remaining, 50)
             var interval = timespec(tv_sec: 0, tv_nsec: step * 1_000_000)
             var left = timespec()
             while nanosleep(&interval, &left) != 0 && errno == EINTR { interval = left }
             remaining -= step
         }
-        if isCancelled { throw PluginFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.") }
+        if isCancelled { throw ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.") }
     }
 
     /// The host's standard implementation of `hook` on `input`.
-    public func standard(_ hook: Hook, _ input: JSON) throws(PluginFailure) -> JSON {
+    public func standard(_ hook: PluginHook, _ input: JSON) throws(ProviderFailure) -> JSON {
         try exchange(input) { input, output in
             host.api.pointee.standard?(call, ab_hook(rawValue: UInt32(hook.rawValue)), input, output)
         }
     }
 
-    private func exchange(_ value: JSON, _ body: (ab_json, UnsafeMutablePointer<ab_json>) -> ab_status?) throws(PluginFailure) -> JSON {
+    private func exchange(_ value: JSON, _ body: (ab_json, UnsafeMutablePointer<ab_json>) -> ab_status?) throws(ProviderFailure) -> JSON {
         var output = ab_json(data: nil, length: 0)
         let status = withJSON(value) { input in body(input, &output) } ?? AB_INVALID
         let answer = output.data.flatMap { try? JSON.parse(UnsafeRawBufferPointer(start: $0, count: output.length)) }
         switch status {
         case AB_OK:
-            guard let answer else { throw PluginFailure(.internal, reason: "hostError", message: "the host answered without JSON") }
+            guard let answer else { throw ProviderFailure(.internal, reason: "hostError", message: "the host answered without JSON") }
             return answer
         case AB_ERROR, AB_CANCELLED:
-            throw PluginFailure(json: answer ?? ["kind": "internal", "reason": "hostError", "message": "the host service failed"])
+            throw ProviderFailure(json: answer ?? ["kind": "internal", "reason": "hostError", "message": "the host service failed"])
         default:
-            throw PluginFailure(.internal, reason: "invalid", message: "the host refused the service call")
+            throw ProviderFailure(.internal, reason: "invalid", message: "the host refused the service call")
         }
     }
 
@@ -129,21 +130,16 @@ public struct PluginCall: @unchecked Sendable {
     }
 }
 
-/// The hooks, numbered as in the C header.
-public enum Hook: Int32, Sendable, Hashable {
-    case describe = 1, configure, beginSignIn, completeSignIn, refresh, revoke, checkSession, authorizeRequest, classifyResponse
-}
-
 /// The answers of `http(concurrently:)`, each written by its own thread.
 private final class Answers: Sendable {
-    private let slots: Mutex<[Result<HTTPResponse, PluginFailure>?]>
+    private let slots: Mutex<[Result<HTTPResponse, ProviderFailure>?]>
 
     init(count: Int) { slots = Mutex(Array(repeating: nil, count: count)) }
 
-    func set(_ index: Int, _ answer: Result<HTTPResponse, PluginFailure>) { slots.withLock { $0[index] = answer } }
+    func set(_ index: Int, _ answer: Result<HTTPResponse, ProviderFailure>) { slots.withLock { $0[index] = answer } }
 
-    var all: [Result<HTTPResponse, PluginFailure>] {
-        slots.withLock { $0.map { $0 ?? .failure(PluginFailure(.internal, reason: "hostError", message: "An HTTP exchange did not run.")) } }
+    var all: [Result<HTTPResponse, ProviderFailure>] {
+        slots.withLock { $0.map { $0 ?? .failure(ProviderFailure(.internal, reason: "hostError", message: "An HTTP exchange did not run.")) } }
     }
 }
 

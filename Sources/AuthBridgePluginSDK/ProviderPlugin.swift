@@ -1,4 +1,6 @@
 @_exported import AuthBridgeJSON
+@_exported import AuthBridgePluginABI
+@_exported import AuthBridgeURL
 
 /// A provider plugin written in Swift: one type with the provider's logic.
 ///
@@ -16,16 +18,21 @@
 ///
 ///     @_cdecl("authbridge_plugin_v1")
 ///     public func authbridgePluginEntry() -> UnsafeRawPointer { PluginExport.entry(for: MyPlugin.self) }
+///
+/// The plugin's id, version and description are stated once, in its manifest (`NAME.json`); the
+/// host fills `describe()`'s answer from it. `id` is repeated here as the library's identity (the
+/// loader refuses a library whose id is not its manifest's); `version` may stay nil (the manifest's).
 public protocol ProviderPlugin: Sendable {
     /// Must equal the manifest's "id".
     static var id: String { get }
-    static var version: String { get }
+    /// nil (the default): the manifest's version. Given, it must equal the manifest's.
+    static var version: String? { get }
 
     /// The hooks this type implements, when it wants the host to skip the
     /// others entirely (their table entries are left NULL: no call, no
     /// thread hand-off). `nil` (the default) exports every hook, and a hook
     /// that returns `nil` still means "standard".
-    static var implementedHooks: Set<Hook>? { get }
+    static var implementedHooks: Set<PluginHook>? { get }
 
     /// Called once after the host has checked the ABI. Throw to refuse loading.
     init(host: PluginHost) throws
@@ -33,76 +40,32 @@ public protocol ProviderPlugin: Sendable {
     /// Called once when the host exits.
     func shutdown()
 
-    /// {id, version, displayName, description, flows, capabilities, settings}.
+    /// {displayName, flows, capabilities, settings, …}; the host adds id, version and description
+    /// from the manifest (given here, they must equal the manifest's).
     func describe() -> JSON
 
-    func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON?
-    func beginSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON?
-    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON?
-    func refresh(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON?
-    func revoke(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON?
-    func checkSession(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON?
-    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON?
-    func classifyResponse(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON?
+    func configure(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
+    func beginSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
+    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
+    func refresh(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
+    func revoke(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
+    func checkSession(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
+    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
+    func classifyResponse(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
 }
 
 extension ProviderPlugin {
-    public static var implementedHooks: Set<Hook>? { nil }
+    public static var version: String? { nil }
+    public static var implementedHooks: Set<PluginHook>? { nil }
     public func shutdown() {}
-    public func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? { nil }
-    public func beginSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? { nil }
-    public func completeSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? { nil }
-    public func refresh(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? { nil }
-    public func revoke(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? { nil }
-    public func checkSession(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? { nil }
-    public func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? { nil }
-    public func classifyResponse(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? { nil }
-}
-
-/// A classified failure a hook reports (the ABI's error JSON).
-public struct PluginFailure: Error, Sendable, Equatable {
-    public enum Kind: String, Sendable {
-        case definitive, transient, configuration, `internal`, cancelled
-    }
-
-    public var kind: Kind
-    public var reason: String
-    /// User-facing; never include a token.
-    public var message: String
-    public var status: Int?
-
-    public init(_ kind: Kind, reason: String, message: String, status: Int? = nil) {
-        self.kind = kind
-        self.reason = reason
-        self.message = message
-        self.status = status
-    }
-
-    /// The provider said no for good: the session ends.
-    public static func definitive(_ reason: String, _ message: String, status: Int? = nil) -> PluginFailure {
-        PluginFailure(.definitive, reason: reason, message: message, status: status)
-    }
-
-    /// Might work later: the session is kept.
-    public static func transient(_ reason: String, _ message: String, status: Int? = nil) -> PluginFailure {
-        PluginFailure(.transient, reason: reason, message: message, status: status)
-    }
-
-    public static func configuration(_ reason: String, _ message: String) -> PluginFailure {
-        PluginFailure(.configuration, reason: reason, message: message)
-    }
-
-    init(json: JSON) {
-        self.init(Kind(rawValue: json["kind"]?.stringValue ?? "") ?? .internal,
-                  reason: json["reason"]?.stringValue ?? "unspecified",
-                  message: json["message"]?.stringValue ?? "failed",
-                  status: json["status"]?.intValue.map { Int($0) })
-    }
-
-    var json: JSON {
-        .compactObject(["kind": .string(kind.rawValue), "reason": .string(reason), "message": .string(message),
-                        "status": status.map { .int(Int64($0)) }])
-    }
+    public func configure(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
+    public func beginSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
+    public func completeSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
+    public func refresh(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
+    public func revoke(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
+    public func checkSession(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
+    public func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
+    public func classifyResponse(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
 }
 
 /// An HTTP answer from the host's HTTP service.

@@ -1,3 +1,4 @@
+import AuthBridgeURL
 import AuthBridgeVault
 import Dispatch
 import Synchronization

@@ -1,4 +1,5 @@
 import AuthBridgePluginHost
+import AuthBridgeURL
 import Crypto
 
 /// Proof Key for Code Exchange (RFC 7636), S256 only: a fresh verifier for

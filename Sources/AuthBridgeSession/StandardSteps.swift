@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeURL
 
 /// The host's standard OAuth 2.0 behaviour for each hook: what runs when a
 /// plugin leaves a hook out (or answers AB_DEFAULT), and what a plugin gets

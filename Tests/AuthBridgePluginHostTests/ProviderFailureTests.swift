@@ -1,5 +1,5 @@
 import AuthBridgeJSON
-import AuthBridgePluginHost
+@testable import AuthBridgePluginHost
 import Testing
 
 @Suite("Provider failures")
@@ -17,8 +17,8 @@ struct ProviderFailureTests {
         #expect(ProviderFailure(json: ["kind": "transient"]).kind == .transient)
     }
 
-    @Test func theMessageIsRedacted() {
-        let failure = ProviderFailure(json: ["kind": "definitive", "reason": "r", "message": "refused access_token=abc123", "status": 400])
+    @Test func aPluginsMessageIsRedacted() {
+        let failure = HookCall.failure(fromPlugin: ["kind": "definitive", "reason": "r", "message": "refused access_token=abc123", "status": 400])
         #expect(failure.message == "refused access_token=[REDACTED]")
         #expect(failure.status == 400)
     }
@@ -27,5 +27,11 @@ struct ProviderFailureTests {
         let failure = ProviderFailure(.transient, reason: "timeout", message: "slow", status: 504)
         #expect(ProviderFailure(json: failure.json) == failure)
         #expect(ProviderFailure(.cancelled, reason: "c", message: "m").json["status"] == nil)
+    }
+
+    @Test func knownSecretsAreMaskedInEveryFailure() {
+        KnownSecrets.shared.remember("secret-value-4711")
+        let failure = ProviderFailure(.definitive, reason: "r", message: "the server echoed secret-value-4711")
+        #expect(failure.message == "the server echoed [REDACTED]")
     }
 }

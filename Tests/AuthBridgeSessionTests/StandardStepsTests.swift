@@ -1,6 +1,7 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
 @testable import AuthBridgeSession
+import AuthBridgeURL
 import Testing
 
 @Suite("Standard steps: token responses")

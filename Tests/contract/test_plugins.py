@@ -8,6 +8,7 @@ that the good plugins still work in the same host.
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,77 @@ def test_library_reporting_another_id_is_bad_entry(start_host, plugin_dir, tmp_p
     manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cwrong", "-DCTEST_WRONG_ID")
     host = start(start_host, plugin_dir, manifest.parent)
     assert_refused(host, manifest, "badEntry", "cwrong")
+
+
+@pytest.mark.parametrize("flag, field", [("-DCTEST_VERSION=9.9.9", "version"),
+                                         ("-DCTEST_DESCRIBE_DESCRIPTION", "description")])
+def test_metadata_other_than_the_manifests_is_metadata_mismatch(start_host, plugin_dir, tmp_path, ctest_variants,
+                                                               flag, field):
+    # The manifest states id, version and description once; a library or describe that says
+    # otherwise is refused, naming the field (before, the loader silently preferred one).
+    manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cmeta", flag)
+    host = start(start_host, plugin_dir, manifest.parent)
+    entry = assert_refused(host, manifest, "metadataMismatch", "cmeta")
+    assert field in entry["message"] and "manifest" in entry["message"], entry
+
+
+def test_the_manifest_fills_describe(start_host, plugin_dir):
+    host = start(start_host, plugin_dir)
+    entry = entry_for(host, plugin_dir / "libauthbridge-ctest.so")
+    manifest = json.loads((plugin_dir / "ctest.json").read_text())
+    assert (entry["status"], entry["version"], entry["description"]) == ("loaded", manifest["version"], manifest["description"])
+
+
+ABI_1_0_PLUGIN = r"""
+/* A plugin built for ABI 1.0: it declares minor 0 and uses only 1.0's host services. */
+#include <authbridge/plugin.h>
+#include <string.h>
+static ab_status describe(ab_plugin *p, ab_call *call, ab_json in)
+{
+    (void)p; (void)in;
+    extern const ab_host_api *old_host;
+    static const char d[] = "{\"displayName\":\"Old\",\"flows\":[\"session\"],\"capabilities\":[]}";
+    return old_host->set_result(call, (ab_json){ d, sizeof d - 1 });
+}
+const ab_host_api *old_host;
+static ab_status init(const ab_host_api *host, ab_plugin **plugin, const char **error)
+{
+    (void)error;
+    old_host = host;
+    *plugin = NULL;
+    return AB_OK;
+}
+static ab_status complete(ab_plugin *p, ab_call *call, ab_json in)
+{
+    (void)p; (void)in;
+    static const char r[] = "{\"tokens\":{\"accessToken\":\"old-access-token\",\"expiresAt\":null}}";
+    return old_host->set_result(call, (ab_json){ r, sizeof r - 1 });
+}
+static const ab_plugin_vtable vt = { .size = sizeof vt, .init = init, .describe = describe, .complete_sign_in = complete };
+__attribute__((visibility("default"))) const ab_plugin_info *authbridge_plugin_v1(void)
+{
+    static const ab_plugin_info info = { AB_PLUGIN_MAGIC, 1, 0, "oldabi", "0.9.0", &vt };
+    return &info;
+}
+"""
+
+
+def test_a_plugin_built_for_abi_1_0_loads_and_works(start_host, plugin_dir, tmp_path):
+    folder = new_folder(tmp_path / "old")
+    source = tmp_path / "oldabi.c"
+    source.write_text(ABI_1_0_PLUGIN)
+    include = Path(__file__).resolve().parents[2] / "Sources" / "CAuthBridgePlugin" / "include"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-fvisibility=hidden", "-I", str(include), "-o",
+                    str(folder / "liboldabi.so"), str(source)], check=True, capture_output=True, timeout=120)
+    os.chmod(folder / "liboldabi.so", 0o644)
+    manifest = folder / "oldabi.json"
+    manifest.write_text(json.dumps({"id": "oldabi", "version": "0.9.0", "abi": "1.0", "library": "liboldabi.so"}))
+    os.chmod(manifest, 0o644)
+    host = start(start_host, plugin_dir, folder, profiles={**DEFAULT_PROFILES, "old": {"plugin": "oldabi", "settings": {}}})
+    entry = entry_for(host, folder / "liboldabi.so")
+    assert (entry["status"], entry["version"], entry["displayName"]) == ("loaded", "0.9.0", "Old"), entry
+    assert sign_in_session(host, "old", "any")["state"] == "signedIn"
+    assert_good_plugins_work(host)
 
 
 def test_init_failure_is_init_failed(start_host, plugin_dir, tmp_path, ctest_variants):

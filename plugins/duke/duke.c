@@ -1,10 +1,9 @@
 /*
  * duke.c — AuthBridge provider plugin for Duke University's mobile authorizer.
  *
- * Written in C against the plugin ABI (Sources/CAuthBridgePlugin/include/
- * authbridge/plugin.h) with jansson. What Duke's servers do is in
- * /work/shared/providers.md ("Duke mobile authorizer") and in README.md beside
- * this file; in short:
+ * Written in C against the plugin ABI 1.1 (Sources/CAuthBridgePlugin/include/
+ * authbridge/plugin.h) with jansson. What Duke's servers do, and the public
+ * sources of it, is in README.md beside this file; in short:
  *
  *   base     test https://mobile-authorizer-test.oit.duke.edu/
  *            production https://mobile-authorizer.api.oit.duke.edu/
@@ -21,16 +20,21 @@
  * refresh, revoke. check_session (expiry by expiresAt), authorize_request
  * (Bearer, relative URLs against apiBaseUrl) and classify_response (401 →
  * refresh and replay) are the host's standard steps: their vtable entries are
- * NULL.
+ * NULL. The id, version and description are the manifest's (duke.json).
+ *
+ * Host services of ABI 1.1 used: fail (failures without an encoder here) and
+ * query_value (the token URL read by the host's own rule, the one the Swift
+ * SDK and the host's standard steps use).
  *
  * The session token plays the part of a refresh token (TokenSet.refreshToken):
  * the host keeps it, never hands it to a frontend, and passes it back to
  * refresh and revoke.
  *
- * Ownership (plugin.h): hook inputs and the answers of host->http are
- * BORROWED — parsed with json_loadb, never freed here. Everything this file
- * allocates (jansson values, strings) is released before the hook returns;
- * the host copies what set_result / set_error / http receive.
+ * Ownership (plugin.h): hook inputs and the answers of host->http and
+ * host->query_value are BORROWED — parsed with json_loadb or read in place,
+ * never freed here. Everything this file allocates (jansson values, strings)
+ * is released before the hook returns; the host copies what set_result /
+ * fail / http receive.
  *
  * Threads: the only state is the immutable struct built by init; everything
  * else is local to a hook, so hooks may run concurrently.
@@ -47,7 +51,6 @@
 #include <string.h>
 
 #define DUKE_ID "duke"
-#define DUKE_VERSION "1.0.0"
 
 #define DUKE_TEST_BASE "https://mobile-authorizer-test.oit.duke.edu/"
 #define DUKE_PRODUCTION_BASE "https://mobile-authorizer.api.oit.duke.edu/"
@@ -71,34 +74,7 @@ struct ab_plugin {
 
 static void logmsg(const ab_host_api *host, ab_call *call, ab_log_level level, const char *msg)
 {
-    if (AB_HAS(host, log))
-        host->log(call, level, msg, strlen(msg));
-}
-
-/* Sets a Failure and returns AB_ERROR. `status` 0 = none. */
-static ab_status fail_status(const ab_host_api *host, ab_call *call, const char *kind, const char *reason,
-                             const char *message, int status)
-{
-    json_t *err = json_pack("{s:s, s:s, s:s}", "kind", kind, "reason", reason, "message", message);
-    if (err != NULL && status >= 100 && status <= 599)
-        json_object_set_new(err, "status", json_integer(status));
-    char *text = err ? json_dumps(err, JSON_COMPACT) : NULL;
-    json_decref(err);
-    if (text == NULL) {
-        static const char oom[] =
-            "{\"kind\":\"internal\",\"reason\":\"outOfMemory\",\"message\":\"The duke plugin ran out of memory.\"}";
-        host->set_error(call, (ab_json){ oom, sizeof oom - 1 });
-        return AB_ERROR;
-    }
-    host->set_error(call, (ab_json){ text, strlen(text) });
-    free(text);
-    return AB_ERROR;
-}
-
-static ab_status fail(const ab_host_api *host, ab_call *call, const char *kind, const char *reason,
-                      const char *message)
-{
-    return fail_status(host, call, kind, reason, message, 0);
+    host->log(call, level, msg, strlen(msg));
 }
 
 /* Sets `value` as the result and releases it; returns AB_OK (AB_ERROR when
@@ -108,16 +84,10 @@ static ab_status reply(const ab_host_api *host, ab_call *call, json_t *value)
     char *text = value ? json_dumps(value, JSON_COMPACT) : NULL;
     json_decref(value);
     if (text == NULL)
-        return fail(host, call, "internal", "outOfMemory", "The duke plugin could not encode its answer.");
+        return host->fail(call, "internal", "outOfMemory", "The duke plugin could not encode its answer.", 0);
     host->set_result(call, (ab_json){ text, strlen(text) });
     free(text);
     return AB_OK;
-}
-
-static ab_status cancelled(const ab_host_api *host, ab_call *call)
-{
-    fail(host, call, "cancelled", "cancelled", "The request was cancelled.");
-    return AB_CANCELLED;
 }
 
 /* ── JSON access ────────────────────────────────────────────────────────── */
@@ -129,7 +99,7 @@ static json_t *parse_input(const ab_host_api *host, ab_call *call, ab_json input
     if (json_is_object(v))
         return v;
     json_decref(v);
-    fail(host, call, "internal", "badInput", "The duke plugin received a hook input that is not a JSON object.");
+    host->fail(call, "internal", "badInput", "The duke plugin received a hook input that is not a JSON object.", 0);
     return NULL;
 }
 
@@ -178,121 +148,6 @@ static int is_path_segment(const char *s)
             return 0;
     }
     return 1;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* True when every '%' in s[0..n) starts an escape of two hex digits (RFC 3986
- * §2.1): "ab%ZZcd" and "abc%4" are not well formed. */
-static int escapes_well_formed(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '%')
-            continue;
-        if (i + 2 >= n || hexval(s[i + 1]) < 0 || hexval(s[i + 2]) < 0)
-            return 0;
-        i += 2;
-    }
-    return 1;
-}
-
-/* Percent-decodes src[0..n) into dst (n bytes suffice); returns the length,
- * or (size_t)-1 when an escape is malformed: guessing what a broken escape
- * meant would store a token the server never issued.
- * '+' stays '+': the callback is a URL (RFC 3986), not a form, and tokens may
- * contain '+' but never a space. */
-static size_t percent_decode(const char *src, size_t n, char *dst)
-{
-    if (!escapes_well_formed(src, n))
-        return (size_t)-1;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (src[i] == '%') {
-            dst[o++] = (char)(hexval(src[i + 1]) * 16 + hexval(src[i + 2]));
-            i += 2;
-        } else {
-            dst[o++] = src[i];
-        }
-    }
-    return o;
-}
-
-/* A query parameter read by name. */
-typedef struct query_value {
-    char *text;   /* malloc'd, NUL-terminated, percent-decoded; NULL when absent */
-    size_t length;
-    int count;    /* how many times the name occurs */
-} query_value;
-
-/* The query of `url`: from the first '?' to the '#' (the fragment is
- * ignored). *start is NULL when there is no query. */
-static void query_of(const char *url, const char **start, const char **end)
-{
-    const char *q = strchr(url, '?');
-    *start = q ? q + 1 : NULL;
-    *end = NULL;
-    if (q != NULL) {
-        const char *hash = strchr(q + 1, '#');
-        *end = hash ? hash : q + 1 + strlen(q + 1);
-    }
-}
-
-/* Finds parameter `name` in the query of `url` BY NAME (never by position);
- * names and values are percent-decoded. Every occurrence is counted; the
- * first one's value is returned. Returns 0, -1 when out of memory, or -2
- * when an escape in a name or in the value read is malformed. */
-static int query_param(const char *url, const char *name, query_value *out)
-{
-    out->text = NULL;
-    out->length = 0;
-    out->count = 0;
-    const char *q, *end;
-    query_of(url, &q, &end);
-    if (q == NULL)
-        return 0;
-
-    size_t namelen = strlen(name);
-    char *buf = malloc((size_t)(end - q) + 1);
-    if (buf == NULL)
-        return -1;
-    while (q < end) {
-        const char *amp = memchr(q, '&', (size_t)(end - q));
-        const char *seg_end = amp ? amp : end;
-        const char *eq = memchr(q, '=', (size_t)(seg_end - q));
-        const char *key_end = eq ? eq : seg_end;
-        size_t klen = percent_decode(q, (size_t)(key_end - q), buf);
-        if (klen == (size_t)-1) {
-            free(buf);
-            return -2;
-        }
-        if (klen == namelen && memcmp(buf, name, namelen) == 0) {
-            out->count++;
-            if (out->count == 1) {
-                size_t vlen = eq ? percent_decode(eq + 1, (size_t)(seg_end - eq - 1), buf) : 0;
-                if (vlen == (size_t)-1) {
-                    free(buf);
-                    return -2;
-                }
-                out->text = malloc(vlen + 1);
-                if (out->text == NULL) {
-                    free(buf);
-                    return -1;
-                }
-                memcpy(out->text, buf, vlen);
-                out->text[vlen] = '\0';
-                out->length = vlen;
-            }
-        }
-        q = seg_end + 1;
-    }
-    free(buf);
-    return 0;
 }
 
 /* Decodes base64url (RFC 4648 §5; padding optional) into a malloc'd buffer.
@@ -464,6 +319,11 @@ static ab_status duke_init(const ab_host_api *host, ab_plugin **plugin, const ch
     /* Seeds jansson's hash function once, before hooks create objects on
      * several threads. */
     json_object_seed(0);
+    /* Declared ABI 1.1 (duke.json), so a host that loads it has both; checked anyway. */
+    if (!AB_HAS(host, fail) || !AB_HAS(host, query_value)) {
+        *error = "duke: the host lacks ABI 1.1's fail and query_value";
+        return AB_ERROR;
+    }
     ab_plugin *state = malloc(sizeof *state);
     if (state == NULL) {
         *error = "duke: out of memory";
@@ -485,14 +345,13 @@ static ab_status duke_describe(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     (void)input;
     json_t *d = json_pack(
-        "{s:s, s:s, s:s, s:s, s:[s], s:b, s:[s,s],"
+        "{s:s, s:[s], s:b, s:[s,s],"
         " s:{s:s, s:[s], s:{"
         "   s:{s:s, s:s},"
         "   s:{s:s, s:[s,s], s:s, s:s},"
         "   s:{s:s, s:s},"
         "   s:{s:s, s:s}}}}",
-        "id", DUKE_ID, "version", DUKE_VERSION, "displayName", "Duke University",
-        "description", "Duke University mobile authorizer (NetID sign-in through Shibboleth)",
+        "displayName", "Duke University",
         "flows", "external",
         /* The authorizer's login page takes no state, so its callback carries none back. */
         "callbackState", 0,
@@ -528,16 +387,16 @@ static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
     ab_status st;
 
     if (client == NULL) {
-        st = fail(host, call, "configuration", "missingSetting", "The duke profile needs the setting \"clientName\".");
+        st = host->fail(call, "configuration", "missingSetting", "The duke profile needs the setting \"clientName\".", 0);
         goto done;
     }
     if (!is_path_segment(client)) {
-        st = fail(host, call, "configuration", "invalidSettings",
-                  "The setting \"clientName\" must be a path segment: letters, digits, '-', '.', '_' or '~'.");
+        st = host->fail(call, "configuration", "invalidSettings",
+                  "The setting \"clientName\" must be a path segment: letters, digits, '-', '.', '_' or '~'.", 0);
         goto done;
     }
     if (json_object_get(settings, "environment") != NULL && environment == NULL) {
-        st = fail(host, call, "configuration", "invalidSettings", "The setting \"environment\" must be a string.");
+        st = host->fail(call, "configuration", "invalidSettings", "The setting \"environment\" must be a string.", 0);
         goto done;
     }
     if (environment == NULL)
@@ -548,20 +407,20 @@ static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
     } else if (strcmp(environment, "test") == 0) {
         base = DUKE_TEST_BASE;
     } else {
-        st = fail(host, call, "configuration", "invalidSettings",
-                  "The setting \"environment\" must be \"production\" or \"test\".");
+        st = host->fail(call, "configuration", "invalidSettings",
+                  "The setting \"environment\" must be \"production\" or \"test\".", 0);
         goto done;
     }
     if (base_setting != NULL) {
         if (!is_secure_base(base_setting) || strpbrk(base_setting, "?#") != NULL) {
-            st = fail(host, call, "configuration", "insecureUrl",
-                      "The setting \"baseUrl\" must be an https URL without user name or query (http only on a loopback IP address).");
+            st = host->fail(call, "configuration", "insecureUrl",
+                      "The setting \"baseUrl\" must be an https URL without user name or query (http only on a loopback IP address).", 0);
             goto done;
         }
         base = base_setting;
     }
     if (api != NULL && !json_is_string(api)) {
-        st = fail(host, call, "configuration", "invalidSettings", "The setting \"apiBaseUrl\" must be a string.");
+        st = host->fail(call, "configuration", "invalidSettings", "The setting \"apiBaseUrl\" must be a string.", 0);
         goto done;
     }
 
@@ -601,10 +460,10 @@ static ab_status duke_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json in
     const char *prefix = config_str(in, "callbackPrefix");
     ab_status st;
     if (flow == NULL || strcmp(flow, "external") != 0)
-        st = fail(host, call, "configuration", "unsupported",
-                  "Duke's sign-in is a web page that ends at its own token URL: use the external flow.");
+        st = host->fail(call, "configuration", "unsupported",
+                  "Duke's sign-in is a web page that ends at its own token URL: use the external flow.", 0);
     else if (url == NULL || prefix == NULL)
-        st = fail(host, call, "configuration", "missingSetting", "The duke profile is not configured (no login URL).");
+        st = host->fail(call, "configuration", "missingSetting", "The duke profile is not configured (no login URL).", 0);
     else
         st = reply(host, call, json_pack("{s:s, s:s}", "url", url, "callbackPrefix", prefix));
     json_decref(in);
@@ -613,35 +472,29 @@ static ab_status duke_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json in
 
 /* ── complete_sign_in ───────────────────────────────────────────────────── */
 
-/* Reads one token parameter of the callback; on failure sets the error and
- * returns AB_ERROR (value->text is then NULL). */
+/* Reads one token parameter of the callback through the host's query_value
+ * (by name, form-decoded, the whole query well formed) into *value (borrowed
+ * until the hook returns); on failure sets the error and returns it. */
 static ab_status callback_token(const ab_host_api *host, ab_call *call, const char *url, const char *name,
-                                query_value *value)
+                                const char **value)
 {
     char message[160];
-    int found = query_param(url, name, value);
-    if (found == -2) {
-        free(value->text);
-        value->text = NULL;
-        return fail(host, call, "definitive", "invalidCallback",
-                    MALFORMED_CALLBACK);
-    }
-    if (found != 0)
-        return fail(host, call, "internal", "outOfMemory", "The duke plugin ran out of memory.");
-    if (value->count == 0 || value->length == 0) {
-        free(value->text);
-        value->text = NULL;
+    size_t length = 0, count = 0;
+    ab_status st = host->query_value(call, url, strlen(url), name, value, &length, &count);
+    if (st == AB_ERROR)
+        return host->fail(call, "definitive", "invalidCallback", MALFORMED_CALLBACK, 0);
+    if (st != AB_OK)
+        return host->fail(call, "internal", "hostError", "The host could not read the Duke token URL.", 0);
+    if (count == 0 || length == 0) {
         snprintf(message, sizeof message,
                  "The Duke sign-in ended without %s in its token URL; nothing was stored. Sign in again.", name);
-        return fail(host, call, "definitive", "missingToken", message);
+        return host->fail(call, "definitive", "missingToken", message, 0);
     }
-    if (value->count > 1 || !is_token_text(value->text, value->length)) {
-        free(value->text);
-        value->text = NULL;
+    if (count > 1 || !is_token_text(*value, length)) {
         snprintf(message, sizeof message,
                  "The Duke sign-in ended with a malformed %s in its token URL (%s); nothing was stored.", name,
-                 value->count > 1 ? "given more than once" : "not a token");
-        return fail(host, call, "definitive", "invalidCallback", message);
+                 count > 1 ? "given more than once" : "not a token");
+        return host->fail(call, "definitive", "invalidCallback", message, 0);
     }
     return AB_OK;
 }
@@ -654,37 +507,28 @@ static ab_status duke_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_json
         return AB_ERROR;
     const char *url = str_at(in, "callbackUrl");
     const char *prefix = config_str(in, "callbackPrefix");
-    query_value access = { 0 }, session = { 0 };
+    const char *access = NULL, *session = NULL;
     ab_status st;
 
     if (url == NULL) {
-        st = fail(host, call, "definitive", "missingToken", "The Duke sign-in ended without a token URL.");
+        st = host->fail(call, "definitive", "missingToken", "The Duke sign-in ended without a token URL.", 0);
         goto done;
     }
     /* The host checked the prefix already; here the path must END there:
      * …/ios/token?… (not …/ios/tokenX). */
     if (prefix == NULL || !starts_with(url, prefix) || url[strlen(prefix)] != '?') {
-        st = fail(host, call, "definitive", "invalidCallback",
-                  "The Duke sign-in did not end at the mobile authorizer's token URL.");
+        st = host->fail(call, "definitive", "invalidCallback",
+                        "The Duke sign-in did not end at the mobile authorizer's token URL.", 0);
         goto done;
     }
-    /* The whole query must be well formed, not only the two values read: a
-     * URL broken anywhere is not the page Duke redirected to. */
-    const char *query, *query_end;
-    query_of(url, &query, &query_end);
-    if (query != NULL && !escapes_well_formed(query, (size_t)(query_end - query))) {
-        st = fail(host, call, "definitive", "invalidCallback",
-                  MALFORMED_CALLBACK);
-        goto done;
-    }
+    /* query_value refuses a query broken anywhere, not only in the values
+     * read: a URL broken anywhere is not the page Duke redirected to. */
     if ((st = callback_token(host, call, url, "access_token", &access)) != AB_OK)
         goto done;
     if ((st = callback_token(host, call, url, "session_token", &session)) != AB_OK)
         goto done;
-    st = reply(host, call, token_result(host, call, access.text, session.text));
+    st = reply(host, call, token_result(host, call, access, session));
 done:
-    free(access.text);
-    free(session.text);
     json_decref(in);
     return st;
 }
@@ -733,7 +577,7 @@ static ab_status http_failure(const ab_host_api *host, ab_call *call, json_t *fa
     char message[200];
     snprintf(message, sizeof message, "The Duke mobile authorizer could not be reached for %s (%s).", what,
              reason ? reason : "network");
-    return fail(host, call, kind ? kind : "transient", reason ? reason : "network", message);
+    return host->fail(call, kind ? kind : "transient", reason ? reason : "network", message, 0);
 }
 
 static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
@@ -750,16 +594,16 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
     ab_status st;
 
     if (url == NULL) {
-        st = fail(host, call, "configuration", "missingSetting", "The duke profile is not configured (no refresh URL).");
+        st = host->fail(call, "configuration", "missingSetting", "The duke profile is not configured (no refresh URL).", 0);
         goto done;
     }
     if (access == NULL || session == NULL) {
-        st = fail(host, call, "definitive", "noRefreshToken", "The Duke session has no session token; sign in again.");
+        st = host->fail(call, "definitive", "noRefreshToken", "The Duke session has no session token; sign in again.", 0);
         goto done;
     }
     st = post_with_tokens(host, call, url, access, session, REFRESH_TIMEOUT_MS, &response, &failure);
     if (st == AB_CANCELLED) {
-        st = cancelled(host, call);
+        st = host->fail(call, "cancelled", "cancelled", "The request was cancelled.", 0);
         goto done;
     }
     if (st == AB_ERROR) {
@@ -767,7 +611,7 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
         goto done;
     }
     if (st != AB_OK) {
-        st = fail(host, call, "internal", "hostError", "The host's HTTP service refused the refresh request.");
+        st = host->fail(call, "internal", "hostError", "The host's HTTP service refused the refresh request.", 0);
         goto done;
     }
 
@@ -778,16 +622,16 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
     if (status == 400 || status == 401) {
         /* The authorizer refuses this access/session token pair: the session
          * is over (ended by Duke, expired, or logged out elsewhere). */
-        st = fail_status(host, call, "definitive", "invalid_grant",
+        st = host->fail(call, "definitive", "invalid_grant",
                          "The Duke session has ended; sign in again with your NetID.", status);
     } else if (status >= 500 || status == 429) {
         char message[120];
         snprintf(message, sizeof message, "The Duke mobile authorizer is unavailable (HTTP %d); try again later.", status);
-        st = fail_status(host, call, "transient", status == 429 ? "rateLimited" : "serverError", message, status);
+        st = host->fail(call, "transient", status == 429 ? "rateLimited" : "serverError", message, status);
     } else if (status < 200 || status > 299) {
         char message[120];
         snprintf(message, sizeof message, "The Duke mobile authorizer answered the refresh with HTTP %d.", status);
-        st = fail_status(host, call, "transient", "badResponse", message, status);
+        st = host->fail(call, "transient", "badResponse", message, status);
     } else {
         const char *body = str_at(response, "body");
         json_t *answer = body ? json_loads(body, 0, NULL) : NULL;
@@ -796,7 +640,7 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
         const char *new_session = str_at(data, "session_token");
         if (new_access == NULL || !is_token_text(new_access, strlen(new_access)) ||
             (new_session != NULL && !is_token_text(new_session, strlen(new_session)))) {
-            st = fail_status(host, call, "transient", "badResponse",
+            st = host->fail(call, "transient", "badResponse",
                              "The Duke mobile authorizer answered the refresh without a usable access token.", status);
         } else {
             /* Both are replaced; a missing session_token keeps the old one
@@ -837,7 +681,7 @@ static ab_status duke_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
     }
     st = post_with_tokens(host, call, url, access, session, REVOKE_TIMEOUT_MS, &response, &failure);
     if (st == AB_CANCELLED) {
-        st = cancelled(host, call);
+        st = host->fail(call, "cancelled", "cancelled", "The request was cancelled.", 0);
         goto done;
     }
     if (st == AB_OK) {
@@ -880,4 +724,4 @@ static const ab_plugin_vtable duke_vtable = {
      * standard step (expiry by expiresAt; Bearer + apiBaseUrl; 401 → refresh). */
 };
 
-AB_DEFINE_PLUGIN(DUKE_ID, DUKE_VERSION, &duke_vtable)
+AB_DEFINE_PLUGIN(DUKE_ID, NULL, &duke_vtable)

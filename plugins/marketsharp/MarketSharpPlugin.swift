@@ -1,6 +1,6 @@
 import AuthBridgePluginSDK
 
-/// MarketSharp with named licences (seed 003).
+/// MarketSharp with named licences (the requirements and the model: README.md).
 ///
 /// No public documentation of MarketSharp's mobile OAuth exists, so the
 /// endpoints are modelled on its REST API at restapi.marketsharpm.com
@@ -8,7 +8,7 @@ import AuthBridgePluginSDK
 /// and every one of them is an assumption listed in README.md. What the plugin
 /// adds to standard OAuth 2.0 (authorization code + PKCE, RFC 7009 revocation):
 ///
-/// - the named-licence refusals at sign-in, with the seed's messages
+/// - the named-licence refusals at sign-in, with the required messages
 ///   (`orgNotOnNamedLicenses`, `noLicenseAssigned`);
 /// - the account (company and user) from the token answer, the company id
 ///   filled into relative API paths (`{companyId}`) and given to frontends
@@ -16,21 +16,20 @@ import AuthBridgePluginSDK
 /// - lifetimes: 365-day access token, 396-day refresh token, rotated by every
 ///   refresh (the host stores the new one before anyone sees the new access token);
 /// - a licence removed while signed in: `classify_response` and `check_session`
-///   answer `licenseRevoked` with the seed's message, and the host announces it
+///   answer `licenseRevoked` with the required message, and the host announces it
 ///   and signs the account out after `licenseGracePeriodMs`.
 struct MarketSharpPlugin: ProviderPlugin {
     static let id = "marketsharp"
-    static let version = "1.0.0"
     /// `revoke` is the host's standard RFC 7009 step (refresh token, then access token).
-    static let implementedHooks: Set<Hook>? = [.configure, .beginSignIn, .completeSignIn, .refresh, .checkSession,
+    static let implementedHooks: Set<PluginHook>? = [.configure, .beginSignIn, .completeSignIn, .refresh, .checkSession,
                                                .authorizeRequest, .classifyResponse]
 
     static let defaultBaseURL = "https://restapi.marketsharpm.com"
     static let defaultScopes: [String] = ["api"]
-    /// Seed 003: "The access token expires after 365 days. The refresh token lasts 396 days."
+    /// The requirements (README.md): "The access token expires after 365 days. The refresh token lasts 396 days."
     static let accessLifetimeMilliseconds: Int64 = 365 * 86_400_000
     static let refreshLifetimeMilliseconds: Int64 = 396 * 86_400_000
-    /// Modelled: "get current user", the request the seed names first.
+    /// Modelled: "get current user", the request the requirements name first.
     static let currentUserPath = "/companies/{companyId}/users/current"
 
     init(host: PluginHost) throws {}
@@ -38,8 +37,7 @@ struct MarketSharpPlugin: ProviderPlugin {
     func describe() -> JSON {
         let url: JSON = ["type": "string", "format": "uri"]
         return [
-            "id": .string(Self.id), "version": .string(Self.version), "displayName": "MarketSharp",
-            "description": "MarketSharp (named licences): sign-in with PKCE, 365-day access and 396-day rotating refresh tokens, licence checks",
+            "displayName": "MarketSharp",
             "flows": ["browser", "external"],
             "capabilities": ["revoke", "checkSession", "fetch"],
             "settings": [
@@ -63,18 +61,18 @@ struct MarketSharpPlugin: ProviderPlugin {
 
     // MARK: - configure
 
-    func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func configure(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let settings = input["settings"] ?? [:]
         guard let clientID = settings["clientId"]?.stringValue, !clientID.isEmpty else {
             throw .configuration("missingSetting", "The MarketSharp profile needs the setting \"clientId\".")
         }
         var base = settings["baseUrl"]?.stringValue ?? Self.defaultBaseURL
         while base.hasSuffix("/") { base.removeLast() }
-        guard URLCheck.isSecure(base) else { throw Self.insecure("baseUrl") }
+        guard Self.isSecure(base) else { throw Self.insecure("baseUrl") }
         var config: [String: JSON] = ["baseUrl": .string(base), "apiBaseUrl": .string(base), "clientId": .string(clientID)]
         for (key, path) in [("authorizationEndpoint", "/oauth/authorize"), ("tokenEndpoint", "/token"), ("revocationEndpoint", "/oauth/revoke")] {
             let endpoint = settings[key]?.stringValue ?? base + path
-            guard URLCheck.isSecure(endpoint) else { throw Self.insecure(key) }
+            guard Self.isSecure(endpoint) else { throw Self.insecure(key) }
             config[key] = .string(endpoint)
         }
         let scopes = settings["scopes"]?.arrayValue?.compactMap(\.stringValue) ?? Self.defaultScopes
@@ -85,7 +83,7 @@ struct MarketSharpPlugin: ProviderPlugin {
 
     // MARK: - Sign-in
 
-    func beginSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func beginSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         guard input["redirectUri"]?.stringValue != nil else {
             throw .configuration("missingSetting", "The external flow needs the profile setting \"redirectUri\" (the redirect URI registered for the client id).")
         }
@@ -93,15 +91,17 @@ struct MarketSharpPlugin: ProviderPlugin {
         return try call.standard(.beginSignIn, input.setting("nonce", nil))
     }
 
-    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         // A licence refusal may come back on the redirect (the sign-in page knows the user)…
-        // A callback that is not well formed is refused here (QueryString), before any exchange.
-        if let callback = input["callbackUrl"]?.stringValue, let error = try QueryString.value("error", in: callback),
-           let problem = LicenceProblem(oauthError: error) {
-            guard let expected = input["state"]?.stringValue, try QueryString.value("state", in: callback) == expected else {
-                throw .definitive("stateMismatch", "The callback's state does not match this sign-in; it was ignored.")
+        // A callback that is not well formed is refused here (URLQuery.callback), before any exchange.
+        if let callback = input["callbackUrl"]?.stringValue {
+            let query = try URLQuery.callback(callback)
+            if let error = query.value("error"), let problem = LicenceProblem(oauthError: error) {
+                guard let expected = input["state"]?.stringValue, query.value("state") == expected else {
+                    throw .definitive("stateMismatch", "The callback's state does not match this sign-in; it was ignored.")
+                }
+                throw problem.signInRefusal
             }
-            throw problem.signInRefusal
         }
         // …or from the token endpoint when the code is exchanged (the simulator's default).
         let answer: JSON
@@ -116,7 +116,7 @@ struct MarketSharpPlugin: ProviderPlugin {
 
     // MARK: - Refresh (rotation)
 
-    func refresh(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func refresh(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let tokens = input["tokens"] ?? [:]
         let answer: JSON
         do {
@@ -138,9 +138,9 @@ struct MarketSharpPlugin: ProviderPlugin {
         return try Self.completed(answer, previous: tokens, now: call.now)
     }
 
-    /// A token answer made into the session's TokenResult: the seed's lifetimes
+    /// A token answer made into the session's TokenResult: the required lifetimes
     /// when the answer omits them, the refresh token's expiry, and the account.
-    static func completed(_ answer: JSON, previous: JSON?, now: Int64) throws(PluginFailure) -> JSON {
+    static func completed(_ answer: JSON, previous: JSON?, now: Int64) throws(ProviderFailure) -> JSON {
         guard var tokens = answer["tokens"]?.objectValue else {
             throw .transient("badResponse", "MarketSharp's token answer could not be read.")
         }
@@ -172,7 +172,7 @@ struct MarketSharpPlugin: ProviderPlugin {
 
     // MARK: - Session check
 
-    func checkSession(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func checkSession(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let tokens = input["tokens"] ?? [:]
         if let expiresAt = tokens["expiresAt"]?.intValue, expiresAt <= call.now { return ["state": "expired"] }
         let config = input["profile"]?["config"] ?? [:]
@@ -195,10 +195,10 @@ struct MarketSharpPlugin: ProviderPlugin {
 
     // MARK: - Requests
 
-    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         // Relative paths may name the user's company as {companyId}: frontends
         // do not hold it (it rides in the token answer, kept in extras).
-        guard let url = input["request"]?["url"]?.stringValue, !URLText.hasScheme(url),
+        guard let url = input["request"]?["url"]?.stringValue, !ParsedURL.hasScheme(url),
               let company = input["tokens"]?["extras"]?["companyId"]?.stringValue else {
             return try call.standard(.authorizeRequest, input)
         }
@@ -206,7 +206,7 @@ struct MarketSharpPlugin: ProviderPlugin {
         return try call.standard(.authorizeRequest, input.setting("request", request))
     }
 
-    func classifyResponse(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func classifyResponse(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let status = Int(input["response"]?["status"]?.intValue ?? 0)
         if status == 401 { return ["outcome": "sessionExpired"] }
         // Licence answers count only when MarketSharp's API gave them.
@@ -239,12 +239,18 @@ struct MarketSharpPlugin: ProviderPlugin {
         value.intValue ?? value.stringValue.flatMap { Int64($0) }
     }
 
-    static func insecure(_ name: String) -> PluginFailure {
+    /// https, or http on a loopback IP literal without a user name (the toolkit's rule).
+    static func isSecure(_ text: String) -> Bool {
+        guard let url = ParsedURL(text) else { return false }
+        return url.isSecureTransport && (url.scheme == "https" || url.userInfo == nil)
+    }
+
+    static func insecure(_ name: String) -> ProviderFailure {
         .configuration("insecureUrl", "The setting \"\(name)\" must be an https URL (http only on a loopback IP address).")
     }
 }
 
-/// The named-licence outcomes of seed 003, as MarketSharp reports them
+/// The named-licence outcomes of the requirements (README.md), as MarketSharp reports them
 /// (modelled: OAuth error codes at sign-in, `errorCode` in 403 API answers).
 enum LicenceProblem {
     /// "In order to log into MarketSharp, the company needs to be on the named license format."
@@ -283,7 +289,7 @@ enum LicenceProblem {
         }
     }
 
-    /// The seed's texts (its typo "account't" corrected).
+    /// The required texts (their typo "account't" corrected).
     var message: String {
         switch self {
         case .orgNotOnNamedLicenses:
@@ -293,25 +299,8 @@ enum LicenceProblem {
         }
     }
 
-    var signInRefusal: PluginFailure { .definitive(reason, message) }
+    var signInRefusal: ProviderFailure { .definitive(reason, message) }
 }
 
-/// URL checks without Foundation.
-enum URLCheck {
-    /// https anywhere; http only on a loopback IP literal (127.0.0.0/8 or [::1]).
-    static func isSecure(_ url: String) -> Bool {
-        let lower = url.lowercased()
-        if lower.hasPrefix("https://") { return lower.count > "https://".count }
-        guard lower.hasPrefix("http://") else { return false }
-        let authority = lower.dropFirst("http://".count).prefix { $0 != "/" && $0 != "?" && $0 != "#" }
-        if authority.contains("@") { return false }
-        if authority.hasPrefix("[::1]") { return true }
-        let host = authority.prefix { $0 != ":" }
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0] == "127" else { return false }
-        return parts.allSatisfy { part in UInt8(part).map { _ in !part.isEmpty } ?? false }
-    }
-}
-
-@_cdecl("authbridge_plugin_v1")
-public func authbridgePluginEntry() -> UnsafeRawPointer { PluginExport.entry(for: MarketSharpPlugin.self) }
+/// What the library's entry point returns (`Entry/`): `MarketSharpPlugin`'s ABI tables.
+public func pluginEntry() -> UnsafeRawPointer { PluginExport.entry(for: MarketSharpPlugin.self) }

@@ -5,18 +5,15 @@ import AuthBridgePluginSDK
 /// plugin only describes its settings and checks them.
 struct OIDCPlugin: ProviderPlugin {
     static let id = "oidc"
-    static let version = "0.1.0"
     /// Everything else is the host's standard OAuth 2.0 step.
-    static let implementedHooks: Set<Hook>? = [.configure]
+    static let implementedHooks: Set<PluginHook>? = [.configure]
 
     init(host: PluginHost) throws {}
 
     func describe() -> JSON {
         let url: JSON = ["type": "string", "format": "uri"]
         return [
-            "id": .string(Self.id), "version": .string(Self.version),
             "displayName": "OpenID Connect / OAuth 2.0",
-            "description": "Any standards-compliant OAuth 2.0 or OpenID Connect authorization server",
             "flows": ["browser", "external", "device"],
             "capabilities": ["revoke", "fetch"],
             "settings": [
@@ -43,7 +40,7 @@ struct OIDCPlugin: ProviderPlugin {
         ]
     }
 
-    func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func configure(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let settings = input["settings"] ?? [:]
         if settings["issuer"]?.stringValue == nil {
             for key in ["tokenEndpoint"] where settings[key]?.stringValue == nil {
@@ -55,5 +52,5 @@ struct OIDCPlugin: ProviderPlugin {
     }
 }
 
-@_cdecl("authbridge_plugin_v1")
-public func authbridgePluginEntry() -> UnsafeRawPointer { PluginExport.entry(for: OIDCPlugin.self) }
+/// What the library's entry point returns (`Entry/`): `OIDCPlugin`'s ABI tables.
+public func pluginEntry() -> UnsafeRawPointer { PluginExport.entry(for: OIDCPlugin.self) }

@@ -29,8 +29,7 @@ import AuthBridgePluginSDK
 /// `expiresAt` stays null and expiry is learnt from a 401.
 struct SalesforcePlugin: ProviderPlugin {
     static let id = "salesforce"
-    static let version = "1.0.0"
-    static let implementedHooks: Set<Hook>? = [
+    static let implementedHooks: Set<PluginHook>? = [
         .configure, .beginSignIn, .completeSignIn, .refresh, .revoke, .checkSession, .authorizeRequest, .classifyResponse,
     ]
 
@@ -58,8 +57,7 @@ struct SalesforcePlugin: ProviderPlugin {
 
     func describe() -> JSON {
         [
-            "id": .string(Self.id), "version": .string(Self.version), "displayName": "Salesforce",
-            "description": "Salesforce orgs (production, sandbox, My Domain) through a connected app: OAuth 2.0 with PKCE, API calls at the org's instance URL",
+            "displayName": "Salesforce",
             "flows": ["browser", "external"],
             "capabilities": ["revoke", "checkSession", "fetch"],
             "settings": [
@@ -85,7 +83,7 @@ struct SalesforcePlugin: ProviderPlugin {
 
     // MARK: - Configuration
 
-    func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func configure(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let settings = input["settings"] ?? [:]
         guard let clientID = settings["clientId"]?.stringValue, !clientID.isEmpty else {
             throw .configuration("missingSetting", "The profile needs \"clientId\": the connected app's consumer key.")
@@ -133,8 +131,8 @@ struct SalesforcePlugin: ProviderPlugin {
     }
 
     /// The `instanceDomains` setting: domain names, lower-cased, a leading `*.` or `.` dropped.
-    static func instanceDomains(_ setting: JSON) throws(PluginFailure) -> [String] {
-        let problem = PluginFailure.configuration(
+    static func instanceDomains(_ setting: JSON) throws(ProviderFailure) -> [String] {
+        let problem = ProviderFailure.configuration(
             "invalidSettings", "\"instanceDomains\" must be a list of domain names such as [\"example.gov\"] (a host on one of them, or under it, may be the org's instance_url).")
         guard let items = setting.arrayValue else { throw problem }
         var domains: [String] = []
@@ -154,8 +152,8 @@ struct SalesforcePlugin: ProviderPlugin {
     /// Why `instance` may not receive the session's token, or nil when it may: it must be https
     /// (http only on a loopback IP), without user info, and on Salesforce's own domains, the
     /// login host, or a domain of the profile's `instanceDomains`.
-    static func untrustedInstance(_ instance: String, config: JSON) -> PluginFailure? {
-        guard let url = WebURL(instance) else {
+    static func untrustedInstance(_ instance: String, config: JSON) -> ProviderFailure? {
+        guard let url = ParsedURL(instance) else {
             return .transient("badResponse", "Salesforce named an instance_url that is not a URL.")
         }
         guard url.isSecureTransport else {
@@ -163,7 +161,7 @@ struct SalesforcePlugin: ProviderPlugin {
         }
         let extra = config["instanceDomains"]?.arrayValue?.compactMap(\.stringValue) ?? []
         if url.userInfo == nil {  // user info has no place in an API base (and hides the real host)
-            if let login = config["loginHost"]?.stringValue.flatMap(WebURL.init), login.host == url.host { return nil }
+            if let login = config["loginHost"]?.stringValue.flatMap(ParsedURL.init), login.host == url.host { return nil }
             if (salesforceDomains + extra).contains(where: { url.host == $0 || url.host.hasSuffix("." + $0) }) { return nil }
         }
         return .configuration(
@@ -172,7 +170,7 @@ struct SalesforcePlugin: ProviderPlugin {
     }
 
     /// The login host's base URL (no trailing slash) for a `loginHost` setting.
-    static func loginHostURL(_ setting: String) throws(PluginFailure) -> String {
+    static func loginHostURL(_ setting: String) throws(ProviderFailure) -> String {
         let value = setting.trimmingSpaces
         switch value.lowercased() {
         case "production", "login", "login.salesforce.com": return productionHost
@@ -180,7 +178,7 @@ struct SalesforcePlugin: ProviderPlugin {
         default: break
         }
         let candidate = value.contains("://") ? value : "https://" + value
-        guard let url = WebURL(candidate), !url.host.isEmpty, url.userInfo == nil, url.query == nil, url.fragment == nil else {
+        guard let url = ParsedURL(candidate), !url.host.isEmpty, url.userInfo == nil, url.query == nil, url.fragment == nil else {
             throw .configuration("invalidSettings",
                                  "\"loginHost\" must be \"production\", \"sandbox\", or the org's My Domain login URL such as https://acme.my.salesforce.com.")
         }
@@ -198,7 +196,7 @@ struct SalesforcePlugin: ProviderPlugin {
 
     // MARK: - Sign-in
 
-    func beginSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func beginSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         guard input["redirectUri"]?.stringValue != nil else {
             throw .configuration("missingSetting", "The external flow needs the profile setting \"redirectUri\": the connected app's callback URL.")
         }
@@ -209,7 +207,7 @@ struct SalesforcePlugin: ProviderPlugin {
         return try call.standard(.beginSignIn, input.setting("scopes", .array(scopes.map(JSON.string))))
     }
 
-    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         // The standard step checks the callback (error, state, code) and redeems the code with the PKCE verifier.
         let result = try call.standard(.completeSignIn, input)
         let config = input["profile"]?["config"] ?? [:]
@@ -219,7 +217,7 @@ struct SalesforcePlugin: ProviderPlugin {
             throw .transient("badResponse", "Salesforce answered the sign-in without an access token.")
         }
         let extras = issued["extras"] ?? [:]
-        guard let instance = extras["instance_url"]?.stringValue, WebURL(instance) != nil else {
+        guard let instance = extras["instance_url"]?.stringValue, ParsedURL(instance) != nil else {
             Self.discard(issued, config: config, call)
             throw .transient("badResponse", "Salesforce answered the sign-in without the org's instance_url.")
         }
@@ -272,7 +270,7 @@ struct SalesforcePlugin: ProviderPlugin {
     /// The organization and user ids at the end of an identity URL
     /// (`https://login.salesforce.com/id/<orgId>/<userId>`).
     static func identityIDs(_ url: String) -> (organization: String, user: String)? {
-        guard let parsed = WebURL(url) else { return nil }
+        guard let parsed = ParsedURL(url) else { return nil }
         let parts = parsed.path.split(separator: "/").map(String.init)
         guard let index = parts.lastIndex(of: "id"), parts.count == index + 3 else { return nil }
         let organization = parts[index + 1], user = parts[index + 2]
@@ -285,7 +283,7 @@ struct SalesforcePlugin: ProviderPlugin {
     /// Salesforce's refresh grant: `format=json`, no refresh token back (the
     /// host keeps the old one; with refresh-token rotation enabled on the
     /// connected app a new one comes and replaces it), no `expires_in`.
-    func refresh(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func refresh(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let config = input["profile"]?["config"] ?? [:]
         guard let refreshToken = input["tokens"]?["refreshToken"]?.stringValue else {
             throw .definitive("noRefreshToken", "The Salesforce session has no refresh token; sign in again.")
@@ -317,7 +315,7 @@ struct SalesforcePlugin: ProviderPlugin {
     }
 
     /// A token endpoint answer as a TokenResult, or the Failure it means.
-    static func tokenResult(_ response: HTTPResponse, now: Int64) throws(PluginFailure) -> JSON {
+    static func tokenResult(_ response: HTTPResponse, now: Int64) throws(ProviderFailure) -> JSON {
         let body = response.json
         guard (200..<300).contains(response.status) else { throw tokenFailure(status: response.status, body: body) }
         guard var members = body?.objectValue, let access = members["access_token"]?.stringValue, !access.isEmpty else {
@@ -360,7 +358,7 @@ struct SalesforcePlugin: ProviderPlugin {
     /// inactive user or org (the end, with its own reason), and "token request
     /// is already being processed" (another request with the same refresh
     /// token is running: try again, the session is fine).
-    static func tokenFailure(status: Int, body: JSON?) -> PluginFailure {
+    static func tokenFailure(status: Int, body: JSON?) -> ProviderFailure {
         if status == 0 || status >= 500 {
             return .transient("serverError", "Salesforce is unavailable (HTTP \(status)).", status: status)
         }
@@ -401,7 +399,7 @@ struct SalesforcePlugin: ProviderPlugin {
     /// `POST /services/oauth2/revoke` with `token=`: the refresh token, which
     /// revokes the grant and every access token obtained with it (or the
     /// access token alone when there is no refresh token).
-    func revoke(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func revoke(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let config = input["profile"]?["config"] ?? [:]
         guard let endpoint = config["revocationEndpoint"]?.stringValue else {
             return ["revoked": [], "failures": [["token": "all", "reason": "unsupported", "message": "The profile has no revocation endpoint."]]]
@@ -427,7 +425,7 @@ struct SalesforcePlugin: ProviderPlugin {
         }
     }
 
-    static func revokeRequest(_ token: String, endpoint: String, _ call: PluginCall) throws(PluginFailure) -> HTTPResponse {
+    static func revokeRequest(_ token: String, endpoint: String, _ call: PluginCall) throws(ProviderFailure) -> HTTPResponse {
         try call.http(["method": "POST", "url": .string(endpoint), "form": ["token": .string(token)], "timeoutMs": 10_000])
     }
 
@@ -455,7 +453,7 @@ struct SalesforcePlugin: ProviderPlugin {
     /// whether the grant still stands); 404 `Inactive` = `expired` as well (the
     /// refresh then reports the inactive user with Salesforce's words); any
     /// other answer = `unknown` (the host answers `offline`, tokens kept).
-    func checkSession(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func checkSession(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let tokens = input["tokens"] ?? [:]
         guard let idURL = tokens["extras"]?["id"]?.stringValue, let access = tokens["accessToken"]?.stringValue else {
             return try call.standard(.checkSession, input)
@@ -492,7 +490,7 @@ struct SalesforcePlugin: ProviderPlugin {
     /// absolute ones must stay on the org's instance or its login/identity
     /// host, so the access token never reaches another server. No URL (a
     /// `getAccessToken` call) gets only the header.
-    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let tokens = input["tokens"] ?? [:]
         guard let access = tokens["accessToken"]?.stringValue else {
             throw .definitive("noTokens", "The Salesforce session has no access token.")
@@ -502,14 +500,14 @@ struct SalesforcePlugin: ProviderPlugin {
         // A session stored before instance_url was checked is checked here, before any use.
         var instance = extras["instance_url"]?.stringValue
         if let named = instance, let refusal = Self.untrustedInstance(named, config: input["profile"]?["config"] ?? [:]) {
-            if let url = request["url"]?.stringValue, !URLText.hasScheme(url) { throw refusal }
+            if let url = request["url"]?.stringValue, !ParsedURL.hasScheme(url) { throw refusal }
             instance = nil
         }
         if let url = request["url"]?.stringValue {
-            if URLText.hasScheme(url) {
+            if ParsedURL.hasScheme(url) {
                 let allowed = [instance, input["profile"]?["config"]?["loginHost"]?.stringValue, extras["id"]?.stringValue]
-                    .compactMap { $0.flatMap(WebURL.init)?.origin }
-                guard let target = WebURL(url), allowed.contains(target.origin) else {
+                    .compactMap { $0.flatMap(ParsedURL.init)?.origin }
+                guard let target = ParsedURL(url), allowed.contains(target.origin) else {
                     throw .configuration("foreignUrl",
                                          "Salesforce tokens are only sent to the org's instance (\(instance ?? "unknown")) and its login host; use a path such as /services/data/v60.0/….")
                 }
@@ -536,88 +534,12 @@ struct SalesforcePlugin: ProviderPlugin {
     /// 401 from the REST API (`INVALID_SESSION_ID`, "Session expired or
     /// invalid") and the identity service's 403 `Bad_OAuth_Token` mean the
     /// access token is dead: refresh and replay. Anything else is the answer.
-    func classifyResponse(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func classifyResponse(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let status = input["response"]?["status"]?.intValue ?? 0
         let body = input["response"]?["body"]?.stringValue ?? ""
         if status == 401 { return ["outcome": "sessionExpired"] }
         if status == 403, Self.identityErrorCode(body) == "Bad_OAuth_Token" { return ["outcome": "sessionExpired"] }
         return ["outcome": "ok"]
-    }
-}
-
-// MARK: - URLs (no Foundation in plugins)
-
-/// The parts of an absolute URL this plugin needs.
-struct WebURL {
-    var scheme: String
-    var userInfo: String?
-    /// Lower-cased; IPv6 literals without brackets.
-    var host: String
-    var port: Int?
-    var path: String
-    var query: String?
-    var fragment: String?
-
-    init?(_ text: String) {
-        guard let separator = text.firstRange(of: "://") else { return nil }
-        let scheme = text[..<separator.lowerBound].lowercased()
-        guard let first = scheme.first, first.isLetter,
-              scheme.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "+" || $0 == "-" || $0 == "." }) else { return nil }
-        self.scheme = scheme
-        var rest = text[separator.upperBound...]
-        if let hash = rest.firstIndex(of: "#") {
-            fragment = String(rest[rest.index(after: hash)...])
-            rest = rest[..<hash]
-        }
-        if let question = rest.firstIndex(of: "?") {
-            query = String(rest[rest.index(after: question)...])
-            rest = rest[..<question]
-        }
-        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
-        path = String(rest[slash...])
-        var authority = rest[..<slash]
-        if let at = authority.lastIndex(of: "@") {
-            userInfo = String(authority[..<at])
-            authority = authority[authority.index(after: at)...]
-        }
-        var portText: Substring?
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { return nil }
-            host = authority[authority.index(after: authority.startIndex)..<close].lowercased()
-            let after = authority[authority.index(after: close)...]
-            if !after.isEmpty {
-                guard after.hasPrefix(":") else { return nil }
-                portText = after.dropFirst()
-            }
-        } else if let colon = authority.lastIndex(of: ":") {
-            host = authority[..<colon].lowercased()
-            portText = authority[authority.index(after: colon)...]
-        } else {
-            host = authority.lowercased()
-        }
-        if let portText {
-            guard let value = Int(portText), (1...65_535).contains(value) else { return nil }
-            port = value
-        }
-        guard !host.isEmpty, !host.contains(where: { $0 == " " || $0 == "%" || $0 == "\\" }) else { return nil }
-    }
-
-    var isLoopbackIPLiteral: Bool {
-        if host == "::1" || host == "0:0:0:0:0:0:0:1" { return true }
-        let octets = host.split(separator: ".", omittingEmptySubsequences: false)
-        guard octets.count == 4, octets.allSatisfy({ UInt8($0) != nil }) else { return false }
-        return octets[0] == "127"
-    }
-
-    /// https anywhere, http only on a loopback IP literal (the host's rule).
-    var isSecureTransport: Bool { scheme == "https" || (scheme == "http" && isLoopbackIPLiteral) }
-
-    /// scheme://host[:port], default ports left out, so equal origins compare equal.
-    var origin: String {
-        let hostPart = host.contains(":") ? "[\(host)]" : host
-        let defaultPort = scheme == "https" ? 443 : scheme == "http" ? 80 : nil
-        let portPart = port.flatMap { $0 == defaultPort ? nil : ":\($0)" } ?? ""
-        return "\(scheme)://\(hostPart)\(portPart)"
     }
 }
 
@@ -630,5 +552,5 @@ extension String {
     }
 }
 
-@_cdecl("authbridge_plugin_v1")
-public func authbridgePluginEntry() -> UnsafeRawPointer { PluginExport.entry(for: SalesforcePlugin.self) }
+/// What the library's entry point returns (`Entry/`): `SalesforcePlugin`'s ABI tables.
+public func pluginEntry() -> UnsafeRawPointer { PluginExport.entry(for: SalesforcePlugin.self) }

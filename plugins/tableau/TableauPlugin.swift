@@ -1,6 +1,6 @@
 import AuthBridgePluginSDK
 
-/// Tableau Server connected client (seeds 000, 001; /work/shared/providers.md "Tableau").
+/// Tableau Server connected client (what the server does, and the public sources: README.md).
 ///
 /// The frontend signs the user in on the server's own web page (in its web view) and hands the
 /// host the `workgroup_session_id` that page set; this plugin trades it for long-lived tokens
@@ -12,10 +12,9 @@ import AuthBridgePluginSDK
 /// host's.
 struct TableauPlugin: ProviderPlugin {
     static let id = "tableau"
-    static let version = "1.0.0"
     /// begin_sign_in (no authorization URL: the frontend owns the web sign-in) and
     /// classify_response (Tableau answers 401 for a dead session, the standard rule) stay standard.
-    static let implementedHooks: Set<Hook>? = [.configure, .completeSignIn, .refresh, .revoke, .checkSession, .authorizeRequest]
+    static let implementedHooks: Set<PluginHook>? = [.configure, .completeSignIn, .refresh, .revoke, .checkSession, .authorizeRequest]
 
     /// The cookies' lifetime in the original client (~30.4 days).
     static let cookieMaxAge: Int64 = 2_629_743
@@ -28,8 +27,7 @@ struct TableauPlugin: ProviderPlugin {
 
     func describe() -> JSON {
         [
-            "id": .string(Self.id), "version": .string(Self.version), "displayName": "Tableau",
-            "description": "Tableau Server connected client: long-lived tokens for a device from a web sign-in's session id",
+            "displayName": "Tableau",
             "flows": ["session"],
             "capabilities": ["revoke", "checkSession", "fetch", "cookies"],
             "settings": [
@@ -49,15 +47,15 @@ struct TableauPlugin: ProviderPlugin {
 
     // MARK: - configure
 
-    func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func configure(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let settings = input["settings"] ?? [:]
         guard let serverText = settings["server"]?.stringValue else {
             throw .configuration("missingSetting", "The profile needs the setting \"server\" (the Tableau Server's address).")
         }
-        guard let server = ServerURL(serverText) else {
+        guard let server = ServerAddress(serverText) else {
             throw .configuration("invalidSettings", "The setting \"server\" must be an absolute address such as https://tableau.example.com, without a query, fragment or user name.")
         }
-        guard server.isSecureTransport else {
+        guard server.url.isSecureTransport else {
             throw .configuration("insecureUrl", "The setting \"server\" must be an https address (http only on a loopback IP address).")
         }
         let site = settings["site"]?.stringValue ?? ""
@@ -66,7 +64,7 @@ struct TableauPlugin: ProviderPlugin {
         }
         var config: [String: JSON] = [
             "server": .string(server.base), "site": .string(site),
-            "cookieDomain": .string(server.host), "secureCookies": .bool(server.scheme == "https"),
+            "cookieDomain": .string(server.url.host), "secureCookies": .bool(server.url.scheme == "https"),
             "tokenEndpoint": .string(server.base + "/oauth2/v1/token"),
             "revocationEndpoint": .string(server.base + "/oauth2/v1/revoke"),
             "sessionInfoEndpoint": .string(server.base + "/vizportal/api/web/v1/getSessionInfo"),
@@ -83,7 +81,7 @@ struct TableauPlugin: ProviderPlugin {
 
     // MARK: - Sign-in: the session grant
 
-    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         guard input["flow"]?.stringValue == "session" else {
             throw .configuration("unsupported", "Tableau signs in with the session flow: the frontend signs the user in on the server's page and passes its workgroup_session_id.")
         }
@@ -116,7 +114,7 @@ struct TableauPlugin: ProviderPlugin {
 
     // MARK: - Refresh with the site
 
-    func refresh(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func refresh(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         guard let refreshToken = input["tokens"]?["refreshToken"]?.stringValue, !refreshToken.isEmpty else {
             throw .definitive("noRefreshToken", "The Tableau session has no refresh token; sign in again.")
         }
@@ -140,7 +138,7 @@ struct TableauPlugin: ProviderPlugin {
 
     // MARK: - Session check: getSessionInfo
 
-    func checkSession(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func checkSession(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let tokens = input["tokens"] ?? [:]
         guard let access = tokens["accessToken"]?.stringValue, let xsrf = tokens["extras"]?["xsrfToken"]?.stringValue,
               !xsrf.isEmpty else {
@@ -155,7 +153,7 @@ struct TableauPlugin: ProviderPlugin {
 
     // MARK: - Credentials: two cookies and the XSRF header
 
-    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let config = Self.config(input)
         guard let access = input["tokens"]?["accessToken"]?.stringValue else {
             throw .definitive("noTokens", "The Tableau session has no access token.")
@@ -164,9 +162,9 @@ struct TableauPlugin: ProviderPlugin {
         let base = config["server"]?.stringValue ?? ""
         var request = input["request"]?.objectValue ?? [:]
         if let url = request["url"]?.stringValue {
-            if URLText.hasScheme(url) {
+            if ParsedURL.hasScheme(url) {
                 // The cookies and header carry the session: only ever to this profile's server.
-                guard let target = ServerURL(url, allowQuery: true), let server = ServerURL(base), target.origin == server.origin,
+                guard let target = ServerAddress(url, allowQuery: true), let server = ServerAddress(base), target.url.origin == server.url.origin,
                       target.path == server.path || target.path.hasPrefix(server.path + "/") else {
                     throw .configuration("foreignUrl", "This profile only sends its Tableau credentials to \(base); use a path or an address on that server.")
                 }
@@ -186,7 +184,7 @@ struct TableauPlugin: ProviderPlugin {
 
     /// Both revocations run at once under one bound (`revokeTimeout`): against a server that
     /// does not answer, sign-out waits one timeout, not one per token.
-    func revoke(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func revoke(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let config = Self.config(input)
         let endpoint = config["revocationEndpoint"]?.stringValue ?? ""
         let hints = [("accessToken", "access_token"), ("refreshToken", "refresh_token")].compactMap { key, hint -> (hint: String, token: String)? in
@@ -228,10 +226,10 @@ struct TableauPlugin: ProviderPlugin {
     /// own (two profiles on one server, e.g. one per site, would otherwise sign each other out):
     /// the host's `installation.profileId`, stable per installation and profile. Tokens keep
     /// the id they were issued to (`stored`).
-    static func device(_ input: JSON, stored: String?) throws(PluginFailure) -> (id: String, name: String) {
+    static func device(_ input: JSON, stored: String?) throws(ProviderFailure) -> (id: String, name: String) {
         let installation = input["installation"] ?? [:]
         guard let id = [stored, installation["profileId"]?.stringValue].compactMap({ $0 }).first(where: { !$0.isEmpty }) else {
-            throw PluginFailure(.internal, reason: "noInstallation", message: "The host gave no installation profileId to use as the Tableau device id.")
+            throw ProviderFailure(.internal, reason: "noInstallation", message: "The host gave no installation profileId to use as the Tableau device id.")
         }
         let configured = config(input)["deviceName"]?.stringValue
         let hostName = installation["name"]?.stringValue
@@ -260,7 +258,7 @@ struct TableauPlugin: ProviderPlugin {
     /// One call to `{server}/oauth2/v1/token`. Tableau gives no `expires_in`: expiry is learnt
     /// from getSessionInfo. A top-level `error` key is a refusal (the session ends); an
     /// unavailable server (5xx, 429, no answer) is transient and keeps the tokens.
-    static func tokenRequest(_ form: JSON, config: JSON, call: PluginCall) throws(PluginFailure) -> Tokens {
+    static func tokenRequest(_ form: JSON, config: JSON, call: PluginCall) throws(ProviderFailure) -> Tokens {
         guard let endpoint = config["tokenEndpoint"]?.stringValue else {
             throw .configuration("missingSetting", "The profile needs the setting \"server\".")
         }
@@ -288,7 +286,7 @@ struct TableauPlugin: ProviderPlugin {
     /// A token answer's `error` (a string, or an object with a code and a message) as a
     /// definitive failure. A code that is a word is kept as the reason (`invalid_grant` → the
     /// host reports `revoked`); anything else counts as `invalid_grant`.
-    static func refusal(_ error: JSON, description: String?, status: Int) -> PluginFailure {
+    static func refusal(_ error: JSON, description: String?, status: Int) -> ProviderFailure {
         var code: String?
         var detail = description
         switch error {
@@ -324,7 +322,7 @@ struct TableauPlugin: ProviderPlugin {
 
     /// `POST {server}/vizportal/api/web/v1/getSessionInfo` with the two cookies and the
     /// `X-XSRF-TOKEN` header. `result.errors` means the session expired.
-    static func sessionInfo(access: String, xsrf: String, config: JSON, call: PluginCall) throws(PluginFailure) -> SessionState {
+    static func sessionInfo(access: String, xsrf: String, config: JSON, call: PluginCall) throws(ProviderFailure) -> SessionState {
         guard let endpoint = config["sessionInfoEndpoint"]?.stringValue else {
             throw .configuration("missingSetting", "The profile needs the setting \"server\".")
         }
@@ -372,70 +370,25 @@ struct TableauPlugin: ProviderPlugin {
     }
 }
 
-/// An absolute http(s) address, read without Foundation: scheme, host (lower case; an IPv6
-/// literal without its brackets), port and path.
-struct ServerURL: Equatable {
-    var scheme: String
-    var host: String
-    var port: Int?
+/// A Tableau Server's address: an absolute http(s) URL (the toolkit's `ParsedURL`) without white
+/// space or a user name, and without a query or fragment unless `allowQuery` (a request's URL).
+struct ServerAddress: Equatable {
+    let url: ParsedURL
     /// "" or a path without a trailing slash ("/tableau").
-    var path: String
+    let path: String
 
     init?(_ text: String, allowQuery: Bool = false) {
-        guard !text.contains(where: { $0.isWhitespace || $0.isNewline }), let colon = text.firstIndex(of: ":") else { return nil }
-        scheme = text[..<colon].lowercased()
-        guard scheme == "https" || scheme == "http", text[colon...].hasPrefix("://") else { return nil }
-        var rest = text[colon...].dropFirst(3)
-        if let end = rest.firstIndex(where: { $0 == "?" || $0 == "#" }) {
-            guard allowQuery else { return nil }
-            rest = rest[..<end]
-        }
-        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
-        let authority = rest[..<slash]
-        var remainder = String(rest[slash...])
-        while remainder.hasSuffix("/") { remainder.removeLast() }
-        path = remainder
-        guard !authority.isEmpty, !authority.contains("@") else { return nil }
-        var hostPart: Substring
-        var portPart: Substring?
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { return nil }
-            hostPart = authority[authority.index(after: authority.startIndex)..<close]
-            let after = authority[authority.index(after: close)...]
-            if !after.isEmpty {
-                guard after.hasPrefix(":") else { return nil }
-                portPart = after.dropFirst()
-            }
-        } else if let colon = authority.lastIndex(of: ":") {
-            hostPart = authority[..<colon]
-            portPart = authority[authority.index(after: colon)...]
-        } else {
-            hostPart = authority
-        }
-        guard !hostPart.isEmpty else { return nil }
-        host = hostPart.lowercased()
-        if let portPart {
-            guard let number = Int(portPart), (1...65_535).contains(number) else { return nil }
-            port = (scheme == "https" && number == 443) || (scheme == "http" && number == 80) ? nil : number
-        }
+        guard !text.contains(where: { $0.isWhitespace || $0.isNewline }), let url = ParsedURL(text),
+              url.scheme == "https" || url.scheme == "http", url.userInfo == nil,
+              allowQuery || (url.query == nil && url.fragment == nil) else { return nil }
+        var path = url.path
+        while path.hasSuffix("/") { path.removeLast() }
+        self.url = url
+        self.path = path
     }
 
-    var origin: String {
-        let shownHost = host.contains(":") ? "[\(host)]" : host
-        return "\(scheme)://\(shownHost)" + (port.map { ":\($0)" } ?? "")
-    }
-
-    var base: String { origin + path }
-
-    /// 127.0.0.0/8 and ::1, as IP literals ("localhost" may resolve elsewhere).
-    var isLoopbackIPLiteral: Bool {
-        if host == "::1" { return true }
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts.allSatisfy({ !$0.isEmpty && $0.count <= 3 && $0.allSatisfy({ $0.isASCII && $0.isNumber }) && (Int($0) ?? 256) <= 255 }) else { return false }
-        return parts[0] == "127"
-    }
-
-    var isSecureTransport: Bool { scheme == "https" || (scheme == "http" && isLoopbackIPLiteral) }
+    /// The origin and path, e.g. "https://example.com/tableau": what endpoints are built on.
+    var base: String { url.origin + path }
 }
 
 extension String {
@@ -446,5 +399,5 @@ extension String {
     }
 }
 
-@_cdecl("authbridge_plugin_v1")
-public func authbridgePluginEntry() -> UnsafeRawPointer { PluginExport.entry(for: TableauPlugin.self) }
+/// What the library's entry point returns (`Entry/`): `TableauPlugin`'s ABI tables.
+public func pluginEntry() -> UnsafeRawPointer { PluginExport.entry(for: TableauPlugin.self) }

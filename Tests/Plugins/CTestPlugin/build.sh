@@ -9,7 +9,7 @@
 # Environment (all optional):
 #   ID        manifest "id" (default ctest); also compiled in as -DCTEST_ID=$ID
 #             unless a -DCTEST_ID=... flag is given
-#   ABI       manifest "abi" (default 1.0)
+#   ABI       manifest "abi" (default: the ABI of plugin.h, which the library declares)
 #   LIBNAME   library file name (default libauthbridge-$ID.so)
 #   MANIFEST  manifest file name (default $ID.json)
 #   CC        compiler (default gcc); CFLAGS are appended (e.g. CFLAGS=-Werror)
@@ -26,7 +26,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 include=$here/../../../Sources/CAuthBridgePlugin/include
 
 id=${ID:-ctest}
-abi=${ABI:-1.0}
+header_abi=$(sed -n 's/^#define AB_ABI_MAJOR \([0-9]*\)$/\1/p' "$include/authbridge/plugin.h").$(sed -n 's/^#define AB_ABI_MINOR \([0-9]*\)$/\1/p' "$include/authbridge/plugin.h")
+abi=${ABI:-$header_abi}
 libname=${LIBNAME:-libauthbridge-$id.so}
 manifest=${MANIFEST:-$id.json}
 
@@ -56,7 +57,7 @@ cat > "$outdir/$manifest.tmp" <<EOF
   "version": "1.0.0",
   "abi": "$abi",
   "library": "$libname",
-  "description": "C test provider plugin (deterministic, for AuthBridge's contract tests)"
+  "description": "Deterministic provider written in C, used by AuthBridge's contract tests"
 }
 EOF
 chmod 0644 "$outdir/$manifest.tmp"

@@ -5,7 +5,9 @@
  * (Sources/CAuthBridgePlugin/include/authbridge/plugin.h) with jansson. It
  * exercises every ABI entry from C — init, shutdown, the nine hooks — and every
  * host service (log, now_ms, set_result, set_error, emit, http, standard,
- * is_cancelled), so that the host's contract tests can assert on its answers.
+ * is_cancelled, and ABI 1.1's fail and query_value), so that the host's
+ * contract tests can assert on its answers. Built for ABI 1.1; its id and
+ * version are its manifest's (build.sh writes it).
  *
  * Build (or use build.sh beside this file):
  *   gcc -shared -fPIC -O2 -Wall -Wextra -I Sources/CAuthBridgePlugin/include \
@@ -15,10 +17,12 @@
  *   CTEST_PRINT_STDOUT  init, shutdown and every hook printf to stdout (+ fflush)
  *   CTEST_INIT_FAILS    init returns AB_ERROR, reason "init refused by test"
  *   CTEST_ABI_MAJOR_2   the entry reports abi_major 2
+ *   CTEST_VERSION=v     the entry reports version "v" (default: NULL, the manifest's)
  *   CTEST_NO_ENTRY      no authbridge_plugin_v1 symbol (another name is exported)
  *   CTEST_WRONG_ID      the entry reports id "other"
  *   CTEST_ID=name       the entry reports id "name" (a bare token, e.g. ctest2)
  *   CTEST_NO_FLOWS      describe lists no sign-in flow ("flows": [])
+ *   CTEST_DESCRIBE_DESCRIPTION  describe states a description other than the manifest's
  *
  * Ownership: everything the host lends (hook input, http/standard answers) is
  * borrowed and never freed here; every jansson value and string this file
@@ -45,7 +49,11 @@
 #else
 #define CTEST_PLUGIN_ID "ctest"
 #endif
-#define CTEST_VERSION "1.0.0"
+#ifdef CTEST_VERSION
+#define CTEST_ENTRY_VERSION AB_XSTR(CTEST_VERSION)
+#else
+#define CTEST_ENTRY_VERSION NULL
+#endif
 
 #define HOUR_MS 3600000
 #define SLOW_POLL_MS 10
@@ -70,26 +78,7 @@ struct ab_plugin {
 
 static void logmsg(const ab_host_api *host, ab_call *call, ab_log_level level, const char *msg)
 {
-    if (AB_HAS(host, log))
-        host->log(call, level, msg, strlen(msg));
-}
-
-/* Sets a Failure {kind, reason, message} and returns AB_ERROR. */
-static ab_status fail(const ab_host_api *host, ab_call *call,
-                      const char *kind, const char *reason, const char *message)
-{
-    json_t *err = json_pack("{s:s, s:s, s:s}", "kind", kind, "reason", reason, "message", message);
-    char *text = err ? json_dumps(err, JSON_COMPACT) : NULL;
-    json_decref(err);
-    if (text == NULL) {
-        static const char oom[] =
-            "{\"kind\":\"internal\",\"reason\":\"outOfMemory\",\"message\":\"out of memory\"}";
-        host->set_error(call, (ab_json){ oom, sizeof oom - 1 });
-        return AB_ERROR;
-    }
-    host->set_error(call, (ab_json){ text, strlen(text) });
-    free(text);
-    return AB_ERROR;
+    host->log(call, level, msg, strlen(msg));
 }
 
 /* Sets `value` as the result (and releases it); returns AB_OK. */
@@ -97,13 +86,9 @@ static ab_status reply(const ab_host_api *host, ab_call *call, json_t *value)
 {
     char *text = value ? json_dumps(value, JSON_COMPACT) : NULL;
     json_decref(value);
-    if (text == NULL)
-        return fail(host, call, "internal", "outOfMemory", "could not encode the result");
-    ab_status st = host->set_result(call, (ab_json){ text, strlen(text) });
+    ab_status st = text ? host->set_result(call, (ab_json){ text, strlen(text) }) : AB_INVALID;
     free(text);
-    if (st != AB_OK)
-        return fail(host, call, "internal", "resultRefused", "the host refused the result");
-    return AB_OK;
+    return st == AB_OK ? AB_OK : host->fail(call, "internal", "resultRefused", "the result could not be set", 0);
 }
 
 /* Sets a constant JSON text as the result (no allocation: hot paths). */
@@ -113,12 +98,6 @@ static ab_status reply_static(const ab_host_api *host, ab_call *call, const char
     return AB_OK;
 }
 
-static ab_status cancelled(const ab_host_api *host, ab_call *call)
-{
-    fail(host, call, "cancelled", "cancelled", "the request was cancelled");
-    return AB_CANCELLED;
-}
-
 /* Parses a hook's borrowed input; NULL (with an error set) when malformed. */
 static json_t *parse_input(const ab_host_api *host, ab_call *call, ab_json input)
 {
@@ -126,7 +105,7 @@ static json_t *parse_input(const ab_host_api *host, ab_call *call, ab_json input
     if (v != NULL && json_is_object(v))
         return v;
     json_decref(v);
-    fail(host, call, "internal", "badInput", "the hook input is not a JSON object");
+    host->fail(call, "internal", "badInput", "the hook input is not a JSON object", 0);
     return NULL;
 }
 
@@ -151,68 +130,17 @@ static int starts_with(const char *s, const char *prefix)
 
 /* ── URL helpers ────────────────────────────────────────────────────────── */
 
-static int hexval(char c)
+/* The query parameter `name` of `url` read by the host (query_value: by name,
+ * form-decoded, the whole query well formed) as a jansson string (new
+ * reference), or NULL when absent, empty, not UTF-8 once decoded, or when the
+ * query is malformed (*malformed is then set). */
+static json_t *query_param(const ab_host_api *host, ab_call *call, const char *url, const char *name, int *malformed)
 {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* Percent-decodes src[0..n) into dst (n bytes suffice); returns the length.
- * '+' stays '+' (RFC 3986, not form encoding); a bad escape is kept as is. */
-static size_t percent_decode(const char *src, size_t n, char *dst)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int hi, lo;
-        if (src[i] == '%' && i + 2 < n &&
-            (hi = hexval(src[i + 1])) >= 0 && (lo = hexval(src[i + 2])) >= 0) {
-            dst[o++] = (char)(hi * 16 + lo);
-            i += 2;
-        } else {
-            dst[o++] = src[i];
-        }
-    }
-    return o;
-}
-
-/* Finds the query parameter `name` of `url` by name (first occurrence, the
- * fragment ignored) and returns it as a jansson string (new reference), or
- * NULL when absent, empty or not UTF-8 once decoded. */
-static json_t *query_param(const char *url, const char *name)
-{
-    const char *q = strchr(url, '?');
-    if (q == NULL)
-        return NULL;
-    q++;
-    const char *end = strchr(q, '#');
-    if (end == NULL)
-        end = q + strlen(q);
-
-    size_t namelen = strlen(name);
-    char *buf = malloc((size_t)(end - q) + 1);
-    if (buf == NULL)
-        return NULL;
-    json_t *found = NULL;
-    while (q < end) {
-        const char *amp = memchr(q, '&', (size_t)(end - q));
-        const char *seg_end = amp ? amp : end;
-        const char *eq = memchr(q, '=', (size_t)(seg_end - q));
-        const char *key_end = eq ? eq : seg_end;
-        size_t klen = percent_decode(q, (size_t)(key_end - q), buf);
-        if (klen == namelen && memcmp(buf, name, namelen) == 0) {
-            if (eq != NULL) {
-                size_t vlen = percent_decode(eq + 1, (size_t)(seg_end - eq - 1), buf);
-                if (vlen > 0)
-                    found = json_stringn(buf, vlen);
-            }
-            break;
-        }
-        q = seg_end + 1;
-    }
-    free(buf);
-    return found;
+    const char *value = NULL;
+    size_t length = 0;
+    if (host->query_value(call, url, strlen(url), name, &value, &length, NULL) == AB_ERROR)
+        *malformed = 1;
+    return value != NULL && length > 0 ? json_stringn(value, length) : NULL;
 }
 
 /* Percent-encodes everything but RFC 3986 unreserved characters (malloc'd). */
@@ -269,7 +197,7 @@ static ab_status ctest_init(const ab_host_api *host, ab_plugin **plugin, const c
     state->host = host;
     *plugin = state;
     char msg[160];
-    snprintf(msg, sizeof msg, "ctest %s initialised (host %s, ABI %u.%u)", CTEST_VERSION,
+    snprintf(msg, sizeof msg, "ctest initialised (host %s, ABI %u.%u)",
              host->host_version ? host->host_version : "?", (unsigned)host->abi_major,
              (unsigned)host->abi_minor);
     logmsg(host, NULL, AB_LOG_INFO, msg);
@@ -293,11 +221,8 @@ static ab_status ctest_describe(ab_plugin *plugin, ab_call *call, ab_json input)
     (void)input;
     TRACE("describe");
     json_t *d = json_pack(
-        "{s:s, s:s, s:s, s:s, s:[s,s], s:b, s:[s,s,s], s:[s], s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s]}}",
-        "id", CTEST_PLUGIN_ID,
-        "version", CTEST_VERSION,
+        "{s:s, s:[s,s], s:b, s:[s,s,s], s:[s], s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s]}}",
         "displayName", "C test provider",
-        "description", "Deterministic provider written in C, used by AuthBridge's contract tests",
         "flows", "external", "session",
         /* Like Duke's authorizer: the callback carries the tokens and no OAuth state. */
         "callbackState", 0,
@@ -314,6 +239,10 @@ static ab_status ctest_describe(ab_plugin *plugin, ab_call *call, ab_json input)
     if (d != NULL)
         json_object_set_new(d, "flows", json_array());
 #endif
+#ifdef CTEST_DESCRIBE_DESCRIPTION
+    if (d != NULL)
+        json_object_set_new(d, "description", json_string("not what the manifest says"));
+#endif
     return reply(plugin->host, call, d);
 }
 
@@ -327,12 +256,12 @@ static ab_status ctest_configure(ab_plugin *plugin, ab_call *call, ab_json input
     json_t *settings = json_object_get(in, "settings");
     if (!json_is_string(json_object_get(settings, "server"))) {
         json_decref(in);
-        return fail(host, call, "configuration", "missingSetting", "setting \"server\" is required");
+        return host->fail(call, "configuration", "missingSetting", "setting \"server\" is required", 0);
     }
     json_t *config = json_deep_copy(settings);
     json_decref(in);
     if (config == NULL)
-        return fail(host, call, "internal", "outOfMemory", "out of memory");
+        return host->fail(call, "internal", "outOfMemory", "out of memory", 0);
     json_object_set_new(config, "configuredBy", json_string("ctest"));
     return reply(host, call, config);
 }
@@ -347,13 +276,13 @@ static ab_status ctest_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json i
     const char *server = profile_str(in, "server");
     if (server == NULL) {
         json_decref(in);
-        return fail(host, call, "configuration", "missingSetting", "setting \"server\" is required");
+        return host->fail(call, "configuration", "missingSetting", "setting \"server\" is required", 0);
     }
     const char *state = str_at(in, "state");
     char *enc = percent_encode(state ? state : "");
     if (enc == NULL) {
         json_decref(in);
-        return fail(host, call, "internal", "outOfMemory", "out of memory");
+        return host->fail(call, "internal", "outOfMemory", "out of memory", 0);
     }
     int n = trimmed_len(server);
     json_t *url = json_sprintf("%.*s/login?state=%s", n, server, enc);
@@ -429,25 +358,25 @@ static ab_status complete_session(const ab_host_api *host, ab_call *call, json_t
 {
     const char *sid = str_at(in, "sessionId");
     if (sid == NULL || *sid == '\0')
-        return fail(host, call, "definitive", "missingSessionId", "a session id is required");
+        return host->fail(call, "definitive", "missingSessionId", "a session id is required", 0);
     if (strcmp(sid, "bad") == 0)
-        return fail(host, call, "definitive", "invalid_grant", "session id refused");
+        return host->fail(call, "definitive", "invalid_grant", "session id refused", 0);
     /* Failures that break the ABI's Failure schema: the host must not pass them on as they are. */
     if (strcmp(sid, "bad-reason") == 0)
-        return fail(host, call, "definitive", "not a word!", "refused with a reason that is not a word");
+        return host->fail(call, "definitive", "not a word!", "refused with a reason that is not a word", 0);
     if (strcmp(sid, "no-message") == 0)
-        return fail(host, call, "definitive", "refusedQuietly", "");
+        return host->fail(call, "definitive", "refusedQuietly", "", 0);
 
     if (strcmp(sid, "slow") == 0 && AB_HAS(host, is_cancelled)) {
         logmsg(host, call, AB_LOG_DEBUG, "ctest: slow sign-in, waiting for cancellation");
         const struct timespec tick = { 0, SLOW_POLL_MS * 1000000L };
         for (int waited = 0; waited < SLOW_MAX_MS; waited += SLOW_POLL_MS) {
             if (host->is_cancelled(call))
-                return cancelled(host, call);
+                return host->fail(call, "cancelled", "cancelled", "the request was cancelled", 0);
             nanosleep(&tick, NULL);
         }
         if (host->is_cancelled(call))
-            return cancelled(host, call);
+            return host->fail(call, "cancelled", "cancelled", "the request was cancelled", 0);
     }
 
     json_t *extras = json_pack("{s:s}", "sessionId", sid);
@@ -455,7 +384,7 @@ static ab_status complete_session(const ab_host_api *host, ab_call *call, json_t
         const char *url = profile_str(in, "probeUrl");
         if (url != NULL && probe(host, call, url, extras) == AB_CANCELLED) {
             json_decref(extras);
-            return cancelled(host, call);
+            return host->fail(call, "cancelled", "cancelled", "the request was cancelled", 0);
         }
     }
     json_t *result = token_result(json_sprintf("at-%s", sid), json_sprintf("rt-%s", sid),
@@ -468,14 +397,20 @@ static ab_status complete_external(const ab_host_api *host, ab_call *call, json_
 {
     const char *url = str_at(in, "callbackUrl");
     if (url == NULL)
-        return fail(host, call, "definitive", "missingToken", "the callback URL is missing");
-    json_t *access = query_param(url, "access_token");
-    json_t *session = query_param(url, "session_token");
+        return host->fail(call, "definitive", "missingToken", "the callback URL is missing", 0);
+    int malformed = 0;
+    json_t *access = query_param(host, call, url, "access_token", &malformed);
+    json_t *session = query_param(host, call, url, "session_token", &malformed);
+    if (malformed) {
+        json_decref(access);
+        json_decref(session);
+        return host->fail(call, "definitive", "invalidCallback", "the callback URL is not well formed", 0);
+    }
     if (access == NULL || session == NULL) {
         json_decref(access);
         json_decref(session);
-        return fail(host, call, "definitive", "missingToken",
-                    "the callback URL lacks access_token or session_token");
+        return host->fail(call, "definitive", "missingToken",
+                    "the callback URL lacks access_token or session_token", 0);
     }
     return reply(host, call, token_result(access, session, 0, NULL, NULL));
 }
@@ -495,7 +430,7 @@ static ab_status ctest_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_jso
     else if (flow != NULL && strcmp(flow, "external") == 0)
         st = complete_external(host, call, in);
     else
-        st = fail(host, call, "definitive", "unsupportedFlow", "ctest supports the external and session flows");
+        st = host->fail(call, "definitive", "unsupportedFlow", "ctest supports the external and session flows", 0);
     json_decref(in);
     return st;
 }
@@ -511,11 +446,11 @@ static ab_status ctest_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
     const char *rt = str_at(tokens, "refreshToken");
     ab_status st;
     if (rt == NULL) {
-        st = fail(host, call, "definitive", "missingToken", "no refresh token");
+        st = host->fail(call, "definitive", "missingToken", "no refresh token", 0);
     } else if (starts_with(rt, "rt-revoked")) {
-        st = fail(host, call, "definitive", "invalid_grant", "refresh token revoked");
+        st = host->fail(call, "definitive", "invalid_grant", "refresh token revoked", 0);
     } else if (starts_with(rt, "rt-transient")) {
-        st = fail(host, call, "transient", "unavailable", "the test server is unavailable");
+        st = host->fail(call, "transient", "unavailable", "the test server is unavailable", 0);
     } else {
         const char *suffix = starts_with(rt, "rt-") ? rt + 3 : rt;
         json_t *extras = json_object_get(tokens, "extras");
@@ -565,15 +500,15 @@ static ab_status ctest_authorize_request(ab_plugin *plugin, ab_call *call, ab_js
         return AB_ERROR;
     }
     if (st == AB_CANCELLED)
-        return cancelled(host, call);
+        return host->fail(call, "cancelled", "cancelled", "the request was cancelled", 0);
     if (st != AB_OK || std_out.data == NULL)
-        return fail(host, call, "internal", "standardFailed", "the standard authorize_request failed");
+        return host->fail(call, "internal", "standardFailed", "the standard authorize_request failed", 0);
 
     json_t *out = json_loadb(std_out.data, std_out.length, 0, NULL);
     json_t *request = json_object_get(out, "request");
     if (!json_is_object(request)) {
         json_decref(out);
-        return fail(host, call, "internal", "standardFailed", "the standard result has no request");
+        return host->fail(call, "internal", "standardFailed", "the standard result has no request", 0);
     }
     json_t *headers = json_object_get(request, "headers");
     if (!json_is_object(headers)) {
@@ -637,11 +572,11 @@ const ab_plugin_info *CTEST_ENTRY_NAME(void);
 __attribute__((visibility("default"))) const ab_plugin_info *CTEST_ENTRY_NAME(void)
 {
     static const ab_plugin_info info = {
-        AB_PLUGIN_MAGIC, CTEST_ABI_MAJOR, AB_ABI_MINOR, CTEST_PLUGIN_ID, CTEST_VERSION, &ctest_vtable
+        AB_PLUGIN_MAGIC, CTEST_ABI_MAJOR, AB_ABI_MINOR, CTEST_PLUGIN_ID, CTEST_ENTRY_VERSION, &ctest_vtable
     };
     return &info;
 }
 #else
 const ab_plugin_info *authbridge_plugin_v1(void);
-AB_DEFINE_PLUGIN(CTEST_PLUGIN_ID, CTEST_VERSION, &ctest_vtable)
+AB_DEFINE_PLUGIN(CTEST_PLUGIN_ID, CTEST_ENTRY_VERSION, &ctest_vtable)
 #endif

@@ -5,19 +5,16 @@ import AuthBridgePluginSDK
 /// ABI; its behaviour is deterministic (see bridge-spec "Test plugins").
 struct SwiftTestPlugin: ProviderPlugin {
     static let id = "swifttest"
-    static let version = "1.0.0"
 
     init(host: PluginHost) throws {
-        host.log(.info, "swifttest \(Self.version) initialised (host \(host.version))")
+        host.log(.info, "swifttest initialised (host \(host.version))")
     }
 
     func shutdown() {}
 
     func describe() -> JSON {
         [
-            "id": .string(Self.id), "version": .string(Self.version),
             "displayName": "Swift test provider",
-            "description": "Deterministic provider written with the Swift SDK, used by the contract tests",
             "flows": ["external", "session"],
             "capabilities": ["revoke", "checkSession", "fetch"],
             "settings": [
@@ -34,12 +31,12 @@ struct SwiftTestPlugin: ProviderPlugin {
         ]
     }
 
-    func configure(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func configure(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         // The standard step (settings as configuration), adjusted.
         try call.standard(.configure, input).setting("configuredBy", "swifttest")
     }
 
-    func beginSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func beginSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         call.emit(["stage": "plugin", "message": "Swift plugin began sign-in"])
         if input["profile"]?["config"]?["authorizationEndpoint"] != nil {
             return try call.standard(.beginSignIn, input)
@@ -49,12 +46,12 @@ struct SwiftTestPlugin: ProviderPlugin {
                 "callbackPrefix": "https://swifttest.example/done"]
     }
 
-    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func completeSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let now = call.now
         if input["flow"]?.stringValue == "external" {
             let url = input["callbackUrl"]?.stringValue ?? ""
-            guard let access = try QueryString.value("access_token", in: url),
-                  let session = try QueryString.value("session_token", in: url), !access.isEmpty, !session.isEmpty
+            let query = try URLQuery.callback(url)
+            guard let access = query.value("access_token"), let session = query.value("session_token"), !access.isEmpty, !session.isEmpty
             else { throw .definitive("missingToken", "The callback URL did not carry both tokens.") }
             return ["tokens": ["accessToken": .string(access), "refreshToken": .string(session),
                                "expiresAt": .int(now + 3_600_000)],
@@ -67,7 +64,7 @@ struct SwiftTestPlugin: ProviderPlugin {
             throw .definitive("invalid_grant", "session id refused")
         case "slow":
             for _ in 0..<3_000 where !call.isCancelled { usleepMilliseconds(10) }
-            if call.isCancelled { throw PluginFailure(.cancelled, reason: "cancelled", message: "cancelled") }
+            if call.isCancelled { throw ProviderFailure(.cancelled, reason: "cancelled", message: "cancelled") }
         case "http":
             if let probe = input["profile"]?["config"]?["probeUrl"]?.stringValue {
                 do {
@@ -97,7 +94,7 @@ struct SwiftTestPlugin: ProviderPlugin {
                 "account": ["id": .string(sessionID), "name": "Swift Test User"]]
     }
 
-    func refresh(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func refresh(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let refresh = input["tokens"]?["refreshToken"]?.stringValue ?? ""
         if refresh.hasPrefix("srt-revoked") { throw .definitive("invalid_grant", "expired access/refresh token") }
         if refresh.hasPrefix("srt-transient") { throw .transient("unavailable", "provider unavailable") }
@@ -105,7 +102,7 @@ struct SwiftTestPlugin: ProviderPlugin {
                            "expiresAt": .int(call.now + 3_600_000), "details": ["generation": 2]]]
     }
 
-    func revoke(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func revoke(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         guard let url = input["profile"]?["config"]?["revokeUrl"]?.stringValue else {
             return ["revoked": ["access_token", "refresh_token"]]
         }
@@ -125,7 +122,7 @@ struct SwiftTestPlugin: ProviderPlugin {
         return ["revoked": .array(revoked), "failures": .array(failures)]
     }
 
-    func checkSession(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func checkSession(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         if input["tokens"]?["extras"]?["sessionId"]?.stringValue == "transient" {
             throw .transient("unavailable", "session check unavailable")
         }
@@ -133,7 +130,7 @@ struct SwiftTestPlugin: ProviderPlugin {
         return ["state": expiresAt > call.now ? "valid" : "expired"]
     }
 
-    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let standard = try call.standard(.authorizeRequest, input)
         var request = standard["request"]?.objectValue ?? [:]
         var headers = request["headers"]?.objectValue ?? [:]
@@ -144,7 +141,7 @@ struct SwiftTestPlugin: ProviderPlugin {
                              "domain": "swifttest.example", "path": "/", "maxAge": 2_629_743]]]
     }
 
-    func classifyResponse(_ input: JSON, _ call: PluginCall) throws(PluginFailure) -> JSON? {
+    func classifyResponse(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let status = input["response"]?["status"]?.intValue ?? 0
         let body = input["response"]?["body"]?.stringValue ?? ""
         if status == 401 && body.contains("INVALID_SESSION_ID") { return ["outcome": "sessionExpired"] }

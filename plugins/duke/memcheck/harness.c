@@ -119,10 +119,96 @@ static ab_status host_standard(ab_call *call, ab_hook hook, ab_json input, ab_js
 
 static int host_is_cancelled(ab_call *call) { return call->cancelled; }
 
+static ab_status host_fail(ab_call *call, const char *kind, const char *reason, const char *message, int status)
+{
+    if (kind == NULL || reason == NULL || message == NULL)
+        return AB_INVALID;
+    json_t *failure = json_pack("{s:s, s:s, s:s}", "kind", kind, "reason", reason, "message", message);
+    if (status != 0)
+        json_object_set_new(failure, "status", json_integer(status));
+    char *text = json_dumps(failure, JSON_COMPACT);
+    json_decref(failure);
+    host_set_error(call, (ab_json){ text, strlen(text) });
+    free(text);
+    return strcmp(kind, "cancelled") == 0 ? AB_CANCELLED : AB_ERROR;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Form-decodes src[0..n) into dst; (size_t)-1 for a broken escape. A stand-in
+ * for the host's URLQuery (AuthBridgeURL), which the contract tests check. */
+static size_t form_decode(const char *src, size_t n, char *dst)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (src[i] == '%') {
+            if (i + 2 >= n || hexval(src[i + 1]) < 0 || hexval(src[i + 2]) < 0)
+                return (size_t)-1;
+            dst[o++] = (char)(hexval(src[i + 1]) * 16 + hexval(src[i + 2]));
+            i += 2;
+        } else {
+            dst[o++] = src[i] == '+' ? ' ' : src[i];
+        }
+    }
+    return o;
+}
+
+/* The host's query_value: the query from the first '?' to the '#', every pair
+ * decoded (a broken escape anywhere: AB_ERROR), the first `name` lent. */
+static ab_status host_query_value(ab_call *call, const char *url, size_t url_length, const char *name,
+                                  const char **value, size_t *length, size_t *count)
+{
+    if (call == NULL || url == NULL || name == NULL)
+        return AB_INVALID;
+    const char *end = url + url_length;
+    const char *q = memchr(url, '?', url_length);
+    const char *hash = memchr(url, '#', url_length);
+    if (hash != NULL && (q == NULL || hash < q))
+        q = NULL;
+    if (hash != NULL)
+        end = hash;
+    char *buf = malloc(url_length + 1);
+    char *found = NULL;
+    size_t found_length = 0, n = 0;
+    for (const char *p = q ? q + 1 : end; p < end;) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *seg = amp ? amp : end;
+        const char *eq = memchr(p, '=', (size_t)(seg - p));
+        size_t klen = form_decode(p, (size_t)((eq ? eq : seg) - p), buf);
+        size_t vlen = eq ? form_decode(eq + 1, (size_t)(seg - eq - 1), buf + (klen == (size_t)-1 ? 0 : klen)) : 0;
+        if (klen == (size_t)-1 || vlen == (size_t)-1) {
+            free(buf);
+            free(found);
+            return AB_ERROR;
+        }
+        if (klen == strlen(name) && memcmp(buf, name, klen) == 0 && n++ == 0) {
+            found = malloc(vlen + 1);
+            memcpy(found, buf + klen, vlen);
+            found[vlen] = '\0';
+            found_length = vlen;
+        }
+        p = seg + 1;
+    }
+    free(buf);
+    if (found != NULL)
+        call->lent[call->nlent++] = found;
+    if (value) *value = found;
+    if (length) *length = found_length;
+    if (count) *count = n;
+    return AB_OK;
+}
+
 static const ab_host_api host = {
     .size = sizeof(ab_host_api), .abi_major = AB_ABI_MAJOR, .abi_minor = AB_ABI_MINOR, .host_version = "harness",
     .log = host_log, .now_ms = host_now, .set_result = host_set_result, .set_error = host_set_error,
     .emit = host_emit, .http = host_http, .standard = host_standard, .is_cancelled = host_is_cancelled,
+    .fail = host_fail, .query_value = host_query_value,
 };
 
 static const ab_plugin_vtable *vt;
@@ -329,7 +415,7 @@ int main(int argc, char **argv)
     char *token_noexp = jwt("{\"sub\":\"ab123\"}");
     char extra[2048];
     json_t *cases = json_pack("[[s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s],"
-                              " [s,i,s,s], [s,i,s,s], [s,i,s,s]]",
+                              " [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s]]",
         /* url suffix after the prefix, status, kind, reason */
         "?lang=en&session_token=s%2Bx%2F%3D&access_token={T}#frag", AB_OK, "", "",
         "?access_token={T}", AB_ERROR, "definitive", "missingToken",
@@ -342,7 +428,9 @@ int main(int argc, char **argv)
         /* malformed escapes: refused, not kept as written */
         "?access_token={T}&session_token=ab%ZZcd", AB_ERROR, "definitive", "invalidCallback",
         "?access_token={T}&session_token=abc%4", AB_ERROR, "definitive", "invalidCallback",
-        "?x=%&access_token={T}&session_token=a", AB_ERROR, "definitive", "invalidCallback");
+        "?x=%&access_token={T}&session_token=a", AB_ERROR, "definitive", "invalidCallback",
+        /* form encoding: a raw '+' is a space, which no token holds */
+        "?access_token={T}&session_token=a+b", AB_ERROR, "definitive", "invalidCallback");
     for (size_t i = 0; i < json_array_size(cases); i++) {
         json_t *c = json_array_get(cases, i);
         char url[1024];
@@ -370,7 +458,7 @@ int main(int argc, char **argv)
             json_t *tokens = json_object_get(a, "tokens");
             expect(json_integer_value(json_object_get(tokens, "expiresAt")) == INT64_C(1767229200000), "expiresAt from exp");
             expect(strcmp(json_string_value(json_object_get(tokens, "refreshToken")), "s+x/=") == 0,
-                   "session token percent-decoded, '+' kept");
+                   "session token percent-decoded (%2B is a '+')");
             expect(strcmp(json_string_value(json_object_get(json_object_get(a, "account"), "id")), "ab123") == 0,
                    "account from sub");
         }

@@ -14,6 +14,25 @@
  * size-prefixed and append-only (sqlite3ext.h's rule): read an entry only when
  * `size` shows it is present, e.g. AB_HAS(host, http).
  *
+ *   1.0  the tables as first published.
+ *   1.1  ab_host_api gains fail (a Failure from its parts) and query_value
+ *        (a URL's query read by the host's own rule), appended after
+ *        is_cancelled; ab_plugin_info.version may be NULL (the manifest's).
+ *
+ * A plugin declares the ABI it was built for (ab_plugin_info, AB_DEFINE_PLUGIN
+ * writes this header's) and its manifest says the same. A plugin built for 1.0
+ * keeps loading in 1.1 hosts unchanged; one built for 1.1 loads only in hosts
+ * of 1.1 or later, so it may use 1.1's entries without AB_HAS (a plugin that
+ * wants to run in 1.0 hosts too declares 1.0 and checks AB_HAS before use).
+ *
+ * ── Metadata: stated once, in the manifest ─────────────────────────────────
+ * A plugin's id, version and description are the manifest's (NAME.json beside
+ * the library). The library repeats only its id (ab_plugin_info.id: proof that
+ * the manifest names the right library); its version may be NULL and describe
+ * may leave out id, version and description: the host fills them in from the
+ * manifest. Anything the library does state must equal the manifest's, or the
+ * plugin is refused (badEntry for the id, metadataMismatch for the others).
+ *
  * ── Loading (PG_MODULE_MAGIC's rule: check the ABI before any init) ────────
  * 1. The host reads the manifest beside the library and checks its "abi".
  * 2. It reads the library file: a complete ELF shared object for this
@@ -26,8 +45,10 @@
  * 3. dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE). The host never dlcloses.
  * 4. dlsym(AB_ENTRY_SYMBOL) and calls it. The entry must only return a
  *    pointer to static, constant data: it runs before the ABI is checked.
- * 5. The host checks magic, major/minor, the plugin id against the manifest
- *    and the vtable size; only then it calls init().
+ * 5. The host checks magic, major/minor (against its own and the manifest's),
+ *    the plugin id and version against the manifest and the vtable size; only
+ *    then it calls init(), then describe (whose id, version and description,
+ *    when given, must be the manifest's).
  * 6. shutdown() is called once when the host exits; the library stays mapped.
  *
  * ── Data across the boundary ───────────────────────────────────────────────
@@ -68,7 +89,7 @@ extern "C" {
 #endif
 
 #define AB_ABI_MAJOR 1
-#define AB_ABI_MINOR 0
+#define AB_ABI_MINOR 1
 
 /* 'ABPL' — first field of ab_plugin_info, guards against a wrong symbol. */
 #define AB_PLUGIN_MAGIC 0x4142504Cu
@@ -185,6 +206,34 @@ typedef struct ab_host_api {
 
     /* 1 when the frontend cancelled the request this hook serves. */
     int (*is_cancelled)(ab_call *call);
+
+    /* ── ABI 1.1 ─────────────────────────────────────────────────────────── */
+
+    /* Sets the running hook's error from its parts, as set_error would with
+     * {"kind","reason","message","status"} (the host writes the JSON, so the
+     * plugin needs no encoder for it), and returns the status the hook then
+     * returns: AB_CANCELLED for kind "cancelled", else AB_ERROR. `message` is
+     * user-facing text, never a token; `status` is the provider's HTTP status,
+     * 0 for none. AB_INVALID (nothing set) when kind, reason or message is NULL:
+     *     return host->fail(call, "definitive", "invalid_grant", "…", 400); */
+    ab_status (*fail)(ab_call *call, const char *kind, const char *reason, const char *message, int status);
+
+    /* Reads one parameter of the query of `url` (`url_length` bytes of UTF-8:
+     * the text after its first '?', up to its '#') by name, never by position,
+     * with the host's own rule, the one its standard steps and the Swift SDK use
+     * (bridge-spec/README.md, "Reading a callback's query"): names and values
+     * are form-decoded ('+' is a space, %XX a byte: RFC 6749 appendix B), and
+     * the whole query must be well formed.
+     * AB_OK: *value is the first occurrence's decoded text (NUL-terminated;
+     * *length bytes; it may hold a NUL of its own), borrowed until the hook
+     * returns, or NULL with *length 0 when the name does not occur; *count is
+     * how many times it occurs. value, length and count may each be NULL.
+     * AB_ERROR: some name or value holds a '%' not followed by two hex digits:
+     * nothing is read (guessing would yield a value nobody sent); the outputs
+     * are untouched and no error is set (the plugin reports its own, e.g.
+     * definitive "invalidCallback"). AB_INVALID: call, url or name is NULL. */
+    ab_status (*query_value)(ab_call *call, const char *url, size_t url_length, const char *name,
+                             const char **value, size_t *length, size_t *count);
 } ab_host_api;
 
 /* ── Hooks a plugin implements (size-prefixed, append-only) ───────────────
@@ -207,8 +256,9 @@ typedef struct ab_plugin_vtable {
     /* Called once when the host exits. No hook runs during or after it. */
     void (*shutdown)(ab_plugin *plugin);
 
-    /* {"id","version","displayName","description","flows":[...],
-     *  "settings":{JSON Schema of a profile's settings},"capabilities":[...]} */
+    /* {"displayName","flows":[...],"settings":{JSON Schema of a profile's
+     *  settings},"capabilities":[...]}; the host adds "id", "version" and
+     *  "description" from the manifest (given, they must be the manifest's). */
     ab_hook_fn describe;
     /* settings → resolved provider configuration (endpoints, scopes, …). */
     ab_hook_fn configure;
@@ -239,7 +289,8 @@ typedef struct ab_plugin_info {
     uint16_t abi_major;         /* AB_ABI_MAJOR the plugin was built with */
     uint16_t abi_minor;         /* AB_ABI_MINOR the plugin was built with */
     const char *id;             /* must equal the manifest's "id" */
-    const char *version;        /* the plugin's own version */
+    const char *version;        /* NULL: the manifest's "version"; given, it
+                                 * must equal it (a 1.0 host takes NULL too) */
     const ab_plugin_vtable *vtable;
 } ab_plugin_info;
 
@@ -254,9 +305,10 @@ __attribute__((visibility("default"))) const ab_plugin_info *authbridge_plugin_v
 #define AB_EXTERN_C
 #endif
 
-/* Declares the entry point in a C (or C++) plugin:
+/* Declares the entry point in a C (or C++) plugin, built for this header's ABI
+ * (its manifest's "abi" says the same); the version is the manifest's:
  *     static const ab_plugin_vtable vt = { sizeof vt, my_init, ... };
- *     AB_DEFINE_PLUGIN("duke", "1.0.0", &vt)
+ *     AB_DEFINE_PLUGIN("duke", NULL, &vt)
  */
 #define AB_DEFINE_PLUGIN(ID, VERSION, VTABLE)                                  \
     AB_EXTERN_C __attribute__((visibility("default"))) const ab_plugin_info * \

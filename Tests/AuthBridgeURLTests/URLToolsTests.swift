@@ -1,4 +1,4 @@
-import AuthBridgeSession
+import AuthBridgeURL
 import Testing
 
 @Suite("Parsed URL")
@@ -121,16 +121,6 @@ struct Base64URLTests {
         #expect(Base64URL.encode([0x00]) == "AA")
     }
 
-    @Test func constantTimeComparison() {
-        #expect(constantTimeEquals("state-123", "state-123"))
-        #expect(constantTimeEquals("", ""))
-        #expect(!constantTimeEquals("state-123", "state-124"))
-        #expect(!constantTimeEquals("abc", "abc\u{0}"))
-        #expect(!constantTimeEquals("abc", "ab"))
-        #expect(!constantTimeEquals("", "a"))
-        #expect(!constantTimeEquals("é", "e\u{301}"))
-    }
-
     @Test func callbacksOnPrivateUseSchemesAreReadByName() throws {
         let url = try #require(CallbackURL("com.example.app:/oauth2redirect?state=s%201&code=c+2#frag"))
         #expect(url.queryValue("code") == "c 2" && url.queryValue("state") == "s 1")
@@ -138,5 +128,81 @@ struct Base64URLTests {
         #expect(CallbackURL("myapp:cb")?.queryItems.isEmpty == true)
         #expect(CallbackURL("no scheme?code=x") == nil)
         #expect(CallbackURL(":/?code=x") == nil)
+    }
+}
+
+@Suite("URL query (strict)")
+struct URLQueryTests {
+    @Test func parametersAreReadByNameAndFormDecoded() throws {
+        let query = try #require(URLQuery(url: "https://duke.example/app/ios/token?netid=ab123&session_token=s%2B1&access_token=a+b%20c#frag"))
+        #expect(query.value("access_token") == "a b c")  // `+` is a space (RFC 6749 appendix B)
+        #expect(query.value("session_token") == "s+1")   // a plus is written %2B
+        #expect(query.value("missing") == nil)
+        #expect(query.count("netid") == 1 && query.count("missing") == 0)
+        #expect(try #require(URLQuery(url: "https://x.example/")).items.isEmpty)
+        #expect(try #require(URLQuery(url: "com.example.app:/cb?code=c&code=d")).count("code") == 2)
+    }
+
+    @Test(arguments: [
+        ("caf%C3%A9", "café"),
+        ("%e2%82%ac", "€"),      // lower-case hex digits
+        ("%25", "%"),            // an escaped '%'
+        ("", ""),
+    ])
+    func wellFormedEscapesAreDecoded(encoded: String, decoded: String) throws {
+        #expect(URLQuery(url: "https://x.example/?v=\(encoded)")?.value("v") == decoded)
+    }
+
+    /// A query that is not well formed is refused as a whole, whichever parameter holds the broken
+    /// escape: keeping the '%' would store a value nobody issued.
+    @Test(arguments: [
+        "v=ab%ZZcd",             // not hex
+        "v=abc%4",               // cut short at the end
+        "v=%",
+        "v=%%41",                // the first '%' starts no escape
+        "v=%4g1",
+        "v=ok&other=%zz",        // in a parameter nobody asked for
+        "na%2me=x&v=ok",         // in a name
+        "v=ok&flag%",            // a name without a value
+    ])
+    func malformedEscapesRefuseTheQuery(query: String) {
+        #expect(URLQuery(url: "https://x.example/cb?\(query)#%zz") == nil)
+    }
+
+    @Test func theFragmentIsNotRead() throws {
+        #expect(URLQuery(url: "https://x.example/cb?v=1#frag%zz")?.value("v") == "1")
+    }
+
+    @Test(arguments: ["https://acme.my.salesforce.com/x", "HTTP://127.0.0.1:8080", "com.example.app:/done", "mailto:a@b.example"])
+    func urlsWithASchemeAreAbsolute(url: String) {
+        #expect(ParsedURL.hasScheme(url))
+    }
+
+    @Test(arguments: [
+        "/services/data/v60.0/query?q=SELECT+Id+FROM+Account+WHERE+Website='https://acme.com'",
+        "services/data?next=https://x.example", "/x#https://y", "", "1http://x", "//evil.example/x", "/a:b",
+    ])
+    func pathsAreNot(url: String) {
+        #expect(!ParsedURL.hasScheme(url))
+    }
+}
+
+@Suite("Base64")
+struct Base64Tests {
+    @Test func standardBase64IsPadded() {
+        #expect(Base64.encode(Array("f".utf8)) == "Zg==")
+        #expect(Base64.encode(Array("fo".utf8)) == "Zm8=")
+        #expect(Base64.encode(Array("foo".utf8)) == "Zm9v")
+        #expect(Base64.encode([0xFB, 0xFF]) == "+/8=")
+    }
+
+    @Test func base64URLRoundTrips() {
+        for length in 0..<10 {
+            let bytes = (0..<length).map { UInt8(truncatingIfNeeded: $0 * 37 + 250) }
+            #expect(Base64URL.decode(Array(Base64URL.encode(bytes).utf8)) == bytes)
+        }
+        #expect(Base64URL.decode(Array("Zg==".utf8)) == nil)  // padding is refused
+        #expect(Base64URL.decode(Array("Z".utf8)) == nil)     // an impossible length
+        #expect(Base64URL.decode(Array("+/".utf8)) == nil)    // the standard alphabet's characters
     }
 }

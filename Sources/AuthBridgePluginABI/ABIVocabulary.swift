@@ -1,0 +1,129 @@
+import AuthBridgeJSON
+import Synchronization
+
+// The words of `authbridge/plugin.h` in Swift, once: the hooks (`ab_hook`) and the failure a hook
+// or a host service reports (the ABI's error JSON). The plugin host speaks them to plugins and the
+// session engine; the Swift SDK speaks them to plugin authors. plugin.h stays the source of truth:
+// these types only name what it defines.
+
+/// The ABI's hooks, numbered as `ab_hook` in authbridge/plugin.h (the numbers never change).
+public enum PluginHook: Int32, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+    case describe = 1
+    case configure = 2
+    case beginSignIn = 3
+    case completeSignIn = 4
+    case refresh = 5
+    case revoke = 6
+    case checkSession = 7
+    case authorizeRequest = 8
+    case classifyResponse = 9
+
+    /// Hooks that must not perform I/O by the ABI's definition.
+    public var isPure: Bool { self == .authorizeRequest || self == .classifyResponse }
+
+    /// The hook's name in plugin.h's table (`begin_sign_in`…), as logs and descriptors spell it.
+    public var description: String {
+        switch self {
+        case .describe: "describe"
+        case .configure: "configure"
+        case .beginSignIn: "begin_sign_in"
+        case .completeSignIn: "complete_sign_in"
+        case .refresh: "refresh"
+        case .revoke: "revoke"
+        case .checkSession: "check_session"
+        case .authorizeRequest: "authorize_request"
+        case .classifyResponse: "classify_response"
+        }
+    }
+}
+
+/// A failure a hook, a host service or a standard step classified: the ABI's error JSON
+/// (`{"kind", "reason", "message", "status"?}`, plugin.h's `set_error`).
+public struct ProviderFailure: Error, Sendable, Equatable {
+    public enum Kind: String, Sendable {
+        /// The provider said no for good: revoked, invalid grant, license removed. The session ends.
+        case definitive
+        /// Might work later: network, timeout, 5xx, garbage answers. The session is kept.
+        case transient
+        /// The profile's settings are wrong.
+        case configuration
+        /// The plugin itself misbehaved.
+        case `internal`
+        /// The user (or frontend) cancelled.
+        case cancelled
+    }
+
+    public var kind: Kind
+    /// A stable word: "invalid_grant", "revoked", "licenseRevoked", "timeout"…
+    public var reason: String
+    /// A user-facing sentence; never a token.
+    public var message: String
+    /// The provider's own HTTP status, when there was one.
+    public var status: Int?
+
+    public init(_ kind: Kind, reason: String, message: String, status: Int? = nil) {
+        self.kind = kind
+        self.reason = reason
+        self.message = Self.messageFilter.withLock { $0 }.map { $0(message) } ?? message
+        self.status = status
+    }
+
+    /// The provider said no for good: the session ends.
+    public static func definitive(_ reason: String, _ message: String, status: Int? = nil) -> ProviderFailure {
+        ProviderFailure(.definitive, reason: reason, message: message, status: status)
+    }
+
+    /// Might work later: the session is kept.
+    public static func transient(_ reason: String, _ message: String, status: Int? = nil) -> ProviderFailure {
+        ProviderFailure(.transient, reason: reason, message: message, status: status)
+    }
+
+    /// The profile's settings are wrong.
+    public static func configuration(_ reason: String, _ message: String) -> ProviderFailure {
+        ProviderFailure(.configuration, reason: reason, message: message)
+    }
+
+    /// A Failure as the other side of the ABI sent it, held to the ABI's schema, because its members
+    /// reach a frontend (`error.data`, events): a `reason` that is not a word (bridge-spec's `Reason`)
+    /// makes it a plugin error (`internal` `pluginError`, as any malformed answer); an empty
+    /// `message` gets one; a `status` that is not an HTTP status is dropped; an unknown `kind` is
+    /// `internal`.
+    public init(json: JSON) {
+        let given = json["message"]?.stringValue ?? ""
+        let message = given.allSatisfy(\.isWhitespace) ? nil : given
+        let status = json["status"]?.intValue.flatMap { (100...599).contains($0) ? Int($0) : nil }
+        let reason = json["reason"]?.stringValue ?? "unspecified"
+        guard Self.isWord(reason) else {
+            self.init(.internal, reason: "pluginError",
+                      message: message ?? "The provider plugin reported an error with an invalid reason.", status: status)
+            return
+        }
+        let kind = json["kind"]?.stringValue.flatMap(Kind.init(rawValue:)) ?? .internal
+        self.init(kind, reason: reason, message: message ?? "the provider plugin reported an error", status: status)
+    }
+
+    /// bridge-spec's `Reason`: `^[A-Za-z][A-Za-z0-9_.-]*$`, a stable machine word.
+    public static func isWord(_ text: String) -> Bool {
+        func isLetter(_ byte: UInt8) -> Bool { (65...90).contains(byte) || (97...122).contains(byte) }
+        guard let first = text.utf8.first, isLetter(first) else { return false }
+        return text.utf8.allSatisfy {
+            isLetter($0) || (48...57).contains($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-")
+        }
+    }
+
+    /// The ABI's error JSON.
+    public var json: JSON {
+        .compactObject(["kind": .string(kind.rawValue), "reason": .string(reason), "message": .string(message),
+                        "status": status.map { .int(Int64($0)) }])
+    }
+
+    /// What every message passes through as a failure is made. The host installs one that masks
+    /// the secrets it holds (`KnownSecrets`), so that a provider echoing a token in its text never
+    /// carries it further; a plugin's copy of this module has none (it holds no such list).
+    private static let messageFilter = Mutex<(@Sendable (String) -> String)?>(nil)
+
+    /// Installs the message filter (the host does, once, before it holds any secret).
+    public static func filterMessages(with filter: @escaping @Sendable (String) -> String) {
+        messageFilter.withLock { $0 = filter }
+    }
+}
