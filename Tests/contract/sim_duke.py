@@ -1,7 +1,7 @@
 """Duke University's mobile authorizer, simulated for the duke plugin's scenarios (Python
 standard library only, http on 127.0.0.1, started and stopped by the tests).
 
-What it reproduces (/work/shared/providers.md, "Duke mobile authorizer"; seed 004):
+What it reproduces (plugins/duke/README.md, "What Duke's server does"):
 
 * ``GET /{client}/ios/login`` — the web sign-in. It sends the web view to the university's
   Shibboleth login page (``/idp/profile/SAML2/Redirect/SSO``: a form with ``j_username`` /

@@ -1,7 +1,7 @@
 """A MarketSharp simulator for the marketsharp plugin's scenario tests (Python standard library only).
 
-No public documentation of MarketSharp's mobile OAuth exists (providers.md): this server is the
-model the plugin's README documents as assumptions, built from seed 003 and the shape of
+No public documentation of MarketSharp's mobile OAuth exists: this server is the model the
+plugin's README documents as assumptions, built from the requirements it quotes and the shape of
 MarketSharp's REST API (restapi.marketsharpm.com: ``POST /token`` answering a Bearer token, data
 under ``/companies/{companyId}/``).
 
@@ -21,7 +21,7 @@ Endpoints (one public client, PKCE S256 required, no client secret):
   - ``refresh_token``: rotation — every refresh returns a NEW refresh token and the presented one
     is used up. Presenting a used one again is reuse: the whole grant (every token of the sign-in)
     is revoked, 400 ``invalid_grant``. Expired (396 days) / revoked / unknown → 400 ``invalid_grant``.
-    Licences are not checked here unless ``licence_check_on_refresh`` (seed: "Users that have a
+    Licences are not checked here unless ``licence_check_on_refresh`` (the requirements: "Users that have a
     license revoked, will stay logged in, but will not be able to receive any new data").
   - Answer: ``access_token``, ``token_type: "bearer"``, ``expires_in`` 31 536 000 (365 days),
     ``refresh_token``, ``refresh_token_expires_in`` 34 214 400 (396 days), ``scope``, ``userName``,

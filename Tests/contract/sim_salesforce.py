@@ -1,6 +1,6 @@
 """A Salesforce simulator for the salesforce plugin's scenario tests (Python standard library only).
 
-It reproduces what /work/shared/providers.md records about Salesforce, on two loopback servers:
+It reproduces what plugins/salesforce/README.md records about Salesforce, on two loopback servers:
 
 * the **login host** (``login_base``, what the profile's ``loginHost`` names — production, sandbox
   or My Domain in real life):
@@ -35,7 +35,7 @@ It reproduces what /work/shared/providers.md records about Salesforce, on two lo
   the org's session timeout (24 h, on the simulator's clock) has passed since its token was issued,
   or by an admin action.
 
-Admin actions (seed 003's test plan): ``expire_sessions`` (Setup > Session Management: access tokens
+Admin actions (the scenarios of plugins/salesforce/README.md): ``expire_sessions`` (Setup > Session Management: access tokens
 die, refresh still works), ``revoke_app`` (the user's OAuth Connected Apps > Revoke), ``deactivate_user``,
 ``deactivate_org``. ``hold_next_refresh`` makes the next refresh meet a request of another client
 still running (the "already being processed" refusal, counted apart). Failures a test switches on:

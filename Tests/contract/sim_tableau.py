@@ -1,6 +1,6 @@
 """A Tableau Server simulator for the `tableau` plugin's scenario tests (Python standard library only).
 
-It reproduces what /work/shared/providers.md ("Tableau connected client") says the server sends and
+It reproduces what plugins/tableau/README.md ("What the server does") says the server sends and
 expects, and CHECKS what the client sends: every departure is recorded in `violations` (the tests
 assert there are none), and answered as the server would.
 

@@ -1,4 +1,4 @@
-"""The i360 scenario (seed 003): one host with Salesforce production, Salesforce sandbox and
+"""The i360 scenario (Salesforce and MarketSharp in one app, plugins/*/README.md): one host with Salesforce production, Salesforce sandbox and
 MarketSharp signed in at once; signing out of one leaves the others untouched.
 
 Each provider is its own simulator (two Salesforce orgs: production and a sandbox, each on its own

@@ -1,4 +1,4 @@
-"""A licence revoked while signed in (MarketSharp's named licences, seed 003): the host announces
+"""A licence revoked while signed in (MarketSharp's named licences, plugins/marketsharp/README.md): the host announces
 it with the provider's message, hands out no token, and signs the account out by itself after
 the profile's grace period (`licenseGracePeriodMs`), revoking at the provider."""
 

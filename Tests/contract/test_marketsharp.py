@@ -1,4 +1,4 @@
-"""The marketsharp plugin through the real host against the MarketSharp simulator (seed 003):
+"""The marketsharp plugin through the real host against the MarketSharp simulator (plugins/marketsharp/README.md):
 named-licence refusals at sign-in, 365-day access and 396-day rotating refresh tokens, a failed
 request replayed after renewal, a licence removed while signed in (announced, then signed out
 after the grace period), and revocation on sign-out.
@@ -91,7 +91,7 @@ def test_sign_in_names_the_account_and_uses_the_seed_lifetimes(ms_host, sim):
     before = time.time() * 1000
     status = sign_in_external(host, sim, "ms", user="alice")
     assert status["account"] == ALICE
-    # Seed 003: the access token lasts 365 days.
+    # The requirements (plugins/marketsharp/README.md): the access token lasts 365 days.
     assert before + 365 * DAY_MS - 60_000 <= status["expiresAt"] <= time.time() * 1000 + 365 * DAY_MS
     announced = host.wait_for_notification("session/changed", lambda p: p["state"] == "signedIn")
     assert announced["account"] == ALICE
@@ -308,7 +308,7 @@ def test_a_renewal_refused_for_the_licence_is_announced_then_signed_out(ms_host,
 
 
 def test_without_a_setting_the_message_shows_for_five_seconds_before_the_sign_out(ms_host, sim):
-    # Seed 003: "the user will be automatically be logged out after 5 seconds" (the host's default
+    # The requirements: "the user will be automatically be logged out after 5 seconds" (the host's default
     # licenseGracePeriodMs). A lower bound on a designed delay, measured from when the test saw
     # the announcement (later than it was sent, so the bound stays safe).
     host = ms_host(sim)

@@ -1,5 +1,5 @@
 """The `salesforce` plugin through the real host against the Salesforce simulator (sim_salesforce.py):
-seed 003's test plan (a session outliving its 24 hours, an administrator revoking the app, a removed
+the scenarios of plugins/salesforce/README.md (a session outliving its 24 hours, an administrator revoking the app, a removed
 server session, an inactive user) and the provider's particulars (login hosts, instance_url, the
 identity URL, the refresh token Salesforce does not resend, revocation, one refresh at a time).
 
@@ -220,7 +220,7 @@ def test_the_external_flow_needs_the_connected_apps_callback_url(start_host, sal
     assert "redirectUri" in error["message"]
 
 
-# ── Sessions, refresh and replay (seed 003's test plan) ──────────────────────
+# ── Sessions, refresh and replay (the scenarios of plugins/salesforce/README.md) ──────────────────────
 
 
 def test_a_session_outlives_its_24_hours_through_one_silent_refresh(start_sf, sim):
