@@ -351,10 +351,14 @@ struct TableauPlugin: ProviderPlugin {
         guard let user, user.objectValue != nil else { return nil }
         let username = (user["username"] ?? user["name"])?.stringValue
         let display = (user["displayName"] ?? user["name"])?.stringValue
+        // `JSON` is nil-literal expressible, so a bare `nil` inside a closure
+        // would become `.null` and survive `compactObject`: say `.none`.
+        func nonEmpty(_ text: String?) -> JSON? {
+            guard let text, !text.isEmpty else { return .none }
+            return .string(text)
+        }
         let account: JSON = .compactObject([
-            "id": username.flatMap { $0.isEmpty ? nil : JSON.string($0) },
-            "name": display.flatMap { $0.isEmpty ? nil : JSON.string($0) },
-            "email": user["email"]?.stringValue.flatMap { $0.isEmpty ? nil : JSON.string($0) },
+            "id": nonEmpty(username), "name": nonEmpty(display), "email": nonEmpty(user["email"]?.stringValue),
         ])
         return account.objectValue?.isEmpty == false ? account : nil
     }
