@@ -24,12 +24,12 @@ struct DevicePolling: Sendable {
     }
 
     /// The completeSignIn answer that carried tokens.
-    func run(provider: String, poll: Poll) async throws(SessionError) -> JSON {
+    func run(profile: String, poll: Poll) async throws(SessionError) -> JSON {
         var interval = intervalMilliseconds
         while true {
-            guard now() + interval < deadline else { throw expired(provider) }
+            guard now() + interval < deadline else { throw expired(profile) }
             do { try await sleep(interval) } catch {
-                throw SessionError(.userCancelled, "The device sign-in was cancelled.", provider: provider, reason: "cancelled")
+                throw SessionError(.userCancelled, "The device sign-in was cancelled.", provider: profile, reason: "cancelled")
             }
             switch await poll() {
             case .success(let answer):
@@ -41,18 +41,18 @@ struct DevicePolling: Sendable {
                 case "slow_down", "slowDown":
                     interval += 5_000  // RFC 8628 §3.5: for this and all later requests
                 case "expired_token", "expiredToken":
-                    throw expired(provider)
+                    throw expired(profile)
                 case "access_denied", "accessDenied":
-                    throw SessionError(.userCancelled, "The user declined the device sign-in.", provider: provider, reason: "access_denied")
+                    throw SessionError(.userCancelled, "The user declined the device sign-in.", provider: profile, reason: "access_denied")
                 default:
                     if failure.kind == .cancelled {
-                        throw SessionError(.userCancelled, "The device sign-in was cancelled.", provider: provider, reason: "cancelled")
+                        throw SessionError(.userCancelled, "The device sign-in was cancelled.", provider: profile, reason: "cancelled")
                     }
-                    guard failure.kind == .transient else { throw SessionError(failure, provider: provider) }
+                    guard failure.kind == .transient else { throw SessionError(failure, provider: profile) }
                     // Any other OAuth error the server answered (invalid_request, invalid_scope,
                     // unsupported_grant_type…) will not change by asking again (RFC 8628 §3.5).
                     if let status = failure.status, (400..<500).contains(status), status != 429 {
-                        throw SessionError(.providerRefused, failure.message, provider: provider, reason: failure.reason, status: status)
+                        throw SessionError(.providerRefused, failure.message, provider: profile, reason: failure.reason, status: status)
                     }
                     // RFC 8628 §3.5: on a connection timeout, back off (here: double, up to a minute).
                     interval = min(interval * 2, 60_000)
@@ -61,7 +61,7 @@ struct DevicePolling: Sendable {
         }
     }
 
-    private func expired(_ provider: String) -> SessionError {
-        SessionError(.timeout, "The device code expired before the user finished signing in.", provider: provider, reason: "expired_token")
+    private func expired(_ profile: String) -> SessionError {
+        SessionError(.timeout, "The device code expired before the user finished signing in.", provider: profile, reason: "expired_token")
     }
 }

@@ -34,7 +34,7 @@ final class PendingSignIn: Sendable {
     }
 
     /// Waits for the callback URL, a failure, the timeout or cancellation.
-    func wait(timeoutMilliseconds: Int64, provider: String) async throws(SessionError) -> String {
+    func wait(timeoutMilliseconds: Int64, profile: String) async throws(SessionError) -> String {
         do {
             return try await withThrowingTaskGroup(of: String?.self) { group in
                 group.addTask {
@@ -51,7 +51,7 @@ final class PendingSignIn: Sendable {
                             }
                         }
                     } onCancel: {
-                        self.fail(SessionError(.userCancelled, "The sign-in was cancelled.", provider: provider, reason: "cancelled"))
+                        self.fail(SessionError(.userCancelled, "The sign-in was cancelled.", provider: profile, reason: "cancelled"))
                     }
                 }
                 group.addTask {
@@ -62,15 +62,15 @@ final class PendingSignIn: Sendable {
                 let first = try await group.next()!
                 group.cancelAll()
                 guard let url = first else {
-                    self.fail(SessionError(.timeout, "No callback arrived within \(timeoutMilliseconds / 1000) s.", provider: provider, reason: "timeout"))
-                    throw SessionError(.timeout, "The sign-in timed out after \(timeoutMilliseconds / 1000) s without a callback.", provider: provider, reason: "timeout")
+                    self.fail(SessionError(.timeout, "No callback arrived within \(timeoutMilliseconds / 1000) s.", provider: profile, reason: "timeout"))
+                    throw SessionError(.timeout, "The sign-in timed out after \(timeoutMilliseconds / 1000) s without a callback.", provider: profile, reason: "timeout")
                 }
                 return url
             }
         } catch let error as SessionError {
             throw error
         } catch {
-            throw SessionError(.userCancelled, "The sign-in was cancelled.", provider: provider, reason: "cancelled")
+            throw SessionError(.userCancelled, "The sign-in was cancelled.", provider: profile, reason: "cancelled")
         }
     }
 }

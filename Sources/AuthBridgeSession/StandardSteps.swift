@@ -321,13 +321,14 @@ public enum StandardSteps {
     }
 
     static func checkSession(_ input: JSON, now: Int64 = HostClock.nowMilliseconds()) -> JSON {
-        guard let expiresAt = input["tokens"]?["expiresAt"]?.intValue else { return ["state": "valid"] }
-        return ["state": expiresAt > now ? "valid" : "expired"]
+        let valid: JSON = .string(SessionCheck.valid.rawValue)
+        guard let expiresAt = input["tokens"]?["expiresAt"]?.intValue else { return ["state": valid] }
+        return ["state": expiresAt > now ? valid : .string(SessionCheck.expired.rawValue)]
     }
 
     static func authorizeRequest(_ input: JSON, config: JSON) -> Result<JSON, ProviderFailure> {
         guard let access = input["tokens"]?["accessToken"]?.stringValue else {
-            return .failure(ProviderFailure(.definitive, reason: "noTokens", message: "The session has no access token."))
+            return .failure(ProviderFailure(.definitive, reason: StatusReason.noTokens.rawValue, message: "The session has no access token."))
         }
         var request = input["request"]?.objectValue ?? [:]
         if let url = request["url"]?.stringValue, ParsedURL(url) == nil {

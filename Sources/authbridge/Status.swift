@@ -66,7 +66,7 @@ struct Status: HumanCommand {
             case .failure(let error)?:
                 // One profile's trouble (a provider unreachable, a bad setting) is a row, not the end.
                 if profile != nil { throw local.report(error) }
-                let state = error.retryable ? "offline" : "error"
+                let state = error.retryable ? SessionState.offline.rawValue : "error"
                 rows.append(["provider": .string(name), "state": .string(state), "account": .null, "expiresAt": .null,
                              "reason": .string(error.reason ?? state), "message": .string(local.explained(error).message)])
             case nil: break
@@ -77,8 +77,8 @@ struct Status: HumanCommand {
         } else {
             printTable(rows, storage: engine.storageInfo)
         }
-        if let profile, !rows.contains(where: { $0["state"]?.stringValue == "signedIn" }) {
-            let offline = rows.contains { $0["state"]?.stringValue == "offline" }
+        if let profile, !rows.contains(where: { Self.state($0) == .signedIn }) {
+            let offline = rows.contains { Self.state($0) == .offline }
             if rows.isEmpty { Terminal.standardError.error("no profile is named \"\(profile)\"") }
             throw ExitCode(offline ? CommandExit.unavailable : CommandExit.notSignedIn)
         }
@@ -99,6 +99,9 @@ struct Status: HumanCommand {
         }
     }
 
+    /// A row's state; nil for a profile that could not be checked ("error").
+    private static func state(_ row: JSON) -> SessionState? { row["state"]?.stringValue.flatMap(SessionState.init(rawValue:)) }
+
     private func printTable(_ rows: [JSON], storage: JSON) {
         let out = Terminal.standardOutput
         if rows.isEmpty {
@@ -108,9 +111,9 @@ struct Status: HumanCommand {
         let header = ["PROFILE", "ACCOUNT", "STATE", "EXPIRES", "STORAGE"]
         let cells: [[String]] = rows.map { row in
             let state = row["state"]?.stringValue ?? "?"
-            let reason = row["reason"]?.stringValue.map { $0 == "valid" || $0 == "refreshed" && state == "signedIn" ? "" : " (\($0))" } ?? ""
+            let reason = row["reason"]?.stringValue.map { $0 == "valid" || $0 == "refreshed" && Self.state(row) == .signedIn ? "" : " (\($0))" } ?? ""
             return [row["provider"]?.stringValue ?? "?", accountLabel(row["account"]), state + reason,
-                    state == "notSignedIn" ? "-" : relativeTime(row["expiresAt"]?.intValue),
+                    Self.state(row) == .notSignedIn ? "-" : relativeTime(row["expiresAt"]?.intValue),
                     Status.storageLabel(row["storage"] ?? storage)].map(Terminal.clean)
         }
         let widths = header.indices.map { column in ([header] + cells).map { $0[column].count }.max() ?? 0 }
@@ -123,15 +126,15 @@ struct Status: HumanCommand {
         }
         out.line(format(header) { _ in .bold })
         for (row, line) in zip(rows, cells) {
-            let colour: Terminal.Style = switch row["state"]?.stringValue {
-            case "signedIn": .green
-            case "offline", "licenseRevoked": .yellow
-            default: .red
+            let colour: Terminal.Style = switch Self.state(row) {
+            case .signedIn: .green
+            case .offline, .licenseRevoked: .yellow
+            case .notSignedIn, nil: .red
             }
             out.line(format(line) { $0 == 2 ? colour : nil })
         }
         for row in rows {
-            if let message = row["message"]?.stringValue, row["state"]?.stringValue != "signedIn" {
+            if let message = row["message"]?.stringValue, Self.state(row) != .signedIn {
                 Terminal.standardError.line(Terminal.clean("\(row["provider"]?.stringValue ?? "?"): \(message)"))
             }
         }

@@ -44,7 +44,7 @@ struct DeviceFlowTests {
     @Test func pollsAtTheIntervalUntilTheUserApproves() async throws {
         let script = Script(start: now, [.failure(Self.pending("authorization_pending")), .failure(Self.pending("authorization_pending")),
                                          .success(tokens)])
-        let answer = try await script.polling(interval: 2_000, deadline: now + 600_000).run(provider: "p", poll: script.poll)
+        let answer = try await script.polling(interval: 2_000, deadline: now + 600_000).run(profile: "p", poll: script.poll)
         #expect(answer == tokens)
         #expect(script.waits.withLock { $0 } == [2_000, 2_000, 2_000])
     }
@@ -52,20 +52,20 @@ struct DeviceFlowTests {
     @Test func slowDownAddsFiveSecondsForEveryLaterPoll() async throws {
         let script = Script(start: now, [.failure(Self.pending("slow_down")), .failure(Self.pending("authorization_pending")),
                                          .failure(Self.pending("slow_down")), .success(tokens)])
-        _ = try await script.polling(interval: 1_000, deadline: now + 600_000).run(provider: "p", poll: script.poll)
+        _ = try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll)
         #expect(script.waits.withLock { $0 } == [1_000, 6_000, 6_000, 11_000])
     }
 
     @Test func aTransientFailureBacksOffAndKeepsPolling() async throws {
         let script = Script(start: now, [.failure(Self.pending("refused")), .failure(Self.pending("serverError")), .success(tokens)])
-        _ = try await script.polling(interval: 5_000, deadline: now + 600_000).run(provider: "p", poll: script.poll)
+        _ = try await script.polling(interval: 5_000, deadline: now + 600_000).run(profile: "p", poll: script.poll)
         #expect(script.waits.withLock { $0 } == [5_000, 10_000, 20_000])
     }
 
     @Test func theCodeExpiringEndsTheWaitWithATimeout() async {
         let script = Script(start: now, [])
         await #expect {
-            try await script.polling(interval: 5_000, deadline: now + 12_000).run(provider: "p", poll: script.poll)
+            try await script.polling(interval: 5_000, deadline: now + 12_000).run(profile: "p", poll: script.poll)
         } throws: { error in
             (error as? SessionError)?.kind == .timeout && (error as? SessionError)?.reason == "expired_token"
         }
@@ -74,19 +74,19 @@ struct DeviceFlowTests {
 
     @Test func theServerSayingExpiredTokenIsATimeout() async {
         let script = Script(start: now, [.failure(Self.pending("expired_token"))])
-        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(provider: "p", poll: script.poll) }
+        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) }
             throws: { ($0 as? SessionError)?.reason == "expired_token" }
     }
 
     @Test func aDenialIsAUserCancellation() async {
         let script = Script(start: now, [.failure(Self.pending("access_denied", kind: .definitive))])
-        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(provider: "p", poll: script.poll) }
+        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) }
             throws: { ($0 as? SessionError)?.kind == .userCancelled && ($0 as? SessionError)?.reason == "access_denied" }
     }
 
     @Test func anotherDefinitiveRefusalEndsTheSignIn() async {
         let script = Script(start: now, [.failure(Self.pending("invalid_client", kind: .definitive))])
-        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(provider: "p", poll: script.poll) }
+        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) }
             throws: { ($0 as? SessionError)?.kind == .providerRefused }
     }
 
@@ -96,7 +96,7 @@ struct DeviceFlowTests {
     @Test(arguments: ["invalid_request", "unsupported_grant_type", "invalid_scope", "some_new_error"])
     func anOAuthErrorTheServerAnsweredEndsTheSignIn(_ reason: String) async {
         let script = Script(start: now, [.failure(ProviderFailure(.transient, reason: reason, message: reason, status: 400))])
-        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(provider: "p", poll: script.poll) }
+        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) }
             throws: { ($0 as? SessionError)?.kind == .providerRefused && ($0 as? SessionError)?.reason == reason }
         #expect(script.waits.withLock { $0 } == [1_000], "one poll, no more")
     }

@@ -1,6 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
-import AuthBridgeSession
+@testable import AuthBridgeSession
 import Logging
 import Synchronization
 import Testing

@@ -1,0 +1,287 @@
+// Sign-in: requestOAuthTokens's flows (session, external, browser, device),
+// completeSignIn, and identifying whose tokens a sign-in returned.
+
+import AuthBridgeJSON
+import AuthBridgePluginHost
+import AuthBridgeURL
+
+extension SessionEngine {
+    /// Interactive sign-in. `params` are the bridge params (flow, sessionId,
+    /// scopes, loginHint, redirectUri, timeoutMs). `order` is the request's
+    /// arrival order (0: unknown), which decides which of two sign-ins is newer.
+    public func requestOAuthTokens(_ profile: String, params: JSON, requestID: JSON?, order: UInt64 = 0) async throws(SessionError) -> JSON {
+        let context = try await context(for: profile)
+        let flows = context.plugin.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        let flow = params["flow"]?.stringValue ?? flows.first ?? "browser"
+        guard flows.contains(flow) else {
+            let supported = flows.isEmpty
+                ? "; it declares no sign-in flow at all (its describe lists no \"flows\"), so it cannot sign anyone in"
+                : " (it supports: \(flows.joined(separator: ", ")))"
+            throw SessionError(.unsupported, "The \(context.plugin.manifest.id) plugin does not support the \"\(flow)\" flow\(supported).",
+                               provider: profile, reason: "unsupportedFlow", field: "flow")
+        }
+        let tokens: JSON
+        // OIDC: binds the ID token to this attempt (checked when the authorization URL carried it).
+        var nonce: String? = PKCE.randomToken()
+        switch flow {
+        case "session":
+            nonce = nil
+            guard let sessionID = params["sessionId"]?.stringValue, !sessionID.isEmpty else {
+                throw SessionError(.invalidParams, "The session flow needs \"sessionId\" (e.g. Tableau's workgroup_session_id).", provider: profile, field: "sessionId")
+            }
+            KnownSecrets.shared.remember(sessionID)
+            progress(profile, requestID: requestID, ["stage": "exchanging"])
+            let input: JSON = ["profile": context.profileJSON, "flow": "session", "sessionId": .string(sessionID)]
+            tokens = try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID)
+        case "external":
+            tokens = try await externalSignIn(profile, context: context, params: params, requestID: requestID, listener: nil, nonce: &nonce, order: order)
+        case "browser":
+            // RFC 8252: the redirect comes back to a one-shot listener on 127.0.0.1,
+            // which holds the browser's request until the outcome is known.
+            let settings = context.profile.settings
+            let port = settings["loopbackPort"]?.intValue ?? 0
+            let path = settings["loopbackPath"]?.stringValue ?? "/callback"
+            guard (0...65_535).contains(port), path.hasPrefix("/"), !path.contains("?"), !path.contains("#") else {
+                throw SessionError(.configurationError, "loopbackPort must be 0…65535 and loopbackPath a path starting with /.",
+                                   provider: profile, reason: "invalidSettings", field: "settings.loopbackPort")
+            }
+            let listener = try LoopbackListener(port: UInt16(port), path: path)
+            defer { listener.close() }
+            do {
+                tokens = try await externalSignIn(profile, context: context, params: params, requestID: requestID, listener: listener, nonce: &nonce, order: order)
+                let result = try await storeSignIn(tokens, context: context, nonce: nonce, profile: profile)
+                listener.answerBrowser(signedIn: true, message: nil)
+                return result
+            } catch {
+                listener.answerBrowser(signedIn: false, message: error.message)
+                throw error
+            }
+        case "device":
+            nonce = nil
+            tokens = try await deviceSignIn(profile, context: context, params: params, requestID: requestID)
+        default:
+            throw SessionError(.unsupported, "The \"\(flow)\" flow is not available in this build of AuthBridge yet.", provider: profile, reason: "unsupportedFlow", field: "flow")
+        }
+        return try await storeSignIn(tokens, context: context, nonce: nonce, profile: profile)
+    }
+
+    /// Hands the callback URL of an external sign-in to the waiting request.
+    public func completeSignIn(_ profile: String, callbackURL: String) throws(SessionError) -> JSON {
+        guard profiles[profile] != nil else { throw unknownProfile(profile) }
+        guard let pending = pendingSignIns[profile] else {
+            throw SessionError(.noPendingSignIn, "No sign-in is waiting for a callback on profile \"\(profile)\".", provider: profile, reason: "noPendingSignIn")
+        }
+        if let prefix = pending.callbackPrefix, !callbackURL.hasPrefix(prefix) {
+            throw SessionError(.invalidParams, "The callback URL does not belong to this sign-in.", provider: profile, field: "callbackUrl")
+        }
+        pendingSignIns[profile] = nil
+        pending.deliver(callbackURL)
+        return ["accepted": true]
+    }
+
+    /// Verifies what a sign-in returned, stores it and announces it.
+    private func storeSignIn(_ tokens: JSON, context: Context, nonce: String?, profile: String) async throws(SessionError) -> JSON {
+        if let problem = TokenSet.sizeProblem(tokens["tokens"], account: tokens["account"]) {
+            throw SessionError(.providerRefused, "The provider's sign-in answer was refused: \(problem). Nothing was stored.",
+                               provider: profile, reason: "badResponse")
+        }
+        guard let received = TokenSet(json: tokens["tokens"] ?? .null) else {
+            throw SessionError(.pluginError, "The \(context.plugin.manifest.id) plugin finished sign-in without an access token.", provider: profile, reason: "pluginError")
+        }
+        // Nothing is stored before the ID token has passed every check.
+        var (tokenSet, account) = try await identify(received, account: Self.account(tokens["account"]), context: context,
+                                                     nonce: nonce, profile: profile)
+        if tokenSet.idToken != nil { await keepSigningKeys(context) }
+        tokenSet.obtainedAt = HostClock.nowMilliseconds()
+        var session = StoredSession(tokens: tokenSet, account: account)
+        session.signedInAt = tokenSet.obtainedAt
+        // Another account of the profile stays signed in; the same account is replaced — under
+        // its lock, so that a refresh of the old session in flight (here or in another process)
+        // cannot write its tokens over the new ones.
+        let key = SessionKey(profile: profile, account: session.accountKey)
+        do {
+            try await store.withExclusiveAccess(to: key) { try await self.store.save(session, for: key) }
+        } catch {
+            throw storageError(error, profile: profile)
+        }
+        announce(.signedIn, profile: profile, account: session.account)
+        return status(profile, state: .signedIn, session: session, reason: .signedIn)
+    }
+
+    /// The external flow: the frontend opens the URL (its own web view or
+    /// browser), catches the redirect, and hands the URL back with
+    /// `completeSignIn`. With a `listener` (the browser flow) the redirect
+    /// comes back to the host itself on 127.0.0.1; `completeSignIn` still works.
+    /// `nonce` goes into the authorization request; it is cleared when the
+    /// plugin's URL does not carry it (the ID token cannot then be bound to it).
+    private func externalSignIn(_ profile: String, context: Context, params: JSON, requestID: JSON?,
+                                listener: LoopbackListener?, nonce: inout String?, order: UInt64 = 0) async throws(SessionError) -> JSON {
+        let pkce = PKCE()
+        let state = PKCE.randomToken()
+        let redirectURI = listener?.redirectURI ?? params["redirectUri"]?.stringValue ?? context.config["redirectUri"]?.stringValue
+        let begin: JSON = .compactObject([
+            "profile": context.profileJSON, "flow": "external", "state": .string(state),
+            "redirectUri": redirectURI.map(JSON.string), "codeChallenge": .string(pkce.challenge),
+            "codeChallengeMethod": "S256", "nonce": nonce.map(JSON.string), "scopes": params["scopes"], "loginHint": params["loginHint"],
+        ])
+        let started = try await runOrThrow(.beginSignIn, input: begin, context: context, requestID: requestID)
+        guard let url = started["url"]?.stringValue, let parsed = ParsedURL(url), parsed.isSecureTransport else {
+            throw SessionError(.pluginError, "The sign-in URL is missing or not https.", provider: profile, reason: "insecureUrl")
+        }
+        if let sent = nonce, parsed.queryValue("nonce") != sent { nonce = nil }
+        // Supersede an earlier sign-in for this profile rather than losing its answer. Earlier means
+        // arrived earlier: two sign-ins may get here in either order (each awaited begin_sign_in).
+        let superseded = SessionError(.userCancelled, "A newer sign-in for this profile replaced this one.", provider: profile, reason: "superseded")
+        if order > 0 {
+            if order < newestSignIn[profile] ?? 0 { throw superseded }
+            newestSignIn[profile] = order
+        }
+        pendingSignIns.removeValue(forKey: profile)?.fail(superseded)
+        let callbackPrefix = started["callbackPrefix"]?.stringValue ?? redirectURI
+        let pending = PendingSignIn(callbackPrefix: callbackPrefix)
+        pendingSignIns[profile] = pending
+        var openURL: [String: JSON] = ["stage": "openUrl", "url": .string(url)]
+        if let callbackPrefix { openURL["callbackPrefix"] = .string(callbackPrefix) }
+        progress(profile, requestID: requestID, openURL)
+        if let listener {
+            openBrowser?(url) { [emit] reason in
+                // The frontend (or person) waiting for a browser that never appeared is told.
+                emit("signIn/progress", ["provider": .string(profile), "requestId": requestID ?? .null, "stage": "waiting",
+                                         "message": .string("The browser could not be opened (\(reason)); open the sign-in URL yourself.")])
+            }
+            // Whatever reaches the listener with the right state completes the sign-in.
+            Task { if let url = await listener.awaitCallback(state: state) { pending.deliver(url) } }
+            progress(profile, requestID: requestID, ["stage": "waiting", "message": .string("Waiting for the browser to come back to \(listener.redirectURI).")])
+        }
+
+        let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 300_000, 3_600_000))
+        let callbackURL: String
+        do {
+            callbackURL = try await pending.wait(timeoutMilliseconds: timeout, profile: profile)
+        } catch {
+            if pendingSignIns[profile] === pending { pendingSignIns[profile] = nil }
+            throw error
+        }
+        if pendingSignIns[profile] === pending { pendingSignIns[profile] = nil }
+        let callback = CallbackURL(callbackURL)
+        KnownSecrets.shared.remember(callback?.queryValue("code"))
+        let expectedIssuer = context.config["issuerInCallback"]?.boolValue == true ? context.config["issuer"]?.stringValue : nil
+        // The host checks whose answer this is before any plugin acts on it, unless the plugin
+        // declares that its provider's callback carries no state (Duke's login page takes none).
+        if context.plugin.descriptor["callbackState"]?.boolValue != false {
+            guard let callback else {
+                throw SessionError(.providerRefused, "The callback URL could not be read.", provider: profile, reason: "invalidCallback")
+            }
+            if let mismatch = StandardSteps.callbackMismatch(callback, state: state, issuer: expectedIssuer) {
+                throw SessionError(mismatch, provider: profile)
+            }
+        }
+        progress(profile, requestID: requestID, ["stage": "exchanging"])
+        let input: JSON = .compactObject([
+            "profile": context.profileJSON, "flow": "external", "callbackUrl": .string(callbackURL),
+            "state": .string(state), "codeVerifier": .string(pkce.verifier), "redirectUri": redirectURI.map(JSON.string),
+            "nonce": nonce.map(JSON.string), "expectedIssuer": expectedIssuer.map(JSON.string),
+        ])
+        return try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID)
+    }
+
+    /// RFC 8628: the user types a code on another device while the host polls
+    /// the token endpoint, honouring `interval` and `slow_down`.
+    private func deviceSignIn(_ profile: String, context: Context, params: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
+        let begin: JSON = .compactObject([
+            "profile": context.profileJSON, "flow": "device", "state": .string(PKCE.randomToken()), "scopes": params["scopes"],
+        ])
+        let started = try await runOrThrow(.beginSignIn, input: begin, context: context, requestID: requestID)
+        guard let deviceCode = started["deviceCode"]?.stringValue, let userCode = started["userCode"]?.stringValue,
+              let verification = started["verificationUri"]?.stringValue else {
+            throw SessionError(.pluginError, "The \(context.plugin.manifest.id) plugin started a device sign-in without a device code, user code or verification URI.",
+                               provider: profile, reason: "pluginError")
+        }
+        KnownSecrets.shared.remember(deviceCode)
+        let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 900_000, 3_600_000))
+        let deadline = min(started["expiresAt"]?.intValue ?? Int64.max, HostClock.nowMilliseconds() + timeout)
+        var shown: [String: JSON] = [
+            "stage": "deviceCode", "userCode": .string(userCode), "verificationUri": .string(verification),
+            "expiresAt": .int(deadline), "message": .string("Open \(verification) and enter the code \(userCode)."),
+        ]
+        shown["verificationUriComplete"] = started["verificationUriComplete"]
+        progress(profile, requestID: requestID, shown)
+        let poll: DevicePolling.Poll = { [self] in
+            let input: JSON = ["profile": context.profileJSON, "flow": "device", "code": .string(deviceCode)]
+            return await self.run(.completeSignIn, input: input, plugin: context.plugin, profile: profile, requestID: requestID)
+        }
+        let polling = DevicePolling(intervalMilliseconds: started["intervalMs"]?.intValue ?? 5_000, deadline: deadline)
+        let answer = try await polling.run(profile: profile, poll: poll)
+        progress(profile, requestID: requestID, ["stage": "exchanging"])
+        return answer
+    }
+
+    // MARK: - Whose tokens
+
+    /// Verifies the ID token (when the provider sent one) and finds the
+    /// account: the plugin's word, else the verified ID token's claims, else
+    /// the userinfo endpoint. An ID token that cannot be verified (no JWKS
+    /// known) is not kept: nothing unverified is trusted or stored.
+    private func identify(_ received: TokenSet, account: JSON?, context: Context, nonce: String?,
+                          profile: String) async throws(SessionError) -> (TokenSet, JSON?) {
+        var tokens = received
+        var account = account
+        if let idToken = tokens.idToken {
+            if let expectation = idTokenExpectation(context, nonce: nonce) {
+                switch await verifier.verify(idToken, expecting: expectation, http: http) {
+                case .success(let claims): if account == nil { account = Self.account(claims: claims) }
+                case .failure(let failure):
+                    await configurationMayHaveChanged(profile, failure: failure)
+                    throw SessionError(failure, provider: profile)
+                }
+            } else {
+                logger.notice("the provider sent an ID token but no jwksUri is known to verify it; it is not kept",
+                              metadata: ["provider": "\(profile)"])
+                tokens.idToken = nil
+            }
+        }
+        if account == nil, let endpoint = context.config["userinfoEndpoint"]?.stringValue {
+            account = await userinfoAccount(endpoint, tokens: tokens)
+        }
+        return (tokens, account)
+    }
+
+    func idTokenExpectation(_ context: Context, nonce: String?) -> IDTokenVerifier.Expectation? {
+        guard let issuer = context.config["issuer"]?.stringValue, let clientID = context.config["clientId"]?.stringValue,
+              let jwksURI = context.config["jwksUri"]?.stringValue else { return nil }
+        let skew = context.config["clockSkewSeconds"]?.intValue ?? IDTokenVerifier.defaultClockSkewSeconds
+        return IDTokenVerifier.Expectation(issuer: issuer, clientID: clientID, jwksURI: jwksURI, nonce: nonce,
+                                           clockSkewSeconds: min(max(skew, 0), 600))
+    }
+
+    /// OIDC Core §5.3: who the access token belongs to. Failure leaves the account unknown.
+    private func userinfoAccount(_ endpoint: String, tokens: TokenSet) async -> JSON? {
+        let request: JSON = ["method": "GET", "url": .string(endpoint), "timeoutMs": 15_000,
+                             "headers": ["Authorization": .string("\(StandardSteps.normalisedTokenType(tokens.tokenType)) \(tokens.accessToken)")]]
+        guard case .success(let response) = await http.perform(request), response["status"]?.intValue == 200,
+              let claims = try? JSON.parse(response["body"]?.stringValue ?? "") else {
+            logger.notice("the userinfo endpoint did not name the account")
+            return nil
+        }
+        return Self.account(claims: claims)
+    }
+
+    /// The account named by OIDC standard claims.
+    static func account(claims: JSON) -> JSON? {
+        account(.compactObject([
+            "id": claims["sub"], "email": claims["email"],
+            "name": claims["name"] ?? claims["preferred_username"],
+        ]))
+    }
+
+    /// Only the Account fields of the spec, as strings: plugins must not
+    /// smuggle other data (or tokens) into notifications.
+    static func account(_ value: JSON?) -> JSON? {
+        guard let members = value?.objectValue else { return nil }
+        var account: [String: JSON] = [:]
+        for key in ["id", "name", "email"] {
+            if let text = members[key]?.stringValue, !text.isEmpty { account[key] = .string(Redaction.redact(text)) }
+        }
+        return account.isEmpty ? nil : .object(account)
+    }
+}

@@ -1,0 +1,120 @@
+// Status: checkSignInStatus (the seed flowchart), listAccounts, and the
+// SignInStatus answer both give.
+
+import AuthBridgeJSON
+import AuthBridgePluginHost
+import AuthBridgeURL
+
+extension SessionEngine {
+    /// The seed flowchart: not expired → signed in; expired without tokens →
+    /// not signed in; expired with a refresh token → refresh → signed in, or
+    /// not signed in on a definitive refusal. Transient failures answer
+    /// `offline` and keep the tokens.
+    public func checkSignInStatus(_ profile: String, account: String? = nil, requestID: JSON? = nil) async throws(SessionError) -> JSON {
+        let context = try await context(for: profile)
+        guard let (key, session) = try await selectSession(profile, account: account) else {
+            return status(profile, state: .notSignedIn, session: nil, reason: .noTokens)
+        }
+        if session.licenseRevoked {
+            guard let pending = try await enforceLicenseSignOut(key, session: session, context: context) else {
+                return status(profile, state: .notSignedIn, session: nil, reason: .licenseRevoked, message: session.licenseMessage)
+            }
+            return status(profile, state: .licenseRevoked, session: pending, reason: .licenseRevoked, message: pending.licenseMessage)
+        }
+        var expired: Bool
+        if context.plugin.implements(.checkSession) {
+            let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json]
+            switch await run(.checkSession, input: input, plugin: context.plugin, profile: profile, requestID: requestID) {
+            case .success(let answer):
+                let message = answer["message"]?.stringValue
+                switch answer["state"]?.stringValue.flatMap(SessionCheck.init(rawValue:)) {
+                case .valid: return status(profile, state: .signedIn, session: session, reason: .valid)
+                case .expired: expired = true
+                case .licenseRevoked:
+                    return try await markLicenseRevoked(key, session: session, context: context, message: message)
+                case .revoked:
+                    try await endSession(key, reason: .revoked, message: message, ended: session, context: context)
+                    return try await statusAfterEnding(key, reason: .revoked, message: message)
+                case .unknown, nil:
+                    return status(profile, state: .offline, session: session, reason: .transient,
+                                  message: message ?? "The provider could not confirm the session.")
+                }
+            case .failure(let failure) where failure.kind == .definitive:
+                try await endSession(key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: session, context: context)
+                return try await statusAfterEnding(key, reason: StatusReason(refusal: failure.reason), message: failure.message)
+            case .failure(let failure):
+                return status(profile, state: .offline, session: session, reason: .transient, message: failure.message)
+            }
+        } else {
+            let now = HostClock.nowMilliseconds()
+            expired = session.tokens.expiresAt.map { $0 <= now } ?? false
+        }
+        guard expired else { return status(profile, state: .signedIn, session: session, reason: .valid) }
+        guard session.tokens.refreshToken != nil else {
+            try await endSession(key, reason: .expired, message: nil, ended: session, context: context)
+            return try await statusAfterEnding(key, reason: .expired, message: nil)
+        }
+        switch await refreshed(key, context: context, stale: session) {
+        case .success(let fresh):
+            return status(profile, state: .signedIn, session: fresh, reason: .refreshed)
+        case .failure(let failure) where failure.kind == .definitive && StatusReason(refusal: failure.reason) == .licenseRevoked:
+            var marked = session
+            marked.licenseRevoked = true
+            return status(profile, state: .licenseRevoked, session: marked, reason: .licenseRevoked, message: failure.message)
+        case .failure(let failure) where failure.kind == .definitive:
+            return status(profile, state: .notSignedIn, session: nil, reason: StatusReason(refusal: failure.reason), message: failure.message)
+        case .failure(let failure):
+            return status(profile, state: .offline, session: session, reason: .transient, message: failure.message)
+        }
+    }
+
+    /// Stored sessions as seen locally, without contacting any provider.
+    public func listAccounts(_ profile: String?) async throws(SessionError) -> [JSON] {
+        if let profile, profiles[profile] == nil { throw unknownProfile(profile) }
+        let keys: [SessionKey]
+        do { keys = try await store.keys() } catch { throw storageError(error, profile: profile) }
+        var found: [(SessionKey, StoredSession)] = []
+        for key in keys where profile == nil || key.profile == profile {
+            if let session = try await loadSession(key) { found.append((key, session)) }
+        }
+        // By profile, then the current (latest signed-in) account first.
+        found.sort { ($0.0.profile, -($0.1.signedInAt ?? 0)) < ($1.0.profile, -($1.1.signedInAt ?? 0)) }
+        // A licence sign-out left pending by a host that stopped meanwhile is timed again.
+        for (key, session) in found where session.licenseRevoked {
+            if let context = try? await context(for: key.profile) {
+                scheduleLicenseSignOut(key, context: context, at: session.licenseSignOutAt ?? 0)
+            }
+        }
+        var current: Set<String> = []
+        return found.map { key, session in
+            // Local knowledge only: an expired access token with a refresh
+            // token is still a signed-in account (`expiresAt` tells the age).
+            let entry = session.licenseRevoked
+                ? status(key.profile, state: .licenseRevoked, session: session, reason: .licenseRevoked, message: session.licenseMessage)
+                : status(key.profile, state: .signedIn, session: session, reason: .valid)
+            return entry.setting("current", .bool(current.insert(key.profile).inserted))
+        }
+    }
+
+    /// After evidence ended a session: not signed in — unless a newer session
+    /// (refreshed or signed in meanwhile) took its place, which stands.
+    private func statusAfterEnding(_ key: SessionKey, reason: StatusReason, message: String?) async throws(SessionError) -> JSON {
+        if let newer = try await loadSession(key), !newer.licenseRevoked {
+            return status(key.profile, state: .signedIn, session: newer, reason: .valid)
+        }
+        return status(key.profile, state: .notSignedIn, session: nil, reason: reason, message: message)
+    }
+
+    /// A SignInStatus (bridge-spec); provider details only while signed in.
+    func status(_ profile: String, state: SessionState, session: StoredSession?, reason: StatusReason, message: String? = nil) -> JSON {
+        let details = state == .notSignedIn ? [:] : session?.tokens.details ?? [:]
+        return .compactObject([
+            "provider": .string(profile), "state": .string(state.rawValue),
+            "account": session?.account ?? .null,
+            "expiresAt": session?.tokens.expiresAt.map(JSON.int) ?? .null,
+            "details": details.isEmpty ? nil : .object(details),
+            "reason": .string(reason.rawValue), "message": message.map { .string(KnownSecrets.shared.scrub($0)) },
+            "storage": storageInfo,
+        ])
+    }
+}

@@ -1,0 +1,230 @@
+// Tokens: getAccessToken, fetch (the authorized request proxy) and the
+// single-flight refresh behind both.
+
+import AuthBridgeJSON
+import AuthBridgePluginHost
+import AuthBridgeURL
+
+extension SessionEngine {
+    /// A valid access token and what to attach to a request, refreshing first
+    /// when the token expires within `minimumValidity`.
+    /// `forceRefresh`: the caller saw the provider reject the token (a 401
+    /// where no expiry is known, e.g. Salesforce): renew it now.
+    public func getAccessToken(_ profile: String, account: String? = nil, minimumValidity: Int64 = defaultMinimumValidityMilliseconds,
+                               forceRefresh: Bool = false, requestID: JSON? = nil) async throws(SessionError) -> JSON {
+        let (context, key, current) = try await usableSession(profile, account: account)
+        var session = current
+        let now = HostClock.nowMilliseconds()
+        if forceRefresh {
+            guard session.tokens.refreshToken != nil else {
+                throw SessionError(.notSignedIn, "The session cannot be renewed (no refresh token); sign in again.", provider: profile,
+                                   reason: StatusReason.noRefreshToken.rawValue)
+            }
+            session = try await refreshOrThrow(key, context: context, stale: session)
+        } else if let expiresAt = session.tokens.expiresAt, expiresAt - now < session.tokens.effectiveMinimumValidity(minimumValidity) {
+            session = try await refreshOrThrow(key, context: context, stale: session)
+        } else if let ahead = session.tokens.refreshAheadAt, now >= ahead, session.tokens.refreshToken != nil, refreshes[key] == nil {
+            // Refresh ahead: the caller gets the still-valid token at once and
+            // the next one is fetched in the background (single-flight as ever).
+            let stale = session
+            Task { _ = await self.refreshed(key, context: context, stale: stale) }
+        }
+        var request: JSON = ["method": "GET", "headers": [:]]
+        if let base = context.config["apiBaseUrl"]?.stringValue { request = request.setting("url", .string(base)) }
+        let authorized = try await authorize(request, session: session, context: context, requestID: requestID)
+        return .compactObject([
+            "provider": .string(profile),
+            "account": session.account,
+            "accessToken": .string(session.tokens.accessToken),
+            "tokenType": .string(session.tokens.tokenType),
+            "expiresAt": session.tokens.expiresAt.map(JSON.int) ?? .null,
+            "headers": authorized["request"]?["headers"] ?? [:],
+            "cookies": authorized["cookies"] ?? [],
+            "details": session.tokens.details.isEmpty ? nil : .object(session.tokens.details),
+        ])
+    }
+
+    /// An authorized request through the provider plugin. A "session expired"
+    /// answer (as the plugin classifies it) refreshes and replays once; a
+    /// revocation signs the profile out.
+    public func fetch(_ profile: String, account: String? = nil, request: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
+        let (context, key, current) = try await usableSession(profile, account: account)
+        var session = current
+        // A token known to be expired is renewed first rather than spending a 401.
+        if let expiresAt = session.tokens.expiresAt, expiresAt <= HostClock.nowMilliseconds(), session.tokens.refreshToken != nil {
+            session = try await refreshOrThrow(key, context: context, stale: session)
+        }
+        var replayed = false
+        while true {
+            let authorized = try await authorize(request, session: session, context: context, requestID: requestID)
+            var outgoing = authorized["request"] ?? request
+            if let cookies = authorized["cookies"]?.arrayValue, !cookies.isEmpty {
+                let header = cookies.compactMap { cookie -> String? in
+                    guard let name = cookie["name"]?.stringValue, let value = cookie["value"]?.stringValue else { return nil }
+                    return "\(name)=\(value)"
+                }.joined(separator: "; ")
+                var headers = outgoing["headers"]?.objectValue ?? [:]
+                headers["Cookie"] = .string(header)
+                outgoing = outgoing.setting("headers", .object(headers))
+            }
+            let response: JSON
+            switch await http.perform(outgoing) {
+            case .success(let value): response = value
+            case .failure(let failure):
+                if Task.isCancelled { throw SessionError(.userCancelled, "The request was cancelled.", provider: profile, reason: "cancelled") }
+                throw SessionError(failure, provider: profile)
+            }
+            let classifyInput: JSON = ["profile": context.profileJSON, "request": outgoing, "response": response]
+            let outcome: JSON
+            switch await run(.classifyResponse, input: classifyInput, plugin: context.plugin, profile: profile, requestID: requestID) {
+            case .success(let value): outcome = value
+            case .failure: outcome = ["outcome": .string(ResponseOutcome.ok.rawValue)]
+            }
+            let message = outcome["message"]?.stringValue
+            switch outcome["outcome"]?.stringValue.flatMap(ResponseOutcome.init(rawValue:)) {
+            case .sessionExpired where !replayed:
+                replayed = true
+                session = try await refreshOrThrow(key, context: context, stale: session)
+                continue
+            case .revoked:
+                try await endSession(key, reason: .revoked, message: message, ended: session, context: context)
+                throw SessionError(.notSignedIn, message ?? "The provider revoked this session.", provider: profile,
+                                   reason: StatusReason.revoked.rawValue)
+            case .licenseRevoked:
+                _ = try await markLicenseRevoked(key, session: session, context: context, message: message)
+            default:
+                break
+            }
+            return .compactObject(["status": response["status"] ?? 0, "headers": response["headers"] ?? [:], "body": response["body"] ?? ""])
+        }
+    }
+
+    /// The session a token call means, with its profile's context; none is
+    /// handed out while its licence is revoked.
+    private func usableSession(_ profile: String, account: String?) async throws(SessionError) -> (Context, SessionKey, StoredSession) {
+        let context = try await context(for: profile)
+        guard let (key, session) = try await selectSession(profile, account: account) else {
+            throw notSignedIn(profile, account: account)
+        }
+        try await refuseIfLicenseRevoked(key, session: session, context: context)
+        return (context, key, session)
+    }
+
+    /// The plugin's `authorize_request`: what to attach to `request` for these tokens.
+    private func authorize(_ request: JSON, session: StoredSession, context: Context, requestID: JSON?) async throws(SessionError) -> JSON {
+        let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": request]
+        return try await runOrThrow(.authorizeRequest, input: input, context: context, requestID: requestID)
+    }
+
+    // MARK: - Refresh (single-flight)
+
+    private func refreshOrThrow(_ key: SessionKey, context: Context, stale: StoredSession) async throws(SessionError) -> StoredSession {
+        switch await refreshed(key, context: context, stale: stale) {
+        case .success(let session): return session
+        case .failure(let failure) where failure.kind == .definitive:
+            throw SessionError(.notSignedIn, failure.message, provider: key.profile, reason: StatusReason(refusal: failure.reason).rawValue)
+        case .failure(let failure):
+            throw SessionError(failure, provider: key.profile)
+        }
+    }
+
+    /// Refreshes once for any number of concurrent callers. If the stored
+    /// session already differs from `stale`, someone else refreshed: use it.
+    func refreshed(_ key: SessionKey, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
+        // A caller that is cancelled stops waiting; the refresh itself always runs to its end
+        // (the provider may already have rotated the refresh token: the new one must be stored).
+        let work: SharedWork<Result<StoredSession, ProviderFailure>>
+        if let running = refreshes[key], !running.isFinished {
+            work = running
+        } else {
+            work = SharedWork(cancelsWhenAbandoned: false) { await self.performRefresh(key, context: context, stale: stale) }
+            refreshes[key] = work
+        }
+        let result = await work.value()
+        if refreshes[key] === work, work.isFinished { refreshes[key] = nil }
+        return result ?? .failure(ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled."))
+    }
+
+    /// One refresh, under the profile's cross-process lock: the session is
+    /// re-read inside it, and if another process already rotated the tokens
+    /// they are used instead of replaying a spent refresh token.
+    private func performRefresh(_ key: SessionKey, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
+        do {
+            return try await store.withExclusiveAccess(to: key) {
+                await self.refreshLocked(key, context: context, stale: stale)
+            }
+        } catch {
+            return .failure(ProviderFailure(.transient, reason: "storageError", message: "The session store could not be locked: \(error)"))
+        }
+    }
+
+    private func refreshLocked(_ key: SessionKey, context: Context, stale: StoredSession) async -> Result<StoredSession, ProviderFailure> {
+        let profile = key.profile
+        let current: StoredSession?
+        do { current = try await store.load(key) } catch {
+            return .failure(ProviderFailure(.transient, reason: "storageError", message: "The stored session could not be read: \(error)"))
+        }
+        guard let current else {
+            return .failure(ProviderFailure(.definitive, reason: StatusReason.noTokens.rawValue, message: "The session was signed out meanwhile."))
+        }
+        if current.tokens != stale.tokens { return .success(current) }
+        let input: JSON = ["profile": context.profileJSON, "tokens": stale.tokens.json]
+        switch await run(.refresh, input: input, plugin: context.plugin, profile: profile, requestID: nil) {
+        case .success(let answer):
+            if let problem = TokenSet.sizeProblem(answer["tokens"], account: answer["account"]) {
+                // Too big to keep: the grant cannot go on (a rotated refresh token is spent).
+                let failure = ProviderFailure(.definitive, reason: "badResponse", message: "The provider's refresh answer was refused: \(problem).")
+                _ = try? await endSession(key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: stale, context: context,
+                                          holdingLock: true)
+                return .failure(failure)
+            }
+            guard var fresh = TokenSet(json: answer["tokens"] ?? .null) else {
+                return .failure(ProviderFailure(.transient, reason: "badResponse", message: "The refresh answer had no access token."))
+            }
+            fresh.obtainedAt = HostClock.nowMilliseconds()
+            if let idToken = fresh.idToken, idToken != stale.tokens.idToken {
+                fresh.idToken = await refreshedIDToken(idToken, context: context, session: stale, profile: profile)
+            }
+            var session = stale
+            session.tokens = stale.tokens.updated(with: fresh)
+            // The account is the record's key: a refresh does not move the session to another.
+            if let account = Self.account(answer["account"]), account["id"]?.stringValue ?? "" == key.account { session.account = account }
+            // Durable before anyone sees the new access token (rotation safety).
+            do { try await store.save(session, for: key) } catch {
+                return .failure(ProviderFailure(.transient, reason: "storageError", message: "The refreshed session could not be stored."))
+            }
+            announce(.refreshed, profile: profile, account: session.account)
+            return .success(session)
+        case .failure(let failure) where failure.kind == .definitive && StatusReason(refusal: failure.reason) == .licenseRevoked:
+            // Like a licence lost on an API call: announced, then signed out after the grace period.
+            _ = try? await markLicenseRevoked(key, session: stale, context: context, message: failure.message, holdingLock: true)
+            return .failure(failure)
+        case .failure(let failure) where failure.kind == .definitive:
+            _ = try? await endSession(key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: stale, context: context,
+                                      holdingLock: true)
+            return .failure(failure)
+        case .failure(let failure):
+            logger.notice("refresh failed transiently; the session is kept", metadata: ["provider": "\(profile)", "reason": "\(failure.reason)"])
+            return .failure(failure)
+        }
+    }
+
+    /// OIDC §12.2: an ID token from a refresh is verified like the first
+    /// (without a nonce) and must name the same subject. One that fails is
+    /// dropped — the rotated refresh token it came with must still be kept.
+    private func refreshedIDToken(_ idToken: String, context: Context, session: StoredSession, profile: String) async -> String? {
+        guard let expectation = idTokenExpectation(context, nonce: nil) else { return nil }
+        switch await verifier.verify(idToken, expecting: expectation, http: http) {
+        case .success(let claims):
+            if let known = session.account?["id"]?.stringValue, let subject = claims["sub"]?.stringValue, known != subject {
+                logger.warning("a refreshed ID token names another subject; it is not kept", metadata: ["provider": "\(profile)"])
+                return nil
+            }
+            return idToken
+        case .failure(let failure):
+            logger.warning("a refreshed ID token failed verification; it is not kept",
+                           metadata: ["provider": "\(profile)", "reason": "\(failure.reason)"])
+            return nil
+        }
+    }
+}

@@ -1,0 +1,75 @@
+// The words of session states and reasons, spelled as bridge-spec spells
+// them on the wire. The engine compares and sends these only through the
+// types below, so each word is written once.
+
+/// The state a status reports (bridge-spec SignInStatus.state).
+public enum SessionState: String, Sendable {
+    case signedIn, notSignedIn, offline, licenseRevoked
+}
+
+/// What happened to a session, as `session/changed` tells it (bridge-spec
+/// SessionChangedParams.state).
+enum SessionChange: String, Sendable {
+    case signedIn, refreshed, signedOut, licenseRevoked
+}
+
+/// Why a status has its state (bridge-spec SignInStatus.reason). An open
+/// set: a session ended by a provider's definitive refusal carries the
+/// provider's word (see `init(refusal:)`).
+struct StatusReason: RawRepresentable, Hashable, Sendable {
+    let rawValue: String
+    init(rawValue: String) { self.rawValue = rawValue }
+
+    // signedIn
+    static let valid = StatusReason(rawValue: "valid")
+    static let refreshed = StatusReason(rawValue: "refreshed")
+    static let signedIn = StatusReason(rawValue: "signedIn")
+    // offline
+    static let transient = StatusReason(rawValue: "transient")
+    // notSignedIn and licenseRevoked
+    static let noTokens = StatusReason(rawValue: "noTokens")
+    static let noRefreshToken = StatusReason(rawValue: "noRefreshToken")
+    static let expired = StatusReason(rawValue: "expired")
+    static let revoked = StatusReason(rawValue: "revoked")
+    static let licenseRevoked = StatusReason(rawValue: "licenseRevoked")
+
+    /// Why a definitive refusal ended the session. RFC 6749 §5.2:
+    /// `invalid_grant` on a refresh means the grant is no longer valid
+    /// (revoked by the user, an administrator or the provider's policy):
+    /// `revoked`. Other words are camelCased as they come: reasons on the
+    /// wire are camelCase words.
+    init(refusal reason: String) {
+        guard reason != "invalid_grant" else { self = .revoked; return }
+        let parts = reason.split(separator: "_")
+        guard parts.count > 1 else { self.init(rawValue: reason); return }
+        self.init(rawValue: String(parts[0]) + parts.dropFirst().map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined())
+    }
+}
+
+/// Why a session ended: `session/changed` `signedOut`'s reason, a closed
+/// set (bridge-spec).
+enum EndReason: String, Sendable {
+    case userSignedOut, revoked, invalidGrant, licenseRevoked, expired, profileChanged
+
+    /// The closed set's word for a provider's definitive refusal.
+    init(refusal reason: String) {
+        switch StatusReason(refusal: reason) {
+        case .revoked: self = .revoked
+        case .licenseRevoked: self = .licenseRevoked
+        case .expired, .noRefreshToken: self = .expired
+        default: self = .invalidGrant
+        }
+    }
+}
+
+/// A plugin's `check_session` verdict (bridge-spec PluginABI
+/// CheckSessionOutput.state).
+enum SessionCheck: String, Sendable {
+    case valid, expired, revoked, licenseRevoked, unknown
+}
+
+/// A plugin's `classify_response` outcome (bridge-spec PluginABI
+/// ClassifyResponseOutput.outcome).
+enum ResponseOutcome: String, Sendable {
+    case ok, sessionExpired, revoked, licenseRevoked
+}

@@ -1,0 +1,173 @@
+// How sessions are kept: one vault record per signed-in account
+// (StoredSession under a SessionKey), and each profile's last resolved
+// configuration (ResolvedProfile), both through SessionStore.
+
+import AuthBridgeJSON
+@_exported import AuthBridgeVault
+
+/// One stored session: tokens plus who they belong to.
+struct StoredSession: Sendable, Equatable {
+    var tokens: TokenSet
+    var account: JSON?
+    /// Set while a licence is revoked (MarketSharp) and sign-out is pending.
+    var licenseRevoked: Bool = false
+    /// The provider's words about the lost licence, shown until the sign-out.
+    var licenseMessage: String?
+    /// When the pending licence sign-out is due (ms): kept in the record so a
+    /// host that stops during the grace period still signs the account out.
+    var licenseSignOutAt: Int64?
+    /// When the user signed in (ms): the latest sign-in is the profile's
+    /// current account when a call names none.
+    var signedInAt: Int64?
+
+    /// The account's key among the profile's sessions ("" when the provider names no account).
+    var accountKey: String { account?["id"]?.stringValue ?? "" }
+
+    init(tokens: TokenSet, account: JSON?) {
+        self.tokens = tokens
+        self.account = account
+    }
+}
+
+/// Which stored session a call means: a profile and one of its accounts.
+///
+/// Each account is a vault record of its own (key `profile` for an account
+/// the provider does not name, else `profile` + U+001F + account id), so
+/// accounts of one profile refresh, lock and sign out independently.
+struct SessionKey: Hashable, Sendable, CustomStringConvertible {
+    var profile: String
+    var account: String
+
+    init(profile: String, account: String) {
+        self.profile = profile
+        self.account = account
+    }
+
+    init(vaultKey: String) {
+        let (profile, account) = VaultKey.split(vaultKey)
+        self.init(profile: profile, account: account)
+    }
+
+    var vaultKey: String { VaultKey.make(profile: profile, account: account) }
+
+    var description: String { account.isEmpty ? profile : "\(profile) (\(account))" }
+}
+
+/// The engine's view of a vault: sessions in, records out.
+///
+/// The record's secret part holds the tokens, the account and the licence
+/// flag; its metadata holds the profile key and a short account label, so
+/// accounts can be listed without decrypting.
+public struct SessionStore: Sendable {
+    let vault: any Vault
+
+    public init(vault: any Vault) { self.vault = vault }
+
+    /// A store that forgets everything when the process ends.
+    public static func inMemory() -> SessionStore { SessionStore(vault: MemoryVault()) }
+
+    public var backend: String { vault.backend }
+    public var protection: String { vault.protection }
+
+    nonisolated(nonsending) func load(_ key: SessionKey) async throws -> StoredSession? {
+        // A record without tokens cannot be used: the vault keeps it aside (corruptRecord, once).
+        guard let record = try await vault.load(key.vaultKey, validate: { record in
+            TokenSet(json: record.secret["tokens"] ?? .null) == nil ? "it holds no tokens" : nil
+        }) else { return nil }
+        guard let tokens = TokenSet(json: record.secret["tokens"] ?? .null) else {
+            throw VaultError(.corruptRecord, "The stored session of \"\(key)\" has no tokens.")
+        }
+        var session = StoredSession(tokens: tokens, account: record.secret["account"].flatMap { $0.isNull ? nil : $0 })
+        session.licenseRevoked = record.secret["licenseRevoked"]?.boolValue ?? false
+        session.licenseMessage = record.secret["licenseMessage"]?.stringValue
+        session.licenseSignOutAt = record.secret["licenseSignOutAt"]?.intValue
+        session.signedInAt = record.secret["signedInAt"]?.intValue
+        return session
+    }
+
+    nonisolated(nonsending) func save(_ session: StoredSession, for key: SessionKey) async throws {
+        let label = session.account?["id"]?.stringValue ?? session.account?["email"]?.stringValue ?? session.account?["name"]?.stringValue
+        let secret: JSON = .compactObject(["tokens": session.tokens.json, "account": session.account,
+                                           "licenseRevoked": session.licenseRevoked ? true : nil,
+                                           "licenseMessage": session.licenseMessage.map(JSON.string),
+                                           "licenseSignOutAt": session.licenseSignOutAt.map(JSON.int),
+                                           "signedInAt": session.signedInAt.map(JSON.int)])
+        try await vault.save(VaultRecord(profile: key.vaultKey, account: label, secret: secret))
+    }
+
+    nonisolated(nonsending) func delete(_ key: SessionKey) async throws { try await vault.delete(key.vaultKey) }
+
+    /// Every stored session's key, from metadata only.
+    nonisolated(nonsending) func keys() async throws -> [SessionKey] {
+        try await vault.profiles().map(SessionKey.init(vaultKey:)).filter { !ResolvedProfile.isReserved($0.profile) }
+    }
+
+    /// The profile's last good resolved configuration, or nil.
+    nonisolated(nonsending) func resolvedProfile(_ profile: String) async throws -> ResolvedProfile? {
+        guard let record = try await vault.load(ResolvedProfile.vaultKey(profile)) else { return nil }
+        return ResolvedProfile(record.secret)
+    }
+
+    nonisolated(nonsending) func save(_ resolved: ResolvedProfile, for profile: String) async throws {
+        try await vault.save(VaultRecord(profile: ResolvedProfile.vaultKey(profile), account: nil, secret: resolved.json))
+    }
+
+    nonisolated(nonsending) func deleteResolvedProfile(_ profile: String) async throws {
+        try await vault.delete(ResolvedProfile.vaultKey(profile))
+    }
+
+    /// The accounts stored for one profile.
+    nonisolated(nonsending) func keys(of profile: String) async throws -> [SessionKey] {
+        try await vault.keys(of: profile).map(SessionKey.init(vaultKey:))
+    }
+
+    /// Runs `body` holding the session's cross-process lock.
+    nonisolated(nonsending) func withExclusiveAccess<T: Sendable>(to key: SessionKey, _ body: () async throws -> T) async throws -> T {
+        try await vault.withExclusiveAccess(to: key.vaultKey, body)
+    }
+}
+
+/// A profile's last good resolved configuration — what its plugin's
+/// `configure` answered (endpoints from the provider's discovery document)
+/// — and the provider's signing keys, kept with the profile's sessions so
+/// that tokens the host holds stay usable while the provider is down.
+///
+/// Stored in the vault (sealed like a session: the configuration may carry
+/// a client secret) under a key no profile can have: a control character
+/// (U+001E) cannot be part of a profile name.
+struct ResolvedProfile: Sendable, Equatable {
+    /// Which plugin, plugin version and settings it was resolved for; a
+    /// change of any makes it unusable.
+    var fingerprint: String
+    var config: JSON
+    /// The JWKS document at the configuration's `jwksUri`, when known.
+    var signingKeys: JSON?
+    /// When it was resolved (host clock, ms).
+    var resolvedAt: Int64
+
+    init(fingerprint: String, config: JSON, signingKeys: JSON?, resolvedAt: Int64) {
+        self.fingerprint = fingerprint
+        self.config = config
+        self.signingKeys = signingKeys
+        self.resolvedAt = resolvedAt
+    }
+
+    init?(_ json: JSON) {
+        guard let fingerprint = json["fingerprint"]?.stringValue, let config = json["config"], case .object = config,
+              let resolvedAt = json["resolvedAt"]?.intValue else { return nil }
+        self.init(fingerprint: fingerprint, config: config, signingKeys: json["signingKeys"], resolvedAt: resolvedAt)
+    }
+
+    var json: JSON {
+        .compactObject(["fingerprint": .string(fingerprint), "config": config, "signingKeys": signingKeys,
+                        "resolvedAt": .int(resolvedAt)])
+    }
+
+    static let reservedPrefix: Character = "\u{1E}"
+
+    static func vaultKey(_ profile: String) -> String {
+        VaultKey.make(profile: String(reservedPrefix) + "resolved", account: profile)
+    }
+
+    static func isReserved(_ vaultProfile: String) -> Bool { vaultProfile.first == reservedPrefix }
+}
