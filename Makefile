@@ -135,7 +135,7 @@ test-node-client:
 ## install: a self-contained, relocatable tree at PREFIX — bin/authbridge; lib/authbridge/ with the
 ## helper libraries, the bundled plugins (plugins/), the Swift runtime and every library a plain
 ## glibc system lacks; include/authbridge/plugin.h; share/ (openrpc.json, man page, completions,
-## licences). Staged in $(STAGE)/install, then copied over PREFIX.
+## licenses). Staged in $(STAGE)/install, then copied over PREFIX.
 install: release deps-dist
 	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/install MODE=portable
 	install -d -m 0755 $(PREFIX)

@@ -1,11 +1,11 @@
 // The license policy: what the host does when a provider says a user's
-// licence is gone (MarketSharp's named licences). `LicensePolicy` holds the
+// license is gone (MarketSharp's named licenses). `LicensePolicy` holds the
 // rules and the timers; the engine extension below applies them.
 
 import AuthBridgeJSON
 import AuthBridgePluginHost
 
-/// A licence revoked while signed in: the session is marked (its tokens
+/// A license revoked while signed in: the session is marked (its tokens
 /// kept, so that signOut can still revoke them, but never handed out), the
 /// user sees the provider's message for the profile's grace period
 /// (`licenseGracePeriodMs`, default 5 s: time to read it), then the account
@@ -13,7 +13,7 @@ import AuthBridgePluginHost
 /// `licenseRevoked`. The deadline is stored with the session, so a host
 /// stopped meanwhile signs out when it next sees the session (or at start).
 struct LicensePolicy: Sendable {
-    /// How long a user sees a revoked-licence message before being signed out.
+    /// How long a user sees a revoked-license message before being signed out.
     static let defaultGracePeriodMilliseconds: Int64 = 5_000
 
     /// Accounts whose sign-out is timed in this process: one timer each.
@@ -24,7 +24,7 @@ struct LicensePolicy: Sendable {
         min(max(settings["licenseGracePeriodMs"]?.intValue ?? defaultGracePeriodMilliseconds, 0), 86_400_000)
     }
 
-    /// `session` marked licence-revoked, its sign-out due after `gracePeriod`;
+    /// `session` marked license-revoked, its sign-out due after `gracePeriod`;
     /// nil when it is marked already (its deadline stands).
     static func marked(_ session: StoredSession, message: String?, gracePeriod: Int64) -> StoredSession? {
         guard !session.licenseRevoked else { return nil }
@@ -38,7 +38,7 @@ struct LicensePolicy: Sendable {
     /// What `getAccessToken` and `fetch` answer instead of a token: the
     /// provider's words, which the user keeps seeing.
     static func refusal(_ session: StoredSession, profile: String) -> SessionError {
-        SessionError(.notSignedIn, session.licenseMessage ?? "The user's licence was revoked; sign out and contact the administrator.",
+        SessionError(.notSignedIn, session.licenseMessage ?? "The user's license was revoked; sign out and contact the administrator.",
                      provider: profile, reason: StatusReason.licenseRevoked.rawValue)
     }
 
@@ -57,7 +57,7 @@ struct LicensePolicy: Sendable {
 }
 
 extension SessionEngine {
-    /// Marks the session licence-revoked, announces it once and times the
+    /// Marks the session license-revoked, announces it once and times the
     /// sign-out. Under the account's lock (unless the caller holds it), on
     /// the record as it is now: another process may have rotated the tokens
     /// since `session` was read, and those must not be overwritten.
@@ -86,7 +86,7 @@ extension SessionEngine {
         return status(profile, state: .licenseRevoked, session: updated, reason: .licenseRevoked, message: updated.licenseMessage)
     }
 
-    /// A licence-revoked session whose grace period is over is signed out now
+    /// A license-revoked session whose grace period is over is signed out now
     /// (nil); one still in its grace period is returned, its timer running.
     func enforceLicenseSignOut(_ key: SessionKey, session: StoredSession, context: Context) async throws(SessionError) -> StoredSession? {
         let due = session.licenseSignOutAt ?? 0
@@ -98,7 +98,7 @@ extension SessionEngine {
         return try await loadSession(key).flatMap { $0.licenseRevoked ? $0 : nil }
     }
 
-    /// Hands out no token of a licence-revoked session (signing it out first
+    /// Hands out no token of a license-revoked session (signing it out first
     /// when its grace period is over).
     func refuseIfLicenseRevoked(_ key: SessionKey, session: StoredSession, context: Context) async throws(SessionError) {
         guard session.licenseRevoked else { return }

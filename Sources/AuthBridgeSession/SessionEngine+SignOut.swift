@@ -47,7 +47,7 @@ extension SessionEngine {
     /// session's lock (shared with other processes): a refresh in flight
     /// finishes first and the tokens it stored are the ones revoked, and no
     /// refresh can store tokens after them. `when` may decline the stored
-    /// session (e.g. it is no longer licence-revoked). Nil when nothing was
+    /// session (e.g. it is no longer license-revoked). Nil when nothing was
     /// stored (signed out meanwhile) or `when` declined.
     func revokeAndEnd(_ key: SessionKey, context: Context?, unresolved: SessionError? = nil, reason: EndReason,
                       message: (StoredSession) -> String? = { _ in nil },

@@ -79,7 +79,7 @@ extension SessionEngine {
         }
         // By profile, then the current (latest signed-in) account first.
         found.sort { ($0.0.profile, -($0.1.signedInAt ?? 0)) < ($1.0.profile, -($1.1.signedInAt ?? 0)) }
-        // A licence sign-out left pending by a host that stopped meanwhile is timed again.
+        // A license sign-out left pending by a host that stopped meanwhile is timed again.
         for (key, session) in found where session.licenseRevoked {
             if let context = try? await context(for: key.profile) {
                 scheduleLicenseSignOut(key, context: context, at: session.licenseSignOutAt ?? 0)

@@ -100,7 +100,7 @@ extension SessionEngine {
     }
 
     /// The session a token call means, with its profile's context; none is
-    /// handed out while its licence is revoked.
+    /// handed out while its license is revoked.
     private func usableSession(_ profile: String, account: String?) async throws(SessionError) -> (Context, SessionKey, StoredSession) {
         let context = try await context(for: profile)
         guard let (key, session) = try await selectSession(profile, account: account) else {
@@ -196,7 +196,7 @@ extension SessionEngine {
             announce(.refreshed, profile: profile, account: session.account)
             return .success(session)
         case .failure(let failure) where failure.kind == .definitive && StatusReason(refusal: failure.reason) == .licenseRevoked:
-            // Like a licence lost on an API call: announced, then signed out after the grace period.
+            // Like a license lost on an API call: announced, then signed out after the grace period.
             _ = try? await markLicenseRevoked(key, session: stale, context: context, message: failure.message, holdingLock: true)
             return .failure(failure)
         case .failure(let failure) where failure.kind == .definitive:

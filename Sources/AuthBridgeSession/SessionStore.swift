@@ -9,11 +9,11 @@ import AuthBridgeJSON
 struct StoredSession: Sendable, Equatable {
     var tokens: TokenSet
     var account: JSON?
-    /// Set while a licence is revoked (MarketSharp) and sign-out is pending.
+    /// Set while a license is revoked (MarketSharp) and sign-out is pending.
     var licenseRevoked: Bool = false
-    /// The provider's words about the lost licence, shown until the sign-out.
+    /// The provider's words about the lost license, shown until the sign-out.
     var licenseMessage: String?
-    /// When the pending licence sign-out is due (ms): kept in the record so a
+    /// When the pending license sign-out is due (ms): kept in the record so a
     /// host that stops during the grace period still signs the account out.
     var licenseSignOutAt: Int64?
     /// When the user signed in (ms): the latest sign-in is the profile's
@@ -55,7 +55,7 @@ struct SessionKey: Hashable, Sendable, CustomStringConvertible {
 
 /// The engine's view of a vault: sessions in, records out.
 ///
-/// The record's secret part holds the tokens, the account and the licence
+/// The record's secret part holds the tokens, the account and the license
 /// flag; its metadata holds the profile key and a short account label, so
 /// accounts can be listed without decrypting.
 public struct SessionStore: Sendable {

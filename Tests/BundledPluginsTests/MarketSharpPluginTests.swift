@@ -7,13 +7,13 @@ import Testing
 @Suite("MarketSharp plugin")
 struct MarketSharpPluginTests {
     @Test func signInRefusalsMapToTheirReasonsAndMessages() {
-        let org = LicenceProblem(oauthError: "named_licenses_required")
+        let org = LicenseProblem(oauthError: "named_licenses_required")
         #expect(org?.signInRefusal.kind == .definitive && org?.reason == "orgNotOnNamedLicenses")
         #expect(org?.message.hasPrefix("We're sorry, this application does not support your current version of MarketSharp.") == true)
-        let user = LicenceProblem(oauthError: "no_license_assigned")
+        let user = LicenseProblem(oauthError: "no_license_assigned")
         #expect(user?.reason == "noLicenseAssigned")
         #expect(user?.message == "You do not have a license assigned. Please contact your system administrator to have a license assigned to you.")
-        #expect(LicenceProblem(oauthError: "invalid_grant") == nil)
+        #expect(LicenseProblem(oauthError: "invalid_grant") == nil)
     }
 
     @Test(arguments: [
@@ -24,7 +24,7 @@ struct MarketSharpPluginTests {
         (403, "NoLicenseAssigned", nil),
     ])
     func apiAnswersNameALicenseProblemOnlyAs403JSON(status: Int, body: String, reason: String?) {
-        #expect(LicenceProblem(status: status, body: body)?.reason == reason)
+        #expect(LicenseProblem(status: status, body: body)?.reason == reason)
     }
 
     @Test func aTokenAnswerBecomesASessionWithTheDefaultLifetimes() throws {

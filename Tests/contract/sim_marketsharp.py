@@ -11,17 +11,17 @@ Endpoints (one public client, PKCE S256 required, no client secret):
   one, or ``http://127.0.0.1:<port>/callback`` for the browser flow, RFC 8252 §7.3), ``scope``
   (must include ``api``), ``state``, ``code_challenge`` + ``code_challenge_method=S256``. The user is
   whoever the simulated login page signs in (``browse(url, user=…)`` sends ``X-Sim-User``). Answers
-  302 to the redirect URI with ``code`` and ``state``; with ``licence_check="authorize"`` a user
-  refused by the named-licence checks is sent back with ``error`` / ``error_description`` instead.
+  302 to the redirect URI with ``code`` and ``state``; with ``license_check="authorize"`` a user
+  refused by the named-license checks is sent back with ``error`` / ``error_description`` instead.
 * ``POST /token`` (form):
   - ``authorization_code``: single-use code (10 minutes), same ``redirect_uri``, PKCE verified.
-    Named-licence checks (``licence_check="token"``, the default): organisation not on named
-    licences → 400 ``named_licenses_required``; user without a licence → 400 ``no_license_assigned``
+    Named-license checks (``license_check="token"``, the default): organisation not on named
+    licenses → 400 ``named_licenses_required``; user without a license → 400 ``no_license_assigned``
     (``error_description`` = the seed's message).
   - ``refresh_token``: rotation — every refresh returns a NEW refresh token and the presented one
     is used up. Presenting a used one again is reuse: the whole grant (every token of the sign-in)
     is revoked, 400 ``invalid_grant``. Expired (396 days) / revoked / unknown → 400 ``invalid_grant``.
-    Licences are not checked here unless ``licence_check_on_refresh`` (the requirements: "Users that have a
+    Licenses are not checked here unless ``license_check_on_refresh`` (the requirements: "Users that have a
     license revoked, will stay logged in, but will not be able to receive any new data").
   - Answer: ``access_token``, ``token_type: "bearer"``, ``expires_in`` 31 536 000 (365 days),
     ``refresh_token``, ``refresh_token_expires_in`` 34 214 400 (396 days), ``scope``, ``userName``,
@@ -31,13 +31,13 @@ Endpoints (one public client, PKCE S256 required, no client secret):
 * ``GET /companies/{companyId}/users/current`` and ``GET /companies/{companyId}/appointments``:
   ``Authorization: Bearer``. Unknown, expired or revoked token → 401
   ``{"Message":"Authorization has been denied for this request."}`` (ASP.NET Web API's text) with
-  ``WWW-Authenticate: Bearer``. Organisation off named licences → 403
-  ``{"errorCode":"OrganizationNotOnNamedLicenses","message":…}``; user without a licence → 403
+  ``WWW-Authenticate: Bearer``. Organisation off named licenses → 403
+  ``{"errorCode":"OrganizationNotOnNamedLicenses","message":…}``; user without a license → 403
   ``{"errorCode":"NoLicenseAssigned","message":…}``.
 
 Lifetimes run on the simulator's own clock (``advance(seconds)``, called together with the host's
-``$/test/advanceClock``). Admin actions: ``remove_licence``, ``assign_licence``,
-``set_named_licences``, ``expire_access_tokens``. Everything the client sends is checked; problems
+``$/test/advanceClock``). Admin actions: ``remove_license``, ``assign_license``,
+``set_named_licenses``, ``expire_access_tokens``. Everything the client sends is checked; problems
 are recorded in ``violations`` (tests assert it stays empty). Every code and token handed out is
 registered with the suite's leak scan.
 """
@@ -119,11 +119,11 @@ class RefreshToken:
 class MarketSharpSimulator(sim_http.Simulator):
     """The server and its state. `start()` binds 127.0.0.1 on an ephemeral port."""
 
-    def __init__(self, licence_check: str = "token", licence_check_on_refresh: bool = False,
+    def __init__(self, license_check: str = "token", license_check_on_refresh: bool = False,
                  client_id: str = CLIENT_ID) -> None:
-        assert licence_check in ("token", "authorize")
-        self.licence_check = licence_check
-        self.licence_check_on_refresh = licence_check_on_refresh
+        assert license_check in ("token", "authorize")
+        self.license_check = license_check
+        self.license_check_on_refresh = license_check_on_refresh
         self.client_id = client_id
         self.lock = threading.Lock()
         self.offset = 0.0                                     # the simulator's clock shift, seconds
@@ -189,15 +189,15 @@ class MarketSharpSimulator(sim_http.Simulator):
         with self.lock:
             self.offset += seconds
 
-    def remove_licence(self, login: str) -> None:
+    def remove_license(self, login: str) -> None:
         with self.lock:
             self.users[login].licensed = False
 
-    def assign_licence(self, login: str) -> None:
+    def assign_license(self, login: str) -> None:
         with self.lock:
             self.users[login].licensed = True
 
-    def set_named_licences(self, company: str, named: bool) -> None:
+    def set_named_licenses(self, company: str, named: bool) -> None:
         with self.lock:
             self.companies[company].named_licenses = named
 
@@ -271,17 +271,17 @@ class MarketSharpSimulator(sim_http.Simulator):
         with self.lock:
             self.violations.append(text)
 
-    def _licence_problem(self, user: User) -> tuple[str, str, str] | None:
-        """(OAuth error, API errorCode, message) of a user refused by the named-licence checks."""
+    def _license_problem(self, user: User) -> tuple[str, str, str] | None:
+        """(OAuth error, API errorCode, message) of a user refused by the named-license checks."""
         if not self.companies[user.company].named_licenses:
             return "named_licenses_required", "OrganizationNotOnNamedLicenses", MESSAGE_NOT_NAMED
         if not user.licensed:
             return "no_license_assigned", "NoLicenseAssigned", MESSAGE_NO_LICENSE
         return None
 
-    def licence_problem(self, login: str) -> tuple[str, str, str] | None:
+    def license_problem(self, login: str) -> tuple[str, str, str] | None:
         with self.lock:
-            return self._licence_problem(self.users[login])
+            return self._license_problem(self.users[login])
 
     def new_code(self, login: str, params: dict[str, str]) -> str:
         code = "msc-" + secrets.token_urlsafe(24)
@@ -320,8 +320,8 @@ class MarketSharpSimulator(sim_http.Simulator):
                 self.violations.append("token: PKCE code_verifier missing or wrong")
                 return 400, {"error": "invalid_grant", "error_description": "PKCE verification failed"}
             user = self.users[entry["user"]]
-            if self.licence_check == "token":
-                problem = self._licence_problem(user)
+            if self.license_check == "token":
+                problem = self._license_problem(user)
                 if problem is not None:
                     self.refusals.append(problem[0])
                     return 400, {"error": problem[0], "error_description": problem[2]}
@@ -350,8 +350,8 @@ class MarketSharpSimulator(sim_http.Simulator):
             if entry.expires_at <= self.now():
                 self.rejected_refreshes.append("expired")
                 return 400, {"error": "invalid_grant", "error_description": "the refresh token has expired"}
-            if self.licence_check_on_refresh:
-                problem = self._licence_problem(self.users[grant.user])
+            if self.license_check_on_refresh:
+                problem = self._license_problem(self.users[grant.user])
                 if problem is not None:
                     self.rejected_refreshes.append(problem[0])
                     return 400, {"error": problem[0], "error_description": problem[2]}
@@ -396,7 +396,7 @@ class MarketSharpSimulator(sim_http.Simulator):
             if company != user.company:
                 self.violations.append(f"api: a request for company {company!r} with a token of company {user.company!r}")
                 return 403, {"errorCode": "Forbidden", "message": "This user does not belong to that company."}, entry.serial
-            problem = self._licence_problem(user)
+            problem = self._license_problem(user)
             if problem is not None:
                 return 403, {"errorCode": problem[1], "message": problem[2]}, entry.serial
             if resource == "users/current":
@@ -488,8 +488,8 @@ class _Handler(sim_http.Handler):
         login = self.headers.get("X-Sim-User", "")
         if login not in sim.users:
             return self.redirect(redirect, {"error": "access_denied", "state": params["state"]})
-        if sim.licence_check == "authorize":
-            problem = sim.licence_problem(login)
+        if sim.license_check == "authorize":
+            problem = sim.license_problem(login)
             if problem is not None:
                 with sim.lock:
                     sim.refusals.append(problem[0])

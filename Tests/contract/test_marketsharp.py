@@ -1,6 +1,6 @@
 """The marketsharp plugin through the real host against the MarketSharp simulator (plugins/marketsharp/README.md):
-named-licence refusals at sign-in, 365-day access and 396-day rotating refresh tokens, a failed
-request replayed after renewal, a licence removed while signed in (announced, then signed out
+named-license refusals at sign-in, 365-day access and 396-day rotating refresh tokens, a failed
+request replayed after renewal, a license removed while signed in (announced, then signed out
 after the grace period), and revocation on sign-out.
 
 Every test ends by checking that the simulator saw no protocol violation from the client."""
@@ -116,8 +116,8 @@ def test_the_browser_flow_signs_in_through_the_loopback_listener(ms_host, sim):
 
 
 @pytest.mark.parametrize("where", ["token", "authorize"])
-def test_sign_in_is_refused_for_an_organisation_not_on_named_licences(ms_host, make_sim, where):
-    sim = make_sim(licence_check=where)
+def test_sign_in_is_refused_for_an_organisation_not_on_named_licenses(ms_host, make_sim, where):
+    sim = make_sim(license_check=where)
     host = ms_host(sim)
     error = attempt_sign_in(host, sim, "carol")["error"]
     assert error["code"] == -32004 and error["data"]["reason"] == "orgNotOnNamedLicenses"
@@ -128,8 +128,8 @@ def test_sign_in_is_refused_for_an_organisation_not_on_named_licences(ms_host, m
 
 
 @pytest.mark.parametrize("where", ["token", "authorize"])
-def test_sign_in_is_refused_for_a_user_without_a_licence(ms_host, make_sim, where):
-    sim = make_sim(licence_check=where)
+def test_sign_in_is_refused_for_a_user_without_a_license(ms_host, make_sim, where):
+    sim = make_sim(license_check=where)
     host = ms_host(sim)
     error = attempt_sign_in(host, sim, "bob")["error"]
     assert error["code"] == -32004 and error["data"]["reason"] == "noLicenseAssigned"
@@ -230,16 +230,16 @@ def test_a_failed_request_is_retried_after_renewal(ms_host, sim):
     assert (sim.refresh_token_state(first), sim.refresh_token_state(second)) == ("used", "active")
 
 
-# ── Licences lost while signed in ────────────────────────────────────────────
+# ── Licenses lost while signed in ────────────────────────────────────────────
 
 
 GRACE_MS = 1_000
 
 
-def test_a_licence_removed_while_signed_in_is_announced_then_signed_out(ms_host, sim):
+def test_a_license_removed_while_signed_in_is_announced_then_signed_out(ms_host, sim):
     host = ms_host(sim, licenseGracePeriodMs=GRACE_MS)
     sign_in_external(host, sim, "ms", user="alice")
-    sim.remove_licence("alice")
+    sim.remove_license("alice")
     mark = host.mark()
     answer = host.result("fetch", {"provider": "ms", "url": "/companies/{companyId}/appointments"})
     assert answer["status"] == 403                           # MarketSharp's answer is still the result
@@ -264,10 +264,10 @@ def test_a_licence_removed_while_signed_in_is_announced_then_signed_out(ms_host,
     assert sim.refresh_token_state(sim.refresh_tokens_of("alice")[-1]) == "revoked"
 
 
-def test_check_session_reports_a_removed_licence(ms_host, sim):
+def test_check_session_reports_a_removed_license(ms_host, sim):
     host = ms_host(sim, licenseGracePeriodMs=GRACE_MS)
     sign_in_external(host, sim, "ms", user="alice")
-    sim.remove_licence("alice")
+    sim.remove_license("alice")
     mark = host.mark()
     status = host.result("checkSignInStatus", {"provider": "ms"})
     assert (status["state"], status["reason"], status["message"]) == ("licenseRevoked", "licenseRevoked", MESSAGE_NO_LICENSE)
@@ -277,10 +277,10 @@ def test_check_session_reports_a_removed_licence(ms_host, sim):
     assert session_events(host, mark) == [("licenseRevoked", "licenseRevoked"), ("signedOut", "licenseRevoked")]
 
 
-def test_an_organisation_moved_off_named_licences_while_signed_in(ms_host, sim):
+def test_an_organisation_moved_off_named_licenses_while_signed_in(ms_host, sim):
     host = ms_host(sim, licenseGracePeriodMs=GRACE_MS)
     sign_in_external(host, sim, "ms", user="alice")
-    sim.set_named_licences("4711", False)
+    sim.set_named_licenses("4711", False)
     mark = host.mark()
     status = host.result("checkSignInStatus", {"provider": "ms"})
     assert (status["state"], status["message"]) == ("licenseRevoked", MESSAGE_NOT_NAMED)
@@ -288,13 +288,13 @@ def test_an_organisation_moved_off_named_licences_while_signed_in(ms_host, sim):
     assert (ended["reason"], ended["message"]) == ("licenseRevoked", MESSAGE_NOT_NAMED)
 
 
-def test_a_renewal_refused_for_the_licence_is_announced_then_signed_out(ms_host, make_sim):
+def test_a_renewal_refused_for_the_license_is_announced_then_signed_out(ms_host, make_sim):
     # Should MarketSharp also refuse refreshes of unlicensed users (modelled as an option): the
-    # same as a licence lost on an API call, message first, sign-out after the grace period.
-    sim = make_sim(licence_check_on_refresh=True)
+    # same as a license lost on an API call, message first, sign-out after the grace period.
+    sim = make_sim(license_check_on_refresh=True)
     host = ms_host(sim, licenseGracePeriodMs=GRACE_MS)
     sign_in_external(host, sim, "ms", user="alice")
-    sim.remove_licence("alice")
+    sim.remove_license("alice")
     sim.expire_access_tokens("alice")
     mark = host.mark()
     error = host.error("fetch", {"provider": "ms", "url": "/companies/{companyId}/appointments"})
@@ -313,7 +313,7 @@ def test_without_a_setting_the_message_shows_for_five_seconds_before_the_sign_ou
     # the announcement (later than it was sent, so the bound stays safe).
     host = ms_host(sim)
     sign_in_external(host, sim, "ms", user="alice")
-    sim.remove_licence("alice")
+    sim.remove_license("alice")
     mark = host.mark()
     assert host.result("fetch", {"provider": "ms", "url": "/companies/{companyId}/appointments"})["status"] == 403
     announced = host.wait_for_notification("session/changed", lambda p: p["state"] == "licenseRevoked", since=mark)

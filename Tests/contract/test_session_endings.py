@@ -4,7 +4,7 @@
   revoked, and nothing brings the session back.
 - Web-view cookies: only the ended account's, never those the profile's current account uses;
   a changed or removed profile names its cookies too.
-- A licence sign-out pending when the host stops happens at its next start.
+- A license sign-out pending when the host stops happens at its next start.
 - Session details: non-secret provider facts reach frontends; secrets never do.
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from conftest import HostError, make_plugin_dir, sign_in_external, sign_in_session
 from rotating_server import RotatingAuthServer
-from test_licence import api  # noqa: F401 - the fixture: an API that answers "licence revoked"
+from test_license import api  # noqa: F401 - the fixture: an API that answers "license revoked"
 
 SWIFT_COOKIE = {"name": "swifttest_session", "domain": "swifttest.example", "path": "/"}
 
@@ -102,13 +102,13 @@ def test_a_changed_or_removed_profile_names_its_cookies(host, change):
     assert ended["reason"] == "profileChanged" and ended["clearCookies"] == [SWIFT_COOKIE]
 
 
-# ── A licence sign-out that outlives the host ────────────────────────────────
+# ── A license sign-out that outlives the host ────────────────────────────────
 
 
-def lose_the_licence(start_host, tmp_path, api, grace_ms):
-    """A host whose signed-in ctest account just lost its licence (the grace period running),
+def lose_the_license(start_host, tmp_path, api, grace_ms):
+    """A host whose signed-in ctest account just lost its license (the grace period running),
     and how to start another host on the same vault."""
-    plugins = make_plugin_dir(tmp_path / "licence-plugins")
+    plugins = make_plugin_dir(tmp_path / "license-plugins")
     profiles = {"c": {"plugin": "ctest", "settings": {"server": "https://ctest.example", "licenseGracePeriodMs": grace_ms}}}
     data_home = {"XDG_DATA_HOME": str(tmp_path / "data")}
     first = start_host([plugins], profiles=profiles, env=data_home)
@@ -118,8 +118,8 @@ def lose_the_licence(start_host, tmp_path, api, grace_ms):
     return first, lambda **options: start_host([plugins], profiles=profiles, env=data_home, **options)
 
 
-def test_a_licence_sign_out_pending_at_exit_happens_at_the_next_start(start_host, tmp_path, api):  # noqa: F811
-    first, start_next = lose_the_licence(start_host, tmp_path, api, grace_ms=1500)
+def test_a_license_sign_out_pending_at_exit_happens_at_the_next_start(start_host, tmp_path, api):  # noqa: F811
+    first, start_next = lose_the_license(start_host, tmp_path, api, grace_ms=1500)
     error = first.error("getAccessToken", {"provider": "c"})
     assert error["data"]["reason"] == "licenseRevoked" and "license removed" in error["message"], \
         "the user keeps seeing the provider's words"
@@ -137,8 +137,8 @@ def test_a_licence_sign_out_pending_at_exit_happens_at_the_next_start(start_host
     assert second.result("listAccounts", {"provider": "c"})["accounts"] == []
 
 
-def test_a_licence_sign_out_overdue_at_start_happens_before_any_answer(start_host, tmp_path, api):  # noqa: F811
-    first, start_next = lose_the_licence(start_host, tmp_path, api, grace_ms=60_000)
+def test_a_license_sign_out_overdue_at_start_happens_before_any_answer(start_host, tmp_path, api):  # noqa: F811
+    first, start_next = lose_the_license(start_host, tmp_path, api, grace_ms=60_000)
     first.proc.kill()                            # a crash: its timer dies with it
     first.stop()
     second = start_next(test_clock=True)

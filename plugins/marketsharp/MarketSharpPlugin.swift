@@ -1,6 +1,6 @@
 import AuthBridgePluginSDK
 
-/// MarketSharp with named licences (the requirements and the model: README.md).
+/// MarketSharp with named licenses (the requirements and the model: README.md).
 ///
 /// No public documentation of MarketSharp's mobile OAuth exists, so the
 /// endpoints are modelled on its REST API at restapi.marketsharpm.com
@@ -8,14 +8,14 @@ import AuthBridgePluginSDK
 /// and every one of them is an assumption listed in README.md. What the plugin
 /// adds to standard OAuth 2.0 (authorization code + PKCE, RFC 7009 revocation):
 ///
-/// - the named-licence refusals at sign-in, with the required messages
+/// - the named-license refusals at sign-in, with the required messages
 ///   (`orgNotOnNamedLicenses`, `noLicenseAssigned`);
 /// - the account (company and user) from the token answer, the company id
 ///   filled into relative API paths (`{companyId}`) and given to frontends
 ///   in `details`;
 /// - lifetimes: 365-day access token, 396-day refresh token, rotated by every
 ///   refresh (the host stores the new one before anyone sees the new access token);
-/// - a licence removed while signed in: `classify_response` and `check_session`
+/// - a license removed while signed in: `classify_response` and `check_session`
 ///   answer `licenseRevoked` with the required message, and the host announces it
 ///   and signs the account out after `licenseGracePeriodMs`.
 struct MarketSharpPlugin: ProviderPlugin {
@@ -53,7 +53,7 @@ struct MarketSharpPlugin: ProviderPlugin {
                     "tokenEndpoint": url.setting("description", "Default {baseUrl}/token (assumed)"),
                     "revocationEndpoint": url.setting("description", "Default {baseUrl}/oauth/revoke (assumed)"),
                     "licenseGracePeriodMs": ["type": "integer", "default": 5_000,
-                                             "description": "Host setting: how long a revoked-licence message shows before the account is signed out"],
+                                             "description": "Host setting: how long a revoked-license message shows before the account is signed out"],
                 ],
             ],
         ]
@@ -92,11 +92,11 @@ struct MarketSharpPlugin: ProviderPlugin {
     }
 
     func completeSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
-        // A licence refusal may come back on the redirect (the sign-in page knows the user)…
+        // A license refusal may come back on the redirect (the sign-in page knows the user)…
         // A callback that is not well formed is refused here (URLQuery.callback), before any exchange.
         if let callback = input["callbackUrl"]?.stringValue {
             let query = try URLQuery.callback(callback)
-            if let error = query.value("error"), let problem = LicenceProblem(oauthError: error) {
+            if let error = query.value("error"), let problem = LicenseProblem(oauthError: error) {
                 guard let expected = input["state"]?.stringValue, query.value("state") == expected else {
                     throw .definitive("stateMismatch", "The callback's state does not match this sign-in; it was ignored.")
                 }
@@ -108,7 +108,7 @@ struct MarketSharpPlugin: ProviderPlugin {
         do {
             answer = try call.standard(.completeSignIn, input)
         } catch {
-            if let problem = LicenceProblem(oauthError: error.reason) { throw problem.signInRefusal }
+            if let problem = LicenseProblem(oauthError: error.reason) { throw problem.signInRefusal }
             throw error
         }
         return try Self.completed(answer, previous: nil, now: call.now)
@@ -122,7 +122,7 @@ struct MarketSharpPlugin: ProviderPlugin {
         do {
             answer = try call.standard(.refresh, input)
         } catch {
-            if let problem = LicenceProblem(oauthError: error.reason) {
+            if let problem = LicenseProblem(oauthError: error.reason) {
                 // The host ends the session with reason licenseRevoked and this message.
                 throw .definitive("licenseRevoked", problem.message, status: error.status)
             }
@@ -179,7 +179,7 @@ struct MarketSharpPlugin: ProviderPlugin {
         guard let base = config["baseUrl"]?.stringValue, let company = tokens["extras"]?["companyId"]?.stringValue,
               let access = tokens["accessToken"]?.stringValue else { return ["state": "valid"] }
         // Ask MarketSharp who the user is: the answer tells a valid session, an
-        // expired token (401), or a licence that is gone (403, see classify).
+        // expired token (401), or a license that is gone (403, see classify).
         let response = try call.http([
             "method": "GET", "url": .string(base + Self.fillCompany(Self.currentUserPath, company)),
             "headers": ["Authorization": .string("Bearer \(access)")], "timeoutMs": 15_000,
@@ -188,7 +188,7 @@ struct MarketSharpPlugin: ProviderPlugin {
         case 200..<300: return ["state": "valid"]
         case 401: return ["state": "expired"]
         default:
-            if let problem = LicenceProblem(status: response.status, body: response.body) { return ["state": "licenseRevoked", "message": .string(problem.message)] }
+            if let problem = LicenseProblem(status: response.status, body: response.body) { return ["state": "licenseRevoked", "message": .string(problem.message)] }
             return ["state": "unknown", "message": .string("MarketSharp could not confirm the session (HTTP \(response.status)).")]
         }
     }
@@ -209,10 +209,10 @@ struct MarketSharpPlugin: ProviderPlugin {
     func classifyResponse(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let status = Int(input["response"]?["status"]?.intValue ?? 0)
         if status == 401 { return ["outcome": "sessionExpired"] }
-        // Licence answers count only when MarketSharp's API gave them.
+        // License answers count only when MarketSharp's API gave them.
         if let base = input["profile"]?["config"]?["baseUrl"]?.stringValue,
            let url = input["request"]?["url"]?.stringValue, url == base || url.hasPrefix(base + "/") {
-            if let problem = LicenceProblem(status: status, body: input["response"]?["body"]?.stringValue ?? "") {
+            if let problem = LicenseProblem(status: status, body: input["response"]?["body"]?.stringValue ?? "") {
                 return ["outcome": "licenseRevoked", "message": .string(problem.message)]
             }
         }
@@ -250,9 +250,9 @@ struct MarketSharpPlugin: ProviderPlugin {
     }
 }
 
-/// The named-licence outcomes of the requirements (README.md), as MarketSharp reports them
+/// The named-license outcomes of the requirements (README.md), as MarketSharp reports them
 /// (modelled: OAuth error codes at sign-in, `errorCode` in 403 API answers).
-enum LicenceProblem {
+enum LicenseProblem {
     /// "In order to log into MarketSharp, the company needs to be on the named license format."
     case orgNotOnNamedLicenses
     /// "…the next check will be whether they have a license assigned to them or not."
@@ -274,7 +274,7 @@ enum LicenceProblem {
         }
     }
 
-    /// A 403 whose JSON body names a licence problem (`errorCode`, or ASP.NET's `ErrorCode`).
+    /// A 403 whose JSON body names a license problem (`errorCode`, or ASP.NET's `ErrorCode`).
     init?(status: Int, body text: String) {
         guard status == 403, let body = try? JSON.parse(text),
               let code = (body["errorCode"] ?? body["ErrorCode"])?.stringValue else { return nil }

@@ -15,7 +15,7 @@ toolchain (/opt/swift/usr/lib/swift/linux) and $ORIGIN. This script
 3. strips symbols and debug information, then sets each file's RUNPATH to a path relative to $ORIGIN
    (patchelf), so that nothing names the toolchain or the build folder,
 4. generates the man page (swift-argument-parser's generate-manual) and the bash, zsh and fish
-   completions from the relocated host, and writes the licence notices of what was bundled,
+   completions from the relocated host, and writes the license notices of what was bundled,
 5. normalises modes (folders and executables 0755, other files 0644) and, with
    SOURCE_DATE_EPOCH set, every mtime — so that packing the tree is reproducible.
 
@@ -145,13 +145,13 @@ def write_notices(tree: Path, doc: Path, runtime: dict[str, Path], grafted: dict
     binaries, and the Debian copyright file of every grafted system library."""
     doc.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(repo / "LICENSE", doc / "LICENSE")
-    parts = ["Third-party software in this distribution of AuthBridge, and its licences.\n"]
+    parts = ["Third-party software in this distribution of AuthBridge, and its licenses.\n"]
     if runtime:
-        licence = next((folder.parents[2] / "share" / "swift" / "LICENSE.txt"
+        license = next((folder.parents[2] / "share" / "swift" / "LICENSE.txt"
                         for folder in {p.parent for p in runtime.values()}
                         if (folder.parents[2] / "share" / "swift" / "LICENSE.txt").exists()), None)
         parts.append("== The Swift runtime libraries (lib/authbridge: " + ", ".join(sorted(runtime)) + ")\n")
-        parts.append(licence.read_text() if licence else "Apache License 2.0 with Runtime Library Exception, https://swift.org/LICENSE.txt\n")
+        parts.append(license.read_text() if license else "Apache License 2.0 with Runtime Library Exception, https://swift.org/LICENSE.txt\n")
     if checkouts and checkouts.is_dir():
         for package in sorted(p for p in checkouts.iterdir() if p.is_dir()):
             for name in ("LICENSE", "LICENSE.txt", "NOTICE", "NOTICE.txt", "NOTICES.txt"):
@@ -237,7 +237,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=("portable", "system"), required=True)
     parser.add_argument("--generate-manual", type=Path, required=True, help="swift-argument-parser's tool")
     parser.add_argument("--build", type=Path, help="the build folder (its paths never count as the toolchain)")
-    parser.add_argument("--checkouts", type=Path, help="SwiftPM's checkouts, for the licence notices")
+    parser.add_argument("--checkouts", type=Path, help="SwiftPM's checkouts, for the license notices")
     args = parser.parse_args()
     tree: Path = args.tree.resolve()
     repo = Path(__file__).resolve().parents[2]

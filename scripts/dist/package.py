@@ -238,7 +238,7 @@ def deb(tree: Path, out: Path, version: str) -> Path:
         root = Path(scratch) / "root"
         shutil.copytree(tree, root / "usr", symlinks=True)
         doc = root / "usr" / "share" / "doc" / "authbridge"
-        # Debian's layout: the licence in copyright (Apache-2.0 is in common-licenses), notices gzipped.
+        # Debian's layout: the license in copyright (Apache-2.0 is in common-licenses), notices gzipped.
         (doc / "LICENSE").unlink()
         notices = (doc / "THIRD-PARTY-NOTICES").read_bytes()
         (doc / "THIRD-PARTY-NOTICES").unlink()

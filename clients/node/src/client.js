@@ -92,7 +92,7 @@ export function bundledHost() {
  * A running `authbridge` host and the calls made to it.
  *
  * Events:
- * - `'session/changed'` (params): a session changed (signed in, refreshed, signed out, licence revoked);
+ * - `'session/changed'` (params): a session changed (signed in, refreshed, signed out, license revoked);
  * - `'signIn/progress'` (params): a sign-in moved on (`stage` `openUrl`: open `params.url`);
  * - `'notification'` ({method, params}): every notification, including ones this client does not know;
  * - `'exit'` ({code, signal, error, stderrTail}): the host is gone (after close(), restart(), or it died);

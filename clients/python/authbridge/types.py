@@ -318,7 +318,7 @@ class InitializeResult:
 
 @dataclass(frozen=True)
 class SessionChanged:
-    """`session/changed`: a session began, was renewed, ended, or lost its licence. Never
+    """`session/changed`: a session began, was renewed, ended, or lost its license. Never
     carries a token. `clear_cookies` (signedOut): provider cookies a web view should delete."""
     provider: str
     state: SessionState

@@ -81,7 +81,7 @@ async def sign_in_external(bridge: authbridge.AuthBridge, sim, provider: str, us
     return await asyncio.wait_for(signing_in, WAIT)
 
 
-async def test_marketsharp_licence_revoked_state_and_events_carry_the_message(host_options, tmp_path, sim):
+async def test_marketsharp_license_revoked_state_and_events_carry_the_message(host_options, tmp_path, sim):
     folder = plugin_folder(tmp_path / "marketsharp-plugins", "marketsharp")
     grace_ms = marketsharp_tests.GRACE_MS
     profiles = {"ms": {"plugin": "marketsharp", "settings": sim.settings(licenseGracePeriodMs=grace_ms)}}
@@ -91,7 +91,7 @@ async def test_marketsharp_licence_revoked_state_and_events_carry_the_message(ho
         assert status.signed_in and status.account == alice
         assert status.details == {"companyId": "4711"} and (await bridge.get_access_token("ms")).details == status.details
         async with bridge.events("session/changed") as changes:
-            sim.remove_licence("alice")                         # an administrator takes the licence away
+            sim.remove_license("alice")                         # an administrator takes the license away
             status = await bridge.check_sign_in_status("ms")
             assert (status.state, status.reason, status.message) == ("licenseRevoked", "licenseRevoked", MESSAGE_NO_LICENSE)
             assert not status.signed_in

@@ -1,4 +1,4 @@
-"""A licence revoked while signed in (MarketSharp's named licences, plugins/marketsharp/README.md): the host announces
+"""A license revoked while signed in (MarketSharp's named licenses, plugins/marketsharp/README.md): the host announces
 it with the provider's message, hands out no token, and signs the account out by itself after
 the profile's grace period (`licenseGracePeriodMs`), revoking at the provider."""
 
@@ -10,19 +10,19 @@ from conftest import sign_in_session
 from sim_http import Handler, Served
 
 
-class _LicenceGone(Handler):
+class _LicenseGone(Handler):
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
         self.send(403, b'{"errorCode":"LICENSE_REVOKED"}', "application/json")
 
 
 @pytest.fixture
 def api():
-    served = Served(_LicenceGone)
+    served = Served(_LicenseGone)
     yield served.base
     served.stop()
 
 
-def test_a_revoked_licence_is_announced_then_signed_out_after_the_grace_period(start_host, plugin_dir, api):
+def test_a_revoked_license_is_announced_then_signed_out_after_the_grace_period(start_host, plugin_dir, api):
     profiles = {"c": {"plugin": "ctest", "settings": {"server": "https://ctest.example", "licenseGracePeriodMs": 200}}}
     host = start_host([plugin_dir], profiles=profiles)
     sign_in_session(host, "c", "licensed")
@@ -52,7 +52,7 @@ def test_signing_out_during_the_grace_period_is_not_repeated(start_host, plugin_
     host.result("fetch", {"provider": "c", "url": f"{api}/x"})
     host.wait_for_notification("session/changed", lambda p: p["state"] == "licenseRevoked", since=mark)
     host.result("signOut", {"provider": "c"})            # the user acts first
-    sign_in_session(host, "c", "relicensed")            # and signs in again (a licence was assigned)
+    sign_in_session(host, "c", "relicensed")            # and signs in again (a license was assigned)
     assert host.result("checkSignInStatus", {"provider": "c"})["state"] == "signedIn"
     ends = [n["reason"] for n in host.notifications("session/changed", since=mark) if n["state"] == "signedOut"]
     assert ends == ["userSignedOut"]
