@@ -199,9 +199,11 @@ dev-server: $(VENV)/.ready
 	@$(VPY) Tests/support/dot_server.py --state $(DEV_STATE) --port $(DEV_PORT) --banner \
 	  --export AUTHBRIDGE=$(CURDIR)/$(DEBUG_DIR)/authbridge --export 'PATH=$(CURDIR)/$(DEBUG_DIR):$$PATH'
 
-## spec: regenerate the embedded OpenRPC document after editing bridge-spec/openrpc.json.
+## spec: after editing bridge-spec/openrpc.json, rewrite its copies (scripts/spec.py): each method's
+## params list (from its x-params), the embedded document, the error tables of the host and the
+## clients, bridge-spec/README.md's method and error tables.
 spec:
-	$(PYTHON) scripts/embed-openrpc.py
+	$(PYTHON) scripts/spec.py
 
 ## ladder: regenerate the Swift runtime note's version ladder
 ## (Sources/AuthBridgePluginABI/SwiftRuntimeLadder.swift) after editing scripts/swift-runtime-ladder.py.
