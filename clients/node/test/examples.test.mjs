@@ -16,9 +16,9 @@ import path from 'node:path';
 
 import { AbortError } from '../src/index.js';
 import { AuthService, main as desktopApp } from '../../../Examples/desktop_app.mjs';
-import { startDot, signInAsUser } from '../../../Tests/support/dot.mjs';
+import { signInAsUser } from '../../../Tests/support/dot.mjs';
 import {
-  HOST, PYTHON, REPO, WAIT_MS, assertRecordedFramesValid, checkPrerequisites, closeAll, run, sandbox, startBridge, tempDir, validateFrames, withTimeout,
+  HOST, PYTHON, REPO, WAIT_MS, assertRecordedFramesValid, closeAll, run, startBridge, tempDir, validateFrames, withDotAndSandbox, withTimeout,
 } from '../test-support/harness.mjs';
 
 const DOT_MODULE = path.join(REPO, 'Tests', 'support', 'dot.mjs');
@@ -26,17 +26,7 @@ const FRAME_TAP = path.join(REPO, 'Tests', 'tools', 'frame_tap.py');
 
 let dot;
 let box;
-
-before(async () => {
-  checkPrerequisites();
-  box = sandbox();
-  dot = await startDot({ state: tempDir('authbridge-dot-'), python: PYTHON });
-});
-
-after(async () => {
-  await closeAll();
-  await dot?.stop();
-});
+withDotAndSandbox((started) => ({ dot, box } = started));
 
 let taps = 0;
 
