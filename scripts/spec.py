@@ -221,22 +221,32 @@ def python_errors(errors: list[Error]) -> str:
 TS_TYPES = {"integer": "number | undefined", "array": "string[] | undefined"}
 
 
+def node_classes(errors: list[Error], declare: bool) -> list[str]:
+    """One class per error: the JavaScript (declare=False) or its declaration (index.d.ts)."""
+    lines = []
+    export = "export declare class" if declare else "export class"
+    for error in errors:
+        lines += jsdoc(error.doc)
+        if not error.lifted:
+            lines.append(f"{export} {error.node_name} extends AuthBridgeError {{}}")
+            continue
+        lines.append(f"{export} {error.node_name} extends AuthBridgeError {{")
+        for member, schema in error.lifted:
+            if declare:
+                lines.append(f"  readonly {member}: {TS_TYPES[schema['type']]};")
+            else:
+                lines += [*jsdoc(f"`data.{member}`: {Error.member_doc(schema)}.", "  "),
+                          f"  get {member}() {{ return this.data?.{member}; }}"]
+        lines.append("}")
+    return lines
+
+
 def node_errors(errors: list[Error]) -> str:
     lines = ["/** Error codes of bridge-spec/README.md §7, by the spec's names. */",
              "export const ErrorCodes = Object.freeze({"]
     lines += [f"  {error.name}: {error.code}," for error in errors]
-    lines += ["});", ""]
-    for error in errors:
-        lines += jsdoc(error.doc)
-        if error.lifted:
-            lines.append(f"export class {error.node_name} extends AuthBridgeError {{")
-            for member, schema in error.lifted:
-                lines += [*jsdoc(f"`data.{member}`: {Error.member_doc(schema)}.", "  "),
-                          f"  get {member}() {{ return this.data?.{member}; }}"]
-            lines.append("}")
-        else:
-            lines.append(f"export class {error.node_name} extends AuthBridgeError {{}}")
-    lines += ["", "/** Error class by code; a code not listed maps to AuthBridgeError itself. */",
+    lines += ["});", "", *node_classes(errors, declare=False), "",
+              "/** Error class by code; a code not listed maps to AuthBridgeError itself. */",
               "export const errorClasses = Object.freeze(Object.fromEntries(["]
     lines += wrapped([f"{error.node_name}," for error in errors], "  ")
     lines += ["].map((Class, index) => [Object.values(ErrorCodes)[index], Class])));"]
@@ -246,15 +256,7 @@ def node_errors(errors: list[Error]) -> str:
 def node_types(errors: list[Error]) -> str:
     lines = ["export declare const ErrorCodes: Readonly<{"]
     lines += [f"  {error.name}: {error.code};" for error in errors]
-    lines += ["}>;", ""]
-    for error in errors:
-        lines += jsdoc(error.doc)
-        if error.lifted:
-            lines.append(f"export declare class {error.node_name} extends AuthBridgeError {{")
-            lines += [f"  readonly {member}: {TS_TYPES[schema['type']]};" for member, schema in error.lifted]
-            lines.append("}")
-        else:
-            lines.append(f"export declare class {error.node_name} extends AuthBridgeError {{}}")
+    lines += ["}>;", "", *node_classes(errors, declare=True)]
     return "\n".join(lines)
 
 
