@@ -45,8 +45,9 @@ export function checkPrerequisites() {
 
 /**
  * A test file's shared setup: before its tests, the prerequisites are checked and a sandbox and
- * django-oauth-toolkit (`startDot` options) are started and handed to `ready({dot, box})`; after
- * them, every bridge startBridge() started is closed and DOT stopped.
+ * django-oauth-toolkit (`startDot` options) are started and handed to `ready({dot, box})`, which
+ * is awaited (a file's other top-level `before` hooks may run at the same time: more setup goes
+ * into `ready`); after them, every bridge startBridge() started is closed and DOT stopped.
  */
 export function withDotAndSandbox(ready, dotOptions = {}) {
   let dot;
@@ -54,7 +55,7 @@ export function withDotAndSandbox(ready, dotOptions = {}) {
     checkPrerequisites();
     const box = sandbox();
     dot = await startDot({ state: tempDir('authbridge-dot-'), python: PYTHON, ...dotOptions });
-    ready({ dot, box });
+    await ready({ dot, box });
   });
   after(async () => {
     await closeAll();

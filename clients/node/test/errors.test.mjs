@@ -1,7 +1,7 @@
 // Each error class, from a real error of the real host (oidc plugin, django-oauth-toolkit):
 // the class matches the code, and `error.data` (provider, reason, field, retryable…) is there.
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -19,9 +19,8 @@ const EXTERNAL_REDIRECT = 'http://127.0.0.1:53682/callback';
 let dot;
 let box;
 let bridge; // one host for the tests that need nothing special
-withDotAndSandbox((started) => ({ dot, box } = started));
-
-before(async () => {
+withDotAndSandbox(async (started) => {
+  ({ dot, box } = started);
   bridge = await startBridge(box);
   await bridge.configureProfile({ name: 'dot', plugin: 'oidc', settings: dot.settings({ redirectUri: EXTERNAL_REDIRECT }) });
 });

@@ -8,7 +8,7 @@
 // - the README's Node quick start: its shell step run literally in a fresh folder outside the
 //   repository, then its code with plain `node`, twice (the second run keeps the session).
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';

@@ -1,7 +1,7 @@
 // The client against the real host and django-oauth-toolkit: a browser sign-in played by a
 // scripted user, status, token, an authorized call, events, sign-out, a large frame, a clean close.
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';

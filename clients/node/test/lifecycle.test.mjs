@@ -2,7 +2,7 @@
 // is a request that waits as long as we like) and, for what the real host never does on
 // purpose, test-support/fake_host.mjs.
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
