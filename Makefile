@@ -1,6 +1,11 @@
 # AuthBridge — build, test, install, bench.
 #
-#   make test                 install what is missing, build, run every suite
+#   make deps                 install what is missing (apt packages, the venv in .venv)
+#   make build                the debug build (installs nothing: `make deps-build` first on a new machine)
+#   make test                 make deps, build, run every suite (make lint among them)
+#   make lint                 the Swift and C sources in the house style (.swift-format, .clang-format),
+#                             and every copy of bridge-spec/openrpc.json as `make spec` writes it
+#   make format               rewrite the Swift and C sources in the house style (scripts/format.sh)
 #   make demo                 build, then sign in to django-oauth-toolkit as a scripted user
 #   make demo BROWSER=1       the same, signing in yourself in your browser
 #   make dev-server           the bundled django-oauth-toolkit, to try the quick starts against
@@ -9,8 +14,19 @@
 #   make bench                throughput and cold start next to a C baseline
 #   make fuzz N=1000000       the seeded frame fuzzer, long (SEED=…); it prints its figures
 #
-# Everything it installs is local (apt packages, a venv in .venv). Building needs only the build
-# packages; the test packages (a browser, a keyring, tsc) and the venv come with test and demo.
+# Everything it installs is local (apt packages, a venv in .venv), and only `make deps` (or its
+# parts, deps-build, deps-dist, deps-test) installs: test, demo, install, dist and bench call the
+# parts they need; build, release and the test-* targets never run apt-get.
+#
+# The test targets read one set of environment variables (each has a default, so a suite also
+# runs by hand from the checkout):
+#   AUTHBRIDGE_BIN        the host under test (default .build/debug/authbridge)
+#   AUTHBRIDGE_BUILD_DIR  the build folder: the bundled plugins in plugins/, the test plugins in
+#                         test-plugins/ (default .build/debug)
+#   AUTHBRIDGE_PYTHON     the venv's Python, for the Node suites that start django-oauth-toolkit
+#                         and validate frames (default .venv/bin/python)
+# AUTHBRIDGE (without a suffix) is the clients' own setting, which host they start: no suite
+# relies on it being set; tests that exercise it set it themselves.
 
 SHELL       := /bin/bash
 PREFIX      ?= $(CURDIR)/out
@@ -24,7 +40,8 @@ TEST_PLUGINS := .build/test-plugins
 BUILD_PACKAGES := libjansson-dev libcurl4-openssl-dev pkg-config gcc
 # patchelf: RUNPATHs of the install tree; lintian checks the .deb in the tests.
 DIST_PACKAGES  := patchelf
-TEST_PACKAGES  := gnome-keyring libsecret-tools libsecret-1-dev dbus chromium chromium-driver node-typescript lintian
+# clang-format: make lint (the Swift formatter comes with the toolchain).
+TEST_PACKAGES  := gnome-keyring libsecret-tools libsecret-1-dev dbus chromium chromium-driver node-typescript lintian clang-format
 # The version of every distribution: the host's own (BridgeServer.serverVersion).
 VERSION     := $(shell sed -n 's/.*serverVersion = "\([^"]*\)".*/\1/p' Sources/AuthBridgeHost/BridgeServer.swift)
 # Builds are reproducible from a commit: every time stamp in dist/ is the commit's.
@@ -43,7 +60,7 @@ BUNDLED_PLUGINS := oidc salesforce tableau marketsharp
 BUNDLED_C_PLUGINS := duke
 
 .PHONY: all deps deps-build deps-dist deps-test build release test test-swift test-contract test-python-client test-node \
-        test-node-client test-dist install stage-tree dist demo dev-server bench clean spec ladder fuzz
+        test-node-client test-dist install stage-tree dist demo dev-server bench clean spec ladder fuzz lint format
 
 all: build
 
@@ -65,10 +82,10 @@ deps-dist:
 	$(call apt_install,command -v patchelf,$(DIST_PACKAGES))
 
 ## deps-test: what the tests need: a keyring on a private bus, Chromium and its driver (the
-## real-browser sign-in test, Tests/contract/test_browser.py, which never skips), tsc (the Node
+## real-browser sign-in test, Tests/contract/test_browser.py, which never skips), clang-format (make lint), tsc (the Node
 ## client's declarations), and the Python venv (pytest, jsonschema, django-oauth-toolkit, selenium).
 deps-test: $(VENV)/.ready
-	$(call apt_install,command -v gnome-keyring-daemon dbus-daemon secret-tool tsc lintian && pkg-config --exists libsecret-1 && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ],$(TEST_PACKAGES))
+	$(call apt_install,command -v gnome-keyring-daemon dbus-daemon secret-tool tsc lintian clang-format && pkg-config --exists libsecret-1 && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ],$(TEST_PACKAGES))
 
 $(VENV)/.ready: requirements-test.txt
 	@echo "==> creating $(VENV)"
@@ -77,11 +94,11 @@ $(VENV)/.ready: requirements-test.txt
 	@touch $@
 
 ## build: the host, its helper library, the bundled and test plugins (debug).
-build: deps-build
+build:
 	$(SWIFT) build
 	@$(MAKE) --no-print-directory test-plugins BUILD_DIR=$(DEBUG_DIR)
 
-release: deps-build
+release:
 	$(SWIFT) build -c release $(RELEASE_FLAGS)
 	$(SWIFT) build -c release $(RELEASE_FLAGS) --product generate-manual
 	@$(MAKE) --no-print-directory test-plugins BUILD_DIR=$(RELEASE_DIR)
@@ -100,8 +117,18 @@ stage-plugins:
 	  install -m 0644 $(BUILD_DIR)/libauthbridge-$$p.so plugins/$$p/$$p.json $(DEST)/; done
 	@for p in $(BUNDLED_C_PLUGINS); do sh plugins/$$p/build.sh $(DEST); done
 
-test: build deps-test dist
-	@$(MAKE) --no-print-directory check-keyring-abi test-swift test-contract test-python-client test-node test-node-client test-dist
+test: deps
+	@$(MAKE) --no-print-directory build dist
+	@$(MAKE) --no-print-directory check-keyring-abi test-swift test-contract test-python-client test-node test-node-client test-dist lint
+
+## lint: Swift and C sources as `make format` writes them; every copy of openrpc.json as `make spec` does.
+lint:
+	SWIFT=$(SWIFT) scripts/format.sh --check
+	$(PYTHON) scripts/spec.py --check
+
+## format: rewrites the Swift and C sources in the house style (.swift-format, .clang-format).
+format:
+	SWIFT=$(SWIFT) scripts/format.sh
 
 ## check-keyring-abi: the glib/libsecret types the keyring helper declares itself, against the real headers.
 check-keyring-abi:
@@ -113,30 +140,31 @@ test-swift:
 	dbus-run-session -- scripts/with-keyring.sh $(SWIFT) test --disable-xctest 2>&1 \
 	  | grep -v -e 'fd limit' -e 'dbus-daemon\[' -e SystemPrompter -e Gtk-WARNING; exit $${PIPESTATUS[0]}
 
+# The environment of every test target (the header says what each variable is).
+TEST_ENV := AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
+            AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY)
+
 test-contract:
-	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
-	  $(VPY) -m pytest -q Tests/contract
+	$(TEST_ENV) $(VPY) -m pytest -q Tests/contract
 
 ## The Python client (clients/python) against the real host and django-oauth-toolkit.
 test-python-client:
-	AUTHBRIDGE=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_PLUGINS=$(CURDIR)/$(DEBUG_DIR)/plugins \
-	  $(VPY) -m pytest -q clients/python/tests
+	$(TEST_ENV) $(VPY) -m pytest -q clients/python/tests
 
 test-node:
-	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
-	  node --test Tests/node/
+	$(TEST_ENV) node --test Tests/node/
 
 ## test-node-client: the Node client (clients/node) against the host, the bundled oidc plugin and
 ## django-oauth-toolkit; each test file ends by validating the frames it received against bridge-spec.
 test-node-client:
-	AUTHBRIDGE=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_PLUGINS=$(CURDIR)/$(DEBUG_DIR)/plugins \
-	  AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY) node --test clients/node/test/
+	$(TEST_ENV) node --test clients/node/test/
 
 ## install: a self-contained, relocatable tree at PREFIX — bin/authbridge; lib/authbridge/ with the
 ## helper libraries, the bundled plugins (plugins/), the Swift runtime and every library a plain
 ## glibc system lacks; include/authbridge/plugin.h; share/ (openrpc.json, man page, completions,
 ## licenses). Staged in $(STAGE)/install, then copied over PREFIX.
-install: release deps-dist
+install: deps-build deps-dist
+	@$(MAKE) --no-print-directory release
 	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/install MODE=portable
 	install -d -m 0755 $(PREFIX)
 	cp -R $(STAGE)/install/. $(PREFIX)/
@@ -158,7 +186,8 @@ stage-tree:
 
 ## dist: dist/ — the tarball, the Python platform wheel, the .deb, the npm package and SHA256SUMS,
 ## each with its size (scripts/dist/package.py). Reproducible: time stamps are the commit's.
-dist: release deps-dist $(VENV)/.ready
+dist: deps-build deps-dist $(VENV)/.ready
+	@$(MAKE) --no-print-directory release
 	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/portable MODE=portable
 	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/system MODE=system
 	@$(VPY) scripts/dist/package.py --version $(VERSION) --portable $(STAGE)/portable --system $(STAGE)/system --out $(DIST)
@@ -169,19 +198,20 @@ test-dist:
 	scripts/hide-toolchain.sh $(VPY) -m pytest -q Tests/dist
 
 ## demo: against django-oauth-toolkit, so with the venv's Python (Django).
-demo: build $(VENV)/.ready
+demo: deps-build $(VENV)/.ready
+	@$(MAKE) --no-print-directory build
 	$(VPY) Examples/demo.py --host $(CURDIR)/$(DEBUG_DIR)/authbridge --plugins $(CURDIR)/$(DEBUG_DIR)/plugins \
 	  $(if $(filter 1,$(BROWSER)),--browser)
 
-bench: release build deps-test
+bench: deps-build deps-test
+	@$(MAKE) --no-print-directory release build
 	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson
 	$(PYTHON) bench/bench.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
 	  --host-args "serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning"
 	dbus-run-session -- scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
 	@echo "Cross-process refresh (4 hosts sharing one vault, 1 s access tokens; the fake, then django-oauth-toolkit):"
-	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge \
-	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k shared 2>&1 | grep -E "processes|passed|failed"
+	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json $(TEST_ENV) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k shared 2>&1 | grep -E "processes|passed|failed"
 
 ## fuzz N=FRAMES [SEED=S]: Tests/fuzz/fuzz_host.py against the debug host (test plugins, memory vault):
 ## valid, hostile and broken frames; prints frames, crashes, hangs, lost answers, max RSS. `make test`
@@ -189,8 +219,7 @@ bench: release build deps-test
 N    ?= 1000000
 SEED ?= 12
 fuzz: build $(VENV)/.ready
-	AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
-	  $(VPY) Tests/fuzz/fuzz_host.py --frames $(N) --seed $(SEED)
+	$(TEST_ENV) $(VPY) Tests/fuzz/fuzz_host.py --frames $(N) --seed $(SEED)
 
 ## dev-server: the bundled django-oauth-toolkit (Tests/support/dot_server.py) on 127.0.0.1:$(DEV_PORT)
 ## until Ctrl-C, for trying the quick starts: it prints the exports they read and the test user.
@@ -199,9 +228,11 @@ dev-server: $(VENV)/.ready
 	@$(VPY) Tests/support/dot_server.py --state $(DEV_STATE) --port $(DEV_PORT) --banner \
 	  --export AUTHBRIDGE=$(CURDIR)/$(DEBUG_DIR)/authbridge --export 'PATH=$(CURDIR)/$(DEBUG_DIR):$$PATH'
 
-## spec: regenerate the embedded OpenRPC document after editing bridge-spec/openrpc.json.
+## spec: after editing bridge-spec/openrpc.json, rewrite its copies (scripts/spec.py): each method's
+## params list (from its x-params), the embedded document, the error tables of the host and the
+## clients, bridge-spec/README.md's method and error tables.
 spec:
-	$(PYTHON) scripts/embed-openrpc.py
+	$(PYTHON) scripts/spec.py
 
 ## ladder: regenerate the Swift runtime note's version ladder
 ## (Sources/AuthBridgePluginABI/SwiftRuntimeLadder.swift) after editing scripts/swift-runtime-ladder.py.

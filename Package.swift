@@ -140,13 +140,15 @@ let package = Package(
         .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"]),
         .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"]),
         .testTarget(name: "AuthBridgePluginABITests", dependencies: ["AuthBridgePluginABI"]),
-        .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost", "AuthBridgePluginABI"]),
+        // The Swift test kit (temporary folders, files, the test plugins), shared by the test targets.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost", "AuthBridgePluginABI", "TestSupport"]),
         .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"]),
         .testTarget(name: "AuthBridgeURLTests", dependencies: ["AuthBridgeURL"]),
         // The bundled plugins' pure functions (failure mapping, URL rules, license mapping).
         .testTarget(name: "BundledPluginsTests", dependencies: ["SalesforcePlugin", "TableauPlugin", "MarketSharpPlugin"]),
-        .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession", "AuthBridgeURL"]),
-        .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault"]),
+        .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession", "AuthBridgeURL", "TestSupport"]),
+        .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "TestSupport"]),
         .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"]),
         .testTarget(name: "AuthBridgeJWTTests", dependencies: [
             "AuthBridgeJWT",

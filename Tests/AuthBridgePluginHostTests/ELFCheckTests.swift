@@ -1,5 +1,6 @@
 @testable import AuthBridgePluginHost
 import AuthBridgePluginABI
+import TestSupport
 import Testing
 
 #if canImport(Glibc)

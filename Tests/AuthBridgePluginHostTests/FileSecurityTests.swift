@@ -1,4 +1,5 @@
 @testable import AuthBridgePluginHost
+import TestSupport
 import Testing
 
 #if canImport(Glibc)

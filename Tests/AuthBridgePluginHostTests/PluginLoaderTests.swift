@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 @testable import AuthBridgePluginHost
+import TestSupport
 import Testing
 
 #if canImport(Glibc)

@@ -1,5 +1,6 @@
 import AuthBridgePluginABI
 @testable import AuthBridgePluginHost
+import TestSupport
 import Testing
 
 @Suite("Swift runtime check")

@@ -3,6 +3,7 @@ import AuthBridgePluginHost
 @testable import AuthBridgeSession
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -237,49 +238,3 @@ func withEngine(settings: JSON = ["clientId": "c1"],
     plugin.shutdown()
 }
 
-struct TemporaryFolder {
-    let path: String
-
-    init() throws {
-        var template = Array("/tmp/authbridge-session-XXXXXX".utf8CString)
-        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-        path = try #require(made.map { String(cString: $0) }, "mkdtemp failed")
-    }
-
-    /// The folder holds only regular files.
-    func remove() {
-        for name in (try? names()) ?? [] { unlink(path + "/" + name) }
-        rmdir(path)
-    }
-
-    private func names() throws -> [String] {
-        guard let dir = opendir(path) else { return [] }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names
-    }
-}
-
-/// Copies the Swift test plugin built by SwiftPM (next to the test binary, or
-/// in .build/debug) and its manifest into `folder`, mode 0644.
-func installSwiftTestPlugin(into folder: String, file: String = #filePath) throws {
-    var root = file
-    for _ in 0..<3 { root = String(root[..<root.lastIndex(of: "/")!]) }
-    let name = "libauthbridge-testplugin-swift.so"
-    let candidates: [String] = [Installation.executableFolder + "/" + name, root + "/.build/debug/" + name]
-    let found: String? = candidates.first { access($0, R_OK) == 0 }
-    let library = try #require(found, "\(name) is not built: run `make build` (or `swift build`) first")
-    let manifest: String = root + "/Tests/Plugins/SwiftTestPlugin/swifttest.json"
-    for (source, target) in [(library, name), (manifest, "swifttest.json")] {
-        let bytes = try #require(FileSecurity.readFile(source, limit: 64 << 20))
-        let fd = open(folder + "/" + target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        try #require(fd >= 0)
-        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        close(fd)
-        try #require(written == bytes.count && chmod(folder + "/" + target, 0o644) == 0)
-    }
-}

@@ -1,21 +1,18 @@
 import AuthBridgeJSON
 @testable import AuthBridgeVault
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// A private temporary folder, removed at the end of a test.
-struct Scratch {
-    let path: String
+/// A private temporary folder, removed at the end of a test (TestSupport's TemporaryFolder).
+typealias Scratch = TemporaryFolder
 
-    init() {
-        var template = Array("/tmp/authbridge-vault-XXXXXX".utf8CString)
-        path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
-    }
-
-    func remove() { _ = system("rm -rf '\(path)'") }
+extension TemporaryFolder {
+    /// The vault tests' folders; a failed mkdtemp stops the test run.
+    init() { try! self.init(prefix: "authbridge-vault") }
 }
 
 /// The backends the behaviour suite runs against. The Secret Service joins

@@ -1,578 +1,43 @@
-"""Bridge-contract test harness for the `authbridge` host.
+"""Bridge-contract tests of the `authbridge` host: fixtures over the Python test kit
+(Tests/support/authbridge_testkit).
 
-Every test talks to a real `authbridge serve` child process over its
-stdin/stdout, one JSON message per line (bridge-spec/README.md).
+Every test talks to a real `authbridge serve` child process over its stdin/stdout, one JSON
+message per line (bridge-spec/README.md). The kit's `Host` validates EVERY frame the host writes
+against bridge-spec/openrpc.json (the envelope, results against their method's schema,
+notification params against their x-params, each id answered once); a violation fails the test
+that caused it at teardown (reported by pytest as an error of that test), and so does a code or
+token in the host's log or frames (the kit's leak_scan).
 
-The `Host` helper validates EVERY frame the host writes against
-bridge-spec/openrpc.json:
-
-* the envelope (`#/components/schemas/Envelope`: Response / ErrorResponse /
-  Notification, which also checks `ErrorObject`/`ErrorData`),
-* for a response to method M, the result against `methods[M].result.schema`,
-* for a notification, its params against `methods[M].x-params`,
-
-and also that frames are UTF-8 JSON objects on `\\n`-terminated lines without
-duplicate keys, that every answer refers to a request that was sent, and that
-no request is answered twice. A violation is recorded and fails the test that
-caused it at teardown (reported by pytest as an error of that test).
-
-Environment (the first two are set by `make test-contract`):
-  AUTHBRIDGE_BIN        the host executable (default .build/debug/authbridge)
-  AUTHBRIDGE_BUILD_DIR  the build folder holding test-plugins/ (default .build/debug)
-  AUTHBRIDGE_CONTRACT_IGNORE
-                        debugging aid, unset by default: a regular expression; frame
-                        violations whose text matches it are not reported (to look past
-                        one known host bug at the others). Never set it in CI.
+Environment: the test targets' variables (Makefile header), AUTHBRIDGE_BIN and
+AUTHBRIDGE_BUILD_DIR; AUTHBRIDGE_CONTRACT_IGNORE is the kit's debugging aid (host.py).
 """
 
 from __future__ import annotations
 
-import collections
-import hashlib
-import itertools
-import json
 import os
-import re
-import shutil
-import signal
 import subprocess
+import sys
 import threading
-import time
-import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Iterable
 
 import pytest
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-from referencing import Registry
-from referencing.jsonschema import DRAFT202012
 
-import leak_scan
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-REPO = Path(__file__).resolve().parents[2]
-SPEC_PATH = REPO / "bridge-spec" / "openrpc.json"
+from authbridge_testkit import leak_scan  # noqa: E402
+from authbridge_testkit.host import (  # noqa: E402,F401 - the names the test files import from here
+    DEFAULT_PROFILES, KEPT_CONFIGURATION_PREFIX, TIMEOUT, Host, HostError, advance_clock, host_command, session_records,
+    sign_in_external, sign_in_session, start_on_data_home, stop_cleanly)
+from authbridge_testkit.isolation import copy_plugins, make_plugin_dir  # noqa: E402,F401
+from authbridge_testkit.paths import (  # noqa: E402,F401
+    BUILD_DIR, HOST_BIN, PLUGINS_DIR, REPO, SPEC_PATH, TEST_PLUGIN_FILES, TEST_PLUGINS_DIR)
+from authbridge_testkit.spec import Spec, error_code, id_key, schema_problem, schema_problems, short, spec  # noqa: E402,F401
+
 CTEST_BUILD_SCRIPT = REPO / "Tests" / "Plugins" / "CTestPlugin" / "build.sh"
-
-BUILD_DIR = Path(os.environ.get("AUTHBRIDGE_BUILD_DIR") or REPO / ".build" / "debug").resolve()
-HOST_BIN = Path(os.environ.get("AUTHBRIDGE_BIN") or BUILD_DIR / "authbridge").resolve()
-TEST_PLUGINS_DIR = BUILD_DIR / "test-plugins"
-
-#: The files of the two test plugins, as `make build` stages them.
-TEST_PLUGIN_FILES = (
-    "ctest.json",
-    "libauthbridge-ctest.so",
-    "swifttest.json",
-    "libauthbridge-testplugin-swift.so",
-)
-
-#: Default bound on every wait, in seconds. Nothing in the suite waits unbounded.
-TIMEOUT = 10.0
-
-#: Profiles of the `host` fixture.
-DEFAULT_PROFILES = {
-    "c": {"plugin": "ctest", "settings": {"server": "https://ctest.example"}},
-    "s": {"plugin": "swifttest", "settings": {"clientId": "c1"}},
-}
-
-SPEC_URI = "urn:authbridge:bridge-spec:openrpc.json"
-
-_IGNORE = re.compile(os.environ["AUTHBRIDGE_CONTRACT_IGNORE"]) if os.environ.get("AUTHBRIDGE_CONTRACT_IGNORE") else None
-
-
-# ── The contract: schemas from bridge-spec/openrpc.json ─────────────────────
-
-
-class Spec:
-    """Validators for the frames the host may write, built from openrpc.json."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.document = json.loads(path.read_text(encoding="utf-8"))
-        resource = DRAFT202012.create_resource(self.document)
-        self.registry = Registry().with_resource(SPEC_URI, resource)
-        self.envelope = self._validator("#/components/schemas/Envelope")
-        self.envelope_kinds = {kind: self._validator(f"#/components/schemas/Envelope/$defs/{kind}")
-                               for kind in ("Response", "ErrorResponse", "Notification")}
-        self.results: dict[str, Draft202012Validator] = {}
-        self.notification_params: dict[str, Draft202012Validator] = {}
-        # What a frontend may send: requests and client-to-server notifications, by method.
-        self.request_params: dict[str, Draft202012Validator] = {}
-        self.client_notifications: set[str] = set()
-        for index, method in enumerate(self.document["methods"]):
-            name = method["name"]
-            if "result" in method:
-                self.results[name] = self._validator(f"#/methods/{index}/result/schema")
-            if method.get("x-notification") and method.get("x-direction") == "server-to-client":
-                self.notification_params[name] = self._validator(f"#/methods/{index}/x-params")
-            else:
-                self.request_params[name] = self._validator(f"#/methods/{index}/x-params")
-                if method.get("x-notification"):
-                    self.client_notifications.add(name)
-
-    def _validator(self, pointer: str) -> Draft202012Validator:
-        return Draft202012Validator({"$ref": SPEC_URI + pointer}, registry=self.registry)
-
-
-_SPEC: Spec | None = None
-
-
-def spec() -> Spec:
-    global _SPEC
-    if _SPEC is None:
-        _SPEC = Spec(SPEC_PATH)
-    return _SPEC
-
-
-def schema_problems(validator: Draft202012Validator, instance: Any, skip: tuple = ()) -> list[str]:
-    """One line per way `instance` fails `validator` (empty when it is valid), leaving out
-    errors located under the instance path `skip`."""
-    problems = []
-    for error in validator.iter_errors(instance):
-        best = best_match([error])  # descends into oneOf/anyOf to the most relevant cause
-        if skip and tuple(best.absolute_path)[:len(skip)] == skip:
-            continue
-        where = "/".join(str(p) for p in best.absolute_path) or "(root)"
-        schema_where = "/".join(str(p) for p in best.absolute_schema_path)
-        problems.append(f"at {where}: {best.message} [schema {schema_where}]")
-    return problems
-
-
-def schema_problem(validator: Draft202012Validator, instance: Any) -> str | None:
-    """A one-line description of why `instance` fails, or None."""
-    problems = schema_problems(validator, instance)
-    return "; ".join(problems) if problems else None
-
-
-def short(value: Any, limit: int = 600) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} chars)"
-
-
-def error_code(response: dict[str, Any]) -> int | None:
-    """The error code of a response, or None when it is a result."""
-    error = response.get("error")
-    return error.get("code") if isinstance(error, dict) else None
-
-
-def id_key(value: Any) -> tuple[str, Any] | None:
-    """A hashable key that keeps 1 and "1" apart (and refuses bools/floats)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, str)):
-        return (type(value).__name__, value)
-    return None
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
-
-
-# ── The host process ─────────────────────────────────────────────────────────
-
-
-class HostError(AssertionError):
-    pass
-
-
-class Host:
-    """One `authbridge serve` child process and the frames it wrote."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], workdir: Path):
-        self.argv = argv
-        self.workdir = workdir
-        self.stderr_path = workdir / "stderr.log"
-        self._stderr_file = open(self.stderr_path, "wb")
-        self.spec = spec()
-        self.cond = threading.Condition()
-        self.frames: list[dict[str, Any]] = []       # every valid-JSON frame, in arrival order
-        self.lines: list[bytes] = []                 # every raw line
-        self.violations: list[str] = []
-        self.sent: dict[tuple[str, Any], str] = {}   # id key → method of requests sent
-        self.response_counts: collections.Counter = collections.Counter()
-        self.expected_duplicate_ids: set[tuple[str, Any]] = set()
-        self._consumed: set[int] = set()
-        self._eof = False
-        self._ids = itertools.count(1000)  # explicit small ids in tests never collide
-        self._write_lock = threading.Lock()
-        self.init_result: dict[str, Any] | None = None
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr_file,
-            env=env, cwd=workdir, bufsize=0,
-        )
-        self._reader = threading.Thread(target=self._read, name="host-stdout", daemon=True)
-        self._reader.start()
-
-    # Reading and validation (reader thread)
-
-    def _read(self) -> None:
-        stream = self.proc.stdout
-        assert stream is not None
-        try:
-            while True:
-                line = stream.readline()
-                if not line:
-                    break
-                self._ingest(line)
-        finally:
-            with self.cond:
-                self._eof = True
-                self.cond.notify_all()
-
-    def _violation(self, text: str) -> None:
-        # Called with self.cond held.
-        if _IGNORE is None or not _IGNORE.search(text):
-            self.violations.append(text)
-
-    def _ingest(self, line: bytes) -> None:
-        with self.cond:
-            self.lines.append(line)
-            if not line.endswith(b"\n"):
-                self._violation(f"frame not terminated by \\n at end of output: {short(line)}")
-            body = line[:-1] if line.endswith(b"\n") else line
-            if body.endswith(b"\r"):
-                self._violation(f"frame ends with \\r\\n (host frames end with a bare \\n): {short(body)}")
-            try:
-                text = body.decode("utf-8")
-            except UnicodeDecodeError as error:
-                self._violation(f"frame is not UTF-8 ({error}): {short(body)}")
-                self.cond.notify_all()
-                return
-            try:
-                frame = json.loads(text, object_pairs_hook=_no_duplicate_keys)
-            except ValueError as error:
-                self._violation(f"stdout line is not a JSON frame ({error}): {short(text)}")
-                self.cond.notify_all()
-                return
-            if not isinstance(frame, dict):
-                self._violation(f"frame is not a JSON object: {short(text)}")
-                self.cond.notify_all()
-                return
-            self._validate(frame, text)
-            self.frames.append(frame)
-            self.cond.notify_all()
-
-    def _validate(self, frame: dict[str, Any], text: str) -> None:
-        # The envelope: Notification / ErrorResponse / Response of Envelope's oneOf, chosen by
-        # the frame's members so that errors are precise (the Notification and ErrorResponse
-        # definitions also check the params of session/changed and signIn/progress and the
-        # ErrorObject/ErrorData).
-        if "method" in frame:
-            kind = "Notification"
-        elif "error" in frame:
-            kind = "ErrorResponse"
-        elif "result" in frame:
-            kind = "Response"
-        else:
-            kind = None
-        validator = self.spec.envelope_kinds[kind] if kind else self.spec.envelope
-        params_validator = self.spec.notification_params.get(frame.get("method")) if kind == "Notification" else None
-        # A known notification's params are checked once, below, against its own x-params.
-        skip = ("params",) if params_validator is not None else ()
-        for problem in schema_problems(validator, frame, skip=skip):
-            self._violation(f"frame breaks Envelope{'/' + kind if kind else ''} {problem}\n    frame: {short(text)}")
-        if kind == "Notification":
-            if params_validator is None:
-                self._violation(f"host sent an unknown notification {frame.get('method')!r}: {short(text)}")
-            else:
-                for problem in schema_problems(params_validator, frame.get("params")):
-                    self._violation(f"{frame['method']} params break the schema {problem}\n    frame: {short(text)}")
-            return
-        key = id_key(frame.get("id"))
-        if key is not None:
-            self.response_counts[key] += 1
-            if key not in self.sent:
-                self._violation(f"answer to an id that was never sent: {short(text)}")
-        if "result" in frame and key is not None:
-            method = self.sent.get(key)
-            validator = self.spec.results.get(method) if method else None
-            if validator is not None:
-                for problem in schema_problems(validator, frame["result"]):
-                    self._violation(f"result of {method} breaks its schema {problem}\n    frame: {short(text)}")
-
-    # Writing
-
-    def next_id(self) -> int:
-        return next(self._ids)
-
-    def _register(self, frame: Any) -> None:
-        """Remembers the id (and method) of anything that may be answered with that id."""
-        if isinstance(frame, dict) and "id" in frame:
-            key = id_key(frame["id"])
-            if key is not None:
-                method = frame.get("method")
-                with self.cond:
-                    self.sent[key] = method if isinstance(method, str) else ""
-
-    def send_bytes(self, data: bytes) -> None:
-        """Writes bytes exactly as given (no newline added)."""
-        with self._write_lock:
-            assert self.proc.stdin is not None
-            try:
-                self.proc.stdin.write(data)
-                self.proc.stdin.flush()
-            except BrokenPipeError:
-                raise HostError(f"the host stopped reading its stdin ({self.describe_exit()})\n"
-                                f"{self.stderr_tail()}") from None
-
-    def send_line(self, line: bytes | str) -> None:
-        """Writes one raw line (a newline is added). Requests in it are tracked."""
-        data = line.encode("utf-8") if isinstance(line, str) else line
-        try:
-            self._register(json.loads(data))
-        except (ValueError, UnicodeDecodeError):
-            pass
-        self.send_bytes(data + b"\n")
-
-    def send_lines(self, lines: Iterable[bytes | str]) -> None:
-        """Writes several raw lines with a single write (requests in them are tracked)."""
-        chunks = []
-        for line in lines:
-            data = line.encode("utf-8") if isinstance(line, str) else line
-            try:
-                self._register(json.loads(data))
-            except (ValueError, UnicodeDecodeError):
-                pass
-            chunks.append(data + b"\n")
-        self.send_bytes(b"".join(chunks))
-
-    def send(self, frame: Any) -> None:
-        """Writes one frame (any JSON value) as a line."""
-        self._register(frame)
-        self.send_bytes(json.dumps(frame, ensure_ascii=False).encode("utf-8") + b"\n")
-
-    def send_request(self, method: str, params: Any = None, id: Any = None) -> Any:
-        """Sends a request without waiting; returns its id."""
-        if id is None:
-            id = self.next_id()
-        frame: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
-        if params is not None:
-            frame["params"] = params
-        self.send(frame)
-        return id
-
-    def notify(self, method: str, params: Any = None) -> None:
-        frame: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            frame["params"] = params
-        self.send(frame)
-
-    # Waiting (all bounded)
-
-    def _wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                value = predicate()
-                if value is not None:
-                    return value
-                if self._eof:
-                    raise HostError(f"host closed its stdout while waiting for {what} "
-                                    f"({self.describe_exit()})\n{self.stderr_tail()}")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise HostError(f"timed out after {timeout} s waiting for {what}\n{self.stderr_tail()}")
-                self.cond.wait(remaining)
-
-    def wait_response(self, id: Any, timeout: float = TIMEOUT) -> dict[str, Any]:
-        """The next unconsumed answer carrying `id` (compared with its JSON type)."""
-        key = id_key(id)
-
-        def find():
-            for index, frame in enumerate(self.frames):
-                if index in self._consumed or "method" in frame:
-                    continue
-                if ("result" in frame or "error" in frame) and id_key(frame.get("id")) == key \
-                        and frame.get("id") is not None:
-                    self._consumed.add(index)
-                    return frame
-            return None
-
-        return self._wait(find, timeout, f"the answer to id {id!r}")
-
-    def wait_null_id_error(self, since: int = 0, timeout: float = TIMEOUT) -> dict[str, Any]:
-        """The next unconsumed error answer with `id: null` among frames from index `since`."""
-        def find():
-            for index in range(since, len(self.frames)):
-                frame = self.frames[index]
-                if index not in self._consumed and "error" in frame and frame.get("id", 0) is None:
-                    self._consumed.add(index)
-                    return frame
-            return None
-
-        return self._wait(find, timeout, "an error answer with id null")
-
-    def request(self, method: str, params: Any = None, id: Any = None, timeout: float = TIMEOUT) -> dict[str, Any]:
-        """Sends a request and returns the whole response frame."""
-        return self.wait_response(self.send_request(method, params, id=id), timeout)
-
-    def result(self, method: str, params: Any = None, timeout: float = TIMEOUT) -> Any:
-        """Sends a request and returns its result; an error answer fails the test."""
-        response = self.request(method, params, timeout=timeout)
-        if "result" not in response:
-            raise HostError(f"{method} {short(params)} failed: {short(response.get('error'))}")
-        return response["result"]
-
-    def error(self, method: str, params: Any = None, timeout: float = TIMEOUT) -> dict[str, Any]:
-        """Sends a request and returns its error object; a result fails the test."""
-        response = self.request(method, params, timeout=timeout)
-        if "error" not in response:
-            raise HostError(f"{method} {short(params)} succeeded, an error was expected: {short(response)}")
-        return response["error"]
-
-    def mark(self) -> int:
-        """The number of frames received so far (for `since=`)."""
-        with self.cond:
-            return len(self.frames)
-
-    def frame_at(self, index: int, timeout: float = TIMEOUT) -> dict[str, Any]:
-        """The frame at `index` in arrival order, waiting for it."""
-        return self._wait(lambda: self.frames[index] if len(self.frames) > index else None,
-                          timeout, f"frame #{index}")
-
-    def notifications(self, method: str | None = None, since: int = 0) -> list[dict[str, Any]]:
-        """Params of the notifications received (from frame index `since`)."""
-        with self.cond:
-            return [f.get("params") for f in self.frames[since:]
-                    if "method" in f and (method is None or f["method"] == method)]
-
-    def wait_for_notification(self, method: str, predicate: Callable[[dict], bool] | None = None,
-                              timeout: float = TIMEOUT, since: int = 0) -> dict[str, Any]:
-        """Params of the first notification `method` (from frame index `since`) matching `predicate`."""
-        def find():
-            for frame in self.frames[since:]:
-                if frame.get("method") == method and "id" not in frame:
-                    params = frame.get("params")
-                    if predicate is None or (isinstance(params, dict) and predicate(params)):
-                        return params
-            return None
-
-        return self._wait(find, timeout, f"a {method} notification")
-
-    # Lifecycle
-
-    def initialize(self, protocol_version: str = "1.0") -> dict[str, Any]:
-        response = self.request("initialize", {"protocolVersion": protocol_version,
-                                               "clientInfo": {"name": "contract-tests", "version": "1"}})
-        if "result" not in response:
-            raise HostError(f"initialize failed: {short(response)}\n{self.stderr_tail()}")
-        self.init_result = response["result"]
-        self.notify("initialized", {})
-        return self.init_result
-
-    def close_stdin(self) -> None:
-        with self._write_lock:
-            try:
-                if self.proc.stdin and not self.proc.stdin.closed:
-                    self.proc.stdin.close()
-            except BrokenPipeError:
-                pass
-
-    def wait_exit(self, timeout: float = TIMEOUT) -> int:
-        """The exit code; fails when the host has not ended within `timeout`."""
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise HostError(f"host still running {timeout} s later\n{self.stderr_tail()}") from None
-        self._reader.join(timeout)
-        return code
-
-    def stop(self) -> None:
-        """Ends the process (EOF first, then kill) and waits for the reader."""
-        if self.proc.poll() is None:
-            self.close_stdin()
-            try:
-                self.proc.wait(TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(TIMEOUT)
-        self.close_stdin()
-        self._reader.join(TIMEOUT)
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        self._stderr_file.close()
-        with self.cond:
-            for key, count in self.response_counts.items():
-                if count > 1 and key not in self.expected_duplicate_ids:
-                    self._violation(f"request id {key[1]!r} was answered {count} times")
-
-    def describe_exit(self) -> str:
-        try:
-            code = self.proc.wait(2)
-        except subprocess.TimeoutExpired:
-            return "still running"
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f"killed by {name}"
-        return f"exit code {code}"
-
-    def stderr_text(self) -> str:
-        if not self._stderr_file.closed:
-            self._stderr_file.flush()
-        return self.stderr_path.read_bytes().decode("utf-8", errors="replace")
-
-    def stderr_tail(self, lines: int = 25) -> str:
-        try:
-            text = self.stderr_text()
-        except OSError:
-            return ""
-        crash = text.find("*** Program crashed")
-        if crash >= 0:
-            # The crash line and the crashed thread's frames (Swift runtime backtrace format).
-            crash_lines = text[crash:].splitlines()
-            tail = crash_lines[:1]
-            start = next((i for i, line in enumerate(crash_lines) if line.rstrip().endswith("crashed:")), None)
-            if start is not None:
-                block = crash_lines[start:start + lines]
-                end = next((i for i, line in enumerate(block) if i > 1 and not line.strip()), len(block))
-                tail += block[:end]
-        else:
-            tail = text.splitlines()[-lines:]
-        return "host stderr (tail):\n  " + "\n  ".join(tail)
-
-    def all_output_text(self) -> str:
-        with self.cond:
-            return b"".join(self.lines).decode("utf-8", errors="replace")
-
-    def profile_names(self) -> list[str]:
-        return [p["name"] for p in self.result("listProviders", {})["profiles"]]
 
 
 # ── Plugin folders ──────────────────────────────────────────────────────────
-
-
-#: Vault files that keep profiles' resolved configurations (bridge-spec, Storage: "Kept
-#: configuration"), named like any record: the first 32 hex digits of SHA-256 of the key's profile
-#: part (here U+001E "resolved"), a dash, and those of the profile's name.
-KEPT_CONFIGURATION_PREFIX = hashlib.sha256("\x1eresolved".encode()).hexdigest()[:32] + "-"
-
-
-def session_records(vault: Path) -> list[Path]:
-    """The encrypted-file vault's session records: every `*.vault` file but the kept configurations."""
-    if not vault.exists():
-        return []
-    return sorted(path for path in vault.glob("*.vault") if not path.name.startswith(KEPT_CONFIGURATION_PREFIX))
-
-
-def make_plugin_dir(path: Path, files: Iterable[str] = TEST_PLUGIN_FILES, source: Path = TEST_PLUGINS_DIR) -> Path:
-    """A plugin folder (0755) holding copies (0644) of built plugin files: the test plugins, or
-    (`source=BUILD_DIR / "plugins"`) bundled ones as the build stages them."""
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o755)
-    for name in files:
-        if not (source / name).exists():
-            pytest.fail(f"{source / name} is missing: run `make build` first")
-        shutil.copyfile(source / name, path / name)
-        os.chmod(path / name, 0o644)
-    return path
 
 
 class CTestVariants:
@@ -601,13 +66,7 @@ class CTestVariants:
     def install(self, dest: Path, plugin_id: str, *flags: str, abi: str | None = None) -> Path:
         """Copies the variant's library and manifest into `dest` (0644); returns the manifest path."""
         built = self.build(plugin_id, *flags, abi=abi)
-        dest.mkdir(parents=True, exist_ok=True)
-        os.chmod(dest, 0o755)
-        for item in built.iterdir():
-            if item.name.startswith("."):
-                continue
-            shutil.copyfile(item, dest / item.name)
-            os.chmod(dest / item.name, 0o644)
+        copy_plugins(dest, sorted(item.name for item in built.iterdir() if not item.name.startswith(".")), built)
         return dest / f"{plugin_id}.json"
 
 
@@ -628,31 +87,6 @@ def ctest_variants(tmp_path_factory) -> CTestVariants:
 @pytest.fixture
 def plugin_dir(tmp_path) -> Path:
     return make_plugin_dir(tmp_path / "plugins")
-
-
-def host_command(workdir: Path, plugin_dirs: Iterable[Path] = (), profiles: dict | None = None,
-                 config_text: str | None = None, log_level: str = "debug", test_clock: bool = False,
-                 extra_args: Iterable[str] = ()) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of `authbridge serve` isolated in `workdir` (created): its own
-    config file, XDG folders and HOME, no default plugin folders."""
-    workdir.mkdir(parents=True)
-    for sub in ("xdg-config", "xdg-data", "home"):
-        (workdir / sub).mkdir()
-    config = workdir / "config.json"
-    config.write_text(config_text if config_text is not None else json.dumps({"profiles": profiles or {}}))
-    argv = [str(HOST_BIN), "serve", "--no-default-plugins", "--config", str(config), "--log-level", log_level]
-    for folder in plugin_dirs:
-        argv += ["--plugins", str(folder)]
-    if test_clock:
-        argv.append("--test-clock")
-    argv += list(extra_args)
-    env = dict(os.environ)
-    env.update(XDG_CONFIG_HOME=str(workdir / "xdg-config"), XDG_DATA_HOME=str(workdir / "xdg-data"),
-               HOME=str(workdir / "home"))
-    # Never the developer's own keyring: keyring tests bring a private one.
-    env.pop("DBUS_SESSION_BUS_ADDRESS", None)
-    env.pop("AUTHBRIDGE_VAULT_KEY", None)
-    return argv, env
 
 
 @pytest.fixture
@@ -706,41 +140,6 @@ def clock_host(start_host, plugin_dir) -> Host:
     return start_host([plugin_dir], profiles=DEFAULT_PROFILES, test_clock=True)
 
 
-# ── Helpers shared by the test files ─────────────────────────────────────────
-
-
-def start_on_data_home(tmp_path: Path, plugin_dir: Path, name: str, data_home: Path, *extra: str,
-                       env: dict | None = None) -> Host:
-    """An initialized host whose vault lives under `data_home` (shared by the hosts of one test,
-    like several runs of one user), with the default profiles and no vault secret from outside."""
-    argv, environment = host_command(tmp_path / name, [plugin_dir], profiles=DEFAULT_PROFILES, extra_args=extra)
-    environment["XDG_DATA_HOME"] = str(data_home)
-    environment.pop("AUTHBRIDGE_VAULT_KEY", None)
-    environment.pop("DBUS_SESSION_BUS_ADDRESS", None)
-    environment.update(env or {})
-    host = Host(argv, environment, tmp_path / name)
-    host.initialize()
-    return host
-
-
-def stop_cleanly(host: Host) -> None:
-    """Stops a host started outside the fixtures and fails on any frame violation or leak."""
-    host.stop()
-    assert not host.violations, host.violations
-    places = leak_scan.leaks(host.stderr_text(), host.frames)
-    assert not places, f"a code or token appeared in {', '.join(places)}"
-
-
-def sign_in_session(host: Host, provider: str, session_id: str) -> dict[str, Any]:
-    """A session-flow sign-in that must succeed; returns its SignInStatus."""
-    return host.result("requestOAuthTokens", {"provider": provider, "flow": "session", "sessionId": session_id})
-
-
-def advance_clock(host: Host, milliseconds: int) -> None:
-    response = host.request("$/test/advanceClock", {"milliseconds": milliseconds})
-    assert "result" in response, response
-
-
 # ── The bundled oidc plugin and an authorization server (fake or django-oauth-toolkit) ───────
 
 OIDC_FILES = ("oidc.json", "libauthbridge-oidc.so")
@@ -749,40 +148,10 @@ OIDC_FILES = ("oidc.json", "libauthbridge-oidc.so")
 @pytest.fixture
 def bundled_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) holding copies (0644) of every bundled plugin as `make build` stages it."""
-    source = BUILD_DIR / "plugins"
-    folder = tmp_path / "bundled-plugins"
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    for path in sorted(source.iterdir()):
-        shutil.copyfile(path, folder / path.name)
-        os.chmod(folder / path.name, 0o644)
-    return folder
+    return make_plugin_dir(tmp_path / "bundled-plugins", sorted(path.name for path in PLUGINS_DIR.iterdir()), PLUGINS_DIR)
 
 
 @pytest.fixture
 def oidc_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) holding copies (0644) of the bundled oidc plugin as `make build` stages it."""
-    return make_plugin_dir(tmp_path / "plugins", OIDC_FILES, BUILD_DIR / "plugins")
-
-
-
-def sign_in_external(host: Host, server: Any, profile: str, **user: str) -> dict[str, Any]:
-    """The external flow: the test is the browser and hands the redirect over with completeSignIn.
-    `user`/`password` choose who signs in, where the server knows several users."""
-    request_id = host.send_request("requestOAuthTokens", {"provider": profile, "flow": "external"})
-    progress = host.wait_for_notification(
-        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
-    url = progress["url"]
-    assert url.startswith(server.authorize_prefix), "unexpected sign-in URL"
-    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
-    assert query.get("code_challenge") and query.get("code_challenge_method") == "S256", "no PKCE S256"
-    location = server.browse(url, **user)
-    callback_prefix = progress.get("callbackPrefix") or server.redirect_uri
-    assert location.startswith(callback_prefix)
-    assert host.result("completeSignIn", {"provider": profile, "callbackUrl": location}) == {"accepted": True}
-    answer = host.wait_response(request_id)
-    assert "result" in answer, f"sign-in failed: {short(answer.get('error'))}"
-    assert answer["result"]["state"] == "signedIn"
-    return answer["result"]
-
-
+    return make_plugin_dir(tmp_path / "plugins", OIDC_FILES, PLUGINS_DIR)

@@ -47,7 +47,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-import leak_scan
+from authbridge_testkit import leak_scan
 import sim_http
 
 CLIENT = "duke-mobile-test"

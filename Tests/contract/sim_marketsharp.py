@@ -53,7 +53,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-import leak_scan
+from authbridge_testkit import leak_scan
 import sim_http
 
 CLIENT_ID = "authbridge-marketsharp"

@@ -66,7 +66,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import leak_scan
+from authbridge_testkit import leak_scan
 import sim_http
 
 CLIENT_ID = "3MVG9simulatedConsumerKey.AuthBridge"

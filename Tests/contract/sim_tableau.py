@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Any, Iterator
 
-import leak_scan
+from authbridge_testkit import leak_scan
 import sim_http
 
 DAY_MS = 86_400_000

@@ -24,19 +24,15 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from conftest import TIMEOUT
-from dot_auth import PASSWORD, USER, DotAuthServer
+from authbridge_testkit import TIMEOUT
+from authbridge_testkit.dot_auth import PASSWORD, USER, DotAuthServer, dot_fixture
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 USER_CANCELLED = -32005  # UserCancelled in bridge-spec/openrpc.json
 
 
-@pytest.fixture(scope="module")
-def dot(tmp_path_factory):
-    server = DotAuthServer(tmp_path_factory.mktemp("dot"), access_lifetime=3600).start()
-    yield server
-    server.stop()
+dot = dot_fixture("module")
 
 
 @pytest.fixture

@@ -27,17 +27,17 @@ from pathlib import Path
 
 import pytest
 
-import leak_scan
+from authbridge_testkit import leak_scan
 from conftest import HOST_BIN, TIMEOUT, session_records
-from dot_auth import DotAuthServer
+from authbridge_testkit.dot_auth import DotAuthServer, dot_fixture
 
 FAILED, NOT_SIGNED_IN, UNAVAILABLE, CANCELLED, USAGE, CONFIG = 1, 2, 3, 4, 64, 78
 
 FAKE_BROWSER = """#!{python}
 import sys, urllib.request
 open({calls!r}, "a").write("called\\n")
-sys.path.insert(0, {contract!r})
-from dot_auth import DotAuthServer
+sys.path.insert(0, {support!r})
+from authbridge_testkit.dot_auth import DotAuthServer
 urllib.request.urlopen(DotAuthServer.browse(None, sys.argv[1]), timeout=30).read()
 """
 
@@ -47,11 +47,7 @@ FAILING_BROWSER = "#!/bin/sh\necho \"$1\" > '{record}'\nexit 3\n"
 AUTHORIZE_URL = re.compile(r"http://127\.0\.0\.1:\d+/o/authorize/\?[^\s\x1b]+")
 
 
-@pytest.fixture(scope="module")
-def dot(tmp_path_factory):
-    server = DotAuthServer(tmp_path_factory.mktemp("dot-cli"), access_lifetime=3600).start()
-    yield server
-    server.stop()
+dot = dot_fixture("module")
 
 
 class CLI:
@@ -64,7 +60,7 @@ class CLI:
         self.browser_calls = root / "xdg-open-calls"
         browser = root / "bin" / "xdg-open"
         browser.write_text(FAKE_BROWSER.format(python=sys.executable, calls=str(self.browser_calls),
-                                               contract=str(Path(__file__).parent)))
+                                               support=str(Path(__file__).resolve().parents[1] / "support")))
         browser.chmod(0o755)
         profiles = {"dot": {"plugin": "oidc", "settings": {"issuer": f"{dot.base}/o", "clientId": "authbridge-test",
                                                            "scopes": ["openid", "read"]}},

@@ -19,12 +19,12 @@ import urllib.request
 from pathlib import Path
 
 from conftest import BUILD_DIR, HOST_BIN, REPO, TIMEOUT
-from dot_auth import DotAuthServer
+from authbridge_testkit.dot_auth import DotAuthServer
 
 FAKE_BROWSER = """#!{python}
 import sys, urllib.request
-sys.path.insert(0, {contract!r})
-from dot_auth import DotAuthServer
+sys.path.insert(0, {support!r})
+from authbridge_testkit.dot_auth import DotAuthServer
 urllib.request.urlopen(DotAuthServer.browse(None, sys.argv[1]), timeout=30).read()
 """
 
@@ -92,7 +92,7 @@ def test_make_dev_server_and_the_terminal_quick_start_as_written(tmp_path):
         home.mkdir()
         bin_dir.mkdir()
         browser = bin_dir / "xdg-open"
-        browser.write_text(FAKE_BROWSER.format(python=sys.executable, contract=str(Path(__file__).parent)))
+        browser.write_text(FAKE_BROWSER.format(python=sys.executable, support=str(Path(__file__).resolve().parents[1] / "support")))
         browser.chmod(0o755)
         if not (HOST_BIN.parent / "plugins" / "oidc.json").exists():   # a host without plugins beside it
             user_plugins = home / ".local" / "share" / "authbridge" / "plugins"

@@ -12,16 +12,12 @@ import time
 
 import pytest
 
-from dot_auth import DotAuthServer
+from authbridge_testkit.dot_auth import dot_fixture
 
 USER_CANCELLED = -32005
 
 
-@pytest.fixture(scope="module")
-def dot(tmp_path_factory):
-    server = DotAuthServer(tmp_path_factory.mktemp("dot-device"), access_lifetime=3600).start()
-    yield server
-    server.stop()
+dot = dot_fixture("module")
 
 
 @pytest.fixture

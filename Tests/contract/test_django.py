@@ -9,14 +9,10 @@ import urllib.request
 import pytest
 
 from conftest import sign_in_external
-from dot_auth import DotAuthServer
+from authbridge_testkit.dot_auth import DotAuthServer, dot_fixture
 
 
-@pytest.fixture(scope="module")
-def dot(tmp_path_factory):
-    server = DotAuthServer(tmp_path_factory.mktemp("dot"), access_lifetime=3600).start()
-    yield server
-    server.stop()
+dot = dot_fixture("module")
 
 
 def test_discovery_sign_in_fetch_and_revocation(start_host, oidc_plugin_dir, dot):
@@ -249,8 +245,8 @@ FAKE_XDG_OPEN = """#!{python}
 # A stand-in for xdg-open: says things on stdout and stderr (the host must keep them off the
 # protocol), then plays the user in a browser: signs in at DOT and follows the redirect.
 import sys, urllib.request
-sys.path.insert(0, {contract!r})
-from dot_auth import DotAuthServer
+sys.path.insert(0, {support!r})
+from authbridge_testkit.dot_auth import DotAuthServer
 print("xdg-open: opening a browser (noise on stdout)")
 print("xdg-open: noise on stderr", file=sys.stderr)
 open({record!r}, "w").write(sys.argv[1])
@@ -267,7 +263,7 @@ def test_open_browser_starts_xdg_open_with_the_sign_in_url(start_host, oidc_plug
     bin_dir.mkdir()
     record = tmp_path / "opened-url"
     script = bin_dir / "xdg-open"
-    script.write_text(FAKE_XDG_OPEN.format(python=sys.executable, contract=str(Path(__file__).parent), record=str(record)))
+    script.write_text(FAKE_XDG_OPEN.format(python=sys.executable, support=str(Path(__file__).resolve().parents[1] / "support"), record=str(record)))
     script.chmod(0o755)
     settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "scopes": ["openid"]}
     host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}},

@@ -14,16 +14,12 @@ import json
 import pytest
 
 from conftest import session_records
-from dot_auth import DotAuthServer
+from authbridge_testkit.dot_auth import dot_fixture
 
 PROVIDER_REFUSED = -32004
 
 
-@pytest.fixture(scope="module")
-def dot(tmp_path_factory):
-    server = DotAuthServer(tmp_path_factory.mktemp("dot-id"), access_lifetime=3600).start()
-    yield server
-    server.stop()
+dot = dot_fixture("module")
 
 
 @pytest.fixture

@@ -14,7 +14,9 @@ import urllib.request
 
 import pytest
 
-from conftest import BUILD_DIR, make_plugin_dir, sign_in_external
+from authbridge_testkit.host import sign_in_external
+from authbridge_testkit.isolation import make_plugin_dir
+from authbridge_testkit.paths import BUILD_DIR
 from sim_http import simulators
 from sim_marketsharp import MESSAGE_NO_LICENSE, MESSAGE_NOT_NAMED, MarketSharpSimulator
 

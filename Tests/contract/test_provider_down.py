@@ -15,18 +15,14 @@ from typing import Any
 
 import pytest
 
-import leak_scan
+from authbridge_testkit import leak_scan
 from conftest import Host, host_command, sign_in_external, stop_cleanly
-from dot_auth import DotAuthServer
+from authbridge_testkit.dot_auth import dot_fixture
 from rotating_server import RotatingAuthServer, _Handler
 from test_cli import CLI, NOT_SIGNED_IN
 
 
-@pytest.fixture
-def dot(tmp_path):
-    server = DotAuthServer(tmp_path / "dot", access_lifetime=3600).start()
-    yield server
-    server.stop()
+dot = dot_fixture("function")
 
 
 def test_the_cli_uses_signs_out_and_shows_a_held_token_while_the_issuer_is_down(tmp_path, oidc_plugin_dir, dot):

@@ -160,7 +160,7 @@ def test_notifications_and_errors_carry_nothing_token_shaped(scenario):
 
 def test_the_suite_wide_leak_scan_finds_a_token_where_it_must_not_be():
     """Every host of the suite is scanned at teardown (conftest); the scan itself must be able to fail."""
-    import leak_scan
+    from authbridge_testkit import leak_scan
     secret = "at-0123456789abcdef"
     source = lambda: [secret]  # noqa: E731
     leak_scan.register(source)

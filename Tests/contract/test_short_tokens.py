@@ -4,17 +4,10 @@ vault (issue 12 §3). Against django-oauth-toolkit with 5-second access tokens."
 
 from __future__ import annotations
 
-import pytest
-
+from authbridge_testkit.dot_auth import dot_fixture
 from conftest import advance_clock, host_command, Host, sign_in_external, stop_cleanly
-from dot_auth import DotAuthServer
 
-
-@pytest.fixture(scope="module")
-def dot(tmp_path_factory):
-    server = DotAuthServer(tmp_path_factory.mktemp("dot-short"), access_lifetime=5).start()
-    yield server
-    server.stop()
+dot = dot_fixture("module", access_lifetime=5)
 
 
 def settings(dot) -> dict:

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 
-from conftest import BUILD_DIR, Host, advance_clock, make_plugin_dir, sign_in_session
+from authbridge_testkit.host import Host, advance_clock, sign_in_session
+from authbridge_testkit.isolation import make_plugin_dir
+from authbridge_testkit.paths import BUILD_DIR
 from sim_http import simulators
 from sim_tableau import DAY_MS, REVOKE_PATH, TOKEN_PATH, VIEW_PAGE, VIEWS_PATH, TableauServer
 from test_browser import chromium, evidence_on_failure, wait_for  # noqa: F401 - chromium is a fixture

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from conftest import BUILD_DIR, TIMEOUT, Host, host_command, session_records, short, sign_in_external, stop_cleanly
-from dot_auth import DotAuthServer
+from authbridge_testkit.dot_auth import DotAuthServer
 from rotating_server import RotatingAuthServer
 
 PROFILE = "r"

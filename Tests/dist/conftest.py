@@ -17,17 +17,15 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DIST = REPO / "dist"
-sys.path.insert(0, str(REPO / "Tests" / "contract"))   # dot_auth, leak_scan
-sys.path.insert(0, str(REPO / "Tests" / "support"))    # signing_in
+sys.path.insert(0, str(REPO / "Tests" / "support"))    # the test kit, signing_in
 
-from dot_auth import DotAuthServer  # noqa: E402
+from authbridge_testkit.dot_auth import DotAuthServer, dot_fixture  # noqa: E402
 
 #: Bound on one command or wait.
 TIMEOUT = 120
@@ -84,11 +82,7 @@ def extract_tarball(target: Path) -> Path:
 
 # ── The provider and the user ─────────────────────────────────────────────────
 
-@pytest.fixture(scope="session")
-def dot(tmp_path_factory) -> DotAuthServer:
-    server = DotAuthServer(tmp_path_factory.mktemp("dot"), access_lifetime=3600).start()
-    yield server
-    server.stop()
+dot = dot_fixture("session")
 
 
 def dot_exports(dot: DotAuthServer) -> dict[str, str]:
@@ -97,17 +91,15 @@ def dot_exports(dot: DotAuthServer) -> dict[str, str]:
     return {"ISSUER": issuer, "CLIENT_ID": "authbridge-test", "USERINFO_URL": f"{issuer}/userinfo/"}
 
 
-def play_user(dot: DotAuthServer, url: str) -> int:
-    """The user in a browser: signs in at DOT, then follows the redirect to the host's listener."""
-    with urllib.request.urlopen(dot.browse(url), timeout=30) as response:
-        return response.status
+#: The user in a browser: signs in at DOT, then follows the redirect to the host's listener.
+play_user = DotAuthServer.play_user
 
 
 #: A stand-in `xdg-open` that plays the user, for the terminal quick start.
 FAKE_BROWSER = """#!{python}
 import sys, urllib.request
-sys.path.insert(0, {contract!r})
-from dot_auth import DotAuthServer
+sys.path.insert(0, {support!r})
+from authbridge_testkit.dot_auth import DotAuthServer
 urllib.request.urlopen(DotAuthServer.browse(None, sys.argv[1]), timeout=30).read()
 """
 
@@ -115,7 +107,7 @@ urllib.request.urlopen(DotAuthServer.browse(None, sys.argv[1]), timeout=30).read
 def fake_browser(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     browser = folder / "xdg-open"
-    browser.write_text(FAKE_BROWSER.format(python=sys.executable, contract=str(REPO / "Tests" / "contract")))
+    browser.write_text(FAKE_BROWSER.format(python=sys.executable, support=str(REPO / "Tests" / "support")))
     browser.chmod(0o755)
     return folder
 

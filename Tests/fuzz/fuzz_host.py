@@ -42,9 +42,11 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "contract"))
+sys.path.insert(0, str(HERE.parent / "support"))
 
-import conftest  # noqa: E402  (the contract suite's spec validators and host command line)
+from authbridge_testkit import copy_plugins, frame_problems, host_command, spec  # noqa: E402  (the test kit)
+from authbridge_testkit.host import DEFAULT_PROFILES  # noqa: E402
+from authbridge_testkit.paths import TEST_PLUGIN_FILES, TEST_PLUGINS_DIR  # noqa: E402
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))  # the oracle parses frames deeper than 2048 levels
 
@@ -439,7 +441,7 @@ class Validator:
     """bridge-spec validation of host frames, cached by shape (the id normalised)."""
 
     def __init__(self):
-        self.spec = conftest.spec()
+        self.spec = spec()
         self.cache: dict[str, list[str]] = {}
 
     def problems(self, frame: dict, method: str | None) -> list[str]:
@@ -449,18 +451,7 @@ class Validator:
         key = (method or "") + json.dumps(shape, sort_keys=True)
         found = self.cache.get(key)
         if found is None:
-            found = []
-            kind = "Notification" if "method" in frame else "ErrorResponse" if "error" in frame else "Response" if "result" in frame else None
-            validator = self.spec.envelope_kinds[kind] if kind else self.spec.envelope
-            found += conftest.schema_problems(validator, frame)
-            if kind == "Notification":
-                params_validator = self.spec.notification_params.get(frame.get("method"))
-                if params_validator is None:
-                    found.append(f"unknown notification {frame.get('method')}")
-                else:
-                    found += conftest.schema_problems(params_validator, frame.get("params"))
-            elif kind == "Response" and method in self.spec.results:
-                found += conftest.schema_problems(self.spec.results[method], frame["result"])
+            found = frame_problems(self.spec, frame, method)
             if len(self.cache) < 200_000:
                 self.cache[key] = found
         return found
@@ -511,8 +502,8 @@ def params_valid(spec, method: str, params: Any) -> bool | None:
 
 def run_episode(lines: list[bytes], ending: str, plugin_dir: Path, workdir: Path, validator: Validator,
                 figures: Figures, max_rss_kib: int) -> None:
-    argv, env = conftest.host_command(workdir, [plugin_dir], profiles=conftest.DEFAULT_PROFILES, log_level="warning",
-                                      extra_args=["--vault", "memory"])
+    argv, env = host_command(workdir, [plugin_dir], profiles=DEFAULT_PROFILES, log_level="warning",
+                             extra_args=["--vault", "memory"])
     stderr = open(workdir / "stderr.log", "wb")
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, bufsize=0)
     answers: collections.Counter = collections.Counter()
@@ -699,7 +690,7 @@ def fuzz(total_frames: int, seed: int, max_rss_mib: int = 400, progress: bool = 
     validator = Validator()
     root = Path(tempfile.mkdtemp(prefix="authbridge-fuzz-"))
     try:
-        plugin_dir = conftest.make_plugin_dir(root / "plugins")
+        plugin_dir = copy_plugins(root / "plugins", TEST_PLUGIN_FILES, TEST_PLUGINS_DIR)
         generator = Generator(rng)
         next_report = 50_000
         episode = 0

@@ -1,240 +1,28 @@
-// End-to-end tests of the `authbridge` host from a Node frontend's point of view.
+// End-to-end tests of the `authbridge` host from a Node frontend's point of view, over the Node
+// test kit (Tests/support/testkit.mjs: its raw JSON-RPC driver and isolation recipe).
 //
-// Run by `make test-node`:
+// Run by `make test-node`, with the test targets' variables (the Makefile's header):
 //   AUTHBRIDGE_BIN=<abs path to authbridge> AUTHBRIDGE_BUILD_DIR=<abs .build/debug> node --test Tests/node/
 //
 // Node 20 built-in modules only. The host is spawned with `--no-default-plugins` and a
-// private plugin folder holding copies of the test plugins (ctest, swifttest), with
-// XDG_CONFIG_HOME / XDG_DATA_HOME pointed at temporary folders, so nothing on the machine
-// leaks into the run. Every wait is bounded; nothing sleeps to synchronise.
+// private plugin folder holding copies of the test plugins (ctest, swifttest), with its own
+// XDG folders and HOME, so nothing on the machine leaks into the run. Every wait is bounded;
+// nothing sleeps to synchronise.
 
 import { test, describe, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const REPO = path.resolve(HERE, '..', '..');
-const BUILD_DIR = process.env.AUTHBRIDGE_BUILD_DIR || path.join(REPO, '.build', 'debug');
-const BIN = process.env.AUTHBRIDGE_BIN || path.join(BUILD_DIR, 'authbridge');
+import {
+  HOST_BIN as BIN, RpcClient, RpcError, TEST_PLUGINS_DIR, copyPlugins, isPlainObject, isolatedEnv,
+} from '../support/testkit.mjs';
 
 /** Default bound for one request / notification / exit wait. */
 const WAIT_MS = 10_000;
 /** Bound for a whole test (a few waits each). */
 const TEST_TIMEOUT_MS = 30_000;
-
-// ── A tiny JSON-RPC 2.0 client over a child's stdio ────────────────────────
-
-/** An error answer from the host, carrying the JSON-RPC error object. */
-class RpcError extends Error {
-  constructor(method, error) {
-    super(`${method} failed: ${error.code} ${error.message}`);
-    this.name = 'RpcError';
-    this.code = error.code;
-    this.data = error.data;
-    this.rpcError = error;
-  }
-}
-
-const isPlainObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
-const has = (o, k) => Object.prototype.hasOwnProperty.call(o, k);
-
-/**
- * Checks the minimal envelope of one frame written by the host; returns a problem
- * description, or null when the frame is well formed.
- */
-function envelopeProblem(msg) {
-  if (!isPlainObject(msg)) return 'frame is not a JSON object';
-  if (msg.jsonrpc !== '2.0') return `jsonrpc is ${JSON.stringify(msg.jsonrpc)}, not "2.0"`;
-  if (has(msg, 'method')) {
-    if (typeof msg.method !== 'string' || msg.method === '') return 'notification method is not a non-empty string';
-    if (has(msg, 'id')) return 'the host sent a request (a frame with method and id); it must only send notifications';
-    if (has(msg, 'params') && !isPlainObject(msg.params) && !Array.isArray(msg.params)) return 'params is neither object nor array';
-    if (has(msg, 'result') || has(msg, 'error')) return 'notification carries result/error';
-    return null;
-  }
-  if (!has(msg, 'id')) return 'response has no id';
-  const id = msg.id;
-  if (!(id === null || typeof id === 'string' || Number.isInteger(id))) return `response id ${JSON.stringify(id)} is not string/integer/null`;
-  const hasResult = has(msg, 'result');
-  const hasError = has(msg, 'error');
-  if (hasResult === hasError) return 'response must carry exactly one of result / error';
-  if (hasError) {
-    const e = msg.error;
-    if (!isPlainObject(e)) return 'error is not an object';
-    if (!Number.isInteger(e.code)) return 'error.code is not an integer';
-    if (typeof e.message !== 'string') return 'error.message is not a string';
-  }
-  return null;
-}
-
-/**
- * Spawns the host and speaks JSON-RPC 2.0 with it, one JSON message per line.
- *  - `request(method, params)` resolves with `result` or rejects with an `RpcError`
- *    (or a timeout Error); ids are integers from 1, tracked in a pending map.
- *  - `notify(method, params)` sends a notification.
- *  - host notifications are emitted as 'notification' events and kept in `notifications`;
- *    `waitForNotification(predicate)` looks at what already arrived, then waits.
- *  - every frame's envelope is checked; problems collect in `protocolErrors`.
- */
-class RpcClient extends EventEmitter {
-  constructor(bin, args, { env, cwd } = {}) {
-    super();
-    this.nextId = 1;
-    this.pending = new Map(); // id → { method, resolve, reject, timer }
-    this.notifications = [];
-    this.frames = [];
-    this.protocolErrors = [];
-    this.stderr = '';
-    this.exitInfo = null; // { code, signal } once exited
-
-    this.child = spawn(bin, args, { env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
-    this.exited = new Promise((resolve) => {
-      this.child.once('exit', (code, signal) => {
-        this.exitInfo = { code, signal };
-        for (const [id, p] of this.pending) {
-          clearTimeout(p.timer);
-          p.reject(new Error(`host exited (code ${code}, signal ${signal}) before answering ${p.method} #${id}`));
-        }
-        this.pending.clear();
-        this.emit('exit', this.exitInfo);
-        resolve(this.exitInfo);
-      });
-    });
-    this.child.once('error', (err) => this.protocolErrors.push(`spawn failed: ${err.message}`));
-    // Writes after the host closed stdin (EPIPE) must not crash the test process.
-    this.child.stdin.on('error', () => {});
-    this.child.stderr.setEncoding('utf8');
-    this.child.stderr.on('data', (chunk) => {
-      // Keep the tail only: enough to explain a failure.
-      this.stderr = (this.stderr + chunk).slice(-20_000);
-    });
-    this.lines = createInterface({ input: this.child.stdout, crlfDelay: Infinity });
-    this.lines.on('line', (line) => this.#onLine(line));
-  }
-
-  #onLine(line) {
-    if (line.trim() === '') {
-      this.protocolErrors.push('host wrote a blank line');
-      return;
-    }
-    let msg;
-    try {
-      msg = JSON.parse(line);
-    } catch (err) {
-      this.protocolErrors.push(`host wrote a line that is not JSON: ${line.slice(0, 200)}`);
-      return;
-    }
-    this.frames.push(msg);
-    const problem = envelopeProblem(msg);
-    if (problem) {
-      this.protocolErrors.push(`${problem}: ${line.slice(0, 300)}`);
-      if (!isPlainObject(msg)) return;
-    }
-    if (has(msg, 'method')) {
-      this.notifications.push(msg);
-      this.emit('notification', msg);
-      return;
-    }
-    const p = this.pending.get(msg.id);
-    if (!p) {
-      this.protocolErrors.push(`response for an id with no pending request: ${line.slice(0, 300)}`);
-      return;
-    }
-    this.pending.delete(msg.id);
-    clearTimeout(p.timer);
-    if (has(msg, 'error')) p.reject(new RpcError(p.method, msg.error));
-    else p.resolve(msg.result);
-  }
-
-  #write(frame) {
-    this.child.stdin.write(JSON.stringify(frame) + '\n');
-  }
-
-  request(method, params, { timeoutMs = WAIT_MS } = {}) {
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      if (this.exitInfo) {
-        reject(new Error(`host already exited; cannot send ${method}`));
-        return;
-      }
-      const timer = setTimeout(() => {
-        this.pending.delete(id);
-        reject(new Error(`no answer to ${method} #${id} within ${timeoutMs} ms\nhost stderr:\n${this.stderr}`));
-      }, timeoutMs);
-      this.pending.set(id, { method, resolve, reject, timer });
-      const frame = { jsonrpc: '2.0', id, method };
-      if (params !== undefined) frame.params = params;
-      this.#write(frame);
-    });
-  }
-
-  notify(method, params) {
-    const frame = { jsonrpc: '2.0', method };
-    if (params !== undefined) frame.params = params;
-    this.#write(frame);
-  }
-
-  /** The first notification (already received or future) matching `predicate`. */
-  waitForNotification(predicate, { timeoutMs = WAIT_MS, what = 'notification' } = {}) {
-    const seen = this.notifications.find(predicate);
-    if (seen) return Promise.resolve(seen);
-    return new Promise((resolve, reject) => {
-      const onNote = (msg) => {
-        if (!predicate(msg)) return;
-        cleanup();
-        resolve(msg);
-      };
-      const onExit = (info) => {
-        cleanup();
-        reject(new Error(`host exited (${JSON.stringify(info)}) while waiting for ${what}`));
-      };
-      const timer = setTimeout(() => {
-        cleanup();
-        reject(new Error(`no ${what} within ${timeoutMs} ms; got: ${JSON.stringify(this.notifications)}`));
-      }, timeoutMs);
-      const cleanup = () => {
-        clearTimeout(timer);
-        this.off('notification', onNote);
-        this.off('exit', onExit);
-      };
-      this.on('notification', onNote);
-      this.once('exit', onExit);
-    });
-  }
-
-  /** Resolves with {code, signal} when the host exits; rejects after `timeoutMs`. */
-  waitForExit({ timeoutMs = WAIT_MS } = {}) {
-    let timer;
-    const timeout = new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`host did not exit within ${timeoutMs} ms\nhost stderr:\n${this.stderr}`)), timeoutMs);
-    });
-    return Promise.race([this.exited, timeout]).finally(() => clearTimeout(timer));
-  }
-
-  /** Closes the host's stdin (end of input). */
-  closeInput() {
-    this.child.stdin.end();
-  }
-
-  /** Makes sure the host is gone (test clean-up); SIGKILL after a bounded grace. */
-  async dispose() {
-    this.lines.close();
-    if (this.exitInfo) return;
-    this.child.stdin.end();
-    try {
-      await this.waitForExit({ timeoutMs: 3_000 });
-    } catch {
-      this.child.kill('SIGKILL');
-      await this.exited;
-    }
-  }
-}
 
 // ── Fixtures ───────────────────────────────────────────────────────────────
 
@@ -246,21 +34,12 @@ const clients = new Set();
 
 before(() => {
   assert.ok(fs.existsSync(BIN), `host binary not found at ${BIN} (run make build)`);
-  const testPlugins = path.join(BUILD_DIR, 'test-plugins');
+  const testPlugins = TEST_PLUGINS_DIR;
   assert.ok(fs.existsSync(testPlugins), `test plugins not found at ${testPlugins} (run make build)`);
 
   root = fs.mkdtempSync(path.join(os.tmpdir(), 'authbridge-node-'));
   // The plugin folder and its files must not be group/other-writable.
-  pluginDir = path.join(root, 'plugins');
-  fs.mkdirSync(pluginDir);
-  fs.chmodSync(pluginDir, 0o755);
-  for (const name of fs.readdirSync(testPlugins)) {
-    const src = path.join(testPlugins, name);
-    if (!fs.statSync(src).isFile()) continue;
-    const dst = path.join(pluginDir, name);
-    fs.copyFileSync(src, dst);
-    fs.chmodSync(dst, 0o644);
-  }
+  pluginDir = copyPlugins(path.join(root, 'plugins'), testPlugins);
   for (const id of ['ctest', 'swifttest']) {
     assert.ok(fs.existsSync(path.join(pluginDir, `${id}.json`)), `manifest ${id}.json missing from ${testPlugins}`);
   }
@@ -272,12 +51,7 @@ before(() => {
     { mode: 0o644 },
   );
 
-  const xdgConfig = path.join(root, 'xdg-config');
-  const xdgData = path.join(root, 'xdg-data');
-  fs.mkdirSync(xdgConfig, { mode: 0o700 });
-  fs.mkdirSync(xdgData, { mode: 0o700 });
-  env = { ...process.env, XDG_CONFIG_HOME: xdgConfig, XDG_DATA_HOME: xdgData };
-  delete env.DBUS_SESSION_BUS_ADDRESS; // never the developer's own keyring
+  env = isolatedEnv(root);
 });
 
 after(() => {
@@ -292,7 +66,7 @@ afterEach(async () => {
 function startHost({ config = true } = {}) {
   const args = ['serve', '--no-default-plugins', '--plugins', pluginDir, '--log-level', 'warning'];
   if (config) args.push('--config', configFile);
-  const client = new RpcClient(BIN, args, { env, cwd: root });
+  const client = new RpcClient(BIN, args, { env, cwd: root, waitMs: WAIT_MS });
   clients.add(client);
   return client;
 }

@@ -1,34 +1,33 @@
 // Test harness of the Node client (outside test/, because `node --test test/` runs every .mjs
-// file under test/ as a test file).
+// file under test/ as a test file), over the Node test kit (Tests/support/testkit.mjs).
 //
-// Environment:
-//   AUTHBRIDGE          the host executable (default <repo>/.build/debug/authbridge)
-//   AUTHBRIDGE_PLUGINS  the folder holding the bundled oidc plugin (default <repo>/.build/debug/plugins)
-//   AUTHBRIDGE_PYTHON   the Python with Django, DOT and jsonschema (default <repo>/.venv/bin/python)
+// Environment: the test targets' variables (the Makefile's header, read by the kit):
+// AUTHBRIDGE_BIN (the host), AUTHBRIDGE_BUILD_DIR (its build folder, whose plugins/ holds the
+// bundled oidc plugin), AUTHBRIDGE_PYTHON (the Python with Django, DOT and jsonschema); and
 //   AUTHBRIDGE_FRAMES_FILE
 //                       optional: a JSONL file every test file appends the frames to, both ways
 //                       (default: one private file per test file). Each test file ends with a
 //                       test that runs Tests/tools/validate_frames.py over it.
 //
-// Every host runs isolated: its own plugin folder (a copy of oidc, 0755/0644), XDG folders and
-// HOME, no default plugin folders, no session bus. Every wait is bounded.
+// Every host runs isolated (the kit's recipe): its own plugin folder (a copy of oidc,
+// 0755/0644), XDG folders and HOME, no default plugin folders, no session bus. Every wait is
+// bounded.
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { after, before } from 'node:test';
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { AuthBridge } from '../src/index.js';
+import { startDot } from '../../../Tests/support/dot.mjs';
+import {
+  HOST_BIN as HOST, PLUGINS_DIR as PLUGINS, PYTHON, REPO, SPEC_PATH, VALIDATOR, copyPlugins, isolatedEnv, run, tempDir,
+  validateFrames, withTimeout,
+} from '../../../Tests/support/testkit.mjs';
 
-export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-export const HOST = process.env.AUTHBRIDGE || path.join(REPO, '.build', 'debug', 'authbridge');
-export const PLUGINS = process.env.AUTHBRIDGE_PLUGINS || path.join(REPO, '.build', 'debug', 'plugins');
-export const PYTHON = process.env.AUTHBRIDGE_PYTHON || path.join(REPO, '.venv', 'bin', 'python');
-export const VALIDATOR = path.join(REPO, 'Tests', 'tools', 'validate_frames.py');
-export const SPEC_PATH = path.join(REPO, 'bridge-spec', 'openrpc.json');
+export { HOST, PLUGINS, PYTHON, REPO, SPEC_PATH, VALIDATOR, run, tempDir, validateFrames, withTimeout };
 
 /** Bound of one wait (a request, an event, a process exit). */
 export const WAIT_MS = 15_000;
@@ -37,18 +36,31 @@ const OIDC_FILES = ['oidc.json', 'libauthbridge-oidc.so'];
 
 /** Fails early, with the way to fix it, when the host, plugins or Python are missing. */
 export function checkPrerequisites() {
-  assert.ok(fs.existsSync(HOST), `host not found at ${HOST}: set AUTHBRIDGE (or run make build)`);
+  assert.ok(fs.existsSync(HOST), `host not found at ${HOST}: set AUTHBRIDGE_BIN (or run make build)`);
   for (const name of OIDC_FILES) {
-    assert.ok(fs.existsSync(path.join(PLUGINS, name)), `${name} not found in ${PLUGINS}: set AUTHBRIDGE_PLUGINS (or run make build)`);
+    assert.ok(fs.existsSync(path.join(PLUGINS, name)), `${name} not found in ${PLUGINS}: set AUTHBRIDGE_BUILD_DIR (or run make build)`);
   }
   assert.ok(fs.existsSync(PYTHON), `Python not found at ${PYTHON}: set AUTHBRIDGE_PYTHON (or run make deps)`);
 }
 
-/** A temporary folder removed when the process ends. */
-export function tempDir(prefix) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
-  process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
+/**
+ * A test file's shared setup: before its tests, the prerequisites are checked and a sandbox and
+ * django-oauth-toolkit (`startDot` options) are started and handed to `ready({dot, box})`, which
+ * is awaited (a file's other top-level `before` hooks may run at the same time: more setup goes
+ * into `ready`); after them, every bridge startBridge() started is closed and DOT stopped.
+ */
+export function withDotAndSandbox(ready, dotOptions = {}) {
+  let dot;
+  before(async () => {
+    checkPrerequisites();
+    const box = sandbox();
+    dot = await startDot({ state: tempDir('authbridge-dot-'), python: PYTHON, ...dotOptions });
+    await ready({ dot, box });
+  });
+  after(async () => {
+    await closeAll();
+    await dot?.stop();
+  });
 }
 
 /**
@@ -57,13 +69,7 @@ export function tempDir(prefix) {
  */
 export function sandbox() {
   const root = tempDir('authbridge-nodeclient-');
-  const pluginDir = path.join(root, 'plugins');
-  fs.mkdirSync(pluginDir);
-  fs.chmodSync(pluginDir, 0o755);
-  for (const name of OIDC_FILES) {
-    fs.copyFileSync(path.join(PLUGINS, name), path.join(pluginDir, name));
-    fs.chmodSync(path.join(pluginDir, name), 0o644);
-  }
+  const pluginDir = copyPlugins(path.join(root, 'plugins'), PLUGINS, OIDC_FILES);
   let hosts = 0;
   return {
     root,
@@ -71,11 +77,7 @@ export function sandbox() {
     /** Start options of an isolated host (its own folder under root). */
     hostOptions(extra = {}) {
       const dir = path.join(root, `host${hosts++}`);
-      const env = { ...process.env };
-      for (const sub of ['xdg-config', 'xdg-data', 'home']) fs.mkdirSync(path.join(dir, sub), { recursive: true, mode: 0o700 });
-      Object.assign(env, { XDG_CONFIG_HOME: path.join(dir, 'xdg-config'), XDG_DATA_HOME: path.join(dir, 'xdg-data'), HOME: path.join(dir, 'home') });
-      delete env.DBUS_SESSION_BUS_ADDRESS; // never the developer's keyring
-      delete env.AUTHBRIDGE_VAULT_KEY;
+      const env = isolatedEnv(dir);
       return { hostPath: HOST, noDefaultPlugins: true, plugins: [pluginDir], logLevel: 'debug', env, cwd: dir, ...extra };
     },
   };
@@ -200,38 +202,6 @@ export function fakeHostOptions(box, mode, extra = {}) {
   return { hostPath: wrapper, env: { ...process.env, FAKE_HOST_MODE: mode }, ...extra };
 }
 
-/** Rejects with a clear message when `promise` has not settled within `ms`. */
-export function withTimeout(promise, ms, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: nothing within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** Runs a command to its end (bounded); resolves with {code, signal, stdout, stderr}. */
-export function run(command, args, { timeoutMs = 60_000, env, cwd, input } = {}) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (text) => { stdout += text; });
-    child.stderr.setEncoding('utf8').on('data', (text) => { stderr += text; });
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`${path.basename(command)} ${args.join(' ')} still running after ${timeoutMs} ms\n${stdout}\n${stderr}`));
-    }, timeoutMs);
-    child.once('error', (error) => { clearTimeout(timer); reject(error); });
-    child.once('close', (code, signal) => { clearTimeout(timer); resolve({ code, signal, stdout, stderr }); });
-    child.stdin.end(input);
-  });
-}
-
-/** Runs Tests/tools/validate_frames.py over JSONL files. */
-export function validateFrames(...files) {
-  return run(PYTHON, [VALIDATOR, ...files]);
-}
-
 /**
  * The test that ends each test file: every frame this file's hosts and client sent validates
  * against bridge-spec/openrpc.json.
@@ -247,7 +217,7 @@ export async function assertRecordedFramesValid() {
 
 /**
  * Codes and tokens that appear where the contract does not put them: in the host's log, or in
- * any frame other than getAccessToken's and fetch's results (Tests/contract/leak_scan.py).
+ * any frame other than getAccessToken's and fetch's results (the Python kit's leak_scan.py).
  * Returns places, never the secrets.
  */
 export function leaks(secrets, bridge) {

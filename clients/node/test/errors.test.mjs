@@ -1,7 +1,7 @@
 // Each error class, from a real error of the real host (oidc plugin, django-oauth-toolkit):
 // the class matches the code, and `error.data` (provider, reason, field, retryable…) is there.
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -9,9 +9,8 @@ import path from 'node:path';
 
 import * as bridgeErrors from '../src/index.js';
 import { AuthBridge, AuthBridgeError } from '../src/index.js';
-import { startDot } from '../../../Tests/support/dot.mjs';
 import {
-  PYTHON, WAIT_MS, assertRecordedFramesValid, checkPrerequisites, closeAll, frameTap, sandbox, startBridge, tempDir, withTimeout,
+  WAIT_MS, assertRecordedFramesValid, closeAll, frameTap, startBridge, withDotAndSandbox, withTimeout,
 } from '../test-support/harness.mjs';
 
 /** The redirect URI registered at DOT for the external flow (any loopback port). */
@@ -20,18 +19,10 @@ const EXTERNAL_REDIRECT = 'http://127.0.0.1:53682/callback';
 let dot;
 let box;
 let bridge; // one host for the tests that need nothing special
-
-before(async () => {
-  checkPrerequisites();
-  box = sandbox();
-  dot = await startDot({ state: tempDir('authbridge-dot-'), python: PYTHON });
+withDotAndSandbox(async (started) => {
+  ({ dot, box } = started);
   bridge = await startBridge(box);
   await bridge.configureProfile({ name: 'dot', plugin: 'oidc', settings: dot.settings({ redirectUri: EXTERNAL_REDIRECT }) });
-});
-
-after(async () => {
-  await closeAll();
-  await dot?.stop();
 });
 
 /**

@@ -8,7 +8,7 @@
 // - the README's Node quick start: its shell step run literally in a fresh folder outside the
 //   repository, then its code with plain `node`, twice (the second run keeps the session).
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -16,9 +16,9 @@ import path from 'node:path';
 
 import { AbortError } from '../src/index.js';
 import { AuthService, main as desktopApp } from '../../../Examples/desktop_app.mjs';
-import { startDot, signInAsUser } from '../../../Tests/support/dot.mjs';
+import { signInAsUser } from '../../../Tests/support/dot.mjs';
 import {
-  HOST, PYTHON, REPO, WAIT_MS, assertRecordedFramesValid, checkPrerequisites, closeAll, run, sandbox, startBridge, tempDir, validateFrames, withTimeout,
+  HOST, PYTHON, REPO, WAIT_MS, assertRecordedFramesValid, closeAll, run, startBridge, tempDir, validateFrames, withDotAndSandbox, withTimeout,
 } from '../test-support/harness.mjs';
 
 const DOT_MODULE = path.join(REPO, 'Tests', 'support', 'dot.mjs');
@@ -26,17 +26,7 @@ const FRAME_TAP = path.join(REPO, 'Tests', 'tools', 'frame_tap.py');
 
 let dot;
 let box;
-
-before(async () => {
-  checkPrerequisites();
-  box = sandbox();
-  dot = await startDot({ state: tempDir('authbridge-dot-'), python: PYTHON });
-});
-
-after(async () => {
-  await closeAll();
-  await dot?.stop();
-});
+withDotAndSandbox((started) => ({ dot, box } = started));
 
 let taps = 0;
 

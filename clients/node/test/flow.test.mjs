@@ -1,7 +1,7 @@
 // The client against the real host and django-oauth-toolkit: a browser sign-in played by a
 // scripted user, status, token, an authorized call, events, sign-out, a large frame, a clean close.
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
@@ -9,24 +9,14 @@ import http from 'node:http';
 import path from 'node:path';
 
 import { AuthBridge, NotSignedInError, PROTOCOL_VERSION } from '../src/index.js';
-import { startDot, signInAsUser, USER } from '../../../Tests/support/dot.mjs';
+import { signInAsUser, USER } from '../../../Tests/support/dot.mjs';
 import {
-  PYTHON, SPEC_PATH, WAIT_MS, assertRecordedFramesValid, checkPrerequisites, closeAll, leaks, sandbox, startBridge, tempDir, withTimeout,
+  PYTHON, SPEC_PATH, WAIT_MS, assertRecordedFramesValid, closeAll, leaks, startBridge, tempDir, withDotAndSandbox, withTimeout,
 } from '../test-support/harness.mjs';
 
 let dot;
 let box;
-
-before(async () => {
-  checkPrerequisites();
-  box = sandbox();
-  dot = await startDot({ state: tempDir('authbridge-dot-'), python: PYTHON, accessLifetime: 3600 });
-});
-
-after(async () => {
-  await closeAll();
-  await dot?.stop();
-});
+withDotAndSandbox((started) => ({ dot, box } = started), { accessLifetime: 3600 });
 
 /** The user signs in when the host asks for a URL to be opened; resolves with the host's page. */
 function userOpensUrls(bridge) {

@@ -2,7 +2,7 @@
 // is a request that waits as long as we like) and, for what the real host never does on
 // purpose, test-support/fake_host.mjs.
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -10,24 +10,14 @@ import path from 'node:path';
 import {
   AbortError, AuthBridge, AuthBridgeError, HostExitedError, HostNotFoundError, RequestCancelledError, RequestTimeoutError, TimeoutError,
 } from '../src/index.js';
-import { startDot, signInAsUser } from '../../../Tests/support/dot.mjs';
+import { signInAsUser } from '../../../Tests/support/dot.mjs';
 import {
-  PYTHON, WAIT_MS, assertRecordedFramesValid, checkPrerequisites, closeAll, fakeHostOptions, run, sandbox, startBridge, tempDir, withTimeout,
+  PYTHON, WAIT_MS, assertRecordedFramesValid, closeAll, fakeHostOptions, run, startBridge, tempDir, withDotAndSandbox, withTimeout,
 } from '../test-support/harness.mjs';
 
 let dot;
 let box;
-
-before(async () => {
-  checkPrerequisites();
-  box = sandbox();
-  dot = await startDot({ state: tempDir('authbridge-dot-'), python: PYTHON });
-});
-
-after(async () => {
-  await closeAll();
-  await dot?.stop();
-});
+withDotAndSandbox((started) => ({ dot, box } = started));
 
 /** A host with profile "dot". */
 async function dotBridge(extra) {

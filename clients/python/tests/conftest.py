@@ -1,18 +1,19 @@
-"""Test harness of the Python client: the real host, the bundled `oidc` plugin and
-django-oauth-toolkit (Tests/support/dot_server.py, the suite's authorization server); the
-`tableau` and `marketsharp` plugins against their simulators (Tests/contract/sim_*.py).
+"""Test harness of the Python client, over the Python test kit (Tests/support/authbridge_testkit):
+the real host, the bundled `oidc` plugin and django-oauth-toolkit (the kit's dot_auth, the
+suites' authorization server); the `tableau` and `marketsharp` plugins against their simulators
+(Tests/contract/sim_*.py).
 
-    AUTHBRIDGE=/path/to/authbridge AUTHBRIDGE_PLUGINS=/path/to/plugins \\
+    AUTHBRIDGE_BIN=/path/to/authbridge AUTHBRIDGE_BUILD_DIR=/path/to/.build/debug \\
         .venv/bin/python -m pytest -q clients/python/tests
 
-AUTHBRIDGE (the host; default .build/debug/authbridge) and AUTHBRIDGE_PLUGINS (the folder of
-the bundled plugins, as `make build` stages them; default .build/debug/plugins). The venv needs
-requirements-test.txt (jsonschema, DOT, mypy…); the client itself needs nothing.
+The test targets' variables (Makefile header): AUTHBRIDGE_BIN (the host; default
+.build/debug/authbridge) and AUTHBRIDGE_BUILD_DIR (its build folder, whose plugins/ holds the
+bundled plugins; default .build/debug). The venv needs requirements-test.txt (jsonschema, DOT,
+mypy…); the client itself needs nothing.
 
 Every frame the client sends and receives passes through its `on_frame` hook into
-`FrameValidator`, which checks both directions against bridge-spec/openrpc.json with
-Tests/tools/validate_frames.py (the validators of Tests/contract/conftest.py); a violation fails
-the test at teardown. Programs run as child processes (the example, the README's quick start)
+`FrameValidator`, which checks both directions against bridge-spec/openrpc.json with the kit's
+validators (those of every suite); a violation fails the test at teardown. Programs run as child processes (the example, the README's quick start)
 get Tests/tools/frame_tap.py in front of the host (the `frame_tap` fixture), and their recorded
 frames are validated the same way. Every log record of the `authbridge` loggers (the client's,
 and the host's stderr it forwards at debug level) is scanned for the codes and tokens DOT handed out.
@@ -25,22 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import inspect
 import json
 import logging
-import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
 import threading
-import urllib.request
 import venv
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -48,16 +44,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 CLIENT_DIR = REPO / "clients" / "python"
 sys.path.insert(0, str(CLIENT_DIR))                    # the client from this checkout
-sys.path.insert(0, str(REPO / "Tests" / "contract"))   # dot_auth, leak_scan
-sys.path.insert(0, str(REPO / "Tests" / "support"))    # signing_in
+sys.path.insert(0, str(REPO / "Tests" / "support"))    # the test kit, signing_in
 
-import leak_scan  # noqa: E402
-from dot_auth import DotAuthServer  # noqa: E402
+from authbridge_testkit import copy_plugins, isolated_environment, leak_scan  # noqa: E402
+from authbridge_testkit.dot_auth import DotAuthServer, dot_fixture  # noqa: E402
+from authbridge_testkit.paths import HOST_BIN, PLUGINS_DIR, SPEC_PATH  # noqa: E402,F401 - SPEC_PATH: for the tests
+from authbridge_testkit.recorded import validate as validate_recorded  # noqa: E402
+from authbridge_testkit.spec import frame_problems, no_duplicate_keys, sent_frame_problems, spec  # noqa: E402
 
 import authbridge  # noqa: E402
 
-HOST_BIN = Path(os.environ.get("AUTHBRIDGE") or REPO / ".build" / "debug" / "authbridge").resolve()
-PLUGINS_SOURCE = Path(os.environ.get("AUTHBRIDGE_PLUGINS") or REPO / ".build" / "debug" / "plugins").resolve()
+PLUGINS_SOURCE = PLUGINS_DIR
 
 #: Bound on a whole async test; every wait inside has its own, smaller bound.
 TEST_TIMEOUT = 90.0
@@ -67,9 +64,9 @@ WAIT = 15.0
 
 def pytest_configure(config):
     if not HOST_BIN.is_file():
-        raise pytest.UsageError(f"host {HOST_BIN} not found: set AUTHBRIDGE or run `make build`")
+        raise pytest.UsageError(f"host {HOST_BIN} not found: set AUTHBRIDGE_BIN or run `make build`")
     if not (PLUGINS_SOURCE / "oidc.json").is_file():
-        raise pytest.UsageError(f"no oidc.json in {PLUGINS_SOURCE}: set AUTHBRIDGE_PLUGINS or run `make build`")
+        raise pytest.UsageError(f"no oidc.json in {PLUGINS_SOURCE}: set AUTHBRIDGE_BUILD_DIR or run `make build`")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -89,43 +86,6 @@ def pytest_pyfunc_call(pyfuncitem):
 
 
 # ── Every frame against bridge-spec/openrpc.json ──────────────────────────────
-
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_CONTRACT_CONFTEST = _load("contract_conftest", REPO / "Tests" / "contract" / "conftest.py")
-
-
-def contract_module(path: Path, name: str) -> ModuleType:
-    """A module written for Tests/contract, loaded as `name`. Such modules import that folder's
-    conftest.py as `conftest`, which here is this file: the contract's stands in while it loads."""
-    ours = sys.modules.get("conftest")
-    sys.modules["conftest"] = _CONTRACT_CONFTEST
-    try:
-        return _load(name, path)
-    finally:
-        if ours is not None:
-            sys.modules["conftest"] = ours
-
-
-#: The validators every frontend's frames are checked with (those of Tests/contract/conftest.py).
-validate_frames = contract_module(REPO / "Tests" / "tools" / "validate_frames.py", "validate_frames")
-SPEC_PATH = validate_frames.SPEC_PATH
-_SPEC: Any = None
-
-
-def spec() -> Any:
-    global _SPEC
-    if _SPEC is None:
-        _SPEC = validate_frames.Spec(SPEC_PATH)
-    return _SPEC
-
 
 class FrameValidator:
     """The client's `on_frame` hook in the tests: validates every frame both ways with
@@ -166,7 +126,7 @@ class FrameValidator:
         text = raw.decode("utf-8", errors="replace")[:300]
         if not raw.endswith(b"\n") or raw.count(b"\n") != 1:
             self.violations.append(f"sent frame is not one \\n-terminated line: {text}")
-        method, found = validate_frames.sent_frame_problems(self.spec, frame)
+        method, found = sent_frame_problems(self.spec, frame)
         if found and not self.breaking_on_purpose:
             self.violations += [f"{p}: {text}" for p in found]
         if not isinstance(frame, dict):
@@ -192,7 +152,7 @@ class FrameValidator:
         if not raw.endswith(b"\n") or raw.endswith(b"\r\n"):
             self.violations.append(f"frame not terminated by a bare \\n: {text}")
         try:
-            frame = json.loads(raw.decode("utf-8"), object_pairs_hook=validate_frames._no_duplicate_keys)
+            frame = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicate_keys)
         except ValueError as error:
             self.violations.append(f"not a JSON frame ({error}): {text}")
             return
@@ -206,7 +166,7 @@ class FrameValidator:
                 elif key in self.answered:
                     self.violations.append(f"request id {key!r} answered again: {text}")
                 self.answered.add(key)
-        self.violations += [f"{p}: {text}" for p in validate_frames.frame_problems(self.spec, frame, method)]
+        self.violations += [f"{p}: {text}" for p in frame_problems(self.spec, frame, method)]
 
     def frames(self) -> list[dict[str, Any]]:
         with self.cond:
@@ -235,7 +195,7 @@ class FrameValidator:
 class TapLog:
     """Tests/tools/frame_tap.py in front of the host, for a frontend run as a child process: put
     `env` into its environment (AUTHBRIDGE is then the tap, which starts `host`). `check()`
-    validates every recorded frame, both ways, with validate_frames.validate."""
+    validates every recorded frame, both ways, with the kit's recorded.validate."""
 
     TAP = REPO / "Tests" / "tools" / "frame_tap.py"
 
@@ -253,7 +213,7 @@ class TapLog:
         return [json.loads(r["line"]).get("method") for r in self.records() if r["dir"] == "out"]
 
     def check(self) -> int:
-        checked, found = validate_frames.validate([self.path])
+        checked, found = validate_recorded([self.path])
         assert not found, "frames that break bridge-spec:\n" + "\n".join(found[:20])
         return checked
 
@@ -372,7 +332,7 @@ def plugin_folder(folder: Path, *plugins: str) -> Path:
     """A private copy (folder 0755, files 0644) of bundled plugins (manifest and library): the
     host refuses plugin files others can write."""
     files = [name for plugin in plugins for name in (f"{plugin}.json", f"libauthbridge-{plugin}.so")]
-    return _CONTRACT_CONFTEST.make_plugin_dir(folder, files, PLUGINS_SOURCE)
+    return copy_plugins(folder, files, PLUGINS_SOURCE)
 
 
 @pytest.fixture
@@ -389,14 +349,9 @@ def host_options(tmp_path, plugin_dir, frames, logs) -> Callable[..., dict[str, 
     def make(name: str = "host", profiles: dict | None = None, data_home: Path | None = None,
              **overrides: Any) -> dict[str, Any]:
         home = tmp_path / name
-        for sub in ("xdg-config", "xdg-data", "home"):
-            (home / sub).mkdir(parents=True, exist_ok=True)
+        env = isolated_environment(home, data_home)
         config = home / "config.json"
         config.write_text(json.dumps({"profiles": profiles or {}}))
-        env = dict(os.environ, XDG_CONFIG_HOME=str(home / "xdg-config"),
-                   XDG_DATA_HOME=str(data_home or home / "xdg-data"), HOME=str(home / "home"))
-        env.pop("DBUS_SESSION_BUS_ADDRESS", None)   # never the developer's keyring
-        env.pop("AUTHBRIDGE_VAULT_KEY", None)
         options: dict[str, Any] = dict(
             executable=str(HOST_BIN), plugins=[plugin_dir], no_default_plugins=True, config=config,
             args=["--log-level", "debug"], env=env, cwd=str(home), on_frame=frames,
@@ -406,11 +361,7 @@ def host_options(tmp_path, plugin_dir, frames, logs) -> Callable[..., dict[str, 
     return make
 
 
-@pytest.fixture(scope="session")
-def dot(tmp_path_factory) -> DotAuthServer:
-    server = DotAuthServer(tmp_path_factory.mktemp("dot"), access_lifetime=3600).start()
-    yield server
-    server.stop()
+dot = dot_fixture("session")
 
 
 def dot_settings(dot: DotAuthServer) -> dict[str, Any]:
@@ -422,12 +373,8 @@ def dot_profiles(dot: DotAuthServer) -> dict[str, Any]:
     return {"dot": {"plugin": "oidc", "settings": dot_settings(dot)}}
 
 
-def play_user(dot: DotAuthServer, url: str, user: str = "ada", password: str = "lovelace-test") -> int:
-    """The user in a browser: signs in at DOT's login page, then follows the redirect to the
-    host's loopback listener, which holds the request until the session is stored. Blocking."""
-    callback = dot.browse(url, user=user, password=password)
-    with urllib.request.urlopen(callback, timeout=WAIT) as response:
-        return response.status
+#: The user in a browser (blocking): play_user(dot, url, user=…, password=…) → the listener's status.
+play_user = DotAuthServer.play_user
 
 
 async def sign_in(bridge: authbridge.AuthBridge, dot: DotAuthServer, provider: str = "dot",

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, WAIT, contract_module, plugin_folder
+from conftest import REPO, WAIT, plugin_folder
 
 import authbridge
 from authbridge import Account, Cookie, CookieRef, SessionChanged
 
-tableau_tests = contract_module(REPO / "Tests" / "contract" / "test_tableau.py", "contract_test_tableau")
-marketsharp_tests = contract_module(REPO / "Tests" / "contract" / "test_marketsharp.py", "contract_test_marketsharp")
+# The contract suites' provider modules (simulators and their fixtures, over the test kit).
+sys.path.insert(0, str(REPO / "Tests" / "contract"))
+import test_marketsharp as marketsharp_tests  # noqa: E402
+import test_tableau as tableau_tests  # noqa: E402
+
 MESSAGE_NO_LICENSE = marketsharp_tests.MESSAGE_NO_LICENSE
 
 # The simulators, as the contract suites start them (each checks for violations at teardown).

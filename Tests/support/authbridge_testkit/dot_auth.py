@@ -17,9 +17,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import leak_scan
+import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from . import leak_scan
+from .paths import REPO
+
 SERVER = REPO / "Tests" / "support" / "dot_server.py"
 USER, PASSWORD = "ada", "lovelace-test"
 CLIENT_ID = "authbridge-test"
@@ -89,6 +91,13 @@ class DotAuthServer:
     def is_issued(self, access_token: str) -> bool:
         return self._get_json("/test/issued?" + urllib.parse.urlencode({"token": access_token}))["issued"]
 
+    def play_user(self, url: str, user: str = USER, password: str = PASSWORD, timeout: float = 30) -> int:
+        """The user in a browser (blocking): signs in at DOT's login page, then follows the redirect
+        to the host's loopback listener, which holds the request until the session is stored;
+        the listener's HTTP status."""
+        with urllib.request.urlopen(self.browse(url, user=user, password=password), timeout=timeout) as response:
+            return response.status
+
     def browse(self, url: str, user: str = USER, password: str = PASSWORD) -> str:
         """A browser signing in as `user`: authorize → login page → login → authorize → the redirect
         to the app's callback, whose URL is returned (never followed)."""
@@ -155,3 +164,15 @@ class _ScriptedBrowser:
     def log_in(self, login_url: str, user: str, password: str) -> tuple[int, str]:
         next_url = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(login_url).query))["next"]
         return self.submit(login_url, {"username": user, "password": password, "next": next_url})
+
+
+def dot_fixture(scope: str = "module", **options: Any):
+    """A pytest fixture `dot`: django-oauth-toolkit started once per `scope` (access tokens of an
+    hour unless `options` say otherwise), stopped at its end. In a conftest or test module:
+    `dot = dot_fixture("session")`."""
+    @pytest.fixture(scope=scope)
+    def dot(tmp_path_factory):
+        server = DotAuthServer(tmp_path_factory.mktemp("dot"), **{"access_lifetime": 3600, **options}).start()
+        yield server
+        server.stop()
+    return dot

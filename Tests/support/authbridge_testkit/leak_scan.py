@@ -2,9 +2,8 @@
 message it sends, except where the contract puts one (getAccessToken's result, and a provider's
 own answer relayed by fetch).
 
-Test servers register what they hand out (`register`); every host started through the conftest
-factory is scanned when its test ends, against those secrets and every access token the host
-itself returned. Reports name where a secret appeared, never the secret.
+Test servers register what they hand out (`register`); every host the suites start is scanned
+when its test ends, against those secrets and every access token the host itself returned. Reports name where a secret appeared, never the secret.
 """
 
 from __future__ import annotations

@@ -1,0 +1,41 @@
+"""bridge-spec/openrpc.json is the source of its copies (scripts/spec.py, `make spec`): each
+method's `params` list, the embedded document, the error tables of the Swift host, the Python and
+Node clients and the README, and the README's method table. These tests fail when a copy was
+edited by hand or the spec without `make spec`."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from conftest import REPO, SPEC_PATH
+
+
+def test_every_copy_is_what_make_spec_writes():
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "spec.py"), "--check"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_method_table_names_every_param_the_host_accepts():
+    """The drift that started this: §4 left out `account` and `forceRefresh`."""
+    readme = (REPO / "bridge-spec" / "README.md").read_text(encoding="utf-8")
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([^`]+)`[^|]* \| ([^|]*) \|", readme, re.M)}
+    for method in json.loads(SPEC_PATH.read_text(encoding="utf-8"))["methods"]:
+        if method.get("x-direction") == "server-to-client":
+            continue
+        for param in method["params"]:
+            assert f"`{param['name']}" in rows[method["name"]], (method["name"], param["name"])
+
+
+def test_every_error_class_is_exported():
+    catalogue = json.loads(SPEC_PATH.read_text(encoding="utf-8"))["components"]["errors"]
+    python = (REPO / "clients" / "python" / "authbridge" / "errors.py").read_text(encoding="utf-8")
+    exported = re.search(r"__all__ = \[(.*?)\]", python, re.S).group(1)
+    node_index = (REPO / "clients" / "node" / "src" / "index.js").read_text(encoding="utf-8")
+    for name in catalogue:
+        assert f'"{name}"' in exported, f"errors.py's __all__ lacks {name}"
+        node_name = name if name.endswith("Error") else name + "Error"
+        assert re.search(rf"^\s+{node_name},$", node_index, re.M), f"clients/node/src/index.js does not export {node_name}"

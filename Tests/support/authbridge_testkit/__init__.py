@@ -1,0 +1,28 @@
+"""The Python test kit: what the contract suite (Tests/contract), the Python client's tests
+(clients/python/tests), the distribution tests (Tests/dist), the fuzzer and the frame tools share,
+written once.
+
+    sys.path.insert(0, str(REPO / "Tests" / "support"))
+    from authbridge_testkit import Host, host_command, spec, isolated_environment, copy_plugins
+
+Modules:
+  paths       where things are: the repository, the host under test, its build folder (from
+              AUTHBRIDGE_BIN and AUTHBRIDGE_BUILD_DIR, the test targets' variables; Makefile header)
+  spec        validators built from bridge-spec/openrpc.json, and the checks of one frame each way
+  isolation   the isolation recipe: a host's own XDG folders and HOME, no session bus, no vault
+              secret from outside, private 0644 copies of plugin files in a 0755 folder
+  host        `Host`, one `authbridge serve` child whose every frame is validated as it arrives
+  leak_scan   no code or token in a host's log or in a frame that does not carry one by contract
+  dot_auth    django-oauth-toolkit (Tests/support/dot_server.py), the suites' authorization server
+"""
+
+from .host import TIMEOUT, Host, HostError, host_command, session_records
+from .isolation import copy_plugins, isolated_environment
+from .paths import BUILD_DIR, HOST_BIN, PLUGINS_DIR, REPO, SPEC_PATH, SUPPORT_DIR, TEST_PLUGINS_DIR
+from .spec import Spec, error_code, frame_problems, id_key, schema_problem, schema_problems, sent_frame_problems, short, spec
+
+__all__ = [
+    "TIMEOUT", "Host", "HostError", "host_command", "session_records", "copy_plugins", "isolated_environment",
+    "BUILD_DIR", "HOST_BIN", "PLUGINS_DIR", "REPO", "SPEC_PATH", "SUPPORT_DIR", "TEST_PLUGINS_DIR", "Spec", "error_code",
+    "frame_problems", "id_key", "schema_problem", "schema_problems", "sent_frame_problems", "short", "spec",
+]
