@@ -351,8 +351,8 @@ struct TableauPlugin: ProviderPlugin {
         guard let user, user.objectValue != nil else { return nil }
         let username = (user["username"] ?? user["name"])?.stringValue
         let display = (user["displayName"] ?? user["name"])?.stringValue
-        // `JSON` is nil-literal expressible, so a bare `nil` inside a closure
-        // would become `.null` and survive `compactObject`: say `.none`.
+        // `JSON` is nil-literal expressible: where the type is inferred, a bare
+        // `nil` becomes `.null`, not an absent value. Say `.none`.
         func nonEmpty(_ text: String?) -> JSON? {
             guard let text, !text.isEmpty else { return .none }
             return .string(text)
@@ -360,7 +360,8 @@ struct TableauPlugin: ProviderPlugin {
         let account: JSON = .compactObject([
             "id": nonEmpty(username), "name": nonEmpty(display), "email": nonEmpty(user["email"]?.stringValue),
         ])
-        return account.objectValue?.isEmpty == false ? account : nil
+        guard account.objectValue?.isEmpty == false else { return .none }
+        return account
     }
 
     static func cookie(_ name: String, _ value: String, _ config: JSON) -> JSON {
