@@ -161,7 +161,7 @@ test-node-client:
 
 ## install: a self-contained, relocatable tree at PREFIX — bin/authbridge; lib/authbridge/ with the
 ## helper libraries, the bundled plugins (plugins/), the Swift runtime and every library a plain
-## glibc system lacks; include/authbridge/plugin.h; share/ (openrpc.json, man page, completions,
+## glibc system lacks; include/authbridge/ (plugin.h, plugin_jansson.h); share/ (openrpc.json, man page, completions,
 ## licenses). Staged in $(STAGE)/install, then copied over PREFIX.
 install: deps-build deps-dist
 	@$(MAKE) --no-print-directory release
@@ -179,7 +179,8 @@ stage-tree:
 	@install -m 0755 $(RELEASE_DIR)/authbridge $(DEST)/bin/authbridge
 	@install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeJWT.so $(RELEASE_DIR)/libAuthBridgeKeyring.so $(DEST)/lib/authbridge/
 	@$(MAKE) --no-print-directory stage-plugins BUILD_DIR=$(RELEASE_DIR) DEST=$(DEST)/lib/authbridge/plugins
-	@install -m 0644 Sources/CAuthBridgePlugin/include/authbridge/plugin.h $(DEST)/include/authbridge/
+	@install -m 0644 Sources/CAuthBridgePlugin/include/authbridge/plugin.h Sources/CAuthBridgePlugin/include/authbridge/plugin_jansson.h \
+		$(DEST)/include/authbridge/
 	@install -m 0644 bridge-spec/openrpc.json $(DEST)/share/authbridge/
 	@$(PYTHON) scripts/dist/bundle.py $(DEST) --mode $(MODE) --generate-manual $(RELEASE_DIR)/generate-manual \
 	  --build $(CURDIR)/.build --checkouts .build/checkouts

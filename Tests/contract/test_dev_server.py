@@ -63,7 +63,8 @@ class DevServer:
             return self.process.wait(timeout=TIMEOUT * 3)
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
-            raise AssertionError("make dev-server did not stop on Ctrl-C") from None
+            # Not `from None`: when stop() runs in a `finally`, the test's own failure stays in the chain.
+            raise AssertionError(f"make dev-server did not stop on Ctrl-C:\n{self.process.stderr.read()}")
 
 
 def terminal_quick_start() -> str:

@@ -32,7 +32,7 @@ def test_files_under_usr(unpacked):
     root = unpack(unpacked)
     listing = run(["dpkg-deb", "-c", artifact("authbridge_*_amd64.deb")]).stdout
     assert all(" root/root " in line for line in listing.splitlines()), "owned by root"
-    for name in ("usr/bin/authbridge", "usr/include/authbridge/plugin.h", "usr/share/authbridge/openrpc.json",
+    for name in ("usr/bin/authbridge", "usr/include/authbridge/plugin.h", "usr/include/authbridge/plugin_jansson.h", "usr/share/authbridge/openrpc.json",
                  "usr/share/man/man1/authbridge.1.gz", "usr/share/bash-completion/completions/authbridge",
                  "usr/share/zsh/vendor-completions/_authbridge", "usr/share/fish/vendor_completions.d/authbridge.fish",
                  "usr/share/doc/authbridge/copyright", "usr/lib/authbridge/libswiftCore.so"):

@@ -20,7 +20,7 @@ from conftest import (REPO, BUNDLED_PLUGINS, SYSTEM_PATH, TIMEOUT, VERSION, arti
 def test_the_tree_holds_what_the_issue_lists(unpacked):
     top = extract_tarball(unpacked)
     assert top.name == f"authbridge-{VERSION}-linux-x86_64"
-    expected = ["bin/authbridge", "include/authbridge/plugin.h", "share/authbridge/openrpc.json",
+    expected = ["bin/authbridge", "include/authbridge/plugin.h", "include/authbridge/plugin_jansson.h", "share/authbridge/openrpc.json",
                 "share/man/man1/authbridge.1.gz", "share/bash-completion/completions/authbridge",
                 "share/zsh/site-functions/_authbridge", "share/fish/vendor_completions.d/authbridge.fish",
                 "share/doc/authbridge/LICENSE", "share/doc/authbridge/THIRD-PARTY-NOTICES",

@@ -43,6 +43,7 @@
  * and HTTP statuses only.
  */
 #include <authbridge/plugin.h>
+#include <authbridge/plugin_jansson.h>
 #include <jansson.h>
 
 #include <stdint.h>
@@ -70,48 +71,12 @@ struct ab_plugin {
     const ab_host_api *host;
 };
 
-/* ── Answers ────────────────────────────────────────────────────────────── */
-
-static void logmsg(const ab_host_api *host, ab_call *call, ab_log_level level, const char *msg)
-{
-    host->log(call, level, msg, strlen(msg));
-}
-
-/* Sets `value` as the result and releases it; returns AB_OK (AB_ERROR when
- * it cannot be encoded, e.g. `value` is NULL after an allocation failed). */
-static ab_status reply(const ab_host_api *host, ab_call *call, json_t *value)
-{
-    char *text = value ? json_dumps(value, JSON_COMPACT) : NULL;
-    json_decref(value);
-    if (text == NULL)
-        return host->fail(call, "internal", "outOfMemory", "The duke plugin could not encode its answer.", 0);
-    host->set_result(call, (ab_json){ text, strlen(text) });
-    free(text);
-    return AB_OK;
-}
-
-/* ── JSON access ────────────────────────────────────────────────────────── */
-
-/* Parses a hook's borrowed input; NULL (with an error set) when malformed. */
-static json_t *parse_input(const ab_host_api *host, ab_call *call, ab_json input)
-{
-    json_t *v = input.data ? json_loadb(input.data, input.length, 0, NULL) : NULL;
-    if (json_is_object(v))
-        return v;
-    json_decref(v);
-    host->fail(call, "internal", "badInput", "The duke plugin received a hook input that is not a JSON object.", 0);
-    return NULL;
-}
-
-static const char *str_at(json_t *obj, const char *key)
-{
-    return json_string_value(json_object_get(obj, key));
-}
+/* ── JSON access (answers, input, logging: authbridge/plugin_jansson.h) ─── */
 
 /* input.profile.config.KEY */
 static const char *config_str(json_t *input, const char *key)
 {
-    return str_at(json_object_get(json_object_get(input, "profile"), "config"), key);
+    return ab_string_at(json_object_get(json_object_get(input, "profile"), "config"), key);
 }
 
 /* ── Text helpers ───────────────────────────────────────────────────────── */
@@ -236,7 +201,7 @@ static json_t *account_of(json_t *claims)
     static const char *const keys[] = { "sub", "name", "email" };
     static const char *const names[] = { "id", "name", "email" };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        const char *value = str_at(claims, keys[i]);
+        const char *value = ab_string_at(claims, keys[i]);
         if (value != NULL && *value != '\0')
             json_object_set_new(account, names[i], json_string(value));
     }
@@ -255,7 +220,7 @@ static json_t *token_result(const ab_host_api *host, ab_call *call, const char *
     json_t *claims = jwt_claims(access);
     int64_t expires_at = expiry_ms(claims);
     if (expires_at == 0)
-        logmsg(host, call, AB_LOG_NOTICE,
+        ab_log_text(host, call, AB_LOG_NOTICE,
                "duke: the access token carries no readable exp claim; its expiry is unknown (a 401 will renew it)");
     json_t *tokens = json_pack("{s:s, s:s, s:o}", "accessToken", access, "tokenType", "Bearer", "expiresAt",
                                expires_at ? json_integer(expires_at) : json_null());
@@ -368,7 +333,7 @@ static ab_status duke_describe(ab_plugin *plugin, ab_call *call, ab_json input)
                     "description", "Overrides the environment's base URL (https; http only on a loopback IP, e.g. a simulator)",
                 "apiBaseUrl", "type", "string",
                     "description", "Base for relative URLs given to fetch (the API that takes the Bearer token)");
-    return reply(plugin->host, call, d);
+    return ab_reply_json(plugin->host, call, d);
 }
 
 /* ── configure ──────────────────────────────────────────────────────────── */
@@ -376,13 +341,13 @@ static ab_status duke_describe(ab_plugin *plugin, ab_call *call, ab_json input)
 static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     const ab_host_api *host = plugin->host;
-    json_t *in = parse_input(host, call, input);
+    json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
         return AB_ERROR;
     json_t *settings = json_object_get(in, "settings");
-    const char *client = str_at(settings, "clientName");
-    const char *environment = str_at(settings, "environment");
-    const char *base_setting = str_at(settings, "baseUrl");
+    const char *client = ab_string_at(settings, "clientName");
+    const char *environment = ab_string_at(settings, "environment");
+    const char *base_setting = ab_string_at(settings, "baseUrl");
     json_t *api = json_object_get(settings, "apiBaseUrl");
     ab_status st;
 
@@ -439,7 +404,7 @@ static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
         "revokeUrl", json_sprintf("%.*s/%s/ios/revoke", blen, base, client));
     if (config != NULL && api != NULL)
         json_object_set(config, "apiBaseUrl", api); /* the host's standard authorize_request reads it */
-    st = reply(host, call, config);
+    st = ab_reply_json(host, call, config);
 done:
     json_decref(in);
     return st;
@@ -452,10 +417,10 @@ done:
 static ab_status duke_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     const ab_host_api *host = plugin->host;
-    json_t *in = parse_input(host, call, input);
+    json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
         return AB_ERROR;
-    const char *flow = str_at(in, "flow");
+    const char *flow = ab_string_at(in, "flow");
     const char *url = config_str(in, "loginUrl");
     const char *prefix = config_str(in, "callbackPrefix");
     ab_status st;
@@ -465,7 +430,7 @@ static ab_status duke_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json in
     else if (url == NULL || prefix == NULL)
         st = host->fail(call, "configuration", "missingSetting", "The duke profile is not configured (no login URL).", 0);
     else
-        st = reply(host, call, json_pack("{s:s, s:s}", "url", url, "callbackPrefix", prefix));
+        st = ab_reply_json(host, call, json_pack("{s:s, s:s}", "url", url, "callbackPrefix", prefix));
     json_decref(in);
     return st;
 }
@@ -502,10 +467,10 @@ static ab_status callback_token(const ab_host_api *host, ab_call *call, const ch
 static ab_status duke_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     const ab_host_api *host = plugin->host;
-    json_t *in = parse_input(host, call, input);
+    json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
         return AB_ERROR;
-    const char *url = str_at(in, "callbackUrl");
+    const char *url = ab_string_at(in, "callbackUrl");
     const char *prefix = config_str(in, "callbackPrefix");
     const char *access = NULL, *session = NULL;
     ab_status st;
@@ -527,7 +492,7 @@ static ab_status duke_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_json
         goto done;
     if ((st = callback_token(host, call, url, "session_token", &session)) != AB_OK)
         goto done;
-    st = reply(host, call, token_result(host, call, access, session));
+    st = ab_reply_json(host, call, token_result(host, call, access, session));
 done:
     json_decref(in);
     return st;
@@ -572,8 +537,8 @@ static ab_status post_with_tokens(const ab_host_api *host, ab_call *call, const 
  * dns/…, or configuration insecureUrl), or a generic transient one. */
 static ab_status http_failure(const ab_host_api *host, ab_call *call, json_t *failure, const char *what)
 {
-    const char *kind = str_at(failure, "kind");
-    const char *reason = str_at(failure, "reason");
+    const char *kind = ab_string_at(failure, "kind");
+    const char *reason = ab_string_at(failure, "reason");
     char message[200];
     snprintf(message, sizeof message, "The Duke mobile authorizer could not be reached for %s (%s).", what,
              reason ? reason : "network");
@@ -583,12 +548,12 @@ static ab_status http_failure(const ab_host_api *host, ab_call *call, json_t *fa
 static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     const ab_host_api *host = plugin->host;
-    json_t *in = parse_input(host, call, input);
+    json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
         return AB_ERROR;
     json_t *tokens = json_object_get(in, "tokens");
-    const char *access = str_at(tokens, "accessToken");
-    const char *session = str_at(tokens, "refreshToken");
+    const char *access = ab_string_at(tokens, "accessToken");
+    const char *session = ab_string_at(tokens, "refreshToken");
     const char *url = config_str(in, "refreshUrl");
     json_t *response = NULL, *failure = NULL;
     ab_status st;
@@ -618,7 +583,7 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
     int status = (int)json_integer_value(json_object_get(response, "status"));
     char note[96];
     snprintf(note, sizeof note, "duke: the refresh endpoint answered HTTP %d", status);
-    logmsg(host, call, AB_LOG_DEBUG, note);
+    ab_log_text(host, call, AB_LOG_DEBUG, note);
     if (status == 400 || status == 401) {
         /* The authorizer refuses this access/session token pair: the session
          * is over (ended by Duke, expired, or logged out elsewhere). */
@@ -633,11 +598,11 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
         snprintf(message, sizeof message, "The Duke mobile authorizer answered the refresh with HTTP %d.", status);
         st = host->fail(call, "transient", "badResponse", message, status);
     } else {
-        const char *body = str_at(response, "body");
+        const char *body = ab_string_at(response, "body");
         json_t *answer = body ? json_loads(body, 0, NULL) : NULL;
         json_t *data = json_object_get(answer, "data");
-        const char *new_access = str_at(data, "access_token");
-        const char *new_session = str_at(data, "session_token");
+        const char *new_access = ab_string_at(data, "access_token");
+        const char *new_session = ab_string_at(data, "session_token");
         if (new_access == NULL || !is_token_text(new_access, strlen(new_access)) ||
             (new_session != NULL && !is_token_text(new_session, strlen(new_session)))) {
             st = host->fail(call, "transient", "badResponse",
@@ -645,7 +610,7 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
         } else {
             /* Both are replaced; a missing session_token keeps the old one
              * (the host keeps refreshToken when the answer has none). */
-            st = reply(host, call, token_result(host, call, new_access, new_session));
+            st = ab_reply_json(host, call, token_result(host, call, new_access, new_session));
         }
         json_decref(answer);
     }
@@ -659,12 +624,12 @@ done:
 static ab_status duke_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     const ab_host_api *host = plugin->host;
-    json_t *in = parse_input(host, call, input);
+    json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
         return AB_ERROR;
     json_t *tokens = json_object_get(in, "tokens");
-    const char *access = str_at(tokens, "accessToken");
-    const char *session = str_at(tokens, "refreshToken");
+    const char *access = ab_string_at(tokens, "accessToken");
+    const char *session = ab_string_at(tokens, "refreshToken");
     const char *url = config_str(in, "revokeUrl");
     json_t *response = NULL, *failure = NULL;
     json_t *result = NULL;
@@ -676,7 +641,7 @@ static ab_status duke_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
                            url == NULL ? "missingSetting" : "noRefreshToken", "message",
                            url == NULL ? "The duke profile is not configured (no revoke URL)."
                                        : "The Duke session has no session token to log out with.");
-        st = reply(host, call, result);
+        st = ab_reply_json(host, call, result);
         goto done;
     }
     st = post_with_tokens(host, call, url, access, session, REVOKE_TIMEOUT_MS, &response, &failure);
@@ -694,13 +659,13 @@ static ab_status duke_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
                                "httpStatus", "message", message);
         }
     } else {
-        const char *reason = st == AB_ERROR ? str_at(failure, "reason") : NULL;
+        const char *reason = st == AB_ERROR ? ab_string_at(failure, "reason") : NULL;
         snprintf(message, sizeof message, "The Duke mobile authorizer could not be reached for the logout (%s).",
                  reason ? reason : "network");
         result = json_pack("{s:[], s:[{s:s, s:s, s:s}]}", "revoked", "failures", "token", "all", "reason",
                            reason ? reason : "network", "message", message);
     }
-    st = reply(host, call, result);
+    st = ab_reply_json(host, call, result);
 done:
     json_decref(response);
     json_decref(failure);

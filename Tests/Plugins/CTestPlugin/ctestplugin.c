@@ -32,6 +32,7 @@
 #define _GNU_SOURCE /* memmem, nanosleep */
 
 #include <authbridge/plugin.h>
+#include <authbridge/plugin_jansson.h>
 #include <jansson.h>
 
 #include <stdio.h>
@@ -76,21 +77,6 @@ struct ab_plugin {
 
 /* ── Answer helpers ─────────────────────────────────────────────────────── */
 
-static void logmsg(const ab_host_api *host, ab_call *call, ab_log_level level, const char *msg)
-{
-    host->log(call, level, msg, strlen(msg));
-}
-
-/* Sets `value` as the result (and releases it); returns AB_OK. */
-static ab_status reply(const ab_host_api *host, ab_call *call, json_t *value)
-{
-    char *text = value ? json_dumps(value, JSON_COMPACT) : NULL;
-    json_decref(value);
-    ab_status st = text ? host->set_result(call, (ab_json){ text, strlen(text) }) : AB_INVALID;
-    free(text);
-    return st == AB_OK ? AB_OK : host->fail(call, "internal", "resultRefused", "the result could not be set", 0);
-}
-
 /* Sets a constant JSON text as the result (no allocation: hot paths). */
 static ab_status reply_static(const ab_host_api *host, ab_call *call, const char *text)
 {
@@ -98,29 +84,12 @@ static ab_status reply_static(const ab_host_api *host, ab_call *call, const char
     return AB_OK;
 }
 
-/* Parses a hook's borrowed input; NULL (with an error set) when malformed. */
-static json_t *parse_input(const ab_host_api *host, ab_call *call, ab_json input)
-{
-    json_t *v = json_loadb(input.data, input.length, 0, NULL);
-    if (v != NULL && json_is_object(v))
-        return v;
-    json_decref(v);
-    host->fail(call, "internal", "badInput", "the hook input is not a JSON object", 0);
-    return NULL;
-}
-
-/* Reads a string member of an object; NULL when absent or not a string. */
-static const char *str_at(json_t *obj, const char *key)
-{
-    return json_string_value(json_object_get(obj, key));
-}
-
 /* profile.config.KEY, falling back to profile.settings.KEY. */
 static const char *profile_str(json_t *input, const char *key)
 {
     json_t *profile = json_object_get(input, "profile");
-    const char *v = str_at(json_object_get(profile, "config"), key);
-    return v ? v : str_at(json_object_get(profile, "settings"), key);
+    const char *v = ab_string_at(json_object_get(profile, "config"), key);
+    return v ? v : ab_string_at(json_object_get(profile, "settings"), key);
 }
 
 static int starts_with(const char *s, const char *prefix)
@@ -180,7 +149,7 @@ static ab_status ctest_init(const ab_host_api *host, ab_plugin **plugin, const c
 {
     TRACE("init");
 #ifdef CTEST_INIT_FAILS
-    logmsg(host, NULL, AB_LOG_WARNING, "ctest: refusing init (CTEST_INIT_FAILS)");
+    ab_log_text(host, NULL, AB_LOG_WARNING, "ctest: refusing init (CTEST_INIT_FAILS)");
     *plugin = NULL;
     *error = "init refused by test";
     return AB_ERROR;
@@ -200,7 +169,7 @@ static ab_status ctest_init(const ab_host_api *host, ab_plugin **plugin, const c
     snprintf(msg, sizeof msg, "ctest initialised (host %s, ABI %u.%u)",
              host->host_version ? host->host_version : "?", (unsigned)host->abi_major,
              (unsigned)host->abi_minor);
-    logmsg(host, NULL, AB_LOG_INFO, msg);
+    ab_log_text(host, NULL, AB_LOG_INFO, msg);
     return AB_OK;
 #endif
 }
@@ -210,7 +179,7 @@ static void ctest_shutdown(ab_plugin *plugin)
     TRACE("shutdown");
     if (plugin == NULL)
         return;
-    logmsg(plugin->host, NULL, AB_LOG_DEBUG, "ctest shutting down");
+    ab_log_text(plugin->host, NULL, AB_LOG_DEBUG, "ctest shutting down");
     free(plugin);
 }
 
@@ -243,14 +212,14 @@ static ab_status ctest_describe(ab_plugin *plugin, ab_call *call, ab_json input)
     if (d != NULL)
         json_object_set_new(d, "description", json_string("not what the manifest says"));
 #endif
-    return reply(plugin->host, call, d);
+    return ab_reply_json(plugin->host, call, d);
 }
 
 static ab_status ctest_configure(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     TRACE("configure");
     const ab_host_api *host = plugin->host;
-    json_t *in = parse_input(host, call, input);
+    json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
         return AB_ERROR;
     json_t *settings = json_object_get(in, "settings");
@@ -263,14 +232,14 @@ static ab_status ctest_configure(ab_plugin *plugin, ab_call *call, ab_json input
     if (config == NULL)
         return host->fail(call, "internal", "outOfMemory", "out of memory", 0);
     json_object_set_new(config, "configuredBy", json_string("ctest"));
-    return reply(host, call, config);
+    return ab_reply_json(host, call, config);
 }
 
 static ab_status ctest_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     TRACE("begin_sign_in");
     const ab_host_api *host = plugin->host;
-    json_t *in = parse_input(host, call, input);
+    json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
         return AB_ERROR;
     const char *server = profile_str(in, "server");
@@ -278,7 +247,7 @@ static ab_status ctest_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json i
         json_decref(in);
         return host->fail(call, "configuration", "missingSetting", "setting \"server\" is required", 0);
     }
-    const char *state = str_at(in, "state");
+    const char *state = ab_string_at(in, "state");
     char *enc = percent_encode(state ? state : "");
     if (enc == NULL) {
         json_decref(in);
@@ -298,7 +267,7 @@ static ab_status ctest_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json i
     static const char event[] = "{\"stage\":\"plugin\",\"message\":\"C plugin began sign-in\"}";
     if (AB_HAS(host, emit))
         host->emit(call, (ab_json){ event, sizeof event - 1 });
-    return reply(host, call, out);
+    return ab_reply_json(host, call, out);
 }
 
 /* {tokens:{...}, account?:{...}} from the pieces (references are stolen). */
@@ -345,7 +314,7 @@ static ab_status probe(const ab_host_api *host, ab_call *call, const char *url, 
     if (st == AB_OK && json_is_integer(json_object_get(r, "status"))) {
         json_object_set(extras, "probeStatus", json_object_get(r, "status"));
     } else if (st == AB_ERROR) {
-        const char *reason = str_at(r, "reason");
+        const char *reason = ab_string_at(r, "reason");
         json_object_set_new(extras, "probeError", json_string(reason ? reason : "unknown"));
     } else {
         json_object_set_new(extras, "probeError", json_string(st == AB_OK ? "badResponse" : "invalid"));
@@ -356,7 +325,7 @@ static ab_status probe(const ab_host_api *host, ab_call *call, const char *url, 
 
 static ab_status complete_session(const ab_host_api *host, ab_call *call, json_t *in)
 {
-    const char *sid = str_at(in, "sessionId");
+    const char *sid = ab_string_at(in, "sessionId");
     if (sid == NULL || *sid == '\0')
         return host->fail(call, "definitive", "missingSessionId", "a session id is required", 0);
     if (strcmp(sid, "bad") == 0)
@@ -368,7 +337,7 @@ static ab_status complete_session(const ab_host_api *host, ab_call *call, json_t
         return host->fail(call, "definitive", "refusedQuietly", "", 0);
 
     if (strcmp(sid, "slow") == 0 && AB_HAS(host, is_cancelled)) {
-        logmsg(host, call, AB_LOG_DEBUG, "ctest: slow sign-in, waiting for cancellation");
+        ab_log_text(host, call, AB_LOG_DEBUG, "ctest: slow sign-in, waiting for cancellation");
         const struct timespec tick = { 0, SLOW_POLL_MS * 1000000L };
         for (int waited = 0; waited < SLOW_MAX_MS; waited += SLOW_POLL_MS) {
             if (host->is_cancelled(call))
@@ -390,12 +359,12 @@ static ab_status complete_session(const ab_host_api *host, ab_call *call, json_t
     json_t *result = token_result(json_sprintf("at-%s", sid), json_sprintf("rt-%s", sid),
                                   host->now_ms() + HOUR_MS, extras,
                                   json_pack("{s:s, s:s}", "id", sid, "name", "C Test User"));
-    return reply(host, call, result);
+    return ab_reply_json(host, call, result);
 }
 
 static ab_status complete_external(const ab_host_api *host, ab_call *call, json_t *in)
 {
-    const char *url = str_at(in, "callbackUrl");
+    const char *url = ab_string_at(in, "callbackUrl");
     if (url == NULL)
         return host->fail(call, "definitive", "missingToken", "the callback URL is missing", 0);
     int malformed = 0;
@@ -412,18 +381,18 @@ static ab_status complete_external(const ab_host_api *host, ab_call *call, json_
         return host->fail(call, "definitive", "missingToken",
                     "the callback URL lacks access_token or session_token", 0);
     }
-    return reply(host, call, token_result(access, session, 0, NULL, NULL));
+    return ab_reply_json(host, call, token_result(access, session, 0, NULL, NULL));
 }
 
 static ab_status ctest_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     TRACE("complete_sign_in");
     const ab_host_api *host = plugin->host;
-    json_t *in = parse_input(host, call, input);
+    json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
         return AB_ERROR;
-    const char *flow = str_at(in, "flow");
-    logmsg(host, call, AB_LOG_DEBUG, "ctest: completing sign-in");
+    const char *flow = ab_string_at(in, "flow");
+    ab_log_text(host, call, AB_LOG_DEBUG, "ctest: completing sign-in");
     ab_status st;
     if (flow != NULL && strcmp(flow, "session") == 0)
         st = complete_session(host, call, in);
@@ -439,11 +408,11 @@ static ab_status ctest_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     TRACE("refresh");
     const ab_host_api *host = plugin->host;
-    json_t *in = parse_input(host, call, input);
+    json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
         return AB_ERROR;
     json_t *tokens = json_object_get(in, "tokens");
-    const char *rt = str_at(tokens, "refreshToken");
+    const char *rt = ab_string_at(tokens, "refreshToken");
     ab_status st;
     if (rt == NULL) {
         st = host->fail(call, "definitive", "missingToken", "no refresh token", 0);
@@ -454,7 +423,7 @@ static ab_status ctest_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
     } else {
         const char *suffix = starts_with(rt, "rt-") ? rt + 3 : rt;
         json_t *extras = json_object_get(tokens, "extras");
-        st = reply(host, call,
+        st = ab_reply_json(host, call,
                    token_result(json_sprintf("at2-%s", suffix), json_sprintf("%s+", rt),
                                 host->now_ms() + HOUR_MS,
                                 json_is_object(extras) ? json_deep_copy(extras) : NULL, NULL));
@@ -478,10 +447,10 @@ static ab_status ctest_check_session(ab_plugin *plugin, ab_call *call, ab_json i
     const ab_host_api *host = plugin->host;
     /* Parses its input like any real plugin would: the benchmark measures
      * the honest plugin path. */
-    json_t *in = parse_input(host, call, input);
+    json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
         return AB_ERROR;
-    const char *sid = str_at(json_object_get(json_object_get(in, "tokens"), "extras"), "sessionId");
+    const char *sid = ab_string_at(json_object_get(json_object_get(in, "tokens"), "extras"), "sessionId");
     int expired = sid != NULL && strcmp(sid, "expired") == 0;
     json_decref(in);
     return reply_static(host, call, expired ? "{\"state\":\"expired\"}" : "{\"state\":\"valid\"}");
@@ -516,19 +485,19 @@ static ab_status ctest_authorize_request(ab_plugin *plugin, ab_call *call, ab_js
         json_object_set_new(request, "headers", headers);
     }
     json_object_set_new(headers, "X-CTest", json_string("1"));
-    return reply(host, call, out);
+    return ab_reply_json(host, call, out);
 }
 
 static ab_status ctest_classify_response(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     TRACE("classify_response");
     const ab_host_api *host = plugin->host;
-    json_t *in = parse_input(host, call, input);
+    json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
         return AB_ERROR;
     json_t *response = json_object_get(in, "response");
     json_int_t status = json_integer_value(json_object_get(response, "status"));
-    const char *body = str_at(response, "body");
+    const char *body = ab_string_at(response, "body");
     const char *answer = "{\"outcome\":\"ok\"}";
     if (status == 401)
         answer = "{\"outcome\":\"sessionExpired\"}";
