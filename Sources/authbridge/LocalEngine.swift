@@ -63,6 +63,23 @@ struct LocalEngine {
     /// The exit code and one-line message for a failed command (see `CommandExit.report`).
     func report(_ error: SessionError) -> ExitCode { CommandExit.report(explained(error)) }
 
+    /// Runs one engine call for `profile`, saying on stderr that the command waits for its
+    /// provider when the call takes longer than a second; an error becomes the command's exit.
+    func waitingForProvider(of profile: String, _ call: (SessionEngine) async throws(SessionError) -> JSON) async throws -> JSON {
+        let notice = WaitNotice.forProvider(of: profile)
+        let result: Result<JSON, SessionError>
+        do throws(SessionError) {
+            result = .success(try await call(engine))
+        } catch {
+            result = .failure(error)
+        }
+        await notice.finish()
+        switch result {
+        case .success(let answer): return answer
+        case .failure(let error): throw report(error)
+        }
+    }
+
     /// Engines opened by this command, shut down when it ends.
     private static let opened = Mutex<[SessionEngine]>([])
 

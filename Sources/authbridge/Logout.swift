@@ -18,15 +18,9 @@ struct Logout: HumanCommand {
 
     func execute() async throws {
         let local = try LocalEngine(options: options) { _, _ in }
-        let notice = WaitNotice.forProvider(of: profile)
-        let result: JSON
-        do throws(SessionError) {
-            result = try await local.engine.signOut(profile, account: account, requestID: nil)
-        } catch {
-            await notice.finish()
-            throw local.report(error)
+        let result = try await local.waitingForProvider(of: profile) { engine throws(SessionError) in
+            try await engine.signOut(profile, account: account, requestID: nil)
         }
-        await notice.finish()
         let out = Terminal.standardOutput
         let revoked = (result["revoked"]?.arrayValue ?? []).compactMap(\.stringValue)
         let failures = result["failures"]?.arrayValue ?? []

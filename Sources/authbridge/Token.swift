@@ -22,15 +22,9 @@ struct Token: HumanCommand {
 
     func execute() async throws {
         let local = try LocalEngine(options: options) { _, _ in }
-        let notice = WaitNotice.forProvider(of: profile)
-        let answer: JSON
-        do throws(SessionError) {
-            answer = try await local.engine.getAccessToken(profile, account: account)
-        } catch {
-            await notice.finish()
-            throw local.report(error)
+        let answer = try await local.waitingForProvider(of: profile) { engine throws(SessionError) in
+            try await engine.getAccessToken(profile, account: account)
         }
-        await notice.finish()
         // A token is visible ASCII (RFC 6750 b64token): cleaning changes nothing but a hostile provider's.
         Terminal.standardOutput.line(Terminal.clean(answer["accessToken"]?.stringValue ?? ""))
     }
