@@ -39,7 +39,10 @@ class DevServer:
         argv = ["make", "-s", "--no-print-directory", "-o", ".venv/.ready", "dev-server", "DEV_PORT=0",
                 f"DEV_STATE={state}", f"VPY={sys.executable}"]
         self.process = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                        stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                        # As a terminal starts it: Ctrl-C not ignored, even when this suite
+                                        # runs in the background (where the shell ignores SIGINT for it).
+                                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.banner = ""
         ready = threading.Event()
 
