@@ -58,7 +58,10 @@ public final class ConditionLock: @unchecked Sendable {
         let (seconds, attoseconds) = duration.components
         var nanoseconds = Int(now.tv_nsec) + Int(attoseconds / 1_000_000_000)
         var wholeSeconds = Int(now.tv_sec) + Int(seconds)
-        if nanoseconds >= 1_000_000_000 { nanoseconds -= 1_000_000_000; wholeSeconds += 1 }
+        if nanoseconds >= 1_000_000_000 {
+            nanoseconds -= 1_000_000_000
+            wholeSeconds += 1
+        }
         return timespec(tv_sec: wholeSeconds, tv_nsec: nanoseconds)
     }
 
@@ -74,7 +77,7 @@ public final class ConditionLock: @unchecked Sendable {
 /// finished". A `ConditionLock` with its state; put once, taken once.
 public final class Handoff<Value: Sendable>: @unchecked Sendable {
     private let lock = ConditionLock()
-    private var value: Value?  // guarded by `lock`
+    private var value: Value? // guarded by `lock`
 
     public init() {}
 

@@ -28,8 +28,10 @@ public final class HelperLibrary<Entry: Sendable>: Sendable {
 
     /// `remembersFailure`: whether a failed attempt is final for the process
     /// (later uses fail at once) or tried again on the next use.
-    public init(_ description: String, candidates: [String], remembersFailure: Bool = false,
-                bind: @escaping @Sendable (Symbols) -> Entry?) {
+    public init(
+        _ description: String, candidates: [String], remembersFailure: Bool = false,
+        bind: @escaping @Sendable (Symbols) -> Entry?
+    ) {
         self.description = description
         self.candidates = candidates
         self.remembersFailure = remembersFailure

@@ -41,7 +41,10 @@ public enum POSIXFiles {
         var chunk = [UInt8](repeating: 0, count: 16 << 10)
         while true {
             let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 { if errno == EINTR { continue }; return .failure(.failed(errno)) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                return .failure(.failed(errno))
+            }
             if count == 0 { return .success(bytes) }
             bytes.append(contentsOf: chunk[0..<count])
             if bytes.count > limit { return .failure(.tooLarge(bytes.count)) }

@@ -12,7 +12,10 @@ import Darwin
 /// thread to give: `body` has not run and never will, and the caller decides
 /// (stop, run it inline, leave the work queued).
 public func startThread(stackSize: Int? = nil, _ body: @escaping @Sendable () -> Void) -> Bool {
-    final class Box { let body: @Sendable () -> Void; init(_ body: @escaping @Sendable () -> Void) { self.body = body } }
+    final class Box {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    }
     var attributes = pthread_attr_t()
     pthread_attr_init(&attributes)
     defer { pthread_attr_destroy(&attributes) }
@@ -24,10 +27,12 @@ public func startThread(stackSize: Int? = nil, _ body: @escaping @Sendable () ->
     #else
     var thread = pthread_t()
     #endif
-    let result = pthread_create(&thread, &attributes, { raw in
-        Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().body()
-        return nil
-    }, context)
+    let result = pthread_create(
+        &thread, &attributes,
+        { raw in
+            Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().body()
+            return nil
+        }, context)
     guard result == 0 else {
         Unmanaged<Box>.fromOpaque(context).release()
         return false

@@ -37,7 +37,7 @@ struct ConditionLockTests {
         let began = clock.now
         let deadline = ConditionLock.deadline(after: .milliseconds(20))
         lock.withLock {
-            while lock.wait(until: deadline) {}  // a wake-up may be spurious: only the deadline ends it
+            while lock.wait(until: deadline) {} // a wake-up may be spurious: only the deadline ends it
         }
         #expect(clock.now - began >= .milliseconds(19))
     }

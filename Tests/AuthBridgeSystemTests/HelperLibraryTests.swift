@@ -15,16 +15,22 @@ struct HelperLibraryTests {
     /// shared this loader; the keyring names the loader's error for the last candidate that would
     /// not open (a missing file is one), the HTTP transport and the verifier do not.
     @Test(arguments: [
-        ("The HTTP transport library (libAuthBridgeHTTP.so)", "The HTTP transport library (libAuthBridgeHTTP.so) is not installed next to authbridge."),
+        (
+            "The HTTP transport library (libAuthBridgeHTTP.so)",
+            "The HTTP transport library (libAuthBridgeHTTP.so) is not installed next to authbridge."
+        ),
         ("The ID-token verifier (libAuthBridgeJWT.so)", "The ID-token verifier (libAuthBridgeJWT.so) is not installed next to authbridge."),
-        ("The keyring helper libAuthBridgeKeyring.so", "The keyring helper libAuthBridgeKeyring.so is not installed next to authbridge."),
+        ("The keyring helper libAuthBridgeKeyring.so", "The keyring helper libAuthBridgeKeyring.so is not installed next to authbridge.")
     ])
     func aMissingLibraryIsReportedAsNotInstalled(description: String, message: String) throws {
         let folder = try TemporaryFolder()
         defer { folder.remove() }
         let last = folder.path + "/libX.so"
         let library = HelperLibrary<Int>(description, candidates: [folder.path + "/lib/libX.so", last]) { _ in 1 }
-        guard case .failure(let failure) = library.load() else { Issue.record("a missing library loaded"); return }
+        guard case .failure(let failure) = library.load() else {
+            Issue.record("a missing library loaded")
+            return
+        }
         #expect(failure.notInstalledMessage == message)
         #expect(failure.loadError == last + ": cannot open shared object file: No such file or directory")
         guard case .failure(let none) = HelperLibrary<Int>(description, candidates: [], bind: { _ in 1 }).load() else { return }
@@ -37,7 +43,10 @@ struct HelperLibraryTests {
         let path = folder.path + "/libX.so"
         #expect(writeFile(path, "not a library"))
         let library = HelperLibrary<Int>("The X helper", candidates: [path]) { _ in 1 }
-        guard case .failure(let failure) = library.load() else { Issue.record("a text file loaded"); return }
+        guard case .failure(let failure) = library.load() else {
+            Issue.record("a text file loaded")
+            return
+        }
         #expect(failure.loadError?.contains(path) == true)
     }
 
@@ -51,7 +60,7 @@ struct HelperLibraryTests {
         let cosine = try library.load().get()
         #expect(cosine(0) == 1)
         _ = try library.load().get()
-        #expect(binds.load(ordering: .relaxed) == 2)  // libc (no cos), then libm; not again
+        #expect(binds.load(ordering: .relaxed) == 2) // libc (no cos), then libm; not again
     }
 
     /// The keyring remembers a failure; the HTTP transport and the verifier try again on the next use.
