@@ -18,6 +18,8 @@ import PackageDescription
 ///                         authbridge                      (executable / CLI)
 ///
 /// AuthBridgeURL depends on nothing; the plugin host, the session, the JWT helper and the SDK use it.
+/// AuthBridgeSystem (threads, ConditionLock, the dlopen'ed helper libraries, POSIX file reading)
+/// depends on nothing; the RPC, plugin host, vault, session and host modules use it.
 /// Plugin authors use AuthBridgePluginSDK (Swift, over AuthBridgePluginABI and AuthBridgeURL) or the
 /// C header directly. A Swift plugin is two targets: its provider logic (unit-tested) and its entry
 /// point (`Entry/`), the one `authbridge_plugin_v1` of its library.
@@ -77,29 +79,32 @@ let package = Package(
         .target(name: "AuthBridgePluginABI", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"], swiftSettings: symbolLinkageMarkers),
         // The URL toolkit of the host and the Swift SDK (no dependencies, no Foundation).
         .target(name: "AuthBridgeURL"),
+        // The low-level parts (no dependencies, no Foundation): the thread spawner, ConditionLock,
+        // the dlopen'ed helper-library loader, POSIX file reading; the set of locking primitives.
+        .target(name: "AuthBridgeSystem"),
         // Opens libsecret-1.so.0 with dlopen itself: the keyring is optional at run time.
         .target(name: "CAuthBridgeKeyring", linkerSettings: soname("libAuthBridgeKeyring.so")),
 
         .target(name: "AuthBridgeJSON", dependencies: ["CJansson"]),
         .target(name: "AuthBridgeRPC", dependencies: [
-            "AuthBridgeJSON",
+            "AuthBridgeJSON", "AuthBridgeSystem",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "AuthBridgePluginHost", dependencies: [
-            "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL",
+            "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "AuthBridgeVault", dependencies: [
-            "AuthBridgeJSON",
+            "AuthBridgeJSON", "AuthBridgeSystem",
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .target(name: "AuthBridgeSession", dependencies: [
-            "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault",
+            "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault", "AuthBridgeSystem",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "AuthBridgeHost", dependencies: [
-            "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON",
+            "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeSystem",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // Process hardening the executable does first (prctl is variadic: C only).
@@ -147,9 +152,10 @@ let package = Package(
         .testTarget(name: "AuthBridgeURLTests", dependencies: ["AuthBridgeURL"]),
         // The bundled plugins' pure functions (failure mapping, URL rules, license mapping).
         .testTarget(name: "BundledPluginsTests", dependencies: ["SalesforcePlugin", "TableauPlugin", "MarketSharpPlugin"]),
-        .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession", "AuthBridgeURL", "TestSupport"]),
+        .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession", "AuthBridgeURL", "AuthBridgeSystem", "TestSupport"]),
         .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "TestSupport"]),
         .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"]),
+        .testTarget(name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "TestSupport"]),
         .testTarget(name: "AuthBridgeJWTTests", dependencies: [
             "AuthBridgeJWT",
             .product(name: "JWTKit", package: "jwt-kit"),

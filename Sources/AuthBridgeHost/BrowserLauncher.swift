@@ -1,4 +1,4 @@
-import AuthBridgeVault
+import AuthBridgeSystem
 
 #if canImport(Glibc)
 import Glibc

@@ -1,3 +1,5 @@
+import AuthBridgeSystem
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -71,32 +73,14 @@ public enum FileSecurity {
         return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
 
+    /// A whole file of at most `limit` bytes (manifests, configuration); nil when
+    /// it cannot be read or is larger.
     public static func readFile(_ path: String, limit: Int = 1 << 20) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16 << 10)
-        while bytes.count <= limit {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 { if errno == EINTR { continue }; return nil }
-            if count == 0 { return bytes }
-            bytes.append(contentsOf: chunk[0..<count])
-        }
-        return nil
+        POSIXFiles.readFile(path, limit: limit)
     }
 
-    /// Names in a folder, sorted, without "." and "..".
+    /// Names in a folder, sorted, without "." and ".."; nil when it cannot be opened.
     static func listFolder(_ path: String) -> [String]? {
-        guard let dir = opendir(path) else { return nil }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names.sorted()
+        POSIXFiles.listFolder(path)?.sorted()
     }
 }

@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgeSystem
 import Logging
 import Synchronization
 
@@ -112,7 +113,8 @@ public final class Connection: Sendable {
     public func run(delegate: ConnectionDelegate, drainGrace: Duration = .seconds(1)) async -> Ending {
         state.lock.withLock { state.delegate = delegate }
         let reason: Ending = await withCheckedContinuation { continuation in
-            startThread(name: "ab-reader") { [self] in
+            // A stack large enough for deep JSON.
+            let started = startThread(stackSize: 16 << 20) { [self] in
                 var exitCode: Int32?
                 reader.run { event in
                     switch event {
@@ -131,6 +133,7 @@ public final class Connection: Sendable {
                 let reason: Ending = exitCode.map { .exit(code: $0) } ?? ending.value.withLock { $0 } ?? .endOfInput
                 continuation.resume(returning: reason)
             }
+            if !started { fatalError("cannot start the ab-reader thread") }
         }
         if reason == .endOfInput && drainGrace > .zero { await drain(grace: drainGrace) }
         cancelAll()

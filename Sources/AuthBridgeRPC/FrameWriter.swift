@@ -1,3 +1,5 @@
+import AuthBridgeSystem
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -47,7 +49,7 @@ public final class FrameWriter: @unchecked Sendable {
         self.maxQueuedBytes = max(1, maxQueuedBytes)
         self.onFailure = onFailure
         self.onWritten = onWritten
-        startThread(name: "ab-writer") { [self] in self.loop() }
+        guard startThread(stackSize: 16 << 20, { [self] in self.loop() }) else { fatalError("cannot start the ab-writer thread") }
     }
 
     /// Queues one frame; the newline is added here.

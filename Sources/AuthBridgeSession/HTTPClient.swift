@@ -1,7 +1,7 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeSystem
 import AuthBridgeURL
-import Dispatch
 import Synchronization
 
 #if canImport(Glibc)
@@ -25,20 +25,24 @@ public final class HTTPClient: Sendable {
 
     public static let defaultTimeoutMilliseconds: Int64 = 30_000
 
-    private let transport = Mutex<TransportLibrary?>(nil)
+    private let transport = HelperLibrary<TransportLibrary>(
+        "The HTTP transport library (libAuthBridgeHTTP.so)",
+        candidates: Installation.helperLibraryCandidates("libAuthBridgeHTTP.so")
+    ) { symbols in
+        guard let perform = symbols.function("authbridge_http_perform_v1", as: TransportLibrary.Perform.self),
+              let cancel = symbols.function("authbridge_http_cancel_v1", as: TransportLibrary.Handle.self),
+              let release = symbols.function("authbridge_http_release_v1", as: TransportLibrary.Handle.self)
+        else { return nil }
+        return TransportLibrary(perform: perform, cancel: cancel, release: release)
+    }
 
     public init() {}
 
     /// Performs one request; blocks the calling thread (use from hook threads).
     public func perform(_ request: JSON, call: HookCall?) -> Result<JSON, ProviderFailure> {
-        let semaphore = DispatchSemaphore(value: 0)
-        let box = Mutex<Result<JSON, ProviderFailure>?>(nil)
-        start(request, onCancelRegistration: { cancel in call?.onCancel(cancel) }) { result in
-            box.withLock { $0 = result }
-            semaphore.signal()
-        }
-        semaphore.wait()
-        return box.withLock { $0! }
+        let answer = Handoff<Result<JSON, ProviderFailure>>()
+        start(request, onCancelRegistration: { cancel in call?.onCancel(cancel) }) { result in answer.put(result) }
+        return answer.take()
     }
 
     /// Performs one request from async code; task cancellation aborts it.
@@ -145,24 +149,7 @@ public final class HTTPClient: Sendable {
     }
 
     private func loadTransport() -> Result<TransportLibrary, ProviderFailure> {
-        transport.withLock { cached in
-            if let cached { return .success(cached) }
-            for path in Installation.helperLibraryCandidates("libAuthBridgeHTTP.so") {
-                guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else { continue }
-                guard let perform = dlsym(handle, "authbridge_http_perform_v1"),
-                      let cancel = dlsym(handle, "authbridge_http_cancel_v1"),
-                      let release = dlsym(handle, "authbridge_http_release_v1")
-                else { continue }
-                let library = TransportLibrary(
-                    perform: unsafeBitCast(perform, to: TransportLibrary.Perform.self),
-                    cancel: unsafeBitCast(cancel, to: TransportLibrary.Handle.self),
-                    release: unsafeBitCast(release, to: TransportLibrary.Handle.self))
-                cached = library
-                return .success(library)
-            }
-            return .failure(ProviderFailure(.internal, reason: "noTransport",
-                                            message: "The HTTP transport library (libAuthBridgeHTTP.so) is not installed next to authbridge."))
-        }
+        transport.load().mapError { ProviderFailure(.internal, reason: "noTransport", message: $0.notInstalledMessage) }
     }
 }
 

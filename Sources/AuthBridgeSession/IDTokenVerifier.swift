@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeSystem
 import Synchronization
 
 #if canImport(Glibc)
@@ -21,7 +22,11 @@ public final class IDTokenVerifier: Sendable {
 
     public static let defaultClockSkewSeconds: Int64 = 60
 
-    private let library = Mutex<VerifyFunction?>(nil)
+    private let library = HelperLibrary<VerifyFunction>(
+        "The ID-token verifier (libAuthBridgeJWT.so)", candidates: Installation.helperLibraryCandidates("libAuthBridgeJWT.so")
+    ) { symbols in
+        symbols.function("authbridge_jwt_verify_v1", as: Verify.self).map(VerifyFunction.init(verify:))
+    }
     private let keySets = Mutex<[String: JSON]>([:])
 
     public init() {}
@@ -142,17 +147,6 @@ public final class IDTokenVerifier: Sendable {
     }
 
     private func loadLibrary() -> Result<VerifyFunction, ProviderFailure> {
-        library.withLock { cached in
-            if let cached { return .success(cached) }
-            for path in Installation.helperLibraryCandidates("libAuthBridgeJWT.so") {
-                guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE),
-                      let symbol = dlsym(handle, "authbridge_jwt_verify_v1") else { continue }
-                let function = VerifyFunction(verify: unsafeBitCast(symbol, to: Verify.self))
-                cached = function
-                return .success(function)
-            }
-            return .failure(ProviderFailure(.internal, reason: "noJWTLibrary",
-                                            message: "The ID-token verifier (libAuthBridgeJWT.so) is not installed next to authbridge."))
-        }
+        library.load().mapError { ProviderFailure(.internal, reason: "noJWTLibrary", message: $0.notInstalledMessage) }
     }
 }

@@ -1,6 +1,5 @@
+import AuthBridgeSystem
 import AuthBridgeURL
-import AuthBridgeVault
-import Dispatch
 import Synchronization
 
 #if canImport(Glibc)
@@ -38,7 +37,7 @@ final class LoopbackListener: Sendable {
     /// Whether `awaitCallback` started serving, and whether `close` closed the socket.
     private let lifecycle = Mutex<(serving: Bool, closed: Bool)>((false, false))
     /// Signalled when the serving thread has left its loop (it no longer touches the socket).
-    private let served = DispatchSemaphore(value: 0)
+    private let served = Handoff<Void>()
     /// The browser's connection that delivered the callback, until answered.
     private let heldClient = Mutex<Int32?>(nil)
 
@@ -103,7 +102,7 @@ final class LoopbackListener: Sendable {
         return await withCheckedContinuation { continuation in
             detachThread { [self] in
                 let url = serve(state: state)
-                served.signal()
+                served.put(())
                 continuation.resume(returning: url)
             }
         }
@@ -120,7 +119,7 @@ final class LoopbackListener: Sendable {
             if current.serving {
                 var byte: UInt8 = 1
                 _ = write(stopPipe.write, &byte, 1)
-                served.wait()   // brief: the serving thread only ever blocks in poll, which the pipe wakes
+                served.take()   // brief: the serving thread only ever blocks in poll, which the pipe wakes
             }
             Glibc.close(socket)
         }

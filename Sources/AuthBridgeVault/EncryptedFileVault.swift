@@ -318,19 +318,3 @@ extension String {
     fileprivate func leftPadded(to width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
 }
 
-/// Runs `body` on a new detached thread: blocking work (flock, D-Bus, sockets)
-/// that must not occupy an executor. Shared with the session module.
-package func detachThread(_ body: @escaping @Sendable () -> Void) {
-    final class Box { let body: @Sendable () -> Void; init(_ body: @escaping @Sendable () -> Void) { self.body = body } }
-    var attributes = pthread_attr_t()
-    pthread_attr_init(&attributes)
-    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-    var thread = pthread_t()
-    let context = Unmanaged.passRetained(Box(body)).toOpaque()
-    let result = pthread_create(&thread, &attributes, { raw in
-        Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue().body()
-        return nil
-    }, context)
-    pthread_attr_destroy(&attributes)
-    if result != 0 { Unmanaged<Box>.fromOpaque(context).takeRetainedValue().body() }
-}

@@ -1,4 +1,4 @@
-import Synchronization
+import AuthBridgeSystem
 
 #if canImport(Glibc)
 import Glibc
@@ -15,9 +15,21 @@ import Musl
 public final class Keyring: Sendable {
     /// Candidate paths of libAuthBridgeKeyring.so, in order.
     public let libraryPaths: [String]
-    private let library = Mutex<Result<Functions, VaultError>?>(nil)
+    /// Opened once; a host without it stays without it (the failure is remembered).
+    private let library: HelperLibrary<Functions>
 
-    public init(libraryPaths: [String]) { self.libraryPaths = libraryPaths }
+    public init(libraryPaths: [String]) {
+        self.libraryPaths = libraryPaths
+        library = HelperLibrary("The keyring helper libAuthBridgeKeyring.so", candidates: libraryPaths, remembersFailure: true) { symbols in
+            guard let store = symbols.function("ab_keyring_store", as: Functions.Store.self),
+                  let lookup = symbols.function("ab_keyring_lookup", as: Functions.Lookup.self),
+                  let clear = symbols.function("ab_keyring_clear", as: Functions.Clear.self),
+                  let list = symbols.function("ab_keyring_list", as: Functions.List.self),
+                  let free = symbols.function("ab_keyring_free", as: Functions.Free.self)
+            else { return nil }
+            return Functions(store: store, lookup: lookup, clear: clear, list: list, free: free)
+        }
+    }
 
     struct Functions: @unchecked Sendable {
         typealias Store = @convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> Int32
@@ -78,30 +90,9 @@ public final class Keyring: Sendable {
     }
 
     private func load() throws(VaultError) -> Functions {
-        let result = library.withLock { cached -> Result<Functions, VaultError> in
-            if let cached { return cached }
-            var loaded: Result<Functions, VaultError> = .failure(VaultError(.keyringUnavailable,
-                "The keyring helper libAuthBridgeKeyring.so is not installed next to authbridge."))
-            for path in libraryPaths {
-                guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else {
-                    loaded = .failure(VaultError(.keyringUnavailable, "Cannot load the keyring helper: \(dlerror().map { String(cString: $0) } ?? path)."))
-                    continue
-                }
-                guard let store = dlsym(handle, "ab_keyring_store"), let lookup = dlsym(handle, "ab_keyring_lookup"),
-                      let clear = dlsym(handle, "ab_keyring_clear"), let list = dlsym(handle, "ab_keyring_list"),
-                      let free = dlsym(handle, "ab_keyring_free")
-                else { continue }
-                loaded = .success(Functions(store: unsafeBitCast(store, to: Functions.Store.self),
-                                            lookup: unsafeBitCast(lookup, to: Functions.Lookup.self),
-                                            clear: unsafeBitCast(clear, to: Functions.Clear.self),
-                                            list: unsafeBitCast(list, to: Functions.List.self),
-                                            free: unsafeBitCast(free, to: Functions.Free.self)))
-                break
-            }
-            cached = loaded
-            return loaded
-        }
-        return try result.get()
+        try library.load().mapError { failure in
+            VaultError(.keyringUnavailable, failure.loadError.map { "Cannot load the keyring helper: \($0)." } ?? failure.notInstalledMessage)
+        }.get()
     }
 }
 

@@ -1,3 +1,5 @@
+import AuthBridgeSystem
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -54,14 +56,10 @@ func readPrivateFile(_ path: String, limit: Int = VaultRecord.maximumSize) throw
     try checkPrivate(info, path: path, what: "vault file", allowedMode: 0o600)
     guard (info.st_mode & S_IFMT) == S_IFREG else { throw VaultError(.corruptRecord, "not a regular file") }
     guard info.st_size <= limit else { throw tooLarge(Int(info.st_size), limit: limit) }
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 16 << 10)
-    while true {
-        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if count < 0 { if errno == EINTR { continue }; throw VaultError(.io, "Cannot read \(path).") }
-        if count == 0 { return bytes }
-        bytes.append(contentsOf: chunk[0..<count])
-        if bytes.count > limit { throw tooLarge(bytes.count, limit: limit) }  // it grew while being read
+    switch POSIXFiles.readAll(fd, limit: limit) {
+    case .success(let bytes): return bytes
+    case .failure(.tooLarge(let count)): throw tooLarge(count, limit: limit)  // it grew while being read
+    case .failure(.failed): throw VaultError(.io, "Cannot read \(path).")
     }
 }
 
@@ -150,13 +148,7 @@ func syncFolder(_ folder: String) {
     close(fd)
 }
 
+/// Names in a folder (unsorted, without "." and ".."); none when it cannot be opened.
 func listFolder(_ path: String) -> [String] {
-    guard let dir = opendir(path) else { return [] }
-    defer { closedir(dir) }
-    var names: [String] = []
-    while let entry = readdir(dir) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
-        if name != "." && name != ".." { names.append(name) }
-    }
-    return names
+    POSIXFiles.listFolder(path) ?? []
 }

@@ -1,3 +1,5 @@
+import AuthBridgeSystem
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

@@ -1,5 +1,5 @@
 @testable import AuthBridgeSession
-import AuthBridgeVault
+import AuthBridgeSystem
 import Synchronization
 import Testing
 
