@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import pytest
 
@@ -27,12 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from authbridge_testkit import leak_scan  # noqa: E402
 from authbridge_testkit.host import (  # noqa: E402,F401 - the names the test files import from here
-    DEFAULT_PROFILES, KEPT_CONFIGURATION_PREFIX, TIMEOUT, Host, HostError, advance_clock, host_command, session_records,
-    sign_in_external, sign_in_session, start_on_data_home, stop_cleanly)
+    DEFAULT_PROFILES, KEPT_CONFIGURATION_PREFIX, TIMEOUT, Host, HostError, advance_clock, begin_sign_in, host_command,
+    session_records, sign_in_external, sign_in_session, start_on_data_home, stop_cleanly)
 from authbridge_testkit.isolation import copy_plugins, make_plugin_dir  # noqa: E402,F401
 from authbridge_testkit.paths import (  # noqa: E402,F401
     BUILD_DIR, HOST_BIN, PLUGINS_DIR, REPO, SPEC_PATH, TEST_PLUGIN_FILES, TEST_PLUGINS_DIR)
 from authbridge_testkit.spec import Spec, error_code, id_key, schema_problem, schema_problems, short, spec  # noqa: E402,F401
+from sim_http import simulators  # noqa: E402
 
 CTEST_BUILD_SCRIPT = REPO / "Tests" / "Plugins" / "CTestPlugin" / "build.sh"
 
@@ -140,9 +141,35 @@ def clock_host(start_host, plugin_dir) -> Host:
     return start_host([plugin_dir], profiles=DEFAULT_PROFILES, test_clock=True)
 
 
-# ── The bundled oidc plugin and an authorization server (fake or django-oauth-toolkit) ───────
+# ── Bundled plugins, the provider simulators, and an authorization server ────────────────
 
-OIDC_FILES = ("oidc.json", "libauthbridge-oidc.so")
+
+def bundled_files(plugin: str) -> tuple[str, str]:
+    """The files `make build` stages for the bundled plugin `plugin` in PLUGINS_DIR."""
+    return (f"{plugin}.json", f"libauthbridge-{plugin}.so")
+
+
+def provider_fixtures(plugin: str, simulator: Callable[..., Any], protocol: str, sim: str = "sim"):
+    """The fixtures a provider's test file opens with (`a, b, c = provider_fixtures(…)` at module
+    level; pytest knows them by the names below):
+      `<plugin>_plugin_dir`: a plugin folder (0755) holding copies (0644) of the bundled plugin;
+      `make_<sim>`: factory make(**options) → a started `simulator`; every one made is stopped at
+        teardown and fails the test if it saw the client break `protocol` (sim_http.simulators);
+      `<sim>`: one made with the default options."""
+    @pytest.fixture(name=f"{plugin}_plugin_dir")
+    def plugin_dir(tmp_path) -> Path:
+        return make_plugin_dir(tmp_path / "plugins", bundled_files(plugin), PLUGINS_DIR)
+
+    @pytest.fixture(name=f"make_{sim}")
+    def make():
+        with simulators(simulator, protocol) as make:
+            yield make
+
+    @pytest.fixture(name=sim)
+    def started(request):
+        return request.getfixturevalue(f"make_{sim}")()
+
+    return plugin_dir, make, started
 
 
 @pytest.fixture
@@ -154,4 +181,4 @@ def bundled_plugin_dir(tmp_path) -> Path:
 @pytest.fixture
 def oidc_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) holding copies (0644) of the bundled oidc plugin as `make build` stages it."""
-    return make_plugin_dir(tmp_path / "plugins", OIDC_FILES, PLUGINS_DIR)
+    return make_plugin_dir(tmp_path / "plugins", bundled_files("oidc"), PLUGINS_DIR)
