@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Iterable
 
 import pytest
 
@@ -31,9 +31,8 @@ from authbridge_testkit.host import (  # noqa: E402,F401 - the names the test fi
     session_records, sign_in_external, sign_in_session, start_on_data_home, stop_cleanly)
 from authbridge_testkit.isolation import copy_plugins, make_plugin_dir  # noqa: E402,F401
 from authbridge_testkit.paths import (  # noqa: E402,F401
-    BUILD_DIR, HOST_BIN, PLUGINS_DIR, REPO, SPEC_PATH, TEST_PLUGIN_FILES, TEST_PLUGINS_DIR)
+    BUILD_DIR, HOST_BIN, PLUGINS_DIR, REPO, SPEC_PATH, TEST_PLUGIN_FILES, TEST_PLUGINS_DIR, bundled_files)
 from authbridge_testkit.spec import Spec, error_code, id_key, schema_problem, schema_problems, short, spec  # noqa: E402,F401
-from sim_http import simulators  # noqa: E402
 
 CTEST_BUILD_SCRIPT = REPO / "Tests" / "Plugins" / "CTestPlugin" / "build.sh"
 
@@ -141,36 +140,7 @@ def clock_host(start_host, plugin_dir) -> Host:
     return start_host([plugin_dir], profiles=DEFAULT_PROFILES, test_clock=True)
 
 
-# ── Bundled plugins, the provider simulators, and an authorization server ────────────────
-
-
-def bundled_files(plugin: str) -> tuple[str, str]:
-    """The files `make build` stages for the bundled plugin `plugin` in PLUGINS_DIR."""
-    return (f"{plugin}.json", f"libauthbridge-{plugin}.so")
-
-
-def provider_fixtures(plugin: str, simulator: Callable[..., Any], protocol: str, sim: str = "sim"):
-    """The fixtures a provider's test file opens with (`a, b, c = provider_fixtures(…)` at module
-    level; pytest knows them by the names below):
-      `<plugin>_plugin_dir`: a plugin folder (0755) holding copies (0644) of the bundled plugin;
-      `make_<sim>`: factory make(**options) → a started `simulator`; every one made is stopped at
-        teardown and fails the test if it saw the client break `protocol` (sim_http.simulators);
-      `<sim>`: one made with the default options."""
-    @pytest.fixture(name=f"{plugin}_plugin_dir")
-    def plugin_dir(tmp_path) -> Path:
-        return make_plugin_dir(tmp_path / "plugins", bundled_files(plugin), PLUGINS_DIR)
-
-    @pytest.fixture(name=f"make_{sim}")
-    def make():
-        with simulators(simulator, protocol) as make:
-            yield make
-
-    @pytest.fixture(name=sim)
-    def started(request):
-        return request.getfixturevalue(f"make_{sim}")()
-
-    return plugin_dir, make, started
-
+# ── The bundled oidc plugin and an authorization server (fake or django-oauth-toolkit) ───────
 
 @pytest.fixture
 def bundled_plugin_dir(tmp_path) -> Path:

@@ -18,7 +18,8 @@ import urllib.parse
 
 import pytest
 
-from conftest import REPO, advance_clock, begin_sign_in, provider_fixtures
+from conftest import REPO, advance_clock, begin_sign_in
+from provider_fixtures import provider_fixtures
 from sim_duke import DEFAULT_ORDER, DukeAuthorizer
 
 HOUR_MS = 3600 * 1000

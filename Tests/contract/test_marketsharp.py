@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from authbridge_testkit.host import begin_sign_in, sign_in_external
-from conftest import provider_fixtures
+from provider_fixtures import provider_fixtures
 from sim_marketsharp import MESSAGE_NO_LICENSE, MESSAGE_NOT_NAMED, MarketSharpSimulator
 
 DAY_MS = 86_400_000

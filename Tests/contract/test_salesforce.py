@@ -17,7 +17,8 @@ import urllib.request
 
 import pytest
 
-from conftest import advance_clock, begin_sign_in, provider_fixtures, sign_in_external
+from conftest import advance_clock, begin_sign_in, sign_in_external
+from provider_fixtures import provider_fixtures
 from sim_http import Handler, Served
 from sim_salesforce import CLIENT_ID, EXTERNAL_REDIRECT_URI, SalesforceSim
 

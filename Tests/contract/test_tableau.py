@@ -18,7 +18,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from authbridge_testkit.host import Host, advance_clock, sign_in_session
-from conftest import provider_fixtures
+from provider_fixtures import provider_fixtures
 from sim_tableau import DAY_MS, REVOKE_PATH, TOKEN_PATH, VIEW_PAGE, VIEWS_PATH, TableauServer
 from test_browser import chromium, evidence_on_failure, wait_for  # noqa: F401 - chromium is a fixture
 
