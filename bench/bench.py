@@ -13,6 +13,7 @@ Python 3 standard library only.
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -148,6 +149,18 @@ class Proc:
             self.p.kill()
         self.p.wait()
 
+    @contextlib.contextmanager
+    def killed_on_error(self):
+        """Kills the process when the block raises; a BenchError then carries its stderr's tail."""
+        try:
+            yield
+        except BaseException as e:
+            self.kill()
+            tail = self.stderr_tail()
+            if isinstance(e, BenchError) and tail.strip():
+                raise BenchError("%s\n--- stderr of %s (tail) ---\n%s" % (e, self.argv[0], tail))
+            raise
+
     def stderr_tail(self, limit=2000):
         try:
             self.stderr.seek(0, os.SEEK_END)
@@ -161,7 +174,7 @@ class Proc:
 def throughput_run(argv, n, stream, timeout=THROUGHPUT_TIMEOUT_S):
     """Handshake + setup, then pipeline n requests. Returns (wall seconds, warning)."""
     proc = Proc(argv)
-    try:
+    with proc.killed_on_error():
         proc.write(INIT_LINE)
         msg, line = proc.read_reply(0, REPLY_TIMEOUT_S)
         if "result" not in msg:
@@ -263,30 +276,18 @@ def throughput_run(argv, n, stream, timeout=THROUGHPUT_TIMEOUT_S):
             raise BenchError("responses arrived before any request was written")
         wall = t_end - t_start[0]
         return wall, proc.close()
-    except BaseException as e:
-        proc.kill()
-        tail = proc.stderr_tail()
-        if isinstance(e, BenchError) and tail.strip():
-            raise BenchError("%s\n--- stderr of %s (tail) ---\n%s" % (e, argv[0], tail))
-        raise
 
 
 def cold_start_once(argv):
     """Spawn, send initialize, time until its reply. Returns (ms, warning)."""
     t0 = time.perf_counter()
     proc = Proc(argv)
-    try:
+    with proc.killed_on_error():
         proc.write(INIT_LINE)
         msg, line = proc.read_reply(0, COLD_REPLY_TIMEOUT_S)
         t1 = time.perf_counter()
         if "result" not in msg:
             raise BenchError("initialize failed: %s" % short(line))
-    except BaseException as e:
-        proc.kill()
-        tail = proc.stderr_tail()
-        if isinstance(e, BenchError) and tail.strip():
-            raise BenchError("%s\n--- stderr of %s (tail) ---\n%s" % (e, argv[0], tail))
-        raise
     return (t1 - t0) * 1000.0, proc.close()
 
 

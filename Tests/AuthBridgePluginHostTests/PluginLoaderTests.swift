@@ -7,26 +7,26 @@ import Testing
 import Glibc
 #endif
 
+/// A class: Swift Testing makes one instance per test (case), so each gets its own plugin
+/// folder, removed when the test ends.
 @Suite("Plugin loader")
-struct PluginLoaderTests {
+final class PluginLoaderTests: Sendable {
+    let folder: TemporaryFolder
+    init() throws { folder = try TemporaryFolder() }
+    deinit { folder.remove() }
+
     @Test func anEmptyOrMissingFolderLoadsNothing() throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         #expect(loadAll(folder.path).isEmpty)
         #expect(loadAll(folder.path + "/absent").isEmpty)
     }
 
     @Test func filesOtherThanManifestsAreIgnored() throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         writeFile(folder.path + "/README.md", "# notes")
         writeFile(folder.path + "/libthing.so", "not loaded without a manifest")
         #expect(loadAll(folder.path).isEmpty)
     }
 
     @Test func invalidJSONIsAnInvalidManifestNamedAfterItsFile() throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         writeFile(folder.path + "/broken.json", #"{"id": "broken","#)
         let reports = loadAll(folder.path)
         try #require(reports.count == 1)
@@ -37,8 +37,6 @@ struct PluginLoaderTests {
 
     @Test(arguments: ["2.0", "0.9", "1.99"])
     func aManifestABIThisHostDoesNotSpeakIsAbiMismatch(_ abi: String) throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         writeFile(folder.path + "/future.json", manifestText(id: "future", abi: abi, library: "libfuture.so"))
         let reports = loadAll(folder.path)
         #expect(reports.map(\.refusal?.reason) == [.abiMismatch])
@@ -47,15 +45,11 @@ struct PluginLoaderTests {
 
     @Test(arguments: [0o664, 0o646] as [mode_t])
     func aWritableManifestIsInsecure(_ mode: mode_t) throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         writeFile(folder.path + "/open.json", manifestText(id: "open", library: "libopen.so"), mode: mode)
         #expect(loadAll(folder.path).map(\.refusal?.reason) == [.insecurePermissions])
     }
 
     @Test func aGroupWritableFolderRefusesEverythingInIt() throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         let plugins = folder.subfolder("plugins")
         writeFile(plugins + "/a.json", manifestText(id: "a", library: "liba.so"))
         writeFile(plugins + "/b.json", "not even JSON")
@@ -64,8 +58,6 @@ struct PluginLoaderTests {
     }
 
     @Test func aLibrarySymlinkLeavingTheFolderIsRefused() throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         let plugins = folder.subfolder("plugins")
         let outside = folder.subfolder("outside")
         writeFile(outside + "/libescape.so", "whatever")
@@ -75,8 +67,6 @@ struct PluginLoaderTests {
     }
 
     @Test func aManifestSymlinkLeavingTheFolderIsRefused() throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         let plugins = folder.subfolder("plugins")
         let outside = folder.subfolder("outside")
         writeFile(outside + "/real.json", manifestText(id: "real", library: "libreal.so"))
@@ -85,8 +75,6 @@ struct PluginLoaderTests {
     }
 
     @Test func aMissingLibraryIsLoadFailed() throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         writeFile(folder.path + "/ghost.json", manifestText(id: "ghost", library: "libghost.so"))
         let report = try #require(loadAll(folder.path).first)
         #expect(report.refusal?.reason == .loadFailed)
@@ -94,8 +82,6 @@ struct PluginLoaderTests {
     }
 
     @Test func aTruncatedLibraryIsLoadFailedBeforeDlopen() throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         let image = try #require(FileSecurity.readFile("/proc/self/exe", limit: 512 << 20))
         writeFile(folder.path + "/libcut.so", Array(image.prefix(image.count / 3)))
         writeFile(folder.path + "/cut.json", manifestText(id: "cut", library: "libcut.so"))
@@ -105,8 +91,6 @@ struct PluginLoaderTests {
     }
 
     @Test func theSameIdInALaterFolderIsDuplicateId() throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         let first = folder.subfolder("first"), second = folder.subfolder("second")
         try installSwiftTestPlugin(into: first)
         // The duplicate is refused before its library is even looked at.
@@ -120,8 +104,6 @@ struct PluginLoaderTests {
     }
 
     @Test func aFolderListedTwiceIsLoadedOnce() throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         writeFile(folder.path + "/ghost.json", manifestText(id: "ghost", library: "libghost.so"))
         #expect(loadAll(folder.path, folder.path + "/.").count == 1)
     }
@@ -131,8 +113,6 @@ struct PluginLoaderTests {
     /// `lstat` reports every Linux symlink as mode 0777, so the link check
     /// always finds it "writable by group or others".
     @Test func aLibrarySymlinkInsideTheFolderLoads() throws {
-        let folder = try TemporaryFolder()
-        defer { folder.remove() }
         try installSwiftTestPlugin(into: folder.path)
         let library = folder.path + "/libauthbridge-testplugin-swift.so"
         rename(library, library + ".1")

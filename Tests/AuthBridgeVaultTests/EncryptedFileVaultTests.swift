@@ -7,8 +7,13 @@ import Testing
 import Glibc
 #endif
 
+/// A class: Swift Testing makes one instance per test (case), so each gets its own scratch
+/// folder, removed when the test ends.
 @Suite("Encrypted file vault")
-struct EncryptedFileVaultTests {
+final class EncryptedFileVaultTests: Sendable {
+    let scratch = Scratch()
+    deinit { scratch.remove() }
+
     private func make(_ scratch: Scratch, key: VaultKeySource? = nil) -> EncryptedFileVault {
         EncryptedFileVault(folder: scratch.path + "/vault", keySource: key ?? .keyFile(scratch.path + "/keys/vault.key"))
     }
@@ -21,8 +26,6 @@ struct EncryptedFileVaultTests {
     private func bytes(_ path: String) -> [UInt8] { (try? readPrivateFile(path)) ?? [] }
 
     @Test func noTokenBytesOnDiskAndPrivatePermissions() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = make(scratch)
         try await vault.save(record("work"))
         #expect(mode(scratch.path + "/vault") == 0o700)
@@ -39,8 +42,6 @@ struct EncryptedFileVaultTests {
     }
 
     @Test func aCorruptRecordIsQuarantinedAndOnlyItsProfileIsAffected() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = make(scratch)
         try await vault.save(record("work"))
         try await vault.save(record("home"))
@@ -57,34 +58,22 @@ struct EncryptedFileVaultTests {
     }
 
     @Test func aTamperedRecordFailsAuthentication() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = make(scratch)
         try await vault.save(record("work", account: "ada"))
         // Change the authenticated metadata (the account) without the key.
         let path = vault.recordPath("work")
         let text = String(decoding: bytes(path), as: UTF8.self).replacingOccurrences(of: "\"ada\"", with: "\"eve\"")
         try writeAtomically(Array(text.utf8), to: path)
-        do {
-            _ = try await vault.load("work")
-            Issue.record("a tampered record must not load")
-        } catch let error as VaultError {
-            #expect(error.reason == .corruptRecord)
-        }
+        let error = await #expect(throws: VaultError.self, "a tampered record must not load") { _ = try await vault.load("work") }
+        #expect(error?.reason == .corruptRecord)
     }
 
     @Test func aWrongKeyIsRefusedWithoutTouchingTheVault() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let first = make(scratch, key: .secret(randomKey()))
         try await first.save(record("work"))
         let other = make(scratch, key: .secret(randomKey()))
-        do {
-            _ = try await other.load("work")
-            Issue.record("a wrong key must be refused")
-        } catch let error as VaultError {
-            #expect(error.reason == .wrongKey)
-        }
+        let error = await #expect(throws: VaultError.self, "a wrong key must be refused") { _ = try await other.load("work") }
+        #expect(error?.reason == .wrongKey)
         #expect(try await first.load("work") == record("work"), "nothing was quarantined")
     }
 
@@ -94,22 +83,14 @@ struct EncryptedFileVaultTests {
                       String(repeating: "0", count: 64), String(repeating: "ab", count: 32),
                       String(repeating: "A", count: 43), "c2hvcnQ="])
     func aSecretWeakerThanARandom32ByteKeyIsRefused(_ secret: String) async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
-        do {
-            try await make(scratch, key: .secret(secret)).save(record("work"))
-            Issue.record("a weak secret opened the vault")
-        } catch let error as VaultError {
-            #expect(error.reason == .noKey)
-            #expect(error.message.contains("AUTHBRIDGE_VAULT_KEY") && error.message.contains("base64"))
-            #expect(!error.message.contains(secret))
-        }
+        let error = await #expect(throws: VaultError.self, "a weak secret opened the vault") { try await make(scratch, key: .secret(secret)).save(record("work")) }
+        #expect(error?.reason == .noKey)
+        #expect(error?.message.contains("AUTHBRIDGE_VAULT_KEY") == true && error?.message.contains("base64") == true)
+        #expect(error?.message.contains(secret) == false)
         #expect(listFolder(scratch.path + "/vault").allSatisfy { !$0.hasSuffix(".vault") && $0 != "vault.check" })
     }
 
     @Test func aRandomKeyIsAcceptedAsHexBase64AndUnpaddedBase64URL() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
         let hex = bytes.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
@@ -153,8 +134,6 @@ struct EncryptedFileVaultTests {
     /// Creating the key file runs under the vault's lock, and never replaces a key file: an
     /// opener that waited while another created one uses that one.
     @Test func anOpenerTakesTheVaultLockAroundCreatingTheKeyFile() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let folder = scratch.path + "/vault", keyFile = scratch.path + "/keys/vault.key"
         try makePrivateFolder(folder + "/locks")
         let lock = open(folder + "/locks/vault.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
@@ -177,8 +156,6 @@ struct EncryptedFileVaultTests {
     /// waiting opener must then use that key, not store its own.
     @Test(.enabled(if: getenv("AUTHBRIDGE_TEST_KEYRING") != nil && getenv("DBUS_SESSION_BUS_ADDRESS") != nil))
     func anOpenerTakesTheVaultLockAroundTheKeyringLookupAndStore() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let folder = scratch.path + "/vault"
         let keyring = Keyring(libraryPaths: [Backend.keyringLibraryPath])
         try makePrivateFolder(folder + "/locks")
@@ -199,18 +176,12 @@ struct EncryptedFileVaultTests {
     /// A record file larger than any record (a save before the bound existed, or not ours) is
     /// set aside once; before, every call on the profile failed with corruptRecord for good.
     @Test func anOversizedRecordIsQuarantinedAndTheProfileWorksAfterwards() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = make(scratch)
         try await vault.save(record("big"))
         try await vault.save(record("big\u{1F}bob"))
         try writeAtomically([UInt8](repeating: 0x61, count: 17 << 20), to: vault.recordPath("big"))
-        do {
-            _ = try await vault.load("big")
-            Issue.record("an oversized record must be reported")
-        } catch let error as VaultError {
-            #expect(error.reason == .corruptRecord && error.message.contains("quarantine"))
-        }
+        let error = await #expect(throws: VaultError.self, "an oversized record must be reported") { _ = try await vault.load("big") }
+        #expect(error?.reason == .corruptRecord && error?.message.contains("quarantine") == true)
         #expect(try await vault.load("big") == nil)
         #expect(try await vault.keys(of: "big") == ["big\u{1F}bob"])
         // The same through listing: an account's record too large to read.
@@ -224,8 +195,6 @@ struct EncryptedFileVaultTests {
 
     /// Not a regular file (a FIFO would even block a plain open), or a symbolic link: set aside too.
     @Test func aRecordThatIsNotAFileIsQuarantined() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = make(scratch)
         try await vault.save(record("other"))
         #expect(mkfifo(vault.recordPath("fifo"), 0o600) == 0)
@@ -240,8 +209,6 @@ struct EncryptedFileVaultTests {
 
     /// Before: copies were named `<file>.<seconds>`, so a second one within a second replaced the first.
     @Test func quarantinedCopiesNeverReplaceEachOther() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = make(scratch)
         try await vault.save(record("other"))
         for round in 0..<3 {
@@ -258,8 +225,6 @@ struct EncryptedFileVaultTests {
     /// (holding the lock) put in its place meanwhile went to quarantine instead. Now the move
     /// happens under the lock, only if the file is still the damaged one.
     @Test func aRecordReplacedWhileALoadWaitsForTheLockIsNotQuarantined() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = make(scratch)
         try await vault.save(record("work"))
         try writeAtomically(Array("torn".utf8), to: vault.recordPath("work"))
@@ -277,8 +242,6 @@ struct EncryptedFileVaultTests {
     /// Inside the profile's own critical section a damaged record is set aside without
     /// waiting for the lock the caller already holds.
     @Test func aDamagedRecordFoundUnderTheLockIsQuarantinedWithoutDeadlock() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = make(scratch)
         try await vault.save(record("work"))
         try writeAtomically(Array("torn".utf8), to: vault.recordPath("work"))
@@ -290,45 +253,27 @@ struct EncryptedFileVaultTests {
     }
 
     @Test func looseFolderOrFilePermissionsAreRefused() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = make(scratch)
         try await vault.save(record("work"))
         chmod(vault.recordPath("work"), 0o644)
-        do {
-            _ = try await vault.load("work")
-            Issue.record("a group-readable record must be refused")
-        } catch let error as VaultError {
-            #expect(error.reason == .insecurePermissions)
-            #expect(error.message.contains("chmod 600"))
-        }
+        let error = await #expect(throws: VaultError.self, "a group-readable record must be refused") { _ = try await vault.load("work") }
+        #expect(error?.reason == .insecurePermissions)
+        #expect(error?.message.contains("chmod 600") == true)
         chmod(vault.recordPath("work"), 0o600)
         chmod(scratch.path + "/vault", 0o755)
         let reopened = make(scratch)
-        do {
-            _ = try await reopened.load("work")
-            Issue.record("a group-readable folder must be refused")
-        } catch let error as VaultError {
-            #expect(error.reason == .insecurePermissions)
-        }
+        let folderError = await #expect(throws: VaultError.self, "a group-readable folder must be refused") { _ = try await reopened.load("work") }
+        #expect(folderError?.reason == .insecurePermissions)
     }
 
     @Test func withoutAnAcceptableKeyTheVaultFailsClosed() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = make(scratch, key: .unavailable("secure storage required"))
-        do {
-            try await vault.save(record("work"))
-            Issue.record("must fail closed")
-        } catch let error as VaultError {
-            #expect(error.reason == .noKey)
-        }
+        let error = await #expect(throws: VaultError.self, "must fail closed") { try await vault.save(record("work")) }
+        #expect(error?.reason == .noKey)
         #expect(listFolder(scratch.path + "/vault").allSatisfy { !$0.hasSuffix(".vault") })
     }
 
     @Test func twoInstancesShareOneVault() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         try await make(scratch).save(record("work"))
         #expect(try await make(scratch).load("work") == record("work"))
     }

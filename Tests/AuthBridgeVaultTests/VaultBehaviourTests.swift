@@ -50,13 +50,15 @@ func record(_ profile: String, token: String = "at-secret-1", account: String? =
 }
 
 /// Serialized: the Secret Service cases share one keyring, whose listing fails on an item
-/// another test deletes meanwhile.
+/// another test deletes meanwhile. A class: Swift Testing makes one instance per test (case),
+/// so each gets its own scratch folder, removed when the test ends.
 @Suite("Vault behaviour (every backend)", .serialized)
-struct VaultBehaviourTests {
+final class VaultBehaviourTests: Sendable {
+    let scratch = Scratch()
+    deinit { scratch.remove() }
+
     @Test(arguments: Backend.available)
     func savesLoadsOverwritesAndDeletes(_ backend: Backend) async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = backend.make(in: scratch)
         try await vault.delete("work")
         try await vault.delete("héllo / ☃")
@@ -76,8 +78,6 @@ struct VaultBehaviourTests {
 
     @Test(arguments: Backend.available)
     func exclusiveAccessSerialisesOneProfile(_ backend: Backend) async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = backend.make(in: scratch)
         // Two critical sections on one profile never overlap.
         let log = Log()
@@ -105,19 +105,13 @@ extension VaultBehaviourTests {
     /// none while reads refused more than 16 MiB, so a large save broke its profile for good.
     @Test(arguments: Backend.available)
     func aSaveOverTheRecordLimitIsRefusedAndNothingIsWritten(_ backend: Backend) async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = backend.make(in: scratch)
         let work = "limit-\(UInt32.random(in: .min ... .max))"   // one keyring serves every test at once
         try await vault.save(record(work))
         let huge = VaultRecord(profile: work, account: "ada", secret: ["tokens": ["accessToken": .string(String(repeating: "a", count: 1 << 20))]])
-        do {
-            try await vault.save(huge)
-            Issue.record("a record over the limit was stored")
-        } catch let error as VaultError {
-            #expect(error.reason.rawValue == "recordTooLarge")
-            #expect(error.message.contains("too large") && !error.message.contains("aaaa"))
-        }
+        let error = await #expect(throws: VaultError.self, "a record over the limit was stored") { try await vault.save(huge) }
+        #expect(error?.reason.rawValue == "recordTooLarge")
+        #expect(error?.message.contains("too large") == true && error?.message.contains("aaaa") == false)
         #expect(try await vault.load(work) == record(work), "the stored record is untouched")
         // Just under the bound is stored and read back.
         let large = VaultRecord(profile: work, account: "ada", secret: ["tokens": ["accessToken": .string(String(repeating: "b", count: 600 << 10))]])
@@ -130,19 +124,13 @@ extension VaultBehaviourTests {
     /// aside and reported once; afterwards the profile simply has no record.
     @Test(arguments: Backend.available)
     func aRecordItsReaderRejectsIsSetAsideOnce(_ backend: Backend) async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
         let vault = backend.make(in: scratch)
         let suffix = UInt32.random(in: .min ... .max)   // one keyring serves every test at once
         let odd = "odd-\(suffix)", fine = "fine-\(suffix)"
         try await vault.save(record(odd))
         try await vault.save(record(fine))
-        do {
-            _ = try await vault.load(odd, validate: { _ in "it holds no tokens" })
-            Issue.record("a rejected record must be reported")
-        } catch let error as VaultError {
-            #expect(error.reason == .corruptRecord && error.message.contains("it holds no tokens"))
-        }
+        let error = await #expect(throws: VaultError.self, "a rejected record must be reported") { _ = try await vault.load(odd, validate: { _ in "it holds no tokens" }) }
+        #expect(error?.reason == .corruptRecord && error?.message.contains("it holds no tokens") == true)
         #expect(try await vault.load(odd) == nil)
         #expect(try await vault.load(fine) == record(fine))
         try await vault.delete(fine)

@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from authbridge_testkit import leak_scan  # noqa: E402
 from authbridge_testkit.host import (  # noqa: E402,F401 - the names the test files import from here
-    DEFAULT_PROFILES, KEPT_CONFIGURATION_PREFIX, TIMEOUT, Host, HostError, advance_clock, host_command, session_records,
-    sign_in_external, sign_in_session, start_on_data_home, stop_cleanly)
+    DEFAULT_PROFILES, KEPT_CONFIGURATION_PREFIX, TIMEOUT, Host, HostError, advance_clock, begin_sign_in, host_command,
+    session_records, sign_in_external, sign_in_session, start_on_data_home, stop_cleanly)
 from authbridge_testkit.isolation import copy_plugins, make_plugin_dir  # noqa: E402,F401
 from authbridge_testkit.paths import (  # noqa: E402,F401
-    BUILD_DIR, HOST_BIN, PLUGINS_DIR, REPO, SPEC_PATH, TEST_PLUGIN_FILES, TEST_PLUGINS_DIR)
+    BUILD_DIR, HOST_BIN, PLUGINS_DIR, REPO, SPEC_PATH, TEST_PLUGIN_FILES, TEST_PLUGINS_DIR, bundled_files)
 from authbridge_testkit.spec import Spec, error_code, id_key, schema_problem, schema_problems, short, spec  # noqa: E402,F401
 
 CTEST_BUILD_SCRIPT = REPO / "Tests" / "Plugins" / "CTestPlugin" / "build.sh"
@@ -142,9 +142,6 @@ def clock_host(start_host, plugin_dir) -> Host:
 
 # ── The bundled oidc plugin and an authorization server (fake or django-oauth-toolkit) ───────
 
-OIDC_FILES = ("oidc.json", "libauthbridge-oidc.so")
-
-
 @pytest.fixture
 def bundled_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) holding copies (0644) of every bundled plugin as `make build` stages it."""
@@ -154,4 +151,4 @@ def bundled_plugin_dir(tmp_path) -> Path:
 @pytest.fixture
 def oidc_plugin_dir(tmp_path) -> Path:
     """A plugin folder (0755) holding copies (0644) of the bundled oidc plugin as `make build` stages it."""
-    return make_plugin_dir(tmp_path / "plugins", OIDC_FILES, PLUGINS_DIR)
+    return make_plugin_dir(tmp_path / "plugins", bundled_files("oidc"), PLUGINS_DIR)

@@ -316,7 +316,17 @@ class TableauServer(sim_http.Simulator):
             self.counters.rejected += 1
         return status, answer
 
-    def _check_params(self, form: dict[str, str], required: tuple[str, ...], grant: str) -> str | None:
+    def _refusal(self, form: dict[str, str], required: tuple[str, ...], grant: str) -> tuple[int, dict[str, Any]] | None:
+        """The answer to a grant refused before its tokens are looked at (parameters missing or
+        not Tableau's, connected clients disabled), or None."""
+        problem = self._param_problem(form, required, grant)
+        if problem:
+            return 400, {"error": "invalid_request", "error_description": problem}
+        if not self.connected_clients_enabled:
+            return 403, {"error": {"code": "connected_clients_disabled", "message": "Connected clients are disabled on this server."}}
+        return None
+
+    def _param_problem(self, form: dict[str, str], required: tuple[str, ...], grant: str) -> str | None:
         missing = [name for name in required if name not in form or (name != "site_namespace" and not form[name])]
         for name in ("client_secret", "code", "code_verifier", "redirect_uri"):
             if name in form:
@@ -331,11 +341,9 @@ class TableauServer(sim_http.Simulator):
 
     def _session_grant(self, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
         self.counters.grant_forms.append({k: v for k, v in form.items() if k != "session_id"})
-        problem = self._check_params(form, ("client_id", "session_id", "device_id", "device_name"), "session")
-        if problem:
-            return 400, {"error": "invalid_request", "error_description": problem}
-        if not self.connected_clients_enabled:
-            return 403, {"error": {"code": "connected_clients_disabled", "message": "Connected clients are disabled on this server."}}
+        refusal = self._refusal(form, ("client_id", "session_id", "device_id", "device_name"), "session")
+        if refusal:
+            return refusal
         session = self.web_sessions.get(form["session_id"])
         if session is None or not self._session_live(session.created):
             return 400, {"error": "invalid_grant", "error_description": "The session is not valid or has expired."}
@@ -350,11 +358,9 @@ class TableauServer(sim_http.Simulator):
 
     def _refresh_grant(self, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
         self.counters.refresh_forms.append({k: v for k, v in form.items() if k != "refresh_token"})
-        problem = self._check_params(form, ("refresh_token", "client_id", "device_id", "site_namespace"), "refresh_token")
-        if problem:
-            return 400, {"error": "invalid_request", "error_description": problem}
-        if not self.connected_clients_enabled:
-            return 403, {"error": {"code": "connected_clients_disabled", "message": "Connected clients are disabled on this server."}}
+        refusal = self._refusal(form, ("refresh_token", "client_id", "device_id", "site_namespace"), "refresh_token")
+        if refusal:
+            return refusal
         token_set = next((s for s in self.token_sets.values() if secrets.compare_digest(s.refresh, form["refresh_token"])), None)
         if token_set is None:
             return 400, {"error": "invalid_grant", "error_description": "The refresh token is not valid."}

@@ -14,7 +14,6 @@ import json
 import os
 import pty
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from authbridge_testkit import leak_scan
-from conftest import HOST_BIN, TIMEOUT, session_records
+from conftest import HOST_BIN, TIMEOUT, bundled_files, copy_plugins, session_records
 from authbridge_testkit.dot_auth import DotAuthServer, dot_fixture
 
 FAILED, NOT_SIGNED_IN, UNAVAILABLE, CANCELLED, USAGE, CONFIG = 1, 2, 3, 4, 64, 78
@@ -48,6 +47,13 @@ AUTHORIZE_URL = re.compile(r"http://127\.0\.0\.1:\d+/o/authorize/\?[^\s\x1b]+")
 
 
 dot = dot_fixture("module")
+
+
+def authbridge(*args: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT,
+               input: str | None = None) -> subprocess.CompletedProcess:
+    """`authbridge ARGS…` run to its end, its output captured as text; its stdin is `input` or empty."""
+    stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
+    return subprocess.run([str(HOST_BIN), *args], env=env, capture_output=True, text=True, timeout=timeout, **stdin)
 
 
 class CLI:
@@ -85,8 +91,7 @@ class CLI:
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
         command, rest = args[0], list(args[1:])
-        done = subprocess.run([str(HOST_BIN), command, *self.common, *rest], env=self.env, capture_output=True,
-                              text=True, timeout=TIMEOUT * 6, stdin=subprocess.DEVNULL)
+        done = authbridge(command, *self.common, *rest, env=self.env, timeout=TIMEOUT * 6)
         self.outputs += [done.stderr] if command == "token" else [done.stdout, done.stderr]
         return done
 
@@ -247,14 +252,12 @@ def test_usage_errors_exit_64(cli):
 def test_a_mistyped_command_is_named_with_the_closest_one(cli):
     # `serve` is the default subcommand: a typo must not be taken for serve's argument.
     for typo, guess in (("stauts", "status"), ("logni", "login"), ("plugin", "plugins"), ("toke", "token")):
-        done = subprocess.run([str(HOST_BIN), typo, "dot"], env=cli.env, capture_output=True, text=True,
-                              timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        done = authbridge(typo, "dot", env=cli.env)
         assert done.returncode == USAGE, done.stderr
         assert done.stdout == ""
         assert done.stderr.splitlines()[0] == f"error: unknown command '{typo}'. Did you mean '{guess}'?"
         assert "serve" not in done.stderr.lower(), "not serve's usage"
-    far = subprocess.run([str(HOST_BIN), "frobnicate"], env=cli.env, capture_output=True, text=True,
-                         timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    far = authbridge("frobnicate", env=cli.env)
     assert far.returncode == USAGE and far.stderr.splitlines()[0] == "error: unknown command 'frobnicate'."
     assert "authbridge --help" in far.stderr
 
@@ -265,9 +268,9 @@ def test_open_browser_belongs_to_serve_only(cli):
         argv = [command, "dot"] if command in ("login", "token", "logout") else [command]
         done = cli.run(*argv, "--open-browser")
         assert done.returncode == USAGE and "--open-browser" in done.stderr, f"{command}: {done.stderr}"
-        helped = subprocess.run([str(HOST_BIN), command, "--help"], capture_output=True, text=True, timeout=TIMEOUT)
+        helped = authbridge(command, "--help")
         assert "--open-browser" not in helped.stdout, command
-    serve_help = subprocess.run([str(HOST_BIN), "serve", "--help"], capture_output=True, text=True, timeout=TIMEOUT)
+    serve_help = authbridge("serve", "--help")
     assert "--open-browser" in serve_help.stdout
 
 
@@ -353,19 +356,14 @@ def test_a_profile_whose_plugin_is_not_loaded_names_the_folders_searched(cli):
 
 def run_with(cli: CLI, config: Path, folder: Path, *args: str) -> subprocess.CompletedProcess:
     """`authbridge COMMAND …` with its own config file and plugin folder (not the CLI's)."""
-    done = subprocess.run([str(HOST_BIN), args[0], "--no-default-plugins", "--plugins", str(folder), "--config",
-                           str(config), *args[1:]], env=cli.env, capture_output=True, text=True,
-                          timeout=TIMEOUT * 6, stdin=subprocess.DEVNULL)
+    done = authbridge(args[0], "--no-default-plugins", "--plugins", str(folder), "--config", str(config), *args[1:],
+                      env=cli.env, timeout=TIMEOUT * 6)
     cli.outputs += [done.stdout, done.stderr]
     return done
 
 
 def test_login_with_a_refused_plugin_says_why_and_how_to_fix_it(cli, tmp_path):
-    folder = tmp_path / "careless-plugins"
-    folder.mkdir(mode=0o755)
-    for name in ("oidc.json", "libauthbridge-oidc.so"):
-        shutil.copyfile(cli.plugins / name, folder / name)
-        (folder / name).chmod(0o644)
+    folder = copy_plugins(tmp_path / "careless-plugins", bundled_files("oidc"), cli.plugins)
     manifest = folder / "oidc.json"
     manifest.chmod(0o664)                            # writable by the group: refused at load
     config = tmp_path / "refused.json"
@@ -429,7 +427,7 @@ def test_a_configuration_file_that_cannot_be_used_exits_78_naming_the_file_and_t
     done = cli.run("status")
     assert done.returncode == 0 and done.stdout.startswith("No profiles are configured"), done.stdout + done.stderr
     # The exit code is in the help.
-    helped = subprocess.run([str(HOST_BIN), "--help"], capture_output=True, text=True, timeout=TIMEOUT)
+    helped = authbridge("--help")
     assert re.search(r"\b78 the\s+configuration\s+file", helped.stdout), helped.stdout
 
 
@@ -476,30 +474,23 @@ def test_logout_warns_when_the_provider_cannot_revoke(cli, dot):
 
 
 def test_plugins_lists_loaded_and_refused_plugins_with_reasons(cli, tmp_path):
-    folder = tmp_path / "some-plugins"
-    folder.mkdir(mode=0o755)
-    for name in ("oidc.json", "libauthbridge-oidc.so"):
-        shutil.copyfile(cli.plugins / name, folder / name)
-        (folder / name).chmod(0o644)
+    folder = copy_plugins(tmp_path / "some-plugins", bundled_files("oidc"), cli.plugins)
     careless = folder / "careless.json"
     careless.write_text(json.dumps({"id": "careless", "version": "1.0.0", "abi": "1.0",
                                     "library": "libauthbridge-careless.so", "description": "writable by anyone"}))
     careless.chmod(0o666)
-    done = subprocess.run([str(HOST_BIN), "plugins", "--no-default-plugins", "--plugins", str(folder)], env=cli.env,
-                          capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    done = authbridge("plugins", "--no-default-plugins", "--plugins", str(folder), env=cli.env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert any(re.fullmatch(rf"loaded +oidc \S+ +{re.escape(str(folder))}/libauthbridge-oidc\.so", line) for line in lines), done.stdout
     refused = [line for line in lines if line.startswith("refused")]
     assert len(refused) == 1 and re.match(r"refused +careless +insecurePermissions: .*careless\.json", refused[0]), done.stdout
     assert "666" in refused[0], "the reason says what is wrong"
-    as_json = json.loads(subprocess.run([str(HOST_BIN), "plugins", "--json", "--no-default-plugins", "--plugins", str(folder)],
-                                        env=cli.env, capture_output=True, text=True, timeout=TIMEOUT).stdout)
+    as_json = json.loads(authbridge("plugins", "--json", "--no-default-plugins", "--plugins", str(folder), env=cli.env).stdout)
     assert {entry["id"]: entry["status"] for entry in as_json} == {"oidc": "loaded", "careless": "refused"}
     empty = tmp_path / "no-plugins"
     empty.mkdir(mode=0o755)
-    none = subprocess.run([str(HOST_BIN), "plugins", "--no-default-plugins", "--plugins", str(empty)], env=cli.env,
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    none = authbridge("plugins", "--no-default-plugins", "--plugins", str(empty), env=cli.env)
     assert none.returncode == 0 and none.stdout.strip() == f"No plugins found in: {empty}"
 
 
@@ -560,12 +551,12 @@ def test_ctrl_c_during_login_cancels_it_and_leaves_nothing_behind(cli, dot):
 
 def test_bare_authbridge_serves_a_pipe_and_every_command_has_help(tmp_path):
     # Without a terminal on stdin it is the bridge: an initialize on stdin gets a frame back.
-    done = subprocess.run([str(HOST_BIN), "--no-default-plugins"], input='{"jsonrpc":"2.0","id":1,"method":"initialize",'
-                          '"params":{"protocolVersion":"1.0"}}\n', capture_output=True, text=True, timeout=TIMEOUT,
-                          env={**os.environ, "XDG_DATA_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)})
+    done = authbridge("--no-default-plugins", input='{"jsonrpc":"2.0","id":1,"method":"initialize",'
+                      '"params":{"protocolVersion":"1.0"}}\n',
+                      env={**os.environ, "XDG_DATA_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)})
     assert json.loads(done.stdout.splitlines()[0])["id"] == 1
     for command in ("login", "status", "token", "logout", "serve", "plugins"):
-        helped = subprocess.run([str(HOST_BIN), command, "--help"], capture_output=True, text=True, timeout=TIMEOUT)
+        helped = authbridge(command, "--help")
         assert helped.returncode == 0 and "USAGE: authbridge " + command in helped.stdout
 
 

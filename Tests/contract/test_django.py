@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from conftest import sign_in_external
+from conftest import begin_sign_in, sign_in_external
 from authbridge_testkit.dot_auth import DotAuthServer, dot_fixture
 
 
@@ -156,8 +156,7 @@ def test_the_callback_issuer_is_checked_before_the_code_is_redeemed(start_host, 
     # `iss` names another server (a mix-up attack) is refused, and its code is never redeemed.
     settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri}
     host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
-    pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "external"})
-    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    pending, opened = begin_sign_in(host, "dot", flow="external")
     callback = dot.browse(opened["url"])
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(callback).query))
     assert query.get("iss") == f"{dot.base}/o", "DOT sends iss"

@@ -15,15 +15,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import urllib.parse
-from pathlib import Path
 
 import pytest
 
-from conftest import BUILD_DIR, REPO, advance_clock, make_plugin_dir
+from conftest import REPO, advance_clock, begin_sign_in
+from provider_fixtures import provider_fixtures
 from sim_duke import DEFAULT_ORDER, DukeAuthorizer
-from sim_http import simulators
 
-DUKE_FILES = ("duke.json", "libauthbridge-duke.so")
 HOUR_MS = 3600 * 1000
 PROFILE = "duke"
 
@@ -31,17 +29,7 @@ PROFILE = "duke"
 # ── Fixtures and helpers ────────────────────────────────────────────────────
 
 
-@pytest.fixture
-def duke_plugin_dir(tmp_path) -> Path:
-    """A plugin folder (0755) with the duke plugin as the build stages it (plugins/duke/build.sh)."""
-    return make_plugin_dir(tmp_path / "plugins", DUKE_FILES, BUILD_DIR / "plugins")
-
-
-@pytest.fixture
-def duke():
-    """A started simulator; the test fails if it saw the client break Duke's protocol."""
-    with simulators(DukeAuthorizer, "Duke's protocol") as make:
-        yield make()
+duke_plugin_dir, make_duke, duke = provider_fixtures("duke", DukeAuthorizer, "Duke's protocol", sim="duke")
 
 
 @pytest.fixture
@@ -61,10 +49,7 @@ def advance(host, duke: DukeAuthorizer, milliseconds: int) -> None:
 
 def begin(host, profile: str = PROFILE) -> tuple[int, dict]:
     """Starts the external sign-in; returns (request id, the openUrl progress event)."""
-    request_id = host.send_request("requestOAuthTokens", {"provider": profile})
-    opened = host.wait_for_notification(
-        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
-    return request_id, opened
+    return begin_sign_in(host, profile)
 
 
 def sign_in(host, duke: DukeAuthorizer, netid: str = "ab123") -> dict:

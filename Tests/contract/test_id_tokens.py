@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from conftest import session_records
+from conftest import begin_sign_in, session_records
 from authbridge_testkit.dot_auth import dot_fixture
 
 PROVIDER_REFUSED = -32004
@@ -32,8 +32,7 @@ def host(start_host, oidc_plugin_dir, dot):
 
 def sign_in(host, dot) -> dict:
     """The external flow with DOT's scripted user; the raw answer (result or error)."""
-    pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "external"})
-    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    pending, opened = begin_sign_in(host, "dot", flow="external")
     assert host.result("completeSignIn", {"provider": "dot", "callbackUrl": dot.browse(opened["url"])}) == {"accepted": True}
     return host.wait_response(pending)
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from conftest import DEFAULT_PROFILES, host_command, short, sign_in_session
+from conftest import DEFAULT_PROFILES, begin_sign_in, host_command, short, sign_in_session
 
 SLOW = {"provider": "c", "flow": "session", "sessionId": "slow"}
 
@@ -281,8 +281,7 @@ def test_cancel_request_answers_request_cancelled_and_host_keeps_serving(host, p
 
 
 def test_cancelling_a_pending_external_sign_in(host):
-    pending = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
-    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    pending, _ = begin_sign_in(host, "s", flow="external")
     host.notify("$/cancelRequest", {"id": pending})
     assert host.wait_response(pending)["error"]["code"] == -32800
     error = host.error("completeSignIn", {"provider": "s",

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import DEFAULT_PROFILES, SPEC_PATH, TIMEOUT, error_code, host_command, short, sign_in_session
+from conftest import DEFAULT_PROFILES, SPEC_PATH, TIMEOUT, begin_sign_in, error_code, host_command, short, sign_in_session
 
 
 def test_initialize_reports_server_providers_profiles_and_storage(host):
@@ -148,8 +148,7 @@ def test_running_requests_go_on_after_shutdown_until_exit_cancels_them(host):
     # exit/EOF cancels them."
     slow = host.send_request("requestOAuthTokens", {"provider": "c", "flow": "session", "sessionId": "slow"})
     host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == slow and p["stage"] == "exchanging")
-    pending = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
-    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    pending, _ = begin_sign_in(host, "s", flow="external")
     assert host.request("shutdown")["result"] is None
     with host.cond:
         answered = {f.get("id") for f in host.frames if "method" not in f}
@@ -206,8 +205,7 @@ def test_stdin_eof_cancels_running_requests(host):
     # README §2: "stdin EOF (any phase): running requests get up to 1 s to finish, then the rest
     # are cancelled (their -32800 answers are written)". An external sign-in waits for the user;
     # here its own timeout is 3 s, so a host that lets requests run on after EOF answers -32006.
-    pending = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external", "timeoutMs": 3000})
-    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    pending, _ = begin_sign_in(host, "s", flow="external", timeoutMs=3000)
     host.close_stdin()
     answer = host.wait_response(pending)
     assert error_code(answer) == -32800, f"after EOF the running sign-in answered {short(answer, 200)}"

@@ -14,36 +14,19 @@ import urllib.request
 
 import pytest
 
-from authbridge_testkit.host import sign_in_external
-from authbridge_testkit.isolation import make_plugin_dir
-from authbridge_testkit.paths import BUILD_DIR
-from sim_http import simulators
+from authbridge_testkit.host import begin_sign_in, sign_in_external
+from provider_fixtures import provider_fixtures
 from sim_marketsharp import MESSAGE_NO_LICENSE, MESSAGE_NOT_NAMED, MarketSharpSimulator
 
 DAY_MS = 86_400_000
-PLUGIN_FILES = ("marketsharp.json", "libauthbridge-marketsharp.so")
 ALICE = {"id": "4711:101", "name": "Alice Example", "email": "alice@sharpwindows.example"}
 
 
 # ── Fixtures and helpers ─────────────────────────────────────────────────────
 
 
-@pytest.fixture
-def marketsharp_plugin_dir(tmp_path):
-    """A plugin folder (0755) holding copies (0644) of the marketsharp plugin as staged in the build."""
-    return make_plugin_dir(tmp_path / "plugins", PLUGIN_FILES, BUILD_DIR / "plugins")
-
-
-@pytest.fixture
-def make_sim():
-    """Factory: make_sim(**options) → a started simulator; each must end without violations."""
-    with simulators(MarketSharpSimulator, "MarketSharp's (modelled) protocol") as make:
-        yield make
-
-
-@pytest.fixture
-def sim(make_sim):
-    return make_sim()
+marketsharp_plugin_dir, make_sim, sim = provider_fixtures(
+    "marketsharp", MarketSharpSimulator, "MarketSharp's (modelled) protocol")
 
 
 @pytest.fixture
@@ -67,9 +50,7 @@ def advance(host, sim: MarketSharpSimulator, days: float) -> None:
 
 def attempt_sign_in(host, sim: MarketSharpSimulator, user: str, flow: str = "external") -> dict:
     """A sign-in as `user` that may be refused: the whole answer of requestOAuthTokens."""
-    request_id = host.send_request("requestOAuthTokens", {"provider": "ms", "flow": flow})
-    opened = host.wait_for_notification(
-        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
+    request_id, opened = begin_sign_in(host, "ms", flow=flow)
     assert opened["url"].startswith(sim.authorize_prefix)
     location = sim.browse(opened["url"], user=user)
     if flow == "external":

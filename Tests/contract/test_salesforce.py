@@ -14,36 +14,20 @@ import json
 import socket
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from conftest import BUILD_DIR, advance_clock, make_plugin_dir, sign_in_external
-from sim_http import Handler, Served, simulators
+from conftest import advance_clock, begin_sign_in, sign_in_external
+from provider_fixtures import provider_fixtures
+from sim_http import Handler, Served
 from sim_salesforce import CLIENT_ID, EXTERNAL_REDIRECT_URI, SalesforceSim
 
-SALESFORCE_FILES = ("salesforce.json", "libauthbridge-salesforce.so")
 DAY_MS = 24 * 3600 * 1000
 NOT_SIGNED_IN, PROVIDER_UNAVAILABLE, CONFIGURATION_ERROR, USER_CANCELLED, CANCELLED = -32001, -32007, -32013, -32005, -32800
 API = "/services/data/v60.0"
 
 
-@pytest.fixture
-def salesforce_plugin_dir(tmp_path) -> Path:
-    """A plugin folder (0755) holding copies (0644) of the bundled salesforce plugin."""
-    return make_plugin_dir(tmp_path / "plugins", SALESFORCE_FILES, BUILD_DIR / "plugins")
-
-
-@pytest.fixture
-def make_sim():
-    """Factory of started simulators; each is stopped afterwards and must have seen no violation."""
-    with simulators(SalesforceSim, "Salesforce's protocol") as make:
-        yield make
-
-
-@pytest.fixture
-def sim(make_sim) -> SalesforceSim:
-    return make_sim()
+salesforce_plugin_dir, make_sim, sim = provider_fixtures("salesforce", SalesforceSim, "Salesforce's protocol")
 
 
 @pytest.fixture
@@ -140,8 +124,7 @@ def test_a_connected_app_with_a_consumer_secret(start_sf, make_sim):
 
 def test_a_user_who_denies_access_cancels_the_sign_in(start_sf, sim):
     host = start_sf(sim)
-    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external"})
-    progress = host.wait_for_notification("signIn/progress", lambda p: p.get("stage") == "openUrl")
+    request_id, progress = begin_sign_in(host, "sf", flow="external")
     location = sim.browse(progress["url"], deny=True)
     assert host.result("completeSignIn", {"provider": "sf", "callbackUrl": location}) == {"accepted": True}
     error = host.wait_response(request_id)["error"]
@@ -154,9 +137,7 @@ def test_scopes_always_include_refresh_token(start_sf, sim):
     sign_in_external(host, sim, "sf")
     assert sim.authorize_requests[-1]["scope"] == "api id refresh_token"
     # Scopes asked for by one request get it too.
-    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external", "scopes": ["web"]})
-    progress = host.wait_for_notification(
-        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
+    request_id, progress = begin_sign_in(host, "sf", flow="external", scopes=["web"])
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(progress["url"]).query))
     assert query["scope"] == "web refresh_token"
     host.notify("$/cancelRequest", {"id": request_id})
@@ -187,8 +168,7 @@ def test_the_login_host_decides_where_the_user_signs_in(start_host, salesforce_p
     # (The simulator, a loopback My Domain URL, is followed by every other test.)
     settings = {"clientId": CLIENT_ID, "loginHost": login_host, "redirectUri": EXTERNAL_REDIRECT_URI}
     host = start_host([salesforce_plugin_dir], profiles={"sf": {"plugin": "salesforce", "settings": settings}})
-    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external"})
-    progress = host.wait_for_notification("signIn/progress", lambda p: p.get("stage") == "openUrl")
+    request_id, progress = begin_sign_in(host, "sf", flow="external")
     assert progress["url"].startswith(authorize_url)
     assert progress["callbackPrefix"] == EXTERNAL_REDIRECT_URI
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(progress["url"]).query))
@@ -533,8 +513,7 @@ def test_sign_out_with_the_revoke_endpoint_down_still_signs_out_and_says_so(star
 def test_a_sign_in_that_cannot_be_used_leaves_no_live_grant(start_sf, sim, edit, code, reason):
     host = start_sf(sim)
     sim.edit_sign_in_answer = edit
-    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external"})
-    progress = host.wait_for_notification("signIn/progress", lambda p: p.get("stage") == "openUrl")
+    request_id, progress = begin_sign_in(host, "sf", flow="external")
     assert host.result("completeSignIn", {"provider": "sf", "callbackUrl": sim.browse(progress["url"])}) == {"accepted": True}
     error = host.wait_response(request_id)["error"]
     assert error["code"] == code and error["data"]["reason"] == reason
@@ -567,8 +546,7 @@ def test_an_instance_url_elsewhere_fails_the_sign_in_revokes_the_grant_and_gets_
     host = start_sf(sim)
     sim.edit_sign_in_answer = lambda answer: answer.update(instance_url=base)
     mark = host.mark()
-    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external"})
-    progress = host.wait_for_notification("signIn/progress", lambda p: p.get("stage") == "openUrl")
+    request_id, progress = begin_sign_in(host, "sf", flow="external")
     host.result("completeSignIn", {"provider": "sf", "callbackUrl": sim.browse(progress["url"])})
     error = host.wait_response(request_id)["error"]
     assert error["code"] == CONFIGURATION_ERROR and error["data"]["reason"] == "untrustedInstance"
@@ -610,8 +588,7 @@ def test_a_refresh_naming_an_instance_elsewhere_is_refused_and_the_old_instance_
 def test_the_instance_url_must_be_on_salesforces_domains_or_those_the_profile_adds(start_sf, sim, instance, settings, allowed):
     host = start_sf(sim, **settings)
     sim.edit_sign_in_answer = lambda answer: answer.update(instance_url=instance)
-    request_id = host.send_request("requestOAuthTokens", {"provider": "sf", "flow": "external"})
-    progress = host.wait_for_notification("signIn/progress", lambda p: p.get("stage") == "openUrl")
+    request_id, progress = begin_sign_in(host, "sf", flow="external")
     host.result("completeSignIn", {"provider": "sf", "callbackUrl": sim.browse(progress["url"])})
     answer = host.wait_response(request_id)
     if allowed:

@@ -14,7 +14,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import DEFAULT_PROFILES, advance_clock, id_key, short, sign_in_session
+from conftest import DEFAULT_PROFILES, advance_clock, begin_sign_in, id_key, short, sign_in_session
 
 HOUR = 3_600_000
 
@@ -65,8 +65,7 @@ class Scenario:
         self.inbound_secrets.update({EXTERNAL_ACCESS, EXTERNAL_REFRESH})
         self.access_tokens.add(EXTERNAL_ACCESS)
         self.refresh_tokens.add(EXTERNAL_REFRESH)
-        request_id = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
-        opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
+        request_id, opened = begin_sign_in(host, "s", flow="external")
         callback += "&state=" + urllib.parse.quote(urllib.parse.parse_qs(urllib.parse.urlsplit(opened["url"]).query)["state"][0])
         host.request("completeSignIn", {"provider": "s", "callbackUrl": callback.replace("swifttest.example", "evil.example")})
         host.result("completeSignIn", {"provider": "s", "callbackUrl": callback})

@@ -13,7 +13,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import advance_clock, sign_in_session
+from conftest import advance_clock, begin_sign_in, sign_in_session
 
 HOUR = 3_600_000
 
@@ -31,6 +31,23 @@ def with_state(callback: str, opened: dict) -> str:
     before the plugin sees the callback, for plugins whose provider sends one: swifttest)."""
     state = urllib.parse.parse_qs(urllib.parse.urlsplit(opened["url"]).query)["state"][0]
     return f"{callback}&state={urllib.parse.quote(state)}"
+
+
+def login_url(host, provider: str) -> str:
+    """The URL `provider`'s external sign-in opens; the sign-in is then cancelled (-32800)."""
+    request_id, opened = begin_sign_in(host, provider, flow="external")
+    host.notify("$/cancelRequest", {"id": request_id})
+    assert host.wait_response(request_id)["error"]["code"] == -32800
+    return opened["url"]
+
+
+def sign_in_then_expire(host, provider: str, session_id: str) -> int:
+    """Signs `provider` in with `session_id`, then moves the test clock past the access token's
+    hour; returns the frame mark from before the expiry."""
+    sign_in_session(host, provider, session_id)
+    mark = host.mark()
+    advance_clock(host, 2 * HOUR)
+    return mark
 
 
 def refreshed_events(host, provider, since=0):
@@ -145,8 +162,7 @@ def test_session_flow_without_session_id_is_invalid_params(host):
 def test_flow_defaults_to_the_profiles_first_flow_and_other_flows_ignore_session_id(host):
     # README §4: "flow defaults to the profile's first flow" (external for both test plugins);
     # "sessionId is ignored by other flows".
-    request_id = host.send_request("requestOAuthTokens", {"provider": "s", "sessionId": "ignored"})
-    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
+    request_id, opened = begin_sign_in(host, "s", sessionId="ignored")
     assert opened["url"].startswith("https://swifttest.example/login?")
     host.result("completeSignIn", {"provider": "s",
                                    "callbackUrl": with_state("https://swifttest.example/done?session_token=S9&access_token=A9", opened)})
@@ -169,9 +185,7 @@ def test_flow_the_profile_does_not_list_is_unsupported(host):
 def test_external_flow_completes_with_complete_sign_in(host, provider):
     info = PLUGINS[provider]
     mark = host.mark()
-    request_id = host.send_request("requestOAuthTokens", {"provider": provider, "flow": "external"})
-    opened = host.wait_for_notification("signIn/progress",
-                                        lambda p: p["requestId"] == request_id and p["stage"] == "openUrl", since=mark)
+    request_id, opened = begin_sign_in(host, provider, flow="external")
     assert opened["provider"] == provider
     assert opened["url"].startswith(info["login"] + "?state=")
     accepted = host.result("completeSignIn", {
@@ -193,9 +207,7 @@ def test_external_flow_progress_follows_the_readme(host, provider):
     # must know which navigation to intercept.
     info = PLUGINS[provider]
     mark = host.mark()
-    request_id = host.send_request("requestOAuthTokens", {"provider": provider, "flow": "external"})
-    opened = host.wait_for_notification("signIn/progress",
-                                        lambda p: p["requestId"] == request_id and p["stage"] == "openUrl", since=mark)
+    request_id, opened = begin_sign_in(host, provider, flow="external")
     host.result("completeSignIn", {"provider": provider, "callbackUrl": with_state(info["callback"] + "?session_token=S&access_token=A", opened)})
     host.wait_response(request_id)
     stages = [p["stage"] for p in host.notifications("signIn/progress", mark)
@@ -212,8 +224,7 @@ def test_complete_sign_in_without_pending_sign_in(host):
 
 
 def test_complete_sign_in_with_a_foreign_url_is_refused_and_the_sign_in_stays_pending(host):
-    request_id = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
-    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
+    request_id, opened = begin_sign_in(host, "s", flow="external")
     foreign = host.error("completeSignIn", {"provider": "s",
                                             "callbackUrl": "https://evil.example/done?session_token=S1&access_token=A1"})
     # The right callback still completes the sign-in.
@@ -227,8 +238,7 @@ def test_complete_sign_in_with_a_foreign_url_is_refused_and_the_sign_in_stays_pe
 
 
 def test_new_sign_in_supersedes_a_pending_one(host):
-    first = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
-    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == first and p["stage"] == "openUrl")
+    first, _ = begin_sign_in(host, "s", flow="external")
     second = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
     superseded = host.wait_response(first)
     assert superseded["error"]["code"] == -32005
@@ -247,24 +257,21 @@ def test_sign_in_timeout(host):
 
 def test_the_host_refuses_a_callback_from_another_sign_in_before_the_plugin_sees_it(host):
     # Issue 12 §4: swifttest's complete_sign_in does not check state itself; the host does, first.
-    request_id = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
-    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
+    request_id, opened = begin_sign_in(host, "s", flow="external")
     host.result("completeSignIn", {"provider": "s",
                                    "callbackUrl": "https://swifttest.example/done?session_token=S&access_token=A&state=forged"})
     error = host.wait_response(request_id)["error"]
     assert error["code"] == -32004 and error["data"]["reason"] == "stateMismatch", error
     assert host.result("listAccounts", {"provider": "s"})["accounts"] == [], "nothing was stored"
     # Not even an error the callback names is acted on when its state is not this sign-in's.
-    request_id = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
-    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
+    request_id, _ = begin_sign_in(host, "s", flow="external")
     host.result("completeSignIn", {"provider": "s", "callbackUrl": "https://swifttest.example/done?error=access_denied"})
     assert host.wait_response(request_id)["error"]["data"]["reason"] == "stateMismatch"
     assert "state=" in opened["url"]
 
 
 def test_sign_out_ends_a_pending_sign_in(host):
-    pending = host.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"})
-    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    pending, _ = begin_sign_in(host, "s", flow="external")
     assert host.result("signOut", {"provider": "s"})["revoked"] == []
     answer = host.wait_response(pending)
     assert answer["error"]["code"] == -32005
@@ -334,11 +341,7 @@ def test_configure_profile_at_runtime_then_use_it(host):
     assert host.result("getAccessToken", {"provider": "c2"})["accessToken"] == "at-rt"
     assert host.result("checkSignInStatus", {"provider": "c"})["state"] == "notSignedIn"
     # The runtime profile's external sign-in uses its own server.
-    request_id = host.send_request("requestOAuthTokens", {"provider": "c2", "flow": "external"})
-    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
-    assert opened["url"].startswith("https://other.example/login?")
-    host.notify("$/cancelRequest", {"id": request_id})
-    assert host.wait_response(request_id)["error"]["code"] == -32800
+    assert login_url(host, "c2").startswith("https://other.example/login?")
 
 
 def test_remove_profile(host):
@@ -372,11 +375,7 @@ def test_configure_profile_replaces_a_profile_of_the_same_name(host):
                                                "settings": {"server": "https://replaced.example"}})
     assert profile["name"] == "c" and profile["source"] == "runtime"
     assert [p for p in host.result("listProviders", {})["profiles"] if p["name"] == "c"] == [profile]
-    request_id = host.send_request("requestOAuthTokens", {"provider": "c", "flow": "external"})
-    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
-    assert opened["url"].startswith("https://replaced.example/login?")
-    host.notify("$/cancelRequest", {"id": request_id})
-    assert host.wait_response(request_id)["error"]["code"] == -32800
+    assert login_url(host, "c").startswith("https://replaced.example/login?")
 
 
 def test_failed_configure_profile_keeps_the_previous_profile(host):
@@ -385,11 +384,7 @@ def test_failed_configure_profile_keeps_the_previous_profile(host):
     error = host.error("configureProfile", {"name": "c", "plugin": "ctest", "settings": {"server": 42}})
     assert error["code"] == -32013
     assert [p for p in host.result("listProviders", {})["profiles"] if p["name"] == "c"] == before
-    request_id = host.send_request("requestOAuthTokens", {"provider": "c", "flow": "external"})
-    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == request_id and p["stage"] == "openUrl")
-    assert opened["url"].startswith("https://ctest.example/login?")
-    host.notify("$/cancelRequest", {"id": request_id})
-    assert host.wait_response(request_id)["error"]["code"] == -32800
+    assert login_url(host, "c").startswith("https://ctest.example/login?")
 
 
 def test_configure_profile_with_an_unknown_plugin(host):
@@ -464,9 +459,7 @@ def test_check_refreshes_an_expired_session(clock_host):
 @BOTH
 def test_get_access_token_refreshes_an_expired_session(clock_host, provider):
     host = clock_host
-    sign_in_session(host, provider, "y")
-    mark = host.mark()
-    advance_clock(host, 2 * HOUR)
+    mark = sign_in_then_expire(host, provider, "y")
     token = host.result("getAccessToken", {"provider": provider})
     assert token["accessToken"] == PLUGINS[provider]["refreshed"].format("y")
     assert len(refreshed_events(host, provider, mark)) == 1
@@ -486,9 +479,7 @@ def test_get_access_token_refreshes_within_min_validity(clock_host):
 @BOTH
 def test_concurrent_get_access_token_after_expiry_refreshes_once(clock_host, provider):
     host = clock_host
-    sign_in_session(host, provider, "z")
-    mark = host.mark()
-    advance_clock(host, 2 * HOUR)
+    mark = sign_in_then_expire(host, provider, "z")
     ids = [host.next_id() for _ in range(8)]
     host.send_lines([f'{{"jsonrpc":"2.0","id":{i},"method":"getAccessToken","params":{{"provider":"{provider}"}}}}'
                      for i in ids])
@@ -499,9 +490,7 @@ def test_concurrent_get_access_token_after_expiry_refreshes_once(clock_host, pro
 
 def test_definitive_refresh_failure_signs_out_on_check(clock_host):
     host = clock_host
-    sign_in_session(host, "s", "revoked")
-    mark = host.mark()
-    advance_clock(host, 2 * HOUR)
+    mark = sign_in_then_expire(host, "s", "revoked")
     status = host.result("checkSignInStatus", {"provider": "s"})
     assert status["state"] == "notSignedIn" and status["reason"] == "revoked"
     assert status["account"] is None and status["expiresAt"] is None
@@ -514,9 +503,7 @@ def test_definitive_refresh_failure_signs_out_on_check(clock_host):
 @BOTH
 def test_definitive_refresh_failure_on_get_access_token_is_not_signed_in(clock_host, provider):
     host = clock_host
-    sign_in_session(host, provider, "revoked")
-    mark = host.mark()
-    advance_clock(host, 2 * HOUR)
+    mark = sign_in_then_expire(host, provider, "revoked")
     error = host.error("getAccessToken", {"provider": provider})
     assert error["code"] == -32001
     assert error["data"]["reason"] == "revoked" and error["data"]["retryable"] is False

@@ -18,35 +18,18 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from authbridge_testkit.host import Host, advance_clock, sign_in_session
-from authbridge_testkit.isolation import make_plugin_dir
-from authbridge_testkit.paths import BUILD_DIR
-from sim_http import simulators
+from provider_fixtures import provider_fixtures
 from sim_tableau import DAY_MS, REVOKE_PATH, TOKEN_PATH, VIEW_PAGE, VIEWS_PATH, TableauServer
 from test_browser import chromium, evidence_on_failure, wait_for  # noqa: F401 - chromium is a fixture
 
-TABLEAU_FILES = ("tableau.json", "libauthbridge-tableau.so")
 MAX_AGE = 2_629_743
 COOKIE_NAMES = ["tableau_access_token", "XSRF-TOKEN"]
 VIEWS = {"method": "POST", "url": VIEWS_PATH, "headers": {"Content-Type": "application/json"},
          "body": '{"method":"getViews","params":{}}'}
 
 
-@pytest.fixture
-def tableau_plugin_dir(tmp_path) -> Path:
-    """A plugin folder (0755) holding the tableau plugin (0644) as the build stages it."""
-    return make_plugin_dir(tmp_path / "plugins", TABLEAU_FILES, BUILD_DIR / "plugins")
-
-
-@pytest.fixture
-def make_tableau():
-    """Factory of started Tableau servers; each must end without violations."""
-    with simulators(TableauServer, "the Tableau protocol") as make:
-        yield make
-
-
-@pytest.fixture
-def tableau(make_tableau):
-    return make_tableau()
+tableau_plugin_dir, make_tableau, tableau = provider_fixtures("tableau", TableauServer, "the Tableau protocol",
+                                                              sim="tableau")
 
 
 @pytest.fixture

@@ -447,12 +447,19 @@ def advance_clock(host: Host, milliseconds: int) -> None:
     assert "result" in response, response
 
 
+def begin_sign_in(host: Host, provider: str, **params: Any) -> tuple[Any, dict[str, Any]]:
+    """Sends requestOAuthTokens for `provider` (with `params`, e.g. flow="external") and waits for
+    its openUrl progress; returns (the request's id, that progress event's params)."""
+    request_id = host.send_request("requestOAuthTokens", {"provider": provider, **params})
+    opened = host.wait_for_notification(
+        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
+    return request_id, opened
+
+
 def sign_in_external(host: Host, server: Any, profile: str, **user: str) -> dict[str, Any]:
     """The external flow: the test is the browser and hands the redirect over with completeSignIn.
     `user`/`password` choose who signs in, where the server knows several users."""
-    request_id = host.send_request("requestOAuthTokens", {"provider": profile, "flow": "external"})
-    progress = host.wait_for_notification(
-        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
+    request_id, progress = begin_sign_in(host, profile, flow="external")
     url = progress["url"]
     assert url.startswith(server.authorize_prefix), "unexpected sign-in URL"
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))

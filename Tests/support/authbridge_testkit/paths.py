@@ -19,3 +19,8 @@ PLUGINS_DIR = BUILD_DIR / "plugins"
 TEST_PLUGINS_DIR = BUILD_DIR / "test-plugins"
 #: The files of the two test plugins, as `make build` stages them in TEST_PLUGINS_DIR.
 TEST_PLUGIN_FILES = ("ctest.json", "libauthbridge-ctest.so", "swifttest.json", "libauthbridge-testplugin-swift.so")
+
+
+def bundled_files(*plugins: str) -> tuple[str, ...]:
+    """The files (manifest, library) `make build` stages in PLUGINS_DIR for each bundled plugin named."""
+    return tuple(name for plugin in plugins for name in (f"{plugin}.json", f"libauthbridge-{plugin}.so"))

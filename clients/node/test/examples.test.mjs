@@ -69,6 +69,18 @@ const PLAYING_XDG_OPEN = (calls) =>
 const FAILING_XDG_OPEN = (calls) => `echo "$1" >> '${calls}'\nexit 3\n`;
 
 /**
+ * desktop_app.mjs run as a program on a desktop whose xdg-open is `xdgOpen(calls)`: the file its
+ * calls go to, the program's path, and the frame tap and environment of the run.
+ */
+function desktopAppRun(name, xdgOpen) {
+  const calls = path.join(box.root, `${name}-xdg-open-calls`);
+  const bin = standInBin(`${name}-bin`, xdgOpen(calls));
+  const tap = frameTap();
+  const env = exampleEnv(tap, { PATH: `${bin}:${process.env.PATH}` });
+  return { calls, example: path.join(REPO, 'Examples', 'desktop_app.mjs'), tap, env };
+}
+
+/**
  * Runs a program and, once its stdout shows `pattern`, calls `onMatch(match)` (the person at the
  * screen acting on it). Resolves with {code, stdout, stderr} at its end; everything bounded.
  */
@@ -174,11 +186,7 @@ test('desktop_app.mjs: openExternal is called with the sign-in page; the injecte
 });
 
 test('desktop_app.mjs as a program: its default openExternal runs xdg-open', { timeout: 60_000 }, async () => {
-  const calls = path.join(box.root, 'xdg-open-calls');
-  const bin = standInBin('playing-bin', PLAYING_XDG_OPEN(calls));
-  const example = path.join(REPO, 'Examples', 'desktop_app.mjs');
-  const tap = frameTap();
-  const env = exampleEnv(tap, { PATH: `${bin}:${process.env.PATH}` });
+  const { calls, example, tap, env } = desktopAppRun('playing', PLAYING_XDG_OPEN);
   const { code, stdout, stderr } = await run(process.execPath, [example, '--issuer', dot.issuer], { env, timeoutMs: 50_000 });
   assert.equal(code, 0, `${stdout}\n${stderr}`);
   assert.equal(fs.readFileSync(calls, 'utf8'), 'called\n', 'xdg-open ran once');
@@ -190,11 +198,7 @@ test('desktop_app.mjs as a program: its default openExternal runs xdg-open', { t
 });
 
 test('desktop_app.mjs when xdg-open fails (no desktop): the window shows the address and the sign-in waits for it', { timeout: 60_000 }, async () => {
-  const calls = path.join(box.root, 'failed-xdg-open-calls');
-  const bin = standInBin('failing-bin', FAILING_XDG_OPEN(calls));
-  const example = path.join(REPO, 'Examples', 'desktop_app.mjs');
-  const tap = frameTap();
-  const env = exampleEnv(tap, { PATH: `${bin}:${process.env.PATH}` });
+  const { calls, example, tap, env } = desktopAppRun('failing', FAILING_XDG_OPEN);
   const shown = /Your browser could not be opened \(xdg-open exited with status 3\)\. Open this address to sign in:\n {2}(\S+)\n/;
   // The user reads the address in the window and opens it in a browser elsewhere.
   const { code, stdout, stderr } = await runWatching(process.execPath, [example, '--issuer', dot.issuer],
