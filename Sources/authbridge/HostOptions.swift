@@ -9,6 +9,15 @@ import Logging
 import Glibc
 #endif
 
+/// The profile and account a one-account command (`token`, `logout`) acts on.
+struct AccountSelection: ParsableArguments {
+    @Argument(help: "The profile.")
+    var profile: String
+
+    @Option(help: ArgumentHelp("Which signed-in account (Account.id); default: the latest sign-in.", valueName: "ID"))
+    var account: String?
+}
+
 /// Options shared by every command that loads plugins.
 struct HostOptions: ParsableArguments {
     @Option(name: .customLong("plugins"), help: ArgumentHelp("Also load plugins from DIR (repeatable).", valueName: "DIR"))

@@ -8,27 +8,23 @@ struct Logout: HumanCommand {
         abstract: "Sign out: revoke the tokens at the provider, then delete them here.",
         discussion: "The tokens are deleted locally whatever the provider answers; revocation problems are reported as warnings.")
 
-    @Argument(help: "The profile.")
-    var profile: String
-
-    @Option(help: ArgumentHelp("Which signed-in account (Account.id); default: the latest sign-in.", valueName: "ID"))
-    var account: String?
+    @OptionGroup var selection: AccountSelection
 
     @OptionGroup var options: HostOptions
 
     func execute() async throws {
         let local = try LocalEngine(options: options) { _, _ in }
-        let result = try await local.waitingForProvider(of: profile) { engine throws(SessionError) in
-            try await engine.signOut(profile, account: account, requestID: nil)
+        let result = try await local.waitingForProvider(of: selection.profile) { engine throws(SessionError) in
+            try await engine.signOut(selection.profile, account: selection.account, requestID: nil)
         }
         let out = Terminal.standardOutput
         let revoked = (result["revoked"]?.arrayValue ?? []).compactMap(\.stringValue)
         let failures = result["failures"]?.arrayValue ?? []
         guard result["account"] != nil || !revoked.isEmpty || !failures.isEmpty else {
-            out.line("\(profile) was not signed in.")
+            out.line("\(selection.profile) was not signed in.")
             return
         }
-        out.line(out.styled("✓", .green) + " Signed out of \(profile) (\(accountLabel(result["account"])))"
+        out.line(out.styled("✓", .green) + " Signed out of \(selection.profile) (\(accountLabel(result["account"])))"
                  + (revoked.isEmpty ? "" : "; revoked: \(Terminal.clean(revoked.joined(separator: ", ")))"))
         for failure in failures {
             Terminal.standardError.warn("could not revoke \(failure["token"]?.stringValue ?? "?"): \(failure["message"]?.stringValue ?? "")")

@@ -12,18 +12,14 @@ struct Token: HumanCommand {
             never leave AuthBridge.
             """)
 
-    @Argument(help: "The profile.")
-    var profile: String
-
-    @Option(help: ArgumentHelp("Which signed-in account (Account.id); default: the latest sign-in.", valueName: "ID"))
-    var account: String?
+    @OptionGroup var selection: AccountSelection
 
     @OptionGroup var options: HostOptions
 
     func execute() async throws {
         let local = try LocalEngine(options: options) { _, _ in }
-        let answer = try await local.waitingForProvider(of: profile) { engine throws(SessionError) in
-            try await engine.getAccessToken(profile, account: account)
+        let answer = try await local.waitingForProvider(of: selection.profile) { engine throws(SessionError) in
+            try await engine.getAccessToken(selection.profile, account: selection.account)
         }
         // A token is visible ASCII (RFC 6750 b64token): cleaning changes nothing but a hostile provider's.
         Terminal.standardOutput.line(Terminal.clean(answer["accessToken"]?.stringValue ?? ""))
