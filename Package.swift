@@ -55,7 +55,7 @@ let package = Package(
         // Bundled provider plugins (installed into lib/authbridge/plugins).
     ] + bundledSwiftPlugins.map { Product.library(name: "authbridge-\($0.id)", type: .dynamic, targets: [$0.target + "Entry"]) } + [
         // Test plugins: built for the test suites, never installed.
-        .library(name: "authbridge-testplugin-swift", type: .dynamic, targets: ["SwiftTestPlugin"]),
+        .library(name: "authbridge-testplugin-swift", type: .dynamic, targets: ["SwiftTestPlugin"])
     ],
     // Exact versions: a release is built from exactly these (Package.resolved is not committed,
     // because this machine's package mirror has other commit ids than the upstream repositories).
@@ -71,8 +71,9 @@ let package = Package(
         .package(url: "https://github.com/swift-extras/swift-extras-base64", exact: "1.2.0"),
     ],
     targets: [
-        .systemLibrary(name: "CJansson", pkgConfig: "jansson",
-                       providers: [.apt(["libjansson-dev"])]),
+        .systemLibrary(
+            name: "CJansson", pkgConfig: "jansson",
+            providers: [.apt(["libjansson-dev"])]),
         .target(name: "CAuthBridgePlugin"),
         // The Swift side of the plugin ABI, shared by the host and the Swift SDK: the hooks, the
         // failure type, and the Swift runtime note (which Swift a plugin was built for).
@@ -86,82 +87,107 @@ let package = Package(
         .target(name: "CAuthBridgeKeyring", linkerSettings: soname("libAuthBridgeKeyring.so")),
 
         .target(name: "AuthBridgeJSON", dependencies: ["CJansson"]),
-        .target(name: "AuthBridgeRPC", dependencies: [
-            "AuthBridgeJSON", "AuthBridgeSystem",
-            .product(name: "Logging", package: "swift-log"),
-        ]),
-        .target(name: "AuthBridgePluginHost", dependencies: [
-            "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
-            .product(name: "Logging", package: "swift-log"),
-        ]),
-        .target(name: "AuthBridgeVault", dependencies: [
-            "AuthBridgeJSON", "AuthBridgeSystem",
-            .product(name: "Crypto", package: "swift-crypto"),
-        ]),
-        .target(name: "AuthBridgeSession", dependencies: [
-            "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault", "AuthBridgeSystem",
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "Logging", package: "swift-log"),
-        ]),
-        .target(name: "AuthBridgeHost", dependencies: [
-            "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeSystem",
-            .product(name: "Logging", package: "swift-log"),
-        ]),
+        .target(
+            name: "AuthBridgeRPC",
+            dependencies: [
+                "AuthBridgeJSON", "AuthBridgeSystem",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+        .target(
+            name: "AuthBridgePluginHost",
+            dependencies: [
+                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+        .target(
+            name: "AuthBridgeVault",
+            dependencies: [
+                "AuthBridgeJSON", "AuthBridgeSystem",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]),
+        .target(
+            name: "AuthBridgeSession",
+            dependencies: [
+                "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault", "AuthBridgeSystem",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+        .target(
+            name: "AuthBridgeHost",
+            dependencies: [
+                "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeSystem",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
         // Process hardening the executable does first (prctl is variadic: C only).
         .target(name: "CAuthBridgeProcess"),
-        .executableTarget(name: "authbridge", dependencies: [
-            "AuthBridgeHost", "CAuthBridgeProcess",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            .product(name: "Logging", package: "swift-log"),
-        ]),
+        .executableTarget(
+            name: "authbridge",
+            dependencies: [
+                "AuthBridgeHost", "CAuthBridgeProcess",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
-        .target(name: "CAuthBridgeHTTP", dependencies: ["CCurl", "CJansson"],
-                linkerSettings: soname("libAuthBridgeHTTP.so")),
-        .target(name: "AuthBridgeJWT", dependencies: [
-            "AuthBridgeJSON", "AuthBridgeURL",
-            .product(name: "JWTKit", package: "jwt-kit"),
-            // Linked through JWTKit anyway; named so that their versions are pinned above.
-            .product(name: "X509", package: "swift-certificates"),
-            .product(name: "SwiftASN1", package: "swift-asn1"),
-            .product(name: "ExtrasBase64", package: "swift-extras-base64"),
-        ], linkerSettings: soname("libAuthBridgeJWT.so")),
+        .target(
+            name: "CAuthBridgeHTTP", dependencies: ["CCurl", "CJansson"],
+            linkerSettings: soname("libAuthBridgeHTTP.so")),
+        .target(
+            name: "AuthBridgeJWT",
+            dependencies: [
+                "AuthBridgeJSON", "AuthBridgeURL",
+                .product(name: "JWTKit", package: "jwt-kit"),
+                // Linked through JWTKit anyway; named so that their versions are pinned above.
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "ExtrasBase64", package: "swift-extras-base64"),
+            ], linkerSettings: soname("libAuthBridgeJWT.so")),
         .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault"], path: "bench/VaultBench"),
 
-        .target(name: "AuthBridgePluginSDK", dependencies: [
-            "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL",
-        ]),
-    ] + bundledSwiftPlugins.flatMap { plugin -> [Target] in [
-        // The provider logic (what the unit tests import) …
-        .target(name: plugin.target, dependencies: ["AuthBridgePluginSDK"], path: "plugins/\(plugin.id)",
-                exclude: ["\(plugin.id).json", "README.md", "Entry"]),
-        // … and the library's entry point (one per library: tests link several plugins at once).
-        .target(name: plugin.target + "Entry", dependencies: [.target(name: plugin.target)],
-                path: "plugins/\(plugin.id)/Entry", linkerSettings: soname("libauthbridge-\(plugin.id).so")),
-    ] } + [
-        .target(name: "SwiftTestPlugin", dependencies: ["AuthBridgePluginSDK"],
+        .target(
+            name: "AuthBridgePluginSDK",
+            dependencies: [
+                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL",
+            ]),
+    ]
+        + bundledSwiftPlugins.flatMap { plugin -> [Target] in
+            [
+                // The provider logic (what the unit tests import) …
+                .target(
+                    name: plugin.target, dependencies: ["AuthBridgePluginSDK"], path: "plugins/\(plugin.id)",
+                    exclude: ["\(plugin.id).json", "README.md", "Entry"]),
+                // … and the library's entry point (one per library: tests link several plugins at once).
+                .target(
+                    name: plugin.target + "Entry", dependencies: [.target(name: plugin.target)],
+                    path: "plugins/\(plugin.id)/Entry", linkerSettings: soname("libauthbridge-\(plugin.id).so")),
+            ]
+        } + [
+            .target(
+                name: "SwiftTestPlugin", dependencies: ["AuthBridgePluginSDK"],
                 path: "Tests/Plugins/SwiftTestPlugin", exclude: ["swifttest.json"],
                 linkerSettings: soname("libauthbridge-testplugin-swift.so")),
 
-        .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"]),
-        .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"]),
-        .testTarget(name: "AuthBridgePluginABITests", dependencies: ["AuthBridgePluginABI"]),
-        // The Swift test kit (temporary folders, files, the test plugins), shared by the test targets.
-        .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost", "AuthBridgePluginABI", "TestSupport"]),
-        .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"]),
-        .testTarget(name: "AuthBridgeURLTests", dependencies: ["AuthBridgeURL"]),
-        // The bundled plugins' pure functions (failure mapping, URL rules, license mapping).
-        .testTarget(name: "BundledPluginsTests", dependencies: ["SalesforcePlugin", "TableauPlugin", "MarketSharpPlugin"]),
-        .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession", "AuthBridgeURL", "AuthBridgeSystem", "TestSupport"]),
-        .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "TestSupport"]),
-        .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"]),
-        .testTarget(name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "TestSupport"]),
-        .testTarget(name: "AuthBridgeJWTTests", dependencies: [
-            "AuthBridgeJWT",
-            .product(name: "JWTKit", package: "jwt-kit"),
-            .product(name: "CryptoExtras", package: "swift-crypto"),
-        ]),
-    ]
+            .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"]),
+            .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"]),
+            .testTarget(name: "AuthBridgePluginABITests", dependencies: ["AuthBridgePluginABI"]),
+            // The Swift test kit (temporary folders, files, the test plugins), shared by the test targets.
+            .target(name: "TestSupport", path: "Tests/TestSupport"),
+            .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost", "AuthBridgePluginABI", "TestSupport"]),
+            .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"]),
+            .testTarget(name: "AuthBridgeURLTests", dependencies: ["AuthBridgeURL"]),
+            // The bundled plugins' pure functions (failure mapping, URL rules, license mapping).
+            .testTarget(name: "BundledPluginsTests", dependencies: ["SalesforcePlugin", "TableauPlugin", "MarketSharpPlugin"]),
+            .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession", "AuthBridgeURL", "AuthBridgeSystem", "TestSupport"]),
+            .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "TestSupport"]),
+            .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"]),
+            .testTarget(name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "TestSupport"]),
+            .testTarget(
+                name: "AuthBridgeJWTTests",
+                dependencies: [
+                    "AuthBridgeJWT",
+                    .product(name: "JWTKit", package: "jwt-kit"),
+                    .product(name: "CryptoExtras", package: "swift-crypto"),
+                ]),
+        ]
 )
 
 /// A dynamic library's file name as its SONAME. Without one the linker (gold) writes the

@@ -31,27 +31,35 @@
 static char *out;
 static size_t out_len, out_cap;
 
-static void die(const char *what) {
+static void die(const char *what)
+{
     perror(what);
     exit(2);
 }
 
-static void out_reserve(size_t extra) {
-    if (out_len + extra <= out_cap) return;
+static void out_reserve(size_t extra)
+{
+    if (out_len + extra <= out_cap)
+        return;
     size_t cap = out_cap ? out_cap : 1 << 20;
-    while (cap < out_len + extra) cap *= 2;
+    while (cap < out_len + extra)
+        cap *= 2;
     out = realloc(out, cap);
-    if (!out) die("realloc");
+    if (!out)
+        die("realloc");
     out_cap = cap;
 }
 
-static void out_flush(void) {
+static void out_flush(void)
+{
     size_t off = 0;
     while (off < out_len) {
         ssize_t n = write(STDOUT_FILENO, out + off, out_len - off);
         if (n < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EPIPE) exit(0); /* reader went away */
+            if (errno == EINTR)
+                continue;
+            if (errno == EPIPE)
+                exit(0); /* reader went away */
             die("write");
         }
         off += (size_t)n;
@@ -59,12 +67,14 @@ static void out_flush(void) {
     out_len = 0;
 }
 
-static void emit(json_t *msg) {
+static void emit(json_t *msg)
+{
     /* serialise once, straight into the output buffer (again only if the
        free space was too small) */
     out_reserve(4096);
     size_t need = json_dumpb(msg, out + out_len, out_cap - out_len - 1, JSON_COMPACT);
-    if (need == 0) die("json_dumpb");
+    if (need == 0)
+        die("json_dumpb");
     if (need > out_cap - out_len - 1) {
         out_reserve(need + 1);
         json_dumpb(msg, out + out_len, need, JSON_COMPACT);
@@ -74,15 +84,18 @@ static void emit(json_t *msg) {
     json_decref(msg);
 }
 
-static void answer_line(const char *line, size_t len) {
-    if (len > 0 && line[len - 1] == '\r') len--;
-    if (len == 0) return; /* blank lines are ignored */
+static void answer_line(const char *line, size_t len)
+{
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    if (len == 0)
+        return; /* blank lines are ignored */
 
     json_error_t err;
     json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &err);
     if (!req || !json_is_object(req)) {
-        emit(json_pack("{s:s,s:n,s:{s:i,s:s}}", "jsonrpc", "2.0", "id",
-                       "error", "code", -32700, "message", "parse error"));
+        emit(json_pack("{s:s,s:n,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", "error", "code", -32700, "message",
+                       "parse error"));
         json_decref(req);
         return;
     }
@@ -96,39 +109,41 @@ static void answer_line(const char *line, size_t len) {
 
     json_t *result;
     if (strcmp(method, "initialize") == 0) {
-        result = json_pack("{s:s,s:{s:s,s:s},s:{}}", "protocolVersion", "1.0",
-                           "serverInfo", "name", "c-answerer", "version", "0",
-                           "capabilities");
+        result = json_pack("{s:s,s:{s:s,s:s},s:{}}", "protocolVersion", "1.0", "serverInfo", "name", "c-answerer",
+                           "version", "0", "capabilities");
     } else {
-        const char *provider = json_string_value(
-            json_object_get(json_object_get(req, "params"), "provider"));
-        result = json_pack("{s:s,s:s,s:n,s:n,s:s}", "provider",
-                           provider ? provider : "", "state", "signedIn",
+        const char *provider = json_string_value(json_object_get(json_object_get(req, "params"), "provider"));
+        result = json_pack("{s:s,s:s,s:n,s:n,s:s}", "provider", provider ? provider : "", "state", "signedIn",
                            "account", "expiresAt", "reason", "valid");
     }
     emit(json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result));
     json_decref(req);
 }
 
-int main(void) {
+int main(void)
+{
     signal(SIGPIPE, SIG_IGN);
 
     size_t cap = READ_CHUNK * 2, len = 0;
     char *buf = malloc(cap);
-    if (!buf) die("malloc");
+    if (!buf)
+        die("malloc");
 
     for (;;) {
         if (cap - len < READ_CHUNK) { /* a very long partial line: grow */
             cap *= 2;
             buf = realloc(buf, cap);
-            if (!buf) die("realloc");
+            if (!buf)
+                die("realloc");
         }
         ssize_t n = read(STDIN_FILENO, buf + len, cap - len);
         if (n < 0) {
-            if (errno == EINTR) continue;
+            if (errno == EINTR)
+                continue;
             die("read");
         }
-        if (n == 0) break;
+        if (n == 0)
+            break;
         len += (size_t)n;
 
         /* answer every complete line in the buffer, then flush once */
@@ -143,7 +158,8 @@ int main(void) {
         len -= start;
         out_flush();
     }
-    if (len > 0) answer_line(buf, len); /* last line without '\n' */
+    if (len > 0)
+        answer_line(buf, len); /* last line without '\n' */
     out_flush();
     free(buf);
     free(out);

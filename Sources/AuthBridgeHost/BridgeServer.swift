@@ -16,8 +16,10 @@ public struct HostConfiguration: Sendable {
     /// Opens browser-flow URLs itself (`--open-browser`), besides telling the frontend.
     public var browser: BrowserLauncher?
 
-    public init(pluginFolders: [String], profiles: [Profile] = [], warnings: [String] = [], testClock: Bool = false,
-                browser: BrowserLauncher? = nil) {
+    public init(
+        pluginFolders: [String], profiles: [Profile] = [], warnings: [String] = [], testClock: Bool = false,
+        browser: BrowserLauncher? = nil
+    ) {
         self.pluginFolders = pluginFolders
         self.profiles = profiles
         self.warnings = warnings
@@ -67,9 +69,10 @@ public final class BridgeServer: ConnectionDelegate {
                     }
                 }
             }
-            let engine = SessionEngine(plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
-                                       logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders,
-                                       emit: { method, params in connection.notify(method, params) })
+            let engine = SessionEngine(
+                plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
+                logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders,
+                emit: { method, params in connection.notify(method, params) })
             return Runtime(reports: reports, engine: engine)
         }
     }
@@ -161,21 +164,25 @@ public final class BridgeServer: ConnectionDelegate {
         case "listAccounts":
             return ["accounts": .array(try await engine.listAccounts(try params.optionalString("provider")))]
         case "checkSignInStatus":
-            return try await engine.checkSignInStatus(try params.string("provider"), account: try params.optionalNonEmptyString("account"),
-                                                      requestID: request.id.json)
+            return try await engine.checkSignInStatus(
+                try params.string("provider"), account: try params.optionalNonEmptyString("account"),
+                requestID: request.id.json)
         case "requestOAuthTokens":
-            return try await engine.requestOAuthTokens(try params.string("provider"), params: .object(params.members), requestID: request.id.json,
-                                                       order: request.sequence)
+            return try await engine.requestOAuthTokens(
+                try params.string("provider"), params: .object(params.members), requestID: request.id.json,
+                order: request.sequence)
         case "completeSignIn":
             return try await engine.completeSignIn(try params.string("provider"), callbackURL: try params.string("callbackUrl"))
         case "signOut":
-            return try await engine.signOut(try params.string("provider"), account: try params.optionalNonEmptyString("account"),
-                                            requestID: request.id.json)
+            return try await engine.signOut(
+                try params.string("provider"), account: try params.optionalNonEmptyString("account"),
+                requestID: request.id.json)
         case "getAccessToken":
             let minimum = try params.optionalInt("minValidityMs", in: 0...86_400_000) ?? SessionEngine.defaultMinimumValidityMilliseconds
-            return try await engine.getAccessToken(try params.string("provider"), account: try params.optionalNonEmptyString("account"),
-                                                   minimumValidity: minimum, forceRefresh: try params.optionalBool("forceRefresh") ?? false,
-                                                   requestID: request.id.json)
+            return try await engine.getAccessToken(
+                try params.string("provider"), account: try params.optionalNonEmptyString("account"),
+                minimumValidity: minimum, forceRefresh: try params.optionalBool("forceRefresh") ?? false,
+                requestID: request.id.json)
         case "fetch":
             let outgoing: JSON = .compactObject([
                 "method": .string(try params.optionalString("method") ?? "GET"),
@@ -184,8 +191,9 @@ public final class BridgeServer: ConnectionDelegate {
                 "body": try params.optionalString("body").map(JSON.string),
                 "timeoutMs": try params.optionalInt("timeoutMs", in: 1_000...300_000).map(JSON.int),
             ])
-            return try await engine.fetch(try params.string("provider"), account: try params.optionalNonEmptyString("account"), request: outgoing,
-                                          requestID: request.id.json)
+            return try await engine.fetch(
+                try params.string("provider"), account: try params.optionalNonEmptyString("account"), request: outgoing,
+                requestID: request.id.json)
         case "$/test/advanceClock" where configuration.testClock:
             guard let step = try params.optionalInt("milliseconds", in: -31_536_000_000...31_536_000_000) else {
                 throw RPCError.invalidParams(field: "milliseconds", "is required")
@@ -225,8 +233,9 @@ public final class BridgeServer: ConnectionDelegate {
             let params = try checkedParams(request)
             let requested = try params.string("protocolVersion")
             guard negotiatedMinor(requested) != nil else {
-                return RPCError(.unsupportedProtocolVersion, "Protocol version \(requested) is not supported; this host speaks 1.x",
-                                data: ["reason": "unsupportedProtocolVersion", "retryable": false, "supported": ["1.0"]])
+                return RPCError(
+                    .unsupportedProtocolVersion, "Protocol version \(requested) is not supported; this host speaks 1.x",
+                    data: ["reason": "unsupportedProtocolVersion", "retryable": false, "supported": ["1.0"]])
             }
             return nil
         } catch {
@@ -238,7 +247,8 @@ public final class BridgeServer: ConnectionDelegate {
     static func negotiatedMinor(_ version: String) -> Int? {
         let parts = version.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 2, parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }),
-              let major = Int(parts[0]), let minor = Int(parts[1]), major == protocolVersion.major else { return nil }
+            let major = Int(parts[0]), let minor = Int(parts[1]), major == protocolVersion.major
+        else { return nil }
         return min(minor, protocolVersion.minor)
     }
 

@@ -19,7 +19,8 @@ struct Params {
     func string(_ name: String) throws(RPCError) -> String {
         guard let value = members[name] else { throw RPCError.invalidParams(field: name, "is required") }
         guard case .string(let text) = value, !text.isEmpty else {
-            throw RPCError.invalidParams(field: name, "must be a non-empty string, not \(value.typeName == "string" ? "an empty string" : value.typeName)")
+            throw RPCError.invalidParams(
+                field: name, "must be a non-empty string, not \(value.typeName == "string" ? "an empty string" : value.typeName)")
         }
         return text
     }
@@ -60,7 +61,9 @@ struct Params {
 
     func optionalStringArray(_ name: String) throws(RPCError) -> [String]? {
         guard let value = members[name], !value.isNull else { return nil }
-        guard case .array(let elements) = value else { throw RPCError.invalidParams(field: name, "must be an array of strings, not \(value.typeName)") }
+        guard case .array(let elements) = value else {
+            throw RPCError.invalidParams(field: name, "must be an array of strings, not \(value.typeName)")
+        }
         var strings: [String] = []
         for (index, element) in elements.enumerated() {
             guard case .string(let text) = element else { throw RPCError.invalidParams(field: "\(name)[\(index)]", "must be a string") }

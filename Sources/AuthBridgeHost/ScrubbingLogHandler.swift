@@ -29,7 +29,10 @@ public struct ScrubbingLogHandler: LogHandler {
         event.message = "\(Self.scrub(event.message.description))"
         event.metadata = event.metadata?.mapValues(Self.scrub)
         // An error's description may carry provider text: only its type reaches the log.
-        if let error = event.error { event.error = nil; event.metadata?["errorType"] = "\(type(of: error))" }
+        if let error = event.error {
+            event.error = nil
+            event.metadata?["errorType"] = "\(type(of: error))"
+        }
         inner.log(event: event)
     }
 

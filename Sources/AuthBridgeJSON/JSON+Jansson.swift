@@ -75,19 +75,23 @@ extension JSON {
         var error = json_error_t()
         let flags = JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL
         guard let base = bytes.baseAddress?.assumingMemoryBound(to: CChar.self),
-              let root = json_loadb(base, bytes.count, Int(flags), &error)
+            let root = json_loadb(base, bytes.count, Int(flags), &error)
         else {
             if bytes.isEmpty {
-                return .failure(JanssonFailure(error: JSONParseError(message: "empty input", line: 1, column: 0), code: json_error_premature_end_of_input))
+                return .failure(
+                    JanssonFailure(error: JSONParseError(message: "empty input", line: 1, column: 0), code: json_error_premature_end_of_input))
             }
             let message = withUnsafeBytes(of: &error.text) { raw in
                 String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
             }
             // json_error_code() is an inline function Swift cannot import: the code is the text's last byte.
             let code = withUnsafeBytes(of: &error.text) { raw in json_error_code(rawValue: UInt32(raw[raw.count - 1])) }
-            return .failure(JanssonFailure(error: JSONParseError(message: message, line: Int(error.line), column: Int(error.column),
-                                                                 isTooDeep: code == json_error_stack_overflow),
-                                           code: code))
+            return .failure(
+                JanssonFailure(
+                    error: JSONParseError(
+                        message: message, line: Int(error.line), column: Int(error.column),
+                        isTooDeep: code == json_error_stack_overflow),
+                    code: code))
         }
         defer { cjansson_decref(root) }
         return .success(JSON(borrowing: root))
@@ -155,7 +159,7 @@ extension JSON {
         case .null: return json_null()
         case .bool(let value): return value ? json_true() : json_false()
         case .int(let value): return json_integer(json_int_t(value))
-        case .double(let value): return json_real(value) ?? json_null()  // NaN and infinities: null
+        case .double(let value): return json_real(value) ?? json_null() // NaN and infinities: null
         case .string(var text):
             return text.withUTF8 { utf8 in
                 utf8.withMemoryRebound(to: CChar.self) { json_stringn_nocheck($0.baseAddress ?? emptyCString, $0.count) }
@@ -212,14 +216,16 @@ extension JSON {
         var flags = Int(JSON_COMPACT | JSON_ENCODE_ANY)
         if sortKeys { flags |= Int(JSON_SORT_KEYS) }
         withUnsafeMutablePointer(to: &buffer) { pointer in
-            _ = json_dump_callback(root, { chunk, size, context in
-                guard let chunk, let context else { return -1 }
-                let target = context.assumingMemoryBound(to: [UInt8].self)
-                chunk.withMemoryRebound(to: UInt8.self, capacity: size) {
-                    target.pointee.append(contentsOf: UnsafeBufferPointer(start: $0, count: size))
-                }
-                return 0
-            }, pointer, flags)
+            _ = json_dump_callback(
+                root,
+                { chunk, size, context in
+                    guard let chunk, let context else { return -1 }
+                    let target = context.assumingMemoryBound(to: [UInt8].self)
+                    chunk.withMemoryRebound(to: UInt8.self, capacity: size) {
+                        target.pointee.append(contentsOf: UnsafeBufferPointer(start: $0, count: size))
+                    }
+                    return 0
+                }, pointer, flags)
         }
     }
 }

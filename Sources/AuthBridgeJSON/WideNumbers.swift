@@ -130,7 +130,10 @@ struct WideNumbers {
                 index = endOfString(bytes, from: index)
             case UInt8(ascii: "["), UInt8(ascii: "{"):
                 level += 1
-                guard level > depth else { index += 1; break }
+                guard level > depth else {
+                    index += 1
+                    break
+                }
                 // Skip this container whole.
                 text.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[copied..<index]))
                 text.append(contentsOf: Array("null".utf8))
@@ -138,7 +141,9 @@ struct WideNumbers {
                 index += 1
                 while index < bytes.count, inner > 0 {
                     switch bytes[index] {
-                    case UInt8(ascii: "\""): index = endOfString(bytes, from: index); continue
+                    case UInt8(ascii: "\""):
+                        index = endOfString(bytes, from: index)
+                        continue
                     case UInt8(ascii: "["), UInt8(ascii: "{"): inner += 1
                     case UInt8(ascii: "]"), UInt8(ascii: "}"): inner -= 1
                     default: break

@@ -18,8 +18,10 @@ import AuthBridgeJSON
 public typealias JWTDone = @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int) -> Void
 
 @_cdecl("authbridge_jwt_verify_v1")
-public func verify(_ bytes: UnsafePointer<UInt8>, _ length: Int,
-                   _ context: UnsafeMutableRawPointer?, _ done: JWTDone) {
+public func verify(
+    _ bytes: UnsafePointer<UInt8>, _ length: Int,
+    _ context: UnsafeMutableRawPointer?, _ done: JWTDone
+) {
     let completion = Completion(context: context, done: done)
     guard let request = try? JSON.parse(UnsafeRawBufferPointer(start: bytes, count: length)) else {
         completion.fail("invalidRequest", "the verification request is not JSON")

@@ -108,10 +108,10 @@ struct CompactToken {
         }
         let parts = token.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty,
-              let headerBytes = Base64URL.decode(parts[0]),
-              let payload = Base64URL.decode(parts[1]),
-              Base64URL.decode(parts[2]) != nil,
-              let header = (try? JSON.parse(headerBytes))?.objectValue
+            let headerBytes = Base64URL.decode(parts[0]),
+            let payload = Base64URL.decode(parts[1]),
+            Base64URL.decode(parts[2]) != nil,
+            let header = (try? JSON.parse(headerBytes))?.objectValue
         else { throw malformed }
         guard let algorithm = header["alg"]?.stringValue else {
             throw Rejection(.malformed, "the ID token's header names no algorithm")
@@ -146,16 +146,19 @@ enum IDTokenCheck {
         let request = try VerificationRequest(json)
         let token = try CompactToken(request.token)
         guard request.algorithms.contains(token.algorithm) else {
-            throw Rejection(.unsupportedAlgorithm, "the ID token's algorithm is not accepted (allowed: \(request.algorithms.sorted().joined(separator: ", ")))")
+            throw Rejection(
+                .unsupportedAlgorithm, "the ID token's algorithm is not accepted (allowed: \(request.algorithms.sorted().joined(separator: ", ")))")
         }
         guard request.jwks.objectValue != nil else {
             throw Rejection(.badJWKS, "the provider's key set is not a JSON object")
         }
         let candidates = try KeySelection.candidates(in: request.jwks, kid: token.keyID, algorithm: token.algorithm)
         guard !candidates.isEmpty else {
-            throw Rejection(.unknownKey, token.keyID == nil
-                ? "no key in the provider's key set fits the ID token's algorithm"
-                : "no key in the provider's key set has the ID token's key id and algorithm")
+            throw Rejection(
+                .unknownKey,
+                token.keyID == nil
+                    ? "no key in the provider's key set fits the ID token's algorithm"
+                    : "no key in the provider's key set has the ID token's key id and algorithm")
         }
         let verified = try await verifySignature(request.token, algorithm: token.algorithm, candidates: candidates)
         // Signature checked: from here on the payload is the provider's word. The answer's
@@ -172,8 +175,10 @@ enum IDTokenCheck {
     ///
     /// Several candidates only when the token has no `kid` or the JWKS repeats one;
     /// badJWKS only when no candidate could even be turned into a key.
-    static func verifySignature(_ token: String, algorithm: String,
-                                candidates: [JSON]) async throws(Rejection) -> IDTokenClaims {
+    static func verifySignature(
+        _ token: String, algorithm: String,
+        candidates: [JSON]
+    ) async throws(Rejection) -> IDTokenClaims {
         var triedKey = false
         for candidate in candidates {
             guard let keys = await keyCollection(candidate, algorithm: algorithm) else { continue }

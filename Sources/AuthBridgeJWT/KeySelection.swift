@@ -43,8 +43,8 @@ enum KeySelection {
         guard let shape = SignatureAlgorithm.keyShape(for: algorithm) else { return [] }
         return keys.filter { key in
             guard key.objectValue != nil,
-                  key["kty"]?.stringValue == shape.kty,
-                  shape.crv == nil || key["crv"]?.stringValue == shape.crv
+                key["kty"]?.stringValue == shape.kty,
+                shape.crv == nil || key["crv"]?.stringValue == shape.crv
             else { return false }
             if let kid, key["kid"]?.stringValue != kid { return false }
             if let use = key["use"], use.stringValue != "sig" { return false }
@@ -68,12 +68,12 @@ enum KeySelection {
             return .rsa(jwkAlgorithm, identifier: identifier, modulus: n, exponent: e)
         case "EC":
             guard let x = key["x"]?.stringValue, let y = key["y"]?.stringValue,
-                  let curve = key["crv"]?.stringValue.flatMap(ECDSACurve.init(rawValue:))
+                let curve = key["crv"]?.stringValue.flatMap(ECDSACurve.init(rawValue:))
             else { throw unusable }
             return .ecdsa(jwkAlgorithm, identifier: identifier, x: x, y: y, curve: curve)
         case "OKP":
             guard let x = key["x"]?.stringValue,
-                  let curve = key["crv"]?.stringValue.flatMap(EdDSACurve.init(rawValue:))
+                let curve = key["crv"]?.stringValue.flatMap(EdDSACurve.init(rawValue:))
             else { throw unusable }
             return .octetKeyPair(jwkAlgorithm, identifier: identifier, x: x, y: nil, curve: curve)
         default:

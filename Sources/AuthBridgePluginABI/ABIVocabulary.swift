@@ -94,8 +94,9 @@ public struct ProviderFailure: Error, Sendable, Equatable {
         let status = json["status"]?.intValue.flatMap { (100...599).contains($0) ? Int($0) : nil }
         let reason = json["reason"]?.stringValue ?? "unspecified"
         guard Self.isWord(reason) else {
-            self.init(.internal, reason: "pluginError",
-                      message: message ?? "The provider plugin reported an error with an invalid reason.", status: status)
+            self.init(
+                .internal, reason: "pluginError",
+                message: message ?? "The provider plugin reported an error with an invalid reason.", status: status)
             return
         }
         let kind = json["kind"]?.stringValue.flatMap(Kind.init(rawValue:)) ?? .internal
@@ -113,8 +114,10 @@ public struct ProviderFailure: Error, Sendable, Equatable {
 
     /// The ABI's error JSON.
     public var json: JSON {
-        .compactObject(["kind": .string(kind.rawValue), "reason": .string(reason), "message": .string(message),
-                        "status": status.map { .int(Int64($0)) }])
+        .compactObject([
+            "kind": .string(kind.rawValue), "reason": .string(reason), "message": .string(message),
+            "status": status.map { .int(Int64($0)) },
+        ])
     }
 
     /// What every message passes through as a failure is made. The host installs one that masks

@@ -84,14 +84,14 @@ enum ELFCheck {
             guard let entry = read(56, at: programHeaders + index * entrySize) else { throw fail("unreadable program header") }
             let segment = Segment(offset: u64(entry, 8), address: u64(entry, 16), fileSize: u64(entry, 32), align: u64(entry, 48))
             switch u32(entry, 0) {
-            case 1:  // PT_LOAD
+            case 1: // PT_LOAD
                 guard let segmentEnd = end(segment.offset, segment.fileSize, 1), segmentEnd <= size else {
                     throw fail("a loadable segment ends past the end of the file (\(size) bytes): the file is truncated")
                 }
                 loads.append(segment)
-            case 2:  // PT_DYNAMIC
+            case 2: // PT_DYNAMIC
                 if dynamic == nil { dynamic = segment }
-            case 4:  // PT_NOTE
+            case 4: // PT_NOTE
                 noteSegments.append(segment)
             default:
                 break
@@ -124,8 +124,10 @@ enum ELFCheck {
 
     /// DT_NEEDED names: the dynamic table up to DT_NULL, its names in the string table that
     /// DT_STRTAB (an address) and DT_STRSZ locate inside a PT_LOAD segment.
-    private static func neededLibraries(_ dynamic: Segment, loads: [Segment], read: Reader,
-                                        fail: Failure) throws(PluginLoadError) -> [String] {
+    private static func neededLibraries(
+        _ dynamic: Segment, loads: [Segment], read: Reader,
+        fail: Failure
+    ) throws(PluginLoadError) -> [String] {
         guard dynamic.fileSize <= maxDynamicSize, let table = read(dynamic.fileSize, dynamic.offset) else {
             throw fail("its dynamic section (\(dynamic.fileSize) bytes at \(dynamic.offset)) lies outside the file or is implausibly large")
         }
@@ -133,10 +135,10 @@ enum ELFCheck {
         for start in stride(from: 0, to: table.count - 15, by: 16) {
             let value = u64(table, start + 8)
             switch u64(table, start) {
-            case 0: terminated = true    // DT_NULL
-            case 1: neededOffsets.append(value)    // DT_NEEDED
-            case 5: stringTable = value  // DT_STRTAB
-            case 10: stringTableSize = value    // DT_STRSZ
+            case 0: terminated = true // DT_NULL
+            case 1: neededOffsets.append(value) // DT_NEEDED
+            case 5: stringTable = value // DT_STRTAB
+            case 10: stringTableSize = value // DT_STRSZ
             default: break
             }
             if terminated { break }
@@ -148,15 +150,15 @@ enum ELFCheck {
         }
         // The string table, as an offset in the file: inside one PT_LOAD segment's file bytes.
         guard let load = loads.first(where: { stringTable >= $0.address && stringTable - $0.address < $0.fileSize }),
-              stringTableSize <= load.fileSize - (stringTable - load.address)
+            stringTableSize <= load.fileSize - (stringTable - load.address)
         else {
             throw fail("its dynamic string table (\(stringTableSize) bytes at address \(stringTable)) is not inside a loadable segment")
         }
         let tableOffset = load.offset + (stringTable - load.address)
         return try neededOffsets.map { (offset) throws(PluginLoadError) -> String in
             guard offset < stringTableSize,
-                  let bytes = read(min(stringTableSize - offset, maxNameLength), tableOffset + offset),
-                  let nul = bytes.firstIndex(of: 0)
+                let bytes = read(min(stringTableSize - offset, maxNameLength), tableOffset + offset),
+                let nul = bytes.firstIndex(of: 0)
             else {
                 throw fail("a needed library's name (at \(offset) in the dynamic string table) is outside the table or unterminated")
             }
@@ -184,8 +186,10 @@ enum ELFCheck {
             }
             var name = bytes[Int(nameStart)..<Int(nameStart + nameSize)]
             while name.last == 0 { name = name.dropLast() }
-            notes.append(Note(owner: String(decoding: name, as: UTF8.self), type: u32(bytes, start + 8),
-                              descriptor: Array(bytes[Int(descriptorStart)..<Int(descriptorStart + descriptorSize)])))
+            notes.append(
+                Note(
+                    owner: String(decoding: name, as: UTF8.self), type: u32(bytes, start + 8),
+                    descriptor: Array(bytes[Int(descriptorStart)..<Int(descriptorStart + descriptorSize)])))
             position = min(total, padded(descriptorStart + descriptorSize))
         }
         return notes

@@ -20,13 +20,15 @@ public enum FileSecurity {
         }
         let owner = info.st_uid
         guard owner == geteuid() || owner == 0 else {
-            throw PluginLoadError(.insecurePermissions, "\(what) \(path) is owned by uid \(owner), not by this user or root",
-                                  fix: ownerFix(path))
+            throw PluginLoadError(
+                .insecurePermissions, "\(what) \(path) is owned by uid \(owner), not by this user or root",
+                fix: ownerFix(path))
         }
         if info.st_mode & (S_IWGRP | S_IWOTH) != 0 {
             let mode = String(info.st_mode & 0o777, radix: 8)
-            throw PluginLoadError(.insecurePermissions, "\(what) \(path) is writable by group or others (mode \(mode))",
-                                  fix: "chmod go-w \(shellQuoted(path))")
+            throw PluginLoadError(
+                .insecurePermissions, "\(what) \(path) is writable by group or others (mode \(mode))",
+                fix: "chmod go-w \(shellQuoted(path))")
         }
     }
 
@@ -38,8 +40,9 @@ public enum FileSecurity {
             throw PluginLoadError(.loadFailed, "cannot read \(what) \(path): \(String(cString: strerror(errno)))")
         }
         guard info.st_uid == geteuid() || info.st_uid == 0 else {
-            throw PluginLoadError(.insecurePermissions, "\(what) \(path) is owned by uid \(info.st_uid), not by this user or root",
-                                  fix: ownerFix(path))
+            throw PluginLoadError(
+                .insecurePermissions, "\(what) \(path) is owned by uid \(info.st_uid), not by this user or root",
+                fix: ownerFix(path))
         }
     }
 
@@ -51,9 +54,11 @@ public enum FileSecurity {
 
     /// `text` as one word for a POSIX shell.
     static func shellQuoted(_ text: String) -> String {
-        let plain = !text.isEmpty && text.unicodeScalars.allSatisfy {
-            $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "/._-+:=@,%".unicodeScalars.contains($0))
-        }
+        let plain =
+            !text.isEmpty
+            && text.unicodeScalars.allSatisfy {
+                $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "/._-+:=@,%".unicodeScalars.contains($0))
+            }
         return plain ? text : "'" + text.split(separator: "'", omittingEmptySubsequences: false).joined(separator: "'\\''") + "'"
     }
 

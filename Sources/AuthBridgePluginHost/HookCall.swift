@@ -85,7 +85,11 @@ public final class HookCall: Sendable {
     func setResult(_ text: UnsafeRawBufferPointer) -> Bool {
         do {
             let value = try JSON.parse(text)
-            state.withLock { $0.result = value; $0.error = nil; $0.invalidAnswer = nil }
+            state.withLock {
+                $0.result = value
+                $0.error = nil
+                $0.invalidAnswer = nil
+            }
             return true
         } catch {
             state.withLock { $0.invalidAnswer = "set_result with invalid JSON: \(error)" }
@@ -100,7 +104,11 @@ public final class HookCall: Sendable {
                 state.withLock { $0.invalidAnswer = "set_error needs a JSON object" }
                 return false
             }
-            state.withLock { $0.error = value; $0.result = nil; $0.invalidAnswer = nil }
+            state.withLock {
+                $0.error = value
+                $0.result = nil
+                $0.invalidAnswer = nil
+            }
             return true
         } catch {
             state.withLock { $0.invalidAnswer = "set_error with invalid JSON: \(error)" }
@@ -164,8 +172,9 @@ public final class HookCall: Sendable {
 
     private func misbehaved(_ detail: String) -> ProviderFailure {
         logger.error("plugin hook misbehaved", metadata: ["plugin": "\(pluginID)", "hook": "\(hook)", "detail": "\(detail)"])
-        return ProviderFailure(.internal, reason: "pluginError",
-                               message: "The \(pluginID) plugin failed in \(hook): \(detail).")
+        return ProviderFailure(
+            .internal, reason: "pluginError",
+            message: "The \(pluginID) plugin failed in \(hook): \(detail).")
     }
 }
 

@@ -64,10 +64,10 @@ final class HookThreads: @unchecked Sendable {
                 idle -= 1
                 let job = jobs[next]
                 next += 1
-                if next == jobs.count {  // drained: reclaim the array's space
+                if next == jobs.count { // drained: reclaim the array's space
                     jobs.removeAll(keepingCapacity: true)
                     next = 0
-                } else if next >= 1_024 {  // never drained under steady load: compact
+                } else if next >= 1_024 { // never drained under steady load: compact
                     jobs.removeFirst(next)
                     next = 0
                 }

@@ -30,8 +30,8 @@ public final class KnownSecrets: Sendable {
     public static let capacity = 512
 
     private struct Table {
-        var forms: [String: [String]] = [:]   // value → the forms to look for
-        var order: [String] = []               // oldest first
+        var forms: [String: [String]] = [:] // value → the forms to look for
+        var order: [String] = [] // oldest first
     }
 
     private let table = Mutex(Table())

@@ -34,9 +34,10 @@ public final class LoadedPlugin: @unchecked Sendable {
     private let logger: Logger
     private let isShutDown = Atomic<Bool>(false)
 
-
-    init(manifest: PluginManifest, libraryPath: String, version: String,
-         vtable: UnsafePointer<ab_plugin_vtable>, state: OpaquePointer?, logger: Logger) {
+    init(
+        manifest: PluginManifest, libraryPath: String, version: String,
+        vtable: UnsafePointer<ab_plugin_vtable>, state: OpaquePointer?, logger: Logger
+    ) {
         self.manifest = manifest
         self.libraryPath = libraryPath
         self.version = version
@@ -72,8 +73,10 @@ public final class LoadedPlugin: @unchecked Sendable {
     /// Runs one of the host's own steps (a standard hook implementation) for
     /// this plugin the way hooks run: on a worker thread, with a `HookCall`
     /// whose HTTP requests task cancellation aborts.
-    public func runHostStep(_ hook: PluginHook, environment: HookEnvironment,
-                            _ body: @escaping @Sendable (HookCall) -> Result<JSON, ProviderFailure>) async -> Result<JSON, ProviderFailure> {
+    public func runHostStep(
+        _ hook: PluginHook, environment: HookEnvironment,
+        _ body: @escaping @Sendable (HookCall) -> Result<JSON, ProviderFailure>
+    ) async -> Result<JSON, ProviderFailure> {
         let call = HookCall(pluginID: manifest.id, hook: hook, logger: logger, environment: environment)
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
@@ -127,7 +130,7 @@ public final class LoadedPlugin: @unchecked Sendable {
         }
         // Append-only table: an entry past the plugin's `size` is absent.
         guard let offset = MemoryLayout<ab_plugin_vtable>.offset(of: keyPath),
-              offset + MemoryLayout<ab_hook_fn?>.size <= Int(table.size)
+            offset + MemoryLayout<ab_hook_fn?>.size <= Int(table.size)
         else { return nil }
         return table[keyPath: keyPath]
     }

@@ -78,7 +78,7 @@ public struct PluginLoader: Sendable {
     /// Loads every plugin in `folders`; earlier folders win on duplicate ids.
     public func loadAll() -> [PluginReport] {
         var reports: [PluginReport] = []
-        var seen: [String: String] = [:]  // id → manifest path
+        var seen: [String: String] = [:] // id → manifest path
         var seenFolders: Set<String> = []
         for folder in folders {
             guard let realFolder = FileSecurity.realPath(folder), FileSecurity.isDirectory(realFolder) else {
@@ -97,7 +97,9 @@ public struct PluginLoader: Sendable {
                 var report = load(manifestPath: manifestPath, folder: realFolder, folderProblem: folderProblem, seen: seen)
                 if let plugin = report.plugin { seen[plugin.manifest.id] = manifestPath }
                 if case .refused(let error) = report.status {
-                    logger.warning("refused plugin", metadata: ["manifest": "\(manifestPath)", "reason": "\(error.reason.rawValue)", "detail": "\(error.message)"])
+                    logger.warning(
+                        "refused plugin",
+                        metadata: ["manifest": "\(manifestPath)", "reason": "\(error.reason.rawValue)", "detail": "\(error.message)"])
                 } else {
                     logger.debug("loaded plugin", metadata: ["id": "\(report.id ?? "?")", "manifest": "\(manifestPath)"])
                 }
@@ -118,7 +120,10 @@ public struct PluginLoader: Sendable {
                 throw PluginLoadError(.duplicateID, "plugin id \"\(manifest.id)\" is already provided by \(other)")
             }
             guard manifest.abiMajor == Int(AB_ABI_MAJOR), manifest.abiMinor <= Int(AB_ABI_MINOR) else {
-                throw PluginLoadError(.abiMismatch, "manifest declares ABI \(manifest.abiMajor).\(manifest.abiMinor); this host supports \(AB_ABI_MAJOR).0 to \(AB_ABI_MAJOR).\(AB_ABI_MINOR)")
+                throw PluginLoadError(
+                    .abiMismatch,
+                    "manifest declares ABI \(manifest.abiMajor).\(manifest.abiMinor); this host supports \(AB_ABI_MAJOR).0 to \(AB_ABI_MAJOR).\(AB_ABI_MINOR)"
+                )
             }
             let libraryPath = try vetLibrary(folder + "/" + manifest.library, folder: folder)
             let plugin = try open(libraryPath, manifest: manifest)
@@ -180,10 +185,12 @@ public struct PluginLoader: Sendable {
         }
         let major = Int(info.pointee.abi_major), minor = Int(info.pointee.abi_minor)
         guard major == Int(AB_ABI_MAJOR), minor <= Int(AB_ABI_MINOR) else {
-            throw PluginLoadError(.abiMismatch, "library built for ABI \(major).\(minor); this host supports \(AB_ABI_MAJOR).0 to \(AB_ABI_MAJOR).\(AB_ABI_MINOR)")
+            throw PluginLoadError(
+                .abiMismatch, "library built for ABI \(major).\(minor); this host supports \(AB_ABI_MAJOR).0 to \(AB_ABI_MAJOR).\(AB_ABI_MINOR)")
         }
         guard major == manifest.abiMajor, minor == manifest.abiMinor else {
-            throw PluginLoadError(.abiMismatch, "library reports ABI \(major).\(minor) but its manifest says \(manifest.abiMajor).\(manifest.abiMinor)")
+            throw PluginLoadError(
+                .abiMismatch, "library reports ABI \(major).\(minor) but its manifest says \(manifest.abiMajor).\(manifest.abiMinor)")
         }
         let reportedID = info.pointee.id.map { String(cString: $0) } ?? ""
         guard reportedID == manifest.id else {
@@ -191,10 +198,13 @@ public struct PluginLoader: Sendable {
         }
         // The version is the manifest's; a library that states one must agree (NULL: it does not).
         if let stated = info.pointee.version.map({ String(cString: $0) }), stated != manifest.version {
-            throw PluginLoadError(.metadataMismatch, "library reports version \"\(stated)\" but its manifest says \"\(manifest.version)\"; the manifest is where a plugin's version is stated")
+            throw PluginLoadError(
+                .metadataMismatch,
+                "library reports version \"\(stated)\" but its manifest says \"\(manifest.version)\"; the manifest is where a plugin's version is stated"
+            )
         }
         guard let vtable = info.pointee.vtable,
-              Int(vtable.pointee.size) >= MemoryLayout<ab_plugin_vtable>.offset(of: \.describe)!
+            Int(vtable.pointee.size) >= MemoryLayout<ab_plugin_vtable>.offset(of: \.describe)!
         else {
             throw PluginLoadError(.badEntry, "the plugin's function table is missing or too small")
         }
@@ -207,8 +217,9 @@ public struct PluginLoader: Sendable {
                 throw PluginLoadError(.initFailed, "init failed: \(Redaction.redact(text))")
             }
         }
-        let plugin = LoadedPlugin(manifest: manifest, libraryPath: path, version: manifest.version, vtable: vtable,
-                                  state: state, logger: logger)
+        let plugin = LoadedPlugin(
+            manifest: manifest, libraryPath: path, version: manifest.version, vtable: vtable,
+            state: state, logger: logger)
         plugin.descriptor = try describe(plugin)
         return plugin
     }
@@ -234,7 +245,10 @@ public struct PluginLoader: Sendable {
             for (key, stated) in [("id", plugin.manifest.id), ("version", plugin.manifest.version), ("description", plugin.manifest.description)] {
                 guard let given = members[key], given != .string(stated) else { continue }
                 plugin.shutdown()
-                throw PluginLoadError(.metadataMismatch, "describe reports \(key) \(given.serializedString()) but the manifest says \(JSON.string(stated).serializedString()); the manifest is where a plugin's \(key) is stated")
+                throw PluginLoadError(
+                    .metadataMismatch,
+                    "describe reports \(key) \(given.serializedString()) but the manifest says \(JSON.string(stated).serializedString()); the manifest is where a plugin's \(key) is stated"
+                )
             }
             for (key, value) in fallback.objectValue! where members[key] == nil { members[key] = value }
             return .object(members)

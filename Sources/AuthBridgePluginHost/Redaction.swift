@@ -66,12 +66,16 @@ public enum Redaction {
             let character = text[index]
             var length = 0
             if character == " " || character == "\n" || character == "\t" || character == "\r" || character == ","
-                || character == "&" || character == "?" || character == ";" {
+                || character == "&" || character == "?" || character == ";"
+            {
                 length = 1
             } else if character == "%", let code = percentCode(text, at: index), ["20", "2c", "26", "3f", "3b"].contains(code) {
                 length = 3
             }
-            guard length > 0 else { index = text.index(after: index); continue }
+            guard length > 0 else {
+                index = text.index(after: index)
+                continue
+            }
             if wordStart < index { result.append(.word(text[wordStart..<index])) }
             let end = text.index(index, offsetBy: length)
             result.append(.separator(text[index..<end]))
@@ -85,7 +89,8 @@ public enum Redaction {
     /// The two lowercased hex digits after a `%`, if there are two.
     private static func percentCode(_ text: Substring, at index: String.Index) -> String? {
         guard let first = text.index(index, offsetBy: 1, limitedBy: text.endIndex), first < text.endIndex,
-              let second = text.index(first, offsetBy: 1, limitedBy: text.endIndex), second < text.endIndex else { return nil }
+            let second = text.index(first, offsetBy: 1, limitedBy: text.endIndex), second < text.endIndex
+        else { return nil }
         return String(text[first...second]).lowercased()
     }
 
@@ -175,7 +180,8 @@ public enum Redaction {
     /// Where a JWT (JWS or JWE compact form) starting at `start` ends.
     private static func jwtEnd(_ scalars: [Unicode.Scalar], from start: Int) -> Int? {
         guard start + 3 <= scalars.count, scalars[start] == "e", scalars[start + 1] == "y", scalars[start + 2] == "J",
-              start == 0 || !isBase64URL(scalars[start - 1]) else { return nil }
+            start == 0 || !isBase64URL(scalars[start - 1])
+        else { return nil }
         var index = start
         var dots = 0
         while index < scalars.count, isBase64URL(scalars[index]) || scalars[index] == "." {
@@ -188,9 +194,12 @@ public enum Redaction {
     /// Where a Salesforce session id (`00D` + 12 or 15 characters + `!` + at least 20) ends.
     private static func salesforceSessionEnd(_ scalars: [Unicode.Scalar], from start: Int) -> Int? {
         guard start + 3 <= scalars.count, scalars[start] == "0", scalars[start + 1] == "0", scalars[start + 2] == "D",
-              start == 0 || !isBase64URL(scalars[start - 1]) else { return nil }
+            start == 0 || !isBase64URL(scalars[start - 1])
+        else { return nil }
         var index = start + 3
-        while index < scalars.count, scalars[index].isASCII, scalars[index].properties.isAlphabetic || ("0"..."9").contains(scalars[index]) { index += 1 }
+        while index < scalars.count, scalars[index].isASCII, scalars[index].properties.isAlphabetic || ("0"..."9").contains(scalars[index]) {
+            index += 1
+        }
         guard [15, 18].contains(index - start), index < scalars.count, scalars[index] == "!" else { return nil }
         index += 1
         let secretStart = index

@@ -19,39 +19,56 @@ public enum PluginExport {
     /// The value to return from `authbridge_plugin_v1`. Touches only static data.
     public static func entry<P: ProviderPlugin>(for type: P.Type) -> UnsafeRawPointer {
         if let info { return UnsafeRawPointer(info) }
-        _ = SwiftRuntimeNote.keepLinked()  // the note must be in every plugin
+        _ = SwiftRuntimeNote.keepLinked() // the note must be in every plugin
         pluginType = type
         let vtable = UnsafeMutablePointer<ab_plugin_vtable>.allocate(capacity: 1)
-        vtable.initialize(to: ab_plugin_vtable(
-            size: UInt32(MemoryLayout<ab_plugin_vtable>.size),
-            init: { host, state, reason in
-                guard let host, let state, let type = PluginExport.pluginType else { return AB_ERROR }
-                do {
-                    let instance = try type.init(host: PluginHost(api: host))
-                    state.pointee = OpaquePointer(Unmanaged.passRetained(Instance(instance, host: PluginHost(api: host))).toOpaque())
-                    return AB_OK
-                } catch {
-                    reason?.pointee = PluginExport.staticString("plugin init failed: \(error)")
-                    return AB_ERROR
+        vtable.initialize(
+            to: ab_plugin_vtable(
+                size: UInt32(MemoryLayout<ab_plugin_vtable>.size),
+                init: { host, state, reason in
+                    guard let host, let state, let type = PluginExport.pluginType else { return AB_ERROR }
+                    do {
+                        let instance = try type.init(host: PluginHost(api: host))
+                        state.pointee = OpaquePointer(Unmanaged.passRetained(Instance(instance, host: PluginHost(api: host))).toOpaque())
+                        return AB_OK
+                    } catch {
+                        reason?.pointee = PluginExport.staticString("plugin init failed: \(error)")
+                        return AB_ERROR
+                    }
+                },
+                shutdown: { state in
+                    guard let state else { return }
+                    let instance = Unmanaged<Instance>.fromOpaque(UnsafeRawPointer(state)).takeRetainedValue()
+                    instance.plugin.shutdown()
+                },
+                describe: { state, call, _ in
+                    PluginExport.run(state, call, JSON.null) { plugin, _, _ in plugin.describe() }
+                },
+                configure: { state, call, input in
+                    PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.configure(input, call) }
+                },
+                begin_sign_in: { state, call, input in
+                    PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.beginSignIn(input, call) }
+                },
+                complete_sign_in: { state, call, input in
+                    PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.completeSignIn(input, call) }
+                },
+                refresh: { state, call, input in
+                    PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.refresh(input, call) }
+                },
+                revoke: { state, call, input in
+                    PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.revoke(input, call) }
+                },
+                check_session: { state, call, input in
+                    PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.checkSession(input, call) }
+                },
+                authorize_request: { state, call, input in
+                    PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.authorizeRequest(input, call) }
+                },
+                classify_response: { state, call, input in
+                    PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.classifyResponse(input, call) }
                 }
-            },
-            shutdown: { state in
-                guard let state else { return }
-                let instance = Unmanaged<Instance>.fromOpaque(UnsafeRawPointer(state)).takeRetainedValue()
-                instance.plugin.shutdown()
-            },
-            describe: { state, call, _ in
-                PluginExport.run(state, call, JSON.null) { plugin, _, _ in plugin.describe() }
-            },
-            configure: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.configure(input, call) } },
-            begin_sign_in: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.beginSignIn(input, call) } },
-            complete_sign_in: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.completeSignIn(input, call) } },
-            refresh: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.refresh(input, call) } },
-            revoke: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.revoke(input, call) } },
-            check_session: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.checkSession(input, call) } },
-            authorize_request: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.authorizeRequest(input, call) } },
-            classify_response: { state, call, input in PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.classifyResponse(input, call) } }
-        ))
+            ))
         if let hooks = type.implementedHooks {
             // Hooks the type does not implement stay NULL: the host uses its standard step directly.
             if !hooks.contains(.configure) { vtable.pointee.configure = nil }
@@ -64,24 +81,29 @@ public enum PluginExport {
             if !hooks.contains(.classifyResponse) { vtable.pointee.classify_response = nil }
         }
         let created = UnsafeMutablePointer<ab_plugin_info>.allocate(capacity: 1)
-        created.initialize(to: ab_plugin_info(
-            magic: AB_PLUGIN_MAGIC, abi_major: UInt16(AB_ABI_MAJOR), abi_minor: abiMinor,
-            id: staticString(type.id), version: type.version.map(staticString), vtable: UnsafePointer(vtable)))
+        created.initialize(
+            to: ab_plugin_info(
+                magic: AB_PLUGIN_MAGIC, abi_major: UInt16(AB_ABI_MAJOR), abi_minor: abiMinor,
+                id: staticString(type.id), version: type.version.map(staticString), vtable: UnsafePointer(vtable)))
         info = created
         return UnsafeRawPointer(created)
     }
 
     /// Parses the input, runs the hook, and answers through the host.
-    private static func run(_ state: OpaquePointer?, _ call: OpaquePointer?, _ input: ab_json,
-                            _ body: (any ProviderPlugin, JSON, PluginCall) throws(ProviderFailure) -> JSON?) -> ab_status {
+    private static func run(
+        _ state: OpaquePointer?, _ call: OpaquePointer?, _ input: ab_json,
+        _ body: (any ProviderPlugin, JSON, PluginCall) throws(ProviderFailure) -> JSON?
+    ) -> ab_status {
         guard let data = input.data, let value = try? JSON.parse(UnsafeRawBufferPointer(start: data, count: input.length)) else {
             return run(state, call, JSON.null, body)
         }
         return run(state, call, value, body)
     }
 
-    private static func run(_ state: OpaquePointer?, _ call: OpaquePointer?, _ input: JSON,
-                            _ body: (any ProviderPlugin, JSON, PluginCall) throws(ProviderFailure) -> JSON?) -> ab_status {
+    private static func run(
+        _ state: OpaquePointer?, _ call: OpaquePointer?, _ input: JSON,
+        _ body: (any ProviderPlugin, JSON, PluginCall) throws(ProviderFailure) -> JSON?
+    ) -> ab_status {
         guard let state, let call else { return AB_INVALID }
         let instance = Unmanaged<Instance>.fromOpaque(UnsafeRawPointer(state)).takeUnretainedValue()
         let pluginCall = PluginCall(host: instance.host, call: call)

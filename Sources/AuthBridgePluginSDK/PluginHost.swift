@@ -75,7 +75,7 @@ public struct PluginCall: @unchecked Sendable {
         var threads: [pthread_t] = []
         for index in requests.indices.dropFirst() {
             let work = ThreadWork { answers.set(index, Result { () throws(ProviderFailure) in try call.http(requests[index]) }) }
-            if let thread = work.start() { threads.append(thread) } else { work.run() }  // no thread: in turn
+            if let thread = work.start() { threads.append(thread) } else { work.run() } // no thread: in turn
         }
         if let first = requests.indices.first {
             answers.set(first, Result { () throws(ProviderFailure) in try http(requests[first]) })
@@ -157,10 +157,12 @@ private final class ThreadWork: @unchecked Sendable {
         #else
         var thread: pthread_t?
         #endif
-        let started = pthread_create(&thread, nil, { context in
-            Unmanaged<ThreadWork>.fromOpaque(context!).takeRetainedValue().run()
-            return nil
-        }, context)
+        let started = pthread_create(
+            &thread, nil,
+            { context in
+                Unmanaged<ThreadWork>.fromOpaque(context!).takeRetainedValue().run()
+                return nil
+            }, context)
         guard started == 0 else {
             Unmanaged<ThreadWork>.fromOpaque(context).release()
             return nil

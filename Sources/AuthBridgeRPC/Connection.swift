@@ -70,9 +70,11 @@ public final class Connection: Sendable {
     private let flushGrace: Duration
     private let ending = EndingBox()
 
-    public init(input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20, maxConcurrentRequests: Int = 256,
-                maxQueuedOutputBytes: Int = 4 << 20, maxBacklogBytes: Int = 8 << 20, maxBacklogCount: Int = 65_536,
-                flushGrace: Duration = .seconds(2)) {
+    public init(
+        input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20, maxConcurrentRequests: Int = 256,
+        maxQueuedOutputBytes: Int = 4 << 20, maxBacklogBytes: Int = 8 << 20, maxBacklogCount: Int = 65_536,
+        flushGrace: Duration = .seconds(2)
+    ) {
         self.maxConcurrentRequests = max(1, maxConcurrentRequests)
         self.maxBacklogBytes = max(1, maxBacklogBytes)
         self.maxBacklogCount = max(1, maxBacklogCount)
@@ -91,12 +93,14 @@ public final class Connection: Sendable {
         self.state = state
         let endingBox = self.ending
         let stopWriter = stop[1]
-        self.writer = FrameWriter(fd: output, maxQueuedBytes: maxQueuedOutputBytes, onFailure: { _ in
-            endingBox.value.withLock { if $0 == nil { $0 = .peerGone } }
-            if stopWriter >= 0 { close(stopWriter) }
-            // A reader waiting for the backlog to shrink must see the end too.
-            state.lock.withLock { state.lock.broadcast() }
-        }, onWritten: { state.wake?() })
+        self.writer = FrameWriter(
+            fd: output, maxQueuedBytes: maxQueuedOutputBytes,
+            onFailure: { _ in
+                endingBox.value.withLock { if $0 == nil { $0 = .peerGone } }
+                if stopWriter >= 0 { close(stopWriter) }
+                // A reader waiting for the backlog to shrink must see the end too.
+                state.lock.withLock { state.lock.broadcast() }
+            }, onWritten: { state.wake?() })
         state.wake = { [weak self] in
             guard let self else { return }
             self.state.lock.withLock { self.pumpLocked() }
@@ -239,7 +243,8 @@ public final class Connection: Sendable {
             writer.send(frame)
         }
         while state.deferred.isEmpty, !state.backlog.isEmpty, state.running.count < maxConcurrentRequests,
-              !state.closed, writer.hasRoom, let delegate = state.delegate, let next = state.backlog.popFirst() {
+            !state.closed, writer.hasRoom, let delegate = state.delegate, let next = state.backlog.popFirst()
+        {
             state.backlogBytes -= next.size
             state.waitingIDs.remove(next.request.id)
             startLocked(next.request, delegate: delegate)
@@ -290,8 +295,12 @@ public final class Connection: Sendable {
             // Method, id, time and outcome only: never params or results.
             let elapsed = ContinuousClock.now - started
             let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
-            logger.debug("answered", metadata: ["method": "\(method)", "id": "\(id)", "ms": "\(milliseconds)",
-                                                "outcome": "\(outcome.map { String($0.code.rawValue) } ?? "ok")"])
+            logger.debug(
+                "answered",
+                metadata: [
+                    "method": "\(method)", "id": "\(id)", "ms": "\(milliseconds)",
+                    "outcome": "\(outcome.map { String($0.code.rawValue) } ?? "ok")",
+                ])
         }
     }
 

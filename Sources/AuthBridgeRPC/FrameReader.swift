@@ -48,8 +48,8 @@ public struct FrameReader: Sendable {
         let chunkSize = 256 << 10
         let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
         defer { chunk.deallocate() }
-        var line: [UInt8] = []       // the start of a line that spans reads
-        var discarding = 0           // > 0 while skipping an over-long line
+        var line: [UInt8] = [] // the start of a line that spans reads
+        var discarding = 0 // > 0 while skipping an over-long line
 
         func emit(_ bytes: UnsafeRawBufferPointer) -> Bool {
             var end = bytes.count

@@ -43,8 +43,10 @@ public final class FrameWriter: @unchecked Sendable {
     private let onWritten: @Sendable () -> Void
     public let maxQueuedBytes: Int
 
-    public init(fd: Int32, maxQueuedBytes: Int = 4 << 20, onFailure: @escaping @Sendable (_ errno: Int32) -> Void = { _ in },
-                onWritten: @escaping @Sendable () -> Void = {}) {
+    public init(
+        fd: Int32, maxQueuedBytes: Int = 4 << 20, onFailure: @escaping @Sendable (_ errno: Int32) -> Void = { _ in },
+        onWritten: @escaping @Sendable () -> Void = {}
+    ) {
         self.fd = fd
         self.maxQueuedBytes = max(1, maxQueuedBytes)
         self.onFailure = onFailure
@@ -133,13 +135,19 @@ public final class FrameWriter: @unchecked Sendable {
             lock.withLock {
                 busy = false
                 writing = 0
-                if error != 0 { failed = true; queued.removeAll() }
+                if error != 0 {
+                    failed = true
+                    queued.removeAll()
+                }
                 if flushWaiters > 0 || error != 0 { lock.broadcast() }
             }
             if error != 0 { onFailure(error) }
             onWritten()
         }
-        lock.withLock { stopped = true; lock.broadcast() }
+        lock.withLock {
+            stopped = true
+            lock.broadcast()
+        }
     }
 
     private func writeAll(_ bytes: [UInt8]) -> Int32 {

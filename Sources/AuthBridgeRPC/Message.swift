@@ -81,7 +81,7 @@ public enum IncomingMessage: Sendable {
         let value: JSON
         do {
             value = try JSON.parse(frame)
-        } catch where error.isTooDeep {
+        } catch  where error.isTooDeep {
             // Valid JSON, deeper than the parser goes: read the envelope alone
             // so that a request still gets an answer carrying its id.
             guard let (envelope, _) = try? JSON.parse(frame, truncatingBeyond: 8) else {

@@ -39,7 +39,7 @@ struct DevicePolling: Sendable {
                 case "authorization_pending", "authorizationPending":
                     continue
                 case "slow_down", "slowDown":
-                    interval += 5_000  // RFC 8628 §3.5: for this and all later requests
+                    interval += 5_000 // RFC 8628 §3.5: for this and all later requests
                 case "expired_token", "expiredToken":
                     throw expired(profile)
                 case "access_denied", "accessDenied":

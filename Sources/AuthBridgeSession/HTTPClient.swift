@@ -30,8 +30,8 @@ public final class HTTPClient: Sendable {
         candidates: Installation.helperLibraryCandidates("libAuthBridgeHTTP.so")
     ) { symbols in
         guard let perform = symbols.function("authbridge_http_perform_v1", as: TransportLibrary.Perform.self),
-              let cancel = symbols.function("authbridge_http_cancel_v1", as: TransportLibrary.Handle.self),
-              let release = symbols.function("authbridge_http_release_v1", as: TransportLibrary.Handle.self)
+            let cancel = symbols.function("authbridge_http_cancel_v1", as: TransportLibrary.Handle.self),
+            let release = symbols.function("authbridge_http_release_v1", as: TransportLibrary.Handle.self)
         else { return nil }
         return TransportLibrary(perform: perform, cancel: cancel, release: release)
     }
@@ -51,10 +51,13 @@ public final class HTTPClient: Sendable {
         let cancelled = Atomic<Bool>(false)
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                start(request, onCancelRegistration: { cancel in
-                    cancelHolder.withLock { $0 = cancel }
-                    if cancelled.load(ordering: .acquiring) { cancel() }
-                }) { result in continuation.resume(returning: result) }
+                start(
+                    request,
+                    onCancelRegistration: { cancel in
+                        cancelHolder.withLock { $0 = cancel }
+                        if cancelled.load(ordering: .acquiring) { cancel() }
+                    }
+                ) { result in continuation.resume(returning: result) }
             }
         } onCancel: {
             cancelled.store(true, ordering: .releasing)
@@ -68,11 +71,13 @@ public final class HTTPClient: Sendable {
     static func prepare(_ request: JSON) -> Result<JSON, ProviderFailure> {
         guard case .object = request else { return .failure(invalid("the request must be a JSON object")) }
         guard let urlText = request["url"]?.stringValue, let url = ParsedURL(urlText),
-              url.scheme == "https" || url.scheme == "http"
+            url.scheme == "https" || url.scheme == "http"
         else { return .failure(invalid("the request needs an absolute http(s) \"url\"")) }
         guard url.isSecureTransport else {
-            return .failure(ProviderFailure(.configuration, reason: "insecureUrl",
-                                            message: "Refused to send a request to \(url.origin): https is required except for loopback IP addresses."))
+            return .failure(
+                ProviderFailure(
+                    .configuration, reason: "insecureUrl",
+                    message: "Refused to send a request to \(url.origin): https is required except for loopback IP addresses."))
         }
         let method = (request["method"]?.stringValue ?? "GET").uppercased()
         var headers: [String: JSON] = [:]
@@ -109,10 +114,11 @@ public final class HTTPClient: Sendable {
         }
         setDefault("Accept", "application/json")
         let timeout = max(1, min(request["timeoutMs"]?.intValue ?? defaultTimeoutMilliseconds, 300_000))
-        return .success(.compactObject([
-            "method": .string(method), "url": .string(urlText), "headers": .object(headers),
-            "body": body.map(JSON.string), "timeoutMs": .int(timeout),
-        ]))
+        return .success(
+            .compactObject([
+                "method": .string(method), "url": .string(urlText), "headers": .object(headers),
+                "body": body.map(JSON.string), "timeoutMs": .int(timeout),
+            ]))
     }
 
     private static func invalid(_ message: String) -> ProviderFailure {
@@ -121,16 +127,22 @@ public final class HTTPClient: Sendable {
 
     // MARK: - Transport
 
-    private func start(_ request: JSON, onCancelRegistration: (@escaping @Sendable () -> Void) -> Void,
-                       completion: @escaping @Sendable (Result<JSON, ProviderFailure>) -> Void) {
+    private func start(
+        _ request: JSON, onCancelRegistration: (@escaping @Sendable () -> Void) -> Void,
+        completion: @escaping @Sendable (Result<JSON, ProviderFailure>) -> Void
+    ) {
         let prepared: JSON
         switch Self.prepare(request) {
-        case .failure(let failure): completion(.failure(failure)); return
+        case .failure(let failure):
+            completion(.failure(failure))
+            return
         case .success(let value): prepared = value
         }
         let library: TransportLibrary
         switch loadTransport() {
-        case .failure(let failure): completion(.failure(failure)); return
+        case .failure(let failure):
+            completion(.failure(failure))
+            return
         case .success(let value): library = value
         }
         let flight = Flight(library: library, completion: completion)
@@ -138,11 +150,13 @@ public final class HTTPClient: Sendable {
         // The context's retain is balanced in `done`; keep our own until attached.
         let text = prepared.serialized()
         let handle = text.withUnsafeBufferPointer { buffer in
-            library.perform(buffer.baseAddress!, buffer.count, context, { context, bytes, count in
-                let flight = Unmanaged<Flight>.fromOpaque(context!).takeRetainedValue()
-                let answer = bytes.flatMap { try? JSON.parse(UnsafeRawBufferPointer(start: $0, count: count)) }
-                flight.finish(answer)
-            })
+            library.perform(
+                buffer.baseAddress!, buffer.count, context,
+                { context, bytes, count in
+                    let flight = Unmanaged<Flight>.fromOpaque(context!).takeRetainedValue()
+                    let answer = bytes.flatMap { try? JSON.parse(UnsafeRawBufferPointer(start: $0, count: count)) }
+                    flight.finish(answer)
+                })
         }
         flight.attach(handle)
         onCancelRegistration { [flight] in flight.cancel() }

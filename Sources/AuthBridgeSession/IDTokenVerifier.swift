@@ -40,7 +40,9 @@ public final class IDTokenVerifier: Sendable {
         public var nonce: String?
         public var clockSkewSeconds: Int64
 
-        public init(issuer: String, clientID: String, jwksURI: String, nonce: String?, clockSkewSeconds: Int64 = IDTokenVerifier.defaultClockSkewSeconds) {
+        public init(
+            issuer: String, clientID: String, jwksURI: String, nonce: String?, clockSkewSeconds: Int64 = IDTokenVerifier.defaultClockSkewSeconds
+        ) {
             self.issuer = issuer
             self.clientID = clientID
             self.jwksURI = jwksURI
@@ -58,7 +60,9 @@ public final class IDTokenVerifier: Sendable {
             keys = cached
         } else {
             switch await fetchKeys(expectation.jwksURI, http: http) {
-            case .success(let value): keys = value; refetched = true
+            case .success(let value):
+                keys = value
+                refetched = true
             case .failure(let failure): return .failure(failure)
             }
         }
@@ -79,7 +83,9 @@ public final class IDTokenVerifier: Sendable {
                 // The provider may have rotated its keys since they were cached.
                 refetched = true
                 switch await fetchKeys(expectation.jwksURI, http: http) {
-                case .success(let value): keys = value; continue
+                case .success(let value):
+                    keys = value
+                    continue
                 case .failure(let failure): return .failure(failure)
                 }
             }
@@ -104,7 +110,8 @@ public final class IDTokenVerifier: Sendable {
             return .failure(failure)
         case .success(let response):
             guard response["status"]?.intValue == 200, let document = try? JSON.parse(response["body"]?.stringValue ?? ""),
-                  document["keys"]?.arrayValue != nil else {
+                document["keys"]?.arrayValue != nil
+            else {
                 return .failure(ProviderFailure(.transient, reason: "badJWKS", message: "The provider's signing keys (jwks_uri) could not be read."))
             }
             keySets.withLock { $0[uri] = document }

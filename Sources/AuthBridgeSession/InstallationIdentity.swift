@@ -33,13 +33,15 @@ public enum InstallationIdentity {
     }
 
     /// The UUID namespace of `profileId`.
-    static let profileNamespace: [UInt8] = [0xA7, 0x64, 0x42, 0xDD, 0x59, 0x84, 0x4A, 0xA8,
-                                            0xAF, 0x48, 0xB2, 0x57, 0x6F, 0xC7, 0xC7, 0xA2]
+    static let profileNamespace: [UInt8] = [
+        0xA7, 0x64, 0x42, 0xDD, 0x59, 0x84, 0x4A, 0xA8,
+        0xAF, 0x48, 0xB2, 0x57, 0x6F, 0xC7, 0xC7, 0xA2,
+    ]
 
     static func nameBasedUUID(_ name: String) -> String {
         var bytes = Array(Insecure.SHA1.hash(data: profileNamespace + Array(name.utf8)).prefix(16))
-        bytes[6] = (bytes[6] & 0x0F) | 0x50      // version 5
-        bytes[8] = (bytes[8] & 0x3F) | 0x80      // the RFC's variant
+        bytes[6] = (bytes[6] & 0x0F) | 0x50 // version 5
+        bytes[8] = (bytes[8] & 0x3F) | 0x80 // the RFC's variant
         let hex = bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }
         return [0..<4, 4..<6, 6..<8, 8..<10, 10..<16].map { hex[$0].joined() }.joined(separator: "-")
     }
@@ -61,14 +63,17 @@ public enum InstallationIdentity {
         close(fd)
         // link(2) fails when the file exists: of two hosts starting at once the
         // first wins and the other reads its id (a rename would let each keep its own).
-        guard written == line.count else { unlink(temporary); return id }
+        guard written == line.count else {
+            unlink(temporary)
+            return id
+        }
         defer { unlink(temporary) }
         if link(temporary, path) == 0 { return id }
         if let bytes = FileSecurity.readFile(path, limit: 256) {
             let text = trimmed(String(decoding: bytes, as: UTF8.self))
             if text.count >= 16 { return text }
         }
-        _ = rename(temporary, path)  // a damaged file is replaced
+        _ = rename(temporary, path) // a damaged file is replaced
         return id
     }
 

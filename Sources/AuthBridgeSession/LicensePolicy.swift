@@ -38,8 +38,9 @@ struct LicensePolicy: Sendable {
     /// What `getAccessToken` and `fetch` answer instead of a token: the
     /// provider's words, which the user keeps seeing.
     static func refusal(_ session: StoredSession, profile: String) -> SessionError {
-        SessionError(.notSignedIn, session.licenseMessage ?? "The user's license was revoked; sign out and contact the administrator.",
-                     provider: profile, reason: StatusReason.licenseRevoked.rawValue)
+        SessionError(
+            .notSignedIn, session.licenseMessage ?? "The user's license was revoked; sign out and contact the administrator.",
+            provider: profile, reason: StatusReason.licenseRevoked.rawValue)
     }
 
     /// Runs `signOut` at `due`, unless a sign-out of `key` is timed already.
@@ -61,8 +62,10 @@ extension SessionEngine {
     /// sign-out. Under the account's lock (unless the caller holds it), on
     /// the record as it is now: another process may have rotated the tokens
     /// since `session` was read, and those must not be overwritten.
-    func markLicenseRevoked(_ key: SessionKey, session: StoredSession, context: Context, message: String?,
-                            holdingLock: Bool = false) async throws(SessionError) -> JSON {
+    func markLicenseRevoked(
+        _ key: SessionKey, session: StoredSession, context: Context, message: String?,
+        holdingLock: Bool = false
+    ) async throws(SessionError) -> JSON {
         let profile = key.profile
         let gracePeriod = LicensePolicy.gracePeriod(context.profile.settings)
         let mark: () async throws -> (StoredSession, Bool)? = {
@@ -113,7 +116,8 @@ extension SessionEngine {
     private func signOutAfterLicenseLoss(_ key: SessionKey, context: Context) async {
         license.signingOut(key)
         // Signed out, or signed in again, meanwhile: nothing to do.
-        _ = try? await revokeAndEnd(key, context: context, reason: .licenseRevoked, message: { $0.licenseMessage },
-                                    when: { $0.licenseRevoked }, requestID: nil)
+        _ = try? await revokeAndEnd(
+            key, context: context, reason: .licenseRevoked, message: { $0.licenseMessage },
+            when: { $0.licenseRevoked }, requestID: nil)
     }
 }

@@ -119,7 +119,7 @@ final class LoopbackListener: Sendable {
             if current.serving {
                 var byte: UInt8 = 1
                 _ = write(stopPipe.write, &byte, 1)
-                served.take()   // brief: the serving thread only ever blocks in poll, which the pipe wakes
+                served.take() // brief: the serving thread only ever blocks in poll, which the pipe wakes
             }
             Glibc.close(socket)
         }
@@ -128,7 +128,12 @@ final class LoopbackListener: Sendable {
     /// Tells the browser how the sign-in ended (nil: unknown) and closes its
     /// connection; later calls do nothing.
     func answerBrowser(signedIn: Bool?, message: String?) {
-        guard let client = heldClient.withLock({ held -> Int32? in defer { held = nil }; return held }) else { return }
+        guard
+            let client = heldClient.withLock({ held -> Int32? in
+                defer { held = nil }
+                return held
+            })
+        else { return }
         switch signedIn {
         case true?: respond(client, status: "200 OK", body: "Signed in. You can close this window and return to the application.")
         case false?: respond(client, status: "200 OK", body: "The sign-in did not complete: \(message ?? "see the application").")
@@ -154,8 +159,10 @@ final class LoopbackListener: Sendable {
             let now = ContinuousClock.now
             if let paused = acceptPausedUntil, paused <= now { acceptPausedUntil = nil }
             let accepting = acceptPausedUntil == nil && connections.count < Self.maximumConnections
-            var fds = [pollfd(fd: stopPipe.read, events: Int16(POLLIN), revents: 0),
-                       pollfd(fd: accepting ? socket : -1, events: Int16(POLLIN), revents: 0)]
+            var fds = [
+                pollfd(fd: stopPipe.read, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: accepting ? socket : -1, events: Int16(POLLIN), revents: 0),
+            ]
             fds += connections.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
             // Wake for the earliest deadline, or the end of an accept back-off.
             let wake = (connections.map(\.deadline) + [acceptPausedUntil].compactMap { $0 }).min()
@@ -242,7 +249,9 @@ final class LoopbackListener: Sendable {
         }
         let received = FormEncoding.decode(query).first(where: { $0.name == "state" })?.value ?? ""
         guard constantTimeEquals(received, state) else {
-            respond(client, status: "400 Bad Request", body: "This sign-in link is stale or belongs to another attempt. Return to the application and try again.")
+            respond(
+                client, status: "400 Bad Request",
+                body: "This sign-in link is stale or belongs to another attempt. Return to the application and try again.")
             Glibc.close(client)
             return nil
         }
@@ -273,7 +282,8 @@ final class LoopbackListener: Sendable {
 
     private func respond(_ client: Int32, status: String, body: String) {
         let html = "<!doctype html><meta charset=utf-8><title>AuthBridge</title><p>\(Self.escapeHTML(body))</p>"
-        let text = "HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(html.utf8.count)\r\n"
+        let text =
+            "HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(html.utf8.count)\r\n"
             + "Cache-Control: no-store\r\nConnection: close\r\n\r\n" + html
         // Small enough for an empty socket buffer: a client that reads nothing cannot block the listener.
         _ = Array(text.utf8).withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT)) }

@@ -12,7 +12,7 @@ public struct PKCE: Sendable {
     public init() {
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
-        verifier = Base64URL.encode(bytes)            // 43 characters
+        verifier = Base64URL.encode(bytes) // 43 characters
         challenge = Base64URL.encode(SHA256.hash(data: Array(verifier.utf8)))
         KnownSecrets.shared.remember(verifier)
     }

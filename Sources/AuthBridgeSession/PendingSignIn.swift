@@ -41,7 +41,10 @@ final class PendingSignIn: Sendable {
                     try await withTaskCancellationHandler {
                         try await withCheckedThrowingContinuation { continuation in
                             let immediate: State? = self.state.withLock { state in
-                                if case .waiting = state { state = .waiting(continuation); return nil }
+                                if case .waiting = state {
+                                    state = .waiting(continuation)
+                                    return nil
+                                }
                                 return state
                             }
                             switch immediate {
@@ -62,8 +65,11 @@ final class PendingSignIn: Sendable {
                 let first = try await group.next()!
                 group.cancelAll()
                 guard let url = first else {
-                    self.fail(SessionError(.timeout, "No callback arrived within \(timeoutMilliseconds / 1000) s.", provider: profile, reason: "timeout"))
-                    throw SessionError(.timeout, "The sign-in timed out after \(timeoutMilliseconds / 1000) s without a callback.", provider: profile, reason: "timeout")
+                    self.fail(
+                        SessionError(.timeout, "No callback arrived within \(timeoutMilliseconds / 1000) s.", provider: profile, reason: "timeout"))
+                    throw SessionError(
+                        .timeout, "The sign-in timed out after \(timeoutMilliseconds / 1000) s without a callback.", provider: profile,
+                        reason: "timeout")
                 }
                 return url
             }

@@ -43,11 +43,15 @@ public enum ConfigurationFile {
     public static func profiles(from json: JSON) throws(ConfigurationError) -> [Profile] {
         guard case .object = json else { throw ConfigurationError("the configuration must be a JSON object") }
         guard let entries = json["profiles"] else { return [] }
-        guard case .object(let members) = entries else { throw ConfigurationError("\"profiles\" must be an object of profile name → {plugin, settings}") }
+        guard case .object(let members) = entries else {
+            throw ConfigurationError("\"profiles\" must be an object of profile name → {plugin, settings}")
+        }
         var profiles: [Profile] = []
         for (name, entry) in members.sorted(by: { $0.key < $1.key }) {
             if let problem = Profile.problem(withName: name) {
-                throw ConfigurationError("profile name \"\(name.unicodeScalars.map { $0.properties.generalCategory == .control ? "?" : String($0) }.joined())\" \(problem)")
+                throw ConfigurationError(
+                    "profile name \"\(name.unicodeScalars.map { $0.properties.generalCategory == .control ? "?" : String($0) }.joined())\" \(problem)"
+                )
             }
             guard let plugin = entry["plugin"]?.stringValue else {
                 throw ConfigurationError("profile \"\(name)\": \"plugin\" must name a plugin id")

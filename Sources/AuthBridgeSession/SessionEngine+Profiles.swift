@@ -15,8 +15,9 @@ extension SessionEngine {
     private func profileInfo(_ profile: Profile) -> JSON {
         let plugin = plugins[profile.plugin]
         var problem: String?
-        if plugin == nil { problem = "plugin \"\(profile.plugin)\" is not loaded" }
-        else if let issue = SettingsValidator.problem(in: profile.settings, schema: plugin?.descriptor["settings"]) {
+        if plugin == nil {
+            problem = "plugin \"\(profile.plugin)\" is not loaded"
+        } else if let issue = SettingsValidator.problem(in: profile.settings, schema: plugin?.descriptor["settings"]) {
             problem = "\(issue.field) \(issue.message)"
         }
         return .compactObject([
@@ -80,8 +81,10 @@ extension SessionEngine {
     /// that name already under way, so that no change sees the profile move
     /// under it while it awaits (actor reentrancy): `configureProfile`
     /// followed at once by `removeProfile` configures, then removes.
-    private func changingProfile<T: Sendable>(_ name: String,
-                                              _ change: @escaping @Sendable (isolated SessionEngine) async throws(SessionError) -> T) async throws(SessionError) -> T {
+    private func changingProfile<T: Sendable>(
+        _ name: String,
+        _ change: @escaping @Sendable (isolated SessionEngine) async throws(SessionError) -> T
+    ) async throws(SessionError) -> T {
         let before = profileChanges[name]
         let task = Task<Result<T, SessionError>, Never> {
             await before?.value
@@ -90,7 +93,11 @@ extension SessionEngine {
         let done = Task<Void, Never> { _ = await task.value }
         profileChanges[name] = done
         // A cancelled request cancels its change (a configuration cut short changes nothing).
-        let result = await withTaskCancellationHandler { await task.value } onCancel: { task.cancel() }
+        let result = await withTaskCancellationHandler {
+            await task.value
+        } onCancel: {
+            task.cancel()
+        }
         if profileChanges[name] == done { profileChanges[name] = nil }
         return try result.get()
     }
@@ -98,16 +105,18 @@ extension SessionEngine {
     /// Forgets a changed or removed profile's sessions. With the profile's
     /// old context the frontend is also told which web-view cookies to drop.
     private func dropSession(_ name: String, context: Context?) async throws(SessionError) {
-        pendingSignIns.removeValue(forKey: name)?.fail(SessionError(.userCancelled, "The profile was changed.", provider: name, reason: "profileChanged"))
+        pendingSignIns.removeValue(forKey: name)?.fail(
+            SessionError(.userCancelled, "The profile was changed.", provider: name, reason: "profileChanged"))
         // A record that cannot be read is set aside as it is found (corruptRecord): drop the rest all the same.
         let corrupt = VaultError.Reason.corruptRecord.rawValue
         let keys: [SessionKey]
-        do { keys = try await storedKeys(of: name) } catch where error.reason == corrupt { keys = try await storedKeys(of: name) }
+        do { keys = try await storedKeys(of: name) } catch  where error.reason == corrupt { keys = try await storedKeys(of: name) }
         for key in keys {
             let ended: StoredSession?
-            do { ended = try await loadSession(key) } catch where error.reason == corrupt { continue }
-            try await endSession(key, reason: .profileChanged, message: "The profile was changed or removed; its session was discarded.",
-                                 ended: ended, context: context)
+            do { ended = try await loadSession(key) } catch  where error.reason == corrupt { continue }
+            try await endSession(
+                key, reason: .profileChanged, message: "The profile was changed or removed; its session was discarded.",
+                ended: ended, context: context)
         }
     }
 
@@ -145,7 +154,9 @@ extension SessionEngine {
             return Context(profile: profile, plugin: plugin, config: fallback.config)
         }
         if let issue = SettingsValidator.problem(in: profile.settings, schema: plugin.descriptor["settings"]) {
-            throw SessionError(.configurationError, "Profile \"\(name)\": \(issue.field) \(issue.message).", provider: name, reason: "invalidSettings", field: issue.field)
+            throw SessionError(
+                .configurationError, "Profile \"\(name)\": \(issue.field) \(issue.message).", provider: name, reason: "invalidSettings",
+                field: issue.field)
         }
         // One resolution per profile at a time, however many calls need it; a caller that is
         // cancelled stops waiting, and the discovery stops when nobody waits for it.
@@ -173,7 +184,8 @@ extension SessionEngine {
         let name = profile.name
         let fingerprint = Self.fingerprint(profile, plugin: plugin)
         let kept = await keptConfiguration(name, fingerprint: fingerprint)
-        for (key, value) in profile.settings.objectValue ?? [:] where Redaction.isSecretName(key.lowercased()) || key.lowercased().hasSuffix("secret") {
+        for (key, value) in profile.settings.objectValue ?? [:] where Redaction.isSecretName(key.lowercased()) || key.lowercased().hasSuffix("secret")
+        {
             KnownSecrets.shared.remember(value.stringValue)
         }
         let now = HostClock.nowMilliseconds()
@@ -185,7 +197,9 @@ extension SessionEngine {
         switch await run(.configure, input: input, plugin: plugin, profile: name, requestID: nil) {
         case .success(let config):
             guard case .object = config else {
-                return .failure(SessionError(.pluginError, "The \(plugin.manifest.id) plugin's configure answer is not an object.", provider: name, reason: "pluginError"))
+                return .failure(
+                    SessionError(
+                        .pluginError, "The \(plugin.manifest.id) plugin's configure answer is not an object.", provider: name, reason: "pluginError"))
             }
             adopt(config, for: profile, keys: nil)
             let signingKeys = kept?.config["jwksUri"] == config["jwksUri"] ? kept?.signingKeys : nil
@@ -193,8 +207,9 @@ extension SessionEngine {
             return .success(config)
         case .failure(let failure) where failure.kind == .transient && kept != nil:
             let kept = kept!
-            logger.notice("the provider could not be reached to resolve the profile; using the configuration kept from an earlier run",
-                          metadata: ["provider": "\(name)", "reason": "\(failure.reason)"])
+            logger.notice(
+                "the provider could not be reached to resolve the profile; using the configuration kept from an earlier run",
+                metadata: ["provider": "\(name)", "reason": "\(failure.reason)"])
             if profiles[name] == profile {
                 fallbackConfigs[name] = (profile, kept.config, HostClock.nowMilliseconds() + Self.resolveRetryMilliseconds)
             }
@@ -241,7 +256,8 @@ extension SessionEngine {
         guard let uri = context.config["jwksUri"]?.stringValue, let keys = verifier.keys(for: uri) else { return }
         let fingerprint = Self.fingerprint(context.profile, plugin: context.plugin)
         guard var kept = await keptConfiguration(context.profile.name, fingerprint: fingerprint), kept.config == context.config,
-              kept.signingKeys != keys else { return }
+            kept.signingKeys != keys
+        else { return }
         kept.signingKeys = keys
         await keep(kept, for: context.profile)
     }
@@ -251,9 +267,11 @@ extension SessionEngine {
     /// the next call, keeping the old copy for when the provider is down.
     func configurationMayHaveChanged(_ name: String, failure: ProviderFailure) async {
         guard failure.status == 404 || failure.status == 410 || failure.reason == "unknownKey",
-              let profile = profiles[name], configs[name] != nil, let plugin = plugins[profile.plugin] else { return }
-        logger.notice("a provider answer suggests its configuration changed; it will be resolved again",
-                      metadata: ["provider": "\(name)", "reason": "\(failure.reason)"])
+            let profile = profiles[name], configs[name] != nil, let plugin = plugins[profile.plugin]
+        else { return }
+        logger.notice(
+            "a provider answer suggests its configuration changed; it will be resolved again",
+            metadata: ["provider": "\(name)", "reason": "\(failure.reason)"])
         configs[name] = nil
         if var kept = await keptConfiguration(name, fingerprint: Self.fingerprint(profile, plugin: plugin)) {
             kept.resolvedAt = 0

@@ -14,11 +14,13 @@ extension SessionEngine {
         let flows = context.plugin.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
         let flow = params["flow"]?.stringValue ?? flows.first ?? "browser"
         guard flows.contains(flow) else {
-            let supported = flows.isEmpty
+            let supported =
+                flows.isEmpty
                 ? "; it declares no sign-in flow at all (its describe lists no \"flows\"), so it cannot sign anyone in"
                 : " (it supports: \(flows.joined(separator: ", ")))"
-            throw SessionError(.unsupported, "The \(context.plugin.manifest.id) plugin does not support the \"\(flow)\" flow\(supported).",
-                               provider: profile, reason: "unsupportedFlow", field: "flow")
+            throw SessionError(
+                .unsupported, "The \(context.plugin.manifest.id) plugin does not support the \"\(flow)\" flow\(supported).",
+                provider: profile, reason: "unsupportedFlow", field: "flow")
         }
         let tokens: JSON
         // OIDC: binds the ID token to this attempt (checked when the authorization URL carried it).
@@ -27,14 +29,17 @@ extension SessionEngine {
         case "session":
             nonce = nil
             guard let sessionID = params["sessionId"]?.stringValue, !sessionID.isEmpty else {
-                throw SessionError(.invalidParams, "The session flow needs \"sessionId\" (e.g. Tableau's workgroup_session_id).", provider: profile, field: "sessionId")
+                throw SessionError(
+                    .invalidParams, "The session flow needs \"sessionId\" (e.g. Tableau's workgroup_session_id).", provider: profile,
+                    field: "sessionId")
             }
             KnownSecrets.shared.remember(sessionID)
             progress(profile, requestID: requestID, ["stage": "exchanging"])
             let input: JSON = ["profile": context.profileJSON, "flow": "session", "sessionId": .string(sessionID)]
             tokens = try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID)
         case "external":
-            tokens = try await externalSignIn(profile, context: context, params: params, requestID: requestID, listener: nil, nonce: &nonce, order: order)
+            tokens = try await externalSignIn(
+                profile, context: context, params: params, requestID: requestID, listener: nil, nonce: &nonce, order: order)
         case "browser":
             // RFC 8252: the redirect comes back to a one-shot listener on 127.0.0.1,
             // which holds the browser's request until the outcome is known.
@@ -42,13 +47,15 @@ extension SessionEngine {
             let port = settings["loopbackPort"]?.intValue ?? 0
             let path = settings["loopbackPath"]?.stringValue ?? "/callback"
             guard (0...65_535).contains(port), path.hasPrefix("/"), !path.contains("?"), !path.contains("#") else {
-                throw SessionError(.configurationError, "loopbackPort must be 0…65535 and loopbackPath a path starting with /.",
-                                   provider: profile, reason: "invalidSettings", field: "settings.loopbackPort")
+                throw SessionError(
+                    .configurationError, "loopbackPort must be 0…65535 and loopbackPath a path starting with /.",
+                    provider: profile, reason: "invalidSettings", field: "settings.loopbackPort")
             }
             let listener = try LoopbackListener(port: UInt16(port), path: path)
             defer { listener.close() }
             do {
-                tokens = try await externalSignIn(profile, context: context, params: params, requestID: requestID, listener: listener, nonce: &nonce, order: order)
+                tokens = try await externalSignIn(
+                    profile, context: context, params: params, requestID: requestID, listener: listener, nonce: &nonce, order: order)
                 let result = try await storeSignIn(tokens, context: context, nonce: nonce, profile: profile)
                 listener.answerBrowser(signedIn: true, message: nil)
                 return result
@@ -60,7 +67,9 @@ extension SessionEngine {
             nonce = nil
             tokens = try await deviceSignIn(profile, context: context, params: params, requestID: requestID)
         default:
-            throw SessionError(.unsupported, "The \"\(flow)\" flow is not available in this build of AuthBridge yet.", provider: profile, reason: "unsupportedFlow", field: "flow")
+            throw SessionError(
+                .unsupported, "The \"\(flow)\" flow is not available in this build of AuthBridge yet.", provider: profile, reason: "unsupportedFlow",
+                field: "flow")
         }
         return try await storeSignIn(tokens, context: context, nonce: nonce, profile: profile)
     }
@@ -69,7 +78,8 @@ extension SessionEngine {
     public func completeSignIn(_ profile: String, callbackURL: String) throws(SessionError) -> JSON {
         guard profiles[profile] != nil else { throw unknownProfile(profile) }
         guard let pending = pendingSignIns[profile] else {
-            throw SessionError(.noPendingSignIn, "No sign-in is waiting for a callback on profile \"\(profile)\".", provider: profile, reason: "noPendingSignIn")
+            throw SessionError(
+                .noPendingSignIn, "No sign-in is waiting for a callback on profile \"\(profile)\".", provider: profile, reason: "noPendingSignIn")
         }
         if let prefix = pending.callbackPrefix, !callbackURL.hasPrefix(prefix) {
             throw SessionError(.invalidParams, "The callback URL does not belong to this sign-in.", provider: profile, field: "callbackUrl")
@@ -82,15 +92,19 @@ extension SessionEngine {
     /// Verifies what a sign-in returned, stores it and announces it.
     private func storeSignIn(_ tokens: JSON, context: Context, nonce: String?, profile: String) async throws(SessionError) -> JSON {
         if let problem = TokenSet.sizeProblem(tokens["tokens"], account: tokens["account"]) {
-            throw SessionError(.providerRefused, "The provider's sign-in answer was refused: \(problem). Nothing was stored.",
-                               provider: profile, reason: "badResponse")
+            throw SessionError(
+                .providerRefused, "The provider's sign-in answer was refused: \(problem). Nothing was stored.",
+                provider: profile, reason: "badResponse")
         }
         guard let received = TokenSet(json: tokens["tokens"] ?? .null) else {
-            throw SessionError(.pluginError, "The \(context.plugin.manifest.id) plugin finished sign-in without an access token.", provider: profile, reason: "pluginError")
+            throw SessionError(
+                .pluginError, "The \(context.plugin.manifest.id) plugin finished sign-in without an access token.", provider: profile,
+                reason: "pluginError")
         }
         // Nothing is stored before the ID token has passed every check.
-        var (tokenSet, account) = try await identify(received, account: Self.account(tokens["account"]), context: context,
-                                                     nonce: nonce, profile: profile)
+        var (tokenSet, account) = try await identify(
+            received, account: Self.account(tokens["account"]), context: context,
+            nonce: nonce, profile: profile)
         if tokenSet.idToken != nil { await keepSigningKeys(context) }
         tokenSet.obtainedAt = HostClock.nowMilliseconds()
         var session = StoredSession(tokens: tokenSet, account: account)
@@ -114,8 +128,10 @@ extension SessionEngine {
     /// comes back to the host itself on 127.0.0.1; `completeSignIn` still works.
     /// `nonce` goes into the authorization request; it is cleared when the
     /// plugin's URL does not carry it (the ID token cannot then be bound to it).
-    private func externalSignIn(_ profile: String, context: Context, params: JSON, requestID: JSON?,
-                                listener: LoopbackListener?, nonce: inout String?, order: UInt64 = 0) async throws(SessionError) -> JSON {
+    private func externalSignIn(
+        _ profile: String, context: Context, params: JSON, requestID: JSON?,
+        listener: LoopbackListener?, nonce: inout String?, order: UInt64 = 0
+    ) async throws(SessionError) -> JSON {
         let pkce = PKCE()
         let state = PKCE.randomToken()
         let redirectURI = listener?.redirectURI ?? params["redirectUri"]?.stringValue ?? context.config["redirectUri"]?.stringValue
@@ -146,12 +162,18 @@ extension SessionEngine {
         if let listener {
             openBrowser?(url) { [emit] reason in
                 // The frontend (or person) waiting for a browser that never appeared is told.
-                emit("signIn/progress", ["provider": .string(profile), "requestId": requestID ?? .null, "stage": "waiting",
-                                         "message": .string("The browser could not be opened (\(reason)); open the sign-in URL yourself.")])
+                emit(
+                    "signIn/progress",
+                    [
+                        "provider": .string(profile), "requestId": requestID ?? .null, "stage": "waiting",
+                        "message": .string("The browser could not be opened (\(reason)); open the sign-in URL yourself."),
+                    ])
             }
             // Whatever reaches the listener with the right state completes the sign-in.
             Task { if let url = await listener.awaitCallback(state: state) { pending.deliver(url) } }
-            progress(profile, requestID: requestID, ["stage": "waiting", "message": .string("Waiting for the browser to come back to \(listener.redirectURI).")])
+            progress(
+                profile, requestID: requestID,
+                ["stage": "waiting", "message": .string("Waiting for the browser to come back to \(listener.redirectURI).")])
         }
 
         let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 300_000, 3_600_000))
@@ -193,9 +215,12 @@ extension SessionEngine {
         ])
         let started = try await runOrThrow(.beginSignIn, input: begin, context: context, requestID: requestID)
         guard let deviceCode = started["deviceCode"]?.stringValue, let userCode = started["userCode"]?.stringValue,
-              let verification = started["verificationUri"]?.stringValue else {
-            throw SessionError(.pluginError, "The \(context.plugin.manifest.id) plugin started a device sign-in without a device code, user code or verification URI.",
-                               provider: profile, reason: "pluginError")
+            let verification = started["verificationUri"]?.stringValue
+        else {
+            throw SessionError(
+                .pluginError,
+                "The \(context.plugin.manifest.id) plugin started a device sign-in without a device code, user code or verification URI.",
+                provider: profile, reason: "pluginError")
         }
         KnownSecrets.shared.remember(deviceCode)
         let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 900_000, 3_600_000))
@@ -222,8 +247,10 @@ extension SessionEngine {
     /// account: the plugin's word, else the verified ID token's claims, else
     /// the userinfo endpoint. An ID token that cannot be verified (no JWKS
     /// known) is not kept: nothing unverified is trusted or stored.
-    private func identify(_ received: TokenSet, account: JSON?, context: Context, nonce: String?,
-                          profile: String) async throws(SessionError) -> (TokenSet, JSON?) {
+    private func identify(
+        _ received: TokenSet, account: JSON?, context: Context, nonce: String?,
+        profile: String
+    ) async throws(SessionError) -> (TokenSet, JSON?) {
         var tokens = received
         var account = account
         if let idToken = tokens.idToken {
@@ -235,8 +262,9 @@ extension SessionEngine {
                     throw SessionError(failure, provider: profile)
                 }
             } else {
-                logger.notice("the provider sent an ID token but no jwksUri is known to verify it; it is not kept",
-                              metadata: ["provider": "\(profile)"])
+                logger.notice(
+                    "the provider sent an ID token but no jwksUri is known to verify it; it is not kept",
+                    metadata: ["provider": "\(profile)"])
                 tokens.idToken = nil
             }
         }
@@ -248,18 +276,23 @@ extension SessionEngine {
 
     func idTokenExpectation(_ context: Context, nonce: String?) -> IDTokenVerifier.Expectation? {
         guard let issuer = context.config["issuer"]?.stringValue, let clientID = context.config["clientId"]?.stringValue,
-              let jwksURI = context.config["jwksUri"]?.stringValue else { return nil }
+            let jwksURI = context.config["jwksUri"]?.stringValue
+        else { return nil }
         let skew = context.config["clockSkewSeconds"]?.intValue ?? IDTokenVerifier.defaultClockSkewSeconds
-        return IDTokenVerifier.Expectation(issuer: issuer, clientID: clientID, jwksURI: jwksURI, nonce: nonce,
-                                           clockSkewSeconds: min(max(skew, 0), 600))
+        return IDTokenVerifier.Expectation(
+            issuer: issuer, clientID: clientID, jwksURI: jwksURI, nonce: nonce,
+            clockSkewSeconds: min(max(skew, 0), 600))
     }
 
     /// OIDC Core §5.3: who the access token belongs to. Failure leaves the account unknown.
     private func userinfoAccount(_ endpoint: String, tokens: TokenSet) async -> JSON? {
-        let request: JSON = ["method": "GET", "url": .string(endpoint), "timeoutMs": 15_000,
-                             "headers": ["Authorization": .string("\(StandardSteps.normalisedTokenType(tokens.tokenType)) \(tokens.accessToken)")]]
+        let request: JSON = [
+            "method": "GET", "url": .string(endpoint), "timeoutMs": 15_000,
+            "headers": ["Authorization": .string("\(StandardSteps.normalisedTokenType(tokens.tokenType)) \(tokens.accessToken)")],
+        ]
         guard case .success(let response) = await http.perform(request), response["status"]?.intValue == 200,
-              let claims = try? JSON.parse(response["body"]?.stringValue ?? "") else {
+            let claims = try? JSON.parse(response["body"]?.stringValue ?? "")
+        else {
             logger.notice("the userinfo endpoint did not name the account")
             return nil
         }
@@ -268,10 +301,11 @@ extension SessionEngine {
 
     /// The account named by OIDC standard claims.
     static func account(claims: JSON) -> JSON? {
-        account(.compactObject([
-            "id": claims["sub"], "email": claims["email"],
-            "name": claims["name"] ?? claims["preferred_username"],
-        ]))
+        account(
+            .compactObject([
+                "id": claims["sub"], "email": claims["email"],
+                "name": claims["name"] ?? claims["preferred_username"],
+            ]))
     }
 
     /// Only the Account fields of the spec, as strings: plugins must not

@@ -16,19 +16,24 @@ extension SessionEngine {
         let context: Context?
         var unresolved: SessionError?
         do { context = try await self.context(for: profile) } catch {
-            if Task.isCancelled { throw error }   // a cancelled sign-out signs nothing out
+            if Task.isCancelled { throw error } // a cancelled sign-out signs nothing out
             context = nil
             unresolved = error
         }
-        pendingSignIns.removeValue(forKey: profile)?.fail(SessionError(.userCancelled, "The profile was signed out.", provider: profile, reason: "signedOut"))
+        pendingSignIns.removeValue(forKey: profile)?.fail(
+            SessionError(.userCancelled, "The profile was signed out.", provider: profile, reason: "signedOut"))
         guard let (key, _) = try await selectSession(profile, account: account),
-              let (ended, outcome) = try await revokeAndEnd(key, context: context, unresolved: unresolved, reason: .userSignedOut,
-                                                            requestID: requestID) else {
+            let (ended, outcome) = try await revokeAndEnd(
+                key, context: context, unresolved: unresolved, reason: .userSignedOut,
+                requestID: requestID)
+        else {
             return ["provider": .string(profile), "signedOut": true, "revoked": [], "failures": []]
         }
-        return .compactObject(["provider": .string(profile), "signedOut": true, "account": ended.account,
-                               "revoked": outcome.revoked, "failures": outcome.failures,
-                               "clearCookies": outcome.clearCookies.isEmpty ? nil : .array(outcome.clearCookies)])
+        return .compactObject([
+            "provider": .string(profile), "signedOut": true, "account": ended.account,
+            "revoked": outcome.revoked, "failures": outcome.failures,
+            "clearCookies": outcome.clearCookies.isEmpty ? nil : .array(outcome.clearCookies),
+        ])
     }
 
     /// What a sign-out revoked at the provider (bridge-spec SignOutResult).
@@ -49,10 +54,12 @@ extension SessionEngine {
     /// refresh can store tokens after them. `when` may decline the stored
     /// session (e.g. it is no longer license-revoked). Nil when nothing was
     /// stored (signed out meanwhile) or `when` declined.
-    func revokeAndEnd(_ key: SessionKey, context: Context?, unresolved: SessionError? = nil, reason: EndReason,
-                      message: (StoredSession) -> String? = { _ in nil },
-                      when: @escaping (StoredSession) -> Bool = { _ in true },
-                      requestID: JSON?) async throws(SessionError) -> (StoredSession, Revocation)? {
+    func revokeAndEnd(
+        _ key: SessionKey, context: Context?, unresolved: SessionError? = nil, reason: EndReason,
+        message: (StoredSession) -> String? = { _ in nil },
+        when: @escaping (StoredSession) -> Bool = { _ in true },
+        requestID: JSON?
+    ) async throws(SessionError) -> (StoredSession, Revocation)? {
         let ended: (StoredSession, Revocation)?
         do {
             ended = try await store.withExclusiveAccess(to: key) { () async throws -> (StoredSession, Revocation)? in
@@ -77,8 +84,9 @@ extension SessionEngine {
         if let context {
             outcome.clearCookies = await cookiesToClear(ended: session, key: key, context: context, named: outcome.clearCookies)
         }
-        announce(.signedOut, profile: key.profile, endedBecause: reason, message: message(session), account: session.account,
-                 clearCookies: outcome.clearCookies)
+        announce(
+            .signedOut, profile: key.profile, endedBecause: reason, message: message(session), account: session.account,
+            clearCookies: outcome.clearCookies)
         return (session, outcome)
     }
 
@@ -88,8 +96,9 @@ extension SessionEngine {
         let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json]
         switch await run(.revoke, input: input, plugin: context.plugin, profile: context.profile.name, requestID: requestID) {
         case .success(let answer):
-            return Revocation(revoked: answer["revoked"] ?? [], failures: answer["failures"] ?? [],
-                              clearCookies: Self.cookieRefs(answer["clearCookies"]))
+            return Revocation(
+                revoked: answer["revoked"] ?? [], failures: answer["failures"] ?? [],
+                clearCookies: Self.cookieRefs(answer["clearCookies"]))
         case .failure(let failure):
             return .failed(reason: failure.reason, message: failure.message)
         }
@@ -102,12 +111,16 @@ extension SessionEngine {
     /// frontend is told to drop the cookies the plugin attaches for the ended
     /// tokens (`authorize_request`, no I/O), however the session ended.
     @discardableResult
-    func endSession(_ key: SessionKey, reason: EndReason, message: String?, ended: StoredSession? = nil,
-                    context: Context? = nil, holdingLock: Bool = false) async throws(SessionError) -> Bool {
+    func endSession(
+        _ key: SessionKey, reason: EndReason, message: String?, ended: StoredSession? = nil,
+        context: Context? = nil, holdingLock: Bool = false
+    ) async throws(SessionError) -> Bool {
         let wiped: StoredSession?
         do {
-            wiped = holdingLock ? try await wipe(key, ifStill: ended)
-                                : try await store.withExclusiveAccess(to: key) { try await self.wipe(key, ifStill: ended) }
+            wiped =
+                holdingLock
+                ? try await wipe(key, ifStill: ended)
+                : try await store.withExclusiveAccess(to: key) { try await self.wipe(key, ifStill: ended) }
         } catch {
             throw storageError(error, profile: key.profile)
         }
@@ -135,7 +148,8 @@ extension SessionEngine {
     private func cookiesToClear(ended: StoredSession, key: SessionKey, context: Context, named: [JSON] = []) async -> [JSON] {
         let cookies = named.isEmpty ? await attachedCookies(ended, context: context) : named
         guard !cookies.isEmpty, let (currentKey, current) = try? await selectSession(key.profile, account: nil),
-              currentKey != key, (current.signedInAt ?? 0) > (ended.signedInAt ?? 0) else { return cookies }
+            currentKey != key, (current.signedInAt ?? 0) > (ended.signedInAt ?? 0)
+        else { return cookies }
         let live = Set(await attachedCookies(current, context: context))
         return cookies.filter { !live.contains($0) }
     }
@@ -143,8 +157,11 @@ extension SessionEngine {
     /// The name, domain and path of each cookie the plugin attaches for these tokens.
     private func attachedCookies(_ session: StoredSession, context: Context) async -> [JSON] {
         let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": ["method": "GET", "headers": [:]]]
-        guard case .success(let answer) = await run(.authorizeRequest, input: input, plugin: context.plugin,
-                                                    profile: context.profile.name, requestID: nil) else { return [] }
+        guard
+            case .success(let answer) = await run(
+                .authorizeRequest, input: input, plugin: context.plugin,
+                profile: context.profile.name, requestID: nil)
+        else { return [] }
         return Self.cookieRefs(answer["cookies"])
     }
 

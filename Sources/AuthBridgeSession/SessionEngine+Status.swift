@@ -36,8 +36,9 @@ extension SessionEngine {
                     try await endSession(key, reason: .revoked, message: message, ended: session, context: context)
                     return try await statusAfterEnding(key, reason: .revoked, message: message)
                 case .unknown, nil:
-                    return status(profile, state: .offline, session: session, reason: .transient,
-                                  message: message ?? "The provider could not confirm the session.")
+                    return status(
+                        profile, state: .offline, session: session, reason: .transient,
+                        message: message ?? "The provider could not confirm the session.")
                 }
             case .failure(let failure) where failure.kind == .definitive:
                 try await endSession(key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: session, context: context)
@@ -89,7 +90,8 @@ extension SessionEngine {
         return found.map { key, session in
             // Local knowledge only: an expired access token with a refresh
             // token is still a signed-in account (`expiresAt` tells the age).
-            let entry = session.licenseRevoked
+            let entry =
+                session.licenseRevoked
                 ? status(key.profile, state: .licenseRevoked, session: session, reason: .licenseRevoked, message: session.licenseMessage)
                 : status(key.profile, state: .signedIn, session: session, reason: .valid)
             return entry.setting("current", .bool(current.insert(key.profile).inserted))

@@ -10,15 +10,18 @@ extension SessionEngine {
     /// when the token expires within `minimumValidity`.
     /// `forceRefresh`: the caller saw the provider reject the token (a 401
     /// where no expiry is known, e.g. Salesforce): renew it now.
-    public func getAccessToken(_ profile: String, account: String? = nil, minimumValidity: Int64 = defaultMinimumValidityMilliseconds,
-                               forceRefresh: Bool = false, requestID: JSON? = nil) async throws(SessionError) -> JSON {
+    public func getAccessToken(
+        _ profile: String, account: String? = nil, minimumValidity: Int64 = defaultMinimumValidityMilliseconds,
+        forceRefresh: Bool = false, requestID: JSON? = nil
+    ) async throws(SessionError) -> JSON {
         let (context, key, current) = try await usableSession(profile, account: account)
         var session = current
         let now = HostClock.nowMilliseconds()
         if forceRefresh {
             guard session.tokens.refreshToken != nil else {
-                throw SessionError(.notSignedIn, "The session cannot be renewed (no refresh token); sign in again.", provider: profile,
-                                   reason: StatusReason.noRefreshToken.rawValue)
+                throw SessionError(
+                    .notSignedIn, "The session cannot be renewed (no refresh token); sign in again.", provider: profile,
+                    reason: StatusReason.noRefreshToken.rawValue)
             }
             session = try await refreshOrThrow(key, context: context, stale: session)
         } else if let expiresAt = session.tokens.expiresAt, expiresAt - now < session.tokens.effectiveMinimumValidity(minimumValidity) {
@@ -88,8 +91,9 @@ extension SessionEngine {
                 continue
             case .revoked:
                 try await endSession(key, reason: .revoked, message: message, ended: session, context: context)
-                throw SessionError(.notSignedIn, message ?? "The provider revoked this session.", provider: profile,
-                                   reason: StatusReason.revoked.rawValue)
+                throw SessionError(
+                    .notSignedIn, message ?? "The provider revoked this session.", provider: profile,
+                    reason: StatusReason.revoked.rawValue)
             case .licenseRevoked:
                 _ = try await markLicenseRevoked(key, session: session, context: context, message: message)
             default:
@@ -174,8 +178,9 @@ extension SessionEngine {
             if let problem = TokenSet.sizeProblem(answer["tokens"], account: answer["account"]) {
                 // Too big to keep: the grant cannot go on (a rotated refresh token is spent).
                 let failure = ProviderFailure(.definitive, reason: "badResponse", message: "The provider's refresh answer was refused: \(problem).")
-                _ = try? await endSession(key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: stale, context: context,
-                                          holdingLock: true)
+                _ = try? await endSession(
+                    key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: stale, context: context,
+                    holdingLock: true)
                 return .failure(failure)
             }
             guard var fresh = TokenSet(json: answer["tokens"] ?? .null) else {
@@ -200,8 +205,9 @@ extension SessionEngine {
             _ = try? await markLicenseRevoked(key, session: stale, context: context, message: failure.message, holdingLock: true)
             return .failure(failure)
         case .failure(let failure) where failure.kind == .definitive:
-            _ = try? await endSession(key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: stale, context: context,
-                                      holdingLock: true)
+            _ = try? await endSession(
+                key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: stale, context: context,
+                holdingLock: true)
             return .failure(failure)
         case .failure(let failure):
             logger.notice("refresh failed transiently; the session is kept", metadata: ["provider": "\(profile)", "reason": "\(failure.reason)"])
@@ -222,8 +228,9 @@ extension SessionEngine {
             }
             return idToken
         case .failure(let failure):
-            logger.warning("a refreshed ID token failed verification; it is not kept",
-                           metadata: ["provider": "\(profile)", "reason": "\(failure.reason)"])
+            logger.warning(
+                "a refreshed ID token failed verification; it is not kept",
+                metadata: ["provider": "\(profile)", "reason": "\(failure.reason)"])
             return nil
         }
     }

@@ -61,12 +61,14 @@ public actor SessionEngine {
 
     /// `installation` gives hooks their `installation` input; by default the
     /// stable identity in the user's data folder (tests pass their own).
-    public init(plugins: [LoadedPlugin], profiles: [Profile], store: SessionStore,
-                http: HTTPClient = .shared, logger: Logger,
-                installation: @escaping @Sendable () -> JSON = { InstallationIdentity.current },
-                openBrowser: BrowserOpener? = nil,
-                pluginFolders: [String] = [],
-                emit: @escaping EventSink) {
+    public init(
+        plugins: [LoadedPlugin], profiles: [Profile], store: SessionStore,
+        http: HTTPClient = .shared, logger: Logger,
+        installation: @escaping @Sendable () -> JSON = { InstallationIdentity.current },
+        openBrowser: BrowserOpener? = nil,
+        pluginFolders: [String] = [],
+        emit: @escaping EventSink
+    ) {
         self.installation = installation
         self.pluginFolders = pluginFolders
         self.openBrowser = openBrowser
@@ -122,8 +124,9 @@ public actor SessionEngine {
     }
 
     func unknownProfile(_ name: String) -> SessionError {
-        SessionError(.providerUnknown, "No profile is named \"\(name)\". Configure it with configureProfile or in the configuration file.",
-                     provider: name, reason: "unknownProfile", field: "provider")
+        SessionError(
+            .providerUnknown, "No profile is named \"\(name)\". Configure it with configureProfile or in the configuration file.",
+            provider: name, reason: "unknownProfile", field: "provider")
     }
 
     func storageError(_ error: any Error, profile: String?) -> SessionError {
@@ -143,13 +146,17 @@ public actor SessionEngine {
 
     /// A `session/changed` notification. Only `signedOut` has a reason of its
     /// own (why the session ended); the others' reason is their state's word.
-    func announce(_ change: SessionChange, profile: String, endedBecause reason: EndReason? = nil, message: String? = nil,
-                  account: JSON?, clearCookies: [JSON] = []) {
-        emit("session/changed", .compactObject([
-            "provider": .string(profile), "state": .string(change.rawValue), "reason": .string(reason?.rawValue ?? change.rawValue),
-            "message": message.map(JSON.string), "account": account,
-            "clearCookies": clearCookies.isEmpty ? nil : .array(clearCookies),
-        ]))
+    func announce(
+        _ change: SessionChange, profile: String, endedBecause reason: EndReason? = nil, message: String? = nil,
+        account: JSON?, clearCookies: [JSON] = []
+    ) {
+        emit(
+            "session/changed",
+            .compactObject([
+                "provider": .string(profile), "state": .string(change.rawValue), "reason": .string(reason?.rawValue ?? change.rawValue),
+                "message": message.map(JSON.string), "account": account,
+                "clearCookies": clearCookies.isEmpty ? nil : .array(clearCookies),
+            ]))
     }
 
     // MARK: - Shutdown
@@ -168,7 +175,7 @@ public actor SessionEngine {
             }
             await withCheckedContinuation { hookWaiters.append($0) }
             deadline.cancel()
-            await deadline.value   // nothing of ours may still run when the process exits
+            await deadline.value // nothing of ours may still run when the process exits
         }
         let busy = Set(hooksInFlight.keys)
         if !busy.isEmpty {

@@ -32,8 +32,10 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
     /// The provider's HTTP status, when its answer caused the failure.
     public var status: Int?
 
-    public init(_ kind: Kind, _ message: String, provider: String? = nil, reason: String? = nil, field: String? = nil,
-                status: Int? = nil) {
+    public init(
+        _ kind: Kind, _ message: String, provider: String? = nil, reason: String? = nil, field: String? = nil,
+        status: Int? = nil
+    ) {
         self.kind = kind
         self.message = KnownSecrets.shared.scrub(message)
         self.provider = provider
@@ -47,14 +49,16 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
     /// A profile names a plugin that did not load: where the host looked, and how to learn
     /// why (a missing plugin and a refused one look the same from here).
     static func pluginNotLoaded(profile: String, plugin: String, folders: [String]) -> SessionError {
-        SessionError(.pluginError, "Profile \"\(profile)\" uses plugin \"\(plugin)\", which is not loaded \(whereLooked(folders))",
-                     provider: profile, reason: "pluginNotLoaded")
+        SessionError(
+            .pluginError, "Profile \"\(profile)\" uses plugin \"\(plugin)\", which is not loaded \(whereLooked(folders))",
+            provider: profile, reason: "pluginNotLoaded")
     }
 
     /// `configureProfile` names a plugin that did not load.
     static func unknownPlugin(profile: String, plugin: String, folders: [String]) -> SessionError {
-        SessionError(.providerUnknown, "No loaded plugin has the id \"\(plugin)\" \(whereLooked(folders))",
-                     provider: profile, reason: "unknownPlugin", field: "plugin")
+        SessionError(
+            .providerUnknown, "No loaded plugin has the id \"\(plugin)\" \(whereLooked(folders))",
+            provider: profile, reason: "unknownPlugin", field: "plugin")
     }
 
     private static func whereLooked(_ folders: [String]) -> String {
@@ -87,7 +91,8 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
         case .cancelled: kind = .userCancelled
         }
         // The transport names the URL (without its query); the profile tells people which of theirs.
-        let message = Self.transportReasons.contains(failure.reason) && !failure.message.hasPrefix("Profile \"")
+        let message =
+            Self.transportReasons.contains(failure.reason) && !failure.message.hasPrefix("Profile \"")
             ? "Profile \"\(provider)\": \(failure.message)" : failure.message
         self.init(kind, message, provider: provider, reason: failure.reason, status: failure.status)
     }

@@ -39,9 +39,15 @@ struct StatusReason: RawRepresentable, Hashable, Sendable {
     /// `revoked`. Other words are camelCased as they come: reasons on the
     /// wire are camelCase words.
     init(refusal reason: String) {
-        guard reason != "invalid_grant" else { self = .revoked; return }
+        guard reason != "invalid_grant" else {
+            self = .revoked
+            return
+        }
         let parts = reason.split(separator: "_")
-        guard parts.count > 1 else { self.init(rawValue: reason); return }
+        guard parts.count > 1 else {
+            self.init(rawValue: reason)
+            return
+        }
         self.init(rawValue: String(parts[0]) + parts.dropFirst().map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined())
     }
 }

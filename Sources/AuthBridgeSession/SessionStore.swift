@@ -71,9 +71,13 @@ public struct SessionStore: Sendable {
 
     nonisolated(nonsending) func load(_ key: SessionKey) async throws -> StoredSession? {
         // A record without tokens cannot be used: the vault keeps it aside (corruptRecord, once).
-        guard let record = try await vault.load(key.vaultKey, validate: { record in
-            TokenSet(json: record.secret["tokens"] ?? .null) == nil ? "it holds no tokens" : nil
-        }) else { return nil }
+        guard
+            let record = try await vault.load(
+                key.vaultKey,
+                validate: { record in
+                    TokenSet(json: record.secret["tokens"] ?? .null) == nil ? "it holds no tokens" : nil
+                })
+        else { return nil }
         guard let tokens = TokenSet(json: record.secret["tokens"] ?? .null) else {
             throw VaultError(.corruptRecord, "The stored session of \"\(key)\" has no tokens.")
         }
@@ -87,11 +91,13 @@ public struct SessionStore: Sendable {
 
     nonisolated(nonsending) func save(_ session: StoredSession, for key: SessionKey) async throws {
         let label = session.account?["id"]?.stringValue ?? session.account?["email"]?.stringValue ?? session.account?["name"]?.stringValue
-        let secret: JSON = .compactObject(["tokens": session.tokens.json, "account": session.account,
-                                           "licenseRevoked": session.licenseRevoked ? true : nil,
-                                           "licenseMessage": session.licenseMessage.map(JSON.string),
-                                           "licenseSignOutAt": session.licenseSignOutAt.map(JSON.int),
-                                           "signedInAt": session.signedInAt.map(JSON.int)])
+        let secret: JSON = .compactObject([
+            "tokens": session.tokens.json, "account": session.account,
+            "licenseRevoked": session.licenseRevoked ? true : nil,
+            "licenseMessage": session.licenseMessage.map(JSON.string),
+            "licenseSignOutAt": session.licenseSignOutAt.map(JSON.int),
+            "signedInAt": session.signedInAt.map(JSON.int),
+        ])
         try await vault.save(VaultRecord(profile: key.vaultKey, account: label, secret: secret))
     }
 
@@ -154,13 +160,16 @@ struct ResolvedProfile: Sendable, Equatable {
 
     init?(_ json: JSON) {
         guard let fingerprint = json["fingerprint"]?.stringValue, let config = json["config"], case .object = config,
-              let resolvedAt = json["resolvedAt"]?.intValue else { return nil }
+            let resolvedAt = json["resolvedAt"]?.intValue
+        else { return nil }
         self.init(fingerprint: fingerprint, config: config, signingKeys: json["signingKeys"], resolvedAt: resolvedAt)
     }
 
     var json: JSON {
-        .compactObject(["fingerprint": .string(fingerprint), "config": config, "signingKeys": signingKeys,
-                        "resolvedAt": .int(resolvedAt)])
+        .compactObject([
+            "fingerprint": .string(fingerprint), "config": config, "signingKeys": signingKeys,
+            "resolvedAt": .int(resolvedAt),
+        ])
     }
 
     static let reservedPrefix: Character = "\u{1E}"

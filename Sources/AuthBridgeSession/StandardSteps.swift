@@ -47,8 +47,10 @@ public enum StandardSteps {
         }
         guard let issuerURL = ParsedURL(issuer), issuerURL.isSecureTransport else { return .failure(insecure("issuer")) }
         let trimmed = issuer.hasSuffix("/") ? String(issuer.dropLast()) : issuer
-        let candidates = [trimmed + "/.well-known/openid-configuration",
-                          issuerURL.origin + "/.well-known/oauth-authorization-server" + (issuerURL.path == "/" ? "" : issuerURL.path)]
+        let candidates = [
+            trimmed + "/.well-known/openid-configuration",
+            issuerURL.origin + "/.well-known/oauth-authorization-server" + (issuerURL.path == "/" ? "" : issuerURL.path),
+        ]
         var lastFailure = ProviderFailure(.transient, reason: "discovery", message: "The issuer's discovery document could not be read.")
         var found = false
         // OpenID Connect Discovery first; RFC 8414 metadata fills what it lacks (e.g. revocation).
@@ -63,15 +65,20 @@ public enum StandardSteps {
             case .success(let value): answer = value
             }
             guard answer["status"]?.intValue == 200, let document = try? JSON.parse(answer["body"]?.stringValue ?? ""),
-                  case .object = document else { continue }
+                case .object = document
+            else { continue }
             guard document["issuer"]?.stringValue == issuer else {
-                return .failure(ProviderFailure(.configuration, reason: "issuerMismatch",
-                                                message: "The discovery document at \(url) names another issuer than \"\(issuer)\"; refusing it."))
+                return .failure(
+                    ProviderFailure(
+                        .configuration, reason: "issuerMismatch",
+                        message: "The discovery document at \(url) names another issuer than \"\(issuer)\"; refusing it."))
             }
             found = true
-            let mapping = [("authorizationEndpoint", "authorization_endpoint"), ("tokenEndpoint", "token_endpoint"),
-                           ("revocationEndpoint", "revocation_endpoint"), ("userinfoEndpoint", "userinfo_endpoint"),
-                           ("deviceAuthorizationEndpoint", "device_authorization_endpoint"), ("jwksUri", "jwks_uri")]
+            let mapping = [
+                ("authorizationEndpoint", "authorization_endpoint"), ("tokenEndpoint", "token_endpoint"),
+                ("revocationEndpoint", "revocation_endpoint"), ("userinfoEndpoint", "userinfo_endpoint"),
+                ("deviceAuthorizationEndpoint", "device_authorization_endpoint"), ("jwksUri", "jwks_uri"),
+            ]
             for (key, member) in mapping where config[key] == nil {
                 guard let value = document[member]?.stringValue else { continue }
                 guard let endpoint = ParsedURL(value), endpoint.isSecureTransport else { return .failure(insecure(member)) }
@@ -108,8 +115,10 @@ public enum StandardSteps {
         for (key, value) in (config["extraAuthorizationParams"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
             // PKCE, state and the redirect are the host's: a setting must not weaken or replace them.
             guard !reservedAuthorizationParams.contains(key) else {
-                return .failure(ProviderFailure(.configuration, reason: "invalidSettings",
-                                                message: "\"extraAuthorizationParams\" must not set \"\(key)\": AuthBridge sets it."))
+                return .failure(
+                    ProviderFailure(
+                        .configuration, reason: "invalidSettings",
+                        message: "\"extraAuthorizationParams\" must not set \"\(key)\": AuthBridge sets it."))
             }
             if let value = value.stringValue { pairs.append((key, value)) }
         }
@@ -126,8 +135,10 @@ public enum StandardSteps {
     /// RFC 8628 §3.1–3.2: asks for a device code and a user code.
     static func beginDeviceAuthorization(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
         guard let endpoint = config["deviceAuthorizationEndpoint"]?.stringValue, let url = ParsedURL(endpoint) else {
-            return .failure(ProviderFailure(.configuration, reason: "unsupported",
-                                            message: "The provider has no device authorization endpoint (set \"deviceAuthorizationEndpoint\")."))
+            return .failure(
+                ProviderFailure(
+                    .configuration, reason: "unsupported",
+                    message: "The provider has no device authorization endpoint (set \"deviceAuthorizationEndpoint\")."))
         }
         guard url.isSecureTransport else { return .failure(insecure("deviceAuthorizationEndpoint")) }
         guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
@@ -145,11 +156,14 @@ public enum StandardSteps {
         let body = (try? JSON.parse(response["body"]?.stringValue ?? "")) ?? .null
         guard (200..<300).contains(status) else { return .failure(classifyTokenError(status: status, body: body)) }
         guard let deviceCode = body["device_code"]?.stringValue, !deviceCode.isEmpty,
-              let userCode = body["user_code"]?.stringValue, !userCode.isEmpty,
-              let verification = (body["verification_uri"] ?? body["verification_url"])?.stringValue,
-              let verificationURL = ParsedURL(verification), verificationURL.isSecureTransport
+            let userCode = body["user_code"]?.stringValue, !userCode.isEmpty,
+            let verification = (body["verification_uri"] ?? body["verification_url"])?.stringValue,
+            let verificationURL = ParsedURL(verification), verificationURL.isSecureTransport
         else {
-            return .failure(ProviderFailure(.transient, reason: "badResponse", message: "The device authorization answer lacks device_code, user_code or verification_uri.", status: status))
+            return .failure(
+                ProviderFailure(
+                    .transient, reason: "badResponse", message: "The device authorization answer lacks device_code, user_code or verification_uri.",
+                    status: status))
         }
         // RFC 8628 §3.2: expires_in is required; interval defaults to 5 s. Both clamped.
         let expiresIn = min(max(body["expires_in"]?.intValue ?? 600, 10), 86_400)
@@ -159,11 +173,12 @@ public enum StandardSteps {
         let complete = body["verification_uri_complete"]?.stringValue.flatMap { text in
             ParsedURL(text)?.isSecureTransport == true ? text : nil
         }
-        return .success(.compactObject([
-            "deviceCode": .string(deviceCode), "userCode": .string(userCode), "verificationUri": .string(verification),
-            "verificationUriComplete": complete.map(JSON.string),
-            "expiresAt": .int(now + expiresIn * 1000), "intervalMs": .int(interval * 1000),
-        ]))
+        return .success(
+            .compactObject([
+                "deviceCode": .string(deviceCode), "userCode": .string(userCode), "verificationUri": .string(verification),
+                "verificationUriComplete": complete.map(JSON.string),
+                "expiresAt": .int(now + expiresIn * 1000), "intervalMs": .int(interval * 1000),
+            ]))
     }
 
     static func completeSignIn(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
@@ -172,8 +187,10 @@ public enum StandardSteps {
                 return .failure(ProviderFailure(.internal, reason: "missingCode", message: "The device flow needs the device code."))
             }
             guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
-            var form: [String: JSON] = ["grant_type": "urn:ietf:params:oauth:grant-type:device_code",
-                                        "device_code": .string(deviceCode), "client_id": .string(clientID)]
+            var form: [String: JSON] = [
+                "grant_type": "urn:ietf:params:oauth:grant-type:device_code",
+                "device_code": .string(deviceCode), "client_id": .string(clientID),
+            ]
             form["client_secret"] = config["clientSecret"]
             return tokenRequest(form: form, config: config, call: call, http: http)
         }
@@ -214,7 +231,8 @@ public enum StandardSteps {
     public static func callbackMismatch(_ url: CallbackURL, state expected: String?, issuer expectedIssuer: String?) -> ProviderFailure? {
         if let expected {
             guard let state = url.queryValue("state"), constantTimeEquals(state, expected) else {
-                return ProviderFailure(.definitive, reason: "stateMismatch", message: "The callback's state does not match this sign-in; it was ignored.")
+                return ProviderFailure(
+                    .definitive, reason: "stateMismatch", message: "The callback's state does not match this sign-in; it was ignored.")
             }
         }
         // RFC 9207 §2.4: another issuer is refused, and so is a code without one. An error
@@ -241,8 +259,10 @@ public enum StandardSteps {
 
     static func tokenRequest(form: [String: JSON], config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
         guard let endpoint = config["tokenEndpoint"]?.stringValue else { return .failure(missingSetting("tokenEndpoint")) }
-        let request: JSON = ["method": "POST", "url": .string(endpoint), "form": .object(form),
-                             "headers": ["Accept": "application/json"]]
+        let request: JSON = [
+            "method": "POST", "url": .string(endpoint), "form": .object(form),
+            "headers": ["Accept": "application/json"],
+        ]
         return http.perform(request, call: call).flatMap { parseTokenResponse($0) }
     }
 
@@ -254,10 +274,14 @@ public enum StandardSteps {
         let body = (try? JSON.parse(response["body"]?.stringValue ?? "")) ?? .null
         if (200..<300).contains(status) {
             guard case .object(var members) = body, let access = members["access_token"]?.stringValue, !access.isEmpty else {
-                return .failure(ProviderFailure(.transient, reason: "badResponse", message: "The token endpoint answered without an access token.", status: status))
+                return .failure(
+                    ProviderFailure(
+                        .transient, reason: "badResponse", message: "The token endpoint answered without an access token.", status: status))
             }
-            var tokens: [String: JSON] = ["accessToken": .string(access),
-                                          "tokenType": .string(normalisedTokenType(members["token_type"]?.stringValue))]
+            var tokens: [String: JSON] = [
+                "accessToken": .string(access),
+                "tokenType": .string(normalisedTokenType(members["token_type"]?.stringValue)),
+            ]
             if let refresh = members["refresh_token"]?.stringValue, !refresh.isEmpty { tokens["refreshToken"] = .string(refresh) }
             if let idToken = members["id_token"]?.stringValue { tokens["idToken"] = .string(idToken) }
             if let scope = members["scope"]?.stringValue { tokens["scope"] = .string(scope) }
@@ -275,12 +299,14 @@ public enum StandardSteps {
         let error = body["error"]?.stringValue
         let description = body["error_description"]?.stringValue.map(Redaction.redact)
         if status >= 500 || status == 429 || status == 0 {
-            return ProviderFailure(.transient, reason: status == 429 ? "rateLimited" : "serverError",
-                                   message: "The provider is unavailable (HTTP \(status)).", status: status)
+            return ProviderFailure(
+                .transient, reason: status == 429 ? "rateLimited" : "serverError",
+                message: "The provider is unavailable (HTTP \(status)).", status: status)
         }
         // An `error` that is not a word (RFC 6749 §5.2 allows none other) is no OAuth error: it never reaches the frontend.
         guard let error, ProviderFailure.isWord(error) else {
-            return ProviderFailure(.transient, reason: "badResponse", message: "The token endpoint answered HTTP \(status) without an OAuth error.", status: status)
+            return ProviderFailure(
+                .transient, reason: "badResponse", message: "The token endpoint answered HTTP \(status) without an OAuth error.", status: status)
         }
         let message = description.map { "\(error): \($0)" } ?? error
         switch error {
@@ -295,8 +321,15 @@ public enum StandardSteps {
 
     static func revoke(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
         guard let endpoint = config["revocationEndpoint"]?.stringValue else {
-            return .success(["revoked": [], "failures": [["token": "all", "reason": "unsupported",
-                                                          "message": "The provider has no revocation endpoint."]]])
+            return .success([
+                "revoked": [],
+                "failures": [
+                    [
+                        "token": "all", "reason": "unsupported",
+                        "message": "The provider has no revocation endpoint.",
+                    ]
+                ],
+            ])
         }
         var revoked: [JSON] = []
         var failures: [JSON] = []
@@ -311,8 +344,10 @@ public enum StandardSteps {
             case .success(let response) where (200..<300).contains(Int(response["status"]?.intValue ?? 0)):
                 revoked.append(.string(hint))
             case .success(let response):
-                failures.append(["token": .string(hint), "reason": "httpStatus",
-                                 "message": .string("The revocation endpoint answered HTTP \(response["status"]?.intValue ?? 0).")])
+                failures.append([
+                    "token": .string(hint), "reason": "httpStatus",
+                    "message": .string("The revocation endpoint answered HTTP \(response["status"]?.intValue ?? 0)."),
+                ])
             case .failure(let failure):
                 failures.append(["token": .string(hint), "reason": .string(failure.reason), "message": .string(failure.message)])
             }
@@ -333,7 +368,8 @@ public enum StandardSteps {
         var request = input["request"]?.objectValue ?? [:]
         if let url = request["url"]?.stringValue, ParsedURL(url) == nil {
             guard let base = config["apiBaseUrl"]?.stringValue else {
-                return .failure(ProviderFailure(.configuration, reason: "relativeUrl", message: "A relative URL needs the profile setting \"apiBaseUrl\"."))
+                return .failure(
+                    ProviderFailure(.configuration, reason: "relativeUrl", message: "A relative URL needs the profile setting \"apiBaseUrl\"."))
             }
             request["url"] = .string(joinURL(base, url))
         }
@@ -368,6 +404,7 @@ public enum StandardSteps {
     }
 
     static func insecure(_ name: String) -> ProviderFailure {
-        ProviderFailure(.configuration, reason: "insecureUrl", message: "The setting \"\(name)\" must be an https URL (http only on a loopback IP address).")
+        ProviderFailure(
+            .configuration, reason: "insecureUrl", message: "The setting \"\(name)\" must be an https URL (http only on a loopback IP address).")
     }
 }

@@ -21,9 +21,11 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
     /// flat values under plain names, never a token (see `safeDetails`).
     public var details: [String: JSON]
 
-    public init(accessToken: String, refreshToken: String? = nil, tokenType: String = "Bearer",
-                expiresAt: Int64? = nil, obtainedAt: Int64? = nil, idToken: String? = nil, scope: String? = nil,
-                extras: [String: JSON] = [:], details: [String: JSON] = [:]) {
+    public init(
+        accessToken: String, refreshToken: String? = nil, tokenType: String = "Bearer",
+        expiresAt: Int64? = nil, obtainedAt: Int64? = nil, idToken: String? = nil, scope: String? = nil,
+        extras: [String: JSON] = [:], details: [String: JSON] = [:]
+    ) {
         self.accessToken = accessToken
         self.refreshToken = refreshToken
         self.tokenType = tokenType
@@ -40,15 +42,16 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
     /// Reads a plugin's TokenSet JSON; nil when `accessToken` is missing.
     public init?(json: JSON) {
         guard let access = json["accessToken"]?.stringValue, !access.isEmpty else { return nil }
-        self.init(accessToken: access,
-                  refreshToken: json["refreshToken"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 },
-                  tokenType: json["tokenType"]?.stringValue ?? "Bearer",
-                  expiresAt: json["expiresAt"]?.intValue,
-                  obtainedAt: json["obtainedAt"]?.intValue,
-                  idToken: json["idToken"]?.stringValue,
-                  scope: json["scope"]?.stringValue,
-                  extras: json["extras"]?.objectValue ?? [:],
-                  details: json["details"]?.objectValue ?? [:])
+        self.init(
+            accessToken: access,
+            refreshToken: json["refreshToken"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 },
+            tokenType: json["tokenType"]?.stringValue ?? "Bearer",
+            expiresAt: json["expiresAt"]?.intValue,
+            obtainedAt: json["obtainedAt"]?.intValue,
+            idToken: json["idToken"]?.stringValue,
+            scope: json["scope"]?.stringValue,
+            extras: json["extras"]?.objectValue ?? [:],
+            details: json["details"]?.objectValue ?? [:])
     }
 
     public var json: JSON {
@@ -71,7 +74,7 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
         var merged = fresh
         if merged.refreshToken == nil { merged.refreshToken = refreshToken }
         if merged.idToken == nil { merged.idToken = idToken }
-        if merged.scope == nil { merged.scope = scope }  // RFC 6749 §5.1: omitted = unchanged
+        if merged.scope == nil { merged.scope = scope } // RFC 6749 §5.1: omitted = unchanged
         merged.extras = extras.merging(fresh.extras, uniquingKeysWith: { _, new in new })
         merged.details = merged.safeDetails(details.merging(fresh.details, uniquingKeysWith: { _, new in new }))
         return merged
@@ -89,8 +92,9 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
         }
         return candidates.filter { name, value in
             guard let first = name.unicodeScalars.first, first.properties.isAlphabetic, first.isASCII,
-                  name.unicodeScalars.allSatisfy({ $0.isASCII && ($0.properties.isAlphabetic || $0.properties.numericType != nil || $0 == "_") }),
-                  !Redaction.isSecretName(name.lowercased()) else { return false }
+                name.unicodeScalars.allSatisfy({ $0.isASCII && ($0.properties.isAlphabetic || $0.properties.numericType != nil || $0 == "_") }),
+                !Redaction.isSecretName(name.lowercased())
+            else { return false }
             switch value {
             case .string(let text):
                 return Redaction.redact(text) == text && !holdsSecret(text)

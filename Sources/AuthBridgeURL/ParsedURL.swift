@@ -79,9 +79,11 @@ public struct ParsedURL: Sendable, Equatable {
     public var isLoopbackIPLiteral: Bool {
         if host == "::1" || host == "0:0:0:0:0:0:0:1" { return true }
         let octets = host.split(separator: ".", omittingEmptySubsequences: false)
-        guard octets.count == 4, octets.allSatisfy({ octet in
-            (1...3).contains(octet.count) && octet.allSatisfy { $0.isASCII && $0.isNumber } && Int(octet)! <= 255
-        }) else { return false }
+        guard octets.count == 4,
+            octets.allSatisfy({ octet in
+                (1...3).contains(octet.count) && octet.allSatisfy { $0.isASCII && $0.isNumber } && Int(octet)! <= 255
+            })
+        else { return false }
         return octets[0] == "127"
     }
 

@@ -67,8 +67,10 @@ public final class EncryptedFileVault: Vault {
             let now = try examine()
             guard case .damaged(let problem) = now else { return now.record }
             let kept = quarantine(path)
-            throw VaultError(.corruptRecord,
-                             "The stored session of profile \"\(VaultKey.split(profile).profile)\" could not be read (\(problem)); it was moved to \(kept) and the profile is signed out. Other profiles are not affected.")
+            throw VaultError(
+                .corruptRecord,
+                "The stored session of profile \"\(VaultKey.split(profile).profile)\" could not be read (\(problem)); it was moved to \(kept) and the profile is signed out. Other profiles are not affected."
+            )
         }
     }
 
@@ -93,8 +95,8 @@ public final class EncryptedFileVault: Vault {
         var names: [String] = []
         for file in listFolder(folder) where file.hasSuffix(".vault") {
             guard let bytes = try? readPrivateFile(folder + "/" + file),
-                  let envelope = try? JSON.parse(bytes), let profile = envelope["profile"]?.stringValue,
-                  Self.fileStem(profile) + ".vault" == file
+                let envelope = try? JSON.parse(bytes), let profile = envelope["profile"]?.stringValue,
+                Self.fileStem(profile) + ".vault" == file
             else { continue }
             names.append(profile)
         }
@@ -116,7 +118,8 @@ public final class EncryptedFileVault: Vault {
                 guard let bytes = try self.readRecordFile(path) else { return .some(nil) }
                 // The record must be the one its file name says (not a copy of another).
                 guard let envelope = bytes.value.flatMap({ try? JSON.parse($0) }), let key = envelope["profile"]?.stringValue,
-                      VaultKey.split(key).profile == profile, Self.fileStem(key) + ".vault" == file else { return nil }
+                    VaultKey.split(key).profile == profile, Self.fileStem(key) + ".vault" == file
+                else { return nil }
                 return .some(key)
             }
             if let found = try examine() {
@@ -133,8 +136,10 @@ public final class EncryptedFileVault: Vault {
             }
         }
         if !damaged.isEmpty {
-            throw VaultError(.corruptRecord,
-                             "A stored session of profile \"\(profile)\" could not be read; it was moved to \(damaged.joined(separator: ", ")) and that account is signed out. Other profiles are not affected.")
+            throw VaultError(
+                .corruptRecord,
+                "A stored session of profile \"\(profile)\" could not be read; it was moved to \(damaged.joined(separator: ", ")) and that account is signed out. Other profiles are not affected."
+            )
         }
         return keys.sorted()
     }
@@ -155,7 +160,7 @@ public final class EncryptedFileVault: Vault {
     private func readRecordFile(_ path: String) throws(VaultError) -> (value: [UInt8]?, problem: String?)? {
         do {
             return try readPrivateFile(path).map { ($0, nil) }
-        } catch where error.reason == .corruptRecord {
+        } catch  where error.reason == .corruptRecord {
             return (nil, error.message)
         }
     }
@@ -199,7 +204,10 @@ public final class EncryptedFileVault: Vault {
         do {
             _ = try Self.open(bytes, key: key, expectedProfile: constant.profile)
         } catch {
-            throw VaultError(.wrongKey, "The vault key does not open the vault in \(folder) (\(keySource.description)); nothing was changed. Use the key it was created with.")
+            throw VaultError(
+                .wrongKey,
+                "The vault key does not open the vault in \(folder) (\(keySource.description)); nothing was changed. Use the key it was created with."
+            )
         }
     }
 
@@ -217,8 +225,10 @@ public final class EncryptedFileVault: Vault {
     // MARK: - Sealing
 
     static func metadata(_ record: VaultRecord) -> JSON {
-        .compactObject(["format": .string(format), "version": .int(version), "profile": .string(record.profile),
-                        "account": record.account.map(JSON.string)])
+        .compactObject([
+            "format": .string(format), "version": .int(version), "profile": .string(record.profile),
+            "account": record.account.map(JSON.string),
+        ])
     }
 
     static func seal(_ record: VaultRecord, key: SymmetricKey) throws(VaultError) -> [UInt8] {
@@ -240,8 +250,8 @@ public final class EncryptedFileVault: Vault {
     static func open(_ bytes: [UInt8], key: SymmetricKey, expectedProfile: String) throws(VaultError) -> VaultRecord {
         guard let envelope = try? JSON.parse(bytes) else { throw VaultError(.corruptRecord, "not a vault record") }
         guard envelope["format"]?.stringValue == format, envelope["version"]?.intValue == version,
-              let profile = envelope["profile"]?.stringValue, let sealed = envelope["sealed"]?.stringValue,
-              let combined = Data(base64Encoded: sealed)
+            let profile = envelope["profile"]?.stringValue, let sealed = envelope["sealed"]?.stringValue,
+            let combined = Data(base64Encoded: sealed)
         else { throw VaultError(.corruptRecord, "unknown format") }
         guard profile == expectedProfile else { throw VaultError(.corruptRecord, "the record belongs to another profile") }
         let record = VaultRecord(profile: profile, account: envelope["account"]?.stringValue, secret: .null)
@@ -301,9 +311,11 @@ actor Opener {
     private var attempt: Task<Result<SymmetricKey, VaultError>, Never>?
 
     func open(_ make: @escaping @Sendable () async throws(VaultError) -> SymmetricKey) async throws(VaultError) -> SymmetricKey {
-        let attempt = self.attempt ?? Task {
-            do throws(VaultError) { return .success(try await make()) } catch { return .failure(error) }
-        }
+        let attempt =
+            self.attempt
+            ?? Task {
+                do throws(VaultError) { return .success(try await make()) } catch { return .failure(error) }
+            }
         self.attempt = attempt
         let made = await attempt.value
         // A missing or wrong key is permanent for this process; other I/O may be retried.
@@ -317,4 +329,3 @@ actor Opener {
 extension String {
     fileprivate func leftPadded(to width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
 }
-

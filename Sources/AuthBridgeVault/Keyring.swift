@@ -22,20 +22,31 @@ public final class Keyring: Sendable {
         self.libraryPaths = libraryPaths
         library = HelperLibrary("The keyring helper libAuthBridgeKeyring.so", candidates: libraryPaths, remembersFailure: true) { symbols in
             guard let store = symbols.function("ab_keyring_store", as: Functions.Store.self),
-                  let lookup = symbols.function("ab_keyring_lookup", as: Functions.Lookup.self),
-                  let clear = symbols.function("ab_keyring_clear", as: Functions.Clear.self),
-                  let list = symbols.function("ab_keyring_list", as: Functions.List.self),
-                  let free = symbols.function("ab_keyring_free", as: Functions.Free.self)
+                let lookup = symbols.function("ab_keyring_lookup", as: Functions.Lookup.self),
+                let clear = symbols.function("ab_keyring_clear", as: Functions.Clear.self),
+                let list = symbols.function("ab_keyring_list", as: Functions.List.self),
+                let free = symbols.function("ab_keyring_free", as: Functions.Free.self)
             else { return nil }
             return Functions(store: store, lookup: lookup, clear: clear, list: list, free: free)
         }
     }
 
     struct Functions: @unchecked Sendable {
-        typealias Store = @convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> Int32
-        typealias Lookup = @convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> Int32
+        typealias Store =
+            @convention(c) (
+                UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafePointer<CChar>,
+                UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>
+            ) -> Int32
+        typealias Lookup =
+            @convention(c) (
+                UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>,
+                UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>
+            ) -> Int32
         typealias Clear = @convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> Int32
-        typealias List = @convention(c) (UnsafePointer<CChar>, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> Int32
+        typealias List =
+            @convention(c) (
+                UnsafePointer<CChar>, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>
+            ) -> Int32
         typealias Free = @convention(c) (UnsafeMutablePointer<CChar>?) -> Void
         let store: Store, lookup: Lookup, clear: Clear, list: List, free: Free
     }

@@ -15,7 +15,10 @@ public final class MemoryVault: Vault {
         guard let problem = validate(record) else { return record }
         // Nothing to keep aside in memory: the unreadable record is dropped, and reported once.
         records.withLock { if $0[profile] == record { $0[profile] = nil } }
-        throw VaultError(.corruptRecord, "The stored session of profile \"\(VaultKey.split(profile).profile)\" could not be read (\(problem)); it was discarded and the profile is signed out.")
+        throw VaultError(
+            .corruptRecord,
+            "The stored session of profile \"\(VaultKey.split(profile).profile)\" could not be read (\(problem)); it was discarded and the profile is signed out."
+        )
     }
 
     nonisolated(nonsending) public func save(_ record: VaultRecord) async throws {
@@ -55,7 +58,7 @@ actor ProfileLocks {
         if var queue = waiting[profile], !queue.isEmpty {
             let next = queue.removeFirst()
             waiting[profile] = queue.isEmpty ? nil : queue
-            next.resume()   // ownership passes straight to the next waiter
+            next.resume() // ownership passes straight to the next waiter
         } else {
             held.remove(profile)
         }

@@ -33,8 +33,10 @@ func checkPrivate(_ info: stat, path: String, what: String, allowedMode: mode_t)
     }
     if info.st_mode & 0o077 != 0 {
         let mode = String(info.st_mode & 0o777, radix: 8)
-        throw VaultError(.insecurePermissions,
-                         "The \(what) \(path) is accessible to other users (mode \(mode)); refusing to use it. Fix with: chmod \(String(allowedMode, radix: 8)) \(path)")
+        throw VaultError(
+            .insecurePermissions,
+            "The \(what) \(path) is accessible to other users (mode \(mode)); refusing to use it. Fix with: chmod \(String(allowedMode, radix: 8)) \(path)"
+        )
     }
 }
 
@@ -58,7 +60,7 @@ func readPrivateFile(_ path: String, limit: Int = VaultRecord.maximumSize) throw
     guard info.st_size <= limit else { throw tooLarge(Int(info.st_size), limit: limit) }
     switch POSIXFiles.readAll(fd, limit: limit) {
     case .success(let bytes): return bytes
-    case .failure(.tooLarge(let count)): throw tooLarge(count, limit: limit)  // it grew while being read
+    case .failure(.tooLarge(let count)): throw tooLarge(count, limit: limit) // it grew while being read
     case .failure(.failed): throw VaultError(.io, "Cannot read \(path).")
     }
 }
@@ -77,7 +79,9 @@ func createExclusively(_ bytes: [UInt8], at path: String) throws(VaultError) -> 
     let temporary = try writeTemporary(bytes, for: path)
     defer { unlink(temporary) }
     switch moveWithoutReplacing(temporary, to: path) {
-    case 0: syncFolder(folder); return true
+    case 0:
+        syncFolder(folder)
+        return true
     case EEXIST: return false
     case let error: throw VaultError(.io, "Cannot create \(path): \(String(cString: strerror(error))).")
     }
@@ -108,7 +112,10 @@ private func writeTemporary(_ bytes: [UInt8], for path: String) throws(VaultErro
         var offset = 0
         while offset < buffer.count {
             let written = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
-            if written < 0 { if errno == EINTR { continue }; return false }
+            if written < 0 {
+                if errno == EINTR { continue }
+                return false
+            }
             offset += written
         }
         return true
@@ -129,7 +136,7 @@ private func writeTemporary(_ bytes: [UInt8], for path: String) throws(VaultErro
 func moveWithoutReplacing(_ source: String, to target: String) -> Int32 {
     if let renameNoReplace {
         if renameNoReplace(AT_FDCWD, source, AT_FDCWD, target, 1 /* RENAME_NOREPLACE */) == 0 { return 0 }
-        guard errno == EINVAL || errno == ENOSYS else { return errno }   // only "unsupported here" falls through
+        guard errno == EINVAL || errno == ENOSYS else { return errno } // only "unsupported here" falls through
     }
     guard link(source, target) == 0 else { return errno }
     unlink(source)
@@ -138,7 +145,9 @@ func moveWithoutReplacing(_ source: String, to target: String) -> Int32 {
 
 /// glibc's renameat2 (2.28+), looked up at run time: Swift's Glibc module does not declare it.
 private let renameNoReplace: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32)? =
-    dlsym(nil, "renameat2").map { unsafeBitCast($0, to: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32).self) }
+    dlsym(nil, "renameat2").map {
+        unsafeBitCast($0, to: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32).self)
+    }
 
 /// Makes a rename or unlink in `folder` durable.
 func syncFolder(_ folder: String) {

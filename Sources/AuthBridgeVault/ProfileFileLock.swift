@@ -21,7 +21,9 @@ enum ProfileFileLock {
 
     private static var currentTask: Int? { withUnsafeCurrentTask { $0?.hashValue } }
 
-    nonisolated(nonsending) static func withExclusiveAccess<T: Sendable>(folder: String, profile: String, _ body: () async throws -> T) async throws -> T {
+    nonisolated(nonsending) static func withExclusiveAccess<T: Sendable>(
+        folder: String, profile: String, _ body: () async throws -> T
+    ) async throws -> T {
         try await withLock(folder + "/" + EncryptedFileVault.fileStem(profile) + ".lock", body)
     }
 
@@ -32,7 +34,7 @@ enum ProfileFileLock {
         try makePrivateFolder(String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)]))
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { throw VaultError(.io, "Cannot open the lock file \(path): \(String(cString: strerror(errno))).") }
-        defer { close(fd) }  // closing releases the lock
+        defer { close(fd) } // closing releases the lock
         // flock blocks: wait on a thread of its own, never on the caller's executor
         // (libdispatch adds threads for blocked work only slowly on Linux).
         let locked: Bool = await withCheckedContinuation { continuation in

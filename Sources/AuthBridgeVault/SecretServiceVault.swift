@@ -34,10 +34,14 @@ public final class SecretServiceVault: Vault {
             guard let (text, problem) = now.damaged else { return now.record }
             // A key of its own (time and a random suffix): never over an earlier quarantined item.
             var generator = SystemRandomNumberGenerator()
-            try await keyring.store(kind: "quarantine", key: "\(profile) \(HostTime.seconds()).\(UInt32.random(in: .min ... .max, using: &generator))",
-                                    label: "AuthBridge damaged session: \(profile)", secret: text)
+            try await keyring.store(
+                kind: "quarantine", key: "\(profile) \(HostTime.seconds()).\(UInt32.random(in: .min ... .max, using: &generator))",
+                label: "AuthBridge damaged session: \(profile)", secret: text)
             try await keyring.clear(kind: "session", key: profile)
-            throw VaultError(.corruptRecord, "The stored session of profile \"\(VaultKey.split(profile).profile)\" in the keyring could not be read (\(problem)); it was kept aside (kind \"quarantine\") and the profile is signed out. Other profiles are not affected.")
+            throw VaultError(
+                .corruptRecord,
+                "The stored session of profile \"\(VaultKey.split(profile).profile)\" in the keyring could not be read (\(problem)); it was kept aside (kind \"quarantine\") and the profile is signed out. Other profiles are not affected."
+            )
         }
     }
 
@@ -49,8 +53,10 @@ public final class SecretServiceVault: Vault {
 
     /// The item's secret: the record as JSON.
     static func item(_ record: VaultRecord) -> String {
-        JSON.compactObject(["profile": .string(record.profile), "account": record.account.map(JSON.string),
-                            "secret": record.secret]).serializedString()
+        JSON.compactObject([
+            "profile": .string(record.profile), "account": record.account.map(JSON.string),
+            "secret": record.secret,
+        ]).serializedString()
     }
 
     nonisolated(nonsending) public func delete(_ profile: String) async throws {

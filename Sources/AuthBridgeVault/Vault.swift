@@ -75,7 +75,10 @@ public struct VaultError: Error, Sendable, CustomStringConvertible {
 
     /// The refusal of a save over `VaultRecord.maximumSize`.
     static func tooLarge(_ profile: String, size: Int) -> VaultError {
-        VaultError(.recordTooLarge, "The session of \"\(VaultKey.split(profile).profile)\" is too large to store (\(size) bytes; a vault record holds at most \(VaultRecord.maximumSize)); nothing was written.")
+        VaultError(
+            .recordTooLarge,
+            "The session of \"\(VaultKey.split(profile).profile)\" is too large to store (\(size) bytes; a vault record holds at most \(VaultRecord.maximumSize)); nothing was written."
+        )
     }
 }
 

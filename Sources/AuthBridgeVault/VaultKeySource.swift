@@ -70,11 +70,13 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
             }
             return SymmetricKey(data: bytes)
         }
-        try await keyring.store(kind: "vault-key", key: vaultFolder, label: "AuthBridge vault key (\(vaultFolder))",
-                                secret: Data(randomKeyBytes()).base64EncodedString())
+        try await keyring.store(
+            kind: "vault-key", key: vaultFolder, label: "AuthBridge vault key (\(vaultFolder))",
+            secret: Data(randomKeyBytes()).base64EncodedString())
         // A process of an older version, which did not take the lock, may have stored one too: use what the keyring kept.
         guard let stored = try await keyring.lookup(kind: "vault-key", key: vaultFolder),
-              let kept = Data(base64Encoded: stored), kept.count == 32 else {
+            let kept = Data(base64Encoded: stored), kept.count == 32
+        else {
             throw VaultError(.keyringUnavailable, "The keyring did not keep the vault key.")
         }
         return SymmetricKey(data: kept)
@@ -83,11 +85,13 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
     /// Why `secret` is not acceptable as `AUTHBRIDGE_VAULT_KEY`, or nil.
     public static func secretProblem(_ secret: String) -> String? {
         guard let bytes = decodeKey(secret) else {
-            return "The vault secret (AUTHBRIDGE_VAULT_KEY) must be a random 32-byte key written as 64 hex digits or as base64 (43 or 44 characters), e.g. the output of: head -c 32 /dev/urandom | base64. Passphrases are refused; the vault stays closed."
+            return
+                "The vault secret (AUTHBRIDGE_VAULT_KEY) must be a random 32-byte key written as 64 hex digits or as base64 (43 or 44 characters), e.g. the output of: head -c 32 /dev/urandom | base64. Passphrases are refused; the vault stays closed."
         }
         // Random bytes: about 30 distinct values out of 32; a made-up pattern ("0000…", "abab…") has few.
         guard Set(bytes).count >= 16 else {
-            return "The vault secret (AUTHBRIDGE_VAULT_KEY) does not look random (it repeats a few byte values); make one with: head -c 32 /dev/urandom | base64. The vault stays closed."
+            return
+                "The vault secret (AUTHBRIDGE_VAULT_KEY) does not look random (it repeats a few byte values); make one with: head -c 32 /dev/urandom | base64. The vault stays closed."
         }
         return nil
     }
@@ -99,7 +103,9 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
             return stride(from: 0, to: 64, by: 2).map { UInt8(String(decoding: characters[$0..<$0 + 2], as: UTF8.self), radix: 16)! }
         }
         guard characters.count == 43 || (characters.count == 44 && characters.last == UInt8(ascii: "=")) else { return nil }
-        var standard = String(decoding: characters.prefix(43).map { $0 == UInt8(ascii: "-") ? UInt8(ascii: "+") : $0 == UInt8(ascii: "_") ? UInt8(ascii: "/") : $0 }, as: UTF8.self)
+        var standard = String(
+            decoding: characters.prefix(43).map { $0 == UInt8(ascii: "-") ? UInt8(ascii: "+") : $0 == UInt8(ascii: "_") ? UInt8(ascii: "/") : $0 },
+            as: UTF8.self)
         standard += "="
         guard let data = Data(base64Encoded: standard), data.count == 32 else { return nil }
         return Array(data)
@@ -119,8 +125,9 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
         case .secret(let secret):
             if let problem = Self.secretProblem(secret) { throw VaultError(.noKey, problem) }
             // Over the text as given: vaults made with a random key of this form keep opening.
-            return HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array(secret.utf8)),
-                                          salt: Array("authbridge-vault".utf8), info: Array("v1".utf8), outputByteCount: 32)
+            return HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: SymmetricKey(data: Array(secret.utf8)),
+                salt: Array("authbridge-vault".utf8), info: Array("v1".utf8), outputByteCount: 32)
         case .keyFile(let path):
             if let stored = try readKeyFile(path) { return SymmetricKey(data: stored) }
             let folder = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
@@ -140,7 +147,7 @@ private func readKeyFile(_ path: String) throws(VaultError) -> [UInt8]? {
     let bytes: [UInt8]?
     do {
         bytes = try readPrivateFile(path, limit: 4096)
-    } catch where error.reason == .corruptRecord {
+    } catch  where error.reason == .corruptRecord {
         throw VaultError(.noKey, "The vault key file \(path) is damaged (\(error.message)); nothing was changed.")
     }
     guard let bytes else { return nil }

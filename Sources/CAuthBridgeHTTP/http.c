@@ -66,9 +66,9 @@ typedef struct Request {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static CURLM *multi;
-static Request *queued;       /* new transfers, for the worker to add (guarded by `lock`) */
-static Request *active;       /* the worker's transfers (worker only) */
-static char ca_bundle[256];   /* a CA file found where libcurl's default is missing, or "" */
+static Request *queued;     /* new transfers, for the worker to add (guarded by `lock`) */
+static Request *active;     /* the worker's transfers (worker only) */
+static char ca_bundle[256]; /* a CA file found where libcurl's default is missing, or "" */
 static char start_problem[128];
 
 /* ── Small helpers ───────────────────────────────────────────────────────────── */
@@ -129,7 +129,8 @@ static void answer(Request *request, json_t *value)
 {
     char *text = value ? json_dumps(value, JSON_COMPACT) : NULL;
     if (text == NULL) {
-        static const char fallback[] = "{\"error\":{\"reason\":\"network\",\"message\":\"the answer could not be encoded\"}}";
+        static const char fallback[] =
+            "{\"error\":{\"reason\":\"network\",\"message\":\"the answer could not be encoded\"}}";
         request->done(request->context, (const uint8_t *)fallback, sizeof fallback - 1);
     } else {
         request->done(request->context, (const uint8_t *)text, strlen(text));
@@ -231,7 +232,8 @@ static void finish(Request *request, CURLcode code)
             fail(request, "network", "out of memory reading the answer");
             return;
         }
-        answer(request, json_pack("{s:I,s:O,s:o}", "status", (json_int_t)status, "headers", request->headers, "body", body));
+        answer(request,
+               json_pack("{s:I,s:O,s:o}", "status", (json_int_t)status, "headers", request->headers, "body", body));
         return;
     }
     case CURLE_OPERATION_TIMEDOUT:
@@ -260,7 +262,8 @@ static void finish(Request *request, CURLcode code)
     case CURLE_SSL_SHUTDOWN_FAILED:
     case CURLE_USE_SSL_FAILED:
         reason = "tls";
-        snprintf(message, sizeof message, "the TLS connection to %s failed (%s)", request->origin, curl_easy_strerror(code));
+        snprintf(message, sizeof message, "the TLS connection to %s failed (%s)", request->origin,
+                 curl_easy_strerror(code));
         break;
     case CURLE_SEND_ERROR:
     case CURLE_RECV_ERROR:
@@ -464,15 +467,14 @@ static Request *build(const uint8_t *bytes, size_t length, void *context, authbr
     json_t *headers = NULL;
     json_int_t timeout = DEFAULT_TIMEOUT_MS;
     size_t body_length = 0;
-    if (spec == NULL || json_unpack(spec, "{s:s,s:s,s?o,s?s%,s?I}", "method", &method, "url", &url, "headers",
-                                    &headers, "body", &body, &body_length, "timeoutMs", &timeout) != 0) {
+    if (spec == NULL || json_unpack(spec, "{s:s,s:s,s?o,s?s%,s?I}", "method", &method, "url", &url, "headers", &headers,
+                                    "body", &body, &body_length, "timeoutMs", &timeout) != 0) {
         json_decref(spec);
         *problem = "the HTTP request could not be read";
         return NULL;
     }
     Request *request = calloc(1, sizeof *request);
-    if (request == NULL || (request->easy = curl_easy_init()) == NULL ||
-        (request->headers = json_object()) == NULL) {
+    if (request == NULL || (request->easy = curl_easy_init()) == NULL || (request->headers = json_object()) == NULL) {
         if (request)
             free(request);
         json_decref(spec);
@@ -497,7 +499,8 @@ static Request *build(const uint8_t *bytes, size_t length, void *context, authbr
     if (timeout < 1)
         timeout = 1;
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, (long)timeout);
-    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout < MAX_CONNECT_TIMEOUT_MS ? timeout : MAX_CONNECT_TIMEOUT_MS));
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)(timeout < MAX_CONNECT_TIMEOUT_MS ? timeout : MAX_CONNECT_TIMEOUT_MS));
     if (loopback)
         curl_easy_setopt(easy, CURLOPT_NOPROXY, "*"); /* loopback never goes through a proxy */
     if (ca_bundle[0] != 0)

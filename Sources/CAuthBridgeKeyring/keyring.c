@@ -17,22 +17,28 @@
  */
 #include "secret_abi.h"
 
-static const AB_SecretSchema schema = {
-    "org.authbridge.Secret", AB_SECRET_SCHEMA_NONE,
-    {
-        { "application", AB_SECRET_SCHEMA_ATTRIBUTE_STRING },
-        { "kind", AB_SECRET_SCHEMA_ATTRIBUTE_STRING },
-        { "key", AB_SECRET_SCHEMA_ATTRIBUTE_STRING },
-        { NULL, 0 },
-    },
-    0, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-};
+static const AB_SecretSchema schema = { "org.authbridge.Secret",
+                                        AB_SECRET_SCHEMA_NONE,
+                                        {
+                                            { "application", AB_SECRET_SCHEMA_ATTRIBUTE_STRING },
+                                            { "kind", AB_SECRET_SCHEMA_ATTRIBUTE_STRING },
+                                            { "key", AB_SECRET_SCHEMA_ATTRIBUTE_STRING },
+                                            { NULL, 0 },
+                                        },
+                                        0,
+                                        NULL,
+                                        NULL,
+                                        NULL,
+                                        NULL,
+                                        NULL,
+                                        NULL,
+                                        NULL };
 
 /* The functions this helper calls, resolved once from libsecret-1.so.0 (and
  * the glib libraries it brings along). */
 static struct {
-    AB_gboolean (*storev_sync)(const AB_SecretSchema *, AB_GHashTable *, const AB_gchar *, const AB_gchar *, const AB_gchar *,
-                            AB_gpointer, AB_GError **);
+    AB_gboolean (*storev_sync)(const AB_SecretSchema *, AB_GHashTable *, const AB_gchar *, const AB_gchar *,
+                               const AB_gchar *, AB_gpointer, AB_GError **);
     AB_gchar *(*lookupv_sync)(const AB_SecretSchema *, AB_GHashTable *, AB_gpointer, AB_GError **);
     AB_gboolean (*clearv_sync)(const AB_SecretSchema *, AB_GHashTable *, AB_gpointer, AB_GError **);
     AB_GList *(*searchv_sync)(const AB_SecretSchema *, AB_GHashTable *, int, AB_gpointer, AB_GError **);
@@ -57,15 +63,16 @@ static void load_libsecret(void)
     void *handle = dlopen("libsecret-1.so.0", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (handle == NULL) {
         snprintf(load_problem, sizeof load_problem,
-                 "libsecret-1.so.0 is not installed (Debian/Ubuntu: apt install libsecret-1-0; Fedora: dnf install libsecret)");
+                 "libsecret-1.so.0 is not installed (Debian/Ubuntu: apt install libsecret-1-0; Fedora: dnf install "
+                 "libsecret)");
         return;
     }
     const char *missing = NULL;
-#define RESOLVE(field, symbol)                                                                                         \
-    do {                                                                                                               \
-        *(void **)&lib.field = dlsym(handle, symbol);                                                                  \
-        if (lib.field == NULL && missing == NULL)                                                                      \
-            missing = symbol;                                                                                          \
+#define RESOLVE(field, symbol)                        \
+    do {                                              \
+        *(void **)&lib.field = dlsym(handle, symbol); \
+        if (lib.field == NULL && missing == NULL)     \
+            missing = symbol;                         \
     } while (0)
     RESOLVE(storev_sync, "secret_password_storev_sync");
     RESOLVE(lookupv_sync, "secret_password_lookupv_sync");

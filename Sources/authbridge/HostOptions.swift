@@ -32,16 +32,23 @@ struct HostOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Log level on stderr: trace, debug, info, notice, warning, error, critical.", valueName: "LEVEL"))
     var logLevel: String = "info"
 
-    @Option(help: ArgumentHelp("Where tokens are kept: encrypted-file (default), secret-service (the desktop keyring) or memory (forgotten at exit).", valueName: "BACKEND"))
+    @Option(
+        help: ArgumentHelp(
+            "Where tokens are kept: encrypted-file (default), secret-service (the desktop keyring) or memory (forgotten at exit).",
+            valueName: "BACKEND"))
     var vault: String = "encrypted-file"
 
     @Option(help: ArgumentHelp("The encrypted vault's folder (default: $XDG_DATA_HOME/authbridge/vault).", valueName: "DIR"))
     var vaultDir: String?
 
-    @Option(help: ArgumentHelp("The vault key file (default: $XDG_DATA_HOME/authbridge/keys/vault.key; created on first use). AUTHBRIDGE_VAULT_KEY (a random 32-byte key: 64 hex digits or base64), when set, is used instead.", valueName: "FILE"))
+    @Option(
+        help: ArgumentHelp(
+            "The vault key file (default: $XDG_DATA_HOME/authbridge/keys/vault.key; created on first use). AUTHBRIDGE_VAULT_KEY (a random 32-byte key: 64 hex digits or base64), when set, is used instead.",
+            valueName: "FILE"))
     var vaultKeyFile: String?
 
-    @Flag(help: "Fail closed instead of keeping the vault key in a file: the key must come from the keyring (Secret Service) or AUTHBRIDGE_VAULT_KEY.")
+    @Flag(
+        help: "Fail closed instead of keeping the vault key in a file: the key must come from the keyring (Secret Service) or AUTHBRIDGE_VAULT_KEY.")
     var requireSecureStorage = false
 
     func validate() throws {
@@ -64,7 +71,7 @@ struct HostOptions: ParsableArguments {
         if vault == "memory" { return .inMemory() }
         let data = Installation.userDataFolder
         guard let folder = vaultDir ?? data.map({ $0 + "/vault" }),
-              let keyFile = vaultKeyFile ?? data.map({ $0 + "/keys/vault.key" })
+            let keyFile = vaultKeyFile ?? data.map({ $0 + "/keys/vault.key" })
         else {
             warnings.append("no home or XDG data folder for the vault: sessions are kept in memory only")
             return .inMemory()
@@ -82,7 +89,9 @@ struct HostOptions: ParsableArguments {
             // The desktop keyring holds the key; without it, a key file — unless secure storage is required.
             keySource = .keyring(keyring, fallback: requireSecureStorage ? nil : .keyFile(keyFile))
         } else if requireSecureStorage {
-            keySource = .unavailable("Secure storage is required (--require-secure-storage) but there is no session bus for a keyring and no AUTHBRIDGE_VAULT_KEY; refusing to keep the vault key in a file.")
+            keySource = .unavailable(
+                "Secure storage is required (--require-secure-storage) but there is no session bus for a keyring and no AUTHBRIDGE_VAULT_KEY; refusing to keep the vault key in a file."
+            )
         } else {
             keySource = .keyFile(keyFile)
         }
@@ -111,8 +120,9 @@ struct HostOptions: ParsableArguments {
         case .failure(let error):
             warnings.append("configuration file \(error.message); none of its profiles are loaded")
         }
-        return HostConfiguration(pluginFolders: folders, profiles: profiles, warnings: warnings, testClock: testClock,
-                                 browser: browser)
+        return HostConfiguration(
+            pluginFolders: folders, profiles: profiles, warnings: warnings, testClock: testClock,
+            browser: browser)
     }
 
     /// For the human commands: a configuration file that cannot be used ends the command with
@@ -120,8 +130,9 @@ struct HostOptions: ParsableArguments {
     func commandConfiguration() throws -> HostConfiguration {
         switch loadConfiguration() {
         case .success(let loaded):
-            return HostConfiguration(pluginFolders: folders, profiles: loaded.profiles,
-                                     warnings: loaded.warnings.map { "configuration file \($0)" })
+            return HostConfiguration(
+                pluginFolders: folders, profiles: loaded.profiles,
+                warnings: loaded.warnings.map { "configuration file \($0)" })
         case .failure(let error):
             let err = Terminal.standardError
             err.error("configuration file \(error.message)")

@@ -31,8 +31,9 @@ struct LocalEngine {
         if options.logLevel == "info" { loaderLogger.logLevel = .error }
         reports = PluginLoader(folders: configuration.pluginFolders, logger: loaderLogger).loadAll()
         profiles = configuration.profiles
-        engine = SessionEngine(plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
-                               logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders, emit: events)
+        engine = SessionEngine(
+            plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
+            logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders, emit: events)
         let engine = engine
         Self.opened.withLock { $0.append(engine) }
     }
@@ -41,14 +42,15 @@ struct LocalEngine {
     /// what fixes it (e.g. `chmod go-w …`), where the engine can only say "not loaded".
     func explained(_ error: SessionError) -> SessionError {
         guard error.reason == "pluginNotLoaded", let name = error.provider,
-              let plugin = profiles.first(where: { $0.name == name })?.plugin,
-              let refusal = reports.lazy.compactMap({ report -> PluginLoadError? in
-                  guard report.id == plugin, case .refused(let refusal) = report.status else { return nil }
-                  return refusal
-              }).first
+            let plugin = profiles.first(where: { $0.name == name })?.plugin,
+            let refusal = reports.lazy.compactMap({ report -> PluginLoadError? in
+                guard report.id == plugin, case .refused(let refusal) = report.status else { return nil }
+                return refusal
+            }).first
         else { return error }
         var explained = error
-        explained.message = "Profile \"\(name)\" uses plugin \"\(plugin)\", which was refused (\(refusal.reason.rawValue)): \(refusal.message). "
+        explained.message =
+            "Profile \"\(name)\" uses plugin \"\(plugin)\", which was refused (\(refusal.reason.rawValue)): \(refusal.message). "
             + (refusal.fix.map { "To fix it: \($0)" } ?? "Run `authbridge plugins` to see every plugin's state.")
         return explained
     }
@@ -56,7 +58,8 @@ struct LocalEngine {
     /// The sign-in flows the plugin of profile `name` declares (none when it is not loaded).
     func flows(ofProfile name: String) -> [String] {
         guard let plugin = profiles.first(where: { $0.name == name })?.plugin,
-              let loaded = reports.lazy.compactMap(\.plugin).first(where: { $0.manifest.id == plugin }) else { return [] }
+            let loaded = reports.lazy.compactMap(\.plugin).first(where: { $0.manifest.id == plugin })
+        else { return [] }
         return loaded.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
     }
 
@@ -87,7 +90,10 @@ struct LocalEngine {
     /// flight (a background refresh, a check that ran out of time) return or
     /// their bound passes.
     static func closeAll() async {
-        for engine in opened.withLock({ engines in defer { engines.removeAll() }; return engines }) {
+        for engine in opened.withLock({ engines in
+            defer { engines.removeAll() }
+            return engines
+        }) {
             await engine.shutDownPlugins()
         }
     }
@@ -170,10 +176,10 @@ struct Terminal: Sendable {
         while index < scalars.count {
             let scalar = scalars[index]
             switch scalar.value {
-            case 0x1B:   // ESC: skip the whole sequence
+            case 0x1B: // ESC: skip the whole sequence
                 index = Terminal.endOfEscape(scalars, from: index + 1)
                 continue
-            case 0x9B, 0x90, 0x9D, 0x98, 0x9E, 0x9F:   // C1 CSI, DCS, OSC, SOS, PM, APC
+            case 0x9B, 0x90, 0x9D, 0x98, 0x9E, 0x9F: // C1 CSI, DCS, OSC, SOS, PM, APC
                 index = Terminal.endOfEscape(scalars, from: index, introducer: scalar.value)
                 continue
             case 0x09, 0x0A, 0x0D: output.append(" ")
@@ -188,13 +194,13 @@ struct Terminal: Sendable {
     /// The index after an escape sequence whose introducer (ESC's next character, or a C1 one) is at `start`.
     private static func endOfEscape(_ scalars: [Unicode.Scalar], from start: Int, introducer c1: UInt32? = nil) -> Int {
         guard start < scalars.count else { return start }
-        let kind: UInt32 = c1.map { $0 - 0x40 } ?? scalars[start].value   // C1 0x9B ≙ ESC [
+        let kind: UInt32 = c1.map { $0 - 0x40 } ?? scalars[start].value // C1 0x9B ≙ ESC [
         var index = start + 1
         switch kind {
-        case 0x5B:   // CSI: parameters and intermediates, then one final byte 0x40–0x7E
+        case 0x5B: // CSI: parameters and intermediates, then one final byte 0x40–0x7E
             while index < scalars.count, (0x20...0x3F).contains(scalars[index].value) { index += 1 }
             return min(index + 1, scalars.count)
-        case 0x5D, 0x50, 0x58, 0x5E, 0x5F:   // OSC, DCS, SOS, PM, APC: a string up to BEL or ST
+        case 0x5D, 0x50, 0x58, 0x5E, 0x5F: // OSC, DCS, SOS, PM, APC: a string up to BEL or ST
             while index < scalars.count {
                 let value = scalars[index].value
                 if value == 0x07 || value == 0x9C { return index + 1 }
@@ -202,7 +208,7 @@ struct Terminal: Sendable {
                 index += 1
             }
             return index
-        default:   // a two-character sequence (ESC c, ESC 7…), with any intermediates
+        default: // a two-character sequence (ESC c, ESC 7…), with any intermediates
             var next = start
             while next < scalars.count, (0x20...0x2F).contains(scalars[next].value) { next += 1 }
             return min(next + 1, scalars.count)

@@ -122,7 +122,7 @@ final class LastStage: Sendable {
 
 /// Ctrl-C cancels the running command instead of killing the process, so
 /// the loopback listener closes and nothing is left half-written.
-final class Interrupt: @unchecked Sendable {  // the source is only cancelled, from one place
+final class Interrupt: @unchecked Sendable { // the source is only cancelled, from one place
     private let source: DispatchSourceSignal
 
     init(_ action: @escaping @Sendable () -> Void) {

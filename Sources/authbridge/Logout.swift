@@ -24,8 +24,9 @@ struct Logout: HumanCommand {
             out.line("\(selection.profile) was not signed in.")
             return
         }
-        out.line(out.styled("✓", .green) + " Signed out of \(selection.profile) (\(accountLabel(result["account"])))"
-                 + (revoked.isEmpty ? "" : "; revoked: \(Terminal.clean(revoked.joined(separator: ", ")))"))
+        out.line(
+            out.styled("✓", .green) + " Signed out of \(selection.profile) (\(accountLabel(result["account"])))"
+                + (revoked.isEmpty ? "" : "; revoked: \(Terminal.clean(revoked.joined(separator: ", ")))"))
         for failure in failures {
             Terminal.standardError.warn("could not revoke \(failure["token"]?.stringValue ?? "?"): \(failure["message"]?.stringValue ?? "")")
         }

@@ -28,7 +28,9 @@ struct Plugins: AsyncParsableCommand {
             case .loaded(let plugin):
                 print(Terminal.clean("loaded   \(plugin.manifest.id) \(plugin.version)  \(plugin.libraryPath)"))
             case .refused(let error):
-                print(Terminal.clean("refused  \(report.id ?? "?")  \(error.reason.rawValue): \(error.message)" + (error.fix.map { " (fix: \($0))" } ?? "")))
+                print(
+                    Terminal.clean(
+                        "refused  \(report.id ?? "?")  \(error.reason.rawValue): \(error.message)" + (error.fix.map { " (fix: \($0))" } ?? "")))
             }
         }
     }

@@ -23,7 +23,8 @@ struct Status: HumanCommand {
     @Argument(help: "Only this profile.")
     var profile: String?
 
-    @Flag(help: "Print JSON: each account's SignInStatus (bridge-spec); a profile that could not be checked has state offline or error, and a message.")
+    @Flag(
+        help: "Print JSON: each account's SignInStatus (bridge-spec); a profile that could not be checked has state offline or error, and a message.")
     var json = false
 
     @OptionGroup var options: HostOptions
@@ -47,9 +48,12 @@ struct Status: HumanCommand {
             for name in names {
                 progress.started(name)
                 group.addTask {
-                    let result = await firstOf(within: bound) { await Self.check(name, engine: engine) }
-                        ?? .failure(SessionError(.timeout, "Profile \"\(name)\": the provider did not answer within \(timeout) s.",
-                                                 provider: name, reason: "timeout"))
+                    let result =
+                        await firstOf(within: bound) { await Self.check(name, engine: engine) }
+                        ?? .failure(
+                            SessionError(
+                                .timeout, "Profile \"\(name)\": the provider did not answer within \(timeout) s.",
+                                provider: name, reason: "timeout"))
                     return (name, result)
                 }
             }
@@ -67,8 +71,10 @@ struct Status: HumanCommand {
                 // One profile's trouble (a provider unreachable, a bad setting) is a row, not the end.
                 if profile != nil { throw local.report(error) }
                 let state = error.retryable ? SessionState.offline.rawValue : "error"
-                rows.append(["provider": .string(name), "state": .string(state), "account": .null, "expiresAt": .null,
-                             "reason": .string(error.reason ?? state), "message": .string(local.explained(error).message)])
+                rows.append([
+                    "provider": .string(name), "state": .string(state), "account": .null, "expiresAt": .null,
+                    "reason": .string(error.reason ?? state), "message": .string(local.explained(error).message),
+                ])
             case nil: break
             }
         }
@@ -112,9 +118,11 @@ struct Status: HumanCommand {
         let cells: [[String]] = rows.map { row in
             let state = row["state"]?.stringValue ?? "?"
             let reason = row["reason"]?.stringValue.map { $0 == "valid" || $0 == "refreshed" && Self.state(row) == .signedIn ? "" : " (\($0))" } ?? ""
-            return [row["provider"]?.stringValue ?? "?", accountLabel(row["account"]), state + reason,
-                    Self.state(row) == .notSignedIn ? "-" : relativeTime(row["expiresAt"]?.intValue),
-                    Status.storageLabel(row["storage"] ?? storage)].map(Terminal.clean)
+            return [
+                row["provider"]?.stringValue ?? "?", accountLabel(row["account"]), state + reason,
+                Self.state(row) == .notSignedIn ? "-" : relativeTime(row["expiresAt"]?.intValue),
+                Status.storageLabel(row["storage"] ?? storage),
+            ].map(Terminal.clean)
         }
         let widths = header.indices.map { column in ([header] + cells).map { $0[column].count }.max() ?? 0 }
         /// Pads before styling, so escape codes never upset the columns.
@@ -126,11 +134,12 @@ struct Status: HumanCommand {
         }
         out.line(format(header) { _ in .bold })
         for (row, line) in zip(rows, cells) {
-            let colour: Terminal.Style = switch Self.state(row) {
-            case .signedIn: .green
-            case .offline, .licenseRevoked: .yellow
-            case .notSignedIn, nil: .red
-            }
+            let colour: Terminal.Style =
+                switch Self.state(row) {
+                case .signedIn: .green
+                case .offline, .licenseRevoked: .yellow
+                case .notSignedIn, nil: .red
+                }
             out.line(format(line) { $0 == 2 ? colour : nil })
         }
         for row in rows {

@@ -28,9 +28,11 @@ struct BridgeErrorsTests {
     }
 
     @Test func applicationCodesAreDistinctAndOutsideJSONRPCs() {
-        let codes: [RPCError.Code] = [.notSignedIn, .providerUnknown, .providerRefused, .userCancelled, .timeout,
-                                      .providerUnavailable, .pluginError, .unsupported, .unsupportedProtocolVersion,
-                                      .storageError, .noPendingSignIn, .configurationError]
+        let codes: [RPCError.Code] = [
+            .notSignedIn, .providerUnknown, .providerRefused, .userCancelled, .timeout,
+            .providerUnavailable, .pluginError, .unsupported, .unsupportedProtocolVersion,
+            .storageError, .noPendingSignIn, .configurationError,
+        ]
         #expect(Set(codes).count == codes.count)
         #expect(!codes.contains(.serverNotInitialized))
         #expect(codes.allSatisfy { (-32099 ... -32000).contains($0.rawValue) })

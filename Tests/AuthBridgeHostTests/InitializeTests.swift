@@ -46,8 +46,11 @@ struct InitializeTests {
     }
 
     @Test func unknownMembersAreIgnored() {
-        #expect(check(["protocolVersion": "1.0", "clientInfo": ["name": "ide", "version": "9"], "capabilities": [:],
-                       "trace": "verbose", "futureFeature": [1, 2]]) == nil)
+        #expect(
+            check([
+                "protocolVersion": "1.0", "clientInfo": ["name": "ide", "version": "9"], "capabilities": [:],
+                "trace": "verbose", "futureFeature": [1, 2],
+            ]) == nil)
     }
 
     @Test func knownMembersOfTheWrongTypeAreNamed() {

@@ -64,8 +64,10 @@ struct ParamsSchemaTests {
     }
 
     @Test func theDocumentIsReadAndNamesEveryMethod() {
-        for method in ["initialize", "shutdown", "rpc.discover", "listProviders", "configureProfile", "removeProfile", "listAccounts",
-                       "checkSignInStatus", "requestOAuthTokens", "completeSignIn", "signOut", "getAccessToken", "fetch"] {
+        for method in [
+            "initialize", "shutdown", "rpc.discover", "listProviders", "configureProfile", "removeProfile", "listAccounts",
+            "checkSignInStatus", "requestOAuthTokens", "completeSignIn", "signOut", "getAccessToken", "fetch",
+        ] {
             #expect(schemas.knows(method), "\(method)")
         }
     }
@@ -74,7 +76,8 @@ struct ParamsSchemaTests {
     @Test func everyKeywordOfTheParamsSchemasIsImplemented() {
         var unknown: Set<String> = []
         for schema in paramsSchemas() {
-            for key in schema.objectValue?.keys ?? [:].keys where !ParamsSchema.supportedKeywords.contains(key) && !ParamsSchema.annotations.contains(key) {
+            for key in schema.objectValue?.keys ?? [:].keys
+            where !ParamsSchema.supportedKeywords.contains(key) && !ParamsSchema.annotations.contains(key) {
                 unknown.insert(key)
             }
         }
@@ -93,42 +96,43 @@ struct ParamsSchemaTests {
         }
     }
 
-    @Test(arguments: [
-        // (method, params, the field named, or nil when valid)
-        ("getAccessToken", ["provider": "c"], nil),
-        ("getAccessToken", ["provider": "c", "minValidityMs": 1000.0], nil),
-        ("getAccessToken", ["provider": "c", "minValidityMs": 1e3], nil),
-        ("getAccessToken", ["provider": "c", "minValidityMs": 1000.5], "minValidityMs"),
-        ("getAccessToken", ["provider": "c", "minValidityMs": .double(9.3e18)], "minValidityMs"),
-        ("getAccessToken", ["provider": "c", "minValidityMs": .double(.infinity)], "minValidityMs"),
-        ("getAccessToken", ["provider": "c", "minValidityMs": -1], "minValidityMs"),
-        ("getAccessToken", ["provider": "c", "minValidityMs": nil], "minValidityMs"),
-        ("getAccessToken", ["provider": "c", "zz": .double(-.infinity)], "zz"),
-        ("getAccessToken", ["provider": ""], "provider"),
-        ("getAccessToken", [:], "provider"),
-        ("listAccounts", [:], nil),
-        ("listAccounts", ["provider": nil], "provider"),
-        ("listAccounts", ["provider": 5], "provider"),
-        ("checkSignInStatus", ["provider": "c", "account": ""], "account"),
-        ("requestOAuthTokens", ["provider": "c", "flow": "session"], "sessionId"),
-        ("requestOAuthTokens", ["provider": "c", "flow": "session", "sessionId": "s"], nil),
-        ("requestOAuthTokens", ["provider": "c", "scopes": ["a", ""]], "scopes[1]"),
-        ("requestOAuthTokens", ["provider": "c", "redirectUri": ""], "redirectUri"),
-        ("requestOAuthTokens", ["provider": "c", "timeoutMs": 3_600_001], "timeoutMs"),
-        ("fetch", ["provider": "c", "url": "/x", "headers": ["X-A": "1"], "body": ""], nil),
-        ("fetch", ["provider": "c", "url": "/x", "headers": ["X A": "1"]], "headers.X A"),
-        ("fetch", ["provider": "c", "url": "/x", "headers": ["X-A": 1]], "headers.X-A"),
-        ("fetch", ["provider": "c", "url": "/x", "method": "get"], "method"),
-        ("configureProfile", ["name": "n", "plugin": "p", "settings": ["deep": ["x": [1, .double(.infinity)]]]], "settings.deep.x[1]"),
-        ("configureProfile", ["name": "n", "plugin": "a b"], "plugin"),
-        ("shutdown", [:], nil),
-        ("shutdown", ["x": 1], "x"),
-        ("rpc.discover", ["x": nil], "x"),
-        ("initialize", ["protocolVersion": "1.0", "future": true, "clientInfo": ["name": "n", "more": 1]], nil),
-        ("initialize", ["protocolVersion": "1.0", "clientInfo": ["version": "1"]], "clientInfo.name"),
-        ("initialize", ["protocolVersion": "1"], "protocolVersion"),
-        ("initialize", [:], "protocolVersion"),
-    ] as [(String, JSON, String?)])
+    @Test(
+        arguments: [
+            // (method, params, the field named, or nil when valid)
+            ("getAccessToken", ["provider": "c"], nil),
+            ("getAccessToken", ["provider": "c", "minValidityMs": 1000.0], nil),
+            ("getAccessToken", ["provider": "c", "minValidityMs": 1e3], nil),
+            ("getAccessToken", ["provider": "c", "minValidityMs": 1000.5], "minValidityMs"),
+            ("getAccessToken", ["provider": "c", "minValidityMs": .double(9.3e18)], "minValidityMs"),
+            ("getAccessToken", ["provider": "c", "minValidityMs": .double(.infinity)], "minValidityMs"),
+            ("getAccessToken", ["provider": "c", "minValidityMs": -1], "minValidityMs"),
+            ("getAccessToken", ["provider": "c", "minValidityMs": nil], "minValidityMs"),
+            ("getAccessToken", ["provider": "c", "zz": .double(-.infinity)], "zz"),
+            ("getAccessToken", ["provider": ""], "provider"),
+            ("getAccessToken", [:], "provider"),
+            ("listAccounts", [:], nil),
+            ("listAccounts", ["provider": nil], "provider"),
+            ("listAccounts", ["provider": 5], "provider"),
+            ("checkSignInStatus", ["provider": "c", "account": ""], "account"),
+            ("requestOAuthTokens", ["provider": "c", "flow": "session"], "sessionId"),
+            ("requestOAuthTokens", ["provider": "c", "flow": "session", "sessionId": "s"], nil),
+            ("requestOAuthTokens", ["provider": "c", "scopes": ["a", ""]], "scopes[1]"),
+            ("requestOAuthTokens", ["provider": "c", "redirectUri": ""], "redirectUri"),
+            ("requestOAuthTokens", ["provider": "c", "timeoutMs": 3_600_001], "timeoutMs"),
+            ("fetch", ["provider": "c", "url": "/x", "headers": ["X-A": "1"], "body": ""], nil),
+            ("fetch", ["provider": "c", "url": "/x", "headers": ["X A": "1"]], "headers.X A"),
+            ("fetch", ["provider": "c", "url": "/x", "headers": ["X-A": 1]], "headers.X-A"),
+            ("fetch", ["provider": "c", "url": "/x", "method": "get"], "method"),
+            ("configureProfile", ["name": "n", "plugin": "p", "settings": ["deep": ["x": [1, .double(.infinity)]]]], "settings.deep.x[1]"),
+            ("configureProfile", ["name": "n", "plugin": "a b"], "plugin"),
+            ("shutdown", [:], nil),
+            ("shutdown", ["x": 1], "x"),
+            ("rpc.discover", ["x": nil], "x"),
+            ("initialize", ["protocolVersion": "1.0", "future": true, "clientInfo": ["name": "n", "more": 1]], nil),
+            ("initialize", ["protocolVersion": "1.0", "clientInfo": ["version": "1"]], "clientInfo.name"),
+            ("initialize", ["protocolVersion": "1"], "protocolVersion"),
+            ("initialize", [:], "protocolVersion"),
+        ] as [(String, JSON, String?)])
     func paramsAreCheckedAsTheSpecSays(_ method: String, _ params: JSON, _ expected: String?) {
         #expect(field(method, params) == expected)
     }

@@ -52,9 +52,10 @@ struct ParamsTests {
         #expect(field { _ = try params.optionalString("c") } == "c")
     }
 
-    @Test(arguments: [
-        (1_000, true), (3_600_000, true), (999, false), (3_600_001, false), (-1, false),
-    ] as [(Int64, Bool)])
+    @Test(
+        arguments: [
+            (1_000, true), (3_600_000, true), (999, false), (3_600_001, false), (-1, false),
+        ] as [(Int64, Bool)])
     func optionalIntsAreRangeChecked(_ value: Int64, _ accepted: Bool) throws {
         let params = try params(["timeoutMs": .int(value)])
         if accepted {

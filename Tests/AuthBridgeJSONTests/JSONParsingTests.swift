@@ -67,8 +67,10 @@ struct JSONParsingTests {
         #expect(value["params"]?["k"] == [1, -2, 3.5])
     }
 
-    @Test(arguments: [("1e999", Double.infinity), ("-1e999", -Double.infinity), ("1.7976931348623157e309", Double.infinity),
-                      ("-2E+400", -Double.infinity)])
+    @Test(arguments: [
+        ("1e999", Double.infinity), ("-1e999", -Double.infinity), ("1.7976931348623157e309", Double.infinity),
+        ("-2E+400", -Double.infinity),
+    ])
     func numbersBeyondADoubleBecomeInfinity(_ text: String, _ expected: Double) throws {
         #expect(try JSON.parse("[\(text), 1]") == [.double(expected), 1])
         #expect(try JSON.parse(text) == .double(expected))

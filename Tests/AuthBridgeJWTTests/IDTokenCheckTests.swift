@@ -99,12 +99,15 @@ struct IDTokenCheckTests {
     @Test func algNoneIsRefused() async {
         let token = TestProvider.unsigned(
             header: ["alg": "none", "kid": "rsa-1"],
-            claims: ["iss": .string(TestProvider.issuer), "sub": "user-4711", "aud": "client-a",
-                     "exp": .int(TestProvider.nowMs / 1000 + 300), "iat": .int(TestProvider.nowMs / 1000),
-                     "nonce": "n-0S6_WzA2Mj"])
+            claims: [
+                "iss": .string(TestProvider.issuer), "sub": "user-4711", "aud": "client-a",
+                "exp": .int(TestProvider.nowMs / 1000 + 300), "iat": .int(TestProvider.nowMs / 1000),
+                "nonce": "n-0S6_WzA2Mj",
+            ])
         await expectRejected(TestProvider.request(token), "unsupportedAlgorithm")
-        await expectRejected(TestProvider.request(token, extra: ["algorithms": ["none", "RS256"]]),
-                             "unsupportedAlgorithm")
+        await expectRejected(
+            TestProvider.request(token, extra: ["algorithms": ["none", "RS256"]]),
+            "unsupportedAlgorithm")
     }
 
     @Test func hmacIsRefusedEvenWhenListed() async throws {
@@ -112,8 +115,9 @@ struct IDTokenCheckTests {
         let secret = TestProvider.jwks["keys"]?[0]?["n"]?.stringValue ?? ""
         let token = try await TestProvider.signHS256(secret: secret)
         await expectRejected(TestProvider.request(token), "unsupportedAlgorithm")
-        await expectRejected(TestProvider.request(token, extra: ["algorithms": ["HS256", "RS256"]]),
-                             "unsupportedAlgorithm")
+        await expectRejected(
+            TestProvider.request(token, extra: ["algorithms": ["HS256", "RS256"]]),
+            "unsupportedAlgorithm")
     }
 
     @Test func algorithmOutsideTheAllowListIsRefused() async throws {
@@ -208,8 +212,9 @@ struct IDTokenCheckTests {
         claims.exp = ExpirationClaim(value: TestProvider.now.addingTimeInterval(-61))
         await expectRejected(TestProvider.request(try await TestProvider.sign(claims)), "expired")
         claims.exp = ExpirationClaim(value: TestProvider.now.addingTimeInterval(-1))
-        await expectRejected(TestProvider.request(try await TestProvider.sign(claims), extra: ["leewaySeconds": 0]),
-                             "expired")
+        await expectRejected(
+            TestProvider.request(try await TestProvider.sign(claims), extra: ["leewaySeconds": 0]),
+            "expired")
         // exp + leeway == now is already expired.
         claims.exp = ExpirationClaim(value: TestProvider.now.addingTimeInterval(-60))
         await expectRejected(TestProvider.request(try await TestProvider.sign(claims)), "expired")

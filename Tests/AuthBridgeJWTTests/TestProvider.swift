@@ -37,24 +37,34 @@ enum TestProvider {
     /// The provider's JWKS: the RSA key as "rsa-1" (with alg), the P-256 key as "ec-1"
     /// (without alg), the Ed25519 key as "ed-1", and an encryption key jwt-kit cannot read.
     static var jwks: JSON {
-        ["keys": [
-            rsaJWK(rsa.publicKey, kid: "rsa-1"),
-            ["kty": "EC", "crv": "P-256", "kid": "ec-1", "use": "sig",
-             "x": .string(ec.parameters!.x), "y": .string(ec.parameters!.y)],
-            ["kty": "OKP", "crv": "Ed25519", "kid": "ed-1", "alg": "EdDSA",
-             "x": .string(base64URL(ed.publicKey.rawRepresentation))],
-            ["kty": "RSA", "kid": "enc-1", "use": "enc", "alg": "RSA-OAEP-256", "n": "AQAB", "e": "AQAB"],
-        ]]
+        [
+            "keys": [
+                rsaJWK(rsa.publicKey, kid: "rsa-1"),
+                [
+                    "kty": "EC", "crv": "P-256", "kid": "ec-1", "use": "sig",
+                    "x": .string(ec.parameters!.x), "y": .string(ec.parameters!.y),
+                ],
+                [
+                    "kty": "OKP", "crv": "Ed25519", "kid": "ed-1", "alg": "EdDSA",
+                    "x": .string(base64URL(ed.publicKey.rawRepresentation)),
+                ],
+                ["kty": "RSA", "kid": "enc-1", "use": "enc", "alg": "RSA-OAEP-256", "n": "AQAB", "e": "AQAB"],
+            ]
+        ]
     }
 
     static func rsaJWK(_ key: JWTKit.Insecure.RSA.PublicKey, kid: String) -> JSON {
         let primitives = try! key.getKeyPrimitives()
-        return ["kty": "RSA", "kid": .string(kid), "use": "sig", "alg": "RS256",
-                "n": .string(base64URL(primitives.modulus)), "e": .string(base64URL(primitives.publicExponent))]
+        return [
+            "kty": "RSA", "kid": .string(kid), "use": "sig", "alg": "RS256",
+            "n": .string(base64URL(primitives.modulus)), "e": .string(base64URL(primitives.publicExponent)),
+        ]
     }
 
-    static func sign(_ claims: TestClaims = TestClaims(), rsa key: JWTKit.Insecure.RSA.PrivateKey = TestProvider.rsa,
-                     digest: DigestAlgorithm = .sha256, kid: JWKIdentifier? = "rsa-1") async throws -> String {
+    static func sign(
+        _ claims: TestClaims = TestClaims(), rsa key: JWTKit.Insecure.RSA.PrivateKey = TestProvider.rsa,
+        digest: DigestAlgorithm = .sha256, kid: JWKIdentifier? = "rsa-1"
+    ) async throws -> String {
         let keys = JWTKeyCollection()
         await keys.add(rsa: key, digestAlgorithm: digest, kid: kid)
         return try await keys.sign(claims, kid: kid)
@@ -84,11 +94,15 @@ enum TestProvider {
     }
 
     /// The host's request for `token` with the provider's settings.
-    static func request(_ token: String, nonce: String? = "n-0S6_WzA2Mj", jwks: JSON = TestProvider.jwks,
-                        audience: String = TestProvider.clientID, nowMs: Int64 = TestProvider.nowMs,
-                        extra: [String: JSON] = [:]) -> JSON {
-        var request: [String: JSON] = ["token": .string(token), "jwks": jwks, "issuer": .string(issuer),
-                                       "audience": .string(audience), "nowMs": .int(nowMs)]
+    static func request(
+        _ token: String, nonce: String? = "n-0S6_WzA2Mj", jwks: JSON = TestProvider.jwks,
+        audience: String = TestProvider.clientID, nowMs: Int64 = TestProvider.nowMs,
+        extra: [String: JSON] = [:]
+    ) -> JSON {
+        var request: [String: JSON] = [
+            "token": .string(token), "jwks": jwks, "issuer": .string(issuer),
+            "audience": .string(audience), "nowMs": .int(nowMs),
+        ]
         if let nonce { request["nonce"] = .string(nonce) }
         request.merge(extra) { _, new in new }
         return .object(request)

@@ -32,7 +32,8 @@ struct SwiftRuntimeNoteTests {
         let bytes = words.flatMap { value in (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * UInt32($0))) } }
         #expect(SwiftRuntimeNote.version(descriptor: bytes) == SwiftRuntimeVersion(6, 2, 0))
         #expect(SwiftRuntimeNote.version(descriptor: bytes.prefix(15)) == nil)
-        #expect(SwiftRuntimeNote.version(descriptor: [6, 0, 0, 0, 9, 0, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0])
+        #expect(
+            SwiftRuntimeNote.version(descriptor: [6, 0, 0, 0, 9, 0, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0])
                 == SwiftRuntimeVersion(6, 9, 9, isNewerThanNamed: true))
     }
 

@@ -54,7 +54,8 @@ struct ELFBuilder {
         let stringSize = UInt64(bytes.count - strings)
         bytes.pad(to: 8)
         let dynamic = bytes.count
-        let entries: [(UInt64, UInt64)] = stringOffsets.map { (Self.dtNeeded, $0) }
+        let entries: [(UInt64, UInt64)] =
+            stringOffsets.map { (Self.dtNeeded, $0) }
             + [(Self.dtStrtab, UInt64(strings)), (Self.dtStrsz, stringSize), (Self.dtNull, 0)]
         for (tag, value) in entries {
             bytes.append64(tag)
@@ -74,7 +75,7 @@ struct ELFBuilder {
         let notesEnd = bytes.count
 
         bytes.replace(at: 0, [0x7F, 0x45, 0x4C, 0x46, 2, 1, 1])
-        bytes.put16(3, at: 16)  // ET_DYN
+        bytes.put16(3, at: 16) // ET_DYN
         #if arch(arm64)
         bytes.put16(183, at: 18)
         #else
@@ -91,7 +92,7 @@ struct ELFBuilder {
         for (index, segment) in segments.enumerated() {
             let at = Image.programHeader(index, field: 0)
             bytes.put32(segment.type, at: at)
-            bytes.put32(4, at: at + 4)  // PF_R
+            bytes.put32(4, at: at + 4) // PF_R
             for field in [8, 16, 24] { bytes.put64(UInt64(segment.offset), at: at + field) }
             for field in [32, 40] { bytes.put64(UInt64(segment.size), at: at + field) }
             bytes.put64(segment.align, at: at + 48)
@@ -116,8 +117,14 @@ extension [UInt8] {
     mutating func put16(_ value: UInt64, at offset: Int) { put(value, bytes: 2, at: offset) }
     mutating func put32(_ value: UInt32, at offset: Int) { put(UInt64(value), bytes: 4, at: offset) }
     mutating func put64(_ value: UInt64, at offset: Int) { put(value, bytes: 8, at: offset) }
-    mutating func append32(_ value: UInt32) { self += [UInt8](repeating: 0, count: 4); put32(value, at: count - 4) }
-    mutating func append64(_ value: UInt64) { self += [UInt8](repeating: 0, count: 8); put64(value, at: count - 8) }
+    mutating func append32(_ value: UInt32) {
+        self += [UInt8](repeating: 0, count: 4)
+        put32(value, at: count - 4)
+    }
+    mutating func append64(_ value: UInt64) {
+        self += [UInt8](repeating: 0, count: 8)
+        put64(value, at: count - 8)
+    }
 
     func u64(at offset: Int) -> UInt64 {
         (0..<8).reduce(UInt64(0)) { $0 | UInt64(self[offset + $1]) << (8 * UInt64($1)) }

@@ -65,7 +65,7 @@ struct ELFCheckTests {
 
     @Test func anExecutableThatIsNotPositionIndependentIsRefused() throws {
         var header = Array(try ownImage().prefix(64))
-        header[16] = 2  // ET_EXEC
+        header[16] = 2 // ET_EXEC
         let folder = try TemporaryFolder()
         defer { folder.remove() }
         writeFile(folder.path + "/libexec.so", header)
@@ -79,14 +79,14 @@ struct ELFCheckTests {
         await #expect(processExitsWith: .success) {
             var header = [UInt8](repeating: 0, count: 64)
             header[0...5] = [0x7F, 0x45, 0x4C, 0x46, 2, 1]
-            header[16] = 3       // ET_DYN
-            header[18] = 62      // EM_X86_64
+            header[16] = 3 // ET_DYN
+            header[18] = 62 // EM_X86_64
             #if arch(arm64)
-            header[18] = 183    // EM_AARCH64
+            header[18] = 183 // EM_AARCH64
             #endif
-            for index in 32..<40 { header[index] = 0xFF }  // e_phoff = 2^64 - 1
-            header[54] = 56      // e_phentsize
-            header[56] = 1       // e_phnum
+            for index in 32..<40 { header[index] = 0xFF } // e_phoff = 2^64 - 1
+            header[54] = 56 // e_phentsize
+            header[56] = 1 // e_phnum
             // An unlinked temp file, read through /proc: nothing is left behind if it traps.
             var template = Array("/tmp/authbridge-elf-XXXXXX".utf8CString)
             let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
@@ -164,8 +164,8 @@ struct ELFContentsTests {
     /// One lie each, and the words that must be in the refusal.
     enum Lie: String, CaseIterable {
         case stringTableOutsideEverySegment, stringTableAtTheTopOfMemory, hugeStringTableSize, nameOffsetPastTheTable,
-             unterminatedName, noDynamicEnd, dynamicPastTheFile, hugeDynamicSize, hugeNoteNameSize, hugeNoteDescriptorSize,
-             noteSegmentPastTheFile, hugeNoteSegment, noteCutInTheMiddle
+            unterminatedName, noDynamicEnd, dynamicPastTheFile, hugeDynamicSize, hugeNoteNameSize, hugeNoteDescriptorSize,
+            noteSegmentPastTheFile, hugeNoteSegment, noteCutInTheMiddle
     }
 
     @Test(arguments: Lie.allCases)
@@ -191,7 +191,7 @@ struct ELFContentsTests {
             image.bytes.put64(1 << 40, at: image.dynamicValue(0))
             expected = "needed library's name"
         case .unterminatedName:
-            image.bytes.put64(5, at: strsz)  // "\0libs": the first name has no NUL inside the table
+            image.bytes.put64(5, at: strsz) // "\0libs": the first name has no NUL inside the table
             expected = "unterminated"
         case .noDynamicEnd:
             let last = image.dynamicEntry(ELFBuilder.dtNull)
@@ -258,9 +258,11 @@ struct ELFContentsTests {
 
 /// The bundled plugins and test plugins as `make build` leaves them (next to the test binary).
 func builtLibrary(_ name: String) -> String? {
-    [Installation.executableFolder + "/" + name, Installation.executableFolder + "/plugins/" + name,
-     repositoryRoot() + "/.build/debug/" + name]
-        .first { access($0, R_OK) == 0 }
+    [
+        Installation.executableFolder + "/" + name, Installation.executableFolder + "/plugins/" + name,
+        repositoryRoot() + "/.build/debug/" + name,
+    ]
+    .first { access($0, R_OK) == 0 }
 }
 
 /// A small deterministic generator (SplitMix64), so that a failure can be replayed.

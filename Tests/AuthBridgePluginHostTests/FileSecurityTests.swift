@@ -48,8 +48,10 @@ struct FileSecurityTests {
         }
     }
 
-    @Test(arguments: [("/usr/lib/authbridge/plugins/oidc.json", "/usr/lib/authbridge/plugins/oidc.json"),
-                      ("/home/a b/x.json", "'/home/a b/x.json'"), ("it's", "'it'\\''s'"), ("", "''")])
+    @Test(arguments: [
+        ("/usr/lib/authbridge/plugins/oidc.json", "/usr/lib/authbridge/plugins/oidc.json"),
+        ("/home/a b/x.json", "'/home/a b/x.json'"), ("it's", "'it'\\''s'"), ("", "''"),
+    ])
     func pathsAreQuotedForAShell(path: String, quoted: String) {
         #expect(FileSecurity.shellQuoted(path) == quoted)
     }

@@ -41,9 +41,13 @@ struct LoadedPluginTests {
         try withPlugin { plugin in
             let now = HostClock.nowMilliseconds()
             for (expiresAt, state) in [(now - 3_600_000, "expired"), (now + 86_400_000, "valid")] {
-                let outcome = plugin.invokeBlocking(.checkSession, input: ["tokens": ["expiresAt": .int(expiresAt)]],
-                                                    environment: environment)
-                guard case .result(let answer) = outcome else { Issue.record("\(outcome)"); continue }
+                let outcome = plugin.invokeBlocking(
+                    .checkSession, input: ["tokens": ["expiresAt": .int(expiresAt)]],
+                    environment: environment)
+                guard case .result(let answer) = outcome else {
+                    Issue.record("\(outcome)")
+                    continue
+                }
                 #expect(answer["state"] == .string(state))
             }
         }
@@ -51,9 +55,13 @@ struct LoadedPluginTests {
 
     @Test func aDefinitiveFailureComesBackClassified() throws {
         try withPlugin { plugin in
-            let outcome = plugin.invokeBlocking(.completeSignIn, input: ["flow": "session", "sessionId": "bad"],
-                                                environment: environment)
-            guard case .failure(let failure) = outcome else { Issue.record("\(outcome)"); return }
+            let outcome = plugin.invokeBlocking(
+                .completeSignIn, input: ["flow": "session", "sessionId": "bad"],
+                environment: environment)
+            guard case .failure(let failure) = outcome else {
+                Issue.record("\(outcome)")
+                return
+            }
             #expect(failure.kind == .definitive)
             #expect(failure.reason == "invalid_grant")
             #expect(failure.message == "session id refused")
@@ -63,7 +71,10 @@ struct LoadedPluginTests {
     @Test func hooksReachTheHostsStandardSteps() throws {
         try withPlugin { plugin in
             let outcome = plugin.invokeBlocking(.configure, input: ["settings": ["clientId": "c1"]], environment: environment)
-            guard case .result(let config) = outcome else { Issue.record("\(outcome)"); return }
+            guard case .result(let config) = outcome else {
+                Issue.record("\(outcome)")
+                return
+            }
             #expect(config == ["clientId": "c1", "configuredBy": "swifttest"])
         }
     }
@@ -74,12 +85,16 @@ struct LoadedPluginTests {
         try installSwiftTestPlugin(into: folder.path)
         let plugin = try #require(loadAll(folder.path).first?.plugin)
         let outcome = await plugin.invoke(.completeSignIn, input: ["flow": "session", "sessionId": "s"], environment: environment)
-        guard case .result(let answer) = outcome else { Issue.record("\(outcome)"); return }
+        guard case .result(let answer) = outcome else {
+            Issue.record("\(outcome)")
+            return
+        }
         #expect(answer["tokens"]?["accessToken"] == "sat-s")
         #expect(answer["account"]?["id"] == "s")
         plugin.shutdown()
         guard case .failure(let failure) = await plugin.invoke(.refresh, input: [:], environment: environment) else {
-            Issue.record("a hook ran after shutdown"); return
+            Issue.record("a hook ran after shutdown")
+            return
         }
         #expect(failure.reason == "pluginShutDown")
     }

@@ -70,18 +70,21 @@ struct RedactionTests {
         RedactionCase("authorization: Token tok-A5", secret: "tok-A5", expected: "authorization: Token [REDACTED]"),
         RedactionCase("Proxy-Authorization: Basic dXNlcjpwYXNz", secret: "dXNlcjpwYXNz"),
         // Compact JSON and every member of it.
-        RedactionCase(#"{"access_token":"at-C1","refresh_token":"rt-C1","token_type":"Bearer","expires_in":3600}"#, secret: "at-C1",
-                      expected: #"{"access_token":"[REDACTED]","refresh_token":"[REDACTED]","token_type":"Bearer","expires_in":3600}"#),
+        RedactionCase(
+            #"{"access_token":"at-C1","refresh_token":"rt-C1","token_type":"Bearer","expires_in":3600}"#, secret: "at-C1",
+            expected: #"{"access_token":"[REDACTED]","refresh_token":"[REDACTED]","token_type":"Bearer","expires_in":3600}"#),
         RedactionCase(#"{"a":{"clientSecret":"cs-C2"}}"#, secret: "cs-C2"),
         RedactionCase(#"{"codeVerifier":"cv-C3","state":"s"}"#, secret: "cv-C3", expected: #"{"codeVerifier":"[REDACTED]","state":"s"}"#),
         // Salesforce session ids, bare or inside text.
-        RedactionCase("session 00DAb0000001234!AQ4AQH0dMHZfz972Szmpsb9 expired", secret: "AQ4AQH0dMHZfz972Szmpsb9",
-                      expected: "session [REDACTED] expired"),
+        RedactionCase(
+            "session 00DAb0000001234!AQ4AQH0dMHZfz972Szmpsb9 expired", secret: "AQ4AQH0dMHZfz972Szmpsb9",
+            expected: "session [REDACTED] expired"),
         RedactionCase("(00DAb0000001234XYZ!AR8AQJXg5oj8jXSgxJfA0lBog.39AsX)", secret: "AR8AQJXg5oj8jXSgxJfA0lBog"),
         // Cookie and header names of the seed providers.
         RedactionCase("sid=00DAb0000001234!short", secret: "short"),
-        RedactionCase("Cookie: workgroup_session_id=wg-S1; XSRF-TOKEN=x-S1; other=ok", secret: "wg-S1",
-                      expected: "Cookie: [REDACTED]; XSRF-TOKEN=[REDACTED]; other=ok"),
+        RedactionCase(
+            "Cookie: workgroup_session_id=wg-S1; XSRF-TOKEN=x-S1; other=ok", secret: "wg-S1",
+            expected: "Cookie: [REDACTED]; XSRF-TOKEN=[REDACTED]; other=ok"),
         RedactionCase("Set-Cookie: sid=sid-S2; Path=/; Secure", secret: "sid-S2"),
         RedactionCase("X-Tableau-Auth: ta-S3", secret: "ta-S3", expected: "X-Tableau-Auth: [REDACTED]"),
         RedactionCase("x-tableau-auth:ta-S4", secret: "ta-S4"),
@@ -92,8 +95,9 @@ struct RedactionTests {
         RedactionCase("logout?id_token_hint=eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln&post_logout_redirect_uri=x", secret: "eyJzdWIiOiIxIn0"),
         RedactionCase("code_verifier=cv-P5", secret: "cv-P5"),
         // Percent-encoded: a callback URL inside another URL's parameter.
-        RedactionCase("redirect=https%3A%2F%2Fapp%2Fcb%3Fcode%3Dcode-E1%26state%3Ds1", secret: "code-E1",
-                      expected: "redirect=https%3A%2F%2Fapp%2Fcb%3Fcode%3D[REDACTED]%26state%3Ds1"),
+        RedactionCase(
+            "redirect=https%3A%2F%2Fapp%2Fcb%3Fcode%3Dcode-E1%26state%3Ds1", secret: "code-E1",
+            expected: "redirect=https%3A%2F%2Fapp%2Fcb%3Fcode%3D[REDACTED]%26state%3Ds1"),
         RedactionCase("next=%2Fcb%3Faccess_token%3dat-E2%26x%3D1", secret: "at-E2"),
         // JWTs anywhere, short opaque values after any secret name.
         RedactionCase("hint:eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJqd3QifQ.sig-J1", secret: "sig-J1"),
@@ -108,8 +112,10 @@ struct RedactionTests {
         if let expected = form.expected { #expect(redacted == expected) }
     }
 
-    @Test(arguments: ["client_id=app&scope=openid%20email&state=abc", "Bearer of bad news", "the token expired; sign in again",
-                      #"{"token_type":"Bearer","expires_in":3600,"scope":"api"}"#, "error code 42: see https://example.com/help?topic=x"])
+    @Test(arguments: [
+        "client_id=app&scope=openid%20email&state=abc", "Bearer of bad news", "the token expired; sign in again",
+        #"{"token_type":"Bearer","expires_in":3600,"scope":"api"}"#, "error code 42: see https://example.com/help?topic=x",
+    ])
     func textWithoutSecretsIsKept(_ text: String) {
         let unchangedUnlessNamed = Redaction.redact(text)
         if text.hasPrefix("Bearer") { #expect(unchangedUnlessNamed == "Bearer [REDACTED] bad news") } else { #expect(unchangedUnlessNamed == text) }

@@ -17,8 +17,9 @@ struct SwiftRuntimeCheckTests {
     }
 
     private func swiftLibrary(_ descriptors: [UInt8]...) -> ELFCheck.Library {
-        ELFCheck.Library(needed: ["libswiftCore.so", "libc.so.6"],
-                         notes: descriptors.map { ELFCheck.Note(owner: SwiftRuntimeNote.owner, type: SwiftRuntimeNote.type, descriptor: $0) })
+        ELFCheck.Library(
+            needed: ["libswiftCore.so", "libc.so.6"],
+            notes: descriptors.map { ELFCheck.Note(owner: SwiftRuntimeNote.owner, type: SwiftRuntimeNote.type, descriptor: $0) })
     }
 
     private func descriptor(_ version: SwiftRuntimeVersion) -> [UInt8] {
@@ -43,7 +44,10 @@ struct SwiftRuntimeCheckTests {
             let library = ELFCheck.Library(needed: needed, notes: [ELFCheck.Note(owner: "GNU", type: 3, descriptor: [1, 2, 3, 4])])
             let error = try #require(refusal(library))
             #expect(error.reason == .swiftRuntimeMismatch)
-            #expect(error.message == "/p/libx.so was built without AuthBridge's Swift runtime marker (an SDK older than this host, or not built with AuthBridgePluginSDK); rebuild it with Swift \(host) and the SDK of this host")
+            #expect(
+                error.message
+                    == "/p/libx.so was built without AuthBridge's Swift runtime marker (an SDK older than this host, or not built with AuthBridgePluginSDK); rebuild it with Swift \(host) and the SDK of this host"
+            )
         }
     }
 
@@ -53,7 +57,9 @@ struct SwiftRuntimeCheckTests {
         try #require(plugin != host, "pick versions other than this toolchain's")
         let error = try #require(refusal(swiftLibrary(descriptor(plugin))))
         #expect(error.reason == .swiftRuntimeMismatch)
-        #expect(error.message == "/p/libx.so was built for the Swift \(plugin) runtime; this host bundles Swift \(host): rebuild the plugin with Swift \(host)")
+        #expect(
+            error.message
+                == "/p/libx.so was built for the Swift \(plugin) runtime; this host bundles Swift \(host): rebuild the plugin with Swift \(host)")
     }
 
     @Test func theVersionIsComparedByPatchLevel() throws {
@@ -70,10 +76,12 @@ struct SwiftRuntimeCheckTests {
         #expect(error.reason == .swiftRuntimeMismatch)
         #expect(error.message.contains("malformed Swift runtime marker (a 8-byte descriptor, not 16)"))
         // Another owner's note of the same type, or our owner with another type, is no marker.
-        let others = ELFCheck.Library(needed: ["libswiftCore.so"], notes: [
-            ELFCheck.Note(owner: "AuthBridgeX", type: SwiftRuntimeNote.type, descriptor: descriptor(host)),
-            ELFCheck.Note(owner: SwiftRuntimeNote.owner, type: SwiftRuntimeNote.type + 1, descriptor: descriptor(host)),
-        ])
+        let others = ELFCheck.Library(
+            needed: ["libswiftCore.so"],
+            notes: [
+                ELFCheck.Note(owner: "AuthBridgeX", type: SwiftRuntimeNote.type, descriptor: descriptor(host)),
+                ELFCheck.Note(owner: SwiftRuntimeNote.owner, type: SwiftRuntimeNote.type + 1, descriptor: descriptor(host)),
+            ])
         #expect(refusal(others)?.message.contains("without AuthBridge's Swift runtime marker") == true)
     }
 
@@ -82,7 +90,10 @@ struct SwiftRuntimeCheckTests {
     @Test func newerThanTheLadderNeverMatches() throws {
         let newer = SwiftRuntimeVersion(6, 9, 9, isNewerThanNamed: true)
         let fromNewerPlugin = try #require(refusal(swiftLibrary(descriptor(newer))))
-        #expect(fromNewerPlugin.message == "/p/libx.so was built for the runtime of a Swift newer than 6.9.9; this host bundles Swift \(host): rebuild the plugin with Swift \(host)")
+        #expect(
+            fromNewerPlugin.message
+                == "/p/libx.so was built for the runtime of a Swift newer than 6.9.9; this host bundles Swift \(host): rebuild the plugin with Swift \(host)"
+        )
         let bothNewer = try #require(refusal(swiftLibrary(descriptor(newer)), host: newer))
         #expect(bothNewer.reason == .swiftRuntimeMismatch)
         #expect(bothNewer.message.contains("this host bundles a Swift newer than 6.9.9, which its version ladder cannot name"))
@@ -94,8 +105,10 @@ struct SwiftRuntimeCheckTests {
 /// The check in the loader: before dlopen, so a refused library never runs.
 @Suite("Plugin loader: Swift runtime")
 struct PluginLoaderSwiftRuntimeTests {
-    private func loadOne(_ library: [UInt8], id: String = "swifttest",
-                         file: String = "libauthbridge-testplugin-swift.so") throws -> PluginLoadError? {
+    private func loadOne(
+        _ library: [UInt8], id: String = "swifttest",
+        file: String = "libauthbridge-testplugin-swift.so"
+    ) throws -> PluginLoadError? {
         let folder = try TemporaryFolder()
         defer { folder.remove() }
         try #require(writeFile(folder.path + "/" + file, library))
@@ -114,7 +127,10 @@ struct PluginLoaderSwiftRuntimeTests {
         bytes.replace(at: offsets[0], runtimeDescriptor(6, 2, 0))
         let error = try #require(try loadOne(bytes))
         #expect(error.reason == .swiftRuntimeMismatch)
-        #expect(error.message.contains("built for the Swift 6.2.0 runtime; this host bundles Swift \(SwiftRuntimeNote.compiled): rebuild the plugin with Swift \(SwiftRuntimeNote.compiled)"), "\(error.message)")
+        #expect(
+            error.message.contains(
+                "built for the Swift 6.2.0 runtime; this host bundles Swift \(SwiftRuntimeNote.compiled): rebuild the plugin with Swift \(SwiftRuntimeNote.compiled)"
+            ), "\(error.message)")
     }
 
     /// A hand-made file that dlopen must never see (it is no real library): the check answers first.

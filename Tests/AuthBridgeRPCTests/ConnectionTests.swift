@@ -63,9 +63,10 @@ private struct Harness {
         pipe(&output)
         toHost = input[1]
         fromHost = output[0]
-        let connection = Connection(input: input[0], output: output[1], logger: Logger(label: "test"),
-                                    maxConcurrentRequests: maxConcurrentRequests, maxQueuedOutputBytes: maxQueuedOutputBytes,
-                                    flushGrace: flushGrace)
+        let connection = Connection(
+            input: input[0], output: output[1], logger: Logger(label: "test"),
+            maxConcurrentRequests: maxConcurrentRequests, maxQueuedOutputBytes: maxQueuedOutputBytes,
+            flushGrace: flushGrace)
         self.connection = connection
         let delegate = TestDelegate()
         self.delegate = delegate
@@ -87,7 +88,10 @@ private struct Harness {
                 var byte: UInt8 = 0
                 var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
                 while poll(&ready, 1, 10_000) == 1, read(fd, &byte, 1) == 1 {
-                    if byte == 0x0A { continuation.resume(returning: line); return }
+                    if byte == 0x0A {
+                        continuation.resume(returning: line)
+                        return
+                    }
                     line.append(byte)
                 }
                 continuation.resume(returning: nil)
@@ -109,7 +113,10 @@ private struct Harness {
         let run = self.run
         return await withTaskGroup(of: Connection.Ending?.self) { group in
             group.addTask { await run.value }
-            group.addTask { try? await Task.sleep(for: limit); return nil }
+            group.addTask {
+                try? await Task.sleep(for: limit)
+                return nil
+            }
             let first = await group.next()!
             group.cancelAll()
             return first
@@ -229,7 +236,7 @@ struct ConnectionTests {
     @Test func requestsWaitWhileTheOutputIsFullAndAllAreAnsweredOnceItIsRead() async throws {
         let harness = Harness(maxQueuedOutputBytes: 4096)
         let payload = String(repeating: "x", count: 4000)
-        let count = 200  // ≈ 0.8 MB of answers: far more than the pipe and the bound hold
+        let count = 200 // ≈ 0.8 MB of answers: far more than the pipe and the bound hold
         for index in 0..<count { harness.send(#"{"jsonrpc":"2.0","id":\#(index),"method":"echo","params":{"p":"\#(payload)"}}"#) }
         await harness.readerCaughtUp("probe")
         // Nobody read: most requests have not started.

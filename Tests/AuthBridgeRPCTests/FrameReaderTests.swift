@@ -64,11 +64,13 @@ private final class Thread: @unchecked Sendable {
         self.fd = fd
         self.bytes = bytes
         let context = Unmanaged.passRetained(self).toOpaque()
-        pthread_create(&handle, nil, { raw in
-            let thread = Unmanaged<Thread>.fromOpaque(raw!).takeRetainedValue()
-            thread.body(thread.fd, thread.bytes)
-            return nil
-        }, context)
+        pthread_create(
+            &handle, nil,
+            { raw in
+                let thread = Unmanaged<Thread>.fromOpaque(raw!).takeRetainedValue()
+                thread.body(thread.fd, thread.bytes)
+                return nil
+            }, context)
     }
 
     func join() { pthread_join(handle, nil) }

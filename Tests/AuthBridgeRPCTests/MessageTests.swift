@@ -9,8 +9,10 @@ struct MessageTests {
         return text.withUTF8 { IncomingMessage.decode(UnsafeRawBufferPointer($0)) }
     }
 
-    private func expectInvalid(_ text: String, code: RPCError.Code, id: RequestID? = nil,
-                               sourceLocation: SourceLocation = #_sourceLocation) {
+    private func expectInvalid(
+        _ text: String, code: RPCError.Code, id: RequestID? = nil,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         guard case .invalid(let gotID, let error) = decode(text) else {
             Issue.record("expected an invalid frame for \(text)", sourceLocation: sourceLocation)
             return
@@ -21,13 +23,15 @@ struct MessageTests {
 
     @Test func requestsAndNotifications() {
         guard case .request(let request) = decode(#"{"jsonrpc":"2.0","id":"a","method":"m","params":{"x":1}}"#) else {
-            Issue.record("not a request"); return
+            Issue.record("not a request")
+            return
         }
         #expect(request.id == .string("a"))
         #expect(request.method == "m")
         #expect(request.params?["x"] == 1)
         guard case .notification(let notification) = decode(#"{"jsonrpc":"2.0","method":"n"}"#) else {
-            Issue.record("not a notification"); return
+            Issue.record("not a notification")
+            return
         }
         #expect(notification.method == "n")
         #expect(notification.params == nil)
@@ -35,7 +39,8 @@ struct MessageTests {
 
     @Test func integerIDsAreExact() {
         guard case .request(let request) = decode(#"{"jsonrpc":"2.0","id":9007199254740993,"method":"m"}"#) else {
-            Issue.record("not a request"); return
+            Issue.record("not a request")
+            return
         }
         #expect(request.id == .int(9_007_199_254_740_993))
     }
@@ -62,7 +67,8 @@ struct MessageTests {
 
     @Test func responsesFromThePeerAreRecognised() {
         guard case .response(let id) = decode(#"{"jsonrpc":"2.0","id":7,"result":null}"#) else {
-            Issue.record("not a response"); return
+            Issue.record("not a response")
+            return
         }
         #expect(id == .int(7))
     }
@@ -79,7 +85,8 @@ struct MessageTests {
     @Test func idsWithAZeroFractionAreIntegers() {
         for (text, id) in [("7.0", Int64(7)), ("1e3", 1000), ("-2.0E1", -20)] {
             guard case .request(let request) = decode(#"{"jsonrpc":"2.0","id":\#(text),"method":"m"}"#) else {
-                Issue.record("\(text) is not a request id"); continue
+                Issue.record("\(text) is not a request id")
+                continue
             }
             #expect(request.id == .int(id))
         }
@@ -90,7 +97,8 @@ struct MessageTests {
 
     @Test func aRequestWithAnOutOfRangeNumberIsARequest() {
         guard case .request(let request) = decode(#"{"jsonrpc":"2.0","id":3,"method":"m","params":{"n":1e999}}"#) else {
-            Issue.record("not a request"); return
+            Issue.record("not a request")
+            return
         }
         #expect(request.id == .int(3) && request.params?["n"] == .double(.infinity))
     }

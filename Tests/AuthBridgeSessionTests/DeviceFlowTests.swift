@@ -42,16 +42,24 @@ struct DeviceFlowTests {
     private let tokens: JSON = ["tokens": ["accessToken": "at"]]
 
     @Test func pollsAtTheIntervalUntilTheUserApproves() async throws {
-        let script = Script(start: now, [.failure(Self.pending("authorization_pending")), .failure(Self.pending("authorization_pending")),
-                                         .success(tokens)])
+        let script = Script(
+            start: now,
+            [
+                .failure(Self.pending("authorization_pending")), .failure(Self.pending("authorization_pending")),
+                .success(tokens),
+            ])
         let answer = try await script.polling(interval: 2_000, deadline: now + 600_000).run(profile: "p", poll: script.poll)
         #expect(answer == tokens)
         #expect(script.waits.withLock { $0 } == [2_000, 2_000, 2_000])
     }
 
     @Test func slowDownAddsFiveSecondsForEveryLaterPoll() async throws {
-        let script = Script(start: now, [.failure(Self.pending("slow_down")), .failure(Self.pending("authorization_pending")),
-                                         .failure(Self.pending("slow_down")), .success(tokens)])
+        let script = Script(
+            start: now,
+            [
+                .failure(Self.pending("slow_down")), .failure(Self.pending("authorization_pending")),
+                .failure(Self.pending("slow_down")), .success(tokens),
+            ])
         _ = try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll)
         #expect(script.waits.withLock { $0 } == [1_000, 6_000, 6_000, 11_000])
     }
@@ -74,20 +82,23 @@ struct DeviceFlowTests {
 
     @Test func theServerSayingExpiredTokenIsATimeout() async {
         let script = Script(start: now, [.failure(Self.pending("expired_token"))])
-        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) }
-            throws: { ($0 as? SessionError)?.reason == "expired_token" }
+        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) } throws: {
+            ($0 as? SessionError)?.reason == "expired_token"
+        }
     }
 
     @Test func aDenialIsAUserCancellation() async {
         let script = Script(start: now, [.failure(Self.pending("access_denied", kind: .definitive))])
-        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) }
-            throws: { ($0 as? SessionError)?.kind == .userCancelled && ($0 as? SessionError)?.reason == "access_denied" }
+        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) } throws: {
+            ($0 as? SessionError)?.kind == .userCancelled && ($0 as? SessionError)?.reason == "access_denied"
+        }
     }
 
     @Test func anotherDefinitiveRefusalEndsTheSignIn() async {
         let script = Script(start: now, [.failure(Self.pending("invalid_client", kind: .definitive))])
-        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) }
-            throws: { ($0 as? SessionError)?.kind == .providerRefused }
+        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) } throws: {
+            ($0 as? SessionError)?.kind == .providerRefused
+        }
     }
 
     /// Issue 12 §4: an OAuth error the server answered ends the sign-in at once
@@ -96,8 +107,9 @@ struct DeviceFlowTests {
     @Test(arguments: ["invalid_request", "unsupported_grant_type", "invalid_scope", "some_new_error"])
     func anOAuthErrorTheServerAnsweredEndsTheSignIn(_ reason: String) async {
         let script = Script(start: now, [.failure(ProviderFailure(.transient, reason: reason, message: reason, status: 400))])
-        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) }
-            throws: { ($0 as? SessionError)?.kind == .providerRefused && ($0 as? SessionError)?.reason == reason }
+        await #expect { try await script.polling(interval: 1_000, deadline: now + 600_000).run(profile: "p", poll: script.poll) } throws: {
+            ($0 as? SessionError)?.kind == .providerRefused && ($0 as? SessionError)?.reason == reason
+        }
         #expect(script.waits.withLock { $0 } == [1_000], "one poll, no more")
     }
 
@@ -112,12 +124,16 @@ struct DeviceFlowTests {
     }
 
     @Test func theAnswerBecomesTheDeviceFlowsBeginOutput() throws {
-        let body = #"{"device_code":"dc","user_code":"WDJB-MJHT","verification_uri":"https://example.com/device","#
+        let body =
+            #"{"device_code":"dc","user_code":"WDJB-MJHT","verification_uri":"https://example.com/device","#
             + #""verification_uri_complete":"https://example.com/device?user_code=WDJB-MJHT","expires_in":1800,"interval":5}"#
         let answer = try StandardSteps.parseDeviceAuthorization(response(200, body), now: now).get()
-        #expect(answer == ["deviceCode": "dc", "userCode": "WDJB-MJHT", "verificationUri": "https://example.com/device",
-                           "verificationUriComplete": "https://example.com/device?user_code=WDJB-MJHT",
-                           "expiresAt": .int(now + 1_800_000), "intervalMs": 5_000])
+        #expect(
+            answer == [
+                "deviceCode": "dc", "userCode": "WDJB-MJHT", "verificationUri": "https://example.com/device",
+                "verificationUriComplete": "https://example.com/device?user_code=WDJB-MJHT",
+                "expiresAt": .int(now + 1_800_000), "intervalMs": 5_000,
+            ])
     }
 
     @Test func intervalDefaultsToFiveSeconds() throws {
@@ -131,7 +147,8 @@ struct DeviceFlowTests {
     }
 
     @Test func anInsecureVerificationURICompleteIsLeftOut() throws {
-        let body = #"{"device_code":"dc","user_code":"u","verification_uri":"https://example.com/d","#
+        let body =
+            #"{"device_code":"dc","user_code":"u","verification_uri":"https://example.com/d","#
             + #""verification_uri_complete":"http://example.com/d?user_code=u","expires_in":600}"#
         let answer = try StandardSteps.parseDeviceAuthorization(response(200, body), now: now).get()
         #expect(answer["verificationUri"] == "https://example.com/d" && answer["verificationUriComplete"] == nil)
@@ -139,7 +156,10 @@ struct DeviceFlowTests {
 
     @Test func anOAuthErrorIsClassified() {
         let result = StandardSteps.parseDeviceAuthorization(response(400, #"{"error":"invalid_client"}"#), now: now)
-        guard case .failure(let failure) = result else { Issue.record("expected a failure"); return }
+        guard case .failure(let failure) = result else {
+            Issue.record("expected a failure")
+            return
+        }
         #expect(failure.kind == .definitive && failure.reason == "invalid_client")
     }
 }

@@ -21,7 +21,8 @@ struct HTTPTransportTests {
     @Test func aGetAnswersStatusLowerCaseHeadersAndBody() async throws {
         let server = try LocalServer { request, connection in
             #expect(request.hasPrefix("GET /things?x=1 HTTP/1.1\r\n"))
-            connection.send("HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nX-Twice: a\r\nX-Twice: b\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
+            connection.send(
+                "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nX-Twice: a\r\nX-Twice: b\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
         }
         let answer = try await get(server, "/things?x=1").get()
         #expect(answer["status"] == 201)
@@ -38,8 +39,10 @@ struct HTTPTransportTests {
             #expect(!request.lowercased().contains("expect: 100-continue"))
             connection.send("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
         }
-        let answer = try await client.perform(["method": "POST", "url": .string(server.url + "/token"),
-                                               "form": ["grant_type": "authorization_code", "code": "a b"]]).get()
+        let answer = try await client.perform([
+            "method": "POST", "url": .string(server.url + "/token"),
+            "form": ["grant_type": "authorization_code", "code": "a b"],
+        ]).get()
         #expect(answer["status"] == 200)
     }
 
@@ -218,7 +221,7 @@ final class LocalServer: @unchecked Sendable {
 
     static func unusedPort() throws -> UInt16 {
         let server = try LocalServer { _, _ in }
-        return server.port   // closed again when `server` is released here
+        return server.port // closed again when `server` is released here
     }
 
     private static func readRequest(_ fd: Int32) -> String {
@@ -227,7 +230,8 @@ final class LocalServer: @unchecked Sendable {
         while true {
             if let head = bytes.firstRange(of: Array("\r\n\r\n".utf8)) {
                 let text = String(decoding: bytes[..<head.lowerBound], as: UTF8.self).lowercased()
-                let length = text.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
+                let length =
+                    text.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
                     .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
                 if bytes.count >= head.upperBound + length { break }
             }

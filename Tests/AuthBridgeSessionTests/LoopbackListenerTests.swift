@@ -87,8 +87,10 @@ struct LoopbackListenerTests {
         #expect(await firstOf(waiting, orNilAfter: .seconds(20)) == "http://127.0.0.1:\(listener.port)/callback?state=s1&code=real")
     }
 
-    @Test(arguments: [("POST /callback HTTP/1.1\r\n\r\n", "400"), ("GET /callback?state=other HTTP/1.1\r\n\r\n", "400"),
-                      ("GET /<20000 characters>", "431")])
+    @Test(arguments: [
+        ("POST /callback HTTP/1.1\r\n\r\n", "400"), ("GET /callback?state=other HTTP/1.1\r\n\r\n", "400"),
+        ("GET /<20000 characters>", "431"),
+    ])
     func strayRequestsAreAnsweredAndIgnored(_ text: String, _ status: String) async throws {
         let request = text.replacingOccurrences(of: "<20000 characters>", with: String(repeating: "a", count: 20_000))
         let listener = try LoopbackListener()
@@ -119,7 +121,10 @@ extension String {
 func firstOf(_ task: Task<String?, Never>, orNilAfter limit: Duration) async -> String? {
     await withTaskGroup(of: String?.self) { group in
         group.addTask { await task.value }
-        group.addTask { try? await Task.sleep(for: limit); return nil }
+        group.addTask {
+            try? await Task.sleep(for: limit)
+            return nil
+        }
         let first = await group.next() ?? nil
         group.cancelAll()
         return first
@@ -139,7 +144,10 @@ final class TestClient: Sendable, Equatable {
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard connected == 0 else { close(fd); return nil }
+        guard connected == 0 else {
+            close(fd)
+            return nil
+        }
         var limit = timeval(tv_sec: 20, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         self.fd = fd

@@ -77,15 +77,16 @@ struct SettingsValidatorTests {
         #expect(problem.message == "is required by this plugin")
     }
 
-    @Test(arguments: [
-        ("clientId", 42, "must be of type string, not integer"),
-        ("port", "8080", "must be of type integer, not string"),
-        ("port", 1.5, "must be of type integer, not number"),
-        ("ratio", "x", "must be of type number, not string"),
-        ("pkce", "yes", "must be of type boolean, not string"),
-        ("scopes", "openid", "must be of type array, not string"),
-        ("extra", [1], "must be of type object, not array"),
-    ] as [(String, JSON, String)])
+    @Test(
+        arguments: [
+            ("clientId", 42, "must be of type string, not integer"),
+            ("port", "8080", "must be of type integer, not string"),
+            ("port", 1.5, "must be of type integer, not number"),
+            ("ratio", "x", "must be of type number, not string"),
+            ("pkce", "yes", "must be of type boolean, not string"),
+            ("scopes", "openid", "must be of type array, not string"),
+            ("extra", [1], "must be of type object, not array"),
+        ] as [(String, JSON, String)])
     func aSettingOfTheWrongTypeIsNamed(_ key: String, _ value: JSON, _ message: String) throws {
         var settings: [String: JSON] = ["clientId": "c1"]
         settings[key] = value
@@ -95,8 +96,10 @@ struct SettingsValidatorTests {
     }
 
     @Test func matchingSettingsPass() {
-        let settings: JSON = ["clientId": "c1", "port": 8080, "ratio": 1, "pkce": true, "scopes": ["openid"],
-                              "extra": [:], "free": [1, "two"], "unknown": .null]
+        let settings: JSON = [
+            "clientId": "c1", "port": 8080, "ratio": 1, "pkce": true, "scopes": ["openid"],
+            "extra": [:], "free": [1, "two"], "unknown": .null,
+        ]
         #expect(SettingsValidator.problem(in: settings, schema: schema) == nil)
         #expect(SettingsValidator.problem(in: ["port": 2.0, "clientId": "c"], schema: schema) == nil)
         #expect(SettingsValidator.problem(in: ["anything": 1], schema: nil) == nil)
@@ -157,9 +160,10 @@ struct ConfigurationLoaderTests {
             return
         }
         #expect(loaded.profiles.map(\.name) == ["a", "b"])
-        #expect(loaded.warnings == [
-            "\(path): unknown key \"profile\" (ignored; the file's only key is \"profiles\")",
-            "\(path): profile \"b\": unknown key \"setings\" (ignored; a profile has \"plugin\" and \"settings\")",
-        ])
+        #expect(
+            loaded.warnings == [
+                "\(path): unknown key \"profile\" (ignored; the file's only key is \"profiles\")",
+                "\(path): profile \"b\": unknown key \"setings\" (ignored; a profile has \"plugin\" and \"settings\")",
+            ])
     }
 }

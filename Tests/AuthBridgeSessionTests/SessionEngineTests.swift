@@ -221,8 +221,10 @@ final class EventLog: Sendable {
 }
 
 /// An engine with profile "work" on the Swift test plugin, loaded from a private copy.
-func withEngine(settings: JSON = ["clientId": "c1"],
-                _ body: (SessionEngine, EventLog, SessionStore) async throws -> Void) async throws {
+func withEngine(
+    settings: JSON = ["clientId": "c1"],
+    _ body: (SessionEngine, EventLog, SessionStore) async throws -> Void
+) async throws {
     let folder = try TemporaryFolder()
     defer { folder.remove() }
     try installSwiftTestPlugin(into: folder.path)
@@ -231,10 +233,10 @@ func withEngine(settings: JSON = ["clientId": "c1"],
     let plugin = try #require(reports.first?.plugin, "the Swift test plugin did not load: \(reports.map(\.json))")
     let events = EventLog()
     let store = SessionStore.inMemory()
-    let engine = SessionEngine(plugins: [plugin], profiles: [Profile(name: "work", plugin: "swifttest", settings: settings, source: .config)],
-                               store: store, logger: logger,
-                               installation: { ["id": "test-installation", "name": "test"] }, emit: events.sink)
+    let engine = SessionEngine(
+        plugins: [plugin], profiles: [Profile(name: "work", plugin: "swifttest", settings: settings, source: .config)],
+        store: store, logger: logger,
+        installation: { ["id": "test-installation", "name": "test"] }, emit: events.sink)
     try await body(engine, events, store)
     plugin.shutdown()
 }
-

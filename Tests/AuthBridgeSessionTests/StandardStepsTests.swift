@@ -27,12 +27,17 @@ struct TokenResponseTests {
     }
 
     @Test func aSuccessfulAnswerBecomesATokenSet() throws {
-        let tokens = try tokens(200, #"""
+        let tokens = try tokens(
+            200,
+            #"""
             {"access_token":"at","token_type":"bearer","expires_in":3600,"refresh_token":"rt",
              "id_token":"idt","scope":"openid email"}
             """#)
-        #expect(tokens == ["accessToken": "at", "tokenType": "Bearer", "expiresAt": .int(now + 3_600_000),
-                           "refreshToken": "rt", "idToken": "idt", "scope": "openid email"])
+        #expect(
+            tokens == [
+                "accessToken": "at", "tokenType": "Bearer", "expiresAt": .int(now + 3_600_000),
+                "refreshToken": "rt", "idToken": "idt", "scope": "openid email",
+            ])
         #expect(TokenSet(json: tokens)?.expiresAt == now + 3_600_000)
     }
 
@@ -48,15 +53,19 @@ struct TokenResponseTests {
     }
 
     @Test func unknownMembersAreKeptAsExtrasButNeverTheTokenFields() throws {
-        let tokens = try tokens(200, #"""
+        let tokens = try tokens(
+            200,
+            #"""
             {"access_token":"at","refresh_token":"rt","id_token":"it","token_type":"Bearer","scope":"api",
              "expires_in":60,"instance_url":"https://na1.example","issued_at":"1700000000000","signature":"sig"}
             """#)
         #expect(tokens["extras"] == ["instance_url": "https://na1.example", "issued_at": "1700000000000", "signature": "sig"])
     }
 
-    @Test(arguments: [#"{"token_type":"bearer"}"#, #"{"access_token":""}"#, #"{"access_token":42}"#,
-                      "<html>oops</html>", "", "[]"])
+    @Test(arguments: [
+        #"{"token_type":"bearer"}"#, #"{"access_token":""}"#, #"{"access_token":42}"#,
+        "<html>oops</html>", "", "[]",
+    ])
     func aSuccessStatusWithoutAnAccessTokenIsTransient(_ body: String) {
         let failure = failure(200, body)
         #expect(failure?.kind == .transient)
@@ -64,9 +73,10 @@ struct TokenResponseTests {
         #expect(failure?.status == 200)
     }
 
-    @Test(arguments: [
-        (400, "invalid_grant"), (400, "unauthorized_client"), (401, "invalid_client"), (400, "access_denied"),
-    ] as [(Int64, String)])
+    @Test(
+        arguments: [
+            (400, "invalid_grant"), (400, "unauthorized_client"), (401, "invalid_client"), (400, "access_denied"),
+        ] as [(Int64, String)])
     func theProvidersRefusalsAreDefinitive(_ status: Int64, _ error: String) {
         let failure = failure(status, #"{"error":"\#(error)","error_description":"refresh token code=abc123 expired"}"#)
         #expect(failure?.kind == .definitive)
@@ -121,7 +131,8 @@ struct StandardRequestStepsTests {
             "redirectUri": "http://127.0.0.1:8400/cb?x=1", "scopes": ["openid", "email"], "state": "s&t=1",
             "nonce": "n+1", "codeChallenge": "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM", "loginHint": "zoë@example.com",
         ]
-        let result = StandardSteps.beginSignIn(input, config: config.setting("extraAuthorizationParams", ["prompt": "select account", "audience": "api"]))
+        let result = StandardSteps.beginSignIn(
+            input, config: config.setting("extraAuthorizationParams", ["prompt": "select account", "audience": "api"]))
         let text = try #require(try result.get()["url"]?.stringValue)
         #expect(text.hasPrefix("https://idp.example/oauth2/authorize?response_type=code&client_id=client%20one&"))
         #expect(text.contains("redirect_uri=http%3A%2F%2F127.0.0.1%3A8400%2Fcb%3Fx%3D1"))
@@ -141,9 +152,13 @@ struct StandardRequestStepsTests {
     /// authorization request (PKCE, state, the redirect).
     @Test(arguments: ["state", "redirect_uri", "code_challenge_method", "code_challenge", "nonce", "response_type", "client_id"])
     func extraParametersMustNotSetTheHostsOwn(_ name: String) {
-        let result = StandardSteps.beginSignIn(["state": "s", "codeChallenge": "c"],
-                                               config: config.setting("extraAuthorizationParams", .object([name: "plain"])))
-        guard case .failure(let failure) = result else { Issue.record("\(name) was accepted"); return }
+        let result = StandardSteps.beginSignIn(
+            ["state": "s", "codeChallenge": "c"],
+            config: config.setting("extraAuthorizationParams", .object([name: "plain"])))
+        guard case .failure(let failure) = result else {
+            Issue.record("\(name) was accepted")
+            return
+        }
         #expect(failure.kind == .configuration && failure.reason == "invalidSettings" && failure.message.contains(name))
     }
 
@@ -173,7 +188,8 @@ struct StandardRequestStepsTests {
     @Test(arguments: ["http://idp.example/authorize", "http://localhost:8080/authorize", "ftp://idp.example/"])
     func insecureEndpointsAreAConfigurationError(_ endpoint: String) {
         guard case .failure(let failure) = StandardSteps.beginSignIn([:], config: config.setting("authorizationEndpoint", .string(endpoint))) else {
-            Issue.record("accepted \(endpoint)"); return
+            Issue.record("accepted \(endpoint)")
+            return
         }
         #expect(failure.kind == .configuration)
         #expect(failure.reason == "insecureUrl")
@@ -185,11 +201,14 @@ struct StandardRequestStepsTests {
     }
 
     @Test func missingSettingsAreNamed() {
-        for (config, setting) in [(config.setting("authorizationEndpoint", nil), "authorizationEndpoint"),
-                                  (config.setting("authorizationEndpoint", "not a url"), "authorizationEndpoint"),
-                                  (config.setting("clientId", nil), "clientId")] {
+        for (config, setting) in [
+            (config.setting("authorizationEndpoint", nil), "authorizationEndpoint"),
+            (config.setting("authorizationEndpoint", "not a url"), "authorizationEndpoint"),
+            (config.setting("clientId", nil), "clientId"),
+        ] {
             guard case .failure(let failure) = StandardSteps.beginSignIn([:], config: config) else {
-                Issue.record("no failure without \(setting)"); continue
+                Issue.record("no failure without \(setting)")
+                continue
             }
             #expect(failure.kind == .configuration && failure.reason == "missingSetting")
             #expect(failure.message.contains("\"\(setting)\""))
@@ -228,13 +247,17 @@ struct StandardRequestStepsTests {
     }
 
     @Test func authorizeRequestFailures() {
-        guard case .failure(let relative) = StandardSteps.authorizeRequest(
-            ["tokens": ["accessToken": "t"], "request": ["url": "/v1/me"]], config: [:]) else {
-            Issue.record("a relative URL without apiBaseUrl was accepted"); return
+        guard
+            case .failure(let relative) = StandardSteps.authorizeRequest(
+                ["tokens": ["accessToken": "t"], "request": ["url": "/v1/me"]], config: [:])
+        else {
+            Issue.record("a relative URL without apiBaseUrl was accepted")
+            return
         }
         #expect(relative.kind == .configuration && relative.reason == "relativeUrl")
         guard case .failure(let noTokens) = StandardSteps.authorizeRequest(["request": ["url": "https://a.example/"]], config: [:]) else {
-            Issue.record("a request without tokens was authorized"); return
+            Issue.record("a request without tokens was authorized")
+            return
         }
         #expect(noTokens.kind == .definitive && noTokens.reason == "noTokens")
     }

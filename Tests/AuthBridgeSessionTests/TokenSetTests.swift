@@ -5,8 +5,9 @@ import Testing
 
 @Suite("Token sets and the memory store")
 struct TokenSetTests {
-    private let full = TokenSet(accessToken: "at-1", refreshToken: "rt-1", tokenType: "Bearer", expiresAt: 1_700_000_000_000,
-                                idToken: "id-1", scope: "openid email", extras: ["instance_url": "https://na1.example", "n": 2])
+    private let full = TokenSet(
+        accessToken: "at-1", refreshToken: "rt-1", tokenType: "Bearer", expiresAt: 1_700_000_000_000,
+        idToken: "id-1", scope: "openid email", extras: ["instance_url": "https://na1.example", "n": 2])
 
     @Test func theMinimumValidityIsCappedAtHalfTheLifetime() {
         let brief = TokenSet(accessToken: "a", expiresAt: 10_000, obtainedAt: 5_000)
@@ -120,17 +121,22 @@ struct TokenSetTests {
                 "has space": "x", "9lives": "x", "": "x",
             ],
         ])!
-        #expect(tokens.details == ["instanceUrl": "https://acme.my.salesforce.com", "issuedAt": 1_700_000_000_000,
-                                   "sandbox": false, "site": .null])
+        #expect(
+            tokens.details == [
+                "instanceUrl": "https://acme.my.salesforce.com", "issuedAt": 1_700_000_000_000,
+                "sandbox": false, "site": .null,
+            ])
     }
 
     @Test func aRefreshMergesDetailsAndScreensThemAgainstTheNewTokens() {
-        let old = TokenSet(accessToken: "access-1", refreshToken: "refresh-1",
-                           details: ["instanceUrl": "https://na1.example", "orgId": "00D"])
+        let old = TokenSet(
+            accessToken: "access-1", refreshToken: "refresh-1",
+            details: ["instanceUrl": "https://na1.example", "orgId": "00D"])
         let fresh = TokenSet(accessToken: "access-2", details: ["instanceUrl": "https://na2.example", "copy": "was refresh-1"])
         let merged = old.updated(with: fresh)
-        #expect(merged.details == ["instanceUrl": "https://na2.example", "orgId": "00D"],
-                "new values win; a value holding the kept refresh token is dropped")
+        #expect(
+            merged.details == ["instanceUrl": "https://na2.example", "orgId": "00D"],
+            "new values win; a value holding the kept refresh token is dropped")
     }
 
     /// A record the vault opens but that holds no tokens cannot be used: before, every call on

@@ -20,7 +20,7 @@ struct HelperLibraryTests {
             "The HTTP transport library (libAuthBridgeHTTP.so) is not installed next to authbridge."
         ),
         ("The ID-token verifier (libAuthBridgeJWT.so)", "The ID-token verifier (libAuthBridgeJWT.so) is not installed next to authbridge."),
-        ("The keyring helper libAuthBridgeKeyring.so", "The keyring helper libAuthBridgeKeyring.so is not installed next to authbridge.")
+        ("The keyring helper libAuthBridgeKeyring.so", "The keyring helper libAuthBridgeKeyring.so is not installed next to authbridge."),
     ])
     func aMissingLibraryIsReportedAsNotInstalled(description: String, message: String) throws {
         let folder = try TemporaryFolder()

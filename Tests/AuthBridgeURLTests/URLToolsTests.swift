@@ -108,8 +108,10 @@ struct FormEncodingTests {
 @Suite("Base64url and constant-time comparison")
 struct Base64URLTests {
     /// RFC 4648 §10, without padding.
-    @Test(arguments: [("", ""), ("f", "Zg"), ("fo", "Zm8"), ("foo", "Zm9v"), ("foob", "Zm9vYg"),
-                      ("fooba", "Zm9vYmE"), ("foobar", "Zm9vYmFy")])
+    @Test(arguments: [
+        ("", ""), ("f", "Zg"), ("fo", "Zm8"), ("foo", "Zm9v"), ("foob", "Zm9vYg"),
+        ("fooba", "Zm9vYmE"), ("foobar", "Zm9vYmFy"),
+    ])
     func rfc4648Vectors(_ input: String, _ expected: String) {
         #expect(Base64URL.encode(Array(input.utf8)) == expected)
     }
@@ -135,8 +137,8 @@ struct Base64URLTests {
 struct URLQueryTests {
     @Test func parametersAreReadByNameAndFormDecoded() throws {
         let query = try #require(URLQuery(url: "https://duke.example/app/ios/token?netid=ab123&session_token=s%2B1&access_token=a+b%20c#frag"))
-        #expect(query.value("access_token") == "a b c")  // `+` is a space (RFC 6749 appendix B)
-        #expect(query.value("session_token") == "s+1")   // a plus is written %2B
+        #expect(query.value("access_token") == "a b c") // `+` is a space (RFC 6749 appendix B)
+        #expect(query.value("session_token") == "s+1") // a plus is written %2B
         #expect(query.value("missing") == nil)
         #expect(query.count("netid") == 1 && query.count("missing") == 0)
         #expect(try #require(URLQuery(url: "https://x.example/")).items.isEmpty)
@@ -145,8 +147,8 @@ struct URLQueryTests {
 
     @Test(arguments: [
         ("caf%C3%A9", "café"),
-        ("%e2%82%ac", "€"),      // lower-case hex digits
-        ("%25", "%"),            // an escaped '%'
+        ("%e2%82%ac", "€"), // lower-case hex digits
+        ("%25", "%"), // an escaped '%'
         ("", ""),
     ])
     func wellFormedEscapesAreDecoded(encoded: String, decoded: String) throws {
@@ -156,14 +158,14 @@ struct URLQueryTests {
     /// A query that is not well formed is refused as a whole, whichever parameter holds the broken
     /// escape: keeping the '%' would store a value nobody issued.
     @Test(arguments: [
-        "v=ab%ZZcd",             // not hex
-        "v=abc%4",               // cut short at the end
+        "v=ab%ZZcd", // not hex
+        "v=abc%4", // cut short at the end
         "v=%",
-        "v=%%41",                // the first '%' starts no escape
+        "v=%%41", // the first '%' starts no escape
         "v=%4g1",
-        "v=ok&other=%zz",        // in a parameter nobody asked for
-        "na%2me=x&v=ok",         // in a name
-        "v=ok&flag%",            // a name without a value
+        "v=ok&other=%zz", // in a parameter nobody asked for
+        "na%2me=x&v=ok", // in a name
+        "v=ok&flag%", // a name without a value
     ])
     func malformedEscapesRefuseTheQuery(query: String) {
         #expect(URLQuery(url: "https://x.example/cb?\(query)#%zz") == nil)
@@ -201,8 +203,8 @@ struct Base64Tests {
             let bytes = (0..<length).map { UInt8(truncatingIfNeeded: $0 * 37 + 250) }
             #expect(Base64URL.decode(Array(Base64URL.encode(bytes).utf8)) == bytes)
         }
-        #expect(Base64URL.decode(Array("Zg==".utf8)) == nil)  // padding is refused
-        #expect(Base64URL.decode(Array("Z".utf8)) == nil)     // an impossible length
-        #expect(Base64URL.decode(Array("+/".utf8)) == nil)    // the standard alphabet's characters
+        #expect(Base64URL.decode(Array("Zg==".utf8)) == nil) // padding is refused
+        #expect(Base64URL.decode(Array("Z".utf8)) == nil) // an impossible length
+        #expect(Base64URL.decode(Array("+/".utf8)) == nil) // the standard alphabet's characters
     }
 }

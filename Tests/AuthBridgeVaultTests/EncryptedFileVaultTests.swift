@@ -47,7 +47,7 @@ final class EncryptedFileVaultTests: Sendable {
         try await vault.save(record("home"))
         let path = vault.recordPath("work")
         var torn = bytes(path)
-        torn.removeLast(torn.count / 3)   // a torn write
+        torn.removeLast(torn.count / 3) // a torn write
         try writeAtomically(torn, to: path)
         await #expect(throws: VaultError.self) { try await vault.load("work") }
         do { _ = try await vault.load("work") } catch {}
@@ -79,11 +79,15 @@ final class EncryptedFileVaultTests: Sendable {
 
     /// The service secret goes through HKDF, which adds no work against guessing: only a
     /// random key of full strength is accepted (before: any 16 characters).
-    @Test(arguments: ["correct horse battery staple 1", "a-long-random-service-secret-1234",
-                      String(repeating: "0", count: 64), String(repeating: "ab", count: 32),
-                      String(repeating: "A", count: 43), "c2hvcnQ="])
+    @Test(arguments: [
+        "correct horse battery staple 1", "a-long-random-service-secret-1234",
+        String(repeating: "0", count: 64), String(repeating: "ab", count: 32),
+        String(repeating: "A", count: 43), "c2hvcnQ=",
+    ])
     func aSecretWeakerThanARandom32ByteKeyIsRefused(_ secret: String) async throws {
-        let error = await #expect(throws: VaultError.self, "a weak secret opened the vault") { try await make(scratch, key: .secret(secret)).save(record("work")) }
+        let error = await #expect(throws: VaultError.self, "a weak secret opened the vault") {
+            try await make(scratch, key: .secret(secret)).save(record("work"))
+        }
         #expect(error?.reason == .noKey)
         #expect(error?.message.contains("AUTHBRIDGE_VAULT_KEY") == true && error?.message.contains("base64") == true)
         #expect(error?.message.contains(secret) == false)
@@ -229,7 +233,7 @@ final class EncryptedFileVaultTests: Sendable {
         try await vault.save(record("work"))
         try writeAtomically(Array("torn".utf8), to: vault.recordPath("work"))
         let loaded = try await vault.withExclusiveAccess(to: "work") { () async throws -> Task<VaultRecord?, any Error> in
-            let reader = Task { try await make(scratch).load("work") }   // another opener, as another process would be
+            let reader = Task { try await make(scratch).load("work") } // another opener, as another process would be
             // The reader has found the damage once it waits for the lock (bounded: /proc/locks shows the waiter).
             try await waitForLockWaiter(scratch.path + "/vault/locks/" + EncryptedFileVault.fileStem("work") + ".lock")
             try await vault.save(record("work", token: "fresh"))
@@ -246,7 +250,10 @@ final class EncryptedFileVaultTests: Sendable {
         try await vault.save(record("work"))
         try writeAtomically(Array("torn".utf8), to: vault.recordPath("work"))
         let outcome = try await vault.withExclusiveAccess(to: "work") { () async throws -> String in
-            do { _ = try await vault.load("work"); return "loaded" } catch let error as VaultError { return error.reason.rawValue }
+            do {
+                _ = try await vault.load("work")
+                return "loaded"
+            } catch let error as VaultError { return error.reason.rawValue }
         }
         #expect(outcome == "corruptRecord")
         #expect(listFolder(scratch.path + "/vault/quarantine").count == 1)

@@ -71,7 +71,7 @@ final class VaultBehaviourTests: Sendable {
         #expect(try await vault.profiles() == ["héllo / ☃", "work"])
         try await vault.delete("work")
         #expect(try await vault.load("work") == nil)
-        try await vault.delete("work")  // deleting nothing is fine
+        try await vault.delete("work") // deleting nothing is fine
         #expect(try await vault.profiles() == ["héllo / ☃"])
         try await vault.delete("héllo / ☃")
     }
@@ -106,7 +106,7 @@ extension VaultBehaviourTests {
     @Test(arguments: Backend.available)
     func aSaveOverTheRecordLimitIsRefusedAndNothingIsWritten(_ backend: Backend) async throws {
         let vault = backend.make(in: scratch)
-        let work = "limit-\(UInt32.random(in: .min ... .max))"   // one keyring serves every test at once
+        let work = "limit-\(UInt32.random(in: .min ... .max))" // one keyring serves every test at once
         try await vault.save(record(work))
         let huge = VaultRecord(profile: work, account: "ada", secret: ["tokens": ["accessToken": .string(String(repeating: "a", count: 1 << 20))]])
         let error = await #expect(throws: VaultError.self, "a record over the limit was stored") { try await vault.save(huge) }
@@ -125,11 +125,13 @@ extension VaultBehaviourTests {
     @Test(arguments: Backend.available)
     func aRecordItsReaderRejectsIsSetAsideOnce(_ backend: Backend) async throws {
         let vault = backend.make(in: scratch)
-        let suffix = UInt32.random(in: .min ... .max)   // one keyring serves every test at once
+        let suffix = UInt32.random(in: .min ... .max) // one keyring serves every test at once
         let odd = "odd-\(suffix)", fine = "fine-\(suffix)"
         try await vault.save(record(odd))
         try await vault.save(record(fine))
-        let error = await #expect(throws: VaultError.self, "a rejected record must be reported") { _ = try await vault.load(odd, validate: { _ in "it holds no tokens" }) }
+        let error = await #expect(throws: VaultError.self, "a rejected record must be reported") {
+            _ = try await vault.load(odd, validate: { _ in "it holds no tokens" })
+        }
         #expect(error?.reason == .corruptRecord && error?.message.contains("it holds no tokens") == true)
         #expect(try await vault.load(odd) == nil)
         #expect(try await vault.load(fine) == record(fine))

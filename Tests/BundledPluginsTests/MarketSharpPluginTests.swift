@@ -29,8 +29,12 @@ struct MarketSharpPluginTests {
 
     @Test func aTokenAnswerBecomesASessionWithTheDefaultLifetimes() throws {
         let now: Int64 = 1_000_000
-        let answer: JSON = ["tokens": ["accessToken": "a", "refreshToken": "r",
-                                       "extras": ["companyId": 42, "userId": "u7", "userName": "Ada", "refresh_token_expires_in": "60"]]]
+        let answer: JSON = [
+            "tokens": [
+                "accessToken": "a", "refreshToken": "r",
+                "extras": ["companyId": 42, "userId": "u7", "userName": "Ada", "refresh_token_expires_in": "60"],
+            ]
+        ]
         let result = try MarketSharpPlugin.completed(answer, previous: nil, now: now)
         #expect(result["tokens"]?["expiresAt"]?.intValue == now + MarketSharpPlugin.accessLifetimeMilliseconds)
         #expect(result["tokens"]?["extras"]?["refreshTokenExpiresAt"]?.intValue == now + 60_000)

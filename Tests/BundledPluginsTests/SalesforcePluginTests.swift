@@ -37,9 +37,9 @@ struct SalesforcePluginTests {
     @Test(arguments: [
         "https://na1.salesforce.com", "https://acme.my.salesforce.com", "https://acme.lightning.force.com",
         "https://acme--uat.sandbox.my.salesforce.com", "https://acme.my.salesforce.mil", "https://acme.my-salesforce.com",
-        "https://login.example.org",  // the login host itself
+        "https://login.example.org", // the login host itself
         "https://api.agency.example.gov", // under a domain of instanceDomains
-        "http://127.0.0.1:8443",       // loopback (tests); as login host
+        "http://127.0.0.1:8443", // loopback (tests); as login host
     ])
     func trustedInstances(instance: String) {
         let config: JSON = ["loginHost": "https://login.example.org", "instanceDomains": ["agency.example.gov"]]

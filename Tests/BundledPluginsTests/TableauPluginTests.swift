@@ -44,7 +44,8 @@ struct TableauPluginTests {
         let plain = TableauPlugin.refusal("invalid_grant", description: "session expired", status: 400)
         #expect(plain.kind == .definitive && plain.reason == "invalid_grant")
         #expect(plain.message == "Tableau refused the tokens (invalid_grant): session expired")
-        let object = TableauPlugin.refusal(["code": "connected_clients_disabled", "message": "disabled by an administrator"], description: nil, status: 401)
+        let object = TableauPlugin.refusal(
+            ["code": "connected_clients_disabled", "message": "disabled by an administrator"], description: nil, status: 401)
         #expect(object.reason == "connected_clients_disabled" && object.message.hasSuffix(": disabled by an administrator"))
         let numeric = TableauPlugin.refusal(["code": 16], description: nil, status: 400)
         #expect(numeric.reason == "invalid_grant" && numeric.message == "Tableau refused the tokens (16)")

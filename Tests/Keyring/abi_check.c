@@ -9,8 +9,8 @@
 #include "../../Sources/CAuthBridgeKeyring/secret_abi.h"
 
 #define SAME_SIZE(ours, theirs) _Static_assert(sizeof(ours) == sizeof(theirs), #ours " differs from " #theirs)
-#define SAME_FIELD(ours, theirs, ofield, tfield)                                                        \
-    _Static_assert(offsetof(ours, ofield) == offsetof(theirs, tfield), #ours "." #ofield " moved");    \
+#define SAME_FIELD(ours, theirs, ofield, tfield)                                                    \
+    _Static_assert(offsetof(ours, ofield) == offsetof(theirs, tfield), #ours "." #ofield " moved"); \
     _Static_assert(sizeof(((ours *)0)->ofield) == sizeof(((theirs *)0)->tfield), #ours "." #ofield " resized")
 
 SAME_SIZE(AB_gboolean, gboolean);
@@ -32,7 +32,8 @@ SAME_FIELD(AB_SecretSchema, SecretSchema, attributes, attributes);
 SAME_FIELD(AB_SecretSchema, SecretSchema, reserved, reserved);
 SAME_FIELD(AB_SecretSchema, SecretSchema, reserved7, reserved7);
 _Static_assert((int)AB_SECRET_SCHEMA_NONE == (int)SECRET_SCHEMA_NONE, "SECRET_SCHEMA_NONE");
-_Static_assert((int)AB_SECRET_SCHEMA_ATTRIBUTE_STRING == (int)SECRET_SCHEMA_ATTRIBUTE_STRING, "SECRET_SCHEMA_ATTRIBUTE_STRING");
+_Static_assert((int)AB_SECRET_SCHEMA_ATTRIBUTE_STRING == (int)SECRET_SCHEMA_ATTRIBUTE_STRING,
+               "SECRET_SCHEMA_ATTRIBUTE_STRING");
 _Static_assert((int)AB_SECRET_SEARCH_ALL == (int)SECRET_SEARCH_ALL, "SECRET_SEARCH_ALL");
 
 /* The function types the helper resolves with dlsym, against the prototypes. */

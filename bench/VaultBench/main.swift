@@ -41,11 +41,15 @@ if arguments.contains("--secret-service"), let library = option("--keyring-lib")
 }
 
 // A realistic record: access + refresh token, expiry, provider extras.
-let secret: JSON = ["tokens": ["accessToken": .string(String(repeating: "a", count: 800)),
-                               "refreshToken": .string(String(repeating: "r", count: 64)),
-                               "tokenType": "Bearer", "expiresAt": 1_900_000_000_000,
-                               "extras": ["instance_url": "https://example.my.salesforce.com", "issued_at": "1700000000000"]],
-                    "account": ["id": "005xx000001Sv6AAAS", "name": "Ada Lovelace"]]
+let secret: JSON = [
+    "tokens": [
+        "accessToken": .string(String(repeating: "a", count: 800)),
+        "refreshToken": .string(String(repeating: "r", count: 64)),
+        "tokenType": "Bearer", "expiresAt": 1_900_000_000_000,
+        "extras": ["instance_url": "https://example.my.salesforce.com", "issued_at": "1700000000000"],
+    ],
+    "account": ["id": "005xx000001Sv6AAAS", "name": "Ada Lovelace"],
+]
 
 print("AuthBridge vault bench (\(rounds) rounds per backend; microseconds)")
 print("backend           save p50   save p90   load p50   load p90")
@@ -70,8 +74,10 @@ for (name, vault) in backends {
     }
     let row = [percentile(saves, 0.5), percentile(saves, 0.9), percentile(loads, 0.5), percentile(loads, 0.9)]
     print(name + String(repeating: " ", count: max(1, 16 - name.count)) + row.map { String(Int($0.rounded())).leftPad(11) }.joined())
-    figures[name] = ["save_p50_us": .double(row[0]), "save_p90_us": .double(row[1]),
-                     "load_p50_us": .double(row[2]), "load_p90_us": .double(row[3])]
+    figures[name] = [
+        "save_p50_us": .double(row[0]), "save_p90_us": .double(row[1]),
+        "load_p50_us": .double(row[2]), "load_p90_us": .double(row[3]),
+    ]
 }
 print("BENCH_JSON " + JSON.object(["vault": .object(figures), "rounds": .int(Int64(rounds))]).serializedString(sortKeys: true))
 

@@ -60,7 +60,7 @@
 #define REVOKE_TIMEOUT_MS 10000
 
 /* A callback whose query has a broken percent-escape (RFC 3986 §2.1). */
-#define MALFORMED_CALLBACK \
+#define MALFORMED_CALLBACK                                                                                   \
     "The Duke sign-in ended at a token URL that is not well formed (a '%' not followed by two hex digits); " \
     "nothing was stored. Sign in again."
 
@@ -108,8 +108,8 @@ static int is_path_segment(const char *s)
         return 0;
     for (; *s; s++) {
         char c = *s;
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-              c == '.' || c == '_' || c == '~'))
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+              c == '_' || c == '~'))
             return 0;
     }
     return 1;
@@ -132,11 +132,16 @@ static unsigned char *base64url_decode(const char *src, size_t n, size_t *outlen
     for (size_t i = 0; i < n; i++) {
         char c = src[i];
         int v;
-        if (c >= 'A' && c <= 'Z') v = c - 'A';
-        else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-        else if (c >= '0' && c <= '9') v = c - '0' + 52;
-        else if (c == '-') v = 62;
-        else if (c == '_') v = 63;
+        if (c >= 'A' && c <= 'Z')
+            v = c - 'A';
+        else if (c >= 'a' && c <= 'z')
+            v = c - 'a' + 26;
+        else if (c >= '0' && c <= '9')
+            v = c - '0' + 52;
+        else if (c == '-')
+            v = 62;
+        else if (c == '_')
+            v = 63;
         else {
             free(out);
             return NULL;
@@ -220,8 +225,9 @@ static json_t *token_result(const ab_host_api *host, ab_call *call, const char *
     json_t *claims = jwt_claims(access);
     int64_t expires_at = expiry_ms(claims);
     if (expires_at == 0)
-        ab_log_text(host, call, AB_LOG_NOTICE,
-               "duke: the access token carries no readable exp claim; its expiry is unknown (a 401 will renew it)");
+        ab_log_text(
+            host, call, AB_LOG_NOTICE,
+            "duke: the access token carries no readable exp claim; its expiry is unknown (a 401 will renew it)");
     json_t *tokens = json_pack("{s:s, s:s, s:o}", "accessToken", access, "tokenType", "Bearer", "expiresAt",
                                expires_at ? json_integer(expires_at) : json_null());
     if (tokens != NULL && session != NULL)
@@ -316,23 +322,16 @@ static ab_status duke_describe(ab_plugin *plugin, ab_call *call, ab_json input)
         "   s:{s:s, s:[s,s], s:s, s:s},"
         "   s:{s:s, s:s},"
         "   s:{s:s, s:s}}}}",
-        "displayName", "Duke University",
-        "flows", "external",
+        "displayName", "Duke University", "flows", "external",
         /* The authorizer's login page takes no state, so its callback carries none back. */
-        "callbackState", 0,
-        "capabilities", "revoke", "fetch",
-        "settings",
-            "type", "object",
-            "required", "clientName",
-            "properties",
-                "clientName", "type", "string",
-                    "description", "The OAuth client name registered with the mobile authorizer (a path segment: {base}{client}/ios/…)",
-                "environment", "type", "string", "enum", "production", "test", "default", "production",
-                    "description", "Which mobile authorizer: production (" DUKE_PRODUCTION_BASE ") or test (" DUKE_TEST_BASE ")",
-                "baseUrl", "type", "string",
-                    "description", "Overrides the environment's base URL (https; http only on a loopback IP, e.g. a simulator)",
-                "apiBaseUrl", "type", "string",
-                    "description", "Base for relative URLs given to fetch (the API that takes the Bearer token)");
+        "callbackState", 0, "capabilities", "revoke", "fetch", "settings", "type", "object", "required", "clientName",
+        "properties", "clientName", "type", "string", "description",
+        "The OAuth client name registered with the mobile authorizer (a path segment: {base}{client}/ios/…)",
+        "environment", "type", "string", "enum", "production", "test", "default", "production", "description",
+        "Which mobile authorizer: production (" DUKE_PRODUCTION_BASE ") or test (" DUKE_TEST_BASE ")", "baseUrl",
+        "type", "string", "description",
+        "Overrides the environment's base URL (https; http only on a loopback IP, e.g. a simulator)", "apiBaseUrl",
+        "type", "string", "description", "Base for relative URLs given to fetch (the API that takes the Bearer token)");
     return ab_reply_json(plugin->host, call, d);
 }
 
@@ -352,12 +351,13 @@ static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
     ab_status st;
 
     if (client == NULL) {
-        st = host->fail(call, "configuration", "missingSetting", "The duke profile needs the setting \"clientName\".", 0);
+        st = host->fail(call, "configuration", "missingSetting", "The duke profile needs the setting \"clientName\".",
+                        0);
         goto done;
     }
     if (!is_path_segment(client)) {
         st = host->fail(call, "configuration", "invalidSettings",
-                  "The setting \"clientName\" must be a path segment: letters, digits, '-', '.', '_' or '~'.", 0);
+                        "The setting \"clientName\" must be a path segment: letters, digits, '-', '.', '_' or '~'.", 0);
         goto done;
     }
     if (json_object_get(settings, "environment") != NULL && environment == NULL) {
@@ -373,13 +373,15 @@ static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
         base = DUKE_TEST_BASE;
     } else {
         st = host->fail(call, "configuration", "invalidSettings",
-                  "The setting \"environment\" must be \"production\" or \"test\".", 0);
+                        "The setting \"environment\" must be \"production\" or \"test\".", 0);
         goto done;
     }
     if (base_setting != NULL) {
         if (!is_secure_base(base_setting) || strpbrk(base_setting, "?#") != NULL) {
             st = host->fail(call, "configuration", "insecureUrl",
-                      "The setting \"baseUrl\" must be an https URL without user name or query (http only on a loopback IP address).", 0);
+                            "The setting \"baseUrl\" must be an https URL without user name or query (http only on a "
+                            "loopback IP address).",
+                            0);
             goto done;
         }
         base = base_setting;
@@ -394,14 +396,12 @@ static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
     while (n > 0 && base[n - 1] == '/')
         n--;
     int blen = (int)n;
-    json_t *config = json_pack(
-        "{s:s, s:s, s:o, s:o, s:o, s:o, s:o}",
-        "clientName", client, "environment", base_setting ? "custom" : environment,
-        "baseUrl", json_sprintf("%.*s/", blen, base),
-        "loginUrl", json_sprintf("%.*s/%s/ios/login", blen, base, client),
-        "callbackPrefix", json_sprintf("%.*s/%s/ios/token", blen, base, client),
-        "refreshUrl", json_sprintf("%.*s/%s/ios/refresh", blen, base, client),
-        "revokeUrl", json_sprintf("%.*s/%s/ios/revoke", blen, base, client));
+    json_t *config = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o}", "clientName", client, "environment",
+                               base_setting ? "custom" : environment, "baseUrl", json_sprintf("%.*s/", blen, base),
+                               "loginUrl", json_sprintf("%.*s/%s/ios/login", blen, base, client), "callbackPrefix",
+                               json_sprintf("%.*s/%s/ios/token", blen, base, client), "refreshUrl",
+                               json_sprintf("%.*s/%s/ios/refresh", blen, base, client), "revokeUrl",
+                               json_sprintf("%.*s/%s/ios/revoke", blen, base, client));
     if (config != NULL && api != NULL)
         json_object_set(config, "apiBaseUrl", api); /* the host's standard authorize_request reads it */
     st = ab_reply_json(host, call, config);
@@ -426,9 +426,10 @@ static ab_status duke_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json in
     ab_status st;
     if (flow == NULL || strcmp(flow, "external") != 0)
         st = host->fail(call, "configuration", "unsupported",
-                  "Duke's sign-in is a web page that ends at its own token URL: use the external flow.", 0);
+                        "Duke's sign-in is a web page that ends at its own token URL: use the external flow.", 0);
     else if (url == NULL || prefix == NULL)
-        st = host->fail(call, "configuration", "missingSetting", "The duke profile is not configured (no login URL).", 0);
+        st = host->fail(call, "configuration", "missingSetting", "The duke profile is not configured (no login URL).",
+                        0);
     else
         st = ab_reply_json(host, call, json_pack("{s:s, s:s}", "url", url, "callbackPrefix", prefix));
     json_decref(in);
@@ -559,11 +560,13 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
     ab_status st;
 
     if (url == NULL) {
-        st = host->fail(call, "configuration", "missingSetting", "The duke profile is not configured (no refresh URL).", 0);
+        st = host->fail(call, "configuration", "missingSetting", "The duke profile is not configured (no refresh URL).",
+                        0);
         goto done;
     }
     if (access == NULL || session == NULL) {
-        st = host->fail(call, "definitive", "noRefreshToken", "The Duke session has no session token; sign in again.", 0);
+        st = host->fail(call, "definitive", "noRefreshToken", "The Duke session has no session token; sign in again.",
+                        0);
         goto done;
     }
     st = post_with_tokens(host, call, url, access, session, REFRESH_TIMEOUT_MS, &response, &failure);
@@ -588,10 +591,11 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
         /* The authorizer refuses this access/session token pair: the session
          * is over (ended by Duke, expired, or logged out elsewhere). */
         st = host->fail(call, "definitive", "invalid_grant",
-                         "The Duke session has ended; sign in again with your NetID.", status);
+                        "The Duke session has ended; sign in again with your NetID.", status);
     } else if (status >= 500 || status == 429) {
         char message[120];
-        snprintf(message, sizeof message, "The Duke mobile authorizer is unavailable (HTTP %d); try again later.", status);
+        snprintf(message, sizeof message, "The Duke mobile authorizer is unavailable (HTTP %d); try again later.",
+                 status);
         st = host->fail(call, "transient", status == 429 ? "rateLimited" : "serverError", message, status);
     } else if (status < 200 || status > 299) {
         char message[120];
@@ -606,7 +610,7 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
         if (new_access == NULL || !is_token_text(new_access, strlen(new_access)) ||
             (new_session != NULL && !is_token_text(new_session, strlen(new_session)))) {
             st = host->fail(call, "transient", "badResponse",
-                             "The Duke mobile authorizer answered the refresh without a usable access token.", status);
+                            "The Duke mobile authorizer answered the refresh without a usable access token.", status);
         } else {
             /* Both are replaced; a missing session_token keeps the old one
              * (the host keeps refreshToken when the answer has none). */

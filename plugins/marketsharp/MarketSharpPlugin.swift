@@ -21,8 +21,10 @@ import AuthBridgePluginSDK
 struct MarketSharpPlugin: ProviderPlugin {
     static let id = "marketsharp"
     /// `revoke` is the host's standard RFC 7009 step (refresh token, then access token).
-    static let implementedHooks: Set<PluginHook>? = [.configure, .beginSignIn, .completeSignIn, .refresh, .checkSession,
-                                               .authorizeRequest, .classifyResponse]
+    static let implementedHooks: Set<PluginHook>? = [
+        .configure, .beginSignIn, .completeSignIn, .refresh, .checkSession,
+        .authorizeRequest, .classifyResponse,
+    ]
 
     static let defaultBaseURL = "https://restapi.marketsharpm.com"
     static let defaultScopes: [String] = ["api"]
@@ -44,16 +46,20 @@ struct MarketSharpPlugin: ProviderPlugin {
                 "type": "object",
                 "required": ["clientId"],
                 "properties": [
-                    "baseUrl": ["type": "string", "format": "uri", "default": .string(Self.defaultBaseURL),
-                                "description": "MarketSharp's REST API (https; http only on a loopback IP, for tests)"],
+                    "baseUrl": [
+                        "type": "string", "format": "uri", "default": .string(Self.defaultBaseURL),
+                        "description": "MarketSharp's REST API (https; http only on a loopback IP, for tests)",
+                    ],
                     "clientId": ["type": "string", "description": "The application's client id at MarketSharp (public client: no secret)"],
                     "scopes": ["type": "array", "items": ["type": "string"], "default": ["api"]],
                     "redirectUri": ["type": "string", "description": "The redirect URI registered for the client id (external flow)"],
                     "authorizationEndpoint": url.setting("description", "Default {baseUrl}/oauth/authorize (assumed)"),
                     "tokenEndpoint": url.setting("description", "Default {baseUrl}/token (assumed)"),
                     "revocationEndpoint": url.setting("description", "Default {baseUrl}/oauth/revoke (assumed)"),
-                    "licenseGracePeriodMs": ["type": "integer", "default": 5_000,
-                                             "description": "Host setting: how long a revoked-license message shows before the account is signed out"],
+                    "licenseGracePeriodMs": [
+                        "type": "integer", "default": 5_000,
+                        "description": "Host setting: how long a revoked-license message shows before the account is signed out",
+                    ],
                 ],
             ],
         ]
@@ -85,7 +91,8 @@ struct MarketSharpPlugin: ProviderPlugin {
 
     func beginSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         guard input["redirectUri"]?.stringValue != nil else {
-            throw .configuration("missingSetting", "The external flow needs the profile setting \"redirectUri\" (the redirect URI registered for the client id).")
+            throw .configuration(
+                "missingSetting", "The external flow needs the profile setting \"redirectUri\" (the redirect URI registered for the client id).")
         }
         // Plain OAuth 2.0, not OpenID Connect: no nonce (MarketSharp issues no ID token).
         return try call.standard(.beginSignIn, input.setting("nonce", nil))
@@ -127,8 +134,9 @@ struct MarketSharpPlugin: ProviderPlugin {
                 throw .definitive("licenseRevoked", problem.message, status: error.status)
             }
             if error.reason == "invalid_grant", let until = tokens["extras"]?["refreshTokenExpiresAt"]?.intValue, until <= call.now {
-                throw .definitive("expired", "Your MarketSharp sign-in has expired (unused for more than 396 days). Please sign in again.",
-                                  status: error.status)
+                throw .definitive(
+                    "expired", "Your MarketSharp sign-in has expired (unused for more than 396 days). Please sign in again.",
+                    status: error.status)
             }
             throw error
         }
@@ -177,7 +185,8 @@ struct MarketSharpPlugin: ProviderPlugin {
         if let expiresAt = tokens["expiresAt"]?.intValue, expiresAt <= call.now { return ["state": "expired"] }
         let config = input["profile"]?["config"] ?? [:]
         guard let base = config["baseUrl"]?.stringValue, let company = tokens["extras"]?["companyId"]?.stringValue,
-              let access = tokens["accessToken"]?.stringValue else { return ["state": "valid"] }
+            let access = tokens["accessToken"]?.stringValue
+        else { return ["state": "valid"] }
         // Ask MarketSharp who the user is: the answer tells a valid session, an
         // expired token (401), or a license that is gone (403, see classify).
         let response = try call.http([
@@ -188,7 +197,9 @@ struct MarketSharpPlugin: ProviderPlugin {
         case 200..<300: return ["state": "valid"]
         case 401: return ["state": "expired"]
         default:
-            if let problem = LicenseProblem(status: response.status, body: response.body) { return ["state": "licenseRevoked", "message": .string(problem.message)] }
+            if let problem = LicenseProblem(status: response.status, body: response.body) {
+                return ["state": "licenseRevoked", "message": .string(problem.message)]
+            }
             return ["state": "unknown", "message": .string("MarketSharp could not confirm the session (HTTP \(response.status)).")]
         }
     }
@@ -199,7 +210,8 @@ struct MarketSharpPlugin: ProviderPlugin {
         // Relative paths may name the user's company as {companyId}: frontends
         // do not hold it (it rides in the token answer, kept in extras).
         guard let url = input["request"]?["url"]?.stringValue, !ParsedURL.hasScheme(url),
-              let company = input["tokens"]?["extras"]?["companyId"]?.stringValue else {
+            let company = input["tokens"]?["extras"]?["companyId"]?.stringValue
+        else {
             return try call.standard(.authorizeRequest, input)
         }
         let request = (input["request"] ?? [:]).setting("url", .string(Self.fillCompany(url, company)))
@@ -211,7 +223,8 @@ struct MarketSharpPlugin: ProviderPlugin {
         if status == 401 { return ["outcome": "sessionExpired"] }
         // License answers count only when MarketSharp's API gave them.
         if let base = input["profile"]?["config"]?["baseUrl"]?.stringValue,
-           let url = input["request"]?["url"]?.stringValue, url == base || url.hasPrefix(base + "/") {
+            let url = input["request"]?["url"]?.stringValue, url == base || url.hasPrefix(base + "/")
+        {
             if let problem = LicenseProblem(status: status, body: input["response"]?["body"]?.stringValue ?? "") {
                 return ["outcome": "licenseRevoked", "message": .string(problem.message)]
             }
@@ -277,7 +290,8 @@ enum LicenseProblem {
     /// A 403 whose JSON body names a license problem (`errorCode`, or ASP.NET's `ErrorCode`).
     init?(status: Int, body text: String) {
         guard status == 403, let body = try? JSON.parse(text),
-              let code = (body["errorCode"] ?? body["ErrorCode"])?.stringValue else { return nil }
+            let code = (body["errorCode"] ?? body["ErrorCode"])?.stringValue
+        else { return nil }
         self.init(apiErrorCode: code)
     }
 

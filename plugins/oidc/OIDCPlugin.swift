@@ -26,8 +26,10 @@ struct OIDCPlugin: ProviderPlugin {
                     "authorizationEndpoint": url,
                     "tokenEndpoint": url,
                     "revocationEndpoint": url,
-                    "deviceAuthorizationEndpoint": ["type": "string", "format": "uri",
-                                                    "description": "RFC 8628 endpoint, when discovery does not list it"],
+                    "deviceAuthorizationEndpoint": [
+                        "type": "string", "format": "uri",
+                        "description": "RFC 8628 endpoint, when discovery does not list it",
+                    ],
                     "userinfoEndpoint": url,
                     "jwksUri": ["type": "string", "format": "uri", "description": "Keys that sign ID tokens (discovered with the issuer)"],
                     "clockSkewSeconds": ["type": "integer", "description": "Tolerance for ID-token exp and iat (default 60)"],

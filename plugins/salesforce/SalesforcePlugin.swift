@@ -65,17 +65,30 @@ struct SalesforcePlugin: ProviderPlugin {
                 "required": ["clientId"],
                 "properties": [
                     "clientId": ["type": "string", "description": "The connected app's consumer key"],
-                    "clientSecret": ["type": "string",
-                                     "description": "The consumer secret, only when the connected app requires it for the web-server and refresh flows (public apps use PKCE alone)"],
-                    "loginHost": ["type": "string",
-                                  "description": "\"production\" (https://login.salesforce.com, the default), \"sandbox\" (https://test.salesforce.com), or the org's My Domain login URL (https://acme.my.salesforce.com, or a bare host name)"],
+                    "clientSecret": [
+                        "type": "string",
+                        "description":
+                            "The consumer secret, only when the connected app requires it for the web-server and refresh flows (public apps use PKCE alone)",
+                    ],
+                    "loginHost": [
+                        "type": "string",
+                        "description":
+                            "\"production\" (https://login.salesforce.com, the default), \"sandbox\" (https://test.salesforce.com), or the org's My Domain login URL (https://acme.my.salesforce.com, or a bare host name)",
+                    ],
                     "redirectUri": ["type": "string", "description": "The connected app's callback URL (external flow)"],
-                    "scopes": ["type": "array", "items": ["type": "string"],
-                               "description": "OAuth scopes (default api refresh_token); refresh_token is always added"],
-                    "extraAuthorizationParams": ["type": "object",
-                                                 "description": "Added to the authorization URL, e.g. {\"prompt\": \"login\"} or {\"display\": \"touch\"}"],
-                    "instanceDomains": ["type": "array", "items": ["type": "string"],
-                                       "description": "Further domains the org's instance_url may be on (e.g. [\"example.gov\"]), besides Salesforce's own and the login host"],
+                    "scopes": [
+                        "type": "array", "items": ["type": "string"],
+                        "description": "OAuth scopes (default api refresh_token); refresh_token is always added",
+                    ],
+                    "extraAuthorizationParams": [
+                        "type": "object",
+                        "description": "Added to the authorization URL, e.g. {\"prompt\": \"login\"} or {\"display\": \"touch\"}",
+                    ],
+                    "instanceDomains": [
+                        "type": "array", "items": ["type": "string"],
+                        "description":
+                            "Further domains the org's instance_url may be on (e.g. [\"example.gov\"]), besides Salesforce's own and the login host",
+                    ],
                 ],
             ],
         ]
@@ -93,7 +106,8 @@ struct SalesforcePlugin: ProviderPlugin {
         if let given = settings["scopes"]?.arrayValue {
             for scope in given {
                 guard let text = scope.stringValue, !text.isEmpty, !text.contains(" ") else {
-                    throw .configuration("invalidSettings", "\"scopes\" must be a list of scope names without spaces (e.g. [\"api\", \"refresh_token\"]).")
+                    throw .configuration(
+                        "invalidSettings", "\"scopes\" must be a list of scope names without spaces (e.g. [\"api\", \"refresh_token\"]).")
                 }
                 scopes.append(text)
             }
@@ -133,17 +147,21 @@ struct SalesforcePlugin: ProviderPlugin {
     /// The `instanceDomains` setting: domain names, lower-cased, a leading `*.` or `.` dropped.
     static func instanceDomains(_ setting: JSON) throws(ProviderFailure) -> [String] {
         let problem = ProviderFailure.configuration(
-            "invalidSettings", "\"instanceDomains\" must be a list of domain names such as [\"example.gov\"] (a host on one of them, or under it, may be the org's instance_url).")
+            "invalidSettings",
+            "\"instanceDomains\" must be a list of domain names such as [\"example.gov\"] (a host on one of them, or under it, may be the org's instance_url)."
+        )
         guard let items = setting.arrayValue else { throw problem }
         var domains: [String] = []
         for item in items {
             guard var text = item.stringValue?.lowercased() else { throw problem }
             if text.hasPrefix("*.") { text.removeFirst(2) } else if text.hasPrefix(".") { text.removeFirst() }
             let labels = text.split(separator: ".", omittingEmptySubsequences: false)
-            guard labels.count >= 2, labels.allSatisfy({ label in
-                !label.isEmpty && label.count <= 63 && label.first != "-" && label.last != "-"
-                    && label.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }
-            }), labels.last!.contains(where: \.isLetter) else { throw problem }  // a name, not an IP address
+            guard labels.count >= 2,
+                labels.allSatisfy({ label in
+                    !label.isEmpty && label.count <= 63 && label.first != "-" && label.last != "-"
+                        && label.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }
+                }), labels.last!.contains(where: \.isLetter)
+            else { throw problem } // a name, not an IP address
             domains.append(text)
         }
         return domains
@@ -160,13 +178,14 @@ struct SalesforcePlugin: ProviderPlugin {
             return .configuration("insecureUrl", "Salesforce named an instance_url that is not https; its API cannot be used safely.")
         }
         let extra = config["instanceDomains"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        if url.userInfo == nil {  // user info has no place in an API base (and hides the real host)
+        if url.userInfo == nil { // user info has no place in an API base (and hides the real host)
             if let login = config["loginHost"]?.stringValue.flatMap(ParsedURL.init), login.host == url.host { return nil }
             if (salesforceDomains + extra).contains(where: { url.host == $0 || url.host.hasSuffix("." + $0) }) { return nil }
         }
         return .configuration(
             "untrustedInstance",
-            "Salesforce named the instance_url host \(url.host), which is not a Salesforce domain (\(salesforceDomains.joined(separator: ", "))) nor the login host; no token is sent there. If your org's API really is on that host, add its domain to the profile setting \"instanceDomains\".")
+            "Salesforce named the instance_url host \(url.host), which is not a Salesforce domain (\(salesforceDomains.joined(separator: ", "))) nor the login host; no token is sent there. If your org's API really is on that host, add its domain to the profile setting \"instanceDomains\"."
+        )
     }
 
     /// The login host's base URL (no trailing slash) for a `loginHost` setting.
@@ -179,8 +198,9 @@ struct SalesforcePlugin: ProviderPlugin {
         }
         let candidate = value.contains("://") ? value : "https://" + value
         guard let url = ParsedURL(candidate), !url.host.isEmpty, url.userInfo == nil, url.query == nil, url.fragment == nil else {
-            throw .configuration("invalidSettings",
-                                 "\"loginHost\" must be \"production\", \"sandbox\", or the org's My Domain login URL such as https://acme.my.salesforce.com.")
+            throw .configuration(
+                "invalidSettings",
+                "\"loginHost\" must be \"production\", \"sandbox\", or the org's My Domain login URL such as https://acme.my.salesforce.com.")
         }
         guard url.isSecureTransport else {
             throw .configuration("insecureUrl", "\"loginHost\" must be an https URL (http only on a loopback IP address).")
@@ -227,7 +247,10 @@ struct SalesforcePlugin: ProviderPlugin {
         }
         let tokens = issued.setting("idToken", nil).setting("details", Self.details(extras))
         if tokens["refreshToken"]?.stringValue == nil {
-            call.log(.warning, "Salesforce issued no refresh token (is refresh_token among the connected app's OAuth scopes?); the session ends when the org's session does")
+            call.log(
+                .warning,
+                "Salesforce issued no refresh token (is refresh_token among the connected app's OAuth scopes?); the session ends when the org's session does"
+            )
         }
         let account = identify(idURL: extras["id"]?.stringValue, accessToken: access, call)
         return .compactObject(["tokens": tokens, "account": account])
@@ -244,8 +267,10 @@ struct SalesforcePlugin: ProviderPlugin {
         let named = Self.identityIDs(idURL)
         var identity: JSON?
         do {
-            let response = try call.http(["method": "GET", "url": .string(idURL), "timeoutMs": 15_000,
-                                          "headers": ["Authorization": .string("Bearer \(accessToken)")]])
+            let response = try call.http([
+                "method": "GET", "url": .string(idURL), "timeoutMs": 15_000,
+                "headers": ["Authorization": .string("Bearer \(accessToken)")],
+            ])
             if response.status == 200, let body = response.json, body.objectValue != nil {
                 identity = body
             } else {
@@ -255,16 +280,20 @@ struct SalesforcePlugin: ProviderPlugin {
             call.log(.notice, "the Salesforce identity service could not be reached (\(error.reason)); the account is named from the identity URL")
         }
         if let named, let stated = identity,
-           (stated["user_id"]?.stringValue.map { $0 != named.user } ?? false)
-           || (stated["organization_id"]?.stringValue.map { $0 != named.organization } ?? false) {
+            (stated["user_id"]?.stringValue.map { $0 != named.user } ?? false)
+                || (stated["organization_id"]?.stringValue.map { $0 != named.organization } ?? false)
+        {
             call.log(.warning, "the Salesforce identity service named another user than the identity URL; only the URL is trusted")
             identity = nil
         }
         guard let organization = named?.organization ?? identity?["organization_id"]?.stringValue,
-              let user = named?.user ?? identity?["user_id"]?.stringValue else { return nil }
+            let user = named?.user ?? identity?["user_id"]?.stringValue
+        else { return nil }
         let name = identity?["display_name"]?.stringValue ?? identity?["username"]?.stringValue
-        return .compactObject(["id": .string("\(organization)/\(user)"), "name": name.map(JSON.string),
-                               "email": identity?["email"]?.stringValue.map(JSON.string)])
+        return .compactObject([
+            "id": .string("\(organization)/\(user)"), "name": name.map(JSON.string),
+            "email": identity?["email"]?.stringValue.map(JSON.string),
+        ])
     }
 
     /// The organization and user ids at the end of an identity URL
@@ -291,15 +320,19 @@ struct SalesforcePlugin: ProviderPlugin {
         guard let endpoint = config["tokenEndpoint"]?.stringValue, let clientID = config["clientId"]?.stringValue else {
             throw .configuration("missingSetting", "The profile's token endpoint or consumer key is missing.")
         }
-        var form: [String: JSON] = ["grant_type": "refresh_token", "refresh_token": .string(refreshToken),
-                                    "client_id": .string(clientID), "format": "json"]
+        var form: [String: JSON] = [
+            "grant_type": "refresh_token", "refresh_token": .string(refreshToken),
+            "client_id": .string(clientID), "format": "json",
+        ]
         form["client_secret"] = config["clientSecret"]
-        let request: JSON = ["method": "POST", "url": .string(endpoint), "form": .object(form), "timeoutMs": 30_000,
-                             "headers": ["Accept": "application/json"]]
+        let request: JSON = [
+            "method": "POST", "url": .string(endpoint), "form": .object(form), "timeoutMs": 30_000,
+            "headers": ["Accept": "application/json"],
+        ]
         let result: JSON
         do {
             result = try Self.tokenResult(call.http(request), now: call.now)
-        } catch where error.reason == "requestInProgress" {
+        } catch  where error.reason == "requestInProgress" {
             // Another request with this refresh token (another device or process) is running:
             // it ends in a moment, so one more try after a short wait usually succeeds.
             call.log(.notice, "Salesforce is already processing a token request for this session; trying again in \(Self.busyRetryDelayMs) ms")
@@ -308,7 +341,8 @@ struct SalesforcePlugin: ProviderPlugin {
         }
         // A moved org is followed, but only to Salesforce's own hosts.
         if let instance = result["tokens"]?["extras"]?["instance_url"]?.stringValue,
-           let refusal = Self.untrustedInstance(instance, config: config) {
+            let refusal = Self.untrustedInstance(instance, config: config)
+        {
             throw refusal
         }
         return result
@@ -321,8 +355,10 @@ struct SalesforcePlugin: ProviderPlugin {
         guard var members = body?.objectValue, let access = members["access_token"]?.stringValue, !access.isEmpty else {
             throw .transient("badResponse", "Salesforce's token endpoint answered without an access token.", status: response.status)
         }
-        var tokens: [String: JSON] = ["accessToken": .string(access),
-                                      "tokenType": .string(bearer(members["token_type"]?.stringValue))]
+        var tokens: [String: JSON] = [
+            "accessToken": .string(access),
+            "tokenType": .string(bearer(members["token_type"]?.stringValue)),
+        ]
         if let refresh = members["refresh_token"]?.stringValue, !refresh.isEmpty { tokens["refreshToken"] = .string(refresh) }
         if let scope = members["scope"]?.stringValue { tokens["scope"] = .string(scope) }
         // Salesforce sends no expires_in; should one come, it is honoured.
@@ -331,7 +367,7 @@ struct SalesforcePlugin: ProviderPlugin {
         }
         // An ID token (scope openid) is not kept: the account comes from the identity URL.
         for key in ["access_token", "refresh_token", "token_type", "scope", "expires_in", "id_token"] { members[key] = nil }
-        if !members.isEmpty { tokens["extras"] = .object(members) }  // instance_url, id, issued_at, signature
+        if !members.isEmpty { tokens["extras"] = .object(members) } // instance_url, id, issued_at, signature
         tokens["details"] = details(.object(members))
         return ["tokens": .object(tokens)]
     }
@@ -370,8 +406,9 @@ struct SalesforcePlugin: ProviderPlugin {
         let message = description.map { "\(error): \($0)" } ?? error
         let lowered = description?.lowercased() ?? ""
         if lowered.contains("already being processed") {
-            return .transient("requestInProgress",
-                              "Salesforce is already processing a token request for this session (\(message)); try again.", status: status)
+            return .transient(
+                "requestInProgress",
+                "Salesforce is already processing a token request for this session (\(message)); try again.", status: status)
         }
         if error == "inactive_user" || lowered.hasPrefix("inactive user") {
             return .definitive("inactive_user", message, status: status)
@@ -405,11 +442,12 @@ struct SalesforcePlugin: ProviderPlugin {
             return ["revoked": [], "failures": [["token": "all", "reason": "unsupported", "message": "The profile has no revocation endpoint."]]]
         }
         let tokens = input["tokens"] ?? [:]
-        let (token, revokes): (String?, [JSON]) = if let refresh = tokens["refreshToken"]?.stringValue {
-            (refresh, ["refresh_token", "access_token"])
-        } else {
-            (tokens["accessToken"]?.stringValue, ["access_token"])
-        }
+        let (token, revokes): (String?, [JSON]) =
+            if let refresh = tokens["refreshToken"]?.stringValue {
+                (refresh, ["refresh_token", "access_token"])
+            } else {
+                (tokens["accessToken"]?.stringValue, ["access_token"])
+            }
         guard let token else { return ["revoked": [], "failures": []] }
         let name = revokes.first?.stringValue ?? "access_token"
         do {
@@ -418,8 +456,16 @@ struct SalesforcePlugin: ProviderPlugin {
             let error = response.json?["error"]?.stringValue
             let description = response.json?["error_description"]?.stringValue.map { String($0.prefix(200)) }
             let detail = [error, description].compactMap { $0 }.joined(separator: ": ")
-            return ["revoked": [], "failures": [["token": .string(name), "reason": .string(error ?? "httpStatus"),
-                                                 "message": .string("Salesforce's revoke endpoint answered HTTP \(response.status)" + (detail.isEmpty ? "." : " (\(detail)).")) ]]]
+            return [
+                "revoked": [],
+                "failures": [
+                    [
+                        "token": .string(name), "reason": .string(error ?? "httpStatus"),
+                        "message": .string(
+                            "Salesforce's revoke endpoint answered HTTP \(response.status)" + (detail.isEmpty ? "." : " (\(detail)).")),
+                    ]
+                ],
+            ]
         } catch {
             return ["revoked": [], "failures": [["token": .string(name), "reason": .string(error.reason), "message": .string(error.message)]]]
         }
@@ -434,11 +480,14 @@ struct SalesforcePlugin: ProviderPlugin {
     /// the sign-in's own failure is what the user sees.
     static func discard(_ tokens: JSON?, config: JSON, _ call: PluginCall) {
         guard let endpoint = config["revocationEndpoint"]?.stringValue,
-              let token = tokens?["refreshToken"]?.stringValue ?? tokens?["accessToken"]?.stringValue else { return }
+            let token = tokens?["refreshToken"]?.stringValue ?? tokens?["accessToken"]?.stringValue
+        else { return }
         do {
             let response = try revokeRequest(token, endpoint: endpoint, call)
             if !(200..<300).contains(response.status) {
-                call.log(.warning, "the unusable sign-in's grant could not be revoked (HTTP \(response.status)); revoke it under Connected Apps OAuth Usage")
+                call.log(
+                    .warning,
+                    "the unusable sign-in's grant could not be revoked (HTTP \(response.status)); revoke it under Connected Apps OAuth Usage")
             }
         } catch {
             call.log(.warning, "the unusable sign-in's grant could not be revoked (\(error.reason)); revoke it under Connected Apps OAuth Usage")
@@ -458,8 +507,10 @@ struct SalesforcePlugin: ProviderPlugin {
         guard let idURL = tokens["extras"]?["id"]?.stringValue, let access = tokens["accessToken"]?.stringValue else {
             return try call.standard(.checkSession, input)
         }
-        let response = try call.http(["method": "GET", "url": .string(idURL), "timeoutMs": 15_000,
-                                      "headers": ["Authorization": .string("Bearer \(access)")]])
+        let response = try call.http([
+            "method": "GET", "url": .string(idURL), "timeoutMs": 15_000,
+            "headers": ["Authorization": .string("Bearer \(access)")],
+        ])
         let code = Self.identityErrorCode(response.body)
         switch response.status {
         case 200:
@@ -472,7 +523,10 @@ struct SalesforcePlugin: ProviderPlugin {
             return ["state": "expired"]
         default:
             let what = code.map { " (\($0))" } ?? ""
-            return ["state": "unknown", "message": .string("Salesforce's identity service answered HTTP \(response.status)\(what); the session could not be confirmed.")]
+            return [
+                "state": "unknown",
+                "message": .string("Salesforce's identity service answered HTTP \(response.status)\(what); the session could not be confirmed."),
+            ]
         }
     }
 
@@ -508,8 +562,10 @@ struct SalesforcePlugin: ProviderPlugin {
                 let allowed = [instance, input["profile"]?["config"]?["loginHost"]?.stringValue, extras["id"]?.stringValue]
                     .compactMap { $0.flatMap(ParsedURL.init)?.origin }
                 guard let target = ParsedURL(url), allowed.contains(target.origin) else {
-                    throw .configuration("foreignUrl",
-                                         "Salesforce tokens are only sent to the org's instance (\(instance ?? "unknown")) and its login host; use a path such as /services/data/v60.0/….")
+                    throw .configuration(
+                        "foreignUrl",
+                        "Salesforce tokens are only sent to the org's instance (\(instance ?? "unknown")) and its login host; use a path such as /services/data/v60.0/…."
+                    )
                 }
             } else {
                 guard let instance else {

@@ -34,12 +34,18 @@ struct TableauPlugin: ProviderPlugin {
                 "type": "object",
                 "required": ["server"],
                 "properties": [
-                    "server": ["type": "string", "format": "uri",
-                               "description": "The Tableau Server's address, e.g. https://tableau.example.com (https; http only on a loopback IP)"],
-                    "site": ["type": "string", "default": "",
-                             "description": "The site's content URL sent as site_namespace when tokens are renewed (\"\" = the default site)"],
-                    "deviceName": ["type": "string", "minLength": 1,
-                                   "description": "The device name a server administrator sees (default: this computer's host name)"],
+                    "server": [
+                        "type": "string", "format": "uri",
+                        "description": "The Tableau Server's address, e.g. https://tableau.example.com (https; http only on a loopback IP)",
+                    ],
+                    "site": [
+                        "type": "string", "default": "",
+                        "description": "The site's content URL sent as site_namespace when tokens are renewed (\"\" = the default site)",
+                    ],
+                    "deviceName": [
+                        "type": "string", "minLength": 1,
+                        "description": "The device name a server administrator sees (default: this computer's host name)",
+                    ],
                 ],
             ],
         ]
@@ -53,14 +59,17 @@ struct TableauPlugin: ProviderPlugin {
             throw .configuration("missingSetting", "The profile needs the setting \"server\" (the Tableau Server's address).")
         }
         guard let server = ServerAddress(serverText) else {
-            throw .configuration("invalidSettings", "The setting \"server\" must be an absolute address such as https://tableau.example.com, without a query, fragment or user name.")
+            throw .configuration(
+                "invalidSettings",
+                "The setting \"server\" must be an absolute address such as https://tableau.example.com, without a query, fragment or user name.")
         }
         guard server.url.isSecureTransport else {
             throw .configuration("insecureUrl", "The setting \"server\" must be an https address (http only on a loopback IP address).")
         }
         let site = settings["site"]?.stringValue ?? ""
         if site.contains(where: { $0 == "/" || $0 == "?" || $0 == "#" || $0.isWhitespace }) {
-            throw .configuration("invalidSettings", "The setting \"site\" is a site's content URL (the part after /#/site/), without slashes or spaces.")
+            throw .configuration(
+                "invalidSettings", "The setting \"site\" is a site's content URL (the part after /#/site/), without slashes or spaces.")
         }
         var config: [String: JSON] = [
             "server": .string(server.base), "site": .string(site),
@@ -83,7 +92,9 @@ struct TableauPlugin: ProviderPlugin {
 
     func completeSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         guard input["flow"]?.stringValue == "session" else {
-            throw .configuration("unsupported", "Tableau signs in with the session flow: the frontend signs the user in on the server's page and passes its workgroup_session_id.")
+            throw .configuration(
+                "unsupported",
+                "Tableau signs in with the session flow: the frontend signs the user in on the server's page and passes its workgroup_session_id.")
         }
         guard let sessionID = input["sessionId"]?.stringValue, !sessionID.isEmpty else {
             throw .definitive("missingSessionId", "The sign-in needs the workgroup_session_id of the web sign-in.")
@@ -102,7 +113,8 @@ struct TableauPlugin: ProviderPlugin {
         // Who signed in: best effort (the sign-in stands without it).
         do {
             if case .valid(let account) = try Self.sessionInfo(access: tokens.access, xsrf: xsrf, config: config, call: call),
-               let account {
+                let account
+            {
                 result["account"] = account
             }
         } catch {
@@ -141,8 +153,9 @@ struct TableauPlugin: ProviderPlugin {
     func checkSession(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let tokens = input["tokens"] ?? [:]
         guard let access = tokens["accessToken"]?.stringValue, let xsrf = tokens["extras"]?["xsrfToken"]?.stringValue,
-              !xsrf.isEmpty else {
-            return ["state": "expired"]  // without the XSRF token the session cannot be used: renew it
+            !xsrf.isEmpty
+        else {
+            return ["state": "expired"] // without the XSRF token the session cannot be used: renew it
         }
         switch try Self.sessionInfo(access: access, xsrf: xsrf, config: Self.config(input), call: call) {
         case .valid: return ["state": "valid"]
@@ -165,8 +178,10 @@ struct TableauPlugin: ProviderPlugin {
             if ParsedURL.hasScheme(url) {
                 // The cookies and header carry the session: only ever to this profile's server.
                 guard let target = ServerAddress(url, allowQuery: true), let server = ServerAddress(base), target.url.origin == server.url.origin,
-                      target.path == server.path || target.path.hasPrefix(server.path + "/") else {
-                    throw .configuration("foreignUrl", "This profile only sends its Tableau credentials to \(base); use a path or an address on that server.")
+                    target.path == server.path || target.path.hasPrefix(server.path + "/")
+                else {
+                    throw .configuration(
+                        "foreignUrl", "This profile only sends its Tableau credentials to \(base); use a path or an address on that server.")
                 }
             } else {
                 request["url"] = .string(Self.join(base, url))
@@ -192,11 +207,14 @@ struct TableauPlugin: ProviderPlugin {
             return (hint, token)
         }
         // Tableau's parameter is `token_hint`, not RFC 7009's `token_type_hint`.
-        let answers = call.http(concurrently: hints.map { hint, token in
-            ["method": "POST", "url": .string(endpoint), "timeoutMs": .int(Self.revokeTimeout),
-             "headers": ["Accept": "application/json"],
-             "form": ["token": .string(token), "token_hint": .string(hint)]]
-        })
+        let answers = call.http(
+            concurrently: hints.map { hint, token in
+                [
+                    "method": "POST", "url": .string(endpoint), "timeoutMs": .int(Self.revokeTimeout),
+                    "headers": ["Accept": "application/json"],
+                    "form": ["token": .string(token), "token_hint": .string(hint)],
+                ]
+            })
         var revoked: [JSON] = []
         var failures: [JSON] = []
         for ((hint, _), answer) in zip(hints, answers) {
@@ -204,16 +222,21 @@ struct TableauPlugin: ProviderPlugin {
             case .success(let response) where (200..<300).contains(response.status):
                 revoked.append(.string(hint))
             case .success(let response):
-                failures.append(["token": .string(hint), "reason": "httpStatus",
-                                 "message": .string("Tableau's revocation endpoint answered HTTP \(response.status).")])
+                failures.append([
+                    "token": .string(hint), "reason": "httpStatus",
+                    "message": .string("Tableau's revocation endpoint answered HTTP \(response.status)."),
+                ])
             case .failure(let error):
                 failures.append(["token": .string(hint), "reason": .string(error.reason), "message": .string(error.message)])
             }
         }
         let domain = config["cookieDomain"]?.stringValue ?? ""
-        let clear: [JSON] = domain.isEmpty ? [] : [Self.accessCookie, Self.xsrfCookie].map {
-            ["name": .string($0), "domain": .string(domain), "path": "/"]
-        }
+        let clear: [JSON] =
+            domain.isEmpty
+            ? []
+            : [Self.accessCookie, Self.xsrfCookie].map {
+                ["name": .string($0), "domain": .string(domain), "path": "/"]
+            }
         return ["revoked": .array(revoked), "failures": .array(failures), "clearCookies": .array(clear)]
     }
 
@@ -229,7 +252,8 @@ struct TableauPlugin: ProviderPlugin {
     static func device(_ input: JSON, stored: String?) throws(ProviderFailure) -> (id: String, name: String) {
         let installation = input["installation"] ?? [:]
         guard let id = [stored, installation["profileId"]?.stringValue].compactMap({ $0 }).first(where: { !$0.isEmpty }) else {
-            throw ProviderFailure(.internal, reason: "noInstallation", message: "The host gave no installation profileId to use as the Tableau device id.")
+            throw ProviderFailure(
+                .internal, reason: "noInstallation", message: "The host gave no installation profileId to use as the Tableau device id.")
         }
         let configured = config(input)["deviceName"]?.stringValue
         let hostName = installation["name"]?.stringValue
@@ -249,8 +273,10 @@ struct TableauPlugin: ProviderPlugin {
             .compactObject([
                 "accessToken": .string(access), "refreshToken": refresh.map(JSON.string),
                 "extras": .compactObject(["xsrfToken": xsrf.map(JSON.string), "deviceId": .string(device.id)]),
-                "details": .compactObject(["server": config["server"], "site": config["site"] ?? "",
-                                           "deviceId": .string(device.id), "deviceName": device.name.map(JSON.string)]),
+                "details": .compactObject([
+                    "server": config["server"], "site": config["site"] ?? "",
+                    "deviceId": .string(device.id), "deviceName": device.name.map(JSON.string),
+                ]),
             ])
         }
     }
@@ -262,11 +288,14 @@ struct TableauPlugin: ProviderPlugin {
         guard let endpoint = config["tokenEndpoint"]?.stringValue else {
             throw .configuration("missingSetting", "The profile needs the setting \"server\".")
         }
-        let response = try call.http(["method": "POST", "url": .string(endpoint), "form": form,
-                                      "headers": ["Accept": "application/json"], "timeoutMs": .int(tokenTimeout)])
+        let response = try call.http([
+            "method": "POST", "url": .string(endpoint), "form": form,
+            "headers": ["Accept": "application/json"], "timeoutMs": .int(tokenTimeout),
+        ])
         if response.status >= 500 || response.status == 429 {
-            throw .transient(response.status == 429 ? "rateLimited" : "serverError",
-                             "The Tableau server is unavailable (HTTP \(response.status)).", status: response.status)
+            throw .transient(
+                response.status == 429 ? "rateLimited" : "serverError",
+                "The Tableau server is unavailable (HTTP \(response.status)).", status: response.status)
         }
         let body = response.json
         if let error = body?["error"], !error.isNull {
@@ -294,8 +323,14 @@ struct TableauPlugin: ProviderPlugin {
             code = text
         case .object:
             for key in ["code", "error", "name"] {
-                if let text = error[key]?.stringValue { code = text; break }
-                if let number = error[key]?.intValue { code = String(number); break }
+                if let text = error[key]?.stringValue {
+                    code = text
+                    break
+                }
+                if let number = error[key]?.intValue {
+                    code = String(number)
+                    break
+                }
             }
             for key in ["message", "detail", "error_description", "summary"] where detail == nil {
                 detail = error[key]?.stringValue
@@ -303,10 +338,11 @@ struct TableauPlugin: ProviderPlugin {
         default:
             break
         }
-        let isWord = code.map { word in
-            !word.isEmpty && word.count <= 64 && word.first!.isLetter
-                && word.unicodeScalars.allSatisfy { ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) || $0 == "_" }
-        } ?? false
+        let isWord =
+            code.map { word in
+                !word.isEmpty && word.count <= 64 && word.first!.isLetter
+                    && word.unicodeScalars.allSatisfy { ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) || $0 == "_" }
+            } ?? false
         let reason = isWord ? code! : "invalid_grant"
         var message = "Tableau refused the tokens"
         if let code, !code.isEmpty { message += " (\(String(code.prefix(64))))" }
@@ -328,14 +364,17 @@ struct TableauPlugin: ProviderPlugin {
         }
         let request: JSON = [
             "method": "POST", "url": .string(endpoint), "timeoutMs": .int(tokenTimeout),
-            "headers": ["Accept": "application/json", "X-XSRF-TOKEN": .string(xsrf),
-                        "Cookie": .string("\(accessCookie)=\(access); \(xsrfCookie)=\(xsrf)")],
+            "headers": [
+                "Accept": "application/json", "X-XSRF-TOKEN": .string(xsrf),
+                "Cookie": .string("\(accessCookie)=\(access); \(xsrfCookie)=\(xsrf)"),
+            ],
             "json": ["method": "getSessionInfo", "params": [:]],
         ]
         let response = try call.http(request)
         if response.status >= 500 || response.status == 429 {
-            throw .transient(response.status == 429 ? "rateLimited" : "serverError",
-                             "The Tableau server is unavailable (HTTP \(response.status)).", status: response.status)
+            throw .transient(
+                response.status == 429 ? "rateLimited" : "serverError",
+                "The Tableau server is unavailable (HTTP \(response.status)).", status: response.status)
         }
         let result = response.json?["result"]
         if let errors = result?["errors"], !errors.isNull { return .expired }
@@ -365,8 +404,10 @@ struct TableauPlugin: ProviderPlugin {
     }
 
     static func cookie(_ name: String, _ value: String, _ config: JSON) -> JSON {
-        ["name": .string(name), "value": .string(value), "domain": .string(config["cookieDomain"]?.stringValue ?? ""),
-         "path": "/", "maxAge": .int(cookieMaxAge), "secure": .bool(config["secureCookies"]?.boolValue ?? true)]
+        [
+            "name": .string(name), "value": .string(value), "domain": .string(config["cookieDomain"]?.stringValue ?? ""),
+            "path": "/", "maxAge": .int(cookieMaxAge), "secure": .bool(config["secureCookies"]?.boolValue ?? true),
+        ]
     }
 
     static func join(_ base: String, _ path: String) -> String {
@@ -384,8 +425,9 @@ struct ServerAddress: Equatable {
 
     init?(_ text: String, allowQuery: Bool = false) {
         guard !text.contains(where: { $0.isWhitespace || $0.isNewline }), let url = ParsedURL(text),
-              url.scheme == "https" || url.scheme == "http", url.userInfo == nil,
-              allowQuery || (url.query == nil && url.fragment == nil) else { return nil }
+            url.scheme == "https" || url.scheme == "http", url.userInfo == nil,
+            allowQuery || (url.query == nil && url.fragment == nil)
+        else { return nil }
         var path = url.path
         while path.hasSuffix("/") { path.removeLast() }
         self.url = url

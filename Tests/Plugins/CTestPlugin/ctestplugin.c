@@ -61,10 +61,10 @@
 #define SLOW_MAX_MS 30000
 
 #ifdef CTEST_PRINT_STDOUT
-#define TRACE(what)                                   \
-    do {                                              \
-        printf("ctest stdout noise: %s\n", (what));   \
-        fflush(stdout);                               \
+#define TRACE(what)                                 \
+    do {                                            \
+        printf("ctest stdout noise: %s\n", (what)); \
+        fflush(stdout);                             \
     } while (0)
 #else
 #define TRACE(what) ((void)0)
@@ -121,8 +121,8 @@ static char *percent_encode(const char *s)
     if (out == NULL)
         return NULL;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
-            *p == '-' || *p == '.' || *p == '_' || *p == '~') {
+        if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+            *p == '.' || *p == '_' || *p == '~') {
             *o++ = (char)*p;
         } else {
             *o++ = '%';
@@ -166,9 +166,8 @@ static ab_status ctest_init(const ab_host_api *host, ab_plugin **plugin, const c
     state->host = host;
     *plugin = state;
     char msg[160];
-    snprintf(msg, sizeof msg, "ctest initialised (host %s, ABI %u.%u)",
-             host->host_version ? host->host_version : "?", (unsigned)host->abi_major,
-             (unsigned)host->abi_minor);
+    snprintf(msg, sizeof msg, "ctest initialised (host %s, ABI %u.%u)", host->host_version ? host->host_version : "?",
+             (unsigned)host->abi_major, (unsigned)host->abi_minor);
     ab_log_text(host, NULL, AB_LOG_INFO, msg);
     return AB_OK;
 #endif
@@ -189,21 +188,14 @@ static ab_status ctest_describe(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     (void)input;
     TRACE("describe");
-    json_t *d = json_pack(
-        "{s:s, s:[s,s], s:b, s:[s,s,s], s:[s], s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s]}}",
-        "displayName", "C test provider",
-        "flows", "external", "session",
-        /* Like Duke's authorizer: the callback carries the tokens and no OAuth state. */
-        "callbackState", 0,
-        "capabilities", "revoke", "checkSession", "fetch",
-        /* check_session is local here (no host->http): run it on the caller's thread */
-        "inlineHooks", "check_session",
-        "settings",
-            "type", "object",
-            "properties",
-                "server", "type", "string", "description", "Base URL of the test server",
-                "probeUrl", "type", "string", "description", "URL fetched during the \"http\" session sign-in",
-            "required", "server");
+    json_t *d = json_pack("{s:s, s:[s,s], s:b, s:[s,s,s], s:[s], s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s]}}",
+                          "displayName", "C test provider", "flows", "external", "session",
+                          /* Like Duke's authorizer: the callback carries the tokens and no OAuth state. */
+                          "callbackState", 0, "capabilities", "revoke", "checkSession", "fetch",
+                          /* check_session is local here (no host->http): run it on the caller's thread */
+                          "inlineHooks", "check_session", "settings", "type", "object", "properties", "server", "type",
+                          "string", "description", "Base URL of the test server", "probeUrl", "type", "string",
+                          "description", "URL fetched during the \"http\" session sign-in", "required", "server");
 #ifdef CTEST_NO_FLOWS
     if (d != NULL)
         json_object_set_new(d, "flows", json_array());
@@ -271,8 +263,7 @@ static ab_status ctest_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json i
 }
 
 /* {tokens:{...}, account?:{...}} from the pieces (references are stolen). */
-static json_t *token_result(json_t *access, json_t *refresh, int64_t expires_at, json_t *extras,
-                            json_t *account)
+static json_t *token_result(json_t *access, json_t *refresh, int64_t expires_at, json_t *extras, json_t *account)
 {
     json_t *tokens = json_object();
     json_object_set_new(tokens, "accessToken", access);
@@ -356,9 +347,8 @@ static ab_status complete_session(const ab_host_api *host, ab_call *call, json_t
             return host->fail(call, "cancelled", "cancelled", "the request was cancelled", 0);
         }
     }
-    json_t *result = token_result(json_sprintf("at-%s", sid), json_sprintf("rt-%s", sid),
-                                  host->now_ms() + HOUR_MS, extras,
-                                  json_pack("{s:s, s:s}", "id", sid, "name", "C Test User"));
+    json_t *result = token_result(json_sprintf("at-%s", sid), json_sprintf("rt-%s", sid), host->now_ms() + HOUR_MS,
+                                  extras, json_pack("{s:s, s:s}", "id", sid, "name", "C Test User"));
     return ab_reply_json(host, call, result);
 }
 
@@ -378,8 +368,8 @@ static ab_status complete_external(const ab_host_api *host, ab_call *call, json_
     if (access == NULL || session == NULL) {
         json_decref(access);
         json_decref(session);
-        return host->fail(call, "definitive", "missingToken",
-                    "the callback URL lacks access_token or session_token", 0);
+        return host->fail(call, "definitive", "missingToken", "the callback URL lacks access_token or session_token",
+                          0);
     }
     return ab_reply_json(host, call, token_result(access, session, 0, NULL, NULL));
 }
@@ -424,9 +414,9 @@ static ab_status ctest_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
         const char *suffix = starts_with(rt, "rt-") ? rt + 3 : rt;
         json_t *extras = json_object_get(tokens, "extras");
         st = ab_reply_json(host, call,
-                   token_result(json_sprintf("at2-%s", suffix), json_sprintf("%s+", rt),
-                                host->now_ms() + HOUR_MS,
-                                json_is_object(extras) ? json_deep_copy(extras) : NULL, NULL));
+                           token_result(json_sprintf("at2-%s", suffix), json_sprintf("%s+", rt),
+                                        host->now_ms() + HOUR_MS,
+                                        json_is_object(extras) ? json_deep_copy(extras) : NULL, NULL));
     }
     json_decref(in);
     return st;
@@ -540,9 +530,8 @@ static const ab_plugin_vtable ctest_vtable = {
 const ab_plugin_info *CTEST_ENTRY_NAME(void);
 __attribute__((visibility("default"))) const ab_plugin_info *CTEST_ENTRY_NAME(void)
 {
-    static const ab_plugin_info info = {
-        AB_PLUGIN_MAGIC, CTEST_ABI_MAJOR, AB_ABI_MINOR, CTEST_PLUGIN_ID, CTEST_ENTRY_VERSION, &ctest_vtable
-    };
+    static const ab_plugin_info info = { AB_PLUGIN_MAGIC, CTEST_ABI_MAJOR,     AB_ABI_MINOR,
+                                         CTEST_PLUGIN_ID, CTEST_ENTRY_VERSION, &ctest_vtable };
     return &info;
 }
 #else

@@ -42,8 +42,10 @@ struct SwiftTestPlugin: ProviderPlugin {
             return try call.standard(.beginSignIn, input)
         }
         let state = input["state"]?.stringValue ?? ""
-        return ["url": .string("https://swifttest.example/login?state=\(state)"),
-                "callbackPrefix": "https://swifttest.example/done"]
+        return [
+            "url": .string("https://swifttest.example/login?state=\(state)"),
+            "callbackPrefix": "https://swifttest.example/done",
+        ]
     }
 
     func completeSignIn(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
@@ -53,9 +55,13 @@ struct SwiftTestPlugin: ProviderPlugin {
             let query = try URLQuery.callback(url)
             guard let access = query.value("access_token"), let session = query.value("session_token"), !access.isEmpty, !session.isEmpty
             else { throw .definitive("missingToken", "The callback URL did not carry both tokens.") }
-            return ["tokens": ["accessToken": .string(access), "refreshToken": .string(session),
-                               "expiresAt": .int(now + 3_600_000)],
-                    "account": ["id": "external-user"]]
+            return [
+                "tokens": [
+                    "accessToken": .string(access), "refreshToken": .string(session),
+                    "expiresAt": .int(now + 3_600_000),
+                ],
+                "account": ["id": "external-user"],
+            ]
         }
         let sessionID = input["sessionId"]?.stringValue ?? ""
         var extras: [String: JSON] = ["sessionId": .string(sessionID)]
@@ -80,26 +86,37 @@ struct SwiftTestPlugin: ProviderPlugin {
         call.log(.debug, "session sign-in complete")
         // "short" lives a second, "brief" 40 s (less than the default minimum validity);
         // "expired" arrives already expired (every caller wants a refresh).
-        let lifetime: Int64 = switch sessionID {
-        case "short": 1_000
-        case "brief": 40_000
-        case "expired": -1_000
-        default: 3_600_000
-        }
+        let lifetime: Int64 =
+            switch sessionID {
+            case "short": 1_000
+            case "brief": 40_000
+            case "expired": -1_000
+            default: 3_600_000
+            }
         // Details reach frontends: the host keeps only flat, non-secret ones (the last three are dropped).
-        let details: JSON = ["sessionId": .string(sessionID), "generation": 1, "tier": "test",
-                             "accessToken": "named like a secret", "echo": .string("sat-\(sessionID)"), "nested": ["a": 1]]
-        return ["tokens": ["accessToken": .string("sat-\(sessionID)"), "refreshToken": .string("srt-\(sessionID)"),
-                           "tokenType": "bearer", "expiresAt": .int(now + lifetime), "extras": .object(extras), "details": details],
-                "account": ["id": .string(sessionID), "name": "Swift Test User"]]
+        let details: JSON = [
+            "sessionId": .string(sessionID), "generation": 1, "tier": "test",
+            "accessToken": "named like a secret", "echo": .string("sat-\(sessionID)"), "nested": ["a": 1],
+        ]
+        return [
+            "tokens": [
+                "accessToken": .string("sat-\(sessionID)"), "refreshToken": .string("srt-\(sessionID)"),
+                "tokenType": "bearer", "expiresAt": .int(now + lifetime), "extras": .object(extras), "details": details,
+            ],
+            "account": ["id": .string(sessionID), "name": "Swift Test User"],
+        ]
     }
 
     func refresh(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let refresh = input["tokens"]?["refreshToken"]?.stringValue ?? ""
         if refresh.hasPrefix("srt-revoked") { throw .definitive("invalid_grant", "expired access/refresh token") }
         if refresh.hasPrefix("srt-transient") { throw .transient("unavailable", "provider unavailable") }
-        return ["tokens": ["accessToken": .string("sat2-" + refresh.dropFirst(4)), "refreshToken": .string(refresh + "+"),
-                           "expiresAt": .int(call.now + 3_600_000), "details": ["generation": 2]]]
+        return [
+            "tokens": [
+                "accessToken": .string("sat2-" + refresh.dropFirst(4)), "refreshToken": .string(refresh + "+"),
+                "expiresAt": .int(call.now + 3_600_000), "details": ["generation": 2],
+            ]
+        ]
     }
 
     func revoke(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
@@ -111,10 +128,15 @@ struct SwiftTestPlugin: ProviderPlugin {
         for (key, hint) in [("accessToken", "access_token"), ("refreshToken", "refresh_token")] {
             guard let token = input["tokens"]?[key]?.stringValue else { continue }
             do {
-                let response = try call.http(["method": "POST", "url": .string(url),
-                                              "form": ["token": .string(token), "token_hint": .string(hint)]])
-                if response.status == 200 { revoked.append(.string(hint)) }
-                else { failures.append(["token": .string(hint), "reason": "httpStatus", "message": .string("HTTP \(response.status)")]) }
+                let response = try call.http([
+                    "method": "POST", "url": .string(url),
+                    "form": ["token": .string(token), "token_hint": .string(hint)],
+                ])
+                if response.status == 200 {
+                    revoked.append(.string(hint))
+                } else {
+                    failures.append(["token": .string(hint), "reason": "httpStatus", "message": .string("HTTP \(response.status)")])
+                }
             } catch {
                 failures.append(["token": .string(hint), "reason": .string(error.reason), "message": .string(error.message)])
             }
@@ -136,9 +158,15 @@ struct SwiftTestPlugin: ProviderPlugin {
         var headers = request["headers"]?.objectValue ?? [:]
         headers["X-SwiftTest"] = "1"
         request["headers"] = .object(headers)
-        return ["request": .object(request),
-                "cookies": [["name": "swifttest_session", "value": .string(input["tokens"]?["accessToken"]?.stringValue ?? ""),
-                             "domain": "swifttest.example", "path": "/", "maxAge": 2_629_743]]]
+        return [
+            "request": .object(request),
+            "cookies": [
+                [
+                    "name": "swifttest_session", "value": .string(input["tokens"]?["accessToken"]?.stringValue ?? ""),
+                    "domain": "swifttest.example", "path": "/", "maxAge": 2_629_743,
+                ]
+            ],
+        ]
     }
 
     func classifyResponse(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {

@@ -21,16 +21,16 @@
 #define MAX_LENT 8
 
 struct ab_call {
-    char *answer;           /* copy of set_result / set_error */
+    char *answer; /* copy of set_result / set_error */
     int is_error;
-    char *lent[MAX_LENT];   /* buffers lent to the plugin during this hook */
+    char *lent[MAX_LENT]; /* buffers lent to the plugin during this hook */
     int nlent;
     int cancelled;
     /* the canned http answer for this hook: status, body; status 0 = network
      * failure; -1 = cancelled */
     int http_status;
     const char *http_body;
-    char *last_request;     /* copy of the last http request */
+    char *last_request; /* copy of the last http request */
 };
 
 static int failures;
@@ -44,7 +44,10 @@ static void host_log(ab_call *call, ab_log_level level, const char *message, siz
         fprintf(stderr, "log: %.*s\n", (int)length, message);
 }
 
-static int64_t host_now(void) { return INT64_C(1767225600000); } /* 2026-01-01 */
+static int64_t host_now(void)
+{
+    return INT64_C(1767225600000);
+} /* 2026-01-01 */
 
 static char *copy(ab_json j)
 {
@@ -113,11 +116,17 @@ static ab_status host_http(ab_call *call, ab_json request, ab_json *response)
 
 static ab_status host_standard(ab_call *call, ab_hook hook, ab_json input, ab_json *output)
 {
-    (void)call; (void)hook; (void)input; (void)output;
+    (void)call;
+    (void)hook;
+    (void)input;
+    (void)output;
     return AB_INVALID;
 }
 
-static int host_is_cancelled(ab_call *call) { return call->cancelled; }
+static int host_is_cancelled(ab_call *call)
+{
+    return call->cancelled;
+}
 
 static ab_status host_fail(ab_call *call, const char *kind, const char *reason, const char *message, int status)
 {
@@ -135,9 +144,12 @@ static ab_status host_fail(ab_call *call, const char *kind, const char *reason, 
 
 static int hexval(char c)
 {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
     return -1;
 }
 
@@ -198,17 +210,30 @@ static ab_status host_query_value(ab_call *call, const char *url, size_t url_len
     free(buf);
     if (found != NULL)
         call->lent[call->nlent++] = found;
-    if (value) *value = found;
-    if (length) *length = found_length;
-    if (count) *count = n;
+    if (value)
+        *value = found;
+    if (length)
+        *length = found_length;
+    if (count)
+        *count = n;
     return AB_OK;
 }
 
 static const ab_host_api host = {
-    .size = sizeof(ab_host_api), .abi_major = AB_ABI_MAJOR, .abi_minor = AB_ABI_MINOR, .host_version = "harness",
-    .log = host_log, .now_ms = host_now, .set_result = host_set_result, .set_error = host_set_error,
-    .emit = host_emit, .http = host_http, .standard = host_standard, .is_cancelled = host_is_cancelled,
-    .fail = host_fail, .query_value = host_query_value,
+    .size = sizeof(ab_host_api),
+    .abi_major = AB_ABI_MAJOR,
+    .abi_minor = AB_ABI_MINOR,
+    .host_version = "harness",
+    .log = host_log,
+    .now_ms = host_now,
+    .set_result = host_set_result,
+    .set_error = host_set_error,
+    .emit = host_emit,
+    .http = host_http,
+    .standard = host_standard,
+    .is_cancelled = host_is_cancelled,
+    .fail = host_fail,
+    .query_value = host_query_value,
 };
 
 static const ab_plugin_vtable *vt;
@@ -224,7 +249,7 @@ static ab_status run(ab_hook_fn hook, const char *input, int http_status, const 
     lend(&call, input, &in);
     ab_status st = hook(plugin, &call, in);
     for (int i = 0; i < call.nlent; i++)
-        free(call.lent[i]);      /* the host releases what it lent, once the hook returned */
+        free(call.lent[i]); /* the host releases what it lent, once the hook returned */
     *answer = call.answer ? json_loads(call.answer, 0, NULL) : NULL;
     if (request)
         *request = call.last_request ? json_loads(call.last_request, 0, NULL) : NULL;
@@ -254,20 +279,23 @@ static json_t *check(const char *what, ab_hook_fn hook, const char *input, int h
     if (kind != NULL) {
         snprintf(label, sizeof label, "%s: kind %s", what, kind);
         expect(json_is_string(json_object_get(answer, "kind")) &&
-               strcmp(json_string_value(json_object_get(answer, "kind")), kind) == 0, label);
+                   strcmp(json_string_value(json_object_get(answer, "kind")), kind) == 0,
+               label);
     }
     if (reason != NULL) {
         snprintf(label, sizeof label, "%s: reason %s", what, reason);
         expect(json_is_string(json_object_get(answer, "reason")) &&
-               strcmp(json_string_value(json_object_get(answer, "reason")), reason) == 0, label);
+                   strcmp(json_string_value(json_object_get(answer, "reason")), reason) == 0,
+               label);
     }
     if (request != NULL) {
         /* refresh/revoke: both headers, no body. */
         json_t *headers = json_object_get(request, "headers");
         snprintf(label, sizeof label, "%s: request carries both token headers and no body", what);
         expect(json_object_get(headers, "X-Access-Token") && json_object_get(headers, "X-Session-Token") &&
-               !json_object_get(request, "body") && !json_object_get(request, "form") &&
-               !json_object_get(request, "json"), label);
+                   !json_object_get(request, "body") && !json_object_get(request, "form") &&
+                   !json_object_get(request, "json"),
+               label);
     }
     json_decref(request);
     return answer;
@@ -349,8 +377,8 @@ int main(int argc, char **argv)
     json_decref(a);
 
     /* configure */
-    json_decref(check("configure without clientName", vt->configure, "{\"profile\":\"duke\",\"settings\":{}}", 200, NULL,
-                      AB_ERROR, "configuration", "missingSetting"));
+    json_decref(check("configure without clientName", vt->configure, "{\"profile\":\"duke\",\"settings\":{}}", 200,
+                      NULL, AB_ERROR, "configuration", "missingSetting"));
     json_decref(check("configure bad client", vt->configure,
                       "{\"profile\":\"duke\",\"settings\":{\"clientName\":\"a b\"}}", 200, NULL, AB_ERROR,
                       "configuration", "invalidSettings"));
@@ -360,13 +388,19 @@ int main(int argc, char **argv)
     json_decref(check("configure environment not a string", vt->configure,
                       "{\"profile\":\"duke\",\"settings\":{\"clientName\":\"app\",\"environment\":1}}", 200, NULL,
                       AB_ERROR, "configuration", "invalidSettings"));
-    json_decref(check("configure insecure base", vt->configure,
-                      "{\"profile\":\"duke\",\"settings\":{\"clientName\":\"app\",\"baseUrl\":\"http://duke.example/\"}}",
-                      200, NULL, AB_ERROR, "configuration", "insecureUrl"));
-    static const char *const bad_bases[] = { "http://127.evil.example/", "http://127.0.0.1.evil.example/",
-                                             "http://[::1].example/", "ftp://127.0.0.1/", "https:///x",
-                                             "http://127.0.0.1:1@evil.example/", "http://127.0.0.1@evil.example",
-                                             "https://user:pw@duke.example/", "http://[::1]@evil.example/" };
+    json_decref(
+        check("configure insecure base", vt->configure,
+              "{\"profile\":\"duke\",\"settings\":{\"clientName\":\"app\",\"baseUrl\":\"http://duke.example/\"}}", 200,
+              NULL, AB_ERROR, "configuration", "insecureUrl"));
+    static const char *const bad_bases[] = { "http://127.evil.example/",
+                                             "http://127.0.0.1.evil.example/",
+                                             "http://[::1].example/",
+                                             "ftp://127.0.0.1/",
+                                             "https:///x",
+                                             "http://127.0.0.1:1@evil.example/",
+                                             "http://127.0.0.1@evil.example",
+                                             "https://user:pw@duke.example/",
+                                             "http://[::1]@evil.example/" };
     for (size_t i = 0; i < sizeof bad_bases / sizeof bad_bases[0]; i++) {
         json_t *x = json_pack("{s:s, s:{s:s, s:s}}", "profile", "duke", "settings", "clientName", "app", "baseUrl",
                               bad_bases[i]);
@@ -385,12 +419,14 @@ int main(int argc, char **argv)
               "{\"profile\":\"duke\",\"settings\":{\"clientName\":\"app\",\"environment\":\"test\"}}", 200, NULL, AB_OK,
               NULL, NULL);
     expect(strcmp(json_string_value(json_object_get(a, "loginUrl")),
-                  "https://mobile-authorizer-test.oit.duke.edu/app/ios/login") == 0, "test login URL");
+                  "https://mobile-authorizer-test.oit.duke.edu/app/ios/login") == 0,
+           "test login URL");
     json_decref(a);
-    json_t *config = check("configure local", vt->configure,
-                           "{\"profile\":\"duke\",\"settings\":{\"clientName\":\"app\",\"baseUrl\":\"http://127.0.0.1:9/\","
-                           "\"apiBaseUrl\":\"http://127.0.0.1:9/api\"}}",
-                           200, NULL, AB_OK, NULL, NULL);
+    json_t *config =
+        check("configure local", vt->configure,
+              "{\"profile\":\"duke\",\"settings\":{\"clientName\":\"app\",\"baseUrl\":\"http://127.0.0.1:9/\","
+              "\"apiBaseUrl\":\"http://127.0.0.1:9/api\"}}",
+              200, NULL, AB_OK, NULL, NULL);
     expect(strcmp(json_string_value(json_object_get(config, "refreshUrl")), "http://127.0.0.1:9/app/ios/refresh") == 0,
            "refresh URL");
     expect(json_object_get(config, "apiBaseUrl") != NULL, "apiBaseUrl kept");
@@ -407,30 +443,31 @@ int main(int argc, char **argv)
     free(in);
     json_t *empty = json_object();
     in = hook_input(empty, "{\"flow\":\"external\",\"state\":\"s\"}");
-    json_decref(check("begin unconfigured", vt->begin_sign_in, in, 200, NULL, AB_ERROR, "configuration", "missingSetting"));
+    json_decref(
+        check("begin unconfigured", vt->begin_sign_in, in, 200, NULL, AB_ERROR, "configuration", "missingSetting"));
     free(in);
 
     /* complete_sign_in */
     char *token = jwt("{\"sub\":\"ab123\",\"name\":\"Alex\",\"exp\":1767229200}");
     char *token_noexp = jwt("{\"sub\":\"ab123\"}");
     char extra[2048];
-    json_t *cases = json_pack("[[s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s],"
-                              " [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s]]",
-        /* url suffix after the prefix, status, kind, reason */
-        "?lang=en&session_token=s%2Bx%2F%3D&access_token={T}#frag", AB_OK, "", "",
-        "?access_token={T}", AB_ERROR, "definitive", "missingToken",
-        "?session_token=abc", AB_ERROR, "definitive", "missingToken",
-        "?access_token={T}&session_token=", AB_ERROR, "definitive", "missingToken",
-        "?access_token={T}&session_token=a&session_token=b", AB_ERROR, "definitive", "invalidCallback",
-        "?access_token={T}&session_token=a%0Ab", AB_ERROR, "definitive", "invalidCallback",
-        "X?access_token={T}&session_token=a", AB_ERROR, "definitive", "invalidCallback",
-        "?access_token=not-a-jwt&session_token=a%25", AB_OK, "", "",
-        /* malformed escapes: refused, not kept as written */
-        "?access_token={T}&session_token=ab%ZZcd", AB_ERROR, "definitive", "invalidCallback",
-        "?access_token={T}&session_token=abc%4", AB_ERROR, "definitive", "invalidCallback",
-        "?x=%&access_token={T}&session_token=a", AB_ERROR, "definitive", "invalidCallback",
-        /* form encoding: a raw '+' is a space, which no token holds */
-        "?access_token={T}&session_token=a+b", AB_ERROR, "definitive", "invalidCallback");
+    json_t *cases =
+        json_pack("[[s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s],"
+                  " [s,i,s,s], [s,i,s,s], [s,i,s,s], [s,i,s,s]]",
+                  /* url suffix after the prefix, status, kind, reason */
+                  "?lang=en&session_token=s%2Bx%2F%3D&access_token={T}#frag", AB_OK, "", "", "?access_token={T}",
+                  AB_ERROR, "definitive", "missingToken", "?session_token=abc", AB_ERROR, "definitive", "missingToken",
+                  "?access_token={T}&session_token=", AB_ERROR, "definitive", "missingToken",
+                  "?access_token={T}&session_token=a&session_token=b", AB_ERROR, "definitive", "invalidCallback",
+                  "?access_token={T}&session_token=a%0Ab", AB_ERROR, "definitive", "invalidCallback",
+                  "X?access_token={T}&session_token=a", AB_ERROR, "definitive", "invalidCallback",
+                  "?access_token=not-a-jwt&session_token=a%25", AB_OK, "", "",
+                  /* malformed escapes: refused, not kept as written */
+                  "?access_token={T}&session_token=ab%ZZcd", AB_ERROR, "definitive", "invalidCallback",
+                  "?access_token={T}&session_token=abc%4", AB_ERROR, "definitive", "invalidCallback",
+                  "?x=%&access_token={T}&session_token=a", AB_ERROR, "definitive", "invalidCallback",
+                  /* form encoding: a raw '+' is a space, which no token holds */
+                  "?access_token={T}&session_token=a+b", AB_ERROR, "definitive", "invalidCallback");
     for (size_t i = 0; i < json_array_size(cases); i++) {
         json_t *c = json_array_get(cases, i);
         char url[1024];
@@ -440,8 +477,7 @@ int main(int argc, char **argv)
         const char *mark = strstr(suffix, "{T}");
         size_t used = strlen(url);
         size_t head = mark ? (size_t)(mark - suffix) : strlen(suffix);
-        snprintf(url + used, sizeof url - used, "%.*s%s%s", (int)head, suffix, mark ? token : "",
-                 mark ? mark + 3 : "");
+        snprintf(url + used, sizeof url - used, "%.*s%s%s", (int)head, suffix, mark ? token : "", mark ? mark + 3 : "");
         json_t *x = json_pack("{s:s, s:s, s:s}", "flow", "external", "callbackUrl", url, "state", "s");
         char *xs = json_dumps(x, JSON_COMPACT);
         json_decref(x);
@@ -456,7 +492,8 @@ int main(int argc, char **argv)
                   *kind ? kind : NULL, *reason ? reason : NULL);
         if (i == 0) {
             json_t *tokens = json_object_get(a, "tokens");
-            expect(json_integer_value(json_object_get(tokens, "expiresAt")) == INT64_C(1767229200000), "expiresAt from exp");
+            expect(json_integer_value(json_object_get(tokens, "expiresAt")) == INT64_C(1767229200000),
+                   "expiresAt from exp");
             expect(strcmp(json_string_value(json_object_get(tokens, "refreshToken")), "s+x/=") == 0,
                    "session token percent-decoded (%2B is a '+')");
             expect(strcmp(json_string_value(json_object_get(json_object_get(a, "account"), "id")), "ab123") == 0,
@@ -472,27 +509,30 @@ int main(int argc, char **argv)
     }
     json_decref(cases);
     in = hook_input(config, "{\"flow\":\"external\"}");
-    json_decref(check("complete without URL", vt->complete_sign_in, in, 200, NULL, AB_ERROR, "definitive", "missingToken"));
+    json_decref(
+        check("complete without URL", vt->complete_sign_in, in, 200, NULL, AB_ERROR, "definitive", "missingToken"));
     free(in);
     json_decref(check("complete with garbage input", vt->complete_sign_in, "not json", 200, NULL, AB_ERROR, "internal",
                       "badInput"));
 
     /* refresh */
-    json_t *tokens = json_pack("{s:{s:s, s:s, s:s}}", "tokens", "accessToken", token, "refreshToken", "s+x/=",
-                               "tokenType", "Bearer");
+    json_t *tokens = json_pack("{s:{s:s, s:s, s:s}}", "tokens", "accessToken", token, "refreshToken",
+                               "s+x/=", "tokenType", "Bearer");
     char *tokens_text = json_dumps(tokens, JSON_COMPACT);
     json_decref(tokens);
     in = hook_input(config, tokens_text);
     char ok_body[2048];
-    snprintf(ok_body, sizeof ok_body, "{\"data\":{\"access_token\":\"%s\",\"session_token\":\"new-session\"}}", token_noexp);
+    snprintf(ok_body, sizeof ok_body, "{\"data\":{\"access_token\":\"%s\",\"session_token\":\"new-session\"}}",
+             token_noexp);
     a = check("refresh 200", vt->refresh, in, 200, ok_body, AB_OK, NULL, NULL);
     expect(strcmp(json_string_value(json_object_get(json_object_get(a, "tokens"), "refreshToken")), "new-session") == 0,
            "session token replaced");
     json_decref(a);
-    json_decref(check("refresh 200 without data", vt->refresh, in, 200, "{\"access_token\":\"x\"}", AB_ERROR, "transient",
-                      "badResponse"));
+    json_decref(check("refresh 200 without data", vt->refresh, in, 200, "{\"access_token\":\"x\"}", AB_ERROR,
+                      "transient", "badResponse"));
     json_decref(check("refresh 200 not JSON", vt->refresh, in, 200, "<html>", AB_ERROR, "transient", "badResponse"));
-    json_decref(check("refresh 400", vt->refresh, in, 400, "{\"error\":\"x\"}", AB_ERROR, "definitive", "invalid_grant"));
+    json_decref(
+        check("refresh 400", vt->refresh, in, 400, "{\"error\":\"x\"}", AB_ERROR, "definitive", "invalid_grant"));
     json_decref(check("refresh 401", vt->refresh, in, 401, "", AB_ERROR, "definitive", "invalid_grant"));
     json_decref(check("refresh 503", vt->refresh, in, 503, "<html>", AB_ERROR, "transient", "serverError"));
     json_decref(check("refresh 429", vt->refresh, in, 429, "", AB_ERROR, "transient", "rateLimited"));
@@ -511,8 +551,8 @@ int main(int argc, char **argv)
     json_decref(check("revoke cancelled", vt->revoke, in, -1, NULL, AB_CANCELLED, "cancelled", "cancelled"));
     free(in);
     in = hook_input(config, "{\"tokens\":{\"accessToken\":\"a\"}}");
-    json_decref(check("refresh without session token", vt->refresh, in, 200, NULL, AB_ERROR, "definitive",
-                      "noRefreshToken"));
+    json_decref(
+        check("refresh without session token", vt->refresh, in, 200, NULL, AB_ERROR, "definitive", "noRefreshToken"));
     a = check("revoke without session token", vt->revoke, in, 200, NULL, AB_OK, NULL, NULL);
     expect(json_array_size(json_object_get(a, "failures")) == 1, "revoke without a session token is a failure");
     json_decref(a);

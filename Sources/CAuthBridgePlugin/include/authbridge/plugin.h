@@ -104,13 +104,13 @@ extern "C" {
 
 /* ── Status codes returned by hooks and host services ───────────────────── */
 typedef enum ab_status {
-    AB_OK = 0,          /* a result was set with host->set_result          */
-    AB_ERROR = 1,       /* an error was set with host->set_error            */
-    AB_DEFAULT = 2,     /* "not mine": the host uses its standard behaviour;
+    AB_OK = 0,        /* a result was set with host->set_result          */
+    AB_ERROR = 1,     /* an error was set with host->set_error            */
+    AB_DEFAULT = 2,   /* "not mine": the host uses its standard behaviour;
                          * anything set with set_result/set_error is ignored */
-    AB_CANCELLED = 3,   /* the request was cancelled: a host service says so,
+    AB_CANCELLED = 3, /* the request was cancelled: a host service says so,
                          * and a hook returns it to stop (no answer needed)  */
-    AB_INVALID = 4      /* a host service was called with bad arguments;
+    AB_INVALID = 4    /* a host service was called with bad arguments;
                          * its out-parameters are left untouched            */
 } ab_status;
 
@@ -151,10 +151,10 @@ typedef struct ab_call ab_call;
 
 /* ── Services the host offers a plugin (size-prefixed, append-only) ────── */
 typedef struct ab_host_api {
-    uint32_t size;          /* sizeof(ab_host_api) as the host knows it */
+    uint32_t size; /* sizeof(ab_host_api) as the host knows it */
     uint16_t abi_major;
     uint16_t abi_minor;
-    const char *host_version;   /* e.g. "0.1.0"; static */
+    const char *host_version; /* e.g. "0.1.0"; static */
 
     /* Logging to the host's stderr logger. Never log a token: the host
      * redacts what it recognises, but cannot recognise everything. */
@@ -232,8 +232,8 @@ typedef struct ab_host_api {
      * nothing is read (guessing would yield a value nobody sent); the outputs
      * are untouched and no error is set (the plugin reports its own, e.g.
      * definitive "invalidCallback"). AB_INVALID: call, url or name is NULL. */
-    ab_status (*query_value)(ab_call *call, const char *url, size_t url_length, const char *name,
-                             const char **value, size_t *length, size_t *count);
+    ab_status (*query_value)(ab_call *call, const char *url, size_t url_length, const char *name, const char **value,
+                             size_t *length, size_t *count);
 } ab_host_api;
 
 /* ── Hooks a plugin implements (size-prefixed, append-only) ───────────────
@@ -245,7 +245,7 @@ typedef struct ab_host_api {
 typedef ab_status (*ab_hook_fn)(ab_plugin *plugin, ab_call *call, ab_json input);
 
 typedef struct ab_plugin_vtable {
-    uint32_t size;          /* sizeof(ab_plugin_vtable) as the plugin knows it */
+    uint32_t size; /* sizeof(ab_plugin_vtable) as the plugin knows it */
 
     /* Called once after the ABI check. `host` stays valid until shutdown
      * returns. Stores the plugin's state in *plugin (may be NULL). Returns
@@ -285,11 +285,11 @@ typedef struct ab_plugin_vtable {
 
 /* What the entry symbol returns: static, constant data only. */
 typedef struct ab_plugin_info {
-    uint32_t magic;             /* AB_PLUGIN_MAGIC */
-    uint16_t abi_major;         /* AB_ABI_MAJOR the plugin was built with */
-    uint16_t abi_minor;         /* AB_ABI_MINOR the plugin was built with */
-    const char *id;             /* must equal the manifest's "id" */
-    const char *version;        /* NULL: the manifest's "version"; given, it
+    uint32_t magic;      /* AB_PLUGIN_MAGIC */
+    uint16_t abi_major;  /* AB_ABI_MAJOR the plugin was built with */
+    uint16_t abi_minor;  /* AB_ABI_MINOR the plugin was built with */
+    const char *id;      /* must equal the manifest's "id" */
+    const char *version; /* NULL: the manifest's "version"; given, it
                                  * must equal it (a 1.0 host takes NULL too) */
     const ab_plugin_vtable *vtable;
 } ab_plugin_info;
@@ -310,13 +310,11 @@ __attribute__((visibility("default"))) const ab_plugin_info *authbridge_plugin_v
  *     static const ab_plugin_vtable vt = { sizeof vt, my_init, ... };
  *     AB_DEFINE_PLUGIN("duke", NULL, &vt)
  */
-#define AB_DEFINE_PLUGIN(ID, VERSION, VTABLE)                                  \
-    AB_EXTERN_C __attribute__((visibility("default"))) const ab_plugin_info * \
-    authbridge_plugin_v1(void) {                                              \
-        static const ab_plugin_info info = {                                  \
-            AB_PLUGIN_MAGIC, AB_ABI_MAJOR, AB_ABI_MINOR, (ID), (VERSION), (VTABLE) \
-        };                                                                    \
-        return &info;                                                         \
+#define AB_DEFINE_PLUGIN(ID, VERSION, VTABLE)                                                                          \
+    AB_EXTERN_C __attribute__((visibility("default"))) const ab_plugin_info *authbridge_plugin_v1(void)                \
+    {                                                                                                                  \
+        static const ab_plugin_info info = { AB_PLUGIN_MAGIC, AB_ABI_MAJOR, AB_ABI_MINOR, (ID), (VERSION), (VTABLE) }; \
+        return &info;                                                                                                  \
     }
 
 #ifdef __cplusplus
