@@ -236,9 +236,20 @@ def test_no_core_dumps_and_not_dumpable():
     import os
     import subprocess
     from conftest import HOST_BIN
+    import shutil
+    import tempfile
+    from pathlib import Path
     uid = 65534 if os.geteuid() == 0 else os.geteuid()
     env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent"}
-    process = subprocess.Popen([str(HOST_BIN), "serve", "--no-default-plugins", "--vault", "memory"], env=env, cwd="/",
+    # A copy the other user can run: the build folder may sit in a private (0700) folder, as a CI
+    # clone in a `mktemp -d` folder does. It needs nothing beside it for `initialize` (no plugins,
+    # the memory vault; the Swift runtime is found by its absolute RUNPATH).
+    shared = Path(tempfile.mkdtemp(prefix="authbridge-nobody-"))
+    shared.chmod(0o755)
+    host = shared / "authbridge"
+    shutil.copy2(HOST_BIN, host)
+    host.chmod(0o755)
+    process = subprocess.Popen([str(host), "serve", "--no-default-plugins", "--vault", "memory"], env=env, cwd="/",
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                user=uid if os.geteuid() == 0 else None)
     try:
@@ -251,3 +262,4 @@ def test_no_core_dumps_and_not_dumpable():
     finally:
         process.stdin.close()
         process.wait(timeout=30)
+        shutil.rmtree(shared)
