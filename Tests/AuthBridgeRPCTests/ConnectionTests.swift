@@ -234,7 +234,9 @@ struct ConnectionTests {
     }
 
     @Test func requestsWaitWhileTheOutputIsFullAndAllAreAnsweredOnceItIsRead() async throws {
-        let harness = Harness(maxQueuedOutputBytes: 4096)
+        // At most 8 run at once, so what has started is bounded whatever the scheduling: the
+        // answers the pipe (64 KiB) and the output bound (4 KiB) took, plus 8 running.
+        let harness = Harness(maxConcurrentRequests: 8, maxQueuedOutputBytes: 4096)
         let payload = String(repeating: "x", count: 4000)
         let count = 200 // ≈ 0.8 MB of answers: far more than the pipe and the bound hold
         for index in 0..<count { harness.send(#"{"jsonrpc":"2.0","id":\#(index),"method":"echo","params":{"p":"\#(payload)"}}"#) }
