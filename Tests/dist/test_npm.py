@@ -73,8 +73,8 @@ def test_the_node_quick_start_with_the_bundled_host(app, dot):
     reader.join(TIMEOUT)
     text = "".join(lines)
     assert signed_in == [200], text
-    assert re.search(r"^corp: signedIn \(signedIn\)\nsigned in as \S+\nuserinfo: HTTP 200\n$", text, re.M), text
+    assert re.search(r"^corp: signedIn \(signedIn\)\nsigned in as Ada Lovelace\nuserinfo: HTTP 200\n$", text, re.M), text
 
     again = run(["node", "app.mjs"], cwd=folder, env=env)
-    assert re.fullmatch(r"signed in as \S+\nuserinfo: HTTP 200\n", again.stdout), again.stdout
+    assert re.fullmatch(r"signed in as Ada Lovelace\nuserinfo: HTTP 200\n", again.stdout), again.stdout
     assert not [s for s in handed_out_secrets(dot) if s in text + again.stdout + again.stderr]
