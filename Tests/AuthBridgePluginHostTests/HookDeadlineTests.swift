@@ -370,3 +370,36 @@ struct HookWatchdogTests {
         #expect(fired.withLock { $0 } == [1, 2, 3])
     }
 }
+
+@Suite("In-process backend")
+struct InProcessBackendTests {
+    /// The Swift test plugin opened by the backend itself (`load`: dlopen,
+    /// entry checks and `init` on a hook thread), run through LoadedPlugin.
+    @Test func aRealHookPastItsDeadlineIsAnsweredAndItsThreadCounted() async throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        try installSwiftTestPlugin(into: folder.path)
+        let manifest = try PluginManifest(json: ["id": "swifttest", "version": "1.0.0", "abi": "1.0", "library": "libauthbridge-testplugin-swift.so"])
+        let backend = InProcessBackend(dlopenPath: folder.path + "/libauthbridge-testplugin-swift.so", manifest: manifest, logger: quietLogger)
+        try backend.load()
+        #expect(backend.implements(.refresh))
+        let plugin = LoadedPlugin(
+            manifest: manifest, libraryPath: folder.path + "/libauthbridge-testplugin-swift.so", backend: backend,
+            deadlines: HookDeadlines(overrides: [.completeSignIn: .milliseconds(100)]), logger: quietLogger)
+        let abandoned = HookThreads.shared.abandoned.load(ordering: .relaxed)
+        let late = HookThreads.shared.lateReturns.load(ordering: .relaxed)
+        // "slow" runs up to 30 s unless cancelled: past the deadline it is answered, then told to stop.
+        let outcome = await plugin.invoke(.completeSignIn, input: ["flow": "session", "sessionId": "slow"], environment: StubEnvironment())
+        #expect(outcome.failure?.reason == "pluginTimeout")
+        #expect(HookThreads.shared.abandoned.load(ordering: .relaxed) > abandoned)
+        // The hook sees the cancellation and returns: a late return, dropped (bounded wait).
+        for _ in 0..<1_000 where plugin.runningHooks > 0 { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(plugin.runningHooks == 0)
+        #expect(HookThreads.shared.lateReturns.load(ordering: .relaxed) > late)
+        // A normal call still works.
+        let signedIn = await plugin.invoke(.completeSignIn, input: ["flow": "session", "sessionId": "s"], environment: StubEnvironment())
+        #expect(signedIn.result?["account"]?["id"] == "s")
+        plugin.shutdown()
+        #expect(plugin.hasShutDown)
+    }
+}
