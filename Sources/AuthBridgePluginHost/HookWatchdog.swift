@@ -39,7 +39,10 @@ final class HookWatchdog: @unchecked Sendable {
             defer { running = true }
             return (Ticket(id: next), !running)
         }
-        if start { detachThread { [self] in watch() } }
+        // Not detachThread: its fallback would run the endless loop on the caller's thread.
+        if start, !startThread({ [self] in watch() }) {
+            lock.withLock { running = false } // no thread to give now: the next arm tries again
+        }
         return ticket
     }
 
