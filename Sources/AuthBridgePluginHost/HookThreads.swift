@@ -1,4 +1,5 @@
 import AuthBridgeSystem
+import Synchronization
 
 /// The threads blocking hooks run on: an idle one is reused, and when every
 /// thread is busy a new one starts at once (up to `maximum`), so a provider
@@ -10,10 +11,18 @@ import AuthBridgeSystem
 /// thread per call: the hot path (a plugin's `check_session`) would pay a
 /// thread start per request. Threads are never stopped: the pool stays at its
 /// peak concurrency, which the in-flight request bound keeps small.
+///
+/// A hook that runs past its deadline is answered without it; its thread is
+/// abandoned (counted in `abandoned`) and, being busy, no longer counts as
+/// idle, so new work gets another thread.
 final class HookThreads: @unchecked Sendable {
     static let shared = HookThreads(maximum: 256)
 
     let maximum: Int
+    /// Threads left inside a hook that ran past its deadline or ignored cancellation.
+    let abandoned = Atomic<Int>(0)
+    /// Abandoned hooks that returned after all (their outcome was dropped).
+    let lateReturns = Atomic<Int>(0)
     /// Idle threads wait on it for a job.
     private let lock = ConditionLock()
     // Guarded by `lock`.

@@ -19,6 +19,14 @@ public enum HostClock {
         return Int64(spec.tv_sec) * 1000 + Int64(spec.tv_nsec) / 1_000_000 + offset.load(ordering: .relaxed)
     }
 
+    /// The current offset from the system clock, in milliseconds (sent to plugin runners).
+    public static var offsetMilliseconds: Int64 { offset.load(ordering: .relaxed) }
+
+    /// Sets the offset outright: a plugin runner follows its host's clock.
+    public static func setOffset(_ milliseconds: Int64) {
+        offset.store(milliseconds, ordering: .relaxed)
+    }
+
     /// Moves the clock forward (or back) by `milliseconds`; returns the new offset.
     @discardableResult
     public static func shift(by milliseconds: Int64) -> Int64 {

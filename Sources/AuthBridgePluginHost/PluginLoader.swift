@@ -32,6 +32,10 @@ public struct PluginReport: Sendable {
     public var json: JSON {
         switch status {
         case .loaded(let plugin):
+            // Refused after it loaded (repeated faults): as refused as at load.
+            if let refusal = plugin.refusal {
+                return PluginReport(id: plugin.manifest.id, manifestPath: manifestPath, status: .refused(refusal)).json
+            }
             let descriptor = plugin.descriptor
             return .compactObject([
                 "id": .string(plugin.manifest.id),
@@ -168,55 +172,7 @@ public struct PluginLoader: Sendable {
         let library = try ELFCheck.validate(path)
         // Before dlopen: opening a Swift library already runs Swift code against the host's runtime.
         try SwiftRuntimeCheck.check(library, path: path)
-        _ = dlerror()
-        // Never dlclosed: Swift plugins crash the process after dlclose.
-        guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else {
-            let message = dlerror().map { String(cString: $0) } ?? "unknown error"
-            throw PluginLoadError(.loadFailed, "dlopen failed: \(message)")
-        }
-        guard let symbol = dlsym(handle, AB_ENTRY_SYMBOL) else {
-            throw PluginLoadError(.missingSymbol, "\(path) does not export \(AB_ENTRY_SYMBOL)")
-        }
-        let entry = unsafeBitCast(symbol, to: ab_entry_fn.self)
-        guard let info = entry() else { throw PluginLoadError(.badEntry, "\(AB_ENTRY_SYMBOL) returned NULL") }
-        // Everything below is checked before any plugin code other than the entry runs.
-        guard info.pointee.magic == AB_PLUGIN_MAGIC else {
-            throw PluginLoadError(.badEntry, "\(AB_ENTRY_SYMBOL) returned data without the AuthBridge magic")
-        }
-        let major = Int(info.pointee.abi_major), minor = Int(info.pointee.abi_minor)
-        guard major == Int(AB_ABI_MAJOR), minor <= Int(AB_ABI_MINOR) else {
-            throw PluginLoadError(
-                .abiMismatch, "library built for ABI \(major).\(minor); this host supports \(AB_ABI_MAJOR).0 to \(AB_ABI_MAJOR).\(AB_ABI_MINOR)")
-        }
-        guard major == manifest.abiMajor, minor == manifest.abiMinor else {
-            throw PluginLoadError(
-                .abiMismatch, "library reports ABI \(major).\(minor) but its manifest says \(manifest.abiMajor).\(manifest.abiMinor)")
-        }
-        let reportedID = info.pointee.id.map { String(cString: $0) } ?? ""
-        guard reportedID == manifest.id else {
-            throw PluginLoadError(.badEntry, "library reports id \"\(reportedID)\" but its manifest says \"\(manifest.id)\"")
-        }
-        // The version is the manifest's; a library that states one must agree (NULL: it does not).
-        if let stated = info.pointee.version.map({ String(cString: $0) }), stated != manifest.version {
-            throw PluginLoadError(
-                .metadataMismatch,
-                "library reports version \"\(stated)\" but its manifest says \"\(manifest.version)\"; the manifest is where a plugin's version is stated"
-            )
-        }
-        guard let vtable = info.pointee.vtable,
-            Int(vtable.pointee.size) >= MemoryLayout<ab_plugin_vtable>.offset(of: \.describe)!
-        else {
-            throw PluginLoadError(.badEntry, "the plugin's function table is missing or too small")
-        }
-        var state: OpaquePointer?
-        if let initialise = vtable.pointee.`init` {
-            var reason: UnsafePointer<CChar>?
-            let status = initialise(HostAPI.table, &state, &reason)
-            guard status == AB_OK else {
-                let text = reason.map { String(cString: $0) } ?? "no reason given"
-                throw PluginLoadError(.initFailed, "init failed: \(Redaction.redact(text))")
-            }
-        }
+        let (vtable, state) = try PluginEntry.open(dlopenPath: path, manifest: manifest, host: HostAPI.table)
         let plugin = LoadedPlugin(
             manifest: manifest, libraryPath: path, version: manifest.version, vtable: vtable,
             state: state, logger: logger)

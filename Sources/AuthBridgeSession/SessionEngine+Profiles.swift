@@ -17,6 +17,8 @@ extension SessionEngine {
         var problem: String?
         if plugin == nil {
             problem = "plugin \"\(profile.plugin)\" is not loaded"
+        } else if let refusal = plugin?.refusal {
+            problem = refusal.message
         } else if let issue = SettingsValidator.problem(in: profile.settings, schema: plugin?.descriptor["settings"]) {
             problem = "\(issue.field) \(issue.message)"
         }

@@ -9,7 +9,8 @@ extension SessionEngine {
     /// The seed flowchart: not expired → signed in; expired without tokens →
     /// not signed in; expired with a refresh token → refresh → signed in, or
     /// not signed in on a definitive refusal. Transient failures answer
-    /// `offline` and keep the tokens.
+    /// `offline` and keep the tokens; a plugin fault (it crashed or hung) is
+    /// an error (`-32008`) and keeps them too.
     public func checkSignInStatus(_ profile: String, account: String? = nil, requestID: JSON? = nil) async throws(SessionError) -> JSON {
         let context = try await context(for: profile)
         guard let (key, session) = try await selectSession(profile, account: account) else {
@@ -43,6 +44,9 @@ extension SessionEngine {
             case .failure(let failure) where failure.kind == .definitive:
                 try await endSession(key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: session, context: context)
                 return try await statusAfterEnding(key, reason: StatusReason(refusal: failure.reason), message: failure.message)
+            case .failure(let failure) where failure.isPluginFault:
+                // The plugin crashed or hung: that says nothing about the session, which is kept.
+                throw SessionError(failure, provider: profile)
             case .failure(let failure):
                 return status(profile, state: .offline, session: session, reason: .transient, message: failure.message)
             }
@@ -64,6 +68,8 @@ extension SessionEngine {
             return status(profile, state: .licenseRevoked, session: marked, reason: .licenseRevoked, message: failure.message)
         case .failure(let failure) where failure.kind == .definitive:
             return status(profile, state: .notSignedIn, session: nil, reason: StatusReason(refusal: failure.reason), message: failure.message)
+        case .failure(let failure) where failure.isPluginFault:
+            throw SessionError(failure, provider: profile)
         case .failure(let failure):
             return status(profile, state: .offline, session: session, reason: .transient, message: failure.message)
         }

@@ -157,6 +157,11 @@ extension SessionEngine {
             return try await store.withExclusiveAccess(to: key) {
                 await self.refreshLocked(key, context: context, stale: stale)
             }
+        } catch let error as VaultError where error.reason == .lockTimeout {
+            let busy = Self.accountBusy(profile: key.profile)
+            return .failure(ProviderFailure(.transient, reason: Self.accountBusyReason, message: busy.message))
+        } catch is CancellationError {
+            return .failure(ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled."))
         } catch {
             return .failure(ProviderFailure(.transient, reason: "storageError", message: "The session store could not be locked: \(error)"))
         }

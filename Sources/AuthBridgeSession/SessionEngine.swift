@@ -130,11 +130,27 @@ public actor SessionEngine {
     }
 
     func storageError(_ error: any Error, profile: String?) -> SessionError {
+        if let vaultError = error as? VaultError, vaultError.reason == .lockTimeout {
+            return Self.accountBusy(profile: profile)
+        }
+        if error is CancellationError {
+            return SessionError(.userCancelled, "The request was cancelled.", provider: profile, reason: "cancelled")
+        }
         if let vaultError = error as? VaultError {
             return SessionError(.storageError, vaultError.message, provider: profile, reason: vaultError.reason.rawValue)
         }
         return SessionError(.storageError, "The session store failed: \(error)", provider: profile, reason: "storage")
     }
+
+    /// Another process held the account's lock past `maximumWait` (a hung
+    /// plugin in an older host, say): retryable, nothing was changed.
+    static func accountBusy(profile: String?) -> SessionError {
+        SessionError(
+            .timeout, "Another authbridge process has been using this account for over 2 minutes; try again.", provider: profile,
+            reason: accountBusyReason)
+    }
+
+    static let accountBusyReason = "accountBusy"
 
     /// A sign-in's `signIn/progress` notification.
     func progress(_ profile: String, requestID: JSON?, _ fields: [String: JSON]) {

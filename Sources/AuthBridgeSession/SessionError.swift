@@ -85,7 +85,7 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
         let kind: Kind
         switch failure.kind {
         case .definitive: kind = .providerRefused
-        case .transient: kind = failure.reason == "timeout" ? .timeout : .providerUnavailable
+        case .transient: kind = failure.reason == "timeout" || failure.reason == "accountBusy" ? .timeout : .providerUnavailable
         case .configuration: kind = failure.reason == "unsupported" ? .unsupported : .configurationError
         case .internal: kind = .pluginError
         case .cancelled: kind = .userCancelled

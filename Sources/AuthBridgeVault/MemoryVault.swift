@@ -30,7 +30,7 @@ public final class MemoryVault: Vault {
     nonisolated(nonsending) public func delete(_ profile: String) async { records.withLock { $0[profile] = nil } }
     nonisolated(nonsending) public func profiles() async -> [String] { records.withLock { $0.keys.sorted() } }
     nonisolated(nonsending) public func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T {
-        await locks.acquire(profile)
+        try await locks.acquire(profile)
         do {
             let result = try await body()
             await locks.release(profile)
@@ -45,22 +45,54 @@ public final class MemoryVault: Vault {
 }
 
 /// In-process per-profile locks that suspend instead of blocking a thread.
+/// A waiter that is cancelled, or still waiting after
+/// `ProfileFileLock.maximumWait`, leaves the queue and throws
+/// (`CancellationError`, `VaultError(.lockTimeout)`).
 actor ProfileLocks {
     private var held: Set<String> = []
-    private var waiting: [String: [CheckedContinuation<Void, Never>]] = [:]
+    private var waiting: [String: [(id: Int, continuation: CheckedContinuation<Void, any Error>)]] = [:]
+    private var nextID = 0
 
-    func acquire(_ profile: String) async {
+    func acquire(_ profile: String) async throws {
         if held.insert(profile).inserted { return }
-        await withCheckedContinuation { waiting[profile, default: []].append($0) }
+        nextID += 1
+        let id = nextID
+        let limit = ProfileFileLock.maximumWait
+        let timer = Task { [weak self] in
+            guard (try? await Task.sleep(for: limit)) != nil else { return }
+            await self?.giveUp(
+                profile, id: id,
+                VaultError(.lockTimeout, "The account's lock was not free within \(limit.components.seconds) s."))
+        }
+        defer { timer.cancel() }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                if Task.isCancelled {
+                    continuation.resume(throwing: CancellationError())
+                } else {
+                    waiting[profile, default: []].append((id, continuation))
+                }
+            }
+        } onCancel: {
+            Task { await self.giveUp(profile, id: id, CancellationError()) }
+        }
     }
 
     func release(_ profile: String) {
         if var queue = waiting[profile], !queue.isEmpty {
             let next = queue.removeFirst()
             waiting[profile] = queue.isEmpty ? nil : queue
-            next.resume() // ownership passes straight to the next waiter
+            next.continuation.resume() // ownership passes straight to the next waiter
         } else {
             held.remove(profile)
         }
+    }
+
+    /// Takes a waiter out of the queue (if it still waits) and fails its wait.
+    private func giveUp(_ profile: String, id: Int, _ error: any Error) {
+        guard var queue = waiting[profile], let index = queue.firstIndex(where: { $0.id == id }) else { return }
+        let waiter = queue.remove(at: index)
+        waiting[profile] = queue.isEmpty ? nil : queue
+        waiter.continuation.resume(throwing: error)
     }
 }

@@ -60,6 +60,9 @@ public struct VaultError: Error, Sendable, CustomStringConvertible {
         case noKey
         /// The Secret Service is missing, locked or refused.
         case keyringUnavailable
+        /// The account's lock was not free within `ProfileFileLock.maximumWait`
+        /// (another process has held it that long); nothing was changed.
+        case lockTimeout
         case io
     }
 
