@@ -309,6 +309,30 @@ struct RunnerTests {
         }
     }
 
+    @Test func aCallLeftPastItsDeadlineGetsItsRunnerKilledAndTheOthersTimedOut() throws {
+        let endings = Delivered<RunnerEnding>()
+        let pair = try channelPair()
+        let fake = FakeRunner(fd: pair.runner)
+        defer { fake.close() }
+        let backend = RunnerBackend(
+            library: try vettedSwiftTestPlugin(), logger: quietLogger,
+            launch: { _ in RunnerHandle(channelFD: pair.host, waitForEnd: nil, kill: {}) }, onEnding: { endings.put($0) })
+        detachThread { fake.answerLoad() }
+        try backend.load()
+        let outcomes = Delivered<HookOutcome>()
+        var calls: [HookCall] = []
+        for hook in [PluginHook.checkSession, .refresh] {
+            let call = HookCall(pluginID: "swifttest", hook: hook, logger: quietLogger, environment: RecordingEnvironment())
+            calls.append(call)
+            backend.start(hook, input: [:], call: call, inline: false) { outcomes.put($0) }
+        }
+        #expect(fake.read()?["method"] == "hook" && fake.read()?["method"] == "hook")
+        // The runner never answers; the first call's deadline passes (its caller was answered).
+        backend.abandon(calls[0], because: .deadline)
+        #expect(endings.take() == .killedAfterTimeout)
+        for _ in 0..<2 { #expect(outcomes.take()?.failureValue?.reason == "pluginTimeout") }
+    }
+
     @Test func theThirtyThirdConcurrentHTTPRequestIsRefused() throws {
         let (backend, fake) = try fakeRunnerBackend()
         defer { fake.close() }
@@ -342,5 +366,71 @@ struct RunnerTests {
         #expect(answered.count == limit)
         fake.write(["jsonrpc": "2.0", "id": hook["id"]!, "result": ["outcome": "result", "value": ["ok": true]]])
         #expect(outcome.take()?.resultValue == ["ok": true])
+    }
+}
+
+@Suite("Child processes")
+struct ChildProcessTests {
+    @Test func theEnvironmentKeepsNoSecretsAndTheSessionBusOnlyWhenAsked() {
+        let given = [
+            "PATH=/usr/bin", "HOME=/home/u", "AUTHBRIDGE_VAULT_KEY=k", "GITHUB_TOKEN=t", "AWS_SECRET_ACCESS_KEY=s", "DB_PASSWORD=p",
+            "DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/1/bus", "LANG=C.UTF-8",
+        ]
+        #expect(ChildProcess.environment(given, keepSessionBus: false) == ["PATH=/usr/bin", "HOME=/home/u", "LANG=C.UTF-8"])
+        #expect(
+            ChildProcess.environment(given, keepSessionBus: true) == [
+                "PATH=/usr/bin", "HOME=/home/u", "DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/1/bus", "LANG=C.UTF-8",
+            ])
+    }
+
+    @Test func waitStatusesInWords() {
+        #expect(ChildProcess.failure(waitStatus: 0) == nil)
+        #expect(ChildProcess.failure(waitStatus: 3 << 8) == "exited with status 3")
+        #expect(ChildProcess.failure(waitStatus: SIGSEGV) == "killed by signal 11 (SIGSEGV)")
+        #expect(ChildProcess.failure(waitStatus: SIGABRT | 0x80) == "killed by signal 6 (SIGABRT)", "a core dump flag changes nothing")
+        #expect(ChildProcess.failure(waitStatus: 40) == "killed by signal 40")
+    }
+}
+
+/// The authbridge binary SwiftPM built beside the tests.
+private func authbridgeExecutable() -> String? {
+    [repositoryRoot() + "/.build/debug/authbridge"].first { access($0, X_OK) == 0 }
+}
+
+private func processExists(_ pid: Int32) -> Bool { access("/proc/\(pid)", F_OK) == 0 }
+
+@Suite("Plugin runner process")
+struct RunnerProcessTests {
+    @Test func aRealRunnerServesCrashesIsRestartedAndIsReapedAtShutdown() throws {
+        let executable = try #require(authbridgeExecutable(), "run `make build` first")
+        let endings = Delivered<RunnerEnding>()
+        let backend = RunnerBackend(
+            library: try vettedSwiftTestPlugin(), logger: quietLogger, launch: RunnerBackend.spawnLaunch(executable: executable),
+            onEnding: { endings.put($0) })
+        try backend.load()
+        let first = try #require(backend.runnerProcessID)
+        #expect(first != getpid() && processExists(first))
+        #expect(backend.run(.checkSession, ["tokens": [:]], environment: RecordingEnvironment())?.resultValue == ["state": "valid"])
+
+        // The runner killed under a call (SIGTERM: a SIGSEGV sent by kill, not a fault, is survived
+        // with the Swift runtime's backtracer on): the call is answered, with how the runner ended.
+        let environment = RecordingEnvironment()
+        let call = HookCall(pluginID: "swifttest", hook: .completeSignIn, logger: quietLogger, environment: environment)
+        let outcome = Delivered<HookOutcome>()
+        backend.start(.completeSignIn, input: ["flow": "session", "sessionId": "slow"], call: call, inline: false) { outcome.put($0) }
+        kill(first, SIGTERM)
+        let failure = try #require(outcome.take()?.failureValue)
+        #expect(failure.reason == "pluginCrashed" && failure.message.contains("killed by signal 15 (SIGTERM)"), "\(failure.message)")
+        #expect(endings.take() == .crashed(detail: "killed by signal 15 (SIGTERM)"))
+        #expect(!processExists(first), "reaped")
+
+        // The next call starts another runner.
+        #expect(backend.run(.checkSession, ["tokens": [:]], environment: RecordingEnvironment())?.resultValue == ["state": "valid"])
+        let second = try #require(backend.runnerProcessID)
+        #expect(second != first)
+
+        backend.shutdown(within: .seconds(5))
+        #expect(!processExists(second), "shut down and reaped")
+        #expect(endings.take() == .shutDown)
     }
 }
