@@ -139,7 +139,12 @@ final class RunnerSpawner: @unchecked Sendable {
             "authbridge", "plugin-runner", "--parent", String(getpid()), "--plugin", library.manifest.id,
             "--memory-limit-mb", String(memoryLimitMB),
         ]
-        let environment = ChildProcess.environment(ChildProcess.currentEnvironment(), keepSessionBus: false)
+        // No Swift backtracer in a runner: on a crash it prints registers and memory (which may
+        // hold a user's tokens) to the host's stderr and takes a second; and a signal sent from
+        // outside (SIGSEGV by kill) is survived with it on.
+        let environment =
+            ChildProcess.environment(ChildProcess.currentEnvironment(), keepSessionBus: false).filter { !$0.hasPrefix("SWIFT_BACKTRACE=") }
+            + ["SWIFT_BACKTRACE=enable=no"]
         let libraryFD = library.fd
         let result: Result<(Int32, pid_t), SpawnError> = run {
             var pair: [Int32] = [-1, -1]

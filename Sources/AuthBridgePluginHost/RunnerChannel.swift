@@ -74,7 +74,7 @@ final class RunnerChannel: Sendable {
             let end = read(handlers)
             finish(end, handlers)
         }
-        if !started { close() }
+        if !started { finish(.endOfInput, handlers) }
         return started
     }
 

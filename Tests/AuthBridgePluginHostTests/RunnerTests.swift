@@ -412,16 +412,15 @@ struct RunnerProcessTests {
         #expect(first != getpid() && processExists(first))
         #expect(backend.run(.checkSession, ["tokens": [:]], environment: RecordingEnvironment())?.resultValue == ["state": "valid"])
 
-        // The runner killed under a call (SIGTERM: a SIGSEGV sent by kill, not a fault, is survived
-        // with the Swift runtime's backtracer on): the call is answered, with how the runner ended.
+        // A segfault under a call: the call is answered, with how the runner ended.
         let environment = RecordingEnvironment()
         let call = HookCall(pluginID: "swifttest", hook: .completeSignIn, logger: quietLogger, environment: environment)
         let outcome = Delivered<HookOutcome>()
         backend.start(.completeSignIn, input: ["flow": "session", "sessionId": "slow"], call: call, inline: false) { outcome.put($0) }
-        kill(first, SIGTERM)
+        kill(first, SIGSEGV)
         let failure = try #require(outcome.take()?.failureValue)
-        #expect(failure.reason == "pluginCrashed" && failure.message.contains("killed by signal 15 (SIGTERM)"), "\(failure.message)")
-        #expect(endings.take() == .crashed(detail: "killed by signal 15 (SIGTERM)"))
+        #expect(failure.reason == "pluginCrashed" && failure.message.contains("killed by signal 11 (SIGSEGV)"), "\(failure.message)")
+        #expect(endings.take() == .crashed(detail: "killed by signal 11 (SIGSEGV)"))
         #expect(!processExists(first), "reaped")
 
         // The next call starts another runner.
