@@ -489,7 +489,8 @@ final class Runner: Sendable {
             if let call = proxyCall(params) {
                 call.logger.log(level: level, "\(text)", metadata: ["plugin": "\(pluginID)", "hook": "\(call.hook)"])
             } else {
-                logger.log(level: level, "\(text)", metadata: ["plugin": "\(pluginID)"])
+                // Outside a call (`init`), as an in-process plugin's log.
+                HostAPI.pluginLogger.log(level: level, "\(text)", metadata: ["plugin": "\(pluginID)"])
             }
         default:
             break
