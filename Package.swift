@@ -9,7 +9,9 @@ import PackageDescription
 ///   AuthBridgePluginABI ───────────── AuthBridgeJSON      (Swift side of the ABI: hooks, failures, the Swift runtime note │ JSON over jansson)
 ///            │                         │          │
 ///            │                  AuthBridgeRPC     │       (JSON-RPC 2.0 framing, connection)
-///            └──────── AuthBridgePluginHost ──────┘       (manifests, loader, host services)
+///            │                         │          │
+///            └──────── AuthBridgePluginHost ──────┘       (manifests, loader, host services, plugin runner)
+///                              │  └── CAuthBridgeProcess  (posix_spawn of the runner, prctl)
 ///                              │
 ///                      AuthBridgeSession ── AuthBridgeVault  (profiles, sessions, flows │ token storage)
 ///                              │
@@ -97,6 +99,8 @@ let package = Package(
             name: "AuthBridgePluginHost",
             dependencies: [
                 "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
+                // The plugin runner: its channel's framing (RPC), posix_spawn and prctl (Process).
+                "AuthBridgeRPC", "CAuthBridgeProcess",
                 .product(name: "Logging", package: "swift-log"),
             ]),
         .target(
@@ -118,7 +122,8 @@ let package = Package(
                 "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeSystem",
                 .product(name: "Logging", package: "swift-log"),
             ]),
-        // Process hardening the executable does first (prctl is variadic: C only).
+        // Process hardening the executable does first, and the plugin runner's spawn
+        // (prctl is variadic, posix_spawn attributes are clumsy in Swift: C).
         .target(name: "CAuthBridgeProcess"),
         .executableTarget(
             name: "authbridge",

@@ -1,3 +1,4 @@
+import AuthBridgePluginHost
 import AuthBridgeSystem
 
 #if canImport(Glibc)
@@ -17,10 +18,9 @@ import Musl
 /// without a desktop xdg-open starts fine and then fails (status 3 or 4), and
 /// a user waiting for a browser that never appears must be told.
 ///
-/// Its environment is the host's without what it has no use for: the host's
-/// own variables (`AUTHBRIDGE_*`) and any whose name says it holds a secret
-/// (`…TOKEN…`, `…SECRET…`, `…PASSWORD…`, `…_KEY`…). A browser outlives the
-/// sign-in and runs whatever pages it opens.
+/// Its environment is the host's without what it has no use for
+/// (`ChildProcess.environment`: the host's own variables and any whose name says
+/// it holds a secret). A browser outlives the sign-in and runs whatever pages it opens.
 public struct BrowserLauncher: Sendable {
     public var command: String
 
@@ -40,7 +40,8 @@ public struct BrowserLauncher: Sendable {
         let arguments = [command, url]
         var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
-        var environment: [UnsafeMutablePointer<CChar>?] = Self.childEnvironment(Self.currentEnvironment()).map { strdup($0) } + [nil]
+        var environment: [UnsafeMutablePointer<CChar>?] =
+            ChildProcess.environment(ChildProcess.currentEnvironment(), keepSessionBus: true).map { strdup($0) } + [nil]
         defer { environment.forEach { free($0) } }
         let status = posix_spawnp(&pid, command, &actions, nil, &argv, &environment)
         guard status == 0 else {
@@ -54,37 +55,7 @@ public struct BrowserLauncher: Sendable {
             var reaped: pid_t
             repeat { reaped = waitpid(child, &exitStatus, 0) } while reaped < 0 && errno == EINTR
             guard reaped == child else { return }
-            if let failure = Self.failure(waitStatus: exitStatus) { onFailure("\(command) \(failure)") }
+            if let failure = ChildProcess.failure(waitStatus: exitStatus) { onFailure("\(command) \(failure)") }
         }
-    }
-
-    /// The entries (`NAME=value`) of `environment` a child may have.
-    static func childEnvironment(_ environment: [String]) -> [String] {
-        environment.filter { entry in
-            let name = entry.split(separator: "=", maxSplits: 1).first.map { $0.uppercased() } ?? ""
-            if name.hasPrefix("AUTHBRIDGE") { return false }
-            let secretWords = ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE"]
-            return !secretWords.contains(where: name.contains) && !name.hasSuffix("_KEY") && !name.hasSuffix("APIKEY")
-        }
-    }
-
-    private static func currentEnvironment() -> [String] {
-        var entries: [String] = []
-        var cursor = environ
-        while let entry = cursor.pointee {
-            entries.append(String(cString: entry))
-            cursor += 1
-        }
-        return entries
-    }
-
-    /// "exited with status 3", "was killed by signal 9", or nil for success.
-    static func failure(waitStatus: Int32) -> String? {
-        let signal = waitStatus & 0x7f
-        if signal == 0 {
-            let code = (waitStatus >> 8) & 0xff
-            return code == 0 ? nil : "exited with status \(code)"
-        }
-        return "was killed by signal \(signal)"
     }
 }

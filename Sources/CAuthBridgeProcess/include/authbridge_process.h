@@ -1,8 +1,10 @@
 #ifndef AUTHBRIDGE_PROCESS_H
 #define AUTHBRIDGE_PROCESS_H
 
-/* What the authbridge executable does first, in C because Swift cannot call
-   prctl(2) (a variadic function). */
+#include <sys/types.h>
+
+/* What the authbridge executable does first, and how it starts plugin runners: in C because
+   Swift cannot call prctl(2) (a variadic function) and posix_spawn's attributes are clumsy in it. */
 
 /* No core dumps (RLIMIT_CORE 0) and not dumpable (PR_SET_DUMPABLE 0: no core
    file, no ptrace attach or /proc/<pid>/mem access by this user's other
@@ -15,5 +17,18 @@ int ab_process_harden(void);
    original bytes, which /proc/<pid>/environ keeps showing after unsetenv,
    are overwritten with zeros. */
 char *ab_process_take_variable(const char *name);
+
+/* Starts a plugin runner (`authbridge plugin-runner`) with posix_spawn: stdin from /dev/null,
+   stdout onto stderr (fd 1 is never the protocol stream), `channel` as fd 3 and `library` as
+   fd 4, every other descriptor closed; in a process group of its own (so that the host can
+   kill what the plugin forks) with an empty signal mask and SIGINT, SIGTERM, SIGHUP and SIGCHLD
+   at their defaults. `channel` and `library` must be above 4, so that placing one cannot
+   overwrite the other. Returns 0 and the child's pid, or an errno. */
+int ab_spawn_runner(const char *path, char *const argv[], char *const envp[], int channel, int library, pid_t *pid);
+
+/* In a runner: SIGKILL when the thread that spawned it ends (PR_SET_PDEATHSIG; the host spawns
+   from a thread that never ends), and _exit(70) at once when the parent is no longer `parent`
+   (it died before the signal was armed). Returns 0 or the errno of prctl. */
+int ab_process_die_with_parent(pid_t parent);
 
 #endif
