@@ -47,7 +47,7 @@ public final class PluginRunnerServer: Sendable {
     /// `channelFD`: the runner's end of the channel (3 in a runner process); `libraryFD`: the
     /// vetted library (4).
     public convenience init(channelFD: Int32, libraryFD: Int32) {
-        self.init(channelFD: channelFD, libraryFD: libraryFD, exitsProcess: true, setClockOffset: RunnerFaults.setClockOffset)
+        self.init(channelFD: channelFD, libraryFD: libraryFD, exitsProcess: true, setClockOffset: HostClock.setOffset)
     }
 
     /// Tests run the server on a thread of their own process, whose clock the host side already
@@ -116,10 +116,10 @@ public final class PluginRunnerServer: Sendable {
         if exitsProcess { HostAPI.pluginLogger = logger(callID: nil, level: level) }
         do throws(PluginLoadError) {
             let manifest = try PluginManifest(json: manifestJSON)
-            let (vtable, pluginState) = try RunnerFaults.openEntry(
+            let (vtable, pluginState) = try PluginEntry.open(
                 dlopenPath: "/proc/self/fd/\(libraryFD)", manifest: manifest, host: HostAPI.table)
             state.withLock { $0.loaded = Loaded(manifest: manifest, vtable: vtable, state: pluginState, logLevel: level) }
-            let hooks = PluginHook.allCases.filter { RunnerFaults.hookFunction(vtable, $0) != nil }
+            let hooks = PluginHook.allCases.filter { PluginEntry.function(for: $0, in: vtable) != nil }
             return .success(RunnerProtocol.loadResult(implements: hooks, pid: getpid()))
         } catch {
             return .failure(RunnerProtocol.loadError(error))
@@ -136,7 +136,7 @@ public final class PluginRunnerServer: Sendable {
         guard let loaded = state.withLock({ $0.shutDown ? nil : $0.loaded }) else {
             return channel.respond(id, .failure(RunnerError(message: "the plugin is not loaded")))
         }
-        guard let function = RunnerFaults.hookFunction(loaded.vtable, hook) else {
+        guard let function = PluginEntry.function(for: hook, in: loaded.vtable) else {
             return channel.respond(id, .success(RunnerProtocol.outcomeJSON(.useDefault)))
         }
         // Pure hooks may not block (as in the host); inline hooks mean nothing here.

@@ -139,8 +139,8 @@ final class RunnerBackend: PluginBackend {
         guard let runner = state.withLock({ $0.runner }) else { return }
         let killAt: ContinuousClock.Instant =
             switch reason {
-            case .deadline: .now + RunnerFaults.killGrace
-            case .cancelled(let deadlineAt): deadlineAt + RunnerFaults.killGrace
+            case .deadline: .now + HookDeadlines().killGrace
+            case .cancelled(let deadlineAt): deadlineAt + HookDeadlines().killGrace
             }
         runner.killIfStillRunning(call, at: killAt)
     }
@@ -175,8 +175,8 @@ final class RunnerBackend: PluginBackend {
             handle: handle, pluginID: pluginID, logger: logger,
             ended: { [weak self] runner, ending in self?.runnerEnded(runner, ending) })
         let hooks = try runner.load(
-            RunnerProtocol.loadParams(manifest: library.manifest, logLevel: logger.logLevel.rawValue, clockOffsetMs: RunnerFaults.clockOffset),
-            within: RunnerFaults.loadDeadline)
+            RunnerProtocol.loadParams(manifest: library.manifest, logLevel: logger.logLevel.rawValue, clockOffsetMs: HostClock.offsetMilliseconds),
+            within: HookDeadlines().load)
         state.withLock { $0.implemented = hooks }
         return runner
     }
@@ -213,7 +213,8 @@ final class RunnerBackend: PluginBackend {
         case .failure(let error):
             logger.error("plugin runner could not be restarted", metadata: ["plugin": "\(pluginID)", "detail": "\(error.message)"])
             for item in queued {
-                item.done(.failure(RunnerFaults.pluginCrashed(plugin: pluginID, hook: item.hook, detail: "could not be restarted: \(error.message)")))
+                item.done(
+                    .failure(ProviderFailure.pluginCrashed(plugin: pluginID, hook: item.hook, detail: "could not be restarted: \(error.message)")))
             }
         }
     }
@@ -291,19 +292,19 @@ final class Runner: Sendable {
         guard let reply = answer.take(within: deadline) else {
             kill(afterTimeout: true)
             throw PluginLoadError(
-                RunnerFaults.timeoutReason, "the plugin did not load within \(deadline) (spawn, dlopen and init); it was stopped")
+                PluginLoadError.Reason.pluginTimeout, "the plugin did not load within \(deadline) (spawn, dlopen and init); it was stopped")
         }
         switch reply {
         case .success(let result):
             guard let hooks = RunnerProtocol.implementedHooks(result) else {
                 violate("sent a malformed answer to load")
-                throw PluginLoadError(RunnerFaults.crashedReason, "the plugin runner sent a malformed answer to load; it was stopped")
+                throw PluginLoadError(PluginLoadError.Reason.pluginCrashed, "the plugin runner sent a malformed answer to load; it was stopped")
             }
             state.withLock { $0.processID = result["pid"]?.intValue.map(Int32.init(truncatingIfNeeded:)) }
             return hooks
         case .failure(let error) where error.code == RunnerChannel.closedCode:
             let detail = finished.wait(within: .seconds(2)) ?? "closed its channel"
-            throw PluginLoadError(RunnerFaults.crashedReason, "the plugin runner stopped while loading the plugin (\(detail))")
+            throw PluginLoadError(PluginLoadError.Reason.pluginCrashed, "the plugin runner stopped while loading the plugin (\(detail))")
         case .failure(let error):
             shutdown(within: .seconds(1))
             throw RunnerProtocol.loadRefusal(error)
@@ -317,11 +318,11 @@ final class Runner: Sendable {
             return true
         }
         guard accepted else {
-            return done(.failure(RunnerFaults.pluginCrashed(plugin: pluginID, hook: hook, detail: "had stopped")))
+            return done(.failure(ProviderFailure.pluginCrashed(plugin: pluginID, hook: hook, detail: "had stopped")))
         }
         channel.request(
             RunnerProtocol.Method.hook,
-            RunnerProtocol.hookParams(call: number, hook: hook, input: input, clockOffsetMs: RunnerFaults.clockOffset)
+            RunnerProtocol.hookParams(call: number, hook: hook, input: input, clockOffsetMs: HostClock.offsetMilliseconds)
         ) { [self] reply in
             switch reply {
             case .success(let answer):
@@ -332,7 +333,8 @@ final class Runner: Sendable {
             case .failure(let error):
                 complete(
                     number,
-                    .failure(RunnerFaults.pluginCrashed(plugin: pluginID, hook: hook, detail: "refused the call: \(Redaction.redact(error.message))"))
+                    .failure(
+                        ProviderFailure.pluginCrashed(plugin: pluginID, hook: hook, detail: "refused the call: \(Redaction.redact(error.message))"))
                 )
             }
         }
@@ -415,9 +417,9 @@ final class Runner: Sendable {
                 if shuttingDown {
                     ProviderFailure(.internal, reason: "pluginShutDown", message: "The \(pluginID) plugin has shut down.")
                 } else if timedOut {
-                    RunnerFaults.pluginTimeout(plugin: pluginID, hook: hook, after: .now - pending.startedAt)
+                    ProviderFailure.pluginTimeout(plugin: pluginID, hook: hook, after: .now - pending.startedAt)
                 } else {
-                    RunnerFaults.pluginCrashed(plugin: pluginID, hook: hook, detail: detail)
+                    ProviderFailure.pluginCrashed(plugin: pluginID, hook: hook, detail: detail)
                 }
             pending.done(.failure(failure))
         }

@@ -257,7 +257,7 @@ struct RunnerTests {
         defer { backend.shutdown(within: .seconds(5)) }
         try backend.load()
         _ = backend.run(.checkSession, ["tokens": [:]], environment: RecordingEnvironment())
-        let expected = RunnerFaults.clockOffset
+        let expected = HostClock.offsetMilliseconds
         #expect(offsets.values.withLock { $0 } == [expected, expected], "load's and the hook's")
     }
 
