@@ -20,8 +20,8 @@ extension RPCError.Code {
     /// -32007: the provider is unreachable or failing for now (network, 5xx, rate limit); retryable; `status`
     /// is its HTTP status when there was one.
     public static let providerUnavailable = RPCError.Code(-32007)
-    /// -32008: the provider plugin misbehaved or is not loaded (`pluginError`, `pluginNotLoaded`,
-    /// `insecureUrl`).
+    /// -32008: the provider plugin misbehaved, failed or is not loaded (`pluginError`, `pluginCrashed`,
+    /// `pluginTimeout`, `pluginNotLoaded`, `insecureUrl`); sessions are kept.
     public static let pluginError = RPCError.Code(-32008)
     /// -32009: the profile cannot do this (`unsupportedFlow`, `unsupported`).
     public static let unsupported = RPCError.Code(-32009)

@@ -405,7 +405,8 @@ export declare class ProviderUnavailableError extends AuthBridgeError {
   readonly status: number | undefined;
 }
 /**
- * -32008: the provider plugin misbehaved or is not loaded (`pluginError`, `pluginNotLoaded`, `insecureUrl`).
+ * -32008: the provider plugin misbehaved, failed or is not loaded (`pluginError`, `pluginCrashed`,
+ * `pluginTimeout`, `pluginNotLoaded`, `insecureUrl`); sessions are kept.
  */
 export declare class PluginError extends AuthBridgeError {}
 /** -32009: the profile cannot do this (`unsupportedFlow`, `unsupported`). */

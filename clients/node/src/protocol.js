@@ -103,7 +103,8 @@ export class ProviderUnavailableError extends AuthBridgeError {
   get status() { return this.data?.status; }
 }
 /**
- * -32008: the provider plugin misbehaved or is not loaded (`pluginError`, `pluginNotLoaded`, `insecureUrl`).
+ * -32008: the provider plugin misbehaved, failed or is not loaded (`pluginError`, `pluginCrashed`,
+ * `pluginTimeout`, `pluginNotLoaded`, `insecureUrl`); sessions are kept.
  */
 export class PluginError extends AuthBridgeError {}
 /** -32009: the profile cannot do this (`unsupportedFlow`, `unsupported`). */

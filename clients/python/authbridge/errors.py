@@ -143,8 +143,8 @@ class ProviderUnavailable(AuthBridgeError):
 
 
 class PluginError(AuthBridgeError):
-    """-32008: the provider plugin misbehaved or is not loaded (`pluginError`, `pluginNotLoaded`,
-    `insecureUrl`)."""
+    """-32008: the provider plugin misbehaved, failed or is not loaded (`pluginError`, `pluginCrashed`,
+    `pluginTimeout`, `pluginNotLoaded`, `insecureUrl`); sessions are kept."""
     code = -32008
 
 
