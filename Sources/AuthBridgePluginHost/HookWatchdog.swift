@@ -6,10 +6,12 @@ import AuthBridgeSystem
 /// One thread and a table, not a timer per call: arming and disarming are an
 /// insert and a remove (hooks run at tens of thousands per second in the
 /// bench; `asyncAfter` would keep every cancelled item until it fires). The
-/// thread sleeps on a condition while nothing is armed, else wakes every
-/// `tick` and runs the expired actions outside the lock, so an action may arm
-/// or disarm. Actions must not block: they resume a caller, cancel a call,
-/// count a fault.
+/// thread wakes every `tick` and runs the expired actions outside the lock,
+/// so an action may arm or disarm; after `idleTicks` ticks with nothing armed
+/// it sleeps on the condition until something is. Only an arm that finds it
+/// so asleep signals it: calls one after the other must not each wake a
+/// thread (a futex wake and a context switch per hook call). Actions must not
+/// block: they resume a caller, cancel a call, count a fault.
 final class HookWatchdog: @unchecked Sendable {
     static let shared = HookWatchdog()
 
@@ -24,9 +26,15 @@ final class HookWatchdog: @unchecked Sendable {
     private var armed: [Int: (deadline: ContinuousClock.Instant, action: @Sendable () -> Void)] = [:]
     private var next = 0
     private var running = false
+    /// True while the thread waits with no timeout (nothing armed for `idleTicks` ticks).
+    private var asleep = false
+    private let idleTicks: Int
+    /// How many arms had to wake the thread (tests).
+    private var signals = 0
 
-    init(tick: Duration = .milliseconds(25)) {
+    init(tick: Duration = .milliseconds(25), idleTicks: Int = 40) {
         self.tick = tick
+        self.idleTicks = idleTicks
     }
 
     /// Runs `action` on the watchdog's thread once `deadline` has passed, unless disarmed first.
@@ -35,7 +43,10 @@ final class HookWatchdog: @unchecked Sendable {
         let (ticket, start) = lock.withLock {
             next += 1
             armed[next] = (deadline, action)
-            if armed.count == 1 { lock.signal() }
+            if asleep {
+                signals += 1
+                lock.signal()
+            }
             defer { running = true }
             return (Ticket(id: next), !running)
         }
@@ -54,10 +65,24 @@ final class HookWatchdog: @unchecked Sendable {
     /// The number of armed deadlines (for tests).
     var armedCount: Int { lock.withLock { armed.count } }
 
+    /// Whether the thread sleeps until something is armed, and how many arms woke it (for tests).
+    var sleepState: (asleep: Bool, signals: Int) { lock.withLock { (asleep, signals) } }
+
     private func watch() {
+        var idle = 0
         while true {
             let expired: [@Sendable () -> Void] = lock.withLock {
-                while armed.isEmpty { lock.wait() }
+                if armed.isEmpty {
+                    idle += 1
+                    if idle <= idleTicks {
+                        _ = lock.wait(until: ConditionLock.deadline(after: tick))
+                        return []
+                    }
+                    asleep = true
+                    while armed.isEmpty { lock.wait() }
+                    asleep = false
+                }
+                idle = 0
                 let now = ContinuousClock.now
                 let due = armed.filter { $0.value.deadline <= now }.sorted { $0.value.deadline < $1.value.deadline }
                 for (id, _) in due { armed.removeValue(forKey: id) }

@@ -353,6 +353,31 @@ struct HookWatchdogTests {
         #expect(watchdog.armedCount == 0)
     }
 
+    /// Hook calls one after the other arm and disarm a deadline each: that must not wake the
+    /// watchdog's thread every time (it did: a futex wake and a context switch per hook call).
+    @Test func callsOneAfterTheOtherWakeNoThread() async throws {
+        let watchdog = HookWatchdog(tick: .milliseconds(5), idleTicks: 1000)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            watchdog.arm(at: .now) { continuation.resume() }
+        }
+        for _ in 0..<1000 { watchdog.disarm(watchdog.arm(at: .now + .seconds(90)) {}) }
+        #expect(watchdog.sleepState.signals == 0)
+    }
+
+    /// Once nothing has been armed for a while the thread sleeps; the next arm wakes it.
+    @Test func anArmAfterTheThreadFellAsleepStillFires() async throws {
+        let watchdog = HookWatchdog(tick: .milliseconds(1), idleTicks: 2)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            watchdog.arm(at: .now) { continuation.resume() }
+        }
+        let asleep = await eventually(within: .seconds(20)) { watchdog.sleepState.asleep }
+        #expect(asleep)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            watchdog.arm(at: .now + .milliseconds(1)) { continuation.resume() }
+        }
+        #expect(watchdog.sleepState.signals == 1)
+    }
+
     @Test func actionsRunInDeadlineOrderAndMayArmAgain() async {
         let watchdog = HookWatchdog()
         let fired = Mutex<[Int]>([])

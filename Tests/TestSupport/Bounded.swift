@@ -27,3 +27,15 @@ public func answered<T: Sendable>(within limit: Duration, _ operation: @escaping
         }
     }
 }
+
+/// True once `condition` holds, checked every millisecond for at most `limit`: for a state
+/// another thread reaches by itself with no event to wait on (a thread gone idle). A bound, not
+/// synchronisation: a passing test stops polling as soon as the state is reached.
+public func eventually(within limit: Duration, _ condition: @Sendable () -> Bool) async -> Bool {
+    let end = ContinuousClock.now + limit
+    while !condition() {
+        guard ContinuousClock.now < end else { return false }
+        try? await Task.sleep(for: .milliseconds(1))
+    }
+    return true
+}
