@@ -2,12 +2,15 @@ import AuthBridgeJSON
 import AuthBridgePluginHost
 import AuthBridgeRPC
 import AuthBridgeSession
+import AuthBridgeSystem
 import Logging
 import Synchronization
 
 /// What the host needs to start: where plugins and profiles come from.
 public struct HostConfiguration: Sendable {
-    public var pluginFolders: [String]
+    public var pluginFolders: [PluginFolder]
+    /// Where each plugin runs.
+    public var isolation: IsolationPolicy
     public var profiles: [Profile]
     /// Problems found while reading the configuration; reported in `initialize`.
     public var warnings: [String]
@@ -17,14 +20,27 @@ public struct HostConfiguration: Sendable {
     public var browser: BrowserLauncher?
 
     public init(
-        pluginFolders: [String], profiles: [Profile] = [], warnings: [String] = [], testClock: Bool = false,
-        browser: BrowserLauncher? = nil
+        pluginFolders: [PluginFolder], isolation: IsolationPolicy = IsolationPolicy(), profiles: [Profile] = [], warnings: [String] = [],
+        testClock: Bool = false, browser: BrowserLauncher? = nil
     ) {
         self.pluginFolders = pluginFolders
+        self.isolation = isolation
         self.profiles = profiles
         self.warnings = warnings
         self.testClock = testClock
         self.browser = browser
+    }
+}
+
+extension HostConfiguration {
+    /// Loads the configured plugins on a thread of its own: loading blocks
+    /// (runners start, `init` and `describe` run under their deadlines) and
+    /// must not hold a thread of the cooperative pool.
+    public func loadPlugins(logger: Logger) async -> [PluginReport] {
+        let loader = PluginLoader(folders: pluginFolders, policy: isolation, logger: logger)
+        return await withCheckedContinuation { continuation in
+            detachThread { continuation.resume(returning: loader.loadAll()) }
+        }
     }
 }
 
@@ -59,7 +75,7 @@ public final class BridgeServer: ConnectionDelegate {
         // The spec's params schemas are read while plugins load, off the path of the first frame.
         Task.detached { _ = ParamsSchema.shared.methods.count }
         self.runtime = Task.detached {
-            let reports = PluginLoader(folders: configuration.pluginFolders, logger: logger).loadAll()
+            let reports = await configuration.loadPlugins(logger: logger)
             var openBrowser: SessionEngine.BrowserOpener?
             if let browser = configuration.browser {
                 openBrowser = { url, failed in
@@ -71,7 +87,7 @@ public final class BridgeServer: ConnectionDelegate {
             }
             let engine = SessionEngine(
                 plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
-                logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders,
+                logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders.map(\.path),
                 emit: { method, params in connection.notify(method, params) })
             return Runtime(reports: reports, engine: engine)
         }

@@ -40,11 +40,19 @@ enum ELFCheck {
     static let maxNoteSegmentSize: UInt64 = 64 << 10
     static let maxNameLength: UInt64 = 4096
 
+    /// Checks the file at `path` (tests; the loader checks the descriptor it vetted).
     @discardableResult
     static func validate(_ path: String) throws(PluginLoadError) -> Library {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw PluginLoadError(.loadFailed, "cannot open \(path)") }
         defer { close(fd) }
+        return try validate(fd: fd, path: path)
+    }
+
+    /// Checks the file open as `fd` (read with `pread`: its offset does not
+    /// move); `path` is for messages.
+    @discardableResult
+    static func validate(fd: Int32, path: String) throws(PluginLoadError) -> Library {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw PluginLoadError(.loadFailed, "cannot stat \(path)") }
         let size = UInt64(info.st_size)

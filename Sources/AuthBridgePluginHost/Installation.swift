@@ -38,9 +38,9 @@ public enum Installation {
 
     /// The default plugin search path: bundled (in an install tree, or next
     /// to the executable in a build folder), then the user's.
-    public static func defaultPluginFolders() -> [String] {
-        var folders = [bundledPluginsFolder, executableFolder + "/plugins"]
-        if let user = userDataFolder { folders.append(user + "/plugins") }
+    public static func defaultPluginFolders() -> [PluginFolder] {
+        var folders = [PluginFolder(bundledPluginsFolder, origin: .installTree), PluginFolder(executableFolder + "/plugins", origin: .installTree)]
+        if let user = userDataFolder { folders.append(PluginFolder(user + "/plugins", origin: .user)) }
         return folders
     }
 

@@ -144,18 +144,39 @@ public final class LoadedPlugin: @unchecked Sendable {
     /// The number of hooks running now, abandoned ones included.
     public var runningHooks: Int { running.load(ordering: .sequentiallyConsistent) }
 
-    /// Calls the plugin's shutdown once — unless a hook still runs (one that
-    /// ran past its deadline, say): the ABI promises no hook runs during
-    /// `shutdown`, so the plugin is then left as it is (the process is ending).
+    /// Calls the plugin's shutdown once — unless a hook still runs in this
+    /// process (one that ran past its deadline, say): the ABI promises no hook
+    /// runs during `shutdown`, so the plugin is then left as it is (the
+    /// process is ending). An isolated plugin's runner is always stopped, and
+    /// what it started with it: `shutdown` when it is idle, else at once.
     public func shutdown() {
         guard !isShutDown.exchange(true, ordering: .sequentiallyConsistent) else { return }
         let busy = running.load(ordering: .sequentiallyConsistent)
         guard busy == 0 else {
+            if backend.isolation == .process {
+                backend.shutdown(within: .zero)
+                return
+            }
             isShutDown.store(false, ordering: .sequentiallyConsistent)
             logger.warning("plugin not shut down: hooks still run", metadata: ["plugin": "\(manifest.id)", "hooks": "\(busy)"])
             return
         }
         backend.shutdown(within: .seconds(1))
+    }
+
+    /// Shuts `plugins` down in parallel (each runner gets its own grace) and
+    /// returns when all are done.
+    public static func shutDown(_ plugins: [LoadedPlugin]) {
+        guard !plugins.isEmpty else { return }
+        let remaining = Atomic<Int>(plugins.count)
+        let done = Handoff<Bool>()
+        for plugin in plugins {
+            detachThread {
+                plugin.shutdown()
+                if remaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { done.put(true) }
+            }
+        }
+        _ = done.take()
     }
 
     // MARK: - Calls

@@ -1,5 +1,11 @@
 import AuthBridgeJSON
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
 // The seam between what a plugin's hooks mean (`LoadedPlugin`: deadlines,
 // health, inline hooks) and where they run: in this process or in the
 // plugin's own runner process (`authbridge plugin-runner`). Issue 14 builds
@@ -24,6 +30,16 @@ struct VettedLibrary: Sendable {
     let path: String
     let manifest: PluginManifest
     let elf: ELFCheck.Library
+    /// The descriptor's `fstat`: the file `path` must still name when it is opened.
+    let info: stat
+
+    init(fd: Int32, path: String, manifest: PluginManifest, elf: ELFCheck.Library, info: stat = stat()) {
+        self.fd = fd
+        self.path = path
+        self.manifest = manifest
+        self.elf = elf
+        self.info = info
+    }
 }
 
 /// Why a call was given up before its hook returned.

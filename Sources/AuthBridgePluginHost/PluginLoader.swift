@@ -1,7 +1,9 @@
-import AuthBridgePluginABI
 import AuthBridgeJSON
+import AuthBridgePluginABI
+import AuthBridgeSystem
 import CAuthBridgePlugin
 import Logging
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -22,6 +24,15 @@ public struct PluginReport: Sendable {
     public var id: String?
     public var manifestPath: String
     public var status: Status
+    /// Where the plugin ran or was to run, when that was decided (loaded, or refused after that).
+    public var isolation: PluginIsolation?
+
+    public init(id: String?, manifestPath: String, status: Status, isolation: PluginIsolation? = nil) {
+        self.id = id
+        self.manifestPath = manifestPath
+        self.status = status
+        self.isolation = isolation ?? plugin?.isolation
+    }
 
     public var plugin: LoadedPlugin? {
         if case .loaded(let plugin) = status { return plugin }
@@ -34,7 +45,7 @@ public struct PluginReport: Sendable {
         case .loaded(let plugin):
             // Refused after it loaded (repeated faults): as refused as at load.
             if let refusal = plugin.refusal {
-                return PluginReport(id: plugin.manifest.id, manifestPath: manifestPath, status: .refused(refusal)).json
+                return PluginReport(id: plugin.manifest.id, manifestPath: manifestPath, status: .refused(refusal), isolation: plugin.isolation).json
             }
             let descriptor = plugin.descriptor
             return .compactObject([
@@ -47,6 +58,7 @@ public struct PluginReport: Sendable {
                 "capabilities": descriptor["capabilities"] ?? [],
                 "settings": descriptor["settings"],
                 "path": .string(plugin.libraryPath),
+                "isolation": .string(plugin.isolation.rawValue),
             ])
         case .refused(let error):
             return .compactObject([
@@ -64,87 +76,119 @@ public struct PluginReport: Sendable {
 ///
 /// A plugin is a manifest (`NAME.json`) and a shared library side by side in
 /// a plugin folder. Everything that can be checked without running plugin
-/// code is checked first (ownership and permissions like sshd's StrictModes,
-/// symlinks, duplicate ids, the manifest's ABI, a complete ELF file, a Swift
-/// plugin's Swift runtime); then the library is opened
-/// with `RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE`, its entry point's ABI
-/// information is checked, and only then `init` runs. A refused plugin is
-/// reported with a reason and never stops the others.
+/// code is checked first, through open descriptors so that what is checked is
+/// what runs: the folder and every folder above it (ownership and permissions
+/// like sshd's StrictModes), symlinks, duplicate ids, the manifest's ABI, a
+/// complete ELF file, a Swift plugin's Swift runtime. Then the library is
+/// opened — in this process through `/proc/self/fd/N` with `RTLD_NOW |
+/// RTLD_LOCAL | RTLD_NODELETE`, or in the plugin's own runner process
+/// (`IsolationPolicy` decides) — its entry point's ABI information is
+/// checked, and only then `init` runs. A refused plugin is reported with a
+/// reason and never stops the others.
 public struct PluginLoader: Sendable {
-    public var folders: [String]
+    public var folders: [PluginFolder]
+    public var policy: IsolationPolicy
     public var logger: Logger
+    /// Starts an isolated plugin's runner (tests run it on a thread).
+    var launch: @Sendable (Int) -> RunnerBackend.Launch = { RunnerBackend.spawnLaunch(memoryLimitMB: $0) }
+    /// Runs between vetting and opening (tests swap the library there).
+    var beforeOpen: (@Sendable (VettedLibrary) -> Void)?
 
-    public init(folders: [String], logger: Logger) {
+    /// Loads from install-tree folders: every plugin in-process unless `policy` says otherwise.
+    public init(folders: [String], policy: IsolationPolicy = IsolationPolicy(), logger: Logger) {
+        self.init(folders: folders.map { PluginFolder($0, origin: .installTree) }, policy: policy, logger: logger)
+    }
+
+    public init(folders: [PluginFolder], policy: IsolationPolicy = IsolationPolicy(), logger: Logger) {
         self.folders = folders
+        self.policy = policy
         self.logger = logger
     }
 
+    /// A plugin vetted and ready to open, or its refusal.
+    private enum Candidate {
+        case vetted(VettedLibrary, origin: PluginFolder.Origin)
+        case refused(PluginLoadError)
+    }
+
     /// Loads every plugin in `folders`; earlier folders win on duplicate ids.
+    /// Plugins are vetted one after the other, then opened in parallel
+    /// (runners start at once): a plugin that passed vetting holds its id,
+    /// one refused while vetted (a Swift plugin built for another runtime,
+    /// say) leaves it to a copy in a later folder.
     public func loadAll() -> [PluginReport] {
-        var reports: [PluginReport] = []
+        var candidates: [(id: String?, manifestPath: String, candidate: Candidate)] = []
         var seen: [String: String] = [:] // id → manifest path
         var seenFolders: Set<String> = []
         for folder in folders {
-            guard let realFolder = FileSecurity.realPath(folder), FileSecurity.isDirectory(realFolder) else {
-                logger.debug("plugin folder not found", metadata: ["folder": "\(folder)"])
+            guard let realFolder = FileSecurity.realPath(folder.path), FileSecurity.isDirectory(realFolder) else {
+                logger.debug("plugin folder not found", metadata: ["folder": "\(folder.path)"])
                 continue
             }
             guard seenFolders.insert(realFolder).inserted else { continue }
             guard let names = FileSecurity.listFolder(realFolder) else {
-                logger.warning("cannot list plugin folder", metadata: ["folder": "\(folder)"])
+                logger.warning("cannot list plugin folder", metadata: ["folder": "\(folder.path)"])
                 continue
             }
             var folderProblem: PluginLoadError?
-            do { try FileSecurity.checkNotTamperable(realFolder, what: "plugin folder") } catch { folderProblem = error }
+            do { try FileSecurity.checkAncestors(realFolder) } catch { folderProblem = error }
             for name in names where name.hasSuffix(".json") {
                 let manifestPath = realFolder + "/" + name
-                var report = load(manifestPath: manifestPath, folder: realFolder, folderProblem: folderProblem, seen: seen)
-                if let plugin = report.plugin { seen[plugin.manifest.id] = manifestPath }
+                var id: String?
+                let candidate: Candidate
+                do throws(PluginLoadError) {
+                    if let folderProblem { throw folderProblem }
+                    let manifest = try readManifest(manifestPath, folder: realFolder)
+                    id = manifest.id
+                    if let other = seen[manifest.id] {
+                        throw PluginLoadError(.duplicateID, "plugin id \"\(manifest.id)\" is already provided by \(other)")
+                    }
+                    candidate = .vetted(try vet(manifest, folder: realFolder), origin: folder.origin)
+                    seen[manifest.id] = manifestPath
+                } catch {
+                    candidate = .refused(error)
+                }
+                candidates.append((id ?? String(name.dropLast(5)), manifestPath, candidate))
+            }
+        }
+        let reports = Mutex<[Int: PluginReport]>([:])
+        let finished = Handoff<Bool>()
+        let remaining = Atomic<Int>(candidates.count)
+        for (index, entry) in candidates.enumerated() {
+            let work: @Sendable () -> Void = { [self] in
+                let status: PluginReport.Status
+                var isolation: PluginIsolation?
+                switch entry.candidate {
+                case .refused(let error): status = .refused(error)
+                case .vetted(let library, let origin): (status, isolation) = open(library, origin: origin)
+                }
+                let report = PluginReport(id: entry.id, manifestPath: entry.manifestPath, status: status, isolation: isolation)
+                reports.withLock { $0[index] = report }
+                if remaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { finished.put(true) }
+            }
+            if case .refused = entry.candidate { work() } else { detachThread(work) }
+        }
+        if !candidates.isEmpty { _ = finished.take() }
+        return reports.withLock { reports in
+            candidates.indices.map { index in
+                let report = reports[index]!
                 if case .refused(let error) = report.status {
                     logger.warning(
                         "refused plugin",
-                        metadata: ["manifest": "\(manifestPath)", "reason": "\(error.reason.rawValue)", "detail": "\(error.message)"])
+                        metadata: ["manifest": "\(report.manifestPath)", "reason": "\(error.reason.rawValue)", "detail": "\(error.message)"])
                 } else {
-                    logger.debug("loaded plugin", metadata: ["id": "\(report.id ?? "?")", "manifest": "\(manifestPath)"])
+                    logger.debug("loaded plugin", metadata: ["id": "\(report.id ?? "?")", "manifest": "\(report.manifestPath)"])
                 }
-                if report.id == nil { report.id = String(name.dropLast(5)) }
-                reports.append(report)
+                return report
             }
-        }
-        return reports
-    }
-
-    private func load(manifestPath: String, folder: String, folderProblem: PluginLoadError?, seen: [String: String]) -> PluginReport {
-        var id: String?
-        do throws(PluginLoadError) {
-            if let folderProblem { throw folderProblem }
-            let manifest = try readManifest(manifestPath, folder: folder)
-            id = manifest.id
-            if let other = seen[manifest.id] {
-                throw PluginLoadError(.duplicateID, "plugin id \"\(manifest.id)\" is already provided by \(other)")
-            }
-            guard manifest.abiMajor == Int(AB_ABI_MAJOR), manifest.abiMinor <= Int(AB_ABI_MINOR) else {
-                throw PluginLoadError(
-                    .abiMismatch,
-                    "manifest declares ABI \(manifest.abiMajor).\(manifest.abiMinor); this host supports \(AB_ABI_MAJOR).0 to \(AB_ABI_MAJOR).\(AB_ABI_MINOR)"
-                )
-            }
-            let libraryPath = try vetLibrary(folder + "/" + manifest.library, folder: folder)
-            let plugin = try open(libraryPath, manifest: manifest)
-            return PluginReport(id: id, manifestPath: manifestPath, status: .loaded(plugin))
-        } catch {
-            return PluginReport(id: id, manifestPath: manifestPath, status: .refused(error))
         }
     }
 
     private func readManifest(_ path: String, folder: String) throws(PluginLoadError) -> PluginManifest {
-        if FileSecurity.isSymlink(path) {
-            guard let target = FileSecurity.realPath(path), target.hasPrefix(folder + "/") else {
-                throw PluginLoadError(.symlinkEscapes, "manifest \(path) is a symlink that leaves the plugin folder")
-            }
-        }
-        try FileSecurity.checkNotTamperable(FileSecurity.realPath(path) ?? path, what: "manifest")
-        guard let bytes = FileSecurity.readFile(path) else {
+        let real = try resolveInside(path, folder: folder, what: "manifest")
+        let (fd, _) = try FileSecurity.openVetted(real, what: "manifest")
+        defer { close(fd) }
+        guard case .success(let bytes) = POSIXFiles.readAll(fd, limit: 1 << 20) else {
             throw PluginLoadError(.invalidManifest, "cannot read manifest \(path)")
         }
         let json: JSON
@@ -154,30 +198,95 @@ public struct PluginLoader: Sendable {
         return try PluginManifest(json: json)
     }
 
-    /// Resolves the library path and refuses one outside the folder or tamperable.
-    private func vetLibrary(_ path: String, folder: String) throws(PluginLoadError) -> String {
+    /// `path`'s canonical path; a symlink must stay inside the folder and be
+    /// owned by this user or root (a link's own mode is always 0777 on Linux).
+    private func resolveInside(_ path: String, folder: String, what: String) throws(PluginLoadError) -> String {
         guard let real = FileSecurity.realPath(path) else {
-            throw PluginLoadError(.loadFailed, "library \(path) does not exist")
+            throw PluginLoadError(.loadFailed, "\(what) \(path) does not exist")
         }
         guard real.hasPrefix(folder + "/") else {
-            throw PluginLoadError(.symlinkEscapes, "library \(path) resolves to \(real), outside the plugin folder")
+            throw PluginLoadError(.symlinkEscapes, "\(what) \(path) is a symlink that leaves the plugin folder (it resolves to \(real))")
         }
-        // A link's own mode is always 0777 on Linux; only its owner matters.
-        if FileSecurity.isSymlink(path) { try FileSecurity.checkOwner(path, what: "library link") }
-        try FileSecurity.checkNotTamperable(real, what: "library")
+        if FileSecurity.isSymlink(path) { try FileSecurity.checkOwner(path, what: "\(what) link") }
         return real
     }
 
-    private func open(_ path: String, manifest: PluginManifest) throws(PluginLoadError) -> LoadedPlugin {
-        let library = try ELFCheck.validate(path)
-        // Before dlopen: opening a Swift library already runs Swift code against the host's runtime.
-        try SwiftRuntimeCheck.check(library, path: path)
-        let (vtable, state) = try PluginEntry.open(dlopenPath: path, manifest: manifest, host: HostAPI.table)
-        let plugin = LoadedPlugin(
-            manifest: manifest, libraryPath: path, version: manifest.version, vtable: vtable,
-            state: state, logger: logger)
-        plugin.descriptor = try describe(plugin)
-        return plugin
+    /// Checks the manifest's ABI and the library through one open descriptor,
+    /// which stays open for the life of the process (`VettedLibrary`).
+    private func vet(_ manifest: PluginManifest, folder: String) throws(PluginLoadError) -> VettedLibrary {
+        guard manifest.abiMajor == Int(AB_ABI_MAJOR), manifest.abiMinor <= Int(AB_ABI_MINOR) else {
+            throw PluginLoadError(
+                .abiMismatch,
+                "manifest declares ABI \(manifest.abiMajor).\(manifest.abiMinor); this host supports \(AB_ABI_MAJOR).0 to \(AB_ABI_MAJOR).\(AB_ABI_MINOR)"
+            )
+        }
+        let real = try resolveInside(folder + "/" + manifest.library, folder: folder, what: "library")
+        // A library in a subfolder: the folders between are checked too.
+        let libraryFolder = Installation.parent(of: real)
+        if libraryFolder != folder { try FileSecurity.checkAncestors(libraryFolder) }
+        let (fd, info) = try FileSecurity.openVetted(real, what: "library")
+        do throws(PluginLoadError) {
+            let elf = try ELFCheck.validate(fd: fd, path: real)
+            // Before dlopen: opening a Swift library already runs Swift code against the host's runtime.
+            try SwiftRuntimeCheck.check(elf, path: real)
+            return VettedLibrary(fd: fd, path: real, manifest: manifest, elf: elf, info: info)
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+
+    /// Opens a vetted library where the policy says, and asks it to describe itself.
+    private func open(_ library: VettedLibrary, origin: PluginFolder.Origin) -> (PluginReport.Status, PluginIsolation) {
+        beforeOpen?(library)
+        let manifest = library.manifest
+        let (isolation, warning) = policy.isolation(for: manifest, origin: origin)
+        if let warning { logger.warning("\(warning)") }
+        let deadlines = HookDeadlines(overrides: manifest.deadlines)
+        let health = PluginHealth(pluginID: manifest.id)
+        let backend: any PluginBackend
+        switch isolation {
+        case .none:
+            backend = InProcessBackend(
+                dlopenPath: "/proc/self/fd/\(library.fd)", manifest: manifest, loadDeadline: deadlines.load, logger: logger)
+        case .process:
+            let runner = WeakRunner()
+            let logger = self.logger
+            let isolated = RunnerBackend(library: library, logger: logger, launch: launch(policy.memoryLimitMB)) { ending in
+                let fault: PluginFault
+                switch ending {
+                case .shutDown: return
+                case .crashed(let detail): fault = .crashed(detail: detail)
+                case .killedAfterTimeout(let hook): fault = .timedOut(hook: hook, after: deadlines[hook])
+                }
+                switch health.record(fault) {
+                case .restart(let backOff):
+                    runner.backend?.holdRestarts(until: .now + backOff)
+                case .refuse:
+                    logger.error("plugin refused after repeated failures", metadata: ["plugin": "\(manifest.id)"])
+                    runner.backend?.refuse(health.refusalFailure)
+                }
+            }
+            runner.backend = isolated
+            backend = isolated
+        }
+        do throws(PluginLoadError) {
+            // The path may name another file by now; the descriptor is what was vetted.
+            guard FileSecurity.stillNames(library.path, library.info) else {
+                throw PluginLoadError(
+                    .libraryChanged,
+                    "library \(library.path) was replaced while it was being loaded; nothing of the replacement ran; restart the host to load the new file"
+                )
+            }
+            try backend.load()
+            let plugin = LoadedPlugin(
+                manifest: manifest, libraryPath: library.path, backend: backend, health: health, deadlines: deadlines, logger: logger)
+            plugin.descriptor = try describe(plugin)
+            return (.loaded(plugin), isolation)
+        } catch {
+            backend.shutdown(within: .zero)
+            return (.refused(error), isolation)
+        }
     }
 
     private func describe(_ plugin: LoadedPlugin) throws(PluginLoadError) -> JSON {
@@ -210,6 +319,11 @@ public struct PluginLoader: Sendable {
             return .object(members)
         }
     }
+}
+
+/// The backend a runner's health decisions act on, set once it exists.
+private final class WeakRunner: @unchecked Sendable {
+    weak var backend: RunnerBackend?
 }
 
 /// `describe` runs before any session exists: no network, no events.

@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgePluginABI
 
 /// The JSON file beside a plugin library that lets the host vet a plugin
 /// before running any of its code, and the one place where a plugin's id,
@@ -6,6 +7,11 @@ import AuthBridgeJSON
 ///
 ///     {"id": "oidc", "version": "0.1.0", "abi": "1.0",
 ///      "library": "libauthbridge-oidc.so", "description": "…"}
+///
+/// Optional: `"isolation": "process"` (run in its own runner process even
+/// from the install tree; bridge-spec "Isolation") and `"deadlines":
+/// {"refresh": 120000}` (milliseconds, by hook name, for a plugin whose
+/// provider is known to be slow).
 public struct PluginManifest: Sendable, Equatable {
     public var id: String
     public var version: String
@@ -15,6 +21,13 @@ public struct PluginManifest: Sendable, Equatable {
     public var library: String
     /// What people read about the plugin (`initialize`'s provider list); "" when none is given.
     public var description: String
+    /// Where the plugin asks to run; nil: where its folder's origin says.
+    public var isolation: PluginIsolation?
+    /// The plugin's own deadlines, by hook (`HookDeadlines.overrides`).
+    public var deadlines: [PluginHook: Duration] = [:]
+
+    /// The deadlines a manifest may set, in milliseconds.
+    public static let deadlineRange = 100...600_000
 
     public init(json: JSON) throws(PluginLoadError) {
         func string(_ key: String) throws(PluginLoadError) -> String {
@@ -41,6 +54,29 @@ public struct PluginManifest: Sendable, Equatable {
             throw PluginLoadError(.invalidManifest, "manifest \"library\" must be a file name in the plugin folder")
         }
         description = json["description"]?.stringValue ?? ""
+        if let value = json["isolation"] {
+            guard let word = value.stringValue, let isolation = PluginIsolation(rawValue: word) else {
+                throw PluginLoadError(.invalidManifest, "manifest \"isolation\" must be \"process\" or \"none\"")
+            }
+            self.isolation = isolation
+        }
+        if let value = json["deadlines"] {
+            guard case .object(let members) = value else {
+                throw PluginLoadError(.invalidManifest, "manifest \"deadlines\" must be an object of hook names and milliseconds")
+            }
+            for (name, milliseconds) in members {
+                guard let hook = PluginHook.allCases.first(where: { $0.description == name }) else {
+                    throw PluginLoadError(.invalidManifest, "manifest \"deadlines\" names \"\(name)\", which is not a hook")
+                }
+                guard let value = milliseconds.intValue.map(Int.init), Self.deadlineRange.contains(value) else {
+                    throw PluginLoadError(
+                        .invalidManifest,
+                        "manifest deadline of \(name) must be a whole number of milliseconds from \(Self.deadlineRange.lowerBound) to \(Self.deadlineRange.upperBound)"
+                    )
+                }
+                deadlines[hook] = .milliseconds(value)
+            }
+        }
     }
 }
 
@@ -66,6 +102,9 @@ public struct PluginLoadError: Error, Sendable, Equatable, CustomStringConvertib
         /// A Swift plugin built for another Swift runtime than the host's, or without the
         /// Swift runtime note that says which (refused before `dlopen`).
         public static let swiftRuntimeMismatch = Reason(rawValue: "swiftRuntimeMismatch")
+        /// The library's path named another file when it was about to be opened than the one
+        /// vetted (replaced in between): nothing of the replacement ran.
+        public static let libraryChanged = Reason(rawValue: "libraryChanged")
     }
 
     public var reason: Reason

@@ -21,8 +21,8 @@ struct RunnerHandle: Sendable {
 enum RunnerEnding: Sendable, Equatable {
     /// It crashed, exited, closed its channel or broke the protocol: `detail` says which.
     case crashed(detail: String)
-    /// It was killed because a call ran past its deadline (and the kill grace).
-    case killedAfterTimeout
+    /// It was killed because a call of `hook` ran past its deadline (and the kill grace).
+    case killedAfterTimeout(hook: PluginHook)
     /// The host shut it down.
     case shutDown
 }
@@ -68,6 +68,8 @@ final class RunnerBackend: PluginBackend {
         var restarting = false
         var restartNotBefore: ContinuousClock.Instant?
         var shutDown = false
+        /// Set when the plugin was refused after repeated faults: every call fails with it.
+        var refusal: ProviderFailure?
         var nextCall: Int64 = 1
     }
     private let state = Mutex(State())
@@ -103,9 +105,11 @@ final class RunnerBackend: PluginBackend {
         enum Next {
             case send(Runner, Int64)
             case shutDown
+            case refused(ProviderFailure)
             case wait(startRestart: Bool)
         }
         let next = state.withLock { state -> Next in
+            if let refusal = state.refusal { return .refused(refusal) }
             if state.shutDown { return .shutDown }
             if let runner = state.runner, !runner.hasEnded {
                 defer { state.nextCall += 1 }
@@ -121,6 +125,8 @@ final class RunnerBackend: PluginBackend {
             runner.send(number, hook: hook, input: input, call: call, done: done)
         case .shutDown:
             done(.failure(ProviderFailure(.internal, reason: "pluginShutDown", message: "The \(pluginID) plugin has shut down.")))
+        case .refused(let failure):
+            done(.failure(failure))
         case .wait(let startRestart):
             if startRestart { HookThreads.shared.submit { [self] in restart() } }
         }
@@ -158,6 +164,23 @@ final class RunnerBackend: PluginBackend {
         runner?.shutdown(within: grace)
     }
 
+    /// Refuses the plugin after repeated faults: no runner starts again, the
+    /// calls waiting for one and every later call fail with `failure`.
+    func refuse(_ failure: ProviderFailure?) {
+        let failure = failure ?? ProviderFailure(.internal, reason: "pluginCrashed", message: "The \(pluginID) plugin was stopped.")
+        let (runner, queued) = state.withLock { state -> (Runner?, [Queued]) in
+            state.refusal = failure
+            defer {
+                state.queued.removeAll()
+                state.runner = nil
+            }
+            return (state.runner, state.queued)
+        }
+        restartLock.withLock { restartLock.broadcast() }
+        for item in queued { item.done(.failure(failure)) }
+        runner?.shutdown(within: .zero)
+    }
+
     /// Holds the next runner start until `instant` (the back-off after a crash).
     func holdRestarts(until instant: ContinuousClock.Instant) {
         state.withLock { $0.restartNotBefore = instant }
@@ -187,11 +210,13 @@ final class RunnerBackend: PluginBackend {
         if let notBefore = state.withLock({ $0.restartNotBefore }), notBefore > .now {
             let wait = ConditionLock.deadline(after: notBefore - .now)
             restartLock.withLock {
-                while !state.withLock({ $0.shutDown }) && restartLock.wait(until: wait) {}
+                while !state.withLock({ $0.shutDown || $0.refusal != nil }) && restartLock.wait(until: wait) {}
             }
         }
         let result: Result<Runner, PluginLoadError>
-        if state.withLock({ $0.shutDown }) {
+        if let refusal = state.withLock({ $0.refusal }) {
+            result = .failure(PluginLoadError(.pluginCrashed, refusal.message))
+        } else if state.withLock({ $0.shutDown }) {
             result = .failure(PluginLoadError(.loadFailed, "the host is shutting down"))
         } else {
             do throws(PluginLoadError) { result = .success(try startRunner()) } catch { result = .failure(error) }
@@ -243,7 +268,8 @@ final class Runner: Sendable {
         var servicesInFlight = 0
         /// Set before the runner is killed on purpose, or when it broke the protocol.
         var violation: String?
-        var killedAfterTimeout = false
+        /// The hook whose overrun got the runner killed.
+        var killedAfterTimeout: PluginHook?
         var shuttingDown = false
         var hasEnded = false
         var processID: Int32?
@@ -290,7 +316,7 @@ final class Runner: Sendable {
         let answer = TimedHandoff<Result<JSON, RunnerError>>()
         channel.request(RunnerProtocol.Method.load, params) { answer.put($0) }
         guard let reply = answer.take(within: deadline) else {
-            kill(afterTimeout: true)
+            kill(afterTimeoutOf: .describe) // at load: `init` is the plugin's first code
             throw PluginLoadError(
                 PluginLoadError.Reason.pluginTimeout, "the plugin did not load within \(deadline) (spawn, dlopen and init); it was stopped")
         }
@@ -355,7 +381,7 @@ final class Runner: Sendable {
             let running = state.withLock { state in state.calls.values.contains { $0.call === call } }
             if running {
                 logger.error("plugin hook ran past its deadline; stopping its runner", metadata: ["plugin": "\(pluginID)", "hook": "\(call.hook)"])
-                kill(afterTimeout: true)
+                kill(afterTimeoutOf: call.hook)
             }
         }
     }
@@ -375,8 +401,8 @@ final class Runner: Sendable {
         }
     }
 
-    private func kill(afterTimeout: Bool) {
-        state.withLock { $0.killedAfterTimeout = $0.killedAfterTimeout || afterTimeout }
+    private func kill(afterTimeoutOf hook: PluginHook) {
+        state.withLock { $0.killedAfterTimeout = $0.killedAfterTimeout ?? hook }
         handle.kill()
         channel.close()
     }
@@ -416,7 +442,7 @@ final class Runner: Sendable {
             let failure: ProviderFailure =
                 if shuttingDown {
                     ProviderFailure(.internal, reason: "pluginShutDown", message: "The \(pluginID) plugin has shut down.")
-                } else if timedOut {
+                } else if timedOut != nil {
                     ProviderFailure.pluginTimeout(plugin: pluginID, hook: hook, after: .now - pending.startedAt)
                 } else {
                     ProviderFailure.pluginCrashed(plugin: pluginID, hook: hook, detail: detail)
@@ -424,7 +450,7 @@ final class Runner: Sendable {
             pending.done(.failure(failure))
         }
         finished.put(detail)
-        ended(self, shuttingDown ? .shutDown : timedOut ? .killedAfterTimeout : .crashed(detail: detail))
+        ended(self, shuttingDown ? .shutDown : timedOut.map { .killedAfterTimeout(hook: $0) } ?? .crashed(detail: detail))
     }
 
     // MARK: The runner's requests and notifications

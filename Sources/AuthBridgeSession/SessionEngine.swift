@@ -197,7 +197,8 @@ public actor SessionEngine {
         if !busy.isEmpty {
             logger.warning("plugins still inside a hook at exit are not shut down", metadata: ["plugins": "\(busy.sorted())"])
         }
-        for plugin in plugins.values where !busy.contains(plugin.manifest.id) { plugin.shutdown() }
+        // A busy isolated plugin is stopped all the same: its runner, and what it started, must not outlive the host.
+        LoadedPlugin.shutDown(plugins.values.filter { !busy.contains($0.manifest.id) || $0.isolation == .process })
     }
 
     private func releaseHookWaiters() {

@@ -26,6 +26,15 @@ struct HostOptions: ParsableArguments {
     @Flag(help: "Load plugins only from --plugins folders, not from the install tree or the XDG data folder.")
     var noDefaultPlugins = false
 
+    @Option(
+        help: ArgumentHelp(
+            "Where plugins run: process (each in its own runner process) or none (inside the host), for every plugin or, as ID=MODE, for one (repeatable). Default: install-tree plugins none, the user's folders' plugins process.",
+            valueName: "[ID=]MODE"))
+    var pluginIsolation: [String] = []
+
+    @Option(help: ArgumentHelp("The memory limit of each isolated plugin's runner process, in MiB (default 1024, at least 256).", valueName: "MIB"))
+    var pluginMemoryLimit: Int = 1024
+
     @Option(help: ArgumentHelp("Profiles file (default: ${XDG_CONFIG_HOME:-~/.config}/authbridge/config.json, if it exists).", valueName: "FILE"))
     var config: String?
 
@@ -58,11 +67,26 @@ struct HostOptions: ParsableArguments {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
+        do { _ = try IsolationPolicy(options: pluginIsolation) } catch { throw ValidationError(error.description) }
+        guard pluginMemoryLimit >= IsolationPolicy.minimumMemoryLimitMB else {
+            throw ValidationError(
+                "--plugin-memory-limit must be at least \(IsolationPolicy.minimumMemoryLimitMB) (MiB): thread stacks count towards it")
+        }
     }
 
-    /// Plugin folders in search order: bundled, user's, then --plugins.
-    var folders: [String] {
-        (noDefaultPlugins ? [] : Installation.defaultPluginFolders()) + pluginFolders
+    /// Plugin folders in search order: bundled, user's, then --plugins (a user's folder).
+    var folders: [PluginFolder] {
+        (noDefaultPlugins ? [] : Installation.defaultPluginFolders()) + pluginFolders.map { PluginFolder($0, origin: .user) }
+    }
+
+    /// Where each plugin runs (checked by `validate`).
+    var isolationPolicy: IsolationPolicy {
+        (try? IsolationPolicy(options: pluginIsolation, memoryLimitMB: pluginMemoryLimit)) ?? IsolationPolicy(memoryLimitMB: pluginMemoryLimit)
+    }
+
+    /// The loader for these options' folders and isolation.
+    func pluginLoader(logger: Logger) -> PluginLoader {
+        PluginLoader(folders: folders, policy: isolationPolicy, logger: logger)
     }
 
     /// The session store the options ask for. Nothing is opened here: the
@@ -121,7 +145,7 @@ struct HostOptions: ParsableArguments {
             warnings.append("configuration file \(error.message); none of its profiles are loaded")
         }
         return HostConfiguration(
-            pluginFolders: folders, profiles: profiles, warnings: warnings, testClock: testClock,
+            pluginFolders: folders, isolation: isolationPolicy, profiles: profiles, warnings: warnings, testClock: testClock,
             browser: browser)
     }
 
@@ -131,7 +155,7 @@ struct HostOptions: ParsableArguments {
         switch loadConfiguration() {
         case .success(let loaded):
             return HostConfiguration(
-                pluginFolders: folders, profiles: loaded.profiles,
+                pluginFolders: folders, isolation: isolationPolicy, profiles: loaded.profiles,
                 warnings: loaded.warnings.map { "configuration file \($0)" })
         case .failure(let error):
             let err = Terminal.standardError

@@ -29,11 +29,11 @@ struct LocalEngine {
         // (unless a --log-level asks for the loader's log).
         var loaderLogger = logger
         if options.logLevel == "info" { loaderLogger.logLevel = .error }
-        reports = PluginLoader(folders: configuration.pluginFolders, logger: loaderLogger).loadAll()
+        reports = PluginLoader(folders: configuration.pluginFolders, policy: configuration.isolation, logger: loaderLogger).loadAll()
         profiles = configuration.profiles
         engine = SessionEngine(
             plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
-            logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders, emit: events)
+            logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders.map(\.path), emit: events)
         let engine = engine
         Self.opened.withLock { $0.append(engine) }
     }

@@ -15,18 +15,19 @@ struct Plugins: AsyncParsableCommand {
 
     func run() async throws {
         let logger = bootstrapLogging(options.logLevel == "info" ? "error" : options.logLevel)
-        let reports = PluginLoader(folders: options.folders, logger: logger).loadAll()
-        defer { for report in reports { report.plugin?.shutdown() } }
+        let reports = options.pluginLoader(logger: logger).loadAll()
+        defer { LoadedPlugin.shutDown(reports.compactMap(\.plugin)) }
         if json {
             print(Terminal.cleanJSON(JSON.array(reports.map(\.json)).prettyPrinted()))
             return
         }
         // Manifests and plugins are someone else's text: cleaned for the terminal.
-        if reports.isEmpty { print(Terminal.clean("No plugins found in: \(options.folders.joined(separator: ", "))")) }
+        if reports.isEmpty { print(Terminal.clean("No plugins found in: \(options.folders.map(\.path).joined(separator: ", "))")) }
         for report in reports {
             switch report.status {
             case .loaded(let plugin):
-                print(Terminal.clean("loaded   \(plugin.manifest.id) \(plugin.version)  \(plugin.libraryPath)"))
+                let isolated = plugin.isolation == .process ? "  (isolated)" : ""
+                print(Terminal.clean("loaded   \(plugin.manifest.id) \(plugin.version)  \(plugin.libraryPath)\(isolated)"))
             case .refused(let error):
                 print(
                     Terminal.clean(

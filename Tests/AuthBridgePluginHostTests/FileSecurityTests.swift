@@ -88,3 +88,51 @@ struct FileSecurityTests {
         #expect(FileSecurity.listFolder(folder.path) == [".hidden", "a.json", "b.json"])
     }
 }
+
+@Suite("File security: descriptors and ancestors")
+struct DescriptorSecurityTests {
+    @Test func aSymlinkIsNeverOpenedAsTheFile() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        #expect(writeFile(folder.path + "/real", "x", mode: 0o644))
+        symlink(folder.path + "/real", folder.path + "/link")
+        #expect(throws: PluginLoadError.self) { try FileSecurity.openVetted(folder.path + "/link", what: "library") }
+        let (fd, info) = try FileSecurity.openVetted(folder.path + "/real", what: "library")
+        defer { close(fd) }
+        #expect(FileSecurity.stillNames(folder.path + "/real", info))
+        #expect(!FileSecurity.stillNames(folder.path + "/link-absent", info))
+    }
+
+    @Test(arguments: [0o664, 0o646] as [mode_t])
+    func aWritableFileIsRefusedOnItsDescriptor(_ mode: mode_t) throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        #expect(writeFile(folder.path + "/lib.so", "x", mode: mode))
+        chmod(folder.path + "/lib.so", mode)
+        do {
+            let (fd, _) = try FileSecurity.openVetted(folder.path + "/lib.so", what: "library")
+            close(fd)
+            Issue.record("a writable file was accepted")
+        } catch {
+            #expect(error.reason == .insecurePermissions)
+        }
+    }
+
+    @Test func aFifoIsNotAFile() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        mkfifo(folder.path + "/pipe", 0o644)
+        // O_NONBLOCK: opening a FIFO with no writer must not block the loader.
+        #expect(throws: PluginLoadError.self) { try FileSecurity.openVetted(folder.path + "/pipe", what: "manifest") }
+    }
+
+    @Test func everyFolderUpToTheRootIsChecked() throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let deep = folder.subfolder("a") + "/b"
+        mkdir(deep, 0o755)
+        try FileSecurity.checkAncestors(deep)
+        chmod(folder.path + "/a", 0o775)
+        #expect(throws: PluginLoadError.self) { try FileSecurity.checkAncestors(deep) }
+    }
+}

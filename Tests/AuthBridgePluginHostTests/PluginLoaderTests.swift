@@ -121,3 +121,79 @@ final class PluginLoaderTests: Sendable {
         #expect(report.plugin != nil, "\(String(describing: report.refusal))")
     }
 }
+
+/// What is vetted is what runs: the library is checked and opened through one descriptor.
+@Suite("Plugin loader: vetting by descriptor")
+final class VettingByDescriptorTests: Sendable {
+    let folder: TemporaryFolder
+    init() throws { folder = try TemporaryFolder() }
+    deinit { folder.remove() }
+
+    private func load(swapping swap: @escaping @Sendable (String) -> Void) throws -> PluginReport {
+        try installSwiftTestPlugin(into: folder.path)
+        var loader = PluginLoader(folders: [folder.path], logger: quietLogger)
+        loader.beforeOpen = { swap($0.path) }
+        let report = try #require(loader.loadAll().first)
+        report.plugin?.shutdown()
+        return report
+    }
+
+    /// A file renamed over the library between vetting and loading never reaches dlopen (the old
+    /// loader opened the path again and died of SIGBUS on the truncated replacement, or ran it).
+    @Test func aLibraryReplacedAfterVettingIsRefusedAsChanged() throws {
+        let report = try load { path in
+            let image = FileSecurity.readFile(path, limit: 512 << 20) ?? []
+            writeFile(path + ".new", Array(image.prefix(200)))
+            rename(path + ".new", path)
+        }
+        #expect(report.refusal?.reason == .libraryChanged, "\(String(describing: report.refusal))")
+        #expect(report.refusal?.message.contains("replaced") == true)
+    }
+
+    /// The check is the file's identity, not its name: the same file back under its name loads.
+    @Test func theSameFileBackUnderItsNameLoads() throws {
+        let report = try load { path in
+            link(path, path + ".keep")
+            writeFile(path + ".new", "not a library")
+            rename(path + ".new", path)
+            rename(path + ".keep", path)
+        }
+        #expect(report.plugin != nil, "\(String(describing: report.refusal))")
+    }
+
+    /// A folder above the plugin folder that others may write to lets them swap the plugin
+    /// folder itself: refused, as sshd's StrictModes refuses it (the old loader checked only the
+    /// plugin folder).
+    @Test func aParentFolderOthersCanWriteRefusesItsPlugins() throws {
+        let open = folder.subfolder("open")
+        chmod(open, 0o777)
+        let plugins = open + "/plugins"
+        mkdir(plugins, 0o755)
+        try installSwiftTestPlugin(into: plugins)
+        let report = try #require(loadAll(plugins).first)
+        #expect(report.refusal?.reason == .insecurePermissions)
+        #expect(report.refusal?.message.contains(open) == true)
+        #expect(report.refusal?.fix == "chmod go-w " + FileSecurity.shellQuoted(open))
+    }
+
+    /// A sticky folder (like /tmp) is writable by others, but they cannot rename what they do not own.
+    @Test func aStickyParentFolderIsAccepted() throws {
+        let shared = folder.subfolder("shared")
+        chmod(shared, 0o1777)
+        let plugins = shared + "/plugins"
+        mkdir(plugins, 0o755)
+        try installSwiftTestPlugin(into: plugins)
+        let report = try #require(loadAll(plugins).first)
+        #expect(report.plugin != nil, "\(String(describing: report.refusal))")
+        report.plugin?.shutdown()
+    }
+
+    /// The plugin folder itself gets no sticky exception: others could add libraries to it.
+    @Test func aStickyPluginFolderIsStillRefused() throws {
+        let plugins = folder.subfolder("plugins")
+        try installSwiftTestPlugin(into: plugins)
+        chmod(plugins, 0o1777)
+        let report = try #require(loadAll(plugins).first)
+        #expect(report.refusal?.reason == .insecurePermissions)
+    }
+}

@@ -332,7 +332,7 @@ struct RunnerTests {
         #expect(fake.read()?["method"] == "hook" && fake.read()?["method"] == "hook")
         // The runner never answers; the first call's deadline passes (its caller was answered).
         backend.abandon(calls[0], because: .deadline)
-        #expect(endings.take() == .killedAfterTimeout)
+        #expect(endings.take() == .killedAfterTimeout(hook: .checkSession))
         for _ in 0..<2 { #expect(outcomes.take()?.failureValue?.reason == "pluginTimeout") }
     }
 

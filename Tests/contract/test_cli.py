@@ -482,7 +482,9 @@ def test_plugins_lists_loaded_and_refused_plugins_with_reasons(cli, tmp_path):
     done = authbridge("plugins", "--no-default-plugins", "--plugins", str(folder), env=cli.env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert any(re.fullmatch(rf"loaded +oidc \S+ +{re.escape(str(folder))}/libauthbridge-oidc\.so", line) for line in lines), done.stdout
+    # A --plugins folder is the user's: its plugins run isolated, and the listing says so.
+    assert any(re.fullmatch(rf"loaded +oidc \S+ +{re.escape(str(folder))}/libauthbridge-oidc\.so +\(isolated\)", line)
+               for line in lines), done.stdout
     refused = [line for line in lines if line.startswith("refused")]
     assert len(refused) == 1 and re.match(r"refused +careless +insecurePermissions: .*careless\.json", refused[0]), done.stdout
     assert "666" in refused[0], "the reason says what is wrong"

@@ -125,6 +125,25 @@ def test_group_writable_folder_refuses_everything_in_it(start_host, plugin_dir, 
     assert_refused(host, second, "insecurePermissions", "cfb")
 
 
+def test_a_parent_folder_others_can_write_refuses_its_plugins(start_host, plugin_dir, tmp_path, ctest_variants):
+    """Anyone who can write to a folder above the plugin folder can rename the plugin folder
+    away and put their own in its place, as sshd's StrictModes knows: refused, naming the folder."""
+    shared = new_folder(tmp_path / "open", 0o777)
+    manifest = ctest_variants.install(new_folder(shared / "plugins"), "cpw")
+    host = start(start_host, plugin_dir, manifest.parent)
+    entry = assert_refused(host, manifest, "insecurePermissions", "cpw")
+    assert str(shared) in entry["message"]
+
+
+def test_a_sticky_parent_folder_is_accepted(start_host, plugin_dir, tmp_path, ctest_variants):
+    """A sticky folder such as /tmp: others may write to it but cannot rename what they do not own."""
+    shared = new_folder(tmp_path / "sticky", 0o1777)
+    manifest = ctest_variants.install(new_folder(shared / "plugins"), "cst")
+    host = start(start_host, plugin_dir, manifest.parent)
+    entry = entry_for(host, manifest.parent / "libauthbridge-cst.so")
+    assert entry["status"] == "loaded" and entry["isolation"] == "process", entry
+
+
 def test_library_symlink_leaving_the_folder_is_refused(start_host, plugin_dir, tmp_path, ctest_variants):
     outside = ctest_variants.install(new_folder(tmp_path / "outside"), "cesc")
     folder = new_folder(tmp_path / "broken")
