@@ -19,6 +19,8 @@ enum ELFCheck {
     struct Library: Equatable {
         /// DT_NEEDED names, in order.
         var needed: [String] = []
+        /// DT_RUNPATH and DT_RPATH entries (`$ORIGIN/lib`…), in order.
+        var searchPaths: [String] = []
         /// The notes of every PT_NOTE segment, in order.
         var notes: [Note] = []
 
@@ -112,7 +114,7 @@ enum ELFCheck {
 
         var library = Library()
         if let dynamic {
-            library.needed = try neededLibraries(dynamic, loads: loads, read: read, fail: fail)
+            (library.needed, library.searchPaths) = try neededLibraries(dynamic, loads: loads, read: read, fail: fail)
         }
         for segment in noteSegments {
             library.notes += try notes(segment, read: read, fail: fail)
@@ -130,21 +132,23 @@ enum ELFCheck {
     typealias Reader = (UInt64, UInt64) -> [UInt8]?
     typealias Failure = (String) -> PluginLoadError
 
-    /// DT_NEEDED names: the dynamic table up to DT_NULL, its names in the string table that
-    /// DT_STRTAB (an address) and DT_STRSZ locate inside a PT_LOAD segment.
+    /// DT_NEEDED names and DT_RUNPATH/DT_RPATH entries: the dynamic table up to DT_NULL, its
+    /// names in the string table that DT_STRTAB (an address) and DT_STRSZ locate inside a PT_LOAD
+    /// segment.
     private static func neededLibraries(
         _ dynamic: Segment, loads: [Segment], read: Reader,
         fail: Failure
-    ) throws(PluginLoadError) -> [String] {
+    ) throws(PluginLoadError) -> (needed: [String], searchPaths: [String]) {
         guard dynamic.fileSize <= maxDynamicSize, let table = read(dynamic.fileSize, dynamic.offset) else {
             throw fail("its dynamic section (\(dynamic.fileSize) bytes at \(dynamic.offset)) lies outside the file or is implausibly large")
         }
-        var neededOffsets: [UInt64] = [], stringTable: UInt64?, stringTableSize: UInt64?, terminated = false
+        var neededOffsets: [UInt64] = [], searchOffsets: [UInt64] = [], stringTable: UInt64?, stringTableSize: UInt64?, terminated = false
         for start in stride(from: 0, to: table.count - 15, by: 16) {
             let value = u64(table, start + 8)
             switch u64(table, start) {
             case 0: terminated = true // DT_NULL
             case 1: neededOffsets.append(value) // DT_NEEDED
+            case 15, 29: searchOffsets.append(value) // DT_RPATH, DT_RUNPATH
             case 5: stringTable = value // DT_STRTAB
             case 10: stringTableSize = value // DT_STRSZ
             default: break
@@ -152,7 +156,7 @@ enum ELFCheck {
             if terminated { break }
         }
         guard terminated else { throw fail("its dynamic section has no DT_NULL end") }
-        guard !neededOffsets.isEmpty else { return [] }
+        guard !neededOffsets.isEmpty || !searchOffsets.isEmpty else { return ([], []) }
         guard let stringTable, let stringTableSize else {
             throw fail("its dynamic section names needed libraries but no string table (DT_STRTAB, DT_STRSZ)")
         }
@@ -163,7 +167,7 @@ enum ELFCheck {
             throw fail("its dynamic string table (\(stringTableSize) bytes at address \(stringTable)) is not inside a loadable segment")
         }
         let tableOffset = load.offset + (stringTable - load.address)
-        return try neededOffsets.map { (offset) throws(PluginLoadError) -> String in
+        func name(at offset: UInt64) throws(PluginLoadError) -> String {
             guard offset < stringTableSize,
                 let bytes = read(min(stringTableSize - offset, maxNameLength), tableOffset + offset),
                 let nul = bytes.firstIndex(of: 0)
@@ -172,6 +176,10 @@ enum ELFCheck {
             }
             return String(decoding: bytes[..<nul], as: UTF8.self)
         }
+        var needed: [String] = [], searchPaths: [String] = []
+        for offset in neededOffsets { needed.append(try name(at: offset)) }
+        for offset in searchOffsets { searchPaths += try name(at: offset).split(separator: ":").map(String.init) }
+        return (needed, searchPaths)
     }
 
     /// The notes of one PT_NOTE segment: namesz, descsz, type, then name and descriptor, each

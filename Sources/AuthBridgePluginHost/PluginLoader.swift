@@ -285,8 +285,20 @@ public struct PluginLoader: Sendable {
             return (.loaded(plugin), isolation)
         } catch {
             backend.shutdown(within: .zero)
-            return (.refused(error), isolation)
+            return (.refused(Self.explained(error, library: library)), isolation)
         }
+    }
+
+    /// A library loaded through `/proc/self/fd/N` finds nothing through `$ORIGIN`: say so when a
+    /// private library beside the plugin is what could not be found.
+    static func explained(_ error: PluginLoadError, library: VettedLibrary) -> PluginLoadError {
+        guard error.reason == .loadFailed, error.message.contains("cannot open shared object file"),
+            library.elf.searchPaths.contains(where: { $0.contains("$ORIGIN") || $0.contains("${ORIGIN}") })
+        else { return error }
+        var explained = error
+        explained.message +=
+            " (the plugin looks for its own libraries through $ORIGIN, which does not name its folder when the host loads it from the descriptor it vetted: link them statically, or install them where the system finds libraries)"
+        return explained
     }
 
     private func describe(_ plugin: LoadedPlugin) throws(PluginLoadError) -> JSON {

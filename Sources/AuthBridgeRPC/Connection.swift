@@ -69,6 +69,18 @@ public final class Connection: Sendable {
     /// nothing (one that does not read must not keep the host alive).
     private let flushGrace: Duration
     private let ending = EndingBox()
+    private let stopper: Stopper
+
+    /// Closes the stop pipe's write end, once, from whichever side asks first.
+    private final class Stopper: Sendable {
+        private let writeEnd: Int32
+        private let fired = Atomic<Bool>(false)
+        init(writeEnd: Int32) { self.writeEnd = writeEnd }
+        func fire() {
+            guard writeEnd >= 0, !fired.exchange(true, ordering: .acquiringAndReleasing) else { return }
+            close(writeEnd)
+        }
+    }
 
     public init(
         input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20, maxConcurrentRequests: Int = 256,
@@ -79,8 +91,9 @@ public final class Connection: Sendable {
         self.maxBacklogBytes = max(1, maxBacklogBytes)
         self.maxBacklogCount = max(1, maxBacklogCount)
         self.flushGrace = flushGrace
-        // A pipe whose write end the writer closes when the peer is gone, to
-        // wake the reader from a blocked read.
+        // A pipe whose write end is closed when the peer is gone (by the
+        // writer) or the host is asked to stop (`stopReading`), to wake the
+        // reader from a blocked read.
         var stop: [Int32] = [-1, -1]
         if pipe(&stop) == 0 {
             for fd in stop { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -88,16 +101,17 @@ public final class Connection: Sendable {
             stop = [-1, -1]
         }
         self.reader = FrameReader(fd: input, maxFrameBytes: maxFrameBytes, stopFD: stop[0] >= 0 ? stop[0] : nil)
+        let stopper = Stopper(writeEnd: stop[1])
+        self.stopper = stopper
         self.logger = logger
         let state = SharedState()
         self.state = state
         let endingBox = self.ending
-        let stopWriter = stop[1]
         self.writer = FrameWriter(
             fd: output, maxQueuedBytes: maxQueuedOutputBytes,
             onFailure: { _ in
                 endingBox.value.withLock { if $0 == nil { $0 = .peerGone } }
-                if stopWriter >= 0 { close(stopWriter) }
+                stopper.fire()
                 // A reader waiting for the backlog to shrink must see the end too.
                 state.lock.withLock { state.lock.broadcast() }
             }, onWritten: { state.wake?() })
@@ -145,6 +159,11 @@ public final class Connection: Sendable {
         flush()
         return reason
     }
+
+    /// Stops reading as at end of input (the host was asked to end, by
+    /// SIGTERM say): running requests get the drain grace, then `run` returns
+    /// `.endOfInput`. Safe from any thread, any number of times.
+    public func stopReading() { stopper.fire() }
 
     /// Lets running and waiting requests finish, for at most `grace`.
     private func drain(grace: Duration) async {

@@ -44,8 +44,9 @@ extension SessionEngine {
             case .failure(let failure) where failure.kind == .definitive:
                 try await endSession(key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: session, context: context)
                 return try await statusAfterEnding(key, reason: StatusReason(refusal: failure.reason), message: failure.message)
-            case .failure(let failure) where failure.isPluginFault:
-                // The plugin crashed or hung: that says nothing about the session, which is kept.
+            case .failure(let failure) where failure.isPluginFault || failure.kind == .cancelled:
+                // The plugin crashed or hung, or the frontend cancelled: that says nothing about
+                // the session, which is kept, and the answer is an error (-32008, -32800), not a state.
                 throw SessionError(failure, provider: profile)
             case .failure(let failure):
                 return status(profile, state: .offline, session: session, reason: .transient, message: failure.message)
@@ -68,7 +69,7 @@ extension SessionEngine {
             return status(profile, state: .licenseRevoked, session: marked, reason: .licenseRevoked, message: failure.message)
         case .failure(let failure) where failure.kind == .definitive:
             return status(profile, state: .notSignedIn, session: nil, reason: StatusReason(refusal: failure.reason), message: failure.message)
-        case .failure(let failure) where failure.isPluginFault:
+        case .failure(let failure) where failure.isPluginFault || failure.kind == .cancelled:
             throw SessionError(failure, provider: profile)
         case .failure(let failure):
             return status(profile, state: .offline, session: session, reason: .transient, message: failure.message)

@@ -119,21 +119,3 @@ final class LastStage: Sendable {
     /// The URL or code was shown and the provider has not been asked for tokens yet.
     var waitingForUser: Bool { stage.withLock { ["openUrl", "waiting", "deviceCode"].contains($0 ?? "") } }
 }
-
-/// Ctrl-C cancels the running command instead of killing the process, so
-/// the loopback listener closes and nothing is left half-written.
-final class Interrupt: @unchecked Sendable { // the source is only cancelled, from one place
-    private let source: DispatchSourceSignal
-
-    init(_ action: @escaping @Sendable () -> Void) {
-        signal(SIGINT, SIG_IGN)
-        source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
-        source.setEventHandler(handler: action)
-        source.resume()
-    }
-
-    func stop() {
-        source.cancel()
-        signal(SIGINT, SIG_DFL)
-    }
-}

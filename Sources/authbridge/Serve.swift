@@ -36,7 +36,11 @@ struct Serve: AsyncParsableCommand {
         var configuration = options.hostConfiguration(testClock: testClock, browser: openBrowser ? BrowserLauncher() : nil)
         let store = options.sessionStore(warnings: &configuration.warnings)
         let server = BridgeServer(configuration: configuration, connection: connection, store: store, logger: logger)
+        // Asked to end (a service manager, a frontend's kill()): as at end of input, requests get
+        // their grace and plugins are shut down — isolated ones' runners and what they started too.
+        let termination = Interrupt(signals: [SIGTERM, SIGHUP]) { connection.stopReading() }
         let code = await server.run()
+        termination.stop()
         Glibc.exit(code)
     }
 }

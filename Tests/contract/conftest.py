@@ -48,14 +48,17 @@ class CTestVariants:
         self.lock = threading.Lock()
         self.built: dict[tuple, Path] = {}
 
-    def build(self, plugin_id: str, *flags: str, abi: str | None = None) -> Path:
-        key = (plugin_id, flags, abi)
+    def build(self, plugin_id: str, *flags: str, abi: str | None = None, manifest_extra: str | None = None) -> Path:
+        """`manifest_extra`: raw members added to the manifest (build.sh's MANIFEST_EXTRA)."""
+        key = (plugin_id, flags, abi, manifest_extra)
         with self.lock:
             if key not in self.built:
                 out = self.root / f"{plugin_id}-{len(self.built)}"
                 env = dict(os.environ, ID=plugin_id)
                 if abi is not None:
                     env["ABI"] = abi
+                if manifest_extra is not None:
+                    env["MANIFEST_EXTRA"] = manifest_extra
                 done = subprocess.run(["sh", str(CTEST_BUILD_SCRIPT), str(out), *flags], env=env,
                                       capture_output=True, text=True, timeout=120)
                 if done.returncode != 0:
@@ -63,9 +66,10 @@ class CTestVariants:
                 self.built[key] = out
             return self.built[key]
 
-    def install(self, dest: Path, plugin_id: str, *flags: str, abi: str | None = None) -> Path:
+    def install(self, dest: Path, plugin_id: str, *flags: str, abi: str | None = None,
+                manifest_extra: str | None = None) -> Path:
         """Copies the variant's library and manifest into `dest` (0644); returns the manifest path."""
-        built = self.build(plugin_id, *flags, abi=abi)
+        built = self.build(plugin_id, *flags, abi=abi, manifest_extra=manifest_extra)
         copy_plugins(dest, sorted(item.name for item in built.iterdir() if not item.name.startswith(".")), built)
         return dest / f"{plugin_id}.json"
 
@@ -95,15 +99,18 @@ def start_host(tmp_path):
 
     Every host gets its own folder (config, XDG homes, stderr). Hosts are
     stopped at teardown, and the frame violations they recorded fail the test.
+    `default_plugins=True` also loads the default folders (the build folder's
+    plugins/, in-process; $XDG_DATA_HOME/authbridge/plugins, which `env` may move).
     """
     hosts: list[Host] = []
 
     def start(plugin_dirs: Iterable[Path] = (), profiles: dict | None = None, config_text: str | None = None,
               log_level: str = "debug", test_clock: bool = False, extra_args: Iterable[str] = (),
-              initialize: bool = True, env: dict[str, str] | None = None) -> Host:
+              initialize: bool = True, env: dict[str, str] | None = None, default_plugins: bool = False) -> Host:
         workdir = tmp_path / f"host{len(hosts)}"
         argv, environment = host_command(workdir, plugin_dirs, profiles=profiles, config_text=config_text,
-                                         log_level=log_level, test_clock=test_clock, extra_args=extra_args)
+                                         log_level=log_level, test_clock=test_clock, extra_args=extra_args,
+                                         default_plugins=default_plugins)
         environment.update(env or {})
         host = Host(argv, environment, workdir)
         hosts.append(host)

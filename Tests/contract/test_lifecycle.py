@@ -1,6 +1,8 @@
 """Lifecycle (bridge-spec/README.md §2): initialize → initialized → … → shutdown → exit."""
 
 import json
+import os
+import signal
 import subprocess
 
 import pytest
@@ -167,6 +169,35 @@ def test_exit_written_right_behind_shutdown_exits_0(host):
     # shutdown's handler happened to run first.
     host.send_lines(['{"jsonrpc":"2.0","id":"bye","method":"shutdown"}', '{"jsonrpc":"2.0","method":"exit"}'])
     assert host.wait_exit() == 0
+
+
+def runner_pids(host_pid: int) -> set[int]:
+    """The plugin runners (`authbridge plugin-runner --parent PID`) of the host `host_pid`."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"plugin-runner" in argv and b"--parent" in argv and argv[argv.index(b"--parent") + 1] == str(host_pid).encode():
+            found.add(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_termination_signal_ends_the_host_as_end_of_input_does(host, sig):
+    # A service manager or a frontend's kill(): running requests are answered, plugins shut down
+    # (their runners too), exit status 0 — not a process killed in the middle of a refresh.
+    slow = host.send_request("requestOAuthTokens", {"provider": "c", "flow": "session", "sessionId": "slow"})
+    host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == slow and p["stage"] == "exchanging")
+    runners = runner_pids(host.proc.pid)
+    assert runners, "the test plugins in --plugins folders run in runner processes"
+    os.kill(host.proc.pid, sig)
+    assert error_code(host.wait_response(slow)) == -32800
+    assert host.wait_exit() == 0
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in runners), "a runner outlived its host"
 
 
 def test_exit_without_shutdown_exits_1(host):

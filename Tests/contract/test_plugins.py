@@ -144,6 +144,22 @@ def test_a_sticky_parent_folder_is_accepted(start_host, plugin_dir, tmp_path, ct
     assert entry["status"] == "loaded" and entry["isolation"] == "process", entry
 
 
+def test_a_private_library_found_through_origin_is_explained(start_host, plugin_dir, tmp_path, ctest_variants):
+    """A plugin that finds a library of its own through $ORIGIN cannot, since it is loaded from the
+    descriptor it was vetted through (/proc/self/fd/N): the refusal says why, and what to do."""
+    private = new_folder(tmp_path / "private")
+    (private / "private.c").write_text("int authbridge_private_answer(void) { return 42; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(private / "libabprivate.so"), str(private / "private.c")],
+                   check=True, timeout=60)
+    manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "corigin", f"-L{private}",
+                                      "-Wl,--no-as-needed", "-labprivate", "-Wl,-rpath,$ORIGIN")
+    shutil.copy(private / "libabprivate.so", manifest.parent / "libabprivate.so")
+    os.chmod(manifest.parent / "libabprivate.so", 0o644)
+    host = start(start_host, plugin_dir, manifest.parent)
+    entry = assert_refused(host, manifest, "loadFailed", "corigin")
+    assert "libabprivate.so" in entry["message"] and "$ORIGIN" in entry["message"], entry
+
+
 def test_library_symlink_leaving_the_folder_is_refused(start_host, plugin_dir, tmp_path, ctest_variants):
     outside = ctest_variants.install(new_folder(tmp_path / "outside"), "cesc")
     folder = new_folder(tmp_path / "broken")

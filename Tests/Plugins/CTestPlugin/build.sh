@@ -13,6 +13,8 @@
 #   LIBNAME   library file name (default libauthbridge-$ID.so)
 #   MANIFEST  manifest file name (default $ID.json)
 #   CC        compiler (default gcc); CFLAGS are appended (e.g. CFLAGS=-Werror)
+#   MANIFEST_EXTRA  raw members appended to the manifest object, written as given,
+#             e.g. '"deadlines":{"check_session":1000}' or '"isolation":"process"'
 set -eu
 
 if [ $# -lt 1 ]; then
@@ -57,7 +59,8 @@ cat > "$outdir/$manifest.tmp" <<EOF
   "version": "1.0.0",
   "abi": "$abi",
   "library": "$libname",
-  "description": "Deterministic provider written in C, used by AuthBridge's contract tests"
+  "description": "Deterministic provider written in C, used by AuthBridge's contract tests"${MANIFEST_EXTRA:+,
+  $MANIFEST_EXTRA}
 }
 EOF
 chmod 0644 "$outdir/$manifest.tmp"

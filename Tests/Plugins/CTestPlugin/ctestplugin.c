@@ -24,21 +24,49 @@
  *   CTEST_NO_FLOWS      describe lists no sign-in flow ("flows": [])
  *   CTEST_DESCRIBE_DESCRIPTION  describe states a description other than the manifest's
  *
+ * Misbehaving variants for the isolation tests (Tests/contract/test_isolation.py).
+ * Each misbehaves in check_session unless another hook is named, so a
+ * session-flow sign-in works first; all but CTEST_INLINE_GATE leave
+ * check_session out of inlineHooks, so the host runs it on a worker thread
+ * (in-process) under its deadline. Data comes from profile settings, never
+ * the environment (an isolated plugin's runner gets a filtered one):
+ *   CTEST_CRASH_SEGV       writes through a null pointer (SIGSEGV)
+ *   CTEST_CRASH_ABORT      abort() (SIGABRT)
+ *   CTEST_CRASH_EXIT3      _exit(3)
+ *   CTEST_CRASH_ON_BOOM    writes through a null pointer, only for session id "boom"
+ *   CTEST_HANG             never returns (pause() in a loop; ignores cancellation)
+ *   CTEST_HANG_IN_DESCRIBE describe never returns
+ *   CTEST_HANG_IN_REFRESH  refresh never returns
+ *   CTEST_CLOSE_STDOUT     closes fd 1, then printf's to stdout, then answers valid
+ *   CTEST_OOM              allocates and touches 64 MiB blocks until the process is
+ *                          stopped; when malloc fails it keeps retrying. Stops
+ *                          allocating at CTEST_OOM_CAP_MB (default 1536) and then
+ *                          hangs, so that a host without a memory limit cannot
+ *                          take the test machine down
+ *   CTEST_LINGERING_CHILD  fork()s a child that pause()s for ever, holding every
+ *                          descriptor it inherited; appends the child's pid and a
+ *                          newline to settings.pidFile, then answers valid
+ *   CTEST_INLINE_GATE      check_session stays inline; for session id "gated" it
+ *                          opens the FIFO settings.gate and reads one byte (blocks
+ *                          until the test writes), then answers valid
+ *
  * Ownership: everything the host lends (hook input, http/standard answers) is
  * borrowed and never freed here; every jansson value and string this file
  * creates is released before the hook returns (the host copies what it gets).
  * Thread safety: the only state is the immutable struct built by init.
  */
-#define _GNU_SOURCE /* memmem, nanosleep */
+#define _GNU_SOURCE /* memmem, nanosleep, pause */
 
 #include <authbridge/plugin.h>
 #include <authbridge/plugin_jansson.h>
 #include <jansson.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define AB_XSTR_(x) #x
 #define AB_XSTR(x) AB_XSTR_(x)
@@ -68,6 +96,19 @@
     } while (0)
 #else
 #define TRACE(what) ((void)0)
+#endif
+
+/* The variants that misbehave in check_session (or another hook) run it off
+ * the caller's thread: only CTEST_INLINE_GATE keeps it inline. */
+#if defined(CTEST_CRASH_SEGV) || defined(CTEST_CRASH_ABORT) || defined(CTEST_CRASH_EXIT3) ||  \
+    defined(CTEST_CRASH_ON_BOOM) || defined(CTEST_HANG) || defined(CTEST_HANG_IN_DESCRIBE) || \
+    defined(CTEST_HANG_IN_REFRESH) || defined(CTEST_CLOSE_STDOUT) || defined(CTEST_OOM) ||    \
+    defined(CTEST_LINGERING_CHILD)
+#define CTEST_NOT_INLINE
+#endif
+
+#ifndef CTEST_OOM_CAP_MB
+#define CTEST_OOM_CAP_MB 1536
 #endif
 
 /* The plugin's state: set once by init, read-only afterwards. */
@@ -143,6 +184,74 @@ static int trimmed_len(const char *server)
     return (int)n;
 }
 
+/* ── Misbehaviour (the isolation tests' variants) ───────────────────────── */
+
+/* Never returns, whatever happens to the call (cancellation included). */
+__attribute__((noreturn, unused)) static void hang_forever(void)
+{
+    for (;;)
+        pause();
+}
+
+#ifdef CTEST_OOM
+/* Allocates and touches 64 MiB at a time until the process is stopped; a
+ * failed malloc is retried (a plugin that does not give up), up to a cap. */
+static void allocate_until_stopped(void)
+{
+    const size_t block = (size_t)64 << 20;
+    const struct timespec tick = { 0, 1000000L };
+    size_t total = 0;
+    while (total < (size_t)CTEST_OOM_CAP_MB << 20) {
+        char *p = malloc(block);
+        if (p == NULL) {
+            nanosleep(&tick, NULL);
+            continue;
+        }
+        memset(p, 0xA5, block); /* never freed: the point is to keep it */
+        total += block;
+    }
+    hang_forever();
+}
+#endif
+
+#ifdef CTEST_LINGERING_CHILD
+/* Forks a child that lingers (pause() for ever, every inherited descriptor
+ * open) and appends its pid to `pid_file`. Returns 0, or -1 on failure. */
+static int spawn_lingering_child(const char *pid_file)
+{
+    int fd = open(pid_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    pid_t child = fork();
+    if (child == 0) {
+        for (;;) /* only async-signal-safe calls after fork() in a threaded process */
+            pause();
+    }
+    int ok = -1;
+    if (child > 0) {
+        char line[32];
+        int n = snprintf(line, sizeof line, "%ld\n", (long)child);
+        ok = write(fd, line, (size_t)n) == n ? 0 : -1;
+    }
+    close(fd);
+    return ok;
+}
+#endif
+
+#ifdef CTEST_INLINE_GATE
+/* Blocks until a byte can be read from the FIFO `gate` (the test writes it). */
+static int wait_at_gate(const char *gate)
+{
+    int fd = open(gate, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    char byte;
+    ssize_t n = read(fd, &byte, 1);
+    close(fd);
+    return n == 1 ? 0 : -1;
+}
+#endif
+
 /* ── Lifecycle ──────────────────────────────────────────────────────────── */
 
 static ab_status ctest_init(const ab_host_api *host, ab_plugin **plugin, const char **error)
@@ -188,6 +297,9 @@ static ab_status ctest_describe(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     (void)input;
     TRACE("describe");
+#ifdef CTEST_HANG_IN_DESCRIBE
+    hang_forever();
+#endif
     json_t *d = json_pack("{s:s, s:[s,s], s:b, s:[s,s,s], s:[s], s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s]}}",
                           "displayName", "C test provider", "flows", "external", "session",
                           /* Like Duke's authorizer: the callback carries the tokens and no OAuth state. */
@@ -199,6 +311,10 @@ static ab_status ctest_describe(ab_plugin *plugin, ab_call *call, ab_json input)
 #ifdef CTEST_NO_FLOWS
     if (d != NULL)
         json_object_set_new(d, "flows", json_array());
+#endif
+#ifdef CTEST_NOT_INLINE
+    if (d != NULL)
+        json_object_del(d, "inlineHooks");
 #endif
 #ifdef CTEST_DESCRIBE_DESCRIPTION
     if (d != NULL)
@@ -397,6 +513,9 @@ static ab_status ctest_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_jso
 static ab_status ctest_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     TRACE("refresh");
+#ifdef CTEST_HANG_IN_REFRESH
+    hang_forever();
+#endif
     const ab_host_api *host = plugin->host;
     json_t *in = ab_input_object(host, call, input);
     if (in == NULL)
@@ -442,6 +561,44 @@ static ab_status ctest_check_session(ab_plugin *plugin, ab_call *call, ab_json i
         return AB_ERROR;
     const char *sid = ab_string_at(json_object_get(json_object_get(in, "tokens"), "extras"), "sessionId");
     int expired = sid != NULL && strcmp(sid, "expired") == 0;
+#ifdef CTEST_CRASH_SEGV
+    *(volatile int *)0 = 1;
+#endif
+#ifdef CTEST_CRASH_ON_BOOM
+    if (sid != NULL && strcmp(sid, "boom") == 0)
+        *(volatile int *)0 = 1;
+#endif
+#ifdef CTEST_CRASH_ABORT
+    abort();
+#endif
+#ifdef CTEST_CRASH_EXIT3
+    _exit(3);
+#endif
+#ifdef CTEST_HANG
+    hang_forever();
+#endif
+#ifdef CTEST_OOM
+    allocate_until_stopped();
+#endif
+#ifdef CTEST_CLOSE_STDOUT
+    close(1);
+    printf("ctest stdout noise after close: check_session\n");
+    fflush(stdout);
+#endif
+#ifdef CTEST_LINGERING_CHILD
+    const char *pid_file = profile_str(in, "pidFile");
+    if (pid_file == NULL || spawn_lingering_child(pid_file) != 0) {
+        json_decref(in);
+        return host->fail(call, "internal", "forkFailed", "could not start or record the lingering child", 0);
+    }
+#endif
+#ifdef CTEST_INLINE_GATE
+    const char *gate = profile_str(in, "gate");
+    if (sid != NULL && strcmp(sid, "gated") == 0 && (gate == NULL || wait_at_gate(gate) != 0)) {
+        json_decref(in);
+        return host->fail(call, "internal", "gateFailed", "could not read the gate", 0);
+    }
+#endif
     json_decref(in);
     return reply_static(host, call, expired ? "{\"state\":\"expired\"}" : "{\"state\":\"valid\"}");
 }

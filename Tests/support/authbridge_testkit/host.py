@@ -399,13 +399,16 @@ def session_records(vault: Path) -> list[Path]:
 
 def host_command(workdir: Path, plugin_dirs: Iterable[Path] = (), profiles: dict | None = None,
                  config_text: str | None = None, log_level: str = "debug", test_clock: bool = False,
-                 extra_args: Iterable[str] = ()) -> tuple[list[str], dict[str, str]]:
+                 extra_args: Iterable[str] = (), default_plugins: bool = False) -> tuple[list[str], dict[str, str]]:
     """argv and environment of `authbridge serve` isolated in `workdir` (created): its own
-    config file, XDG folders and HOME (isolation.py), no default plugin folders."""
+    config file, XDG folders and HOME (isolation.py), and no default plugin folders unless
+    `default_plugins` (then the build folder's plugins/ and $XDG_DATA_HOME/authbridge/plugins
+    load too, as for a user)."""
     workdir.mkdir(parents=True)
     config = workdir / "config.json"
     config.write_text(config_text if config_text is not None else json.dumps({"profiles": profiles or {}}))
-    argv = [str(HOST_BIN), "serve", "--no-default-plugins", "--config", str(config), "--log-level", log_level]
+    argv = [str(HOST_BIN), "serve", *([] if default_plugins else ["--no-default-plugins"]),
+            "--config", str(config), "--log-level", log_level]
     for folder in plugin_dirs:
         argv += ["--plugins", str(folder)]
     if test_clock:
