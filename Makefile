@@ -11,7 +11,7 @@
 #   make dev-server           the bundled django-oauth-toolkit, to try the quick starts against
 #   make install PREFIX=DIR   a self-contained, relocatable tree: DIR/bin, DIR/lib/authbridge/…
 #   make dist                 dist/: tarball, Python wheel, .deb, npm package, SHA256SUMS
-#   make bench                throughput and cold start next to a C baseline
+#   make bench                throughput, cold start and a hook round trip next to a C baseline
 #   make fuzz N=1000000       the seeded frame fuzzer, long (SEED=…); it prints its figures
 #
 # Everything it installs is local (apt packages, a venv in .venv), and only `make deps` (or its
@@ -204,11 +204,13 @@ demo: deps-build $(VENV)/.ready
 	$(VPY) Examples/demo.py --host $(CURDIR)/$(DEBUG_DIR)/authbridge --plugins $(CURDIR)/$(DEBUG_DIR)/plugins \
 	  $(if $(filter 1,$(BROWSER)),--browser)
 
+## bench: the host (its test plugin in-process, then isolated: the hook round trip) next to the C answerer.
+BENCH_HOST_ARGS := serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning
 bench: deps-build deps-test
 	@$(MAKE) --no-print-directory release build
 	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson
 	$(PYTHON) bench/bench.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
-	  --host-args "serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning"
+	  --host-args "$(BENCH_HOST_ARGS) --plugin-isolation none" --isolated-host-args "$(BENCH_HOST_ARGS) --plugin-isolation process"
 	dbus-run-session -- scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
 	@echo "Cross-process refresh (4 hosts sharing one vault, 1 s access tokens; the fake, then django-oauth-toolkit):"

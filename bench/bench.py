@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""AuthBridge benchmark: pipelined throughput and cold start, host vs. a C baseline.
+"""AuthBridge benchmark: pipelined throughput, cold start and hook round trip, host vs. a C baseline.
 
 Usage:
   python3 bench/bench.py --host PATH --answerer PATH
-                         [--host-args "serve --plugins DIR --config FILE"]
-                         [--requests 200000] [--cold-runs 30] [--repeat 3]
+                         [--host-args "serve --plugins DIR --config FILE --plugin-isolation none"]
+                         [--isolated-host-args "serve ... --plugin-isolation process"]
+                         [--requests 200000] [--cold-runs 30] [--repeat 3] [--round-trips 5000]
 
-Both programs get the same byte stream. Prints a table and one line
-"BENCH_JSON {...}". Exits 1 if something failed (error responses, timeouts,
-early exit); missed goals do NOT change the exit status.
+Both programs get the same byte stream. With --isolated-host-args, the host
+is also measured with its plugin in a runner process: throughput, cold start
+and (c) the hook round trip, next to the in-process host. Prints a table and
+one line "BENCH_JSON {...}". Exits 1 if something failed (error responses,
+timeouts, early exit); missed goals do NOT change the exit status.
 Python 3 standard library only.
 """
 
@@ -32,6 +35,7 @@ GOAL_COLD_MEDIAN_MS = 10.0     # host, spawn -> initialize reply
 THROUGHPUT_TIMEOUT_S = 120.0   # whole pipelined run (default of --timeout)
 REPLY_TIMEOUT_S = 10.0         # handshake / setup replies
 COLD_REPLY_TIMEOUT_S = 5.0     # one cold start
+ROUND_TRIP_WARMUP = 200        # untimed round trips before the timed ones
 EXIT_TIMEOUT_S = 5.0           # after closing stdin
 
 INIT_LINE = (b'{"jsonrpc":"2.0","id":0,"method":"initialize",'
@@ -45,11 +49,13 @@ class BenchError(Exception):
     pass
 
 
+def status_line(i):
+    return b'{"jsonrpc":"2.0","id":%d,"method":"checkSignInStatus","params":{"provider":"bench"}}\n' % i
+
+
 def request_stream(n):
     """Pipelined requests, ids 1..n, as one bytes buffer."""
-    return b"".join(
-        b'{"jsonrpc":"2.0","id":%d,"method":"checkSignInStatus","params":{"provider":"bench"}}\n' % i
-        for i in range(1, n + 1))
+    return b"".join(status_line(i) for i in range(1, n + 1))
 
 
 def short(b, limit=400):
@@ -171,19 +177,24 @@ class Proc:
             return ""
 
 
+def handshake(proc):
+    """initialize, initialized and the setup sign-in of the bench profile."""
+    proc.write(INIT_LINE)
+    msg, line = proc.read_reply(0, REPLY_TIMEOUT_S)
+    if "result" not in msg:
+        raise BenchError("initialize failed: %s" % short(line))
+    proc.write(INITIALIZED_LINE)
+    proc.write(SETUP_LINE)
+    msg, line = proc.read_reply("setup", REPLY_TIMEOUT_S)
+    if "result" not in msg:
+        raise BenchError("setup requestOAuthTokens failed: %s" % short(line))
+
+
 def throughput_run(argv, n, stream, timeout=THROUGHPUT_TIMEOUT_S):
     """Handshake + setup, then pipeline n requests. Returns (wall seconds, warning)."""
     proc = Proc(argv)
     with proc.killed_on_error():
-        proc.write(INIT_LINE)
-        msg, line = proc.read_reply(0, REPLY_TIMEOUT_S)
-        if "result" not in msg:
-            raise BenchError("initialize failed: %s" % short(line))
-        proc.write(INITIALIZED_LINE)
-        proc.write(SETUP_LINE)
-        msg, line = proc.read_reply("setup", REPLY_TIMEOUT_S)
-        if "result" not in msg:
-            raise BenchError("setup requestOAuthTokens failed: %s" % short(line))
+        handshake(proc)
 
         # Pipelined phase. The writer thread writes the whole stream; the main
         # thread only collects bytes and counts newlines, so that Python stays
@@ -291,6 +302,49 @@ def cold_start_once(argv):
     return (t1 - t0) * 1000.0, proc.close()
 
 
+def round_trip_runs(progs, n, warmup=ROUND_TRIP_WARMUP):
+    """(c) Sequential round trips: each program gets one checkSignInStatus, and the next only
+    after its answer; the programs take turns request by request (in a rotating order), so that
+    drift hits all alike.
+    Returns ({name: [microseconds]}, {name: failure}, [warnings])."""
+    procs, failures, warnings = {}, {}, []
+    for name, argv in progs.items():
+        try:
+            proc = Proc(argv)
+            with proc.killed_on_error():
+                handshake(proc)
+            procs[name] = proc
+        except BenchError as e:
+            failures[name] = str(e)
+    times = {name: [] for name in procs}
+    for i in range(1, warmup + n + 1):
+        # Each round starts with the next program, so that none always follows the same one.
+        turn = list(procs.items())
+        if not turn:
+            break
+        turn = turn[i % len(turn):] + turn[:i % len(turn)]
+        for name, proc in turn:
+            try:
+                with proc.killed_on_error():
+                    t0 = time.perf_counter()
+                    proc.write(status_line(i))
+                    msg, line = proc.read_reply(i, REPLY_TIMEOUT_S)
+                    t1 = time.perf_counter()
+                    if "result" not in msg:
+                        raise BenchError("error response: %s" % short(line))
+            except BenchError as e:
+                failures[name] = "round trip %d: %s" % (i, e)
+                del procs[name]
+                continue
+            if i > warmup:
+                times[name].append((t1 - t0) * 1e6)
+    for proc in procs.values():
+        w = proc.close()
+        if w:
+            warnings.append(w)
+    return {k: v for k, v in times.items() if k not in failures}, failures, warnings
+
+
 def rounded(d):
     return {k: [round(x, 6) for x in v] if isinstance(v, list) else round(v, 6)
             for k, v in d.items()}
@@ -307,7 +361,12 @@ def main():
     ap.add_argument("--answerer", required=True, help="path to the compiled c-answerer")
     ap.add_argument("--host-args", default="",
                     help='arguments for the host as one string, shlex-split '
-                         '(e.g. "serve --plugins DIR --config FILE")')
+                         '(e.g. "serve --plugins DIR --config FILE --plugin-isolation none")')
+    ap.add_argument("--isolated-host-args", default=None,
+                    help="arguments for the host with its plugin isolated (e.g. the same with "
+                         "--plugin-isolation process); measures it too, and the hook round trip")
+    ap.add_argument("--round-trips", type=int, default=5000,
+                    help="sequential round trips per host for (c) (default %(default)s)")
     ap.add_argument("--requests", type=int, default=200000)
     ap.add_argument("--cold-runs", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=THROUGHPUT_TIMEOUT_S,
@@ -315,13 +374,15 @@ def main():
     ap.add_argument("--repeat", type=int, default=3,
                     help="throughput runs per program (alternating); the fastest is reported")
     args = ap.parse_args()
-    if args.requests < 1 or args.cold_runs < 1 or args.repeat < 1:
-        ap.error("--requests, --cold-runs and --repeat must be >= 1")
+    if args.requests < 1 or args.cold_runs < 1 or args.repeat < 1 or args.round_trips < 1:
+        ap.error("--requests, --cold-runs, --repeat and --round-trips must be >= 1")
 
     progs = {
         "host": [args.host] + shlex.split(args.host_args),
         "answerer": [args.answerer],
     }
+    if args.isolated_host_args is not None:
+        progs["isolated"] = [args.host] + shlex.split(args.isolated_host_args)
     for argv in progs.values():
         if not os.access(argv[0], os.X_OK):
             print("bench: not an executable: %s" % argv[0], file=sys.stderr)
@@ -389,7 +450,22 @@ def main():
             results[name]["cold_min_ms"] = min(values)
             results[name]["cold_max_ms"] = max(values)
 
+    # (c) hook round trip: the in-process host, the isolated one and, as the floor (Python,
+    # the pipes, a line answered at once), the C answerer.
+    round_trip = {}
+    if "isolated" in progs:
+        times, rt_failures, rt_warnings = round_trip_runs(
+            {"inProcess": progs["host"], "isolated": progs["isolated"], "answerer": progs["answerer"]},
+            args.round_trips)
+        for w in rt_warnings:
+            note(w)
+        for name, e in rt_failures.items():
+            failed.append("round trip (%s): %s" % (name, e))
+        for name, values in times.items():
+            round_trip[name] = {"p50": statistics.median(values), "p90": p90(values)}
+
     h, c = results["host"], results["answerer"]
+    iso = results.get("isolated", {})
     ratio = None
     if "throughput_wall_s" in h and "throughput_wall_s" in c:
         ratio = h["throughput_wall_s"] / c["throughput_wall_s"]
@@ -420,6 +496,30 @@ def main():
         fmt(h, "cold_p90_ms", lambda v: "%.1f ms" % v),
         fmt(c, "cold_p90_ms", lambda v: "%.1f ms" % v)))
 
+    if "isolated" in progs:
+        print("%-20s  %-11s %s" % (
+            "isolated throughput",
+            fmt(iso, "throughput_wall_s", lambda v: "%.3f s" % v),
+            fmt(iso, "throughput_rate_per_s", lambda v: "%.0fk/s" % (v / 1000))))
+        print("%-20s  %-11s %s" % (
+            "isolated cold start",
+            fmt(iso, "cold_median_ms", lambda v: "%.1f ms" % v),
+            fmt(iso, "cold_p90_ms", lambda v: "p90 %.1f ms" % v)))
+        print()
+        print("hook round trip (%d sequential checkSignInStatus, after %d untimed)"
+              % (args.round_trips, ROUND_TRIP_WARMUP))
+        print("%-20s  %-9s %s" % ("", "p50", "p90"))
+        for label, name in (("in-process", "inProcess"), ("isolated", "isolated"),
+                            ("C answerer (floor)", "answerer")):
+            r = round_trip.get(name)
+            print("%-20s  %-9s %s" % (label, "%.0f us" % r["p50"] if r else "FAILED",
+                                      "%.0f us" % r["p90"] if r else ""))
+        if "inProcess" in round_trip and "isolated" in round_trip:
+            print("%-20s  %-9s %s" % (
+                "isolation costs",
+                "%+.0f us" % (round_trip["isolated"]["p50"] - round_trip["inProcess"]["p50"]),
+                "%+.0f us" % (round_trip["isolated"]["p90"] - round_trip["inProcess"]["p90"])))
+
     goals = {
         "throughput_ratio": (ratio <= GOAL_THROUGHPUT_RATIO) if ratio is not None else None,
         "cold_median": (h["cold_median_ms"] <= GOAL_COLD_MEDIAN_MS)
@@ -449,6 +549,13 @@ def main():
         "failures": failed,
         "ok": not failed,
     }
+    if "isolated" in progs:
+        report["isolated_argv"] = progs["isolated"]
+        report["isolated"] = rounded(iso)
+        report["round_trips"] = args.round_trips
+        report["roundTrip"] = {
+            name: {k: round(v, 1) for k, v in round_trip[key].items()} if key in round_trip else None
+            for name, key in (("inProcess", "inProcess"), ("isolated", "isolated"), ("answerer", "answerer"))}
     print("BENCH_JSON " + json.dumps(report, separators=(",", ":")))
     sys.stdout.flush()
     return 1 if failed else 0

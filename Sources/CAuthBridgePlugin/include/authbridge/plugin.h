@@ -42,7 +42,11 @@
  *    refused (swiftRuntimeMismatch) before anything of it runs; the Swift
  *    SDK embeds the note (AuthBridgePluginABI's SwiftRuntimeNote). C plugins
  *    need no note: they use no Swift runtime.
- * 3. dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE). The host never dlcloses.
+ * 3. dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) of the very file checked
+ *    (opened once, O_NOFOLLOW, and loaded as /proc/self/fd/N), in the host or
+ *    in the plugin's own runner process (see Isolation below). The host never
+ *    dlcloses. $ORIGIN in the library's RUNPATH therefore names /proc/self/fd:
+ *    private libraries shipped beside a plugin are not found.
  * 4. dlsym(AB_ENTRY_SYMBOL) and calls it. The entry must only return a
  *    pointer to static, constant data: it runs before the ABI is checked.
  * 5. The host checks magic, major/minor (against its own and the manifest's),
@@ -50,6 +54,20 @@
  *    then it calls init(), then describe (whose id, version and description,
  *    when given, must be the manifest's).
  * 6. shutdown() is called once when the host exits; the library stays mapped.
+ *
+ * ── Isolation: the plugin may run in a process of its own ──────────────────
+ * Plugins from the user's folders run in a runner process (`authbridge
+ * plugin-runner`), one per plugin; bundled ones inside the host (the host's
+ * --plugin-isolation and the manifest's "isolation" change this). Write every
+ * plugin so that it works both ways: it must not rely on process state shared
+ * with the host (globals, environment variables, file descriptors, signal
+ * handlers, the host's libraries' state); everything it needs comes through
+ * hook inputs and host services, which behave the same in both. A runner's
+ * environment lacks the host's AUTHBRIDGE_* variables, any named like a secret
+ * and the D-Bus session bus. A crash, abort or exit there answers the calls in
+ * flight -32008 pluginCrashed and the runner is restarted; 3 faults within
+ * 5 minutes get the plugin refused until the host restarts. Sessions are
+ * never touched by a plugin's fault.
  *
  * ── Data across the boundary ───────────────────────────────────────────────
  * Every structured value crosses as UTF-8 JSON text with an explicit length
@@ -72,11 +90,21 @@
  *   serialises hooks that change one session (exchange, refresh, revoke).
  * - A hook may block on host services (http); it should check
  *   host->is_cancelled(call) in long loops.
+ * - Every hook has a deadline (10 s for describe and the pure hooks, 90 s for
+ *   those that talk to the provider; the manifest's "deadlines" may set others).
+ *   Its call is answered pluginTimeout by then whether or not the hook returns:
+ *   in the host the thread is abandoned (its late answer is dropped), in a
+ *   runner the process is killed 2 s later. A cancelled call is answered
+ *   within 2 s; a hook that notices is_cancelled returns sooner and cleaner.
+ * - Inline hooks (authorize_request, classify_response and those listed in
+ *   describe's "inlineHooks") run on the caller's thread when the plugin runs
+ *   in the host; one that takes over 50 ms loses the plugin its inline hooks.
  * - Host services may be called from any thread while the hook's `call` is
  *   live; `call` is invalid once the hook returns. log/now_ms also accept
  *   call == NULL, from any thread, at any time between init and shutdown.
- * - A plugin must not write to stdout: the host has redirected fd 1 to stderr
- *   anyway, so the protocol stream cannot be corrupted.
+ * - A plugin must not write to stdout. Its fd 1 is the host's stderr either
+ *   way (in the host, which keeps the protocol stream on a private descriptor,
+ *   and in a runner), so the protocol stream cannot be corrupted.
  */
 #ifndef AUTHBRIDGE_PLUGIN_H
 #define AUTHBRIDGE_PLUGIN_H
