@@ -67,6 +67,7 @@ public struct PluginReport: Sendable {
                 "reason": .string(error.reason.rawValue),
                 "message": .string(error.message),
                 "path": .string(manifestPath),
+                "isolation": isolation.map { .string($0.rawValue) },
             ])
         }
     }

@@ -60,6 +60,8 @@ export interface LoadedPlugin {
   settings?: object;
   /** The shared library. */
   path: string;
+  /** Where the plugin's code runs: its own runner process, or inside the host. */
+  isolation: 'process' | 'none';
   /** Further descriptor fields from the plugin. */
   [member: string]: unknown;
 }
@@ -68,10 +70,13 @@ export interface RefusedPlugin {
   id?: string;
   status: 'refused';
   reason: 'invalidManifest' | 'insecurePermissions' | 'symlinkEscapes' | 'duplicateId' | 'abiMismatch'
-    | 'loadFailed' | 'missingSymbol' | 'badEntry' | 'initFailed' | 'describeFailed' | 'swiftRuntimeMismatch';
+    | 'loadFailed' | 'missingSymbol' | 'badEntry' | 'initFailed' | 'describeFailed' | 'swiftRuntimeMismatch'
+    | 'metadataMismatch' | 'libraryChanged' | 'pluginCrashed' | 'pluginTimeout';
   message: string;
   /** The manifest. */
   path: string;
+  /** Where the plugin ran or was to run, when that was decided before it was refused. */
+  isolation?: 'process' | 'none';
 }
 
 /** One plugin manifest the host found: loaded, or refused with a reason. */

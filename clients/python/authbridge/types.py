@@ -242,6 +242,9 @@ class PluginStatus:
     settings: dict[str, Any] | None = field(default=None, repr=False)
     reason: str | None = None
     message: str | None = None
+    #: Where the plugin's code runs: "process" (its own runner process) or "none" (inside the
+    #: host); always given for loaded plugins, sometimes for refused ones.
+    isolation: Literal["process", "none"] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -256,7 +259,8 @@ class PluginStatus:
                    description=data.get("description"), flows=list(_list(data.get("flows"))),
                    capabilities=list(_list(data.get("capabilities"))),
                    settings=data.get("settings") if isinstance(data.get("settings"), dict) else None,
-                   reason=data.get("reason"), message=data.get("message"), raw=dict(data))
+                   reason=data.get("reason"), message=data.get("message"), isolation=data.get("isolation"),
+                   raw=dict(data))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ async def test_sign_in_status_token_fetch_events_and_sign_out(host_options, dot,
     changes_by_callback: list[authbridge.SessionChanged] = []
     async with authbridge.connect(**host_options()) as bridge:
         assert bridge.info.server_info.name == "authbridge"
-        assert any(p.id == "oidc" and p.loaded for p in bridge.info.providers)
+        # A --plugins folder is the user's: its plugins run in a runner process.
+        assert any(p.id == "oidc" and p.loaded and p.isolation == "process" for p in bridge.info.providers)
 
         profile = await bridge.configure_profile("dot", "oidc", dot_settings(dot))
         assert profile.status == "ready" and "browser" in profile.flows and profile.source == "runtime"
