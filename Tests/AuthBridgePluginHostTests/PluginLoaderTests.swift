@@ -165,12 +165,7 @@ final class VettingByDescriptorTests: Sendable {
     /// folder itself: refused, as sshd's StrictModes refuses it (the old loader checked only the
     /// plugin folder).
     @Test func aParentFolderOthersCanWriteRefusesItsPlugins() throws {
-        let open = folder.subfolder("open")
-        chmod(open, 0o777)
-        let plugins = open + "/plugins"
-        mkdir(plugins, 0o755)
-        try installSwiftTestPlugin(into: plugins)
-        let report = try #require(loadAll(plugins).first)
+        let (open, report) = try loadBelow(parentMode: 0o777)
         #expect(report.refusal?.reason == .insecurePermissions)
         #expect(report.refusal?.message.contains(open) == true)
         #expect(report.refusal?.fix == "chmod go-w " + FileSecurity.shellQuoted(open))
@@ -178,14 +173,19 @@ final class VettingByDescriptorTests: Sendable {
 
     /// A sticky folder (like /tmp) is writable by others, but they cannot rename what they do not own.
     @Test func aStickyParentFolderIsAccepted() throws {
-        let shared = folder.subfolder("shared")
-        chmod(shared, 0o1777)
-        let plugins = shared + "/plugins"
-        mkdir(plugins, 0o755)
-        try installSwiftTestPlugin(into: plugins)
-        let report = try #require(loadAll(plugins).first)
+        let (_, report) = try loadBelow(parentMode: 0o1777)
         #expect(report.plugin != nil, "\(String(describing: report.refusal))")
         report.plugin?.shutdown()
+    }
+
+    /// The Swift test plugin in `PARENT/plugins`, PARENT with `parentMode`: the parent and the report.
+    private func loadBelow(parentMode: mode_t) throws -> (parent: String, report: PluginReport) {
+        let parent = folder.subfolder("parent")
+        chmod(parent, parentMode)
+        let plugins = parent + "/plugins"
+        mkdir(plugins, 0o755)
+        try installSwiftTestPlugin(into: plugins)
+        return (parent, try #require(loadAll(plugins).first))
     }
 
     /// The plugin folder itself gets no sticky exception: others could add libraries to it.
