@@ -113,8 +113,8 @@ public struct PluginLoader: Sendable {
     }
 
     /// Loads every plugin in `folders`; earlier folders win on duplicate ids.
-    /// Plugins are vetted one after the other, then opened in parallel
-    /// (runners start at once): a plugin that passed vetting holds its id,
+    /// Plugins are vetted one after the other, then opened (runners start in
+    /// parallel, on threads of their own): a plugin that passed vetting holds its id,
     /// one refused while vetted (a Swift plugin built for another runtime,
     /// say) leaves it to a copy in a later folder.
     public func loadAll() -> [PluginReport] {
@@ -155,6 +155,7 @@ public struct PluginLoader: Sendable {
         let reports = Mutex<[Int: PluginReport]>([:])
         let finished = Handoff<Bool>()
         let remaining = Atomic<Int>(candidates.count)
+        var inline: [@Sendable () -> Void] = []
         for (index, entry) in candidates.enumerated() {
             let work: @Sendable () -> Void = { [self] in
                 let status: PluginReport.Status
@@ -167,8 +168,15 @@ public struct PluginLoader: Sendable {
                 reports.withLock { $0[index] = report }
                 if remaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { finished.put(true) }
             }
-            if case .refused = entry.candidate { work() } else { detachThread(work) }
+            // Runners start in parallel; in-process plugins load here, one after the other
+            // (`dlopen` holds the dynamic loader's lock anyway: threads would only add their cost).
+            if case .vetted(let library, let origin) = entry.candidate, policy.isolation(for: library.manifest, origin: origin).0 == .process {
+                detachThread(work)
+            } else {
+                inline.append(work)
+            }
         }
+        for work in inline { work() }
         if !candidates.isEmpty { _ = finished.take() }
         return reports.withLock { reports in
             candidates.indices.map { index in
