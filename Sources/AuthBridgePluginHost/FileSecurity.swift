@@ -18,17 +18,20 @@ public enum FileSecurity {
         guard lstat(path, &info) == 0 else {
             throw PluginLoadError(.loadFailed, "cannot read \(what) \(path): \(String(cString: strerror(errno)))")
         }
-        let owner = info.st_uid
-        guard owner == geteuid() || owner == 0 else {
+        try checkOwnerAndMode(info, path: path, what: what)
+    }
+
+    /// The StrictModes rule on a file's `stat`: owned by this user or root, not
+    /// writable by group or others.
+    private static func checkOwnerAndMode(_ info: stat, path: String, what: String) throws(PluginLoadError) {
+        guard info.st_uid == geteuid() || info.st_uid == 0 else {
             throw PluginLoadError(
-                .insecurePermissions, "\(what) \(path) is owned by uid \(owner), not by this user or root",
-                fix: ownerFix(path))
+                .insecurePermissions, "\(what) \(path) is owned by uid \(info.st_uid), not by this user or root", fix: ownerFix(path))
         }
         if info.st_mode & (S_IWGRP | S_IWOTH) != 0 {
             let mode = String(info.st_mode & 0o777, radix: 8)
             throw PluginLoadError(
-                .insecurePermissions, "\(what) \(path) is writable by group or others (mode \(mode))",
-                fix: "chmod go-w \(shellQuoted(path))")
+                .insecurePermissions, "\(what) \(path) is writable by group or others (mode \(mode))", fix: "chmod go-w \(shellQuoted(path))")
         }
     }
 
@@ -83,15 +86,7 @@ public enum FileSecurity {
         }
         do throws(PluginLoadError) {
             guard info.st_mode & S_IFMT == S_IFREG else { throw PluginLoadError(.loadFailed, "\(what) \(path) is not a regular file") }
-            guard info.st_uid == geteuid() || info.st_uid == 0 else {
-                throw PluginLoadError(
-                    .insecurePermissions, "\(what) \(path) is owned by uid \(info.st_uid), not by this user or root", fix: ownerFix(path))
-            }
-            if info.st_mode & (S_IWGRP | S_IWOTH) != 0 {
-                let mode = String(info.st_mode & 0o777, radix: 8)
-                throw PluginLoadError(
-                    .insecurePermissions, "\(what) \(path) is writable by group or others (mode \(mode))", fix: "chmod go-w \(shellQuoted(path))")
-            }
+            try checkOwnerAndMode(info, path: path, what: what)
         } catch {
             close(fd)
             throw error
