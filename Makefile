@@ -137,7 +137,7 @@ check-keyring-abi:
 ## Under a private session bus with an unlocked gnome-keyring, so the vault
 ## behaviour suite also runs against the Secret Service.
 test-swift:
-	dbus-run-session -- scripts/with-keyring.sh $(SWIFT) test --disable-xctest 2>&1 \
+	scripts/with-keyring.sh $(SWIFT) test --disable-xctest 2>&1 \
 	  | grep -v -e 'fd limit' -e 'dbus-daemon\[' -e SystemPrompter -e Gtk-WARNING; exit $${PIPESTATUS[0]}
 
 # The environment of every test target (the header says what each variable is).
@@ -211,7 +211,7 @@ bench: deps-build deps-test
 	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson
 	$(PYTHON) bench/bench.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
 	  --host-args "$(BENCH_HOST_ARGS) --plugin-isolation none" --isolated-host-args "$(BENCH_HOST_ARGS) --plugin-isolation process"
-	dbus-run-session -- scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
+	scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
 	@echo "Cross-process refresh (4 hosts sharing one vault, 1 s access tokens; the fake, then django-oauth-toolkit):"
 	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json $(TEST_ENV) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k shared 2>&1 | grep -E "processes|passed|failed"

@@ -1,11 +1,17 @@
 #!/bin/sh
-# Runs a command with an unlocked gnome-keyring (secrets only) on the session
-# bus, for the Secret Service tests and bench: with-keyring.sh CMD [ARGS...]
-# Used inside `dbus-run-session -- scripts/with-keyring.sh ...`. The keyring's
-# files live in a temporary folder; the command's own XDG_DATA_HOME is kept.
-# Every gnome-keyring-daemon of that folder is stopped at exit (the daemon
+# Runs a command with an unlocked gnome-keyring (secrets only) on a private
+# session bus, for the Secret Service tests and bench: with-keyring.sh CMD [ARGS...]
+# The bus is started here with test-session-bus.conf, which starts nothing on
+# demand: the default configuration lets an early client make the bus start a
+# second, locked keyring daemon that can win the Secret Service name. The
+# keyring's files live in a temporary folder; the command's own XDG_DATA_HOME is
+# kept. Every gnome-keyring-daemon of that folder is stopped at exit (the daemon
 # outlives its bus otherwise).
 set -eu
+if [ "${AUTHBRIDGE_KEYRING_BUS:-}" != 1 ]; then
+    exec env AUTHBRIDGE_KEYRING_BUS=1 dbus-run-session --config-file="$(dirname "$0")/test-session-bus.conf" -- "$0" "$@"
+fi
+unset AUTHBRIDGE_KEYRING_BUS
 keyrings=$(mktemp -d)
 stop_keyrings() {
     for pid in $(pgrep -f gnome-keyring-daemon || true); do

@@ -18,6 +18,19 @@ from conftest import Host, sign_in_session, start_on_data_home, stop_cleanly
 
 # No skip: `make deps` installs gnome-keyring and dbus; without them these tests must fail, not hide.
 
+# The tests' session bus starts nothing on demand (see the file): the only Secret Service on it
+# is the daemon a test started.
+TEST_BUS_CONFIG = Path(__file__).resolve().parents[2] / "scripts" / "test-session-bus.conf"
+
+
+def start_bus(env: dict) -> tuple[subprocess.Popen, str]:
+    """A private session bus (dbus-daemon with the tests' configuration) and its address."""
+    bus = subprocess.Popen(["dbus-daemon", f"--config-file={TEST_BUS_CONFIG}", "--nofork", "--print-address=1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    address = bus.stdout.readline().decode().strip()
+    assert address, "dbus-daemon printed no address"
+    return bus, address
+
 
 def stop_keyrings_of(root: Path) -> None:
     """Stops every gnome-keyring-daemon started (or D-Bus-activated) for `root`: the daemon
@@ -36,16 +49,17 @@ def stop_keyrings_of(root: Path) -> None:
 class KeyringSession:
     """dbus-daemon + gnome-keyring-daemon (unlocked, secrets only) for one test."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, ask_first: bool = False):
+        """`ask_first`: a client asks for the Secret Service before the daemon is started."""
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.env = dict(os.environ, HOME=str(root), XDG_RUNTIME_DIR=str(root), XDG_DATA_HOME=str(root / "kr-data"),
                         AUTHBRIDGE_KEYRING_HOME=str(root))
-        self.bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=self.env)
-        address = self.bus.stdout.readline().decode().strip()
-        assert address, "dbus-daemon printed no address"
-        self.env["DBUS_SESSION_BUS_ADDRESS"] = address
+        self.bus, self.env["DBUS_SESSION_BUS_ADDRESS"] = start_bus(self.env)
+        if ask_first:
+            early = subprocess.run(["secret-tool", "lookup", "application", "authbridge-test"], env=self.env,
+                                   capture_output=True, timeout=10)
+            assert early.returncode != 0, "a Secret Service answered before the test started one"
         self.keyring = subprocess.Popen(["gnome-keyring-daemon", "--foreground", "--unlock", "--components=secrets"],
                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
         self.keyring.stdin.write(b"test-password")
@@ -90,6 +104,30 @@ def start(tmp_path: Path, plugin_dir: Path, name: str, env: dict, *extra: str) -
 
 
 stop = stop_cleanly
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_test_keyring_comes_up_when_a_client_asks_for_it_first(tmp_path):
+    # CI once failed with "gnome-keyring did not come up": the readiness probe asked for the
+    # Secret Service before the unlocked daemon had registered, the default session bus started
+    # the system's locked daemon on demand, and that one kept the name. The tests' bus starts
+    # nothing on demand (scripts/test-session-bus.conf), as scripts/with-keyring.sh runs it.
+    session = KeyringSession(tmp_path / "early", ask_first=True)
+    try:
+        session.store("value", "application", "authbridge-early")
+        assert "authbridge-early" in session.search("application", "authbridge-early")
+    finally:
+        session.stop()
+    script = subprocess.run(
+        [str(REPO / "scripts" / "with-keyring.sh"), "sh", "-c",
+         "secret-tool lookup application authbridge-probe-early; "
+         "dbus-send --session --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus "
+         "org.freedesktop.DBus.ListActivatableNames"],
+        capture_output=True, timeout=60)
+    assert script.returncode == 0, script.stderr.decode()
+    assert b"org.freedesktop.DBus" in script.stdout and b"org.freedesktop.secrets" not in script.stdout
 
 
 def test_secret_service_vault_keeps_sessions_in_the_keyring(tmp_path, plugin_dir, keyring):
@@ -163,10 +201,8 @@ def test_a_locked_keyring_gives_a_clear_error(tmp_path, plugin_dir):
     root.mkdir()
     env = dict(os.environ, HOME=str(root), XDG_DATA_HOME=str(root), XDG_RUNTIME_DIR=str(root),
                AUTHBRIDGE_KEYRING_HOME=str(root))
-    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    bus, env["DBUS_SESSION_BUS_ADDRESS"] = start_bus(env)
     try:
-        env["DBUS_SESSION_BUS_ADDRESS"] = bus.stdout.readline().decode().strip()
         subprocess.run(["gnome-keyring-daemon", "--start", "--components=secrets"], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=True)
         host = start(tmp_path, plugin_dir, "locked-host", env, "--vault", "secret-service")
