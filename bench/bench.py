@@ -66,12 +66,12 @@ def short(b, limit=400):
 class Proc:
     """A spawned process with raw pipe fds and stderr captured to a temp file."""
 
-    def __init__(self, argv):
+    def __init__(self, argv, env=None):
         self.argv = argv
         self.stderr = tempfile.TemporaryFile()
         try:
             self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=self.stderr, bufsize=0)
+                                      stderr=self.stderr, bufsize=0, env=env)
         except OSError as e:
             self.stderr.close()
             raise BenchError("cannot start %s: %s" % (argv[0], e))
@@ -190,11 +190,17 @@ def handshake(proc):
         raise BenchError("setup requestOAuthTokens failed: %s" % short(line))
 
 
-def throughput_run(argv, n, stream, timeout=THROUGHPUT_TIMEOUT_S):
-    """Handshake + setup, then pipeline n requests. Returns (wall seconds, warning)."""
-    proc = Proc(argv)
+def throughput_run(argv, n, stream, timeout=THROUGHPUT_TIMEOUT_S, env=None, proc=None, warm=None):
+    """Handshake + setup (+ `warm(proc)`, untimed), then pipeline n requests. Returns (wall
+    seconds, warning). With `proc` (already handshaken), pipelines into it and leaves it
+    running (warning None)."""
+    keep = proc is not None
+    proc = proc or Proc(argv, env)
     with proc.killed_on_error():
-        handshake(proc)
+        if not keep:
+            handshake(proc)
+        if warm:
+            warm(proc)
 
         # Pipelined phase. The writer thread writes the whole stream; the main
         # thread only collects bytes and counts newlines, so that Python stays
@@ -286,7 +292,7 @@ def throughput_run(argv, n, stream, timeout=THROUGHPUT_TIMEOUT_S):
         if t_end is None or t_start[0] is None:
             raise BenchError("responses arrived before any request was written")
         wall = t_end - t_start[0]
-        return wall, proc.close()
+        return wall, (None if keep else proc.close())
 
 
 def cold_start_once(argv):
@@ -302,15 +308,16 @@ def cold_start_once(argv):
     return (t1 - t0) * 1000.0, proc.close()
 
 
-def round_trip_runs(progs, n, warmup=ROUND_TRIP_WARMUP):
+def round_trip_runs(progs, n, warmup=ROUND_TRIP_WARMUP, request_line=status_line):
     """(c) Sequential round trips: each program gets one checkSignInStatus, and the next only
     after its answer; the programs take turns request by request (in a rotating order), so that
     drift hits all alike.
     Returns ({name: [microseconds]}, {name: failure}, [warnings])."""
     procs, failures, warnings = {}, {}, []
-    for name, argv in progs.items():
+    for name, spec in progs.items():
+        argv, env = spec if isinstance(spec, tuple) else (spec, None)   # an argv, or (argv, environment)
         try:
-            proc = Proc(argv)
+            proc = Proc(argv, env)
             with proc.killed_on_error():
                 handshake(proc)
             procs[name] = proc
@@ -327,7 +334,7 @@ def round_trip_runs(progs, n, warmup=ROUND_TRIP_WARMUP):
             try:
                 with proc.killed_on_error():
                     t0 = time.perf_counter()
-                    proc.write(status_line(i))
+                    proc.write(request_line(i))
                     msg, line = proc.read_reply(i, REPLY_TIMEOUT_S)
                     t1 = time.perf_counter()
                     if "result" not in msg:

@@ -62,6 +62,13 @@ public final class BridgeServer: ConnectionDelegate {
     private let connection: Connection
     /// Plugins load in the background from process start; `initialize` waits.
     private let runtime: Task<Runtime, Never>
+    /// The engine once it exists, for answers given on the reader thread.
+    private let readyEngine: ReadyEngine
+
+    /// Set once, when plugins are loaded and the engine made.
+    private final class ReadyEngine: Sendable {
+        let engine = Mutex<SessionEngine?>(nil)
+    }
 
     struct Runtime: Sendable {
         var reports: [PluginReport]
@@ -74,6 +81,8 @@ public final class BridgeServer: ConnectionDelegate {
         self.logger = logger
         // The spec's params schemas are read while plugins load, off the path of the first frame.
         Task.detached { _ = ParamsSchema.shared.methods.count }
+        let readyEngine = ReadyEngine()
+        self.readyEngine = readyEngine
         self.runtime = Task.detached {
             let reports = await configuration.loadPlugins(logger: logger)
             var openBrowser: SessionEngine.BrowserOpener?
@@ -89,6 +98,7 @@ public final class BridgeServer: ConnectionDelegate {
                 plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
                 logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders.map(\.path),
                 emit: { method, params in connection.notify(method, params) })
+            readyEngine.engine.withLock { $0 = engine }
             return Runtime(reports: reports, engine: engine)
         }
     }
@@ -149,6 +159,29 @@ public final class BridgeServer: ConnectionDelegate {
         return .proceed
     }
 
+    /// `getAccessToken` and `checkSignInStatus` for a session that needs
+    /// nothing done, answered on the reader thread from what the engine
+    /// answered before (`SessionEngine.accessTokenAtOnce`, `statusAtOnce`):
+    /// no task, no actor. Params are checked as `handle` checks them; any
+    /// problem, and any call that needs the engine, goes to `handle`.
+    public func answerAtOnce(_ request: Request) -> JSON? {
+        guard request.method == "getAccessToken" || request.method == "checkSignInStatus",
+            let engine = readyEngine.engine.withLock({ $0 }),
+            let params = try? Self.checkedParams(request, testClock: configuration.testClock)
+        else { return nil }
+        if request.method == "getAccessToken" {
+            guard let call = try? AccessTokenCall(params), !call.forceRefresh else { return nil }
+            return engine.accessTokenAtOnce(call.provider, account: call.account, minimumValidity: call.minimumValidity)
+        }
+        do {
+            return engine.statusAtOnce(
+                try params.string("provider"), account: try params.optionalNonEmptyString("account"), requestID: request.id.json,
+                runningHooks: false)
+        } catch {
+            return nil
+        }
+    }
+
     public func handle(_ request: Request) async throws -> JSON {
         do {
             return try await dispatch(request)
@@ -180,6 +213,14 @@ public final class BridgeServer: ConnectionDelegate {
         case "listAccounts":
             return ["accounts": .array(try await engine.listAccounts(try params.optionalString("provider")))]
         case "checkSignInStatus":
+            // A session confirmed by the plugin's inline check_session: answered here, on this
+            // task's thread, without the engine (the reader thread never runs plugin code).
+            if let quick = engine.statusAtOnce(
+                try params.string("provider"), account: try params.optionalNonEmptyString("account"), requestID: request.id.json,
+                runningHooks: true)
+            {
+                return quick
+            }
             return try await engine.checkSignInStatus(
                 try params.string("provider"), account: try params.optionalNonEmptyString("account"),
                 requestID: request.id.json)
@@ -194,10 +235,9 @@ public final class BridgeServer: ConnectionDelegate {
                 try params.string("provider"), account: try params.optionalNonEmptyString("account"),
                 requestID: request.id.json)
         case "getAccessToken":
-            let minimum = try params.optionalInt("minValidityMs", in: 0...86_400_000) ?? SessionEngine.defaultMinimumValidityMilliseconds
+            let call = try AccessTokenCall(params)
             return try await engine.getAccessToken(
-                try params.string("provider"), account: try params.optionalNonEmptyString("account"),
-                minimumValidity: minimum, forceRefresh: try params.optionalBool("forceRefresh") ?? false,
+                call.provider, account: call.account, minimumValidity: call.minimumValidity, forceRefresh: call.forceRefresh,
                 requestID: request.id.json)
         case "fetch":
             let outgoing: JSON = .compactObject([
@@ -286,5 +326,20 @@ public final class BridgeServer: ConnectionDelegate {
             "storage": runtime.engine.storageInfo,
             "warnings": .array(configuration.warnings.map(JSON.string)),
         ]
+    }
+}
+
+/// `getAccessToken`'s params, read alike by `handle` and `answerAtOnce`.
+private struct AccessTokenCall {
+    var provider: String
+    var account: String?
+    var minimumValidity: Int64
+    var forceRefresh: Bool
+
+    init(_ params: Params) throws(RPCError) {
+        provider = try params.string("provider")
+        account = try params.optionalNonEmptyString("account")
+        minimumValidity = try params.optionalInt("minValidityMs", in: 0...86_400_000) ?? SessionEngine.defaultMinimumValidityMilliseconds
+        forceRefresh = try params.optionalBool("forceRefresh") ?? false
     }
 }

@@ -113,6 +113,23 @@ public final class LoadedPlugin: @unchecked Sendable {
         }
     }
 
+    /// Runs `hook` inline on the caller's thread when it can right now (an
+    /// in-process plugin's inline hook, the inline slot free, the plugin not
+    /// refused); nil when it cannot, and then nothing ran. For answers given
+    /// without a task (the connection's reader thread).
+    public func invokeInlineNow(_ hook: PluginHook, input: JSON, environment: HookEnvironment) -> HookOutcome? {
+        guard health.refusalFailure == nil, backend.isolation == .none, backend.implements(hook), inlineHooks.contains(hook),
+            begin()
+        else { return nil }
+        guard inlineSlot.acquire() else {
+            running.subtract(1, ordering: .sequentiallyConsistent)
+            return nil
+        }
+        defer { inlineSlot.release() }
+        let call = HookCall(pluginID: manifest.id, hook: hook, logger: logger, environment: environment, mayBlock: false)
+        return runInline(hook, input: input, call: call)
+    }
+
     /// Runs one of the host's own steps (a standard hook implementation) for
     /// this plugin the way hooks run: on a worker thread, with a `HookCall`
     /// whose HTTP requests task cancellation aborts.

@@ -11,9 +11,10 @@ import Musl
 
 /// What the application behind a `Connection` provides.
 ///
-/// Threading: `admit` and `received` run on the reader thread, one frame at a
-/// time, in arrival order — use them for ordering-sensitive state such as the
-/// lifecycle. `handle` runs in its own task, concurrently with other requests.
+/// Threading: `admit`, `answerAtOnce` and `received` run on the reader thread,
+/// one frame at a time, in arrival order — use them for ordering-sensitive
+/// state such as the lifecycle. `handle` runs in its own task, concurrently
+/// with other requests.
 public protocol ConnectionDelegate: AnyObject, Sendable {
     /// Decides, in arrival order, whether a request may run. Return an error to
     /// answer it at once (e.g. -32002 before `initialize`).
@@ -23,6 +24,14 @@ public protocol ConnectionDelegate: AnyObject, Sendable {
     func handle(_ request: Request) async throws -> JSON
     /// A notification other than `$/cancelRequest`. Never answered.
     func received(_ notification: Notification) -> Connection.Disposition
+    /// The result of an admitted request when it is known at once, without
+    /// suspending (an answer from a cache, say); nil to run `handle`. Runs on
+    /// the reader thread, so it must never block: every frame behind waits.
+    func answerAtOnce(_ request: Request) -> JSON?
+}
+
+extension ConnectionDelegate {
+    public func answerAtOnce(_ request: Request) -> JSON? { nil }
 }
 
 /// A JSON-RPC 2.0 peer on a pair of file descriptors, after sourcekit-lsp's
@@ -229,6 +238,14 @@ public final class Connection: Sendable {
             if duplicate { return .proceed }
             if let refusal = delegate.admit(request) {
                 answer(error: refusal, id: request.id)
+                return .proceed
+            }
+            if let result = delegate.answerAtOnce(request) {
+                // No task, no hand-off: written now, or after the answers before it once the output has room.
+                state.lock.withLock { answerLocked(OutgoingFrame.result(id: request.id, result)) }
+                if logger.logLevel <= .debug {
+                    logger.debug("answered at once", metadata: ["method": "\(request.method)", "id": "\(request.id)", "outcome": "ok"])
+                }
                 return .proceed
             }
             state.lock.withLock {

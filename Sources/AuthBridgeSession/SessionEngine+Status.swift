@@ -12,8 +12,10 @@ extension SessionEngine {
     /// `offline` and keep the tokens; a plugin fault (it crashed or hung) is
     /// an error (`-32008`) and keeps them too.
     public func checkSignInStatus(_ profile: String, account: String? = nil, requestID: JSON? = nil) async throws(SessionError) -> JSON {
+        let lookup = AnswerCache.Lookup(profile: profile, account: account)
+        let observation = store.answers.observe(observation(lookup))
         let context = try await context(for: profile)
-        guard let (key, session) = try await selectSession(profile, account: account) else {
+        guard let (key, session) = try await readSession(lookup, observation: observation) else {
             return status(profile, state: .notSignedIn, session: nil, reason: .noTokens)
         }
         if session.licenseRevoked {
@@ -29,7 +31,12 @@ extension SessionEngine {
             case .success(let answer):
                 let message = answer["message"]?.stringValue
                 switch answer["state"]?.stringValue.flatMap(SessionCheck.init(rawValue:)) {
-                case .valid: return status(profile, state: .signedIn, session: session, reason: .valid)
+                case .valid:
+                    let signedIn = status(profile, state: .signedIn, session: session, reason: .valid)
+                    keepStatus(
+                        signedIn, lookup, observation, session: session, context: context,
+                        check: .inlineHook(plugin: context.plugin, input: hookInput(input, profile: profile)))
+                    return signedIn
                 case .expired: expired = true
                 case .licenseRevoked:
                     return try await markLicenseRevoked(key, session: session, context: context, message: message)
@@ -52,8 +59,12 @@ extension SessionEngine {
                 return status(profile, state: .offline, session: session, reason: .transient, message: failure.message)
             }
         } else {
-            let now = HostClock.nowMilliseconds()
-            expired = session.tokens.expiresAt.map { $0 <= now } ?? false
+            expired = session.tokens.isExpired(at: HostClock.nowMilliseconds())
+            if !expired {
+                let signedIn = status(profile, state: .signedIn, session: session, reason: .valid)
+                keepStatus(signedIn, lookup, observation, session: session, context: context, check: .clock)
+                return signedIn
+            }
         }
         guard expired else { return status(profile, state: .signedIn, session: session, reason: .valid) }
         guard session.tokens.refreshToken != nil else {
@@ -73,6 +84,37 @@ extension SessionEngine {
             throw SessionError(failure, provider: profile)
         case .failure(let failure):
             return status(profile, state: .offline, session: session, reason: .transient, message: failure.message)
+        }
+    }
+
+    /// Keeps a `signedIn` answer given from what was read (see `AnswerCache`).
+    private func keepStatus(
+        _ answer: JSON, _ lookup: AnswerCache.Lookup, _ observation: AnswerCache.Observation?, session: StoredSession, context: Context,
+        check: AnswerCache.StatusCheck
+    ) {
+        guard let observation, configs[lookup.profile] != nil else { return }
+        store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.status = (answer, check) }
+    }
+
+    /// `checkSignInStatus`'s answer for a session that is still valid, without
+    /// the actor (see `AnswerCache`): confirmed by the clock, or — when
+    /// `runningHooks` — by the plugin's `check_session` run inline on the
+    /// caller's thread (never the connection's reader: plugin code may block).
+    /// Nil when only the engine can answer (then the hook runs again there).
+    public nonisolated func statusAtOnce(_ profile: String, account: String?, requestID: JSON?, runningHooks: Bool) -> JSON? {
+        guard let entry = store.answers.current(AnswerCache.Lookup(profile: profile, account: account)), let (answer, check) = entry.status
+        else { return nil }
+        switch check {
+        case .clock:
+            return entry.tokens.isExpired(at: HostClock.nowMilliseconds()) ? nil : answer
+        case .inlineHook where !runningHooks:
+            return nil
+        case .inlineHook(let plugin, let input):
+            let environment = EngineEnvironment(profile: profile, requestID: requestID, http: http, emit: emit)
+            guard case .result(let checked) = plugin.invokeInlineNow(.checkSession, input: input, environment: environment),
+                checked["state"]?.stringValue.flatMap(SessionCheck.init(rawValue:)) == .valid
+            else { return nil }
+            return answer
         }
     }
 

@@ -14,9 +14,11 @@ extension SessionEngine {
         _ profile: String, account: String? = nil, minimumValidity: Int64 = defaultMinimumValidityMilliseconds,
         forceRefresh: Bool = false, requestID: JSON? = nil
     ) async throws(SessionError) -> JSON {
-        let (context, key, current) = try await usableSession(profile, account: account)
+        let lookup = AnswerCache.Lookup(profile: profile, account: account)
+        let observation = store.answers.observe(observation(lookup))
+        let (context, key, current) = try await usableSession(lookup, observation: observation)
         var session = current
-        let now = HostClock.nowMilliseconds()
+        let freshness = forceRefresh ? .renew : session.tokens.freshness(at: HostClock.nowMilliseconds(), minimumValidity: minimumValidity)
         if forceRefresh {
             guard session.tokens.refreshToken != nil else {
                 throw SessionError(
@@ -24,9 +26,9 @@ extension SessionEngine {
                     reason: StatusReason.noRefreshToken.rawValue)
             }
             session = try await refreshOrThrow(key, context: context, stale: session)
-        } else if let expiresAt = session.tokens.expiresAt, expiresAt - now < session.tokens.effectiveMinimumValidity(minimumValidity) {
+        } else if freshness == .renew {
             session = try await refreshOrThrow(key, context: context, stale: session)
-        } else if let ahead = session.tokens.refreshAheadAt, now >= ahead, session.tokens.refreshToken != nil, refreshes[key] == nil {
+        } else if freshness == .refreshAhead, refreshes[key] == nil {
             // Refresh ahead: the caller gets the still-valid token at once and
             // the next one is fetched in the background (single-flight as ever).
             let stale = session
@@ -35,7 +37,31 @@ extension SessionEngine {
         var request: JSON = ["method": "GET", "headers": [:]]
         if let base = context.config["apiBaseUrl"]?.stringValue { request = request.setting("url", .string(base)) }
         let authorized = try await authorize(request, session: session, context: context, requestID: requestID)
-        return .compactObject([
+        let answer = Self.accessTokenAnswer(profile, session: session, authorized: authorized)
+        // Kept for the next calls only when it came straight from what was read (no refresh, none started).
+        if let observation, freshness == .usable, session == current, configs[profile] != nil {
+            store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.accessToken = answer }
+        }
+        return answer
+    }
+
+    /// `getAccessToken`'s answer when it needs no refresh, without the actor
+    /// (see `AnswerCache`); nil when only the engine can answer.
+    public nonisolated func accessTokenAtOnce(_ profile: String, account: String?, minimumValidity: Int64) -> JSON? {
+        guard let entry = store.answers.current(AnswerCache.Lookup(profile: profile, account: account)), let answer = entry.accessToken,
+            entry.tokens.freshness(at: HostClock.nowMilliseconds(), minimumValidity: minimumValidity) == .usable
+        else { return nil }
+        return answer
+    }
+
+    /// How to tell whether the session a call means changed since it was read.
+    func observation(_ lookup: AnswerCache.Lookup) -> ChangeProbe? {
+        guard let account = lookup.account else { return store.changeProbe(recordsOf: lookup.profile) }
+        return store.changeProbe(SessionKey(profile: lookup.profile, account: account))
+    }
+
+    private static func accessTokenAnswer(_ profile: String, session: StoredSession, authorized: JSON) -> JSON {
+        .compactObject([
             "provider": .string(profile),
             "account": session.account,
             "accessToken": .string(session.tokens.accessToken),
@@ -51,7 +77,8 @@ extension SessionEngine {
     /// answer (as the plugin classifies it) refreshes and replays once; a
     /// revocation signs the profile out.
     public func fetch(_ profile: String, account: String? = nil, request: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
-        let (context, key, current) = try await usableSession(profile, account: account)
+        let lookup = AnswerCache.Lookup(profile: profile, account: account)
+        let (context, key, current) = try await usableSession(lookup, observation: store.answers.observe(observation(lookup)))
         var session = current
         // A token known to be expired is renewed first rather than spending a 401.
         if let expiresAt = session.tokens.expiresAt, expiresAt <= HostClock.nowMilliseconds(), session.tokens.refreshToken != nil {
@@ -105,19 +132,48 @@ extension SessionEngine {
 
     /// The session a token call means, with its profile's context; none is
     /// handed out while its license is revoked.
-    private func usableSession(_ profile: String, account: String?) async throws(SessionError) -> (Context, SessionKey, StoredSession) {
-        let context = try await context(for: profile)
-        guard let (key, session) = try await selectSession(profile, account: account) else {
-            throw notSignedIn(profile, account: account)
+    private func usableSession(
+        _ lookup: AnswerCache.Lookup, observation: AnswerCache.Observation?
+    ) async throws(SessionError) -> (Context, SessionKey, StoredSession) {
+        let context = try await context(for: lookup.profile)
+        guard let (key, session) = try await readSession(lookup, observation: observation) else {
+            throw notSignedIn(lookup.profile, account: lookup.account)
         }
         try await refuseIfLicenseRevoked(key, session: session, context: context)
         return (context, key, session)
     }
 
-    /// The plugin's `authorize_request`: what to attach to `request` for these tokens.
+    /// The plugin's `authorize_request`: what to attach to `request` for these
+    /// tokens. Pure by the ABI (no I/O; the same input, the same answer): the
+    /// calls that ask for one input share one run and its answer — a burst of
+    /// `getAccessToken` after a refresh costs one hook call, not one each.
+    /// A failure is never reused.
     private func authorize(_ request: JSON, session: StoredSession, context: Context, requestID: JSON?) async throws(SessionError) -> JSON {
         let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": request]
-        return try await runOrThrow(.authorizeRequest, input: input, context: context, requestID: requestID)
+        let profile = context.profile.name
+        let work: SharedWork<Result<JSON, SessionError>>
+        let reusable: Bool
+        if let known = authorizations[profile], known.input == input {
+            if case .failure = known.work.finishedValue { reusable = false } else { reusable = true }
+        } else {
+            reusable = false
+        }
+        if reusable, let known = authorizations[profile] {
+            work = known.work
+        } else {
+            work = SharedWork(cancelsWhenAbandoned: true) {
+                do throws(SessionError) {
+                    return .success(try await self.runOrThrow(.authorizeRequest, input: input, context: context, requestID: requestID))
+                } catch {
+                    return .failure(error)
+                }
+            }
+            authorizations[profile] = (input, work)
+        }
+        guard let result = await work.value() else {
+            throw SessionError(.userCancelled, "The request was cancelled.", provider: profile, reason: "cancelled")
+        }
+        return try result.get()
     }
 
     // MARK: - Refresh (single-flight)

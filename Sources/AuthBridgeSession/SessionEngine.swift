@@ -38,9 +38,17 @@ public actor SessionEngine {
     /// Where plugins were looked for (named when a profile's plugin is missing).
     let pluginFolders: [String]
 
-    var profiles: [String: Profile] = [:]
-    var configs: [String: JSON] = [:]
+    // A change of a profile or of its resolved configuration invalidates the answers kept in `store.answers`.
+    var profiles: [String: Profile] = [:] { didSet { store.answers.invalidate() } }
+    var configs: [String: JSON] = [:] { didSet { store.answers.invalidate() } }
     var refreshes: [SessionKey: SharedWork<Result<StoredSession, ProviderFailure>>] = [:]
+    /// Session reads under way, shared by the calls that arrive meanwhile (see `readSession`).
+    var sessionReads:
+        [AnswerCache.Lookup: (observation: AnswerCache.Observation, work: SharedWork<Result<(SessionKey, StoredSession)?, SessionError>>)] =
+            [:]
+    /// Each profile's last `authorize_request` (a pure hook): its input and its
+    /// answer, shared by the calls that ask for the same input (see `authorize`).
+    var authorizations: [String: (input: JSON, work: SharedWork<Result<JSON, SessionError>>)] = [:]
     var pendingSignIns: [String: PendingSignIn] = [:]
     /// Per profile, the arrival order of the newest external/browser sign-in that got as far as waiting.
     var newestSignIn: [String: UInt64] = [:]
@@ -50,7 +58,7 @@ public actor SessionEngine {
     var resolving: [String: (profile: Profile, work: SharedWork<Result<JSON, SessionError>>)] = [:]
     /// Kept configurations in use because the provider could not be reached,
     /// with when to try the provider again.
-    var fallbackConfigs: [String: (profile: Profile, config: JSON, retryAt: Int64)] = [:]
+    var fallbackConfigs: [String: (profile: Profile, config: JSON, retryAt: Int64)] = [:] { didSet { store.answers.invalidate() } }
     /// Hooks running now, by plugin id, and who waits for none to run (shutdown).
     private var hooksInFlight: [String: Int] = [:]
     private var hookWaiters: [CheckedContinuation<Void, Never>] = []
@@ -106,6 +114,33 @@ public actor SessionEngine {
             if (session.signedInAt ?? 0) > best.map({ $0.1.signedInAt ?? 0 }) ?? Int64.min { best = (key, session) }
         }
         return best
+    }
+
+    /// `selectSession` for calls that only read (getAccessToken, checkSignInStatus,
+    /// fetch): a caller that arrives while a read of the same session is under
+    /// way shares it — a burst of calls on a cold host reads and decrypts the
+    /// record once, not once per call — provided nothing changed since that
+    /// read began (the same `AnswerCache` generation and vault stamp). Without
+    /// an observation (a vault that cannot vouch) every caller reads.
+    func readSession(_ lookup: AnswerCache.Lookup, observation: AnswerCache.Observation?) async throws(SessionError) -> (SessionKey, StoredSession)? {
+        guard let observation else { return try await selectSession(lookup.profile, account: lookup.account) }
+        let work: SharedWork<Result<(SessionKey, StoredSession)?, SessionError>>
+        if let running = sessionReads[lookup], !running.work.isFinished, running.observation.generation == observation.generation,
+            running.observation.stamp == observation.stamp
+        {
+            work = running.work
+        } else {
+            work = SharedWork(cancelsWhenAbandoned: true) {
+                do throws(SessionError) { return .success(try await self.selectSession(lookup.profile, account: lookup.account)) } catch {
+                    return .failure(error)
+                }
+            }
+            sessionReads[lookup] = (observation, work)
+        }
+        let result = await work.value()
+        if sessionReads[lookup]?.work === work, work.isFinished { sessionReads[lookup] = nil }
+        guard let result else { throw SessionError(.userCancelled, "The request was cancelled.", provider: lookup.profile, reason: "cancelled") }
+        return try result.get()
     }
 
     func storedKeys(of profile: String) async throws(SessionError) -> [SessionKey] {
@@ -219,9 +254,7 @@ public actor SessionEngine {
     func run(_ hook: PluginHook, input: JSON, plugin: LoadedPlugin, profile: String, requestID: JSON?) async -> Result<JSON, ProviderFailure> {
         hookStarted(plugin.manifest.id)
         defer { hookEnded(plugin.manifest.id) }
-        let scoped = installations[profile] ?? InstallationIdentity.scoped(installation(), profile: profile)
-        installations[profile] = scoped
-        let input = input.setting("installation", scoped)
+        let input = hookInput(input, profile: profile)
         let environment = EngineEnvironment(profile: profile, requestID: requestID, http: http, emit: emit)
         let result: Result<JSON, ProviderFailure>
         switch await plugin.invoke(hook, input: input, environment: environment) {
@@ -238,6 +271,13 @@ public actor SessionEngine {
             await configurationMayHaveChanged(profile, failure: failure)
         }
         return result
+    }
+
+    /// A hook's input as plugins get it: with the profile's `installation`.
+    func hookInput(_ input: JSON, profile: String) -> JSON {
+        let scoped = installations[profile] ?? InstallationIdentity.scoped(installation(), profile: profile)
+        installations[profile] = scoped
+        return input.setting("installation", scoped)
     }
 
     /// A hook of the profile's plugin whose failure fails the call.

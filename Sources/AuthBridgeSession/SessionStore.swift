@@ -60,6 +60,8 @@ struct SessionKey: Hashable, Sendable, CustomStringConvertible {
 /// accounts can be listed without decrypting.
 public struct SessionStore: Sendable {
     let vault: any Vault
+    /// Answers given from what was read, invalidated by every write made here.
+    let answers = AnswerCache()
 
     public init(vault: any Vault) { self.vault = vault }
 
@@ -98,10 +100,17 @@ public struct SessionStore: Sendable {
             "licenseSignOutAt": session.licenseSignOutAt.map(JSON.int),
             "signedInAt": session.signedInAt.map(JSON.int),
         ])
-        try await vault.save(VaultRecord(profile: key.vaultKey, account: label, secret: secret))
+        let record = VaultRecord(profile: key.vaultKey, account: label, secret: secret)
+        try await answers.invalidating { try await vault.save(record) }
     }
 
-    nonisolated(nonsending) func delete(_ key: SessionKey) async throws { try await vault.delete(key.vaultKey) }
+    nonisolated(nonsending) func delete(_ key: SessionKey) async throws { try await answers.invalidating { try await vault.delete(key.vaultKey) } }
+
+    /// How to tell whether the session of `key` changed since it was read (see `AnswerCache`).
+    func changeProbe(_ key: SessionKey) -> ChangeProbe? { vault.changeProbe(for: key.vaultKey) }
+
+    /// How to tell whether any of the profile's sessions changed (which one is current).
+    func changeProbe(recordsOf profile: String) -> ChangeProbe? { vault.changeProbe(forRecordsOf: profile) }
 
     /// Every stored session's key, from metadata only.
     nonisolated(nonsending) func keys() async throws -> [SessionKey] {
@@ -115,11 +124,12 @@ public struct SessionStore: Sendable {
     }
 
     nonisolated(nonsending) func save(_ resolved: ResolvedProfile, for profile: String) async throws {
-        try await vault.save(VaultRecord(profile: ResolvedProfile.vaultKey(profile), account: nil, secret: resolved.json))
+        let record = VaultRecord(profile: ResolvedProfile.vaultKey(profile), account: nil, secret: resolved.json)
+        try await answers.invalidating { try await vault.save(record) }
     }
 
     nonisolated(nonsending) func deleteResolvedProfile(_ profile: String) async throws {
-        try await vault.delete(ResolvedProfile.vaultKey(profile))
+        try await answers.invalidating { try await vault.delete(ResolvedProfile.vaultKey(profile)) }
     }
 
     /// The accounts stored for one profile.

@@ -39,6 +39,9 @@ final class SharedWork<Value: Sendable>: Sendable {
     /// True once the work has finished.
     var isFinished: Bool { state.withLock { $0.result != nil } }
 
+    /// The work's value once it has finished; nil before.
+    var finishedValue: Value? { state.withLock { $0.result } }
+
     /// The work's value, or nil when the calling task was cancelled first.
     func value() async -> Value? {
         let id = state.withLock { state -> UInt64 in

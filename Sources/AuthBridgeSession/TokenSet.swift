@@ -141,6 +141,27 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
         return obtainedAt + (expiresAt - obtainedAt) * 3 / 4
     }
 
+    /// Whether the access token may be handed out as it is.
+    public enum Freshness: Sendable {
+        /// Valid for the caller's need and not yet at its refresh-ahead point.
+        case usable
+        /// Still valid for the caller, but past three quarters of its lifetime: hand it out and renew it in the background.
+        case refreshAhead
+        /// Valid for less than the caller needs: renew it first.
+        case renew
+    }
+
+    /// `getAccessToken`'s rule at `now` for a caller that needs `minimumValidity`
+    /// milliseconds: the engine follows it, and answers given from its cache too.
+    public func freshness(at now: Int64, minimumValidity: Int64) -> Freshness {
+        if let expiresAt, expiresAt - now < effectiveMinimumValidity(minimumValidity) { return .renew }
+        if let ahead = refreshAheadAt, now >= ahead, refreshToken != nil { return .refreshAhead }
+        return .usable
+    }
+
+    /// `checkSignInStatus`'s clock rule (a plugin without `check_session`): expired at `now`.
+    public func isExpired(at now: Int64) -> Bool { expiresAt.map { $0 <= now } ?? false }
+
     public var description: String {
         "TokenSet(accessToken: [REDACTED], refreshToken: \(refreshToken == nil ? "nil" : "[REDACTED]"), expiresAt: \(expiresAt.map(String.init) ?? "nil"))"
     }

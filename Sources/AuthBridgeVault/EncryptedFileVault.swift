@@ -149,6 +149,18 @@ public final class EncryptedFileVault: Vault {
         return try await ProfileFileLock.withLock(lockPath(Self.fileStem(profile)), body)
     }
 
+    /// The record file's stamp: a rename over it (a save) makes a new inode, an unlink (a delete) none.
+    public func changeProbe(for key: String) -> ChangeProbe? {
+        let path = recordPath(key)
+        return ChangeProbe { FileProbe.stamp(path) }
+    }
+
+    /// The folder's stamp: every record saved or deleted (a rename, an unlink) moves its times.
+    public func changeProbe(forRecordsOf profile: String) -> ChangeProbe? {
+        let folder = self.folder
+        return ChangeProbe { FileProbe.stamp(folder) }
+    }
+
     /// What a record file holds: a readable record, nothing, or why it cannot be read.
     private enum Examined {
         case missing, intact(VaultRecord), damaged(String)

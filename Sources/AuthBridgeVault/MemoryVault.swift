@@ -5,6 +5,7 @@ import Synchronization
 /// For ephemeral sessions and tests.
 public final class MemoryVault: Vault {
     private let records = Mutex<[String: VaultRecord]>([:])
+    private let writes = WriteCounter()
     public let backend = "memory"
     public let protection = "none"
 
@@ -15,6 +16,7 @@ public final class MemoryVault: Vault {
         guard let problem = validate(record) else { return record }
         // Nothing to keep aside in memory: the unreadable record is dropped, and reported once.
         records.withLock { if $0[profile] == record { $0[profile] = nil } }
+        writes.wrote()
         throw VaultError(
             .corruptRecord,
             "The stored session of profile \"\(VaultKey.split(profile).profile)\" could not be read (\(problem)); it was discarded and the profile is signed out."
@@ -26,8 +28,15 @@ public final class MemoryVault: Vault {
         let size = SecretServiceVault.item(record).utf8.count
         guard size <= VaultRecord.maximumSize else { throw VaultError.tooLarge(record.profile, size: size) }
         records.withLock { $0[record.profile] = record }
+        writes.wrote()
     }
-    nonisolated(nonsending) public func delete(_ profile: String) async { records.withLock { $0[profile] = nil } }
+    nonisolated(nonsending) public func delete(_ profile: String) async {
+        records.withLock { $0[profile] = nil }
+        writes.wrote()
+    }
+    /// Every write moves one counter: a stamp for each key and each profile.
+    public func changeProbe(for key: String) -> ChangeProbe? { writes.probe }
+    public func changeProbe(forRecordsOf profile: String) -> ChangeProbe? { writes.probe }
     nonisolated(nonsending) public func profiles() async -> [String] { records.withLock { $0.keys.sorted() } }
     nonisolated(nonsending) public func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T {
         try await locks.acquire(profile)

@@ -117,9 +117,18 @@ public protocol Vault: Sendable {
     /// re-read the record inside it). A lock held by a dead process is free.
     /// Re-entrant within a task: `load` inside `body` may take it again.
     nonisolated(nonsending) func withExclusiveAccess<T: Sendable>(to profile: String, _ body: () async throws -> T) async throws -> T
+    /// How to tell cheaply whether the record of `key` changed (any process),
+    /// nil when the backend cannot tell without reading it.
+    func changeProbe(for key: String) -> ChangeProbe?
+    /// The same for the set of `profile`'s records (one added, replaced or
+    /// removed), nil when the backend cannot tell.
+    func changeProbe(forRecordsOf profile: String) -> ChangeProbe?
 }
 
 extension Vault {
+    public func changeProbe(for key: String) -> ChangeProbe? { nil }
+    public func changeProbe(forRecordsOf profile: String) -> ChangeProbe? { nil }
+
     nonisolated(nonsending) public func load(_ profile: String) async throws -> VaultRecord? {
         try await load(profile, validate: { _ in nil })
     }

@@ -222,7 +222,7 @@ final class EventLog: Sendable {
 
 /// An engine with profile "work" on the Swift test plugin, loaded from a private copy.
 func withEngine(
-    settings: JSON = ["clientId": "c1"],
+    settings: JSON = ["clientId": "c1"], store: SessionStore = .inMemory(),
     _ body: (SessionEngine, EventLog, SessionStore) async throws -> Void
 ) async throws {
     let folder = try TemporaryFolder()
@@ -232,7 +232,6 @@ func withEngine(
     let reports = PluginLoader(folders: [folder.path], logger: logger).loadAll()
     let plugin = try #require(reports.first?.plugin, "the Swift test plugin did not load: \(reports.map(\.json))")
     let events = EventLog()
-    let store = SessionStore.inMemory()
     let engine = SessionEngine(
         plugins: [plugin], profiles: [Profile(name: "work", plugin: "swifttest", settings: settings, source: .config)],
         store: store, logger: logger,

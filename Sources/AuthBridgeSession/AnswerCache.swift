@@ -1,0 +1,105 @@
+// Answers the engine gave to getAccessToken and checkSignInStatus, kept so
+// that the next ones can be given without the engine.
+
+import AuthBridgeJSON
+import AuthBridgePluginHost
+import Synchronization
+
+/// The engine's last `getAccessToken` and `checkSignInStatus` answers for a
+/// valid session, readable from any thread without the actor: a frontend
+/// asks for a token before every API call and for the status on every
+/// screen, and those answers stay the same until something changes.
+///
+/// What makes an entry unusable — each is checked on every use:
+/// - **this process changed something**: every vault write of the engine
+///   (a refresh, a sign-in, a sign-out, a license mark, a kept
+///   configuration) and every change of a profile or of its resolved
+///   configuration moves `generation` (before and after a write: a read that
+///   overlaps the write is never kept as current);
+/// - **another process changed the record**: the vault's `ChangeProbe`
+///   stamp differs from the one taken before the record was read (the file's
+///   inode and times for the encrypted-file vault; the Secret Service has no
+///   probe, so its sessions are never answered from here);
+/// - **time**: the token's expiry, the caller's `minValidityMs` and the
+///   refresh-ahead point are checked against the host clock on each use
+///   (`TokenSet.freshness`, the rule the engine itself follows);
+/// - **the plugin**: one refused meanwhile, or a `check_session` that no
+///   longer runs inline or answers other than `valid`, sends the call to
+///   the engine.
+/// License-revoked sessions, kept configurations used while the provider is
+/// down, and answers that refreshed are never kept.
+final class AnswerCache: Sendable {
+    /// Which call an entry answers: a profile and the account it names (nil: the current one).
+    struct Lookup: Hashable, Sendable {
+        var profile: String
+        var account: String?
+    }
+
+    /// What the engine saw before it read the session it answered from.
+    struct Observation: Sendable {
+        let generation: UInt64
+        let probe: ChangeProbe
+        let stamp: VaultStamp
+    }
+
+    /// How `checkSignInStatus` confirms a session: by the clock, or by the plugin's inline `check_session`.
+    enum StatusCheck: Sendable {
+        case clock
+        case inlineHook(plugin: LoadedPlugin, input: JSON)
+    }
+
+    struct Entry: Sendable {
+        let observation: Observation
+        let tokens: TokenSet
+        let plugin: LoadedPlugin
+        var accessToken: JSON?
+        var status: (answer: JSON, check: StatusCheck)?
+    }
+
+    private let generation = Atomic<UInt64>(0)
+    private let entries = Mutex<[Lookup: Entry]>([:])
+
+    /// Something answers depend on changes in this process.
+    func invalidate() {
+        generation.add(1, ordering: .sequentiallyConsistent)
+        entries.withLock { $0.removeAll(keepingCapacity: true) }
+    }
+
+    /// Runs a write with the cache invalidated before and after it.
+    func invalidating<T>(_ write: () async throws -> T) async rethrows -> T {
+        invalidate()
+        defer { invalidate() }
+        return try await write()
+    }
+
+    /// Taken before a session is read: nil when the vault cannot vouch for it.
+    func observe(_ probe: ChangeProbe?) -> Observation? {
+        guard let probe else { return nil }
+        let generation = self.generation.load(ordering: .sequentiallyConsistent)
+        guard let stamp = probe.stamp() else { return nil }
+        return Observation(generation: generation, probe: probe, stamp: stamp)
+    }
+
+    /// Keeps an answer read under `observation` (dropped if something changed since).
+    func keep(_ lookup: Lookup, _ observation: Observation, tokens: TokenSet, plugin: LoadedPlugin, update: (inout Entry) -> Void) {
+        entries.withLock { entries in
+            guard observation.generation == generation.load(ordering: .sequentiallyConsistent) else { return }
+            var entry = entries[lookup] ?? Entry(observation: observation, tokens: tokens, plugin: plugin)
+            if entry.observation.stamp != observation.stamp || entry.observation.generation != observation.generation || entry.tokens != tokens {
+                entry = Entry(observation: observation, tokens: tokens, plugin: plugin)
+            }
+            update(&entry)
+            entries[lookup] = entry
+        }
+    }
+
+    /// The entry for `lookup` if nothing it depends on changed; nil otherwise.
+    func current(_ lookup: Lookup) -> Entry? {
+        guard let entry = entries.withLock({ $0[lookup] }),
+            entry.observation.generation == generation.load(ordering: .sequentiallyConsistent),
+            entry.plugin.refusal == nil,
+            entry.observation.probe.stamp() == entry.observation.stamp
+        else { return nil }
+        return entry
+    }
+}
