@@ -45,6 +45,8 @@ struct ParamsSchema: Sendable {
     let document: JSON
     /// Method name → its `x-params` schema.
     let methods: [String: JSON]
+    /// `$ref` → the schema it names.
+    let references: [String: JSON]
 
     init(document: JSON) {
         self.document = document
@@ -54,6 +56,7 @@ struct ParamsSchema: Sendable {
             if let name = method["name"]?.stringValue, let params = method["x-params"] { methods[name] = params }
         }
         self.methods = methods
+        self.references = Self.references(in: document)
     }
 
     /// Whether the spec defines `method`.
@@ -232,8 +235,33 @@ struct ParamsSchema: Sendable {
         return nil
     }
 
-    /// A local reference ("#/components/schemas/Name"): a JSON pointer into the document.
+    /// A local reference ("#/components/schemas/Name"): a JSON pointer into the
+    /// document, resolved once at start (a check resolves several per request).
     func resolve(_ reference: String) -> JSON? {
+        references[reference] ?? Self.resolve(reference, in: document)
+    }
+
+    /// Every `$ref` the document holds, resolved.
+    static func references(in document: JSON) -> [String: JSON] {
+        var found: [String: JSON] = [:]
+        func walk(_ node: JSON) {
+            switch node {
+            case .object(let members):
+                if let reference = members["$ref"]?.stringValue, found[reference] == nil {
+                    found[reference] = resolve(reference, in: document)
+                }
+                for value in members.values { walk(value) }
+            case .array(let items):
+                for item in items { walk(item) }
+            default:
+                break
+            }
+        }
+        walk(document)
+        return found.compactMapValues { $0 }
+    }
+
+    static func resolve(_ reference: String, in document: JSON) -> JSON? {
         guard reference.hasPrefix("#") else { return nil }
         var node = document
         for token in reference.dropFirst().split(separator: "/", omittingEmptySubsequences: true) {

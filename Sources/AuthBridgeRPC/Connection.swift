@@ -25,13 +25,14 @@ public protocol ConnectionDelegate: AnyObject, Sendable {
     /// A notification other than `$/cancelRequest`. Never answered.
     func received(_ notification: Notification) -> Connection.Disposition
     /// The result of an admitted request when it is known at once, without
-    /// suspending (an answer from a cache, say); nil to run `handle`. Runs on
-    /// the reader thread, so it must never block: every frame behind waits.
-    func answerAtOnce(_ request: Request) -> JSON?
+    /// suspending (an answer from a cache, say), as JSON text; nil to run
+    /// `handle`. Runs on the reader thread, so it must never block: every
+    /// frame behind waits.
+    func answerAtOnce(_ request: Request) -> [UInt8]?
 }
 
 extension ConnectionDelegate {
-    public func answerAtOnce(_ request: Request) -> JSON? { nil }
+    public func answerAtOnce(_ request: Request) -> [UInt8]? { nil }
 }
 
 /// A JSON-RPC 2.0 peer on a pair of file descriptors, after sourcekit-lsp's
@@ -79,6 +80,8 @@ public final class Connection: Sendable {
     private let flushGrace: Duration
     private let ending = EndingBox()
     private let stopper: Stopper
+    /// Answers given at once, gathered by the reader thread (and only it) until its read is done.
+    private let answeredAtOnce = FrameBatch()
 
     /// Closes the stop pipe's write end, once, from whichever side asks first.
     private final class Stopper: Sendable {
@@ -143,7 +146,8 @@ public final class Connection: Sendable {
             // A stack large enough for deep JSON.
             let started = startThread(stackSize: 16 << 20) { [self] in
                 var exitCode: Int32?
-                reader.run { event in
+                defer { flushAnsweredAtOnce() }
+                reader.run(onDrained: flushAnsweredAtOnce) { event in
                     switch event {
                     case .tooLarge(let count):
                         logger.warning("dropped an over-long frame", metadata: ["bytes": "\(count)"])
@@ -218,6 +222,8 @@ public final class Connection: Sendable {
         case .response(let id):
             logger.debug("ignored a response from the peer", metadata: ["id": "\(id.map(String.init(describing:)) ?? "null")"])
         case .notification(let notification):
+            // Answers given at once go out before anything a notification does (`exit` ends the reading).
+            flushAnsweredAtOnce()
             if notification.method == "$/cancelRequest" {
                 cancel(notification.params)
                 return .proceed
@@ -241,8 +247,10 @@ public final class Connection: Sendable {
                 return .proceed
             }
             if let result = delegate.answerAtOnce(request) {
-                // No task, no hand-off: written now, or after the answers before it once the output has room.
-                state.lock.withLock { answerLocked(OutgoingFrame.result(id: request.id, result)) }
+                // No task, no hand-off: batched with the other answers given at once from this
+                // read, and handed to the writer when the read's frames are done.
+                answeredAtOnce.add(OutgoingFrame.result(id: request.id, serializedResult: result))
+                if answeredAtOnce.bytes.count >= Self.answeredAtOnceBatch { flushAnsweredAtOnce() }
                 if logger.logLevel <= .debug {
                     logger.debug("answered at once", metadata: ["method": "\(request.method)", "id": "\(request.id)", "outcome": "ok"])
                 }
@@ -258,11 +266,27 @@ public final class Connection: Sendable {
         return .proceed
     }
 
+    /// Hands the answers given at once so far to the writer (reader thread):
+    /// now, or after the answers before them once the output has room.
+    private func flushAnsweredAtOnce() {
+        guard !answeredAtOnce.bytes.isEmpty else { return }
+        state.lock.withLock { flushAnsweredAtOnceLocked() }
+    }
+
+    private func flushAnsweredAtOnceLocked() {
+        guard !answeredAtOnce.bytes.isEmpty else { return }
+        answerLocked(answeredAtOnce.take())
+    }
+
+    /// How many bytes of answers given at once the reader gathers before it hands them over.
+    static let answeredAtOnceBatch = 64 << 10
+
     /// Blocks the reader while the backlog is past its bound; false when the
     /// peer is gone meanwhile.
     private func waitForBacklogRoom() -> Bool {
         state.lock.withLock {
             while state.backlogBytes > maxBacklogBytes || state.backlog.count + state.deferred.count > maxBacklogCount {
+                flushAnsweredAtOnceLocked() // before waiting: nothing given at once waits with the reader
                 if ending.value.withLock({ $0 }) == .peerGone { return false }
                 state.lock.wait()
             }
@@ -414,6 +438,22 @@ public final class Connection: Sendable {
             state.deferred.append(frame)
             state.backlogBytes += frame.count
         }
+    }
+}
+
+/// Frames gathered to be written as one: newline-separated, without the last newline
+/// (`FrameWriter.send` adds it). Used by one thread only.
+private final class FrameBatch: @unchecked Sendable {
+    private(set) var bytes: [UInt8] = []
+
+    func add(_ frame: [UInt8]) {
+        if !bytes.isEmpty { bytes.append(0x0A) }
+        bytes.append(contentsOf: frame)
+    }
+
+    func take() -> [UInt8] {
+        defer { bytes.removeAll(keepingCapacity: true) }
+        return bytes
     }
 }
 

@@ -44,7 +44,10 @@ public struct FrameReader: Sendable {
     }
 
     /// Reads until end of input (or a read error, or `onEvent` returning false).
-    public func run(_ onEvent: (Event) -> Bool) {
+    /// `onDrained` runs once every frame of one read has been handed to
+    /// `onEvent`, before waiting for more input (a caller that batches work per
+    /// read flushes it there).
+    public func run(onDrained: () -> Void = {}, _ onEvent: (Event) -> Bool) {
         let chunkSize = 256 << 10
         let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
         defer { chunk.deallocate() }
@@ -60,6 +63,7 @@ public struct FrameReader: Sendable {
         }
 
         while true {
+            onDrained()
             guard waitReadable() else { return }
             let count = read(fd, chunk.baseAddress, chunkSize)
             if count < 0 {

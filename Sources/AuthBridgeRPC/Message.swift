@@ -148,6 +148,17 @@ public enum OutgoingFrame {
         encode(["jsonrpc": "2.0", "id": id.json, "result": result])
     }
 
+    /// A result whose JSON text is already made (an answer kept for reuse).
+    public static func result(id: RequestID, serializedResult: [UInt8]) -> [UInt8] {
+        var bytes: [UInt8] = Array(#"{"jsonrpc":"2.0","id":"#.utf8)
+        bytes.reserveCapacity(bytes.count + serializedResult.count + 32)
+        id.json.serialize(into: &bytes)
+        bytes.append(contentsOf: #","result":"#.utf8)
+        bytes.append(contentsOf: serializedResult)
+        bytes.append(UInt8(ascii: "}"))
+        return bytes
+    }
+
     public static func error(id: RequestID?, _ error: RPCError) -> [UInt8] {
         encode(["jsonrpc": "2.0", "id": id?.json ?? .null, "error": error.json])
     }

@@ -5,6 +5,17 @@ import AuthBridgeJSON
 import AuthBridgePluginHost
 import Synchronization
 
+/// An answer kept for reuse, with its JSON text made once.
+public struct Answer: Sendable, Equatable {
+    public let json: JSON
+    public let text: [UInt8]
+
+    init(_ json: JSON) {
+        self.json = json
+        self.text = json.serialized()
+    }
+}
+
 /// The engine's last `getAccessToken` and `checkSignInStatus` answers for a
 /// valid session, readable from any thread without the actor: a frontend
 /// asks for a token before every API call and for the status on every
@@ -52,8 +63,8 @@ final class AnswerCache: Sendable {
         let observation: Observation
         let tokens: TokenSet
         let plugin: LoadedPlugin
-        var accessToken: JSON?
-        var status: (answer: JSON, check: StatusCheck)?
+        var accessToken: Answer?
+        var status: (answer: Answer, check: StatusCheck)?
     }
 
     private let generation = Atomic<UInt64>(0)

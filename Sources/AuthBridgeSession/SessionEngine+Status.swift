@@ -93,7 +93,7 @@ extension SessionEngine {
         check: AnswerCache.StatusCheck
     ) {
         guard let observation, configs[lookup.profile] != nil else { return }
-        store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.status = (answer, check) }
+        store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.status = (Answer(answer), check) }
     }
 
     /// `checkSignInStatus`'s answer for a session that is still valid, without
@@ -101,7 +101,7 @@ extension SessionEngine {
     /// `runningHooks` — by the plugin's `check_session` run inline on the
     /// caller's thread (never the connection's reader: plugin code may block).
     /// Nil when only the engine can answer (then the hook runs again there).
-    public nonisolated func statusAtOnce(_ profile: String, account: String?, requestID: JSON?, runningHooks: Bool) -> JSON? {
+    public nonisolated func statusAtOnce(_ profile: String, account: String?, requestID: JSON?, runningHooks: Bool) -> Answer? {
         guard let entry = store.answers.current(AnswerCache.Lookup(profile: profile, account: account)), let (answer, check) = entry.status
         else { return nil }
         switch check {

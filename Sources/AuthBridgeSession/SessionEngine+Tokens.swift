@@ -40,14 +40,14 @@ extension SessionEngine {
         let answer = Self.accessTokenAnswer(profile, session: session, authorized: authorized)
         // Kept for the next calls only when it came straight from what was read (no refresh, none started).
         if let observation, freshness == .usable, session == current, configs[profile] != nil {
-            store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.accessToken = answer }
+            store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.accessToken = Answer(answer) }
         }
         return answer
     }
 
     /// `getAccessToken`'s answer when it needs no refresh, without the actor
     /// (see `AnswerCache`); nil when only the engine can answer.
-    public nonisolated func accessTokenAtOnce(_ profile: String, account: String?, minimumValidity: Int64) -> JSON? {
+    public nonisolated func accessTokenAtOnce(_ profile: String, account: String?, minimumValidity: Int64) -> Answer? {
         guard let entry = store.answers.current(AnswerCache.Lookup(profile: profile, account: account)), let answer = entry.accessToken,
             entry.tokens.freshness(at: HostClock.nowMilliseconds(), minimumValidity: minimumValidity) == .usable
         else { return nil }

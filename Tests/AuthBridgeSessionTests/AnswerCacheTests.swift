@@ -12,7 +12,7 @@ import Testing
 @Suite("Answers at once")
 struct AnswerCacheTests {
     private func atOnce(_ engine: SessionEngine, account: String? = nil, minimumValidity: Int64 = 60_000) -> JSON? {
-        engine.accessTokenAtOnce("work", account: account, minimumValidity: minimumValidity)
+        engine.accessTokenAtOnce("work", account: account, minimumValidity: minimumValidity)?.json
     }
 
     @Test func aValidSessionIsAnsweredAtOnceAsTheEngineAnsweredIt() async throws {
@@ -83,7 +83,7 @@ struct AnswerCacheTests {
             let expiresAt = try #require(first["expiresAt"]?.intValue)
             // Whatever the moment, an answer at once is one the rule allows; by expiry there is none.
             let passed = await eventually(within: .seconds(10)) {
-                let answer = engine.accessTokenAtOnce("work", account: nil, minimumValidity: 60_000)
+                let answer = engine.accessTokenAtOnce("work", account: nil, minimumValidity: 60_000)?.json
                 if answer != nil { #expect(expiresAt - HostClock.nowMilliseconds() >= 500 - 5) }
                 return answer == nil
             }
