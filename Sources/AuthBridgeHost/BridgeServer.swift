@@ -164,9 +164,12 @@ public final class BridgeServer: ConnectionDelegate {
     /// `getAccessToken` and `checkSignInStatus` for a session that needs
     /// nothing done, answered on the reader thread from what the engine
     /// answered before (`SessionEngine.accessTokenAtOnce`, `statusAtOnce`):
-    /// no task, no actor. Params are checked as `handle` checks them; any
-    /// problem, and any call that needs the engine, goes to `handle`.
-    public func answerAtOnce(_ request: Request) -> [UInt8]? {
+    /// no task, no actor. A status the plugin's inline `check_session`
+    /// confirms runs it here, under its 50 ms mark: past it the plugin loses
+    /// its inline hooks and `ifBlocked` moves reading to a new thread. Params
+    /// are checked as `handle` checks them; any problem, and any call that
+    /// needs the engine, goes to `handle`.
+    public func answerAtOnce(_ request: Request, ifBlocked: @escaping @Sendable () -> Void) -> [UInt8]? {
         guard request.method == "getAccessToken" || request.method == "checkSignInStatus",
             let engine = readyEngine.engine.withLock({ $0 }),
             let params = checkedAtOnce(request)
@@ -178,7 +181,7 @@ public final class BridgeServer: ConnectionDelegate {
         do {
             return engine.statusAtOnce(
                 try params.string("provider"), account: try params.optionalNonEmptyString("account"), requestID: request.id.json,
-                runningHooks: false)?.text
+                runningHooks: true, ifBlocked: ifBlocked)?.text
         } catch {
             return nil
         }
@@ -226,8 +229,8 @@ public final class BridgeServer: ConnectionDelegate {
         case "listAccounts":
             return ["accounts": .array(try await engine.listAccounts(try params.optionalString("provider")))]
         case "checkSignInStatus":
-            // A session confirmed by the plugin's inline check_session: answered here, on this
-            // task's thread, without the engine (the reader thread never runs plugin code).
+            // A session the plugin's inline check_session confirms, when the reader could not
+            // run it (the inline slot was taken): answered here without the engine.
             if let quick = engine.statusAtOnce(
                 try params.string("provider"), account: try params.optionalNonEmptyString("account"), requestID: request.id.json,
                 runningHooks: true)

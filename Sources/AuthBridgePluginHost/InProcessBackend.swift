@@ -118,6 +118,12 @@ final class InProcessBackend: PluginBackend {
         }
     }
 
+    func runInline(_ hook: PluginHook, text: [UInt8], call: HookCall) -> HookOutcome? {
+        let (loaded, shutDown) = state.withLock { ($0.loaded, $0.shutDown) }
+        guard !shutDown, let loaded, let function = PluginEntry.function(for: hook, in: loaded.vtable) else { return nil }
+        return run(function, state: loaded.state, call: call, input: text)
+    }
+
     func abandon(_ call: HookCall, because: Abandonment) {
         state.withLock { _ = $0.abandoned.insert(ObjectIdentifier(call)) }
         let count = HookThreads.shared.abandoned.add(1, ordering: .relaxed).newValue

@@ -117,7 +117,11 @@ public final class LoadedPlugin: @unchecked Sendable {
     /// in-process plugin's inline hook, the inline slot free, the plugin not
     /// refused); nil when it cannot, and then nothing ran. For answers given
     /// without a task (the connection's reader thread).
-    public func invokeInlineNow(_ hook: PluginHook, input: JSON, environment: HookEnvironment) -> HookOutcome? {
+    /// `ifBlocked` is called (from the watchdog's thread) when the hook runs
+    /// past the inline mark, besides the plugin losing its inline hooks.
+    public func invokeInlineNow(
+        _ hook: PluginHook, input: JSON, inputText: [UInt8]? = nil, environment: HookEnvironment, ifBlocked: (@Sendable () -> Void)? = nil
+    ) -> HookOutcome? {
         guard health.refusalFailure == nil, backend.isolation == .none, backend.implements(hook), inlineHooks.contains(hook),
             begin()
         else { return nil }
@@ -127,7 +131,7 @@ public final class LoadedPlugin: @unchecked Sendable {
         }
         defer { inlineSlot.release() }
         let call = HookCall(pluginID: manifest.id, hook: hook, logger: logger, environment: environment, mayBlock: false)
-        return runInline(hook, input: input, call: call)
+        return runInline(hook, input: input, inputText: inputText, call: call, ifBlocked: ifBlocked)
     }
 
     /// Runs one of the host's own steps (a standard hook implementation) for
@@ -261,10 +265,19 @@ public final class LoadedPlugin: @unchecked Sendable {
     /// An inline hook, on the caller's thread: it cannot be answered before it
     /// returns (its continuation would be resumed under its own body), so one
     /// that runs over the inline mark costs the plugin its inline hooks.
-    private func runInline(_ hook: PluginHook, input: JSON, call: HookCall) -> HookOutcome {
-        let mark = watchdog.arm(at: .now + deadlines.inlineMark) { [self] in demote(hook) }
+    private func runInline(
+        _ hook: PluginHook, input: JSON, inputText: [UInt8]? = nil, call: HookCall, ifBlocked: (@Sendable () -> Void)? = nil
+    ) -> HookOutcome {
+        let mark = watchdog.arm(at: .now + deadlines.inlineMark) { [self] in
+            demote(hook)
+            ifBlocked?()
+        }
         let answer = Mutex<HookOutcome?>(nil)
-        backend.start(hook, input: input, call: call, inline: true) { outcome in answer.withLock { $0 = outcome } }
+        if let inputText, let outcome = backend.runInline(hook, text: inputText, call: call) {
+            answer.withLock { $0 = outcome }
+        } else {
+            backend.start(hook, input: input, call: call, inline: true) { outcome in answer.withLock { $0 = outcome } }
+        }
         watchdog.disarm(mark)
         running.subtract(1, ordering: .sequentiallyConsistent)
         return answer.withLock { $0 }

@@ -65,8 +65,16 @@ protocol PluginBackend: AnyObject, Sendable {
     func implements(_ hook: PluginHook) -> Bool
     /// Starts one hook call; `done` receives its outcome exactly once.
     func start(_ hook: PluginHook, input: JSON, call: HookCall, inline: Bool, done: @escaping @Sendable (HookOutcome) -> Void)
+    /// Runs an inline hook on the caller's thread with input already made as
+    /// JSON text (kept by the caller for calls that repeat); nil when this
+    /// backend cannot (only plugins in the host run hooks inline).
+    func runInline(_ hook: PluginHook, text: [UInt8], call: HookCall) -> HookOutcome?
     /// Gives up a call whose outcome will no longer be waited for.
     func abandon(_ call: HookCall, because: Abandonment)
     /// Ends the plugin: its `shutdown` when no hook runs, then (isolated) the runner, within `grace`.
     func shutdown(within grace: Duration)
+}
+
+extension PluginBackend {
+    func runInline(_ hook: PluginHook, text: [UInt8], call: HookCall) -> HookOutcome? { nil }
 }

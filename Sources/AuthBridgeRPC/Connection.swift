@@ -26,13 +26,16 @@ public protocol ConnectionDelegate: AnyObject, Sendable {
     func received(_ notification: Notification) -> Connection.Disposition
     /// The result of an admitted request when it is known at once, without
     /// suspending (an answer from a cache, say), as JSON text; nil to run
-    /// `handle`. Runs on the reader thread, so it must never block: every
-    /// frame behind waits.
-    func answerAtOnce(_ request: Request) -> [UInt8]?
+    /// `handle`. Runs on the reader thread: every frame behind it waits. A
+    /// call that runs code which may block (a plugin's inline hook) arranges
+    /// for `ifBlocked` to be called from another thread once it has taken too
+    /// long: reading then goes on on a new thread, and this call's answer is
+    /// still written when it returns.
+    func answerAtOnce(_ request: Request, ifBlocked: @escaping @Sendable () -> Void) -> [UInt8]?
 }
 
 extension ConnectionDelegate {
-    public func answerAtOnce(_ request: Request) -> [UInt8]? { nil }
+    public func answerAtOnce(_ request: Request, ifBlocked: @escaping @Sendable () -> Void) -> [UInt8]? { nil }
 }
 
 /// A JSON-RPC 2.0 peer on a pair of file descriptors, after sourcekit-lsp's
@@ -82,6 +85,14 @@ public final class Connection: Sendable {
     private let stopper: Stopper
     /// Answers given at once, gathered by the reader thread (and only it) until its read is done.
     private let answeredAtOnce = FrameBatch()
+    /// The reader thread's generation, shifted left, and whether it is inside `answerAtOnce` (bit 0).
+    private let readerPhase = Atomic<UInt64>(0)
+    /// Where the reader that ends the run reports why.
+    private let readerEnd = ReaderEnd()
+
+    private final class ReaderEnd: Sendable {
+        let continuation = Mutex<CheckedContinuation<Ending, Never>?>(nil)
+    }
 
     /// Closes the stop pipe's write end, once, from whichever side asks first.
     private final class Stopper: Sendable {
@@ -143,34 +154,69 @@ public final class Connection: Sendable {
     public func run(delegate: ConnectionDelegate, drainGrace: Duration = .seconds(1)) async -> Ending {
         state.lock.withLock { state.delegate = delegate }
         let reason: Ending = await withCheckedContinuation { continuation in
-            // A stack large enough for deep JSON.
-            let started = startThread(stackSize: 16 << 20) { [self] in
-                var exitCode: Int32?
-                defer { flushAnsweredAtOnce() }
-                reader.run(onDrained: flushAnsweredAtOnce) { event in
-                    switch event {
-                    case .tooLarge(let count):
-                        logger.warning("dropped an over-long frame", metadata: ["bytes": "\(count)"])
-                        answer(error: .invalidRequest("frame of \(count) bytes exceeds the limit of \(reader.maxFrameBytes)"), id: nil)
-                    case .frame(let bytes):
-                        if ending.value.withLock({ $0 }) == .peerGone { return false }
-                        if case .exit(let code) = dispatch(IncomingMessage.decode(bytes), size: bytes.count, delegate: delegate) {
-                            exitCode = code
-                            return false
-                        }
-                    }
-                    return waitForBacklogRoom()
-                }
-                let reason: Ending = exitCode.map { .exit(code: $0) } ?? ending.value.withLock { $0 } ?? .endOfInput
-                continuation.resume(returning: reason)
-            }
-            if !started { fatalError("cannot start the ab-reader thread") }
+            readerEnd.continuation.withLock { $0 = continuation }
+            startReader(generation: 0, delegate: delegate)
         }
         if reason == .endOfInput && drainGrace > .zero { await drain(grace: drainGrace) }
         cancelAll()
         await waitUntilIdle()
         flush()
         return reason
+    }
+
+    // MARK: - The reader thread, and its relay
+
+    /// Starts the thread that reads and dispatches frames.
+    private func startReader(generation: UInt64, delegate: ConnectionDelegate) {
+        // A stack large enough for deep JSON.
+        let started = startThread(stackSize: 16 << 20) { [self] in readLoop(generation: generation, delegate: delegate) }
+        if !started { fatalError("cannot start the ab-reader thread") }
+    }
+
+    private func readLoop(generation: UInt64, delegate: ConnectionDelegate) {
+        var exitCode: Int32?
+        var replaced = false
+        reader.run(onDrained: flushAnsweredAtOnce) { event in
+            switch event {
+            case .tooLarge(let count):
+                logger.warning("dropped an over-long frame", metadata: ["bytes": "\(count)"])
+                answer(error: .invalidRequest("frame of \(count) bytes exceeds the limit of \(reader.maxFrameBytes)"), id: nil)
+            case .frame(let bytes):
+                if ending.value.withLock({ $0 }) == .peerGone { return false }
+                switch dispatch(IncomingMessage.decode(bytes), size: bytes.count, delegate: delegate, generation: generation) {
+                case .proceed: break
+                case .exit(let code):
+                    exitCode = code
+                    return false
+                case .replaced:
+                    replaced = true
+                    return false
+                }
+            }
+            return waitForBacklogRoom()
+        }
+        // A replaced reader leaves everything to the one that took over, which ends the run.
+        guard !replaced else { return }
+        flushAnsweredAtOnce()
+        let reason: Ending = exitCode.map { .exit(code: $0) } ?? ending.value.withLock { $0 } ?? .endOfInput
+        readerEnd.continuation.withLock { continuation in
+            continuation?.resume(returning: reason)
+            continuation = nil
+        }
+    }
+
+    /// `answerAtOnce` of the reader of `generation` is taking long (a plugin's
+    /// inline hook that blocks): a new reader thread takes over the frames
+    /// read and to come, and the stuck one, when its call returns, writes its
+    /// answer and ends. Nothing else waits for a call that should have taken
+    /// microseconds. Called from another thread (a watchdog); only a reader
+    /// still inside that call is replaced.
+    private func relayReader(from generation: UInt64, delegate: ConnectionDelegate) {
+        let answering = generation << 1 | 1
+        guard readerPhase.compareExchange(expected: answering, desired: (generation + 1) << 1, ordering: .acquiringAndReleasing).exchanged
+        else { return }
+        logger.warning("an answer given on the reader thread is taking long; reading goes on on a new thread")
+        startReader(generation: generation + 1, delegate: delegate)
     }
 
     /// Stops reading as at end of input (the host was asked to end, by
@@ -214,7 +260,15 @@ public final class Connection: Sendable {
 
     // MARK: - Dispatch (reader thread)
 
-    private func dispatch(_ message: IncomingMessage, size: Int, delegate: ConnectionDelegate) -> Disposition {
+    /// What the reader does after a frame.
+    private enum Step {
+        case proceed
+        case exit(code: Int32)
+        /// Another reader took over while this one answered (see `relayReader`).
+        case replaced
+    }
+
+    private func dispatch(_ message: IncomingMessage, size: Int, delegate: ConnectionDelegate, generation: UInt64) -> Step {
         switch message {
         case .invalid(let id, let error):
             logger.debug("answered an invalid frame", metadata: ["code": "\(error.code.rawValue)"])
@@ -228,7 +282,8 @@ public final class Connection: Sendable {
                 cancel(notification.params)
                 return .proceed
             }
-            return delegate.received(notification)
+            if case .exit(let code) = delegate.received(notification) { return .exit(code: code) }
+            return .proceed
         case .request(var request):
             // A duplicate is refused before `admit`, so it has no effect at all
             // (a duplicate `shutdown` must not start shutting down).
@@ -246,24 +301,44 @@ public final class Connection: Sendable {
                 answer(error: refusal, id: request.id)
                 return .proceed
             }
-            if let result = delegate.answerAtOnce(request) {
-                // No task, no hand-off: batched with the other answers given at once from this
-                // read, and handed to the writer when the read's frames are done.
-                answeredAtOnce.add(OutgoingFrame.result(id: request.id, serializedResult: result))
-                if answeredAtOnce.bytes.count >= Self.answeredAtOnceBatch { flushAnsweredAtOnce() }
+            let answering = generation << 1 | 1
+            readerPhase.store(answering, ordering: .releasing)
+            let result = delegate.answerAtOnce(request) { [weak self] in self?.relayReader(from: generation, delegate: delegate) }
+            let stillReader = readerPhase.compareExchange(expected: answering, desired: generation << 1, ordering: .acquiringAndReleasing)
+                .exchanged
+            if let result {
+                let frame = OutgoingFrame.result(id: request.id, serializedResult: result)
+                if stillReader {
+                    // No task, no hand-off: batched with the other answers given at once from this
+                    // read, and handed to the writer when the read's frames are done.
+                    answeredAtOnce.add(frame)
+                    if answeredAtOnce.bytes.count >= Self.answeredAtOnceBatch { flushAnsweredAtOnce() }
+                } else {
+                    // The batch is the new reader's now.
+                    state.lock.withLock { answerLocked(frame) }
+                }
                 if logger.logLevel <= .debug {
                     logger.debug("answered at once", metadata: ["method": "\(request.method)", "id": "\(request.id)", "outcome": "ok"])
                 }
-                return .proceed
+                return stillReader ? .proceed : .replaced
             }
-            state.lock.withLock {
-                state.backlog.append(Waiting(request: request, size: size))
-                state.backlogBytes += size
-                state.waitingIDs.insert(request.id)
-                pumpLocked()
+            if !stillReader {
+                enqueue(request, size: size)
+                return .replaced
             }
+            enqueue(request, size: size)
         }
         return .proceed
+    }
+
+    /// Queues an admitted request to run.
+    private func enqueue(_ request: Request, size: Int) {
+        state.lock.withLock {
+            state.backlog.append(Waiting(request: request, size: size))
+            state.backlogBytes += size
+            state.waitingIDs.insert(request.id)
+            pumpLocked()
+        }
     }
 
     /// Hands the answers given at once so far to the writer (reader thread):

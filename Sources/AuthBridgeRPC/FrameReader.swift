@@ -13,7 +13,14 @@ import Darwin
 /// skipped. A line longer than `maxFrameBytes` is reported once as
 /// `.tooLarge` and then discarded up to its newline, so one bad frame never
 /// costs the connection.
-public struct FrameReader: Sendable {
+///
+/// Resumable: what was read but not yet handed out is kept here, and every
+/// frame is taken out of it before `onEvent` sees it. So when `onEvent` stops
+/// a `run` (returns false), another `run` — on another thread, even while the
+/// first is still inside `onEvent` for its last frame — goes on with the next
+/// frame (the connection's reader relay). Only one `run` may be reading at a
+/// time, and the one that stopped must not touch the reader again.
+public final class FrameReader: @unchecked Sendable {
     public enum Event {
         case frame(UnsafeRawBufferPointer)
         case tooLarge(byteCount: Int)
@@ -25,11 +32,24 @@ public struct FrameReader: Sendable {
     /// stops as at end of input: how another thread ends a blocked read.
     public let stopFD: Int32?
 
+    private static let chunkSize = 256 << 10
+    /// The last read, handed out up to `start`.
+    private let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: FrameReader.chunkSize, alignment: 16)
+    private var count = 0
+    private var start = 0
+    /// The start of a line that spans reads.
+    private var line: [UInt8] = []
+    /// > 0 while skipping an over-long line.
+    private var discarding = 0
+    private var ended = false
+
     public init(fd: Int32, maxFrameBytes: Int = 64 << 20, stopFD: Int32? = nil) {
         self.fd = fd
         self.maxFrameBytes = maxFrameBytes
         self.stopFD = stopFD
     }
+
+    deinit { chunk.deallocate() }
 
     /// Waits until `fd` is readable; false when `stopFD` fired first.
     private func waitReadable() -> Bool {
@@ -48,72 +68,80 @@ public struct FrameReader: Sendable {
     /// `onEvent`, before waiting for more input (a caller that batches work per
     /// read flushes it there).
     public func run(onDrained: () -> Void = {}, _ onEvent: (Event) -> Bool) {
-        let chunkSize = 256 << 10
-        let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
-        defer { chunk.deallocate() }
-        var line: [UInt8] = [] // the start of a line that spans reads
-        var discarding = 0 // > 0 while skipping an over-long line
-
-        func emit(_ bytes: UnsafeRawBufferPointer) -> Bool {
-            var end = bytes.count
-            if end > 0, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
-            let frame = UnsafeRawBufferPointer(rebasing: bytes[0..<end])
-            if frame.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { return true }
-            return onEvent(.frame(frame))
-        }
-
         while true {
+            guard handOutBuffered(onEvent) else { return }
+            if ended { return }
             onDrained()
             guard waitReadable() else { return }
-            let count = read(fd, chunk.baseAddress, chunkSize)
-            if count < 0 {
+            let got = read(fd, chunk.baseAddress, Self.chunkSize)
+            if got < 0 {
                 if errno == EINTR { continue }
+                ended = true
                 return
             }
-            if count == 0 {
-                if discarding == 0, !line.isEmpty { _ = line.withUnsafeBytes(emit) }
+            if got == 0 {
+                ended = true
+                guard discarding == 0, !line.isEmpty else { return }
+                var last: [UInt8] = []
+                swap(&last, &line)
+                _ = last.withUnsafeBytes { emit($0, onEvent) }
                 return
             }
-            var start = 0
-            let data = UnsafeRawBufferPointer(rebasing: chunk[0..<count])
-            while start < count {
-                let rest = UnsafeRawBufferPointer(rebasing: data[start...])
-                guard let found = memchr(rest.baseAddress!, 0x0A, rest.count) else {
-                    // No newline in the rest of this chunk: keep it for later.
-                    if discarding > 0 {
-                        discarding += rest.count
-                    } else if line.count + rest.count > maxFrameBytes {
-                        discarding = line.count + rest.count
-                        line.removeAll(keepingCapacity: false)
-                    } else {
-                        line.append(contentsOf: rest)
-                    }
-                    break
-                }
-                let length = rest.baseAddress!.distance(to: UnsafeRawPointer(found))
-                let piece = UnsafeRawBufferPointer(rebasing: rest[0..<length])
-                start += length + 1
+            count = got
+            start = 0
+        }
+    }
+
+    /// Hands out the complete lines of the last read; false when `onEvent` said stop.
+    private func handOutBuffered(_ onEvent: (Event) -> Bool) -> Bool {
+        while start < count {
+            let rest = UnsafeRawBufferPointer(rebasing: chunk[start..<count])
+            guard let found = memchr(rest.baseAddress!, 0x0A, rest.count) else {
+                // No newline in the rest of this read: keep it for later.
                 if discarding > 0 {
-                    let total = discarding + length
-                    discarding = 0
-                    if !onEvent(.tooLarge(byteCount: total)) { return }
-                } else if line.isEmpty {
-                    if piece.count > maxFrameBytes {
-                        if !onEvent(.tooLarge(byteCount: piece.count)) { return }
-                    } else if !emit(piece) {
-                        return
-                    }
-                } else if line.count + piece.count > maxFrameBytes {
-                    let total = line.count + piece.count
+                    discarding += rest.count
+                } else if line.count + rest.count > maxFrameBytes {
+                    discarding = line.count + rest.count
                     line.removeAll(keepingCapacity: false)
-                    if !onEvent(.tooLarge(byteCount: total)) { return }
                 } else {
-                    line.append(contentsOf: piece)
-                    let keepGoing = line.withUnsafeBytes(emit)
-                    line.removeAll(keepingCapacity: true)
-                    if !keepGoing { return }
+                    line.append(contentsOf: rest)
                 }
+                start = count
+                return true
+            }
+            let length = rest.baseAddress!.distance(to: UnsafeRawPointer(found))
+            let piece = UnsafeRawBufferPointer(rebasing: rest[0..<length])
+            start += length + 1 // taken out before anyone sees it
+            if discarding > 0 {
+                let total = discarding + length
+                discarding = 0
+                if !onEvent(.tooLarge(byteCount: total)) { return false }
+            } else if line.isEmpty {
+                if piece.count > maxFrameBytes {
+                    if !onEvent(.tooLarge(byteCount: piece.count)) { return false }
+                } else if !emit(piece, onEvent) {
+                    return false
+                }
+            } else if line.count + piece.count > maxFrameBytes {
+                let total = line.count + piece.count
+                line.removeAll(keepingCapacity: false)
+                if !onEvent(.tooLarge(byteCount: total)) { return false }
+            } else {
+                var whole: [UInt8] = []
+                swap(&whole, &line)
+                whole.append(contentsOf: piece)
+                if !whole.withUnsafeBytes({ emit($0, onEvent) }) { return false }
             }
         }
+        return true
+    }
+
+    /// One line without its trailing `\r`; blank lines are skipped.
+    private func emit(_ bytes: UnsafeRawBufferPointer, _ onEvent: (Event) -> Bool) -> Bool {
+        var end = bytes.count
+        if end > 0, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+        let frame = UnsafeRawBufferPointer(rebasing: bytes[0..<end])
+        if frame.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { return true }
+        return onEvent(.frame(frame))
     }
 }

@@ -55,8 +55,14 @@ final class AnswerCache: Sendable {
 
     /// How `checkSignInStatus` confirms a session: by the clock, or by the plugin's inline `check_session`.
     enum StatusCheck: Sendable {
+        /// The plugin's inline `check_session` with this input (its JSON text made once).
+        static func inlineHook(plugin: LoadedPlugin, input: JSON) -> StatusCheck {
+            .inlineHook(plugin: plugin, input: input, text: input.serialized())
+        }
+
         case clock
-        case inlineHook(plugin: LoadedPlugin, input: JSON)
+        /// The hook's input, and the same as JSON text (made once).
+        case inlineHook(plugin: LoadedPlugin, input: JSON, text: [UInt8])
     }
 
     struct Entry: Sendable {

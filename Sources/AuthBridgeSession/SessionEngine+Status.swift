@@ -35,7 +35,7 @@ extension SessionEngine {
                     let signedIn = status(profile, state: .signedIn, session: session, reason: .valid)
                     keepStatus(
                         signedIn, lookup, observation, session: session, context: context,
-                        check: .inlineHook(plugin: context.plugin, input: hookInput(input, profile: profile)))
+                        check: AnswerCache.StatusCheck.inlineHook(plugin: context.plugin, input: hookInput(input, profile: profile)))
                     return signedIn
                 case .expired: expired = true
                 case .licenseRevoked:
@@ -99,9 +99,11 @@ extension SessionEngine {
     /// `checkSignInStatus`'s answer for a session that is still valid, without
     /// the actor (see `AnswerCache`): confirmed by the clock, or — when
     /// `runningHooks` — by the plugin's `check_session` run inline on the
-    /// caller's thread (never the connection's reader: plugin code may block).
+    /// caller's thread; `ifBlocked` is called if it runs past the inline mark.
     /// Nil when only the engine can answer (then the hook runs again there).
-    public nonisolated func statusAtOnce(_ profile: String, account: String?, requestID: JSON?, runningHooks: Bool) -> Answer? {
+    public nonisolated func statusAtOnce(
+        _ profile: String, account: String?, requestID: JSON?, runningHooks: Bool, ifBlocked: (@Sendable () -> Void)? = nil
+    ) -> Answer? {
         guard let entry = store.answers.current(AnswerCache.Lookup(profile: profile, account: account)), let (answer, check) = entry.status
         else { return nil }
         switch check {
@@ -109,9 +111,11 @@ extension SessionEngine {
             return entry.tokens.isExpired(at: HostClock.nowMilliseconds()) ? nil : answer
         case .inlineHook where !runningHooks:
             return nil
-        case .inlineHook(let plugin, let input):
+        case .inlineHook(let plugin, let input, let text):
             let environment = EngineEnvironment(profile: profile, requestID: requestID, http: http, emit: emit)
-            guard case .result(let checked) = plugin.invokeInlineNow(.checkSession, input: input, environment: environment),
+            guard
+                case .result(let checked) = plugin.invokeInlineNow(
+                    .checkSession, input: input, inputText: text, environment: environment, ifBlocked: ifBlocked),
                 checked["state"]?.stringValue.flatMap(SessionCheck.init(rawValue:)) == .valid
             else { return nil }
             return answer

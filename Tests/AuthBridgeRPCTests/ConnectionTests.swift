@@ -42,6 +42,22 @@ private final class TestDelegate: ConnectionDelegate {
         }
     }
 
+    /// Released by the test: "blockAtOnce" waits for it on the reader thread.
+    let release = DispatchSemaphore(value: 0)
+
+    /// "atOnce" is answered on the reader thread; "blockAtOnce" too, after it has asked for a
+    /// new reader (as a watchdog would) and waited for the test to release it.
+    func answerAtOnce(_ request: Request, ifBlocked: @escaping @Sendable () -> Void) -> [UInt8]? {
+        switch request.method {
+        case "atOnce": return Array(#""quick""#.utf8)
+        case "blockAtOnce":
+            DispatchQueue.global().async { ifBlocked() }
+            release.wait()
+            return Array(#""unblocked""#.utf8)
+        default: return nil
+        }
+    }
+
     func received(_ notification: AuthBridgeRPC.Notification) -> Connection.Disposition {
         notifications.withLock { $0.append(notification.method) }
         return notification.method == "exit" ? .exit(code: 3) : .proceed
@@ -142,6 +158,37 @@ struct ConnectionTests {
         #expect(failure["error"]?["data"]?["reason"] == "x" && failure["id"] == 2)
         harness.close()
         #expect(await harness.run.value == .endOfInput)
+    }
+
+    @Test func answersGivenAtOnceAreWritten() async throws {
+        let harness = Harness()
+        for id in 1...3 { harness.send(#"{"jsonrpc":"2.0","id":\#(id),"method":"atOnce"}"#) }
+        for id in 1...3 {
+            let answer = try await harness.next()
+            #expect(answer["id"] == .int(Int64(id)) && answer["result"] == "quick")
+        }
+        #expect(harness.delegate.handled.withLock { $0 } == 0)
+        harness.close()
+        #expect(await harness.run.value == .endOfInput)
+    }
+
+    /// Issue 15: an answer given on the reader thread that blocks (a plugin's inline hook) must
+    /// not stop the reading: a new reader takes over, and the blocked answer is written later.
+    @Test func aBlockedAnswerAtOnceHandsTheReadingToANewThread() async throws {
+        let harness = Harness()
+        harness.send(#"{"jsonrpc":"2.0","id":"b","method":"blockAtOnce"}"#)
+        harness.send(#"{"jsonrpc":"2.0","id":1,"method":"atOnce"}"#)
+        harness.send(#"{"jsonrpc":"2.0","id":2,"method":"echo","params":[2]}"#)
+        let first = try await harness.next()
+        let second = try await harness.next()
+        #expect(Set([first["id"], second["id"]]) == [1, 2])
+        harness.delegate.release.signal()
+        let blocked = try await harness.next()
+        #expect(blocked["id"] == "b" && blocked["result"] == "unblocked")
+        harness.send(#"{"jsonrpc":"2.0","id":3,"method":"atOnce"}"#)
+        #expect(try await harness.next()["id"] == 3)
+        harness.close()
+        #expect(await harness.ending(within: .seconds(10)) == .endOfInput)
     }
 
     @Test func notificationsAreNeverAnswered() async throws {

@@ -343,6 +343,41 @@ def test_an_inline_hook_that_blocks_loses_its_inline_status_and_other_calls_go_o
     assert host.wait_response(blocked)["result"]["state"] == "signedIn"
 
 
+def test_an_inline_check_that_blocks_on_the_reader_thread_does_not_stop_the_reading(
+        start_host, tmp_path, ctest_variants):
+    # Issue 15: a status whose session the inline check_session confirmed before is answered on
+    # the connection's reader thread, running the hook there. When the hook blocks, the plugin is
+    # demoted at 50 ms and a new reader takes over: every other frame is still read and answered.
+    folder = new_folder(tmp_path / "gate")
+    ctest_variants.install(folder, "cgate", "-DCTEST_INLINE_GATE")
+    gate = tmp_path / "gate.fifo"
+    os.mkfifo(gate, 0o600)
+    held = os.open(gate, os.O_RDWR | os.O_NONBLOCK)   # a writer always there: the plugin's open never waits
+    try:
+        host = start_host([folder], profiles={"g1": {"plugin": "cgate", "settings": {**SERVER, "gate": str(gate)}}},
+                          extra_args=["--plugin-isolation", "cgate=none"])
+        sign_in_session(host, "g1", "gated")
+        for _ in range(3):   # each check passes the gate at once: valid, kept, then answered on the reader
+            os.write(held, b"x")
+            assert host.result("checkSignInStatus", {"provider": "g1"})["state"] == "signedIn"
+        assert "answered at once" in host.stderr_text() and "method=checkSignInStatus" in host.stderr_text()
+        blocked = host.send_request("checkSignInStatus", {"provider": "g1"})   # the gate is shut now
+        poll(lambda: "reading goes on on a new thread" in host.stderr_text(), TIMEOUT, "the reader relay")
+        # Frames after the blocked one are read and answered meanwhile.
+        assert host.result("getAccessToken", {"provider": "g1"})["accessToken"] == "at-gated"
+        assert host.result("listProviders", {})["plugins"]
+        assert not answered(host, blocked)
+        os.write(held, b"x")
+        assert host.wait_response(blocked)["result"]["state"] == "signedIn"
+        # Demoted: the next checks run on worker threads (never on the reader again).
+        os.write(held, b"x")
+        assert host.result("checkSignInStatus", {"provider": "g1"})["state"] == "signedIn"
+        warning = "plugin cgate: inline hook check_session ran over 50 ms; its hooks now run on worker threads"
+        assert warning in host.stderr_text()
+    finally:
+        os.close(held)
+
+
 # ── 4. An account's lock across processes ────────────────────────────────────
 
 
