@@ -217,7 +217,7 @@ bench: deps-build deps-test
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
 	@echo "Cross-process refresh (4 hosts sharing one vault: 1 s access tokens for 7 s; then 50 calls each on an expired token; the fake, then django-oauth-toolkit):"
 	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(RELEASE_DIR)/authbridge \
-	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(RELEASE_DIR) AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k "shared or expired" 2>&1 | grep -E "processes|passed|failed"
+	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(RELEASE_DIR) AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k "shared or expired or storm" 2>&1 | grep -E "processes|passed|failed"
 
 ## fuzz N=FRAMES [SEED=S]: Tests/fuzz/fuzz_host.py against the debug host (test plugins, memory vault):
 ## valid, hostile and broken frames; prints frames, crashes, hangs, lost answers, max RSS. `make test`

@@ -319,17 +319,23 @@ def test_a_cancelled_call_whose_hook_ignores_cancellation_is_answered_within_the
 # ── 3. Inline demotion ───────────────────────────────────────────────────────
 
 
-def test_an_inline_hook_that_blocks_loses_its_inline_status_and_other_calls_go_on(
-        start_host, tmp_path, ctest_variants):
+def gated_host(start_host, tmp_path: Path, ctest_variants, *profiles: str) -> tuple[Host, Path]:
+    """A host running the gated ctest variant in-process for `profiles`, and the gate: a FIFO its
+    check_session reads one byte from for sessions signed in as "gated"."""
     folder = new_folder(tmp_path / "gate")
     ctest_variants.install(folder, "cgate", "-DCTEST_INLINE_GATE")
     gate = tmp_path / "gate.fifo"
     os.mkfifo(gate, 0o600)
     settings = {**SERVER, "gate": str(gate)}
-    host = start_host([folder], profiles={"g1": {"plugin": "cgate", "settings": settings},
-                                          "g2": {"plugin": "cgate", "settings": settings}},
+    host = start_host([folder], profiles={name: {"plugin": "cgate", "settings": settings} for name in profiles},
                       extra_args=["--plugin-isolation", "cgate=none"])
     assert plugin_entries(host.init_result["providers"])["cgate"]["isolation"] == "none"
+    return host, gate
+
+
+def test_an_inline_hook_that_blocks_loses_its_inline_status_and_other_calls_go_on(
+        start_host, tmp_path, ctest_variants):
+    host, gate = gated_host(start_host, tmp_path, ctest_variants, "g1", "g2")
     sign_in_session(host, "g1", "gated")     # its check_session blocks at the gate
     sign_in_session(host, "g2", "open")
 
@@ -348,19 +354,20 @@ def test_an_inline_check_that_blocks_on_the_reader_thread_does_not_stop_the_read
     # Issue 15: a status whose session the inline check_session confirmed before is answered on
     # the connection's reader thread, running the hook there. When the hook blocks, the plugin is
     # demoted at 50 ms and a new reader takes over: every other frame is still read and answered.
-    folder = new_folder(tmp_path / "gate")
-    ctest_variants.install(folder, "cgate", "-DCTEST_INLINE_GATE")
-    gate = tmp_path / "gate.fifo"
-    os.mkfifo(gate, 0o600)
+    host, gate = gated_host(start_host, tmp_path, ctest_variants, "g1")
     held = os.open(gate, os.O_RDWR | os.O_NONBLOCK)   # a writer always there: the plugin's open never waits
     try:
-        host = start_host([folder], profiles={"g1": {"plugin": "cgate", "settings": {**SERVER, "gate": str(gate)}}},
-                          extra_args=["--plugin-isolation", "cgate=none"])
         sign_in_session(host, "g1", "gated")
-        for _ in range(3):   # each check passes the gate at once: valid, kept, then answered on the reader
+        # Each check passes the gate at once (a byte waits in it): valid, kept, then answered on the
+        # reader — once the record's file times have settled (a few ms; bounded).
+        def at_once() -> bool:
+            return any("answered at once" in line and "method=checkSignInStatus" in line
+                       for line in host.stderr_text().splitlines())
+        deadline = time.monotonic() + TIMEOUT
+        while not at_once():
+            assert time.monotonic() < deadline, "checkSignInStatus was never answered on the reader"
             os.write(held, b"x")
             assert host.result("checkSignInStatus", {"provider": "g1"})["state"] == "signedIn"
-        assert "answered at once" in host.stderr_text() and "method=checkSignInStatus" in host.stderr_text()
         blocked = host.send_request("checkSignInStatus", {"provider": "g1"})   # the gate is shut now
         poll(lambda: "reading goes on on a new thread" in host.stderr_text(), TIMEOUT, "the reader relay")
         # Frames after the blocked one are read and answered meanwhile.

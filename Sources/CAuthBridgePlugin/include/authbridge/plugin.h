@@ -84,7 +84,7 @@
  *
  * ── Threads ────────────────────────────────────────────────────────────────
  * - init() and shutdown() are called once, on one thread, with no hook running.
- * - Hooks are called on host worker threads, never on the protocol thread;
+ * - Hooks are called on host worker threads (inline hooks: below);
  *   different hooks (and the same hook for different sessions) may run
  *   concurrently, so plugin-global state must be thread-safe. The host
  *   serialises hooks that change one session (exchange, refresh, revoke).
@@ -98,7 +98,10 @@
  *   within 2 s; a hook that notices is_cancelled returns sooner and cleaner.
  * - Inline hooks (authorize_request, classify_response and those listed in
  *   describe's "inlineHooks") run on the caller's thread when the plugin runs
- *   in the host; one that takes over 50 ms loses the plugin its inline hooks.
+ *   in the host — an inline check_session may run on the thread that reads
+ *   the protocol stream, to answer checkSignInStatus at once; one that takes
+ *   over 50 ms loses the plugin its inline hooks (and the host moves its
+ *   reading to a new thread).
  * - Host services may be called from any thread while the hook's `call` is
  *   live; `call` is invalid once the hook returns. log/now_ms also accept
  *   call == NULL, from any thread, at any time between init and shutdown.
