@@ -152,13 +152,7 @@ extension SessionEngine {
         let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": request]
         let profile = context.profile.name
         let work: SharedWork<Result<JSON, SessionError>>
-        let reusable: Bool
-        if let known = authorizations[profile], known.input == input {
-            if case .failure = known.work.finishedValue { reusable = false } else { reusable = true }
-        } else {
-            reusable = false
-        }
-        if reusable, let known = authorizations[profile] {
+        if let known = authorizations[profile], known.input == input, !known.work.failed {
             work = known.work
         } else {
             work = SharedWork(cancelsWhenAbandoned: true) {

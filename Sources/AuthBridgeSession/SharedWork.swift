@@ -1,3 +1,4 @@
+import AuthBridgeJSON
 import Synchronization
 
 /// One piece of work shared by every caller that asks for it while it runs
@@ -68,5 +69,13 @@ final class SharedWork<Value: Sendable>: Sendable {
             waiter?.resume(returning: nil)
             if cancelsWhenAbandoned { abandoned?.cancel() }
         }
+    }
+}
+
+extension SharedWork where Value == Result<JSON, SessionError> {
+    /// True once the work has finished with a failure (never reused: see `SessionEngine.authorize`).
+    var failed: Bool {
+        guard case .failure? = finishedValue else { return false }
+        return true
     }
 }
