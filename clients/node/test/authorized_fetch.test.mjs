@@ -7,11 +7,15 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
 
 import { InsecureUrlError, NotSignedInError } from '../src/index.js';
 import { authorize } from '../src/authorized_fetch.js';
 import { signInAsUser } from '../../../Tests/support/dot.mjs';
-import { WAIT_MS, assertRecordedFramesValid, closeAll, leaks, startBridge, withDotAndSandbox, withTimeout } from '../test-support/harness.mjs';
+import {
+  HOST, REPO, WAIT_MS, assertRecordedFramesValid, closeAll, leaks, run, startBridge, tempDir, validateFrames, withDotAndSandbox, withTimeout,
+} from '../test-support/harness.mjs';
 
 let dot;
 let box;
@@ -19,12 +23,12 @@ withDotAndSandbox((started) => ({ dot, box } = started), { accessLifetime: 3600 
 
 const CONCURRENT = 8;
 
-/** A host signed in to DOT as ada (profile "dot"); resolves with the bridge and ada's `sub`. */
-async function signedIn() {
-  const bridge = await startBridge(box);
-  await bridge.configureProfile({ name: 'dot', plugin: 'oidc', settings: dot.settings() });
+/** A host signed in to DOT as ada (profile `name`); resolves with the bridge and ada's `sub`. */
+async function signedIn({ name = 'dot', settings = dot.settings(), ...options } = {}) {
+  const bridge = await startBridge(box, options);
+  await bridge.configureProfile({ name, plugin: 'oidc', settings });
   let page = null;
-  const status = await withTimeout(bridge.requestOAuthTokens({ provider: 'dot', flow: 'browser' }, {
+  const status = await withTimeout(bridge.requestOAuthTokens({ provider: name, flow: 'browser' }, {
     onProgress: ({ stage, url }) => { if (stage === 'openUrl') page = signInAsUser(url); },
   }), WAIT_MS, 'the sign-in');
   assert.equal((await page).status, 200);
@@ -167,6 +171,33 @@ test('cookies go to their host and path, replacing those of the same name', () =
     assert.equal(request.headers.get('authorization'), 'Bearer secret-token');
     assert.equal(request.headers.get('x-xsrf-token'), 'x1');
   }
+});
+
+test('the README\'s authorizedFetch example runs as written, after the quick start signed in', { timeout: 60_000 }, async () => {
+  const readme = fs.readFileSync(path.join(REPO, 'clients', 'node', 'README.md'), 'utf8');
+  const section = /### authorizedFetch\n([\s\S]*?)\n### /.exec(readme)?.[1] ?? '';
+  const [code] = [...section.matchAll(/```js\n([\s\S]*?)```/g)].map(([, text]) => text);
+  assert.ok(code?.includes("bridge.authorizedFetch('corp')"), 'the section has the program');
+  // The quick start's sign-in, in the user's folders.
+  const { env } = box.hostOptions();
+  const settings = { issuer: dot.issuer, clientId: 'authbridge-test', scopes: ['openid'] };
+  const { bridge, sub } = await signedIn({ name: 'corp', settings, env });
+  await bridge.close();
+  // An app folder where '@authbridge/client' resolves to this package, and the build's host
+  // (its bundled plugins beside it) behind the frame tap.
+  const app = tempDir('authbridge-readme-fetch-');
+  fs.mkdirSync(path.join(app, 'node_modules', '@authbridge'), { recursive: true });
+  fs.symlinkSync(path.join(REPO, 'clients', 'node'), path.join(app, 'node_modules', '@authbridge', 'client'));
+  fs.writeFileSync(path.join(app, 'app.mjs'), code);
+  const log = path.join(app, 'frames.jsonl');
+  const tap = { AUTHBRIDGE: path.join(REPO, 'Tests', 'tools', 'frame_tap.py'), AUTHBRIDGE_TAP_TARGET: HOST, AUTHBRIDGE_TAP_LOG: log };
+  const done = await run(process.execPath, ['app.mjs'], {
+    cwd: app, env: { ...env, ...tap, ISSUER: dot.issuer, CLIENT_ID: 'authbridge-test', USERINFO_URL: userinfo() },
+  });
+  assert.equal(done.code, 0, `${done.stdout}\n${done.stderr}`);
+  assert.equal(done.stdout, `userinfo: HTTP 200, sub ${sub}\n`);
+  const checked = await validateFrames(log);
+  assert.equal(checked.code, 0, `frames break bridge-spec:\n${checked.stdout}\n${checked.stderr}`);
 });
 
 test('every frame sent and received in this file validates against bridge-spec', { timeout: 60_000 }, async () => {

@@ -4,13 +4,16 @@ request; an access token the server stopped honouring mid-run (DOT ends it early
 not know) → 401 → one `forceRefresh` → the request sent again; many threads or tasks meeting one
 dead token → one refresh; bodies that cannot be sent twice; a grant the provider revoked (RFC
 7009 at DOT, or an administrator) → `NotSignedIn`; no token over plain http to a named host; and,
-with the Tableau simulator, a provider whose token travels in cookies and a header."""
+with the Salesforce simulator, a token Salesforce ended (it gives no expiry: a 401
+`INVALID_SESSION_ID` is how a client learns) at the session's `instanceUrl`; with the Tableau
+simulator, a provider whose token travels in cookies and a header."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import io
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -18,7 +21,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import requests
-from conftest import REPO, WAIT, dot_profiles, play_user, plugin_folder
+from conftest import CLIENT_DIR, CLIENT_README, REPO, WAIT, code_blocks, dot_profiles, play_user, plugin_folder
 
 import authbridge
 import authbridge.sync
@@ -29,13 +32,22 @@ from authbridge.requests import AuthBridgeAuth as RequestsAuth
 
 sys.path.insert(0, str(REPO / "Tests" / "contract"))
 import test_tableau as tableau_tests  # noqa: E402
+from sim_http import simulators  # noqa: E402
+from sim_salesforce import SalesforceSim  # noqa: E402
 
 make_tableau, tableau = tableau_tests.make_tableau, tableau_tests.tableau
+
+
+@pytest.fixture
+def salesforce():
+    """The Salesforce simulator; the test fails if it saw the client break Salesforce's protocol."""
+    with simulators(SalesforceSim, "Salesforce's protocol") as make:
+        yield make()
 
 THREADS = 8
 
 
-def sign_in_blocking(bridge: authbridge.sync.SyncAuthBridge, dot) -> authbridge.SignInStatus:
+def sign_in_blocking(bridge: authbridge.sync.SyncAuthBridge, dot, provider: str = "dot") -> authbridge.SignInStatus:
     """The browser flow through a blocking bridge, the scripted user acting on the openUrl event."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         users: list[concurrent.futures.Future[int]] = []
@@ -44,7 +56,7 @@ def sign_in_blocking(bridge: authbridge.sync.SyncAuthBridge, dot) -> authbridge.
             if event.stage == "openUrl":
                 users.append(pool.submit(play_user, dot, event.url))
 
-        status = bridge.request_oauth_tokens("dot", flow="browser", on_progress=on_progress, timeout=WAIT * 2)
+        status = bridge.request_oauth_tokens(provider, flow="browser", on_progress=on_progress, timeout=WAIT * 2)
         assert [user.result(WAIT) for user in users] == [200]
     assert status.signed_in
     return status
@@ -280,3 +292,52 @@ async def test_tableau_cookies_and_header_renewed_after_the_server_ended_the_ses
             answer = await client.post(views, json=body)
             assert answer.status_code == 200 and [r.status_code for r in answer.history] == [401]
         assert tableau.snapshot().refreshes == 1
+
+
+def test_salesforce_rest_at_the_instance_url_renews_on_invalid_session_id(host_options, tmp_path, salesforce):
+    folder = plugin_folder(tmp_path / "salesforce-plugins", "salesforce")
+    options = host_options(profiles={"sf": {"plugin": "salesforce", "settings": salesforce.settings()}}, plugins=[folder])
+    with authbridge.sync.connect(**options) as bridge, requests.Session() as session:
+        with bridge.events("signIn/progress") as progress, concurrent.futures.ThreadPoolExecutor(1) as pool:
+            signing_in = pool.submit(bridge.request_oauth_tokens, "sf", flow="external")
+            opened = progress.get(timeout=WAIT)              # the app's web view shows the page
+            assert opened.stage == "openUrl" and opened.url
+            assert bridge.complete_sign_in("sf", salesforce.browse(opened.url, "jane"))
+            status = signing_in.result(WAIT)
+        instance = status.details["instanceUrl"]
+        assert instance == salesforce.instance_url and status.expires_at is None
+        session.auth = RequestsAuth(bridge, "sf")
+        records = f"{instance}/services/data/v60.0/query"
+        answer = session.get(records, params={"q": "SELECT Id, Name FROM Account"}, timeout=WAIT)
+        assert (answer.status_code, answer.json()["records"][0]["Name"]) == (200, "Acme")
+
+        salesforce.expire_sessions()       # Setup > Session Management: the token dies, the grant lives
+        answer = session.post(f"{instance}/services/data/v60.0/sobjects/Account", json={"Name": "Initech"}, timeout=WAIT)
+        assert (answer.status_code, answer.json()["success"]) == (201, True)
+        assert [(r.status_code, r.json()[0]["errorCode"]) for r in answer.history] == [(401, "INVALID_SESSION_ID")]
+        snapshot = salesforce.snapshot()
+        assert snapshot["refreshes"] == 1
+        assert [status for _, _, status in snapshot["api_calls"][-2:]] == [401, 201]
+
+        salesforce.revoke_app()            # the user's OAuth Connected Apps > Revoke: the grant dies too
+        with pytest.raises(authbridge.NotSignedIn) as raised:
+            session.get(records, params={"q": "SELECT Id FROM Account"}, timeout=WAIT)
+        assert raised.value.reason == "revoked" and "sign in to 'sf' again" in raised.value.message
+
+
+def test_the_client_readme_example_for_requests_and_httpx_runs(host_options, dot, frame_tap, tmp_path):
+    """The README's block as a reader runs it, after the quick start signed `corp` in: its own hosts
+    (the build's, through the frame tap, with the bundled plugins), the user's folders."""
+    corp = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "scopes": ["openid"]}
+    options = host_options()
+    with authbridge.sync.connect(**options) as bridge:        # the quick start's sign-in
+        bridge.configure_profile("corp", "oidc", corp)
+        sub = sign_in_blocking(bridge, dot, "corp").account.id
+    [block] = [b for b in code_blocks(CLIENT_README.read_text(encoding="utf-8"), "python") if "AuthBridgeAuth" in b]
+    (tmp_path / "readme_http.py").write_text(block, encoding="utf-8")
+    env = dict(options["env"], **frame_tap.env, ISSUER=corp["issuer"], CLIENT_ID=corp["clientId"],
+               USERINFO_URL=userinfo(dot), PYTHONPATH=str(CLIENT_DIR))
+    done = subprocess.run([sys.executable, "readme_http.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=WAIT * 4)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [f"requests: {sub}", f"httpx: {sub}"], done.stdout + done.stderr
