@@ -21,7 +21,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import requests
-from conftest import CLIENT_DIR, CLIENT_README, REPO, WAIT, code_blocks, dot_profiles, play_user, plugin_folder
+from conftest import (CLIENT_DIR, CLIENT_README, REPO, WAIT, code_blocks, dot_profiles, play_user, plugin_folder,
+                      sign_in_blocking, sign_in_external_blocking)
 
 import authbridge
 import authbridge.sync
@@ -45,21 +46,6 @@ def salesforce():
         yield make()
 
 THREADS = 8
-
-
-def sign_in_blocking(bridge: authbridge.sync.SyncAuthBridge, dot, provider: str = "dot") -> authbridge.SignInStatus:
-    """The browser flow through a blocking bridge, the scripted user acting on the openUrl event."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        users: list[concurrent.futures.Future[int]] = []
-
-        def on_progress(event: authbridge.SignInProgress) -> None:
-            if event.stage == "openUrl":
-                users.append(pool.submit(play_user, dot, event.url))
-
-        status = bridge.request_oauth_tokens(provider, flow="browser", on_progress=on_progress, timeout=WAIT * 2)
-        assert [user.result(WAIT) for user in users] == [200]
-    assert status.signed_in
-    return status
 
 
 async def sign_in_async(bridge: authbridge.AuthBridge, dot) -> authbridge.SignInStatus:
@@ -298,12 +284,7 @@ def test_salesforce_rest_at_the_instance_url_renews_on_invalid_session_id(host_o
     folder = plugin_folder(tmp_path / "salesforce-plugins", "salesforce")
     options = host_options(profiles={"sf": {"plugin": "salesforce", "settings": salesforce.settings()}}, plugins=[folder])
     with authbridge.sync.connect(**options) as bridge, requests.Session() as session:
-        with bridge.events("signIn/progress") as progress, concurrent.futures.ThreadPoolExecutor(1) as pool:
-            signing_in = pool.submit(bridge.request_oauth_tokens, "sf", flow="external")
-            opened = progress.get(timeout=WAIT)              # the app's web view shows the page
-            assert opened.stage == "openUrl" and opened.url
-            assert bridge.complete_sign_in("sf", salesforce.browse(opened.url, "jane"))
-            status = signing_in.result(WAIT)
+        status = sign_in_external_blocking(bridge, "sf", lambda url: salesforce.browse(url, "jane"))
         instance = status.details["instanceUrl"]
         assert instance == salesforce.instance_url and status.expires_at is None
         session.auth = RequestsAuth(bridge, "sf")

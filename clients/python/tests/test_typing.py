@@ -11,7 +11,8 @@ import sys
 from conftest import CLIENT_DIR, CLIENT_README, REPO, code_blocks, root_quick_start
 
 TIMEOUT = 300
-EXAMPLES = ("python_example.py", "salesforce_session.py", "salesforce_requests.py", "salesforce_simple.py")
+EXAMPLES = ("python_example.py", "salesforce_session.py", "salesforce_requests.py", "salesforce_simple.py",
+            "authorized_request.py")
 
 
 def test_mypy_strict_accepts_the_package_the_example_and_the_readmes(tmp_path):
