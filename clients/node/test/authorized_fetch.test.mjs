@@ -133,6 +133,21 @@ test('a grant the provider revoked: NotSignedInError (revoked) naming the reques
     ['dot', 30_000, undefined]]);
 });
 
+test('an account of the profile: its token, whoever is the current account', { timeout: 60_000 }, async () => {
+  const { bridge, sub: ada } = await signedIn();
+  let page = null;
+  const grace = (await withTimeout(bridge.requestOAuthTokens({ provider: 'dot', flow: 'browser' }, {
+    onProgress: ({ stage, url }) => { if (stage === 'openUrl') page = signInAsUser(url, { user: 'grace', password: 'hopper-test' }); },
+  }), WAIT_MS, 'the second sign-in')).account.id;
+  assert.equal((await page).status, 200);
+  assert.notEqual(ada, grace);
+  const subOf = async (api) => (await (await api(userinfo())).json()).sub;
+  assert.equal(await subOf(bridge.authorizedFetch('dot')), grace, 'the current account: the latest to sign in');
+  assert.equal(await subOf(bridge.authorizedFetch('dot', { account: ada })), ada);
+  const [last] = bridge.tap.sent.filter((f) => f.method === 'getAccessToken').slice(-1);
+  assert.deepEqual(last.params, { provider: 'dot', account: ada });
+});
+
 test('no token over plain http to a named host; nothing is asked of the host', { timeout: 30_000 }, async () => {
   const bridge = await startBridge(box);
   await bridge.configureProfile({ name: 'dot', plugin: 'oidc', settings: dot.settings() });

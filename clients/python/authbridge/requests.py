@@ -23,6 +23,7 @@ from typing import Any
 try:
     import requests
     import requests.auth
+    import requests.exceptions
     import requests.utils
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ImportError("authbridge.requests needs the requests package: pip install requests") from missing
@@ -41,7 +42,10 @@ def _rewound(request: requests.PreparedRequest) -> bool:
     if body is None or isinstance(body, (bytes, str)):
         return True
     if isinstance(getattr(request, "_body_position", None), int):
-        requests.utils.rewind_body(request)
+        try:
+            requests.utils.rewind_body(request)
+        except requests.exceptions.UnrewindableBodyError:
+            return False
         return True
     return False
 

@@ -161,6 +161,25 @@ def test_a_session_the_provider_ended_raises_not_signed_in(host_options, dot):
             client.get(userinfo(dot))
 
 
+def test_an_account_of_the_profile_and_a_minimum_validity(host_options, dot, frames):
+    with authbridge.sync.connect(**host_options(profiles=dot_profiles(dot))) as bridge, requests.Session() as session:
+        ada = sign_in_blocking(bridge, dot).account.id
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:      # then grace, who becomes the current account
+            def grace(event: authbridge.SignInProgress) -> None:
+                if event.stage == "openUrl":
+                    pool.submit(play_user, dot, event.url, user="grace", password="hopper-test")
+            grace_sub = bridge.request_oauth_tokens("dot", flow="browser", on_progress=grace, timeout=WAIT * 2).account.id
+        assert ada != grace_sub
+        assert session.get(userinfo(dot), auth=RequestsAuth(bridge, "dot"), timeout=WAIT).json()["sub"] == grace_sub
+        auth = RequestsAuth(bridge, "dot", account=ada, min_validity_ms=45_000)
+        assert session.get(userinfo(dot), auth=auth, timeout=WAIT).json()["sub"] == ada
+        with httpx.Client(auth=HttpxAuth(bridge, "dot", account=ada, min_validity_ms=45_000)) as client:
+            assert client.get(userinfo(dot)).json()["sub"] == ada
+        asked = [f["params"] for f in frames.sent_frames if f.get("method") == "getAccessToken"]
+        assert asked[-2:] == [{"provider": "dot", "account": ada, "minValidityMs": 45_000}] * 2
+        assert repr(auth) == f"authbridge.requests.AuthBridgeAuth(profile='dot', account={ada!r})"
+
+
 def test_httpx_client_replays_bytes_and_json_but_not_a_stream(host_options, dot):
     with authbridge.sync.connect(**host_options(profiles=dot_profiles(dot))) as bridge:
         sub = sign_in_blocking(bridge, dot).account.id
