@@ -31,5 +31,6 @@ export {
   RequestTimeoutError,
   HostExitedError,
   HostNotFoundError,
+  InsecureUrlError,
 } from './protocol.js';
 export { LineDecoder, MAX_LINE_BYTES } from './transport.js';
