@@ -119,6 +119,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "hook-cost: %d answers for %ld calls\n", answered, calls);
         return 1;
     }
-    printf("HOOK_COST {\"calls\":%ld,\"seconds\":%.6f,\"usPerCall\":%.3f}\n", calls, elapsed, elapsed / (double)calls * 1e6);
+    printf("HOOK_COST {\"calls\":%ld,\"seconds\":%.6f,\"usPerCall\":%.3f}\n", calls, elapsed,
+           elapsed / (double)calls * 1e6);
     return 0;
 }
