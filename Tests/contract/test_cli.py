@@ -441,9 +441,9 @@ def test_unknown_keys_in_the_configuration_file_are_warnings_naming_the_file_and
     assert done.returncode == NOT_SIGNED_IN, done.stderr
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
     assert warnings == [
-        f'warning: configuration file {config}: unknown key "profile" (ignored; the file\'s only key is "profiles")',
-        f'warning: configuration file {config}: profile "dot": unknown key "setings" (ignored; a profile has "plugin" '
-        'and "settings")'], done.stderr
+        f'warning: configuration file {config}: unknown key "profile" (ignored; the file\'s keys are "profiles" and "gitCredential")',
+        f'warning: configuration file {config}: profile "dot": unknown key "setings" (ignored; a profile has "plugin", '
+        '"settings" and "gitUsername")'], done.stderr
 
 
 def test_serve_reports_a_configuration_file_it_cannot_use_in_initialize_and_serves_on(start_host, oidc_plugin_dir):
@@ -458,8 +458,8 @@ def test_serve_reports_a_configuration_file_it_cannot_use_in_initialize_and_serv
         "clientId": "x", "authorizationEndpoint": "http://127.0.0.1:9/a", "tokenEndpoint": "http://127.0.0.1:9/t"}})
     unknown = start_host([oidc_plugin_dir], config_text=json.dumps({"profiles": {}, "profils": {}}))
     assert unknown.init_result["warnings"] == [
-        f'configuration file {unknown.workdir / "config.json"}: unknown key "profils" (ignored; the file\'s only key is '
-        '"profiles")']
+        f'configuration file {unknown.workdir / "config.json"}: unknown key "profils" (ignored; the file\'s keys are '
+        '"profiles" and "gitCredential")']
 
 
 def test_logout_warns_when_the_provider_cannot_revoke(cli, dot):
