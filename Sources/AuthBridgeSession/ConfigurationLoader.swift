@@ -61,7 +61,9 @@ public enum ConfigurationLoader {
         }
         for (name, entry) in (json["profiles"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
             for key in (entry.objectValue ?? [:]).keys.sorted() where !profileKeys.contains(key) {
-                found.append("profile \"\(printable(name))\": unknown key \"\(printable(key))\" (ignored; a profile has \"plugin\", \"settings\" and \"gitUsername\")")
+                found.append(
+                    "profile \"\(printable(name))\": unknown key \"\(printable(key))\" (ignored; a profile has \"plugin\", \"settings\" and \"gitUsername\")"
+                )
             }
         }
         return found

@@ -65,7 +65,8 @@ struct ExecCredential: HumanCommand {
     }
 
     private func fetch(_ sessions: any CredentialSessions) async throws(SessionError) -> JSON {
-        try await sessions.accessToken(profile, account: account, minimumValidity: SessionEngine.defaultMinimumValidityMilliseconds, forceRefresh: false)
+        try await sessions.accessToken(
+            profile, account: account, minimumValidity: SessionEngine.defaultMinimumValidityMilliseconds, forceRefresh: false)
     }
 }
 

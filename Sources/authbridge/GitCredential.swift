@@ -99,7 +99,8 @@ struct GitCredential: HumanCommand {
     }
 
     /// `get`: the username and the token, or nothing (git then asks its next helper).
-    private func answer(_ request: GitCredentialRequest, profile: String, routes: GitCredentialRoutes, sessions: any CredentialSessions) async throws {
+    private func answer(_ request: GitCredentialRequest, profile: String, routes: GitCredentialRoutes, sessions: any CredentialSessions) async throws
+    {
         let token: JSON
         do throws(SessionError) {
             token = try await sessions.accessToken(
@@ -136,7 +137,7 @@ struct GitCredential: HumanCommand {
             }
             _ = try await sessions.accessToken(profile, account: account, minimumValidity: 0, forceRefresh: true)
         } catch {
-            if error.kind == .notSignedIn && error.reason == "noTokens" { return }  // not signed in: nothing to renew
+            if error.kind == .notSignedIn && error.reason == "noTokens" { return } // not signed in: nothing to renew
             Terminal.standardError.line("authbridge: the token git reported refused could not be renewed: \(Terminal.clean(error.message))")
             throw sessions.report(error)
         }
@@ -176,7 +177,7 @@ struct GitCredentialRequest: Equatable {
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
             bytes += chunk[..<count]
-            if bytes.suffix(2) == [0x0A, 0x0A] || bytes == [0x0A] { break }  // the blank line ends it
+            if bytes.suffix(2) == [0x0A, 0x0A] || bytes == [0x0A] { break } // the blank line ends it
         }
         return GitCredentialRequest(text: String(decoding: bytes, as: UTF8.self))
     }

@@ -54,16 +54,17 @@ struct GitCredentialRoutesTests {
         #expect(routes.username(of: "team") == "oauth2")
     }
 
-    @Test(arguments: [
-        (["gitCredential": ["git.example.com": "corp"]], "\"gitCredential\" \"git.example.com\": not a URL prefix"),
-        (["gitCredential": ["https://h/x?y=1": "corp"]], "not a URL prefix"),
-        (["gitCredential": ["https://u@h": "corp"]], "not a URL prefix"),
-        (["gitCredential": ["https://h": 7]], "the value must be a profile name"),
-        (["gitCredential": ["https://h": "corp", "https://h/": "other"]], "are the same URL prefix"),
-        (["gitCredential": ["https://h"]], "\"gitCredential\" must be an object"),
-        (["profiles": ["corp": ["plugin": "oidc", "gitUsername": 1]]], "\"gitUsername\" must be a user name"),
-        (["profiles": ["corp": ["plugin": "oidc", "gitUsername": "a\nb"]]], "\"gitUsername\" must be a user name"),
-    ] as [(JSON, String)])
+    @Test(
+        arguments: [
+            (["gitCredential": ["git.example.com": "corp"]], "\"gitCredential\" \"git.example.com\": not a URL prefix"),
+            (["gitCredential": ["https://h/x?y=1": "corp"]], "not a URL prefix"),
+            (["gitCredential": ["https://u@h": "corp"]], "not a URL prefix"),
+            (["gitCredential": ["https://h": 7]], "the value must be a profile name"),
+            (["gitCredential": ["https://h": "corp", "https://h/": "other"]], "are the same URL prefix"),
+            (["gitCredential": ["https://h"]], "\"gitCredential\" must be an object"),
+            (["profiles": ["corp": ["plugin": "oidc", "gitUsername": 1]]], "\"gitUsername\" must be a user name"),
+            (["profiles": ["corp": ["plugin": "oidc", "gitUsername": "a\nb"]]], "\"gitUsername\" must be a user name"),
+        ] as [(JSON, String)])
     func aBadEntryIsAnErrorThatNamesIt(json: JSON, message: String) {
         #expect(throws: ConfigurationError.self) { try GitCredentialRoutes.read(from: json) }
         do {

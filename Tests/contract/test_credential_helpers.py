@@ -39,6 +39,15 @@ short_dot = dot_fixture("module", access_lifetime=8)
 KUBECTL = shutil.which("kubectl")
 
 
+def exec_api_version() -> str:
+    """The ExecCredential version this kubectl speaks: v1 from 1.22 on; before (Debian 12's
+    kubernetes-client is 1.20), v1beta1, without interactiveMode."""
+    done = subprocess.run([KUBECTL, "version", "--client", "-o", "json"], capture_output=True, text=True, timeout=TIMEOUT,
+                          check=True)
+    minor = int(re.match(r"\d+", json.loads(done.stdout)["clientVersion"]["minor"]).group())
+    return "client.authentication.k8s.io/" + ("v1" if minor >= 22 else "v1beta1")
+
+
 @pytest.fixture
 def cli(tmp_path, oidc_plugin_dir, dot):
     runner = CLI(tmp_path, oidc_plugin_dir, dot)
@@ -296,8 +305,8 @@ def test_the_configuration_file_maps_url_prefixes_to_profiles_the_longest_first(
 
 # ── kubectl ────────────────────────────────────────────────────────────────────────────────────
 
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (Debian 12 has no kubectl that "
-                                                           "speaks client.authentication.k8s.io/v1)")
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (make deps-test installs Debian's "
+                                                           "kubernetes-client)")
 
 
 def kubeconfig(cli: CLI, server: KubeAPIServer, profile: str = "dot", mode: str = "IfAvailable",
@@ -305,14 +314,14 @@ def kubeconfig(cli: CLI, server: KubeAPIServer, profile: str = "dot", mode: str 
     """A kubeconfig whose user runs `authbridge exec-credential PROFILE` (kubectl writes YAML; JSON is YAML)."""
     path = cli.root / f"kubeconfig-{profile}-{mode}.json"
     ca = base64.b64encode(server.certificate.cert.read_bytes()).decode()
+    version = exec_api_version()
+    exec_section = {"apiVersion": version, "command": command, "args": ["exec-credential", profile, *cli.common],
+                    "provideClusterInfo": False, **({"interactiveMode": mode} if version.endswith("/v1") else {})}
     path.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "test", "preferences": {},
         "clusters": [{"name": "test", "cluster": {"server": server.url, "certificate-authority-data": ca}}],
         "contexts": [{"name": "test", "context": {"cluster": "test", "user": "ada"}}],
-        "users": [{"name": "ada", "user": {"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1", "command": command,
-            "args": ["exec-credential", profile, *cli.common], "interactiveMode": mode,
-            "provideClusterInfo": False}}}]}))
+        "users": [{"name": "ada", "user": {"exec": exec_section}}]}))
     return path
 
 
