@@ -21,8 +21,8 @@ struct GitCredential: HumanCommand {
             helper name without it would be read as git-credential-NAME). Without --profile, the \
             profile is the one of the longest matching URL prefix in the configuration file's \
             "gitCredential" member; a prefix with a path needs git config credential.useHttpPath \
-            true (else git sends no path). get answers username (the request's, else the \
-            profile's "gitUsername", else oauth2) and password (an access token refreshed as \
+            true (else git sends no path). get answers username (the request's, else \
+            --username, the profile's "gitUsername" or oauth2) and password (an access token refreshed as \
             needed), and password_expiry_utc; only for https, or http to a loopback address. Not \
             signed in: nothing on stdout, a message on stderr and exit 2, and git asks its next \
             helper. erase, which git runs when the server refused the token, renews the token at \
@@ -53,7 +53,8 @@ struct GitCredential: HumanCommand {
     func execute() async throws {
         // git writes the request before it reads anything, for every operation: read it whole.
         let request = GitCredentialRequest.read(from: 0)
-        guard ["get", "erase", "store"].contains(operation), operation != "store" else { return }
+        // store: AuthBridge keeps the tokens itself; other operations: ignored, as git asks of helpers.
+        guard operation == "get" || operation == "erase" else { return }
         let err = Terminal.standardError
         guard let target = request.target else {
             if operation == "get" { err.line("authbridge: git's request names no protocol and host; nothing to answer.") }
@@ -76,7 +77,7 @@ struct GitCredential: HumanCommand {
                 // Not ours: git asks its next helper. Said only when a setting of git is what is missing.
                 if needsPath && operation == "get" {
                     err.line(
-                        "authbridge: gitCredential names profiles for paths on \(target.scheme)://\(target.host), but git sent no path: git config credential.useHttpPath true"
+                        "authbridge: gitCredential names profiles for paths on \(Terminal.clean(target.scheme))://\(Terminal.clean(target.host)), but git sent no path: git config credential.useHttpPath true"
                     )
                 }
                 return
@@ -92,15 +93,15 @@ struct GitCredential: HumanCommand {
         }
         let sessions = try openCredentialSessions(options: options, interactive: false)
         if operation == "get" {
-            try await answer(request, profile: name, routes: routes, sessions: sessions)
+            let user = request.username ?? username ?? routes.username(of: name)
+            try await answer(profile: name, username: user, sessions: sessions)
         } else {
             try await renew(rejected: request.password, profile: name, sessions: sessions)
         }
     }
 
     /// `get`: the username and the token, or nothing (git then asks its next helper).
-    private func answer(_ request: GitCredentialRequest, profile: String, routes: GitCredentialRoutes, sessions: any CredentialSessions) async throws
-    {
+    private func answer(profile: String, username: String, sessions: any CredentialSessions) async throws {
         let token: JSON
         do throws(SessionError) {
             token = try await sessions.accessToken(
@@ -120,7 +121,7 @@ struct GitCredential: HumanCommand {
             Terminal.standardError.line("authbridge: the provider's access token for \(Terminal.clean(profile)) cannot be given to git.")
             throw ExitCode(CommandExit.failure)
         }
-        var lines = ["username=\(request.username ?? username ?? routes.username(of: profile))", "password=\(accessToken)"]
+        var lines = ["username=\(username)", "password=\(accessToken)"]
         // git 2.41+ drops a credential past this time; older versions ignore keys they do not know.
         if let expiresAt = token["expiresAt"]?.intValue { lines.append("password_expiry_utc=\(expiresAt / 1000)") }
         Terminal.standardOutput.line(lines.joined(separator: "\n"))
