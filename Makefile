@@ -40,7 +40,8 @@ TEST_PLUGINS := .build/test-plugins
 BUILD_PACKAGES := libjansson-dev libcurl4-openssl-dev pkg-config gcc
 # patchelf: RUNPATHs of the install tree; lintian checks the .deb in the tests.
 DIST_PACKAGES  := patchelf
-# clang-format: make lint (the Swift formatter comes with the toolchain).
+# clang-format: make lint (the Swift formatter comes with the toolchain). kubernetes-client (kubectl,
+# for the exec credential tests) only where no kubectl is installed: it would clash with another one.
 TEST_PACKAGES  := gnome-keyring libsecret-tools libsecret-1-dev dbus chromium chromium-driver node-typescript lintian clang-format
 # The version of every distribution: the host's own (BridgeServer.serverVersion).
 VERSION     := $(shell sed -n 's/.*serverVersion = "\([^"]*\)".*/\1/p' Sources/AuthBridgeHost/BridgeServer.swift)
@@ -83,9 +84,12 @@ deps-dist:
 
 ## deps-test: what the tests need: a keyring on a private bus, Chromium and its driver (the
 ## real-browser sign-in test, Tests/contract/test_browser.py, which never skips), clang-format (make lint), tsc (the Node
-## client's declarations), and the Python venv (pytest, jsonschema, django-oauth-toolkit, selenium).
+## client's declarations), git and kubectl (the credential helpers' tests, Tests/contract/test_credential_helpers.py),
+## and the Python venv (pytest, jsonschema, django-oauth-toolkit, selenium).
 deps-test: $(VENV)/.ready
 	$(call apt_install,command -v gnome-keyring-daemon dbus-daemon secret-tool tsc lintian clang-format && pkg-config --exists libsecret-1 && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ],$(TEST_PACKAGES))
+	$(call apt_install,command -v git,git)
+	$(call apt_install,command -v kubectl,kubernetes-client)
 
 $(VENV)/.ready: requirements-test.txt
 	@echo "==> creating $(VENV)"

@@ -11,18 +11,21 @@ public struct LoadedConfiguration: Sendable {
     public var profiles: [Profile]
     /// Each names the file and the key.
     public var warnings: [String]
+    /// Which profile answers git for which URLs (`authbridge git-credential`).
+    public var git: GitCredentialRoutes
 
-    public init(profiles: [Profile] = [], warnings: [String] = []) {
+    public init(profiles: [Profile] = [], warnings: [String] = [], git: GitCredentialRoutes = GitCredentialRoutes()) {
         self.profiles = profiles
         self.warnings = warnings
+        self.git = git
     }
 }
 
 /// Reads the profiles file from disk. Every error and warning names the file.
 public enum ConfigurationLoader {
     /// The members a configuration file may have, at the top and in a profile.
-    public static let topLevelKeys: Set<String> = ["profiles"]
-    public static let profileKeys: Set<String> = ["plugin", "settings"]
+    public static let topLevelKeys: Set<String> = ["profiles", "gitCredential"]
+    public static let profileKeys: Set<String> = ["plugin", "settings", "gitUsername"]
 
     /// The profiles in `path`. A file that does not exist is an error only when
     /// `required` (named with --config); one that exists but cannot be read or
@@ -39,7 +42,8 @@ public enum ConfigurationLoader {
         do {
             let json = try JSON.parse(bytes)
             let profiles = try ConfigurationFile.profiles(from: json)
-            return .success(LoadedConfiguration(profiles: profiles, warnings: unknownKeys(in: json).map { "\(path): \($0)" }))
+            let git = try GitCredentialRoutes.read(from: json)
+            return .success(LoadedConfiguration(profiles: profiles, warnings: unknownKeys(in: json).map { "\(path): \($0)" }, git: git))
         } catch let error as JSONParseError {
             return .failure(ConfigurationError("\(path): not valid JSON: \(error)"))
         } catch let error as ConfigurationError {
@@ -53,11 +57,13 @@ public enum ConfigurationLoader {
     static func unknownKeys(in json: JSON) -> [String] {
         var found: [String] = []
         for key in (json.objectValue ?? [:]).keys.sorted() where !topLevelKeys.contains(key) {
-            found.append("unknown key \"\(printable(key))\" (ignored; the file's only key is \"profiles\")")
+            found.append("unknown key \"\(printable(key))\" (ignored; the file's keys are \"profiles\" and \"gitCredential\")")
         }
         for (name, entry) in (json["profiles"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
             for key in (entry.objectValue ?? [:]).keys.sorted() where !profileKeys.contains(key) {
-                found.append("profile \"\(printable(name))\": unknown key \"\(printable(key))\" (ignored; a profile has \"plugin\" and \"settings\")")
+                found.append(
+                    "profile \"\(printable(name))\": unknown key \"\(printable(key))\" (ignored; a profile has \"plugin\", \"settings\" and \"gitUsername\")"
+                )
             }
         }
         return found

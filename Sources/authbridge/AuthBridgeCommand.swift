@@ -16,7 +16,9 @@ struct AuthBridgeCommand: AsyncParsableCommand {
             Frontends run `authbridge serve` as a child process and speak JSON-RPC 2.0 on its \
             stdin/stdout (see bridge-spec/README.md); `serve` is also what runs without a \
             subcommand when stdin is not a terminal. People use login, status, token and logout, \
-            which share the profiles, plugins and vault with `serve`. Logs go to stderr.
+            which share the profiles, plugins and vault with `serve`; git, kubectl and scripts \
+            use git-credential, exec-credential and exec. status, token and plugins print JSON \
+            with --json. Logs go to stderr.
 
             Exit codes: 0 success (or `exit` after `shutdown`); 1 a failed command, e.g. a \
             sign-in not completed in time (or `exit` without `shutdown`); 2 not signed in; 3 the \
@@ -26,7 +28,10 @@ struct AuthBridgeCommand: AsyncParsableCommand {
             the problem).
             """,
         version: BridgeServer.serverVersion,
-        subcommands: [Serve.self, Login.self, Status.self, Token.self, Logout.self, Plugins.self, PluginRunner.self],
+        subcommands: [
+            Serve.self, Login.self, Status.self, Token.self, Logout.self, Plugins.self, GitCredential.self, ExecCredential.self, Exec.self,
+            PluginRunner.self,
+        ],
         defaultSubcommand: Serve.self
     )
 

@@ -40,25 +40,39 @@ struct Login: HumanCommand {
     }
 
     func execute() async throws {
-        let err = Terminal.standardError
         let stage = LastStage()
-        let local = try LocalEngine(options: options, openBrowser: noBrowser || device ? nil : Login.browser(err)) { method, params in
+        let local = try Login.engine(options: options, openBrowser: !(noBrowser || device), stage: stage)
+        let status = try await Login.signIn(profile, local: local, device: device, timeout: timeout, stage: stage)
+        let out = Terminal.standardOutput
+        out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status["account"]))")
+    }
+
+    /// The engine for an interactive sign-in: progress shown on stderr (into `stage` too), and
+    /// browser-flow pages opened with xdg-open when `openBrowser`.
+    static func engine(options: HostOptions, openBrowser: Bool, stage: LastStage) throws -> LocalEngine {
+        let err = Terminal.standardError
+        return try LocalEngine(options: options, openBrowser: openBrowser ? Login.browser(err) : nil) { method, params in
             guard method == "signIn/progress" else { return }
             stage.set(params["stage"]?.stringValue)
-            Login.show(params, terminal: err, browserOpened: !noBrowser)
+            Login.show(params, terminal: err, browserOpened: openBrowser)
         }
+    }
+
+    /// Signs in to `profile` (Ctrl-C cancels) and returns its SignInStatus; a failure is
+    /// reported on stderr and thrown as the exit code (a sign-in the user did not finish in
+    /// `timeout` seconds: exit 1, not "provider unreachable").
+    static func signIn(_ profile: String, local: LocalEngine, device: Bool, timeout: Int64, stage: LastStage) async throws -> JSON {
+        let err = Terminal.standardError
         var params: [String: JSON] = ["timeoutMs": .int(timeout * 1000)]
         if device { params["flow"] = "device" }
         let engine = local.engine
-        let name = profile
         let signIn = Task { () async throws -> JSON in
-            try await engine.requestOAuthTokens(name, params: .object(params), requestID: "cli")
+            try await engine.requestOAuthTokens(profile, params: .object(params), requestID: "cli")
         }
         let interrupt = Interrupt { signIn.cancel() }
         defer { interrupt.stop() }
-        let status: JSON
         do {
-            status = try await signIn.value
+            return try await signIn.value
         } catch let error as SessionError {
             if error.kind == .timeout, stage.waitingForUser {
                 // The user did not finish: not the provider's fault (exit 3 would say so), a failed login.
@@ -70,8 +84,6 @@ struct Login: HumanCommand {
             }
             throw local.report(error)
         }
-        let out = Terminal.standardOutput
-        out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status["account"]))")
     }
 
     /// Opens sign-in pages with xdg-open; when that fails (no desktop), says so: the URL is already on screen.

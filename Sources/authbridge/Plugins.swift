@@ -10,7 +10,12 @@ struct Plugins: AsyncParsableCommand {
 
     @OptionGroup var options: HostOptions
 
-    @Flag(help: "Print JSON (the same entries as initialize's provider list).")
+    @Flag(
+        help: """
+            Print JSON on stdout: an array of PluginStatus (bridge-spec; initialize's providers): id, status (loaded: \
+            version, displayName, description, flows, capabilities, settings, path, isolation; refused: reason, \
+            message, path).
+            """)
     var json = false
 
     func run() async throws {

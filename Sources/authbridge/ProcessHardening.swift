@@ -19,6 +19,8 @@ enum ProcessHardening {
     }()
 
     static func apply() {
+        // First: what a command run by `authbridge exec` inherits is what this process was given.
+        ab_process_note_start()
         _ = vaultSecret
         let status = ab_process_harden()
         if status != 0 {

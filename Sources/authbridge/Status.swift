@@ -24,7 +24,11 @@ struct Status: HumanCommand {
     var profile: String?
 
     @Flag(
-        help: "Print JSON: each account's SignInStatus (bridge-spec); a profile that could not be checked has state offline or error, and a message.")
+        help: """
+            Print JSON on stdout: an array of SignInStatus (bridge-spec), one per signed-in account and one per profile \
+            not signed in: provider, state, reason, account, expiresAt, storage, details, message. A profile that could \
+            not be checked is {provider, state: offline or error, account: null, expiresAt: null, reason, message}.
+            """)
     var json = false
 
     @OptionGroup var options: HostOptions

@@ -162,8 +162,8 @@ struct ConfigurationLoaderTests {
         #expect(loaded.profiles.map(\.name) == ["a", "b"])
         #expect(
             loaded.warnings == [
-                "\(path): unknown key \"profile\" (ignored; the file's only key is \"profiles\")",
-                "\(path): profile \"b\": unknown key \"setings\" (ignored; a profile has \"plugin\" and \"settings\")",
+                "\(path): unknown key \"profile\" (ignored; the file's keys are \"profiles\" and \"gitCredential\")",
+                "\(path): profile \"b\": unknown key \"setings\" (ignored; a profile has \"plugin\", \"settings\" and \"gitUsername\")",
             ])
     }
 }

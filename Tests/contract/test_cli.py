@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from authbridge_testkit import leak_scan
+from authbridge_testkit.spec import schema_problems, spec
 from conftest import HOST_BIN, TIMEOUT, bundled_files, copy_plugins, session_records
 from authbridge_testkit.dot_auth import DotAuthServer, dot_fixture
 
@@ -441,9 +442,9 @@ def test_unknown_keys_in_the_configuration_file_are_warnings_naming_the_file_and
     assert done.returncode == NOT_SIGNED_IN, done.stderr
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
     assert warnings == [
-        f'warning: configuration file {config}: unknown key "profile" (ignored; the file\'s only key is "profiles")',
-        f'warning: configuration file {config}: profile "dot": unknown key "setings" (ignored; a profile has "plugin" '
-        'and "settings")'], done.stderr
+        f'warning: configuration file {config}: unknown key "profile" (ignored; the file\'s keys are "profiles" and "gitCredential")',
+        f'warning: configuration file {config}: profile "dot": unknown key "setings" (ignored; a profile has "plugin", '
+        '"settings" and "gitUsername")'], done.stderr
 
 
 def test_serve_reports_a_configuration_file_it_cannot_use_in_initialize_and_serves_on(start_host, oidc_plugin_dir):
@@ -458,8 +459,8 @@ def test_serve_reports_a_configuration_file_it_cannot_use_in_initialize_and_serv
         "clientId": "x", "authorizationEndpoint": "http://127.0.0.1:9/a", "tokenEndpoint": "http://127.0.0.1:9/t"}})
     unknown = start_host([oidc_plugin_dir], config_text=json.dumps({"profiles": {}, "profils": {}}))
     assert unknown.init_result["warnings"] == [
-        f'configuration file {unknown.workdir / "config.json"}: unknown key "profils" (ignored; the file\'s only key is '
-        '"profiles")']
+        f'configuration file {unknown.workdir / "config.json"}: unknown key "profils" (ignored; the file\'s keys are '
+        '"profiles" and "gitCredential")']
 
 
 def test_logout_warns_when_the_provider_cannot_revoke(cli, dot):
@@ -494,6 +495,47 @@ def test_plugins_lists_loaded_and_refused_plugins_with_reasons(cli, tmp_path):
     empty.mkdir(mode=0o755)
     none = authbridge("plugins", "--no-default-plugins", "--plugins", str(empty), env=cli.env)
     assert none.returncode == 0 and none.stdout.strip() == f"No plugins found in: {empty}"
+
+
+def test_json_output_is_the_documented_shapes_on_stdout_and_failures_go_to_stderr(cli, dot):
+    # status --json: a SignInStatus per account, or per profile not signed in; a profile that
+    # could not be checked at all has state "error" (or "offline") and a message.
+    assert cli.run("login", "dot").returncode == 0
+    status = cli.run("status", "--json")
+    assert status.returncode == 0, status.stderr
+    rows = json.loads(status.stdout)
+    by_profile = {row["provider"]: row for row in rows}
+    for name in ("dot", "tv", "norevoke"):
+        assert not schema_problems(spec().shape("SignInStatus"), by_profile[name]), by_profile[name]
+    assert by_profile["dot"]["state"] == "signedIn" and by_profile["tv"]["state"] == "notSignedIn"
+    assert by_profile["ghost"]["state"] == "error" and by_profile["ghost"]["message"].startswith('Profile "ghost" uses plugin')
+    assert by_profile["down"]["state"] == "offline" and by_profile["down"]["message"]
+    for row in (by_profile["ghost"], by_profile["down"]):
+        assert set(row) == {"provider", "state", "account", "expiresAt", "reason", "message"}, row
+
+    # token --json: getAccessToken's AccessTokenResult, the token DOT issued in it.
+    token = cli.run("token", "dot", "--json")
+    assert token.returncode == 0 and token.stderr == ""
+    result = json.loads(token.stdout)
+    assert not schema_problems(spec().shape("AccessTokenResult"), result), result
+    assert dot.is_issued(result["accessToken"]) and result["tokenType"] == "Bearer"
+    assert result["headers"] == {"Authorization": f"Bearer {result['accessToken']}"}
+
+    # plugins --json: initialize's PluginStatus entries.
+    plugins = json.loads(cli.run("plugins", "--json").stdout)
+    for entry in plugins:
+        assert not schema_problems(spec().shape("PluginStatus"), entry), entry
+    assert [entry["id"] for entry in plugins] == ["oidc"]
+
+    # A failure: nothing on stdout (no half JSON), one line on stderr, the exit code.
+    for argv, code in ((["token", "tv", "--json"], NOT_SIGNED_IN), (["token", "down", "--json"], UNAVAILABLE),
+                       (["token", "nope", "--json"], FAILED)):
+        done = cli.run(*argv)
+        assert done.returncode == code and done.stdout == "", (argv, done.returncode, done.stdout)
+        assert done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1, (argv, done.stderr)
+    # status answers for a profile not signed in (its state is the answer), with exit 2.
+    done = cli.run("status", "tv", "--json")
+    assert done.returncode == NOT_SIGNED_IN and [row["state"] for row in json.loads(done.stdout)] == ["notSignedIn"]
 
 
 def test_status_storage_says_where_the_vault_key_is(cli, dot, tmp_path):

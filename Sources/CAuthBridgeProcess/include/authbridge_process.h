@@ -31,4 +31,19 @@ int ab_spawn_runner(const char *path, char *const argv[], char *const envp[], in
    (it died before the signal was armed). Returns 0 or the errno of prctl. */
 int ab_process_die_with_parent(pid_t parent);
 
+/* Notes what this process was given when it started, before anything else runs: its open
+   descriptors above 2, its signal mask, and which of the signals `ab_process_run_command`
+   forwards (and SIGPIPE) were ignored. A command started later gets exactly these. */
+void ab_process_note_start(void);
+
+/* Runs a command for `authbridge exec` and waits for it: `file` is looked up on PATH
+   (posix_spawnp), `envp` is its whole environment, stdin, stdout and stderr are this process's.
+   The child gets the descriptors, signal mask and ignored signals this process started with
+   (`ab_process_note_start`), nothing opened since. While it runs, SIGINT, SIGTERM, SIGHUP,
+   SIGQUIT, SIGUSR1 and SIGUSR2 sent to this process by another process are sent on to the
+   child; those the terminal sends (Ctrl-C: to the whole foreground process group, the child
+   included) are not sent twice. Returns 0 and the child's wait status in `wait_status`, or the
+   errno of posix_spawnp (ENOENT: no such command). */
+int ab_process_run_command(const char *file, char *const argv[], char *const envp[], int *wait_status);
+
 #endif

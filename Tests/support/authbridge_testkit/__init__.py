@@ -14,6 +14,9 @@ Modules:
   host        `Host`, one `authbridge serve` child whose every frame is validated as it arrives
   leak_scan   no code or token in a host's log or in a frame that does not carry one by contract
   dot_auth    django-oauth-toolkit (Tests/support/dot_server.py), the suites' authorization server
+  tls         a self-signed certificate for https test servers
+  token_gated servers that let in only a token DOT accepts: git's smart HTTP (git http-backend),
+              a Kubernetes API server's discovery (https)
 """
 
 from .host import TIMEOUT, Host, HostError, host_command, session_records

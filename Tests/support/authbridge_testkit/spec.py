@@ -47,6 +47,11 @@ class Spec:
     def _validator(self, pointer: str) -> Draft202012Validator:
         return Draft202012Validator({"$ref": SPEC_URI + pointer}, registry=self.registry)
 
+    def shape(self, name: str) -> Draft202012Validator:
+        """The validator of one of the spec's shapes (components/schemas/NAME), e.g. for the
+        command line's --json output, which prints the bridge's shapes."""
+        return self._validator(f"#/components/schemas/{name}")
+
 
 _SPEC: Spec | None = None
 

@@ -1,0 +1,104 @@
+import ArgumentParser
+import AuthBridgeJSON
+import AuthBridgePluginHost
+import AuthBridgeSession
+import CAuthBridgeProcess
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `authbridge exec PROFILE -- COMMAND…`: runs a command with the profile's access token in
+/// one environment variable, as `env` would, and ends as it ends.
+struct Exec: HumanCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "exec",
+        abstract: "Run a command with the profile's access token in an environment variable.",
+        discussion: """
+            e.g. authbridge exec corp -- sh -c 'curl -H "Authorization: Bearer $AUTHBRIDGE_TOKEN" \
+            https://api.example.com/me'. The token (valid for at least --min-validity seconds, \
+            refreshed first when needed) is only in the command's environment: never on a command \
+            line, never written anywhere. The command gets this process's stdin, stdout, stderr, \
+            environment and descriptors; Ctrl-C reaches it from the terminal, and SIGINT, SIGTERM, \
+            SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to authbridge are sent on to it. The exit \
+            status is the command's (128+N when signal N ended it; 127: no such command, 126: it \
+            cannot be run). The token is not renewed while the command runs: a command that \
+            outlives it must ask again (authbridge token, or a shorter run each time).
+            """)
+
+    @Argument(help: "The profile.")
+    var profile: String
+
+    @Option(help: ArgumentHelp("Which signed-in account (Account.id); default: the latest sign-in.", valueName: "ID"))
+    var account: String?
+
+    @Option(name: .customLong("env"), help: ArgumentHelp("The environment variable that holds the token.", valueName: "NAME"))
+    var variable = "AUTHBRIDGE_TOKEN"
+
+    @Option(help: ArgumentHelp("The token stays valid at least this long, in seconds (refreshed first otherwise).", valueName: "SECONDS"))
+    var minValidity: Int64 = SessionEngine.defaultMinimumValidityMilliseconds / 1000
+
+    @OptionGroup var options: HostOptions
+
+    @Argument(parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "COMMAND"))
+    var command: [String] = []
+
+    func validate() throws {
+        guard !command.isEmpty else { throw ValidationError("name the command to run after --, e.g. authbridge exec \(profile) -- env") }
+        guard let first = variable.unicodeScalars.first, first == "_" || first.isASCIILetter,
+            variable.unicodeScalars.allSatisfy({ $0 == "_" || $0.isASCIILetter || ("0"..."9").contains($0) })
+        else { throw ValidationError("--env must be a variable name (letters, digits and _, not starting with a digit)") }
+        guard (0...86_400).contains(minValidity) else { throw ValidationError("--min-validity must be 0…86400 seconds") }
+    }
+
+    func execute() async throws {
+        let sessions = try openCredentialSessions(options: options, interactive: false)
+        let answer: JSON
+        do throws(SessionError) {
+            answer = try await sessions.accessToken(profile, account: account, minimumValidity: minValidity * 1000, forceRefresh: false)
+        } catch {
+            throw sessions.report(error)
+        }
+        guard let token = answer["accessToken"]?.stringValue, !token.isEmpty, !token.contains("\0") else {
+            Terminal.standardError.error("the provider gave no access token")
+            throw ExitCode(CommandExit.failure)
+        }
+        // Nothing of this process (plugin runners, hook threads) outlives the token's hand-over.
+        await LocalEngine.closeAll()
+        throw ExitCode(run(command, adding: "\(variable)=\(token)"))
+    }
+
+    /// Runs `command` with `entry` added to (or replacing its name in) the environment; its exit
+    /// status as a shell reports it.
+    private func run(_ command: [String], adding entry: String) -> Int32 {
+        let name = entry.prefix(while: { $0 != "=" }) + "="
+        let environment = ChildProcess.currentEnvironment().filter { !$0.hasPrefix(name) } + [entry]
+        var argv: [UnsafeMutablePointer<CChar>?] = command.map { strdup($0) } + [nil]
+        var envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            for pointer in envp {
+                // The token's copy is wiped before it is freed.
+                if let pointer { memset(pointer, 0, strlen(pointer)) }
+                free(pointer)
+            }
+        }
+        var status: Int32 = 0
+        let failure = ab_process_run_command(command[0], &argv, &envp, &status)
+        switch failure {
+        case 0: break
+        case ENOENT:
+            Terminal.standardError.error("\(command[0]): command not found")
+            return 127
+        default:
+            Terminal.standardError.error("\(command[0]): cannot run it (\(String(cString: strerror(failure))))")
+            return 126
+        }
+        let signal = status & 0x7f
+        return signal == 0 ? (status >> 8) & 0xff : 128 + signal
+    }
+}
+
+extension Unicode.Scalar {
+    fileprivate var isASCIILetter: Bool { ("a"..."z").contains(self) || ("A"..."Z").contains(self) }
+}
