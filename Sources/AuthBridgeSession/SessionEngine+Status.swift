@@ -18,7 +18,7 @@ extension SessionEngine {
         let found: (SessionKey, StoredSession)?
         do {
             found = try await readSession(lookup, observation: observation)
-        } catch where error.reason == VaultError.Reason.vaultUnavailable.rawValue {
+        } catch  where error.reason == VaultError.Reason.vaultUnavailable.rawValue {
             // The shared vault's database is away: as when the provider is, the state is offline.
             return status(profile, state: .offline, session: nil, reason: .transient, message: error.message)
         }

@@ -102,7 +102,7 @@ struct PostgresSchema: Sendable {
         do {
             let rows = try connection.run(currentVersion, timeout: timeout)
             return rows.first?.first.flatMap { $0 }.flatMap { Int($0) } ?? 0
-        } catch where error.sqlstate == "3F000" || error.sqlstate == "42P01" {
+        } catch  where error.sqlstate == "3F000" || error.sqlstate == "42P01" {
             return 0 // no schema, or no version table yet
         }
     }
@@ -120,7 +120,8 @@ struct PostgresSchema: Sendable {
             "CREATE TABLE IF NOT EXISTS \(name).schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
             timeout: timeout)
         // Read again under the lock: another host may have upgraded meanwhile.
-        var current = try connection.run("SELECT coalesce(max(version), 0) FROM \(name).schema_version", timeout: timeout).first?.first
+        var current =
+            try connection.run("SELECT coalesce(max(version), 0) FROM \(name).schema_version", timeout: timeout).first?.first
             .flatMap { $0 }.flatMap { Int($0) } ?? 0
         while current < Self.version {
             for statement in steps[current] { _ = try connection.run(statement, timeout: timeout) }

@@ -71,7 +71,8 @@ public final class PostgresVault: Vault {
         // Moved aside only if it is still the damaged revision: a writer may have replaced it since.
         for _ in 0..<3 {
             guard case .damaged(let problem, let revision) = found else { return found.record }
-            let moved = try await onConnection("set a damaged session aside") { [schema, feed, statementBound] (connection: PostgresConnection) throws(PostgresFailure) in
+            let moved = try await onConnection("set a damaged session aside") {
+                [schema, feed, statementBound] (connection: PostgresConnection) throws(PostgresFailure) in
                 try connection.run(
                     schema.moveToQuarantine, [profile, revision, problem, schema.channel, feed.changePayload(profile)], timeout: statementBound)
             }
@@ -233,7 +234,9 @@ public final class PostgresVault: Vault {
             // One wait lasts a statement timeout, or what is left of the limit when that is shorter.
             let bound = min(statementBound, max(.milliseconds(1), deadline - .now))
             let result = await withTaskCancellationHandler {
-                await blocking { Result { () throws(PostgresFailure) in try connection.run("SELECT pg_advisory_lock($1::bigint)", [id], timeout: bound) } }
+                await blocking {
+                    Result { () throws(PostgresFailure) in try connection.run("SELECT pg_advisory_lock($1::bigint)", [id], timeout: bound) }
+                }
             } onCancel: {
                 connection.interrupt()
             }
@@ -290,7 +293,9 @@ public final class PostgresVault: Vault {
 
     /// `onConnection` for writes: while the database cannot be reached, tried again (after the
     /// pool's back-off) for up to `writePersistence`.
-    private func persistently(_ doing: String, _ work: @escaping @Sendable (PostgresConnection) throws(PostgresFailure) -> Void) async throws(VaultError) {
+    private func persistently(
+        _ doing: String, _ work: @escaping @Sendable (PostgresConnection) throws(PostgresFailure) -> Void
+    ) async throws(VaultError) {
         let deadline = ContinuousClock.now + Self.writePersistence
         while true {
             do throws(VaultError) {
@@ -336,11 +341,13 @@ public final class PostgresVault: Vault {
 
     private func openVault() async throws(VaultError) -> SymmetricKey {
         let (key, _) = try await keySource.key(vaultFolder: "")
-        var version = try await onConnection("read the vault's version") { [schema, statementBound] (connection: PostgresConnection) throws(PostgresFailure) in
+        var version = try await onConnection("read the vault's version") {
+            [schema, statementBound] (connection: PostgresConnection) throws(PostgresFailure) in
             try schema.version(connection, timeout: statementBound)
         }
         if version < PostgresSchema.version {
-            version = try await onConnection("create the vault's tables") { [schema, statementBound] (connection: PostgresConnection) throws(PostgresFailure) in
+            version = try await onConnection("create the vault's tables") {
+                [schema, statementBound] (connection: PostgresConnection) throws(PostgresFailure) in
                 try schema.upgrade(connection, timeout: statementBound)
             }
         }
@@ -359,7 +366,8 @@ public final class PostgresVault: Vault {
     private func checkKey(_ key: SymmetricKey) async throws(VaultError) {
         let constant = VaultRecord(profile: "authbridge.vault.check", account: nil, secret: "authbridge")
         let sealed = String(decoding: try EncryptedFileVault.seal(constant, key: key), as: UTF8.self)
-        let rows = try await onConnection("check the vault key") { [schema, statementBound] (connection: PostgresConnection) throws(PostgresFailure) in
+        let rows = try await onConnection("check the vault key") {
+            [schema, statementBound] (connection: PostgresConnection) throws(PostgresFailure) in
             _ = try connection.run(schema.storeCheck, [sealed], timeout: statementBound)
             return try connection.run(schema.readCheck, timeout: statementBound)
         }

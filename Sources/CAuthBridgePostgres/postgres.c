@@ -68,8 +68,7 @@ static long long now_ms(void)
 static void drain(int fd)
 {
     char buffer[64];
-    while (read(fd, buffer, sizeof buffer) > 0) {
-    }
+    while (read(fd, buffer, sizeof buffer) > 0) {}
 }
 
 /* Waits until the socket is ready for `events`, the deadline passes or the pipe is written.
@@ -132,7 +131,7 @@ int ab_pg_connect(const char *conninfo, int timeout_ms, ab_pg **connection, char
     PQconninfoFree(parsed);
     /* Defaults first: what the connection string says wins (libpq applies key words in order). */
     const char *keywords[] = { "fallback_application_name", "keepalives_idle", "keepalives_interval",
-                               "keepalives_count", "dbname", NULL };
+                               "keepalives_count",          "dbname",          NULL };
     const char *values[] = { "authbridge", "10", "5", "3", conninfo, NULL };
     pg->conn = PQconnectStartParams(keywords, values, 1);
     int status = AB_PG_OK;
@@ -205,8 +204,8 @@ static int await_result(ab_pg *pg, long long deadline, char **error)
     return AB_PG_OK;
 }
 
-int ab_pg_exec(ab_pg *pg, const char *sql, int count, const char *const *values, int timeout_ms,
-               ab_pg_result **result, char *sqlstate, char **error)
+int ab_pg_exec(ab_pg *pg, const char *sql, int count, const char *const *values, int timeout_ms, ab_pg_result **result,
+               char *sqlstate, char **error)
 {
     *result = NULL;
     sqlstate[0] = '\0';

@@ -58,7 +58,7 @@ struct HostOptions: ParsableArguments {
 
     @Option(
         help: ArgumentHelp(
-            "The vault key file (default: $XDG_DATA_HOME/authbridge/keys/vault.key; created on first use). AUTHBRIDGE_VAULT_KEY (a random 32-byte key: 64 hex digits or base64), when set, is used instead.",
+            "The vault key file (default: $XDG_DATA_HOME/authbridge/keys/vault.key; created on first use, except for --vault postgresql, whose hosts are all given the same one). AUTHBRIDGE_VAULT_KEY (a random 32-byte key: 64 hex digits or base64), when set, is used instead.",
             valueName: "FILE"))
     var vaultKeyFile: String?
 
