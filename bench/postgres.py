@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Tests", "support"))
 import bench  # noqa: E402  (process handling, handshake and round trips)
+from hot_path import rss_mb  # noqa: E402
 from authbridge_testkit.postgres import PostgresCluster  # noqa: E402
 
 
@@ -133,14 +134,6 @@ def dlopen_ms(host, library, runs=15):
     return round(statistics.median(times) * 1000, 2)
 
 
-def rss_mb(pid):
-    with open("/proc/%d/status" % pid) as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024.0, 1)
-    return None
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", required=True)
@@ -180,7 +173,7 @@ def main():
                 elapsed = call(proc, i)
                 if i > 200:
                     warm[vault].append(elapsed)
-        figures["rss_mb"] = {vault: rss_mb(proc.p.pid) for vault, proc in procs.items()}
+        figures["rss_mb"] = {vault: round(rss_mb(proc.p.pid), 1) for vault, proc in procs.items()}
         for i in range(1, args.refreshes + 1):
             for vault, proc in procs.items():
                 refresh[vault].append(call(proc, 100000 + i, force=True))
