@@ -19,7 +19,7 @@ import Musl
 ///
 /// The connection is opened on first use, checked with `SELECT 1` when quiet for 5 s (a
 /// silent network is found out within 10 s), and opened again after a loss with a back-off
-/// (100 ms, doubling, at most 2 s).
+/// (100 ms, doubling, at most 2 s; 30 s after a refused login).
 final class ChangeFeed: Sendable {
     private let pool: PostgresPool
     private let channel: String
@@ -84,6 +84,8 @@ final class ChangeFeed: Sendable {
                     }
                 }
             } catch {
+                // A refused login or a missing helper will not mend in a second: try again less often.
+                let lasting = error.isRefusal || error.kind == .invalid || error.kind == .notLoaded
                 if state.load(ordering: .acquiring) & 1 == 1 {
                     state.bitwiseAnd(~1, ordering: .sequentiallyConsistent)
                     state.add(2, ordering: .sequentiallyConsistent)
@@ -92,7 +94,7 @@ final class ChangeFeed: Sendable {
                 // A back-off between attempts to reach a database that is down, not synchronisation.
                 let pause = backOff + .milliseconds(Int.random(in: 0...max(1, backOff.wholeMilliseconds / 4)))
                 usleep(UInt32(pause.wholeMilliseconds * 1000))
-                backOff = min(backOff * 2, PostgresPool.longestBackOff)
+                backOff = lasting ? .seconds(30) : min(backOff * 2, PostgresPool.longestBackOff)
             }
         }
     }
