@@ -19,6 +19,7 @@ import PackageDescription
 ///                              │
 ///                         authbridge                      (executable / CLI)
 ///
+/// The vault dlopens libAuthBridgePostgres.so (CAuthBridgePostgres over CLibPQ) for `--vault postgresql`.
 /// AuthBridgeURL depends on nothing; the plugin host, the session, the JWT helper and the SDK use it.
 /// AuthBridgeSystem (threads, ConditionLock, the dlopen'ed helper libraries, POSIX file reading)
 /// depends on nothing; the RPC, plugin host, vault, session and host modules use it.

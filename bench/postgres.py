@@ -73,7 +73,7 @@ class Hosts:
                    XDG_DATA_HOME=shared_data or os.path.join(home, "data"), AUTHBRIDGE_VAULT_KEY=self.key)
         env.pop("DBUS_SESSION_BUS_ADDRESS", None)
         argv = [self.args.host, "serve", "--no-default-plugins", "--plugins", self.args.plugins, "--config", self.args.config,
-                "--log-level", "warning", "--vault", vault]
+                "--log-level", "warning", "--plugin-isolation", "none", "--vault", vault]
         if vault == "postgresql":
             env["AUTHBRIDGE_VAULT_URL"] = self.url
         return argv, env
