@@ -232,7 +232,8 @@ public final class PostgresVault: Vault {
                 throw vaultError(error, doing: "lock an account")
             }
             // One wait lasts a statement timeout, or what is left of the limit when that is shorter.
-            let bound = min(statementBound, max(.milliseconds(1), deadline - .now))
+            let left = deadline - .now
+            let bound = min(statementBound, max(.milliseconds(1), left))
             let result = await withTaskCancellationHandler {
                 await blocking {
                     Result { () throws(PostgresFailure) in try connection.run("SELECT pg_advisory_lock($1::bigint)", [id], timeout: bound) }
@@ -246,7 +247,7 @@ public final class PostgresVault: Vault {
                 throw CancellationError()
             case .failure(let failure) where failure.sqlstate == "57014" && ContinuousClock.now < deadline:
                 pool.give(connection) // the statement timeout ended one wait: wait again
-            case .failure(let failure) where failure.sqlstate == "57014" || (failure.kind == .timedOut && ContinuousClock.now >= deadline):
+            case .failure(let failure) where failure.sqlstate == "57014" || (failure.kind == .timedOut && left <= statementBound):
                 pool.give(connection) // kept only if the server ended the wait itself
                 throw VaultError(.lockTimeout, "The account's lock was not free within \(limit.components.seconds) s.")
             case .failure(let failure):
