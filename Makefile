@@ -37,12 +37,13 @@ VPY         := $(VENV)/bin/python
 DEBUG_DIR   := .build/debug
 RELEASE_DIR := .build/release
 TEST_PLUGINS := .build/test-plugins
-BUILD_PACKAGES := libjansson-dev libcurl4-openssl-dev pkg-config gcc
+BUILD_PACKAGES := libjansson-dev libcurl4-openssl-dev libpq-dev pkg-config gcc
 # patchelf: RUNPATHs of the install tree; lintian checks the .deb in the tests.
 DIST_PACKAGES  := patchelf
-# clang-format: make lint (the Swift formatter comes with the toolchain). kubernetes-client (kubectl,
-# for the exec credential tests) only where no kubectl is installed: it would clash with another one.
-TEST_PACKAGES  := gnome-keyring libsecret-tools libsecret-1-dev dbus chromium chromium-driver node-typescript lintian clang-format
+# clang-format: make lint (the Swift formatter comes with the toolchain); postgresql: the PostgreSQL
+# vault's tests start their own server (initdb, pg_ctl in /usr/lib/postgresql/N/bin). kubernetes-client
+# (kubectl, for the exec credential tests) only where no kubectl is installed: it would clash with another one.
+TEST_PACKAGES  := gnome-keyring libsecret-tools libsecret-1-dev dbus chromium chromium-driver node-typescript lintian clang-format postgresql
 # The version of every distribution: the host's own (BridgeServer.serverVersion).
 VERSION     := $(shell sed -n 's/.*serverVersion = "\([^"]*\)".*/\1/p' Sources/AuthBridgeHost/BridgeServer.swift)
 # Builds are reproducible from a commit: every time stamp in dist/ is the commit's.
@@ -74,9 +75,9 @@ apt_install = @{ $(1); } >/dev/null 2>&1 || { \
 ## deps: everything below.
 deps: deps-build deps-dist deps-test
 
-## deps-build: what building needs (jansson, libcurl, a C compiler for the C plugins).
+## deps-build: what building needs (jansson, libcurl, libpq, a C compiler for the C plugins).
 deps-build:
-	$(call apt_install,pkg-config --exists jansson libcurl && command -v gcc,$(BUILD_PACKAGES))
+	$(call apt_install,pkg-config --exists jansson libcurl libpq && command -v gcc,$(BUILD_PACKAGES))
 
 ## deps-dist: what making the install tree needs beyond the build (patchelf).
 deps-dist:
@@ -84,12 +85,10 @@ deps-dist:
 
 ## deps-test: what the tests need: a keyring on a private bus, Chromium and its driver (the
 ## real-browser sign-in test, Tests/contract/test_browser.py, which never skips), clang-format (make lint), tsc (the Node
-## client's declarations), git and kubectl (the credential helpers' tests, Tests/contract/test_credential_helpers.py),
-## and the Python venv (pytest, jsonschema, django-oauth-toolkit, selenium).
-deps-test: $(VENV)/.ready
-	$(call apt_install,command -v gnome-keyring-daemon dbus-daemon secret-tool tsc lintian clang-format && pkg-config --exists libsecret-1 && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ],$(TEST_PACKAGES))
-	$(call apt_install,command -v git,git)
-	$(call apt_install,command -v kubectl,kubernetes-client)
+# clang-format: make lint (the Swift formatter comes with the toolchain); postgresql: the PostgreSQL
+# vault's tests start their own server (initdb, pg_ctl in /usr/lib/postgresql/N/bin). kubernetes-client
+# (kubectl, for the exec credential tests) only where no kubectl is installed: it would clash with another one.
+TEST_PACKAGES  := gnome-keyring libsecret-tools libsecret-1-dev dbus chromium chromium-driver node-typescript lintian clang-format postgresql
 
 $(VENV)/.ready: requirements-test.txt
 	@echo "==> creating $(VENV)"
@@ -138,10 +137,10 @@ format:
 check-keyring-abi:
 	@gcc -std=c11 -Wall -Werror -fsyntax-only $$(pkg-config --cflags libsecret-1) Tests/Keyring/abi_check.c
 
-## Under a private session bus with an unlocked gnome-keyring, so the vault
-## behaviour suite also runs against the Secret Service.
+## Under a private session bus with an unlocked gnome-keyring and with a private PostgreSQL
+## cluster, so the vault behaviour suite also runs against the Secret Service and PostgreSQL.
 test-swift:
-	scripts/with-keyring.sh $(SWIFT) test --disable-xctest 2>&1 \
+	scripts/with-postgres.sh scripts/with-keyring.sh $(SWIFT) test --disable-xctest 2>&1 \
 	  | grep -v -e 'fd limit' -e 'dbus-daemon\[' -e SystemPrompter -e Gtk-WARNING; exit $${PIPESTATUS[0]}
 
 # The environment of every test target (the header says what each variable is).
@@ -181,7 +180,8 @@ stage-tree:
 	@rm -rf $(DEST)
 	@install -d -m 0755 $(DEST)/bin $(DEST)/lib/authbridge $(DEST)/include/authbridge $(DEST)/share/authbridge
 	@install -m 0755 $(RELEASE_DIR)/authbridge $(DEST)/bin/authbridge
-	@install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeJWT.so $(RELEASE_DIR)/libAuthBridgeKeyring.so $(DEST)/lib/authbridge/
+	@install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeJWT.so $(RELEASE_DIR)/libAuthBridgeKeyring.so \
+		$(RELEASE_DIR)/libAuthBridgePostgres.so $(DEST)/lib/authbridge/
 	@$(MAKE) --no-print-directory stage-plugins BUILD_DIR=$(RELEASE_DIR) DEST=$(DEST)/lib/authbridge/plugins
 	@install -m 0644 Sources/CAuthBridgePlugin/include/authbridge/plugin.h Sources/CAuthBridgePlugin/include/authbridge/plugin_jansson.h \
 		$(DEST)/include/authbridge/
@@ -208,7 +208,8 @@ demo: deps-build $(VENV)/.ready
 	$(VPY) Examples/demo.py --host $(CURDIR)/$(DEBUG_DIR)/authbridge --plugins $(CURDIR)/$(DEBUG_DIR)/plugins \
 	  $(if $(filter 1,$(BROWSER)),--browser)
 
-## bench: the host (its test plugin in-process, then isolated: the hook round trip) next to the C answerer.
+## bench: the host (its test plugin in-process, then isolated: the hook round trip) next to the C answerer;
+## then the vaults (bench/VaultBench, bench/postgres.py: the PostgreSQL vault next to the encrypted file).
 BENCH_HOST_ARGS := serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning
 bench: deps-build deps-test
 	@$(MAKE) --no-print-directory release build
@@ -220,6 +221,7 @@ bench: deps-build deps-test
 	  --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --hook-cost .build/hook-cost
 	scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
+	$(VPY) bench/postgres.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
 	@echo "Cross-process refresh (4 hosts sharing one vault: 1 s access tokens for 7 s; then 50 calls each on an expired token; the fake, then django-oauth-toolkit):"
 	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(RELEASE_DIR)/authbridge \
 	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(RELEASE_DIR) AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k "shared or expired or storm" 2>&1 | grep -E "processes|passed|failed"

@@ -19,6 +19,7 @@ import PackageDescription
 ///                              │
 ///                         authbridge                      (executable / CLI)
 ///
+/// The vault dlopens libAuthBridgePostgres.so (CAuthBridgePostgres over CLibPQ) for `--vault postgresql`.
 /// AuthBridgeURL depends on nothing; the plugin host, the session, the JWT helper and the SDK use it.
 /// AuthBridgeSystem (threads, ConditionLock, the dlopen'ed helper libraries, POSIX file reading)
 /// depends on nothing; the RPC, plugin host, vault, session and host modules use it.
@@ -54,6 +55,8 @@ let package = Package(
         .library(name: "AuthBridgeJWT", type: .dynamic, targets: ["AuthBridgeJWT"]),
         // Likewise for the Secret Service (glib, gio, D-Bus): dlopen'ed on first use.
         .library(name: "AuthBridgeKeyring", type: .dynamic, targets: ["CAuthBridgeKeyring"]),
+        // And for the PostgreSQL vault (libpq): dlopen'ed the first time a `--vault postgresql` host uses it.
+        .library(name: "AuthBridgePostgres", type: .dynamic, targets: ["CAuthBridgePostgres"]),
         // Bundled provider plugins (installed into lib/authbridge/plugins).
     ] + bundledSwiftPlugins.map { Product.library(name: "authbridge-\($0.id)", type: .dynamic, targets: [$0.target + "Entry"]) } + [
         // Test plugins: built for the test suites, never installed.
@@ -136,6 +139,8 @@ let package = Package(
         .target(
             name: "CAuthBridgeHTTP", dependencies: ["CCurl", "CJansson"],
             linkerSettings: soname("libAuthBridgeHTTP.so")),
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .target(name: "CAuthBridgePostgres", dependencies: ["CLibPQ"], linkerSettings: soname("libAuthBridgePostgres.so")),
         .target(
             name: "AuthBridgeJWT",
             dependencies: [

@@ -28,7 +28,7 @@ extension RPCError.Code {
     /// -32010: the host does not speak this protocol version; `supported` lists those it does.
     public static let unsupportedProtocolVersion = RPCError.Code(-32010)
     /// -32011: the token vault failed (`insecurePermissions`, `corruptRecord`, `wrongKey`,
-    /// `keyringUnavailable`…).
+    /// `keyringUnavailable`, `accessDenied`…).
     public static let storageError = RPCError.Code(-32011)
     /// -32012: `completeSignIn` with no sign-in pending for that provider.
     public static let noPendingSignIn = RPCError.Code(-32012)

@@ -100,6 +100,7 @@ public final class BridgeServer: ConnectionDelegate {
                 plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
                 logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders.map(\.path),
                 emit: { method, params in connection.notify(method, params) })
+            engine.followVaultChanges()
             readyEngine.engine.withLock { $0 = engine }
             return Runtime(reports: reports, engine: engine)
         }

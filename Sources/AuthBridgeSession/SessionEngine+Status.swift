@@ -15,7 +15,14 @@ extension SessionEngine {
         let lookup = AnswerCache.Lookup(profile: profile, account: account)
         let observation = store.answers.observe(observation(lookup))
         let context = try await context(for: profile)
-        guard let (key, session) = try await readSession(lookup, observation: observation) else {
+        let found: (SessionKey, StoredSession)?
+        do {
+            found = try await readSession(lookup, observation: observation)
+        } catch  where error.reason == VaultError.Reason.vaultUnavailable.rawValue {
+            // The shared vault's database is away: as when the provider is, the state is offline.
+            return status(profile, state: .offline, session: nil, reason: .transient, message: error.message)
+        }
+        guard let (key, session) = found else {
             return status(profile, state: .notSignedIn, session: nil, reason: .noTokens)
         }
         if session.licenseRevoked {

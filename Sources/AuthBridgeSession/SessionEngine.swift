@@ -171,6 +171,10 @@ public actor SessionEngine {
         if error is CancellationError {
             return SessionError(.userCancelled, "The request was cancelled.", provider: profile, reason: "cancelled")
         }
+        if let vaultError = error as? VaultError, vaultError.reason == .vaultUnavailable {
+            // The shared vault's database is down or restarting: retryable, and nothing ends.
+            return SessionError(.providerUnavailable, vaultError.message, provider: profile, reason: vaultError.reason.rawValue)
+        }
         if let vaultError = error as? VaultError {
             return SessionError(.storageError, vaultError.message, provider: profile, reason: vaultError.reason.rawValue)
         }
@@ -195,19 +199,20 @@ public actor SessionEngine {
         emit("signIn/progress", .object(params))
     }
 
-    /// A `session/changed` notification. Only `signedOut` has a reason of its
+    /// A `session/changed` notification, to this host's frontend and (through a
+    /// shared vault) to every other host's. Only `signedOut` has a reason of its
     /// own (why the session ended); the others' reason is their state's word.
     func announce(
         _ change: SessionChange, profile: String, endedBecause reason: EndReason? = nil, message: String? = nil,
         account: JSON?, clearCookies: [JSON] = []
     ) {
-        emit(
-            "session/changed",
-            .compactObject([
-                "provider": .string(profile), "state": .string(change.rawValue), "reason": .string(reason?.rawValue ?? change.rawValue),
-                "message": message.map(JSON.string), "account": account,
-                "clearCookies": clearCookies.isEmpty ? nil : .array(clearCookies),
-            ]))
+        let params = JSON.compactObject([
+            "provider": .string(profile), "state": .string(change.rawValue), "reason": .string(reason?.rawValue ?? change.rawValue),
+            "message": message.map(JSON.string), "account": account,
+            "clearCookies": clearCookies.isEmpty ? nil : .array(clearCookies),
+        ])
+        emit("session/changed", params)
+        store.vault.publish(params.setting("message", message.map { .string(KnownSecrets.shared.scrub($0)) }))
     }
 
     // MARK: - Shutdown

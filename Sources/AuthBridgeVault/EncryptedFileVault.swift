@@ -321,6 +321,11 @@ public final class EncryptedFileVault: Vault {
 /// first caller's attempt is shared, never run twice at once.
 actor Opener {
     private var attempt: Task<Result<SymmetricKey, VaultError>, Never>?
+    /// The failures tried again on the next use; any other is final for the process.
+    private let retrying: Set<VaultError.Reason>
+
+    /// By default a missing or wrong key is permanent, other I/O may be retried.
+    init(retrying: Set<VaultError.Reason> = [.io, .keyringUnavailable]) { self.retrying = retrying }
 
     func open(_ make: @escaping @Sendable () async throws(VaultError) -> SymmetricKey) async throws(VaultError) -> SymmetricKey {
         let attempt =
@@ -330,8 +335,7 @@ actor Opener {
             }
         self.attempt = attempt
         let made = await attempt.value
-        // A missing or wrong key is permanent for this process; other I/O may be retried.
-        if case .failure(let error) = made, error.reason == .io || error.reason == .keyringUnavailable, self.attempt == attempt {
+        if case .failure(let error) = made, retrying.contains(error.reason), self.attempt == attempt {
             self.attempt = nil
         }
         return try made.get()

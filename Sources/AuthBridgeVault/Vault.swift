@@ -63,6 +63,12 @@ public struct VaultError: Error, Sendable, CustomStringConvertible {
         /// The account's lock was not free within `ProfileFileLock.maximumWait`
         /// (another process has held it that long); nothing was changed.
         case lockTimeout
+        /// The vault's database cannot be reached now (down, restarting, too slow):
+        /// retryable, nothing was lost, and never a reason to sign anyone out.
+        case vaultUnavailable
+        /// The vault's database refused the host's user (a missing grant, a failed
+        /// login): the message names what an administrator must grant.
+        case accessDenied
         case io
     }
 
@@ -91,7 +97,7 @@ public struct VaultError: Error, Sendable, CustomStringConvertible {
 /// (the session engine), and a backend that blocks briefly on file I/O does
 /// so there.
 public protocol Vault: Sendable {
-    /// "memory", "encrypted-file", "secret-service".
+    /// "memory", "encrypted-file", "secret-service", "postgresql".
     var backend: String { get }
     /// "none" (memory only), "encrypted" (AES-GCM at rest), "keyring".
     var protection: String { get }
@@ -123,11 +129,30 @@ public protocol Vault: Sendable {
     /// The same for the set of `profile`'s records (one added, replaced or
     /// removed), nil when the backend cannot tell.
     func changeProbe(forRecordsOf profile: String) -> ChangeProbe?
+    /// Tells `handler` (on a thread of the vault's) what other processes
+    /// sharing the vault changed, for backends that hear of it (PostgreSQL's
+    /// LISTEN/NOTIFY); the others never call it.
+    func observeChanges(_ handler: @escaping @Sendable (VaultChange) -> Void)
+    /// Hands `event` (a `session/changed` notification's params) to every
+    /// other process observing the vault; best effort, nothing for backends
+    /// that cannot.
+    func publish(_ event: JSON)
+}
+
+/// What another process did to a shared vault (see `Vault.observeChanges`).
+public enum VaultChange: Sendable {
+    /// A record was written or removed (its key; nil: any may have changed,
+    /// e.g. after the vault lost its connection and may have missed news).
+    case records(String?)
+    /// An event another process published (`Vault.publish`).
+    case event(JSON)
 }
 
 extension Vault {
     public func changeProbe(for key: String) -> ChangeProbe? { nil }
     public func changeProbe(forRecordsOf profile: String) -> ChangeProbe? { nil }
+    public func observeChanges(_ handler: @escaping @Sendable (VaultChange) -> Void) {}
+    public func publish(_ event: JSON) {}
 
     nonisolated(nonsending) public func load(_ profile: String) async throws -> VaultRecord? {
         try await load(profile, validate: { _ in nil })

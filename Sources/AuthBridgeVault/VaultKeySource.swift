@@ -17,6 +17,10 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
     /// 32 random bytes in a 0600 file, created on first use. Protects against
     /// other users and stolen vault files, not against this user's own programs.
     case keyFile(String)
+    /// A key file every host of a fleet is given (the PostgreSQL vault): read,
+    /// never created, so that no host makes a key of its own that the others
+    /// cannot open.
+    case sharedKeyFile(String)
     /// No acceptable source (e.g. `--require-secure-storage` on a machine
     /// without a keyring): the vault refuses to open, with this explanation.
     case unavailable(String)
@@ -28,7 +32,7 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .secret: "key from a secret"
-        case .keyFile(let path): "key file \(path)"
+        case .keyFile(let path), .sharedKeyFile(let path): "key file \(path)"
         case .unavailable: "no key"
         case .keyring: "key in the Secret Service"
         }
@@ -128,6 +132,14 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
             return HKDF<SHA256>.deriveKey(
                 inputKeyMaterial: SymmetricKey(data: Array(secret.utf8)),
                 salt: Array("authbridge-vault".utf8), info: Array("v1".utf8), outputByteCount: 32)
+        case .sharedKeyFile(let path):
+            guard let stored = try readKeyFile(path) else {
+                throw VaultError(
+                    .noKey,
+                    "The vault key file \(path) does not exist. Every host sharing the vault needs the same key: make one once (head -c 32 /dev/urandom > key; chmod 600 key) and give it to each (--vault-key-file), or set AUTHBRIDGE_VAULT_KEY."
+                )
+            }
+            return SymmetricKey(data: stored)
         case .keyFile(let path):
             if let stored = try readKeyFile(path) { return SymmetricKey(data: stored) }
             let folder = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])

@@ -43,16 +43,22 @@ struct HostOptions: ParsableArguments {
 
     @Option(
         help: ArgumentHelp(
-            "Where tokens are kept: encrypted-file (default), secret-service (the desktop keyring) or memory (forgotten at exit).",
+            "Where tokens are kept: encrypted-file (default), secret-service (the desktop keyring), postgresql (a database a fleet of hosts shares: --vault-url) or memory (forgotten at exit).",
             valueName: "BACKEND"))
     var vault: String = "encrypted-file"
+
+    @Option(
+        help: ArgumentHelp(
+            "The PostgreSQL vault's database, a libpq connection string (postgresql://USER@HOST/DB or key=value pairs). AUTHBRIDGE_VAULT_URL is read when this is not given: put a password there or in ~/.pgpass, never here (process listings show arguments).",
+            valueName: "URL"))
+    var vaultUrl: String?
 
     @Option(help: ArgumentHelp("The encrypted vault's folder (default: $XDG_DATA_HOME/authbridge/vault).", valueName: "DIR"))
     var vaultDir: String?
 
     @Option(
         help: ArgumentHelp(
-            "The vault key file (default: $XDG_DATA_HOME/authbridge/keys/vault.key; created on first use). AUTHBRIDGE_VAULT_KEY (a random 32-byte key: 64 hex digits or base64), when set, is used instead.",
+            "The vault key file (default: $XDG_DATA_HOME/authbridge/keys/vault.key; created on first use, except for --vault postgresql, whose hosts are all given the same one). AUTHBRIDGE_VAULT_KEY (a random 32-byte key: 64 hex digits or base64), when set, is used instead.",
             valueName: "FILE"))
     var vaultKeyFile: String?
 
@@ -61,8 +67,14 @@ struct HostOptions: ParsableArguments {
     var requireSecureStorage = false
 
     func validate() throws {
-        guard ["encrypted-file", "secret-service", "memory"].contains(vault) else {
-            throw ValidationError("--vault must be encrypted-file, secret-service or memory")
+        guard ["encrypted-file", "secret-service", "postgresql", "memory"].contains(vault) else {
+            throw ValidationError("--vault must be encrypted-file, secret-service, postgresql or memory")
+        }
+        if vault == "postgresql" && databaseURL == nil {
+            throw ValidationError("--vault postgresql needs its database: --vault-url URL, or AUTHBRIDGE_VAULT_URL")
+        }
+        if vault != "postgresql" && vaultUrl != nil {
+            throw ValidationError("--vault-url is for --vault postgresql")
         }
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
@@ -89,11 +101,17 @@ struct HostOptions: ParsableArguments {
         PluginLoader(folders: folders, policy: isolationPolicy, logger: logger)
     }
 
+    /// The PostgreSQL vault's connection string: --vault-url, else AUTHBRIDGE_VAULT_URL.
+    var databaseURL: String? { vaultUrl ?? ProcessHardening.vaultURL }
+
     /// The session store the options ask for. Nothing is opened here: the
     /// vault checks its folder and key on first use (off the start-up path).
     func sessionStore(warnings: inout [String]) -> SessionStore {
         if vault == "memory" { return .inMemory() }
         let data = Installation.userDataFolder
+        if vault == "postgresql", let url = databaseURL {
+            return SessionStore(vault: fleetVault(url: url, keyFile: vaultKeyFile ?? data.map({ $0 + "/keys/vault.key" }), warnings: &warnings))
+        }
         guard let folder = vaultDir ?? data.map({ $0 + "/vault" }),
             let keyFile = vaultKeyFile ?? data.map({ $0 + "/keys/vault.key" })
         else {
@@ -120,6 +138,36 @@ struct HostOptions: ParsableArguments {
             keySource = .keyFile(keyFile)
         }
         return SessionStore(vault: EncryptedFileVault(folder: folder, keySource: keySource))
+    }
+
+    /// The PostgreSQL vault: its key from AUTHBRIDGE_VAULT_KEY or a key file every host is
+    /// given (never made here: a key one host made alone would not open the others' records).
+    private func fleetVault(url: String, keyFile: String?, warnings: inout [String]) -> PostgresVault {
+        if vaultUrl.map(Self.holdsPassword) == true {
+            warnings.append(
+                "--vault-url holds a password, which process listings show: put the connection string in AUTHBRIDGE_VAULT_URL, or the password in ~/.pgpass"
+            )
+        }
+        let keySource: VaultKeySource
+        if let secret = ProcessHardening.vaultSecret {
+            if let problem = VaultKeySource.secretProblem(secret) { warnings.append(problem) }
+            keySource = .secret(secret)
+        } else if let keyFile {
+            keySource = .sharedKeyFile(keyFile)
+        } else {
+            keySource = .unavailable("The PostgreSQL vault needs its key: AUTHBRIDGE_VAULT_KEY, or --vault-key-file FILE.")
+        }
+        return PostgresVault(url: url, keySource: keySource, libraryPaths: Installation.helperLibraryCandidates("libAuthBridgePostgres.so"))
+    }
+
+    /// Whether a connection string carries a password (postgresql://user:secret@… or password=…).
+    static func holdsPassword(_ url: String) -> Bool {
+        if url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") {
+            let rest = url.drop(while: { $0 != "/" }).dropFirst(2)
+            let authority = rest.prefix(while: { $0 != "/" && $0 != "?" })
+            if let at = authority.lastIndex(of: "@"), authority[..<at].contains(":") { return true }
+        }
+        return url.contains("password=") || url.contains("password =")
     }
 
     /// The profiles file: --config, else $XDG_CONFIG_HOME/authbridge/config.json (nil: no home).

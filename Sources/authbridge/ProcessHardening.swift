@@ -7,8 +7,8 @@ import Glibc
 /// What the process does before anything else: the vault key and tokens
 /// live in its memory, so no core dump may write them out and no other
 /// process of this user may read them (ptrace, /proc/<pid>/mem); and the
-/// service secret leaves the environment, so no child (xdg-open, the
-/// browser it starts) inherits it.
+/// service secret and the vault's database URL leave the environment, so no
+/// child (xdg-open, the browser it starts, a plugin runner) inherits them.
 enum ProcessHardening {
     /// `AUTHBRIDGE_VAULT_KEY` as found at start; the environment no longer holds it.
     static let vaultSecret: String? = {
@@ -18,10 +18,20 @@ enum ProcessHardening {
         return text.isEmpty ? nil : text
     }()
 
+    /// `AUTHBRIDGE_VAULT_URL` (the PostgreSQL vault's connection string, which may hold a
+    /// password) as found at start; taken out of the environment like the vault key.
+    static let vaultURL: String? = {
+        guard let value = ab_process_take_variable("AUTHBRIDGE_VAULT_URL") else { return nil }
+        defer { free(value) }
+        let text = String(cString: value)
+        return text.isEmpty ? nil : text
+    }()
+
     static func apply() {
         // First: what a command run by `authbridge exec` inherits is what this process was given.
         ab_process_note_start()
         _ = vaultSecret
+        _ = vaultURL
         let status = ab_process_harden()
         if status != 0 {
             Terminal.standardError.warn("could not turn off core dumps for this process (\(String(cString: strerror(status))))")

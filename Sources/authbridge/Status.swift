@@ -165,6 +165,8 @@ extension Status {
             if protection == "keyring" { return "encrypted file (key in keyring)" }
             return ProcessHardening.vaultSecret != nil ? "encrypted file (key from AUTHBRIDGE_VAULT_KEY)" : "encrypted file (key file)"
         case "secret-service": return "keyring"
+        case "postgresql":
+            return ProcessHardening.vaultSecret != nil ? "PostgreSQL, sealed (key from AUTHBRIDGE_VAULT_KEY)" : "PostgreSQL, sealed (key file)"
         case "memory": return "memory (not kept)"
         case let backend: return "\(backend ?? "?") (\(protection ?? "?"))"
         }

@@ -161,7 +161,7 @@ final class EncryptedFileVaultTests: Sendable {
     @Test(.enabled(if: getenv("AUTHBRIDGE_TEST_KEYRING") != nil && getenv("DBUS_SESSION_BUS_ADDRESS") != nil))
     func anOpenerTakesTheVaultLockAroundTheKeyringLookupAndStore() async throws {
         let folder = scratch.path + "/vault"
-        let keyring = Keyring(libraryPaths: [Backend.keyringLibraryPath])
+        let keyring = Keyring(libraryPaths: [Backend.libraryPath("libAuthBridgeKeyring.so")])
         try makePrivateFolder(folder + "/locks")
         let lock = open(folder + "/locks/vault.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         #expect(flock(lock, LOCK_EX) == 0)

@@ -16,13 +16,16 @@ extension TemporaryFolder {
 }
 
 /// The backends the behaviour suite runs against. The Secret Service joins
-/// when `make test` provides an unlocked keyring (scripts/with-keyring.sh).
+/// when `make test` provides an unlocked keyring (scripts/with-keyring.sh),
+/// PostgreSQL when it provides a database (scripts/with-postgres.sh).
 enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
-    case memory, encryptedFile, secretService
+    case memory, encryptedFile, secretService, postgresql
 
     static var available: [Backend] {
-        getenv("AUTHBRIDGE_TEST_KEYRING") != nil && getenv("DBUS_SESSION_BUS_ADDRESS") != nil
-            ? allCases : [.memory, .encryptedFile]
+        var backends: [Backend] = [.memory, .encryptedFile]
+        if getenv("AUTHBRIDGE_TEST_KEYRING") != nil && getenv("DBUS_SESSION_BUS_ADDRESS") != nil { backends.append(.secretService) }
+        if TestDatabase.url != nil { backends.append(.postgresql) }
+        return backends
     }
 
     var testDescription: String { rawValue }
@@ -32,16 +35,17 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
         case .memory: MemoryVault()
         case .encryptedFile: EncryptedFileVault(folder: scratch.path + "/vault", keySource: .keyFile(scratch.path + "/keys/vault.key"))
         case .secretService: SecretServiceVault(keyring: Keyring(libraryPaths: [keyringLibrary]), lockFolder: scratch.path + "/locks")
+        case .postgresql: TestDatabase.vault(key: .keyFile(scratch.path + "/keys/vault.key"))
         }
     }
 
-    private var keyringLibrary: String { Self.keyringLibraryPath }
+    private var keyringLibrary: String { Self.libraryPath("libAuthBridgeKeyring.so") }
 
-    /// libAuthBridgeKeyring.so from this build (next to the test bundle).
-    static var keyringLibraryPath: String {
+    /// A helper library from this build (next to the test bundle).
+    static func libraryPath(_ file: String) -> String {
         var root = Substring(String(#filePath))
         while let slash = root.lastIndex(of: "/"), !root.hasSuffix("/Tests") { root = root[..<slash] }
-        return String(root.dropLast("/Tests".count)) + "/.build/debug/libAuthBridgeKeyring.so"
+        return String(root.dropLast("/Tests".count)) + "/.build/debug/" + file
     }
 }
 

@@ -153,6 +153,8 @@ class RawHost:
                                      stderr=self.stderr, bufsize=0)
         self.buffer = b""
         self.next_id = 0
+        #: The notifications read while waiting for answers (method, params), in arrival order.
+        self.notifications: list[tuple[str, Any]] = []
 
     def send(self, method: str, params: Any) -> int:
         self.next_id += 1
@@ -161,7 +163,7 @@ class RawHost:
         return self.next_id
 
     def answers(self, ids: list[int], deadline: float) -> dict[int, tuple[float, dict[str, Any]]]:
-        """Each id's answer and when it arrived (time.monotonic()); notifications are skipped."""
+        """Each id's answer and when it arrived (time.monotonic()); notifications are kept aside."""
         wanted, found = set(ids), {}
         while wanted:
             assert time.monotonic() < deadline, f"no answer to {len(wanted)} requests in time"
@@ -175,7 +177,9 @@ class RawHost:
             *lines, self.buffer = self.buffer.split(b"\n")
             for line in lines:
                 message = json.loads(line)
-                if message.get("id") in wanted:
+                if "method" in message:
+                    self.notifications.append((message["method"], message.get("params")))
+                elif message.get("id") in wanted:
                     wanted.discard(message["id"])
                     found[message["id"]] = (now, message)
         return found

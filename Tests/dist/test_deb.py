@@ -22,8 +22,8 @@ def test_control_names_its_dependencies():
     fields = dict(re.findall(r"^ ?(\w[\w-]*): (.*)$", run(["dpkg-deb", "-f", deb]).stdout, re.M))
     assert fields["Package"] == "authbridge" and fields["Version"] == VERSION and fields["Architecture"] == "amd64"
     depends = {part.split()[0] for part in fields["Depends"].split(", ")}
-    # From dpkg-shlibdeps: the system's jansson and libcurl; the Swift runtime is inside.
-    assert {"libc6", "libcurl4", "libjansson4", "libstdc++6", "libgcc-s1"} <= depends, fields["Depends"]
+    # From dpkg-shlibdeps: the system's jansson, libcurl and libpq; the Swift runtime is inside.
+    assert {"libc6", "libcurl4", "libjansson4", "libpq5", "libstdc++6", "libgcc-s1"} <= depends, fields["Depends"]
     assert not [name for name in depends if "swift" in name]
     assert fields["Recommends"] == "libsecret-1-0"
 
@@ -40,6 +40,7 @@ def test_files_under_usr(unpacked):
     for plugin in BUNDLED_PLUGINS:
         assert (root / "usr/lib/authbridge/plugins" / f"{plugin}.json").is_file()
     assert not list((root / "usr/lib/authbridge").glob("libcurl*")), "the system's libcurl, not a copy"
+    assert not list((root / "usr/lib/authbridge").glob("libpq*")), "the system's libpq, not a copy"
     assert runpath_problems(root) == []
     assert no_toolchain_paths(root) == []
 

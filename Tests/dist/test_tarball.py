@@ -25,7 +25,8 @@ def test_the_tree_holds_what_the_issue_lists(unpacked):
                 "share/zsh/site-functions/_authbridge", "share/fish/vendor_completions.d/authbridge.fish",
                 "share/doc/authbridge/LICENSE", "share/doc/authbridge/THIRD-PARTY-NOTICES",
                 "lib/authbridge/libAuthBridgeHTTP.so", "lib/authbridge/libAuthBridgeJWT.so",
-                "lib/authbridge/libAuthBridgeKeyring.so", "lib/authbridge/libswiftCore.so"]
+                "lib/authbridge/libAuthBridgeKeyring.so", "lib/authbridge/libAuthBridgePostgres.so", "lib/authbridge/libpq.so.5",
+                "lib/authbridge/libswiftCore.so"]
     expected += [f"lib/authbridge/plugins/{p}.json" for p in BUNDLED_PLUGINS]
     assert [name for name in expected if not (top / name).is_file()] == []
     assert (top / "bin" / "authbridge").stat().st_mode & 0o777 == 0o755

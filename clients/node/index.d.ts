@@ -44,7 +44,7 @@ export interface CookieRef {
 
 /** Where tokens are kept and how they are protected. */
 export interface StorageInfo {
-  backend: 'memory' | 'encrypted-file' | 'secret-service';
+  backend: 'memory' | 'encrypted-file' | 'secret-service' | 'postgresql';
   protection: 'none' | 'encrypted' | 'keyring';
 }
 
@@ -421,7 +421,8 @@ export declare class UnsupportedProtocolVersionError extends AuthBridgeError {
   readonly supported: string[] | undefined;
 }
 /**
- * -32011: the token vault failed (`insecurePermissions`, `corruptRecord`, `wrongKey`, `keyringUnavailable`…).
+ * -32011: the token vault failed (`insecurePermissions`, `corruptRecord`, `wrongKey`, `keyringUnavailable`,
+ * `accessDenied`…).
  */
 export declare class StorageError extends AuthBridgeError {}
 /** -32012: `completeSignIn` with no sign-in pending for that provider. */
@@ -483,8 +484,8 @@ export interface AuthBridgeOptions {
   config?: string;
   /** `--log-level` of the host's stderr log. */
   logLevel?: 'trace' | 'debug' | 'info' | 'notice' | 'warning' | 'error' | 'critical';
-  /** `--vault`: encrypted-file (default), secret-service or memory. */
-  vault?: 'encrypted-file' | 'secret-service' | 'memory';
+  /** `--vault`: encrypted-file (default), secret-service, postgresql (with `--vault-url` in `args` or AUTHBRIDGE_VAULT_URL in `env`) or memory. */
+  vault?: 'encrypted-file' | 'secret-service' | 'postgresql' | 'memory';
   /** `--vault-dir`. */
   vaultDir?: string;
   /** `serve --open-browser`: the host also runs xdg-open for browser sign-ins (a failure only reaches its log: show the openUrl URL too). */

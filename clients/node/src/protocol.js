@@ -115,7 +115,8 @@ export class UnsupportedProtocolVersionError extends AuthBridgeError {
   get supported() { return this.data?.supported; }
 }
 /**
- * -32011: the token vault failed (`insecurePermissions`, `corruptRecord`, `wrongKey`, `keyringUnavailable`…).
+ * -32011: the token vault failed (`insecurePermissions`, `corruptRecord`, `wrongKey`, `keyringUnavailable`,
+ * `accessDenied`…).
  */
 export class StorageError extends AuthBridgeError {}
 /** -32012: `completeSignIn` with no sign-in pending for that provider. */

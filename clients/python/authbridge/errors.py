@@ -165,7 +165,7 @@ class UnsupportedProtocolVersion(AuthBridgeError):
 
 class StorageError(AuthBridgeError):
     """-32011: the token vault failed (`insecurePermissions`, `corruptRecord`, `wrongKey`,
-    `keyringUnavailable`…)."""
+    `keyringUnavailable`, `accessDenied`…)."""
     code = -32011
 
 

@@ -59,7 +59,7 @@ class Account:
 
 @dataclass(frozen=True)
 class StorageInfo:
-    """Where a profile's tokens are kept: backend memory|encrypted-file|secret-service,
+    """Where a profile's tokens are kept: backend memory|encrypted-file|secret-service|postgresql,
     protection none|encrypted|keyring."""
     backend: str
     protection: str
