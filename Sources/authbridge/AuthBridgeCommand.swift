@@ -26,7 +26,7 @@ struct AuthBridgeCommand: AsyncParsableCommand {
             the problem).
             """,
         version: BridgeServer.serverVersion,
-        subcommands: [Serve.self, Login.self, Status.self, Token.self, Logout.self, Plugins.self, PluginRunner.self],
+        subcommands: [Serve.self, Agent.self, Login.self, Status.self, Token.self, Logout.self, Plugins.self, PluginRunner.self],
         defaultSubcommand: Serve.self
     )
 

@@ -35,6 +35,8 @@ struct Login: HumanCommand {
 
     @OptionGroup var options: HostOptions
 
+    @OptionGroup var agent: AgentChoice
+
     func validate() throws {
         guard (1...3_600).contains(timeout) else { throw ValidationError("--timeout must be 1…3600 seconds") }
     }
@@ -42,17 +44,17 @@ struct Login: HumanCommand {
     func execute() async throws {
         let err = Terminal.standardError
         let stage = LastStage()
-        let local = try LocalEngine(options: options, openBrowser: noBrowser || device ? nil : Login.browser(err)) { method, params in
+        let sessions = try await SessionAccess.open(options, agent, openBrowser: noBrowser || device ? nil : Login.browser(err)) {
+            method, params in
             guard method == "signIn/progress" else { return }
             stage.set(params["stage"]?.stringValue)
             Login.show(params, terminal: err, browserOpened: !noBrowser)
         }
         var params: [String: JSON] = ["timeoutMs": .int(timeout * 1000)]
         if device { params["flow"] = "device" }
-        let engine = local.engine
         let name = profile
         let signIn = Task { () async throws -> JSON in
-            try await engine.requestOAuthTokens(name, params: .object(params), requestID: "cli")
+            try await sessions.signIn(name, params: params)
         }
         let interrupt = Interrupt { signIn.cancel() }
         defer { interrupt.stop() }
@@ -65,10 +67,10 @@ struct Login: HumanCommand {
                 err.error(error.reason == "expired_token" ? error.message : "The sign-in was not completed within \(timeout) s.")
                 throw ExitCode(CommandExit.failure)
             }
-            if error.reason == "unsupportedFlow" && !device && local.flows(ofProfile: profile).contains("device") {
+            if error.reason == "unsupportedFlow" && !device && sessions.flows(ofProfile: profile).contains("device") {
                 err.line("Hint: this profile cannot sign in through a browser from the command line; try --device.")
             }
-            throw local.report(error)
+            throw sessions.report(error)
         }
         let out = Terminal.standardOutput
         out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status["account"]))")
