@@ -84,15 +84,23 @@ public final class BridgeAgent: Sendable {
         for (connection, _) in open { connection.stopReading() }
         for (_, task) in open { await task.value }
         await host.shutDown()
+    }
+
+    deinit {
         for fd in [stopPipe.read, stopPipe.write] where fd >= 0 { close(fd) }
     }
 
-    /// Stops accepting and ends every connection (SIGTERM). Safe from any
-    /// thread, any number of times.
+    /// Stops accepting and ends every connection. Safe from any thread, any
+    /// number of times.
     public func stop() {
         guard !stopped.exchange(true, ordering: .acquiringAndReleasing), stopPipe.write >= 0 else { return }
         _ = write(stopPipe.write, "x", 1)
     }
+
+    /// A descriptor that stops the agent when a byte is written to it: what a
+    /// signal handler may do (one `write(2)` is async-signal-safe), so that a
+    /// SIGTERM arriving the moment the agent starts is never lost.
+    public var stopDescriptor: Int32 { stopPipe.write }
 
     /// The number of connections served now.
     public var connectionCount: Int { state.withLock { $0.connections.count } }

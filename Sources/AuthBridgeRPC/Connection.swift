@@ -242,6 +242,8 @@ public final class Connection: Sendable {
         stopper.fire()
         writer.stop()
         if stopReadEnd >= 0 { _ = Glibc.close(stopReadEnd) }
+        // The delegate (a BridgeServer) holds this connection: let go of it, or neither is freed.
+        state.lock.withLock { state.delegate = nil }
     }
 
     /// Lets running and waiting requests finish, for at most `grace`.

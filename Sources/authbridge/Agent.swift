@@ -38,6 +38,21 @@ struct Agent: AsyncParsableCommand {
     @Flag(help: .hidden)
     var testClock = false
 
+    /// Where the signal handler writes to stop the agent.
+    nonisolated(unsafe) private static var stopFD: Int32 = -1
+
+    /// SIGTERM, SIGHUP and SIGINT stop the agent: a plain handler, installed before the agent says
+    /// it is ready (a dispatch source arms itself later, and a signal sent at once would be lost).
+    private static func stopOnSignals(_ fd: Int32) {
+        stopFD = fd
+        for number in [SIGTERM, SIGHUP, SIGINT] {
+            signal(number) { _ in
+                var byte: UInt8 = 1
+                _ = write(Agent.stopFD, &byte, 1)
+            }
+        }
+    }
+
     func run() async throws {
         // Nothing a plugin prints may reach whoever reads the ready line: fd 1 points at stderr.
         let readyFD = fcntl(1, F_DUPFD_CLOEXEC, 3)
@@ -75,13 +90,12 @@ struct Agent: AsyncParsableCommand {
         for warning in configuration.warnings { logger.warning("\(warning)") }
         let host = BridgeHost(configuration: configuration, store: store, logger: logger)
         let agent = BridgeAgent(host: host, listener: listener, logger: logger, policy: .init(allowRoot: allowRoot))
-        let termination = Interrupt(signals: [SIGTERM, SIGHUP, SIGINT]) { agent.stop() }
+        Agent.stopOnSignals(agent.stopDescriptor)
         Terminal(fd: readyFD).line(path)
         close(readyFD)
         logger.debug("agent listening", metadata: ["socket": "\(path)", "pid": "\(getpid())"])
 
         await agent.run()
-        termination.stop()
         close(listener)
         bound?.remove()
         logger.debug("agent stopped")

@@ -42,6 +42,8 @@ final class AgentSessions: Sessions {
     static func connect(
         path: String, openBrowser: SessionEngine.BrowserOpener?, events: @escaping SessionEngine.EventSink
     ) async -> Result<AgentSessions, ConnectFailure> {
+        // An agent that closes the connection must not kill the command with SIGPIPE.
+        signal(SIGPIPE, SIG_IGN)
         let fd: Int32
         do {
             fd = try UnixSocket.connect(path: path)

@@ -31,5 +31,6 @@ export {
   RequestTimeoutError,
   HostExitedError,
   HostNotFoundError,
+  AgentNotRunningError,
 } from './protocol.js';
-export { LineDecoder, MAX_LINE_BYTES } from './transport.js';
+export { LineDecoder, MAX_LINE_BYTES, agentSocketPath } from './transport.js';
