@@ -1,0 +1,154 @@
+import AuthBridgeJSON
+import AuthBridgeRPC
+import Logging
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A server as the agent has them: it holds its connection (as BridgeServer does), answers
+/// "echo", tells the peer "note" before it answers, and records each request's arrival number.
+private final class HoldingServer: ConnectionDelegate {
+    let connection: Connection
+    let sequences = Mutex<[UInt64]>([])
+
+    init(_ connection: Connection) { self.connection = connection }
+
+    func admit(_ request: Request) -> RPCError? { nil }
+
+    func handle(_ request: Request) async throws -> JSON {
+        sequences.withLock { $0.append(request.sequence) }
+        switch request.method {
+        case "echo":
+            connection.notify("note", ["about": request.params ?? .null])
+            return request.params ?? .null
+        case "sleep":
+            try await Task.sleep(for: .seconds(30))
+            return "woke"
+        default: throw RPCError.methodNotFound(request.method)
+        }
+    }
+
+    func received(_ notification: AuthBridgeRPC.Notification) -> Connection.Disposition {
+        notification.method == "exit" ? .exit(code: 0) : .proceed
+    }
+}
+
+/// One end of a Unix socket pair served by a `Connection`; the other end is the test's.
+private struct Served {
+    let connection: Connection
+    let serverFD: Int32
+    let peerFD: Int32
+    let run: Task<Connection.Ending, Never>
+
+    init(arrivalOrder: ArrivalOrder = ArrivalOrder()) {
+        var pair: [Int32] = [-1, -1]
+        _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair)
+        serverFD = pair[0]
+        peerFD = pair[1]
+        let connection = Connection(input: pair[0], output: pair[0], logger: Logger(label: "test"), arrivalOrder: arrivalOrder)
+        self.connection = connection
+        let server = HoldingServer(connection)
+        run = Task { await connection.run(delegate: server, drainGrace: .zero) }
+    }
+
+    /// Sends one request and returns its answer's line (blocking reads on the test's end).
+    func ask(_ frame: String) -> String {
+        let bytes = Array((frame + "\n").utf8)
+        bytes.withUnsafeBytes { _ = write(peerFD, $0.baseAddress, $0.count) }
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
+        var ready = pollfd(fd: peerFD, events: Int16(POLLIN), revents: 0)
+        while poll(&ready, 1, 10_000) == 1, read(peerFD, &byte, 1) == 1 {
+            if byte == 0x0A {
+                if line.contains(Array(#""id""#.utf8)) { return String(decoding: line, as: UTF8.self) }
+                line = []   // a notification
+                continue
+            }
+            line.append(byte)
+        }
+        return ""
+    }
+
+    /// The peer goes away; the connection ends and is released as the agent does it.
+    func end() async -> Connection.Ending {
+        Glibc.close(peerFD)
+        let ending = await run.value
+        _ = shutdown(serverFD, Int32(SHUT_RDWR))
+        connection.close()
+        Glibc.close(serverFD)
+        return ending
+    }
+}
+
+private func openDescriptors() -> Int {
+    var count = 0
+    if let folder = opendir("/proc/self/fd") {
+        while readdir(folder) != nil { count += 1 }
+        closedir(folder)
+    }
+    return count
+}
+
+@Suite("Connection lifetime", .serialized)
+struct ConnectionLifetimeTests {
+    @Test func aClosedConnectionLetsGoOfItsServerItsThreadsAndItsDescriptors() async throws {
+        let before = openDescriptors()
+        weak var lastConnection: Connection?
+        for round in 0..<50 {
+            let served = Served()
+            lastConnection = served.connection
+            #expect(served.ask(#"{"jsonrpc":"2.0","id":1,"method":"echo","params":{"round":\#(round)}}"#).contains(#""round":\#(round)"#))
+            #expect(await served.end() == .endOfInput)
+        }
+        // Left open, each round's stop pipe and sockets would add 4: 200. (Other suites run meanwhile: a margin.)
+        #expect(openDescriptors() < before + 20, "the stop pipe and the sockets are closed")
+        #expect(lastConnection == nil, "a connection whose server holds it is freed once closed")
+    }
+
+    @Test func connectionsSharingAnArrivalOrderNumberRequestsAcrossThem() async throws {
+        let order = ArrivalOrder()
+        let first = Served(arrivalOrder: order), second = Served(arrivalOrder: order)
+        _ = first.ask(#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#)
+        _ = second.ask(#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#)
+        _ = first.ask(#"{"jsonrpc":"2.0","id":2,"method":"echo"}"#)
+        #expect(order.next() == 4, "three requests were numbered 1, 2, 3 across both connections")
+        _ = await first.end()
+        _ = await second.end()
+    }
+}
+
+@Suite("RPC client", .serialized)
+struct RPCClientTests {
+    @Test func callsAreAnsweredEventsComeFirstCancellationReachesThePeerAndAnEndFailsWhatWaits() async throws {
+        let served = Served()
+        let notes = Mutex<[String]>([])
+        let client = RPCClient(fd: served.peerFD, logger: Logger(label: "test")) { method, _ in notes.withLock { $0.append(method) } }
+        #expect(try await client.call("echo", ["a": 1]) == ["a": 1])
+        #expect(notes.withLock { $0 } == ["note"], "the event the request caused came before its answer")
+
+        // Cancelled whenever it is (even before it was sent), the server is told after the request.
+        let sleeping = Task { try await client.call("sleep") }
+        sleeping.cancel()
+        do {
+            _ = try await sleeping.value
+            Issue.record("a cancelled call returned a result")
+        } catch let failure as RPCClient.Failure {
+            guard case .error(let error) = failure else { throw failure }
+            #expect(error.code == .requestCancelled)
+        }
+
+        let waiting = Task { try await client.call("sleep") }
+        _ = shutdown(served.serverFD, Int32(SHUT_RDWR))   // the server's end goes away, before or after the call
+        do {
+            _ = try await waiting.value
+            Issue.record("a call answered by nobody returned a result")
+        } catch let failure as RPCClient.Failure {
+            guard case .closed = failure else { throw failure }
+        }
+        client.close()
+        _ = await served.end()
+    }
+}
