@@ -26,7 +26,8 @@ struct Agent: AsyncParsableCommand {
 
     @OptionGroup var options: HostOptions
 
-    @Option(help: ArgumentHelp("The socket's path (default: $AUTHBRIDGE_AGENT_SOCKET, else $XDG_RUNTIME_DIR/authbridge/agent.sock).", valueName: "PATH"))
+    @Option(
+        help: ArgumentHelp("The socket's path (default: $AUTHBRIDGE_AGENT_SOCKET, else $XDG_RUNTIME_DIR/authbridge/agent.sock).", valueName: "PATH"))
     var socket: String?
 
     @Flag(help: "Also serve connections from root (by default only this user's are served).")
@@ -65,14 +66,16 @@ struct Agent: AsyncParsableCommand {
         var bound: AgentSocket.Bound?
         if let passed = UnixSocket.passedDescriptors().first {
             guard UnixSocket.isListeningStream(passed) else {
-                err.error("the service manager passed fd \(passed), which is not a listening stream socket (check ListenStream= in authbridge.socket)")
+                err.error(
+                    "the service manager passed fd \(passed), which is not a listening stream socket (check ListenStream= in authbridge.socket)")
                 throw ExitCode(CommandExit.failure)
             }
             _ = fcntl(passed, F_SETFL, fcntl(passed, F_GETFL) | O_NONBLOCK)
             listener = passed
         } else {
             guard let path = AgentSocket.path(socket) else {
-                err.error("no place for the agent's socket: XDG_RUNTIME_DIR is not set. Pass --socket PATH or set \(AgentSocket.environmentVariable).")
+                err.error(
+                    "no place for the agent's socket: XDG_RUNTIME_DIR is not set. Pass --socket PATH or set \(AgentSocket.environmentVariable).")
                 throw ExitCode(CommandExit.failure)
             }
             do {

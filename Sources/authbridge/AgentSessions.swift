@@ -47,7 +47,7 @@ final class AgentSessions: Sessions {
         let fd: Int32
         do {
             fd = try UnixSocket.connect(path: path)
-        } catch where [ENOENT, ECONNREFUSED].contains(error.errno) {
+        } catch  where [ENOENT, ECONNREFUSED].contains(error.errno) {
             return .failure(ConnectFailure(message: "no authbridge agent answers on \(path)", worthTelling: false))
         } catch {
             return .failure(ConnectFailure(message: "cannot reach the authbridge agent on \(path) (\(error))", worthTelling: true))
@@ -70,7 +70,8 @@ final class AgentSessions: Sessions {
             client.close()
             close(fd)
             if case .error(let refusal) = error {
-                return .failure(ConnectFailure(message: "the authbridge agent on \(path) refused this command: \(refusal.message)", worthTelling: true))
+                return .failure(
+                    ConnectFailure(message: "the authbridge agent on \(path) refused this command: \(refusal.message)", worthTelling: true))
             }
             return .failure(ConnectFailure(message: "the authbridge agent on \(path) closed the connection", worthTelling: true))
         }

@@ -64,7 +64,7 @@ private struct Served {
         while poll(&ready, 1, 10_000) == 1, read(peerFD, &byte, 1) == 1 {
             if byte == 0x0A {
                 if line.contains(Array(#""id""#.utf8)) { return String(decoding: line, as: UTF8.self) }
-                line = []   // a notification
+                line = [] // a notification
                 continue
             }
             line.append(byte)
@@ -141,7 +141,7 @@ struct RPCClientTests {
         }
 
         let waiting = Task { try await client.call("sleep") }
-        _ = shutdown(served.serverFD, Int32(SHUT_RDWR))   // the server's end goes away, before or after the call
+        _ = shutdown(served.serverFD, Int32(SHUT_RDWR)) // the server's end goes away, before or after the call
         do {
             _ = try await waiting.value
             Issue.record("a call answered by nobody returned a result")
