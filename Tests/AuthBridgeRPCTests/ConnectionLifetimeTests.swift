@@ -83,19 +83,11 @@ private struct Served {
     }
 }
 
-private func openDescriptors() -> Int {
-    var count = 0
-    if let folder = opendir("/proc/self/fd") {
-        while readdir(folder) != nil { count += 1 }
-        closedir(folder)
-    }
-    return count
-}
-
 @Suite("Connection lifetime", .serialized)
 struct ConnectionLifetimeTests {
-    @Test func aClosedConnectionLetsGoOfItsServerItsThreadsAndItsDescriptors() async throws {
-        let before = openDescriptors()
+    /// (Its descriptors are counted where nothing else runs: the agent's contract test, over 1,000
+    /// connections; here other suites open and close descriptors meanwhile.)
+    @Test func aClosedConnectionLetsGoOfTheServerThatHoldsIt() async throws {
         weak var lastConnection: Connection?
         for round in 0..<50 {
             let served = Served()
@@ -103,8 +95,6 @@ struct ConnectionLifetimeTests {
             #expect(served.ask(#"{"jsonrpc":"2.0","id":1,"method":"echo","params":{"round":\#(round)}}"#).contains(#""round":\#(round)"#))
             #expect(await served.end() == .endOfInput)
         }
-        // Left open, each round's stop pipe and sockets would add 4: 200. (Other suites run meanwhile: a margin.)
-        #expect(openDescriptors() < before + 20, "the stop pipe and the sockets are closed")
         #expect(lastConnection == nil, "a connection whose server holds it is freed once closed")
     }
 
