@@ -217,10 +217,11 @@ BENCH_HOST_ARGS := serve --no-default-plugins --vault memory --plugins $(RELEASE
 bench: deps-build deps-test
 	@$(MAKE) --no-print-directory release build
 	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson
+	gcc -O2 -o .build/hook-cost bench/hook-cost.c -ISources/CAuthBridgePlugin/include -ldl
 	$(PYTHON) bench/bench.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
 	  --host-args "$(BENCH_HOST_ARGS) --plugin-isolation none" --isolated-host-args "$(BENCH_HOST_ARGS) --plugin-isolation process"
 	$(PYTHON) bench/hot_path.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
-	  --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
+	  --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --hook-cost .build/hook-cost
 	scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
 	@echo "Cross-process refresh (4 hosts sharing one vault: 1 s access tokens for 7 s; then 50 calls each on an expired token; the fake, then django-oauth-toolkit):"

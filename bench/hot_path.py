@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 
@@ -65,6 +66,33 @@ def p99(values):
     return s[max(0, -(-99 * len(s) // 100) - 1)]
 
 
+def check_session_input():
+    """The input the host gives ctest's check_session for the bench session (418 bytes), as the
+    engine builds it: profile {name, settings, config}, tokens, installation."""
+    now = int(bench.time.time() * 1000)
+    return json.dumps({
+        "tokens": {"obtainedAt": now, "expiresAt": now + 3600000, "extras": {"sessionId": "bench"},
+                   "refreshToken": "rt-bench", "accessToken": "at-bench", "tokenType": "Bearer"},
+        "installation": {"name": "vm", "profileId": "ec5fe906-13d0-5ea9-b880-5e5e58bad04c", "id": "_sdBl-ZhiamOCQOUsl09lA"},
+        "profile": {"config": {"configuredBy": "ctest", "server": "https://bench.example"}, "name": "bench",
+                    "settings": {"server": "https://bench.example"}},
+    }, separators=(",", ":"))
+
+
+def plugin_cost(harness, library, scratch, n):
+    """Microseconds per call of the plugin's check_session by itself (bench/hook-cost.c), fastest of 3."""
+    path = os.path.join(scratch, "check_session_input.json")
+    with open(path, "w") as f:
+        f.write(check_session_input())
+    best = None
+    for _ in range(3):
+        out = subprocess.run([harness, library, path, str(n)], check=True, capture_output=True, text=True).stdout
+        line = next(l for l in out.splitlines() if l.startswith("HOOK_COST "))
+        us = json.loads(line[len("HOOK_COST "):])["usPerCall"]
+        best = us if best is None else min(best, us)
+    return best
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--host", required=True)
@@ -75,6 +103,7 @@ def main():
     ap.add_argument("--round-trips", type=int, default=5000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rss-requests", type=int, default=1000000)
+    ap.add_argument("--hook-cost", help="bench/hook-cost.c built: times ctest's check_session alone")
     args = ap.parse_args()
 
     scratch = tempfile.mkdtemp(prefix="authbridge-hot-path-")
@@ -142,6 +171,14 @@ def main():
     except bench.BenchError as e:
         failed.append("rss: %s" % e)
 
+    # (g) the plugin's own share of a checkSignInStatus: ctest's check_session alone, same input.
+    hook_us = None
+    if args.hook_cost:
+        try:
+            hook_us = plugin_cost(args.hook_cost, os.path.join(args.plugins, "libauthbridge-ctest.so"), scratch, n)
+        except (OSError, ValueError, subprocess.CalledProcessError) as e:
+            failed.append("hook cost: %s" % e)
+
     c_token = results.get("getAccessToken", {}).get("answerer")
     c_status = results.get("checkSignInStatus", {}).get("answerer")
     print()
@@ -154,6 +191,14 @@ def main():
             print("%-34s %-10s %-10s %-7s <= %.2fx" % (
                 "%s, %s vault" % (method, vault), "%.3f s" % wall if wall else "FAILED",
                 "%.3f s" % c if c else "FAILED", "%.2fx" % ratio if ratio else "-", GOAL_RATIO))
+    if hook_us is not None and c_status:
+        print("%-34s %.2f us per call: %.3f s of the %d" % ("ctest check_session alone", hook_us, hook_us * n / 1e6, n))
+        for vault in hosts:
+            wall = results.get("checkSignInStatus", {}).get(vault)
+            if wall:
+                rest = wall - hook_us * n / 1e6
+                print("%-34s %-10s %-10s %-7s" % ("  host without it, %s" % vault, "%.3f s" % rest, "%.3f s" % c_status,
+                                                  "%.2fx" % (rest / c_status)))
     for name, label in (("host", "getAccessToken round trip"), ("answerer", "C answerer round trip (floor)")):
         r = round_trip.get(name)
         print("%-34s %s" % (label, "p50 %.0f us, p99 %.0f us" % (r["p50"], r["p99"]) if r else "FAILED")
@@ -168,7 +213,7 @@ def main():
     for f in failed:
         print("FAILED: %s" % f)
     print("HOT_PATH_JSON " + json.dumps({"requests": n, "pipelined_s": results, "roundTripUs": round_trip,
-                                          "rssMB": rss, "failures": failed}, separators=(",", ":")))
+                                          "rssMB": rss, "checkSessionUs": hook_us, "failures": failed}, separators=(",", ":")))
     return 1 if failed else 0
 
 

@@ -84,7 +84,7 @@ public final class HookCall: Sendable {
 
     func setResult(_ text: UnsafeRawBufferPointer) -> Bool {
         do {
-            let value = try JSON.parse(text)
+            let value = try ShortAnswers.shared.parse(text)
             state.withLock {
                 $0.result = value
                 $0.error = nil
@@ -175,6 +175,27 @@ public final class HookCall: Sendable {
         return ProviderFailure(
             .internal, reason: "pluginError",
             message: "The \(pluginID) plugin failed in \(hook): \(detail).")
+    }
+}
+
+/// The last short answer a plugin set, parsed once: a status check answers
+/// `{"state":"valid"}` again and again, and the hot path calls it for every
+/// `checkSignInStatus`. Longer answers are parsed each time.
+final class ShortAnswers: Sendable {
+    static let shared = ShortAnswers()
+    static let maximumLength = 64
+    private let last = Mutex<(text: [UInt8], value: JSON)?>(nil)
+
+    func parse(_ text: UnsafeRawBufferPointer) throws(JSONParseError) -> JSON {
+        guard text.count <= Self.maximumLength else { return try JSON.parse(text) }
+        let remembered: JSON? = last.withLock { last in
+            guard let last, last.text.elementsEqual(text) else { return JSON?.none }
+            return last.value
+        }
+        if let remembered { return remembered }
+        let value = try JSON.parse(text)
+        last.withLock { $0 = (Array(text), value) }
+        return value
     }
 }
 

@@ -183,6 +183,7 @@ public final class Connection: Sendable {
     private func readLoop(generation: UInt64, delegate: ConnectionDelegate) {
         var exitCode: Int32?
         var replaced = false
+        var memo = FrameMemo()
         reader.run(onDrained: flushAnsweredAtOnce) { event in
             switch event {
             case .tooLarge(let count):
@@ -190,7 +191,7 @@ public final class Connection: Sendable {
                 answer(error: .invalidRequest("frame of \(count) bytes exceeds the limit of \(reader.maxFrameBytes)"), id: nil)
             case .frame(let bytes):
                 if ending.value.withLock({ $0 }) == .peerGone { return false }
-                switch dispatch(IncomingMessage.decode(bytes), size: bytes.count, delegate: delegate, generation: generation) {
+                switch dispatch(memo.decode(bytes), size: bytes.count, delegate: delegate, generation: generation) {
                 case .proceed: break
                 case .exit(let code):
                     exitCode = code

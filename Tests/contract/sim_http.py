@@ -14,6 +14,7 @@ import hashlib
 import http.client
 import json
 import socket
+import ssl
 import sys
 import threading
 import urllib.parse
@@ -124,12 +125,16 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Served:
-    """`handler` served on `address`:`port` (0: an ephemeral port) by a daemon thread."""
+    """`handler` served on `address`:`port` (0: an ephemeral port) by a daemon thread; over TLS with
+    `tls` (a server context, e.g. the test kit's `tls.self_signed(...).server_context()`)."""
 
-    def __init__(self, handler: type[Handler], address: str = "127.0.0.1", port: int = 0, name: str = "simulator") -> None:
+    def __init__(self, handler: type[Handler], address: str = "127.0.0.1", port: int = 0, name: str = "simulator",
+                 tls: ssl.SSLContext | None = None) -> None:
         self.server = QuietServer((address, port), handler)
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
-        self.base = f"http://{address}:{self.port}"
+        self.base = f"{'https' if tls else 'http'}://{address}:{self.port}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=name, daemon=True)
         self._thread.start()
@@ -148,8 +153,9 @@ class Simulator:
 
     _served: list[Served] | None = None
 
-    def serve(self, handler: type[Handler], address: str = "127.0.0.1", port: int = 0, name: str = "simulator") -> Served:
-        served = Served(handler, address, port, name)
+    def serve(self, handler: type[Handler], address: str = "127.0.0.1", port: int = 0, name: str = "simulator",
+              tls: ssl.SSLContext | None = None) -> Served:
+        served = Served(handler, address, port, name, tls)
         self._served = (self._served or []) + [served]
         return served
 

@@ -29,8 +29,11 @@ It reproduces what plugins/salesforce/README.md records about Salesforce, on two
     ``Wrong_Org``, unknown user → 404 ``Bad_Id``, a deactivated user whose session it still
     recognises (``deactivate_user(end_sessions=False)``) → 404 ``Inactive``.
 * the org's **instance** (``instance_url``, another port: API calls must go there, not to the login
-  host): a small REST API under ``/services/data/v60.0/`` (``sobjects``, ``query``, records, a POST
-  that creates one). A dead access token → 401
+  host; https with ``instance_tls``, for clients that speak only https, such as simple-salesforce):
+  a small REST API under ``/services/data/v60.0/`` (``sobjects``, ``query``, records, a POST that
+  creates one), each resource with or without a trailing slash, as Salesforce answers them (the
+  REST API Developer Guide's own examples call ``…/v60.0/query/?q=…``; simple-salesforce calls
+  ``query/`` and ``sobjects/Account/``). A dead access token → 401
   ``[{"message":"Session expired or invalid","errorCode":"INVALID_SESSION_ID"}]``. A session dies when
   the org's session timeout (24 h, on the simulator's clock) has passed since its token was issued,
   or by an admin action.
@@ -60,6 +63,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import ssl
 import threading
 import time
 import urllib.parse
@@ -123,7 +127,7 @@ class SalesforceSim(sim_http.Simulator):
     def __init__(self, client_id: str = CLIENT_ID, redirect_uri: str = EXTERNAL_REDIRECT_URI,
                  session_timeout_ms: int = SESSION_TIMEOUT_MS, refresh_latency: float = 0.1,
                  rotate_refresh_tokens: bool = False, client_secret: str | None = None,
-                 callback_urls: list[str] | None = None) -> None:
+                 callback_urls: list[str] | None = None, instance_tls: ssl.SSLContext | None = None) -> None:
         self.client_id = client_id
         self.redirect_uri = redirect_uri            # what settings() gives a profile
         self.callback_urls = callback_urls or [redirect_uri]
@@ -131,6 +135,7 @@ class SalesforceSim(sim_http.Simulator):
         self.refresh_latency = refresh_latency
         self.rotate_refresh_tokens = rotate_refresh_tokens
         self.client_secret = client_secret
+        self.instance_tls = instance_tls
         self.lock = threading.Lock()
         self.users = {name: User(**vars(user)) for name, user in DEFAULT_USERS.items()}
         self.org_active = True
@@ -177,7 +182,8 @@ class SalesforceSim(sim_http.Simulator):
     def start(self) -> "SalesforceSim":
         for role in ("login", "instance"):
             handler = type(f"{role.title()}Handler", (_Handler,), {"sim": self, "role": role})
-            base = self.serve(handler, name=f"salesforce-sim-{role}").base
+            tls = self.instance_tls if role == "instance" else None
+            base = self.serve(handler, name=f"salesforce-sim-{role}", tls=tls).base
             if role == "login":
                 self.login_base = base
             else:
@@ -564,12 +570,13 @@ class SalesforceSim(sim_http.Simulator):
 
     def _api_locked(self, method: str, path: str, query: dict[str, str], token: str | None,
                     body: bytes) -> tuple[int, Any]:
-        if path in ("/services/data", "/services/data/"):
+        path = path.rstrip("/")     # `…/query/` is `…/query`
+        if path == "/services/data":
             return 200, [{"label": "Spring '24", "url": f"/services/data/v{API_VERSION}", "version": API_VERSION}]
         if not token or self._session_for(token) is None:
             return 401, INVALID_SESSION
         base = f"/services/data/v{API_VERSION}"
-        if path in (base, base + "/"):
+        if path == base:
             return 200, {"sobjects": f"{base}/sobjects", "query": f"{base}/query", "limits": f"{base}/limits"}
         if path == base + "/sobjects" and method == "GET":
             return 200, {"encoding": "UTF-8", "maxBatchSize": 200,

@@ -34,7 +34,8 @@ export function dotPython() {
  *   timeoutMs bounds the start (the first one migrates a SQLite database: a few seconds).
  * @returns {Promise<{port: number, base: string, issuer: string, settings: (extra?: object) => object,
  *   stats: () => Promise<object>, secrets: () => Promise<string[]>, isIssued: (token: string) => Promise<boolean>,
- *   stop: () => Promise<void>}>}
+ *   revoke: (token: string) => Promise<void>, endAccessToken: (token: string) => Promise<void>,
+ *   adminRevoke: (user?: string) => Promise<number>, stop: () => Promise<void>}>}
  */
 export async function startDot({ state, accessLifetime = 3600, python = dotPython(), timeoutMs = 120_000 }) {
   fs.mkdirSync(state, { recursive: true });
@@ -86,6 +87,26 @@ export async function startDot({ state, accessLifetime = 3600, python = dotPytho
     /** Every code and token DOT handed out (for leak scans). */
     secrets: async () => (await getJson('/test/secrets')).secrets,
     isIssued: async (token) => (await getJson(`/test/issued?${new URLSearchParams({ token })}`)).issued,
+    /**
+     * RFC 7009 at DOT's revocation endpoint: the token stops working at once, and so does the rest
+     * of its grant (DOT revokes an access token's refresh token too, as §2.1 allows).
+     */
+    async revoke(token) {
+      const response = await fetch(`${base}/o/revoke_token/`, {
+        method: 'POST', body: new URLSearchParams({ token, client_id: CLIENT_ID }), signal: AbortSignal.timeout(10_000),
+      });
+      if (response.status !== 200) throw new Error(`DOT's revocation endpoint answered ${response.status}`);
+    },
+    /**
+     * The access token stops working now, at the server only (as a server does that ends sessions
+     * early); its refresh token still works.
+     */
+    async endAccessToken(token) {
+      const { ended } = await getJson(`/test/end-access?${new URLSearchParams({ token })}`);
+      if (ended !== 1) throw new Error(`DOT ended ${ended} access tokens, not 1`);
+    },
+    /** What an administrator does in DOT's admin: revoke every refresh token (and access token) of `user`. */
+    adminRevoke: async (user = USER) => (await getJson(`/test/admin-revoke?${new URLSearchParams({ user })}`)).revoked,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       await exited;

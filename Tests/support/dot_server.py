@@ -27,6 +27,9 @@ Test-only endpoints:
 - `GET /test/user?name=ada`: the `sub` DOT gives that user (its id) in ID tokens and userinfo;
 - `GET /test/admin-revoke?user=ada`: what an administrator does in DOT's admin — revoke every
   refresh token (and its access token) of a user;
+- `GET /test/end-access?token=…`: the access token stops working now (its expiry moved to the past,
+  as a server does that ends sessions early); its refresh token still works. (Revoking the access
+  token at `/o/revoke_token/` revokes its refresh token too, as RFC 7009 §2.1 allows.)
 - `GET /test/tamper?mode=signature|aud|exp|nonce|none`: the next ID tokens the token endpoint
   hands out are altered (a flipped signature byte, or re-signed with DOT's own key and another
   `aud`, an `exp` in the past, another `nonce`): the client must refuse each.
@@ -231,6 +234,18 @@ def admin_revoke(request):
     return JsonResponse({"revoked": revoked})
 
 
+def end_access(request):
+    import datetime
+    import hashlib
+
+    from django.utils import timezone
+    from oauth2_provider.models import get_access_token_model
+    checksum = hashlib.sha256(request.GET["token"].encode()).hexdigest()
+    ended = get_access_token_model().objects.filter(token_checksum=checksum).update(
+        expires=timezone.now() - datetime.timedelta(seconds=1))
+    return JsonResponse({"ended": ended})
+
+
 def secrets(request):
     with STATS_LOCK:
         return JsonResponse({"secrets": sorted(value for value in HANDED_OUT if value)})
@@ -277,6 +292,7 @@ urlpatterns = [
     path("test/user", user),
     path("test/tamper", tamper),
     path("test/admin-revoke", admin_revoke),
+    path("test/end-access", end_access),
 ]
 
 call_command("migrate", verbosity=0, interactive=False)

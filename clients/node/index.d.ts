@@ -466,6 +466,15 @@ export declare class AgentNotRunningError extends HostNotFoundError {
   readonly socket: string | undefined;
 }
 
+/**
+ * authorizedFetch() refused to send a token over plain http to a host that is not a loopback IP
+ * address; nothing was sent (and nothing asked of the host). `reason` "insecureUrl".
+ */
+export declare class InsecureUrlError extends AuthBridgeError {
+  /** The URL's origin (never its path or query, which may hold secrets of their own). */
+  readonly url: string;
+}
+
 /** Error class by code. */
 export declare const errorClasses: Readonly<Record<number, typeof AuthBridgeError>>;
 /** The error for a JSON-RPC error object. */
@@ -547,6 +556,17 @@ export interface SignInOptions extends CallOptions {
   onProgress?: (params: SignInProgressParams) => void;
 }
 
+/** Options of `bridge.authorizedFetch(profile, options)`. */
+export interface AuthorizedFetchOptions {
+  /** Which signed-in account of the profile (Account.id); default: the current one. */
+  account?: string;
+  /** Renew the token first when it expires sooner than this (default: the host's, 60 000 ms). */
+  minValidityMs?: number;
+}
+
+/** What `bridge.authorizedFetch()` returns: a function with fetch's signature. */
+export type AuthorizedFetch = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+
 export declare class AuthBridge extends EventEmitter<BridgeEvents> {
   /** Spawns and initializes a host. */
   static start(options?: AuthBridgeOptions): Promise<AuthBridge>;
@@ -590,6 +610,18 @@ export declare class AuthBridge extends EventEmitter<BridgeEvents> {
   signOut(params: SignOutParams | string, options?: CallOptions): Promise<SignOutResult>;
   /** rpc.discover: the OpenRPC document. */
   discover(options?: CallOptions): Promise<Record<string, unknown>>;
+
+  /**
+   * A function with fetch's signature (the global fetch underneath) that puts the access token of
+   * `profile` on every request: getAccessToken's headers, and its cookies for the URL's host and
+   * path. A 401 from the URL's origin renews the token once (forceRefresh) and sends the request
+   * again — unless its body was a stream (a ReadableStream, an async iterable, a Request object's
+   * own body): then the 401 is the answer, and the token is renewed for a retry. A renewal that
+   * fails rejects with the bridge's error class (NotSignedInError "revoked": sign in again), its
+   * message naming the request. Only https, or plain http to a loopback IP address, gets a token
+   * (else InsecureUrlError). `init.signal` also cancels the token calls.
+   */
+  authorizedFetch(profile: string, options?: AuthorizedFetchOptions): AuthorizedFetch;
 }
 
 /** The argv of `authbridge serve` for the options. */

@@ -148,9 +148,12 @@ def wheel(tree: Path, out: Path, version: str) -> Path:
     dist_info = f"authbridge-{version}.dist-info"
     readme = (REPO / "clients" / "python" / "README.md").read_text()
     classifiers = "".join(f"Classifier: {c}\n" for c in project.get("classifiers", []))
+    # The extras (`authbridge[httpx]`: what the auth objects for HTTP libraries need), as setuptools writes them.
+    extras = "".join(f"Provides-Extra: {name}\n" + "".join(f'Requires-Dist: {need}; extra == "{name}"\n' for need in needs)
+                     for name, needs in project.get("optional-dependencies", {}).items())
     metadata = (f"Metadata-Version: 2.4\nName: authbridge\nVersion: {version}\nSummary: {project['description']}\n"
                 f"License-Expression: Apache-2.0\nLicense-File: LICENSE\nRequires-Python: {project['requires-python']}\n"
-                f"{classifiers}Classifier: Operating System :: POSIX :: Linux\n"
+                f"{extras}{classifiers}Classifier: Operating System :: POSIX :: Linux\n"
                 f"Description-Content-Type: text/markdown\n\n{readme}")
     entry_points = "[console_scripts]\nauthbridge = authbridge._bundled:main\n"
     # Tag it once provisionally, ask auditwheel what the binaries really need, then write it

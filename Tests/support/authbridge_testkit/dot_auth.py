@@ -147,6 +147,18 @@ class DotAuthServer:
         status, _ = browser.submit(confirm_page, {"action": action})
         assert status == 302, f"the decision was refused ({status})"
 
+    def revoke(self, token: str) -> None:
+        """RFC 7009 at DOT's revocation endpoint: the token stops working at once, and so does the
+        rest of its grant (DOT revokes an access token's refresh token too, as §2.1 allows)."""
+        form = urllib.parse.urlencode({"token": token, "client_id": CLIENT_ID}).encode()
+        with urllib.request.urlopen(self.base + "/o/revoke_token/", data=form, timeout=10) as response:
+            assert response.status == 200, f"DOT's revocation endpoint answered {response.status}"
+
+    def end_access_token(self, token: str) -> None:
+        """The access token stops working now, at the server only (as a server does that ends
+        sessions early); its refresh token still works."""
+        assert self._get_json("/test/end-access?" + urllib.parse.urlencode({"token": token}))["ended"] == 1
+
     def admin_revoke(self, user: str = USER) -> int:
         """What an administrator does in DOT's admin: revoke every refresh token of `user`."""
         return self._get_json("/test/admin-revoke?" + urllib.parse.urlencode({"user": user}))["revoked"]

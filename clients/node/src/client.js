@@ -12,6 +12,7 @@ import { spawn } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { accessSync, constants } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { authorizedFetch } from './authorized_fetch.js';
 import { AgentSocket, HostProcess, agentSocketPath } from './transport.js';
 import {
   AbortError,
@@ -584,6 +585,19 @@ export class AuthBridge extends EventEmitter {
 
   /** The OpenRPC document of the protocol (`rpc.discover`). */
   discover(options) { return this.request('rpc.discover', undefined, options); }
+
+  // ── For HTTP libraries ──────────────────────────────────────────────────
+
+  /**
+   * A function with fetch's signature (the global fetch underneath) that puts the access token of
+   * `profile` on every request: getAccessToken's headers, and its cookies for the URL's host and
+   * path. A 401 from the URL's origin renews the token once (forceRefresh) and sends the request
+   * again, unless its body was a stream. Only https, or http to a loopback IP address, gets a
+   * token (else InsecureUrlError). See the README ("authorizedFetch").
+   * @param {string} profile
+   * @param {{account?: string, minValidityMs?: number}} [options]
+   */
+  authorizedFetch(profile, options) { return authorizedFetch(this, profile, options); }
 }
 
 /**

@@ -32,5 +32,6 @@ export {
   HostExitedError,
   HostNotFoundError,
   AgentNotRunningError,
+  InsecureUrlError,
 } from './protocol.js';
 export { LineDecoder, MAX_LINE_BYTES, agentSocketPath } from './transport.js';

@@ -230,6 +230,21 @@ export class AgentNotRunningError extends HostNotFoundError {
   }
 }
 
+/**
+ * authorizedFetch() was asked to send a token over plain http to a host that is not a loopback
+ * IP address, where anyone on the way could read it (the host's own rule for provider
+ * endpoints). Nothing was sent. `url` is the URL's origin (a query may hold secrets of its own);
+ * `reason` "insecureUrl".
+ */
+export class InsecureUrlError extends AuthBridgeError {
+  /** @param {string} origin */
+  constructor(origin) {
+    super(`refusing to send a token to ${origin}: use https (plain http only to 127.0.0.1 or [::1])`,
+      { data: { reason: 'insecureUrl' } });
+    this.url = origin;
+  }
+}
+
 // ── Frames ─────────────────────────────────────────────────────────────────
 
 const has = (object, key) => Object.prototype.hasOwnProperty.call(object, key);

@@ -11,7 +11,8 @@
 
 Modules: `transport` (the process and its pipes), `protocol` (JSON-RPC: ids, cancellation,
 events), `client` (the typed asyncio API), `errors`, `types`, `sync` (a blocking wrapper).
-No third-party dependencies; Python 3.10+.
+No third-party dependencies; Python 3.10+. Imported only when asked for, as they need their
+library: `authbridge.requests` and `authbridge.httpx`, `auth=` objects for those HTTP clients.
 """
 
 __version__ = "0.1.0"

@@ -27,7 +27,7 @@ __all__ = [
     "ProviderRefused", "UserCancelled", "Timeout", "ProviderUnavailable", "PluginError",
     "Unsupported", "UnsupportedProtocolVersion", "StorageError", "NoPendingSignIn",
     "ConfigurationError", "HostExited", "HostNotFound", "AgentNotRunning", "BridgeClosed", "FrameTooLarge", "ProtocolError",
-    "RequestTimeout", "error_from_wire",
+    "RequestTimeout", "InsecureURL", "error_from_wire",
 ]
 
 
@@ -37,8 +37,8 @@ class AuthBridgeError(Exception):
     For an error answered by the host, `code`, `message` and `data` are the JSON-RPC error
     object's members; `provider`, `reason`, `retryable`, `field` are copied out of `data`
     (None when absent). `request_method` is the method of the call that failed. Errors made by
-    the client itself (`HostExited`, `HostNotFound`, `BridgeClosed`, `FrameTooLarge`) have `code`
-    None; `RequestTimeout` has the code of `Timeout`.
+    the client itself (`HostExited`, `HostNotFound`, `BridgeClosed`, `FrameTooLarge`,
+    `InsecureURL`) have `code` None; `RequestTimeout` has the code of `Timeout`.
     """
 
     code: int | None = None
@@ -277,6 +277,18 @@ class RequestTimeout(Timeout, _BuiltinTimeout):
 
 class FrameTooLarge(AuthBridgeError):
     """An answer was longer than `max_frame_bytes`; it was skipped and the bridge goes on."""
+
+
+class InsecureURL(AuthBridgeError, ValueError):
+    """An auth object (`authbridge.requests`, `authbridge.httpx`) was asked to send a token over
+    plain http to a host that is not a loopback IP address, where anyone on the way could read it
+    (the host's own rule for provider endpoints). Nothing was sent. `url` is the URL's origin
+    (scheme, host and port: a query may hold secrets of its own)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"refusing to send a token to {url}: use https (plain http only to 127.0.0.1 or [::1])",
+                         data={"reason": "insecureUrl"})
+        self.url = url
 
 
 def error_from_wire(error: Any, request_method: str | None = None) -> AuthBridgeError:

@@ -114,6 +114,14 @@ class SyncAuthBridge(Listeners):
             future.cancel()
             raise
 
+    async def _await_from(self, coroutine: Coroutine[Any, Any, R]) -> R:
+        """Awaits `coroutine` on the bridge's loop from another event loop (an `httpx.AsyncClient`'s):
+        that loop goes on meanwhile, and cancelling the awaiting task cancels the request at the host."""
+        if self._loop.is_closed():
+            coroutine.close()
+            raise BridgeClosed("the bridge is closed")
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
+
     def _stop_loop(self) -> None:
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._loop.stop)

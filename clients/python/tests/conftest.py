@@ -25,6 +25,7 @@ pytest-asyncio needed).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import inspect
 import json
@@ -389,4 +390,33 @@ async def sign_in(bridge: authbridge.AuthBridge, dot: DotAuthServer, provider: s
     status = await bridge.request_oauth_tokens(provider, flow="browser", on_progress=on_progress, timeout=WAIT * 2)
     assert len(users) == 1, "one openUrl event"
     assert await asyncio.wait_for(users[0], WAIT) == 200
+    return status
+
+
+def sign_in_blocking(bridge: authbridge.sync.SyncAuthBridge, dot: DotAuthServer, provider: str = "dot") -> authbridge.SignInStatus:
+    """The browser flow through a blocking bridge, the scripted user acting on the openUrl event."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        users: list[concurrent.futures.Future[int]] = []
+
+        def on_progress(event: authbridge.SignInProgress) -> None:
+            if event.stage == "openUrl":
+                users.append(pool.submit(play_user, dot, event.url))
+
+        status = bridge.request_oauth_tokens(provider, flow="browser", on_progress=on_progress, timeout=WAIT * 2)
+        assert [user.result(WAIT) for user in users] == [200]
+    assert status.signed_in
+    return status
+
+
+def sign_in_external_blocking(bridge: authbridge.sync.SyncAuthBridge, provider: str,
+                              browse: Callable[[str], str]) -> authbridge.SignInStatus:
+    """The external flow through a blocking bridge: the app's web view opens the page, `browse(url)`
+    signs the user in there and gives the redirect it caught, which the app hands over."""
+    with bridge.events("signIn/progress") as progress, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        signing_in = pool.submit(bridge.request_oauth_tokens, provider, flow="external")
+        opened = progress.get(timeout=WAIT)
+        assert opened.stage == "openUrl" and opened.url
+        assert bridge.complete_sign_in(provider, browse(opened.url))
+        status = signing_in.result(WAIT)
+    assert status.signed_in
     return status

@@ -1,8 +1,8 @@
 // Typical uses of @authbridge/client, type-checked with `tsc --strict` by test/units.test.mjs:
 // index.d.ts must accept these, and reject the lines marked @ts-expect-error.
 import {
-  AbortError, AccessTokenResult, AuthBridge, ErrorCodes, HostExitedError, HostNotFoundError, InitializeResult, NotSignedInError, SignInStatus,
-  SignOutResult, UnsupportedProtocolVersionError,
+  AbortError, AccessTokenResult, AuthBridge, AuthorizedFetch, ErrorCodes, HostExitedError, HostNotFoundError, InitializeResult,
+  InsecureUrlError, NotSignedInError, SignInStatus, SignOutResult, UnsupportedProtocolVersionError,
 } from '@authbridge/client';
 
 export async function typicalUse(): Promise<void> {
@@ -32,6 +32,14 @@ export async function typicalUse(): Promise<void> {
     if (error instanceof AbortError) console.log(error.cause);
     if (error instanceof UnsupportedProtocolVersionError) console.log(error.supported);
   }
+  const api: AuthorizedFetch = bridge.authorizedFetch('corp', { account: 'sub-1', minValidityMs: 30_000 });
+  const me: Response = await api('https://api.example.com/me', { headers: { Accept: 'application/json' }, signal: new AbortController().signal });
+  console.log(me.status, (await api(new URL('https://api.example.com/x'))).ok, (await bridge.authorizedFetch('corp')(new Request('https://a.example/'))).ok);
+  try {
+    await api('http://api.example.com/me');
+  } catch (error) {
+    if (error instanceof InsecureUrlError) console.log(error.url, error.reason);
+  }
   const fresh: InitializeResult = await bridge.restart({ timeoutMs: 10_000 });
   console.log(fresh.warnings?.length);
   await AuthBridge.start({ env: { AUTHBRIDGE: '/opt/authbridge/bin/authbridge' }, onWarning: (warning) => console.warn(warning.length) });
@@ -46,6 +54,10 @@ export async function typicalUse(): Promise<void> {
   await bridge.fetch({ provider: 'corp' });
   // @ts-expect-error an event the bridge does not emit
   bridge.on('session/exploded', () => {});
+  // @ts-expect-error authorizedFetch needs a profile name
+  bridge.authorizedFetch();
+  // @ts-expect-error an option authorizedFetch does not have
+  bridge.authorizedFetch('corp', { forceRefresh: true });
   // @ts-expect-error warnings are text
   await AuthBridge.start({ onWarning: (warning: number) => warning });
 }

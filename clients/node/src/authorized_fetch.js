@@ -1,0 +1,141 @@
+// bridge.authorizedFetch(profile): a function with fetch's signature that authorizes every request
+// with the session's access token, as the Python client's auth objects do for requests and httpx.
+//
+// Why it asks the host for every request instead of keeping the token: the host answers a valid
+// session's getAccessToken from its cache, so it costs one local round trip and never hands out a
+// token the user has since signed out of, or that another process has since refreshed.
+
+import { isIPv4 } from 'node:net';
+import { AuthBridgeError, InsecureUrlError, NotSignedInError, errorClasses } from './protocol.js';
+
+/**
+ * Throws InsecureUrlError unless a token may be sent to `url`: https, or plain http to a
+ * loopback IP address (the host's rule for provider endpoints; a name such as `localhost` may
+ * resolve anywhere).
+ * @param {URL} url
+ */
+export function checkUrl(url) {
+  if (url.protocol === 'https:') return;
+  const host = url.hostname;
+  if (url.protocol === 'http:' && ((isIPv4(host) && host.startsWith('127.')) || host === '[::1]')) return;
+  throw new InsecureUrlError(url.origin === 'null' ? `${url.protocol}//${url.host}` : url.origin);
+}
+
+/** RFC 6265 §5.1.4. */
+function pathMatches(requestPath, cookiePath) {
+  if (requestPath === cookiePath) return true;
+  return requestPath.startsWith(cookiePath) && (cookiePath.endsWith('/') || requestPath[cookiePath.length] === '/');
+}
+
+/**
+ * Whether a cookie of getAccessToken goes with a request to `url`. Its `domain` is the host it is
+ * for (bridge-spec: no leading dot), so it goes to that host only, as a host-only cookie; within
+ * its `path`; over https only when `secure`.
+ * @param {{domain: string, path: string, secure?: boolean, maxAge?: number}} cookie
+ * @param {URL} url
+ */
+function applies(cookie, url) {
+  if (url.hostname.toLowerCase() !== cookie.domain.toLowerCase().replace(/^\./, '')) return false;
+  if (cookie.secure && url.protocol !== 'https:') return false;
+  if (cookie.maxAge === 0) return false;
+  return pathMatches(url.pathname || '/', cookie.path || '/');
+}
+
+/**
+ * `request` with getAccessToken's headers (replacing fields of the same name) and its cookies
+ * for the request's URL in the Cookie field (replacing cookies of the same name, keeping others).
+ * @param {Request} request
+ * @param {{headers: Record<string, string>, cookies: Array<{name: string, value: string, domain: string, path: string}>}} token
+ */
+export function authorize(request, token) {
+  const url = new URL(request.url);
+  const headers = new Headers(request.headers);
+  for (const [name, value] of Object.entries(token.headers ?? {})) headers.set(name, value);
+  const cookies = (token.cookies ?? []).filter((cookie) => applies(cookie, url));
+  if (cookies.length) {
+    const names = new Set(cookies.map((cookie) => cookie.name));
+    const kept = (headers.get('cookie') ?? '').split(';').map((pair) => pair.trim())
+      .filter((pair) => pair && !names.has(pair.split('=', 1)[0].trim()));
+    headers.set('cookie', [...kept, ...cookies.map((cookie) => `${cookie.name}=${cookie.value}`)].join('; '));
+  }
+  return new Request(request, { headers });
+}
+
+/**
+ * Whether fetch can send the request of (input, init) twice: a body of text, bytes, a Blob, a
+ * form or URLSearchParams can be given again; a stream (a ReadableStream, an async iterable, the
+ * body of a Request object) is read once.
+ */
+function replayable(input, init) {
+  const body = init && init.body !== undefined ? init.body : input instanceof Request ? input.body : null;
+  if (body === null || body === undefined) return true;
+  return typeof body === 'string' || body instanceof ArrayBuffer || ArrayBuffer.isView(body) || body instanceof Blob
+    || body instanceof URLSearchParams || body instanceof FormData;
+}
+
+/**
+ * The bridge's error after a failed renewal, of the same class and data, with a message that says
+ * what happened to which request (the host's alone may be the provider's bare `invalid_grant`);
+ * the bridge's error is its `cause`. Errors the client made itself (host exited, aborted) are
+ * thrown as they are.
+ * @param {unknown} error
+ * @param {string} profile
+ * @param {Request} request
+ */
+function renewalFailed(error, profile, request) {
+  const Class = error?.constructor;
+  if (!(error instanceof AuthBridgeError) || (Class !== AuthBridgeError && errorClasses[error.code] !== Class)) return error;
+  const url = new URL(request.url);
+  const advice = error instanceof NotSignedInError ? `; sign in to "${profile}" again` : '';
+  return new Class(`${request.method} ${url.origin}${url.pathname} answered 401 (the access token was refused) and the session `
+    + `could not be renewed: ${error.message}${advice}`, { code: error.code, data: error.data, method: error.method, requestId: error.requestId, cause: error });
+}
+
+/**
+ * The function behind `bridge.authorizedFetch(profile, options)` (see index.d.ts and the README).
+ * @param {import('./client.js').AuthBridge} bridge
+ * @param {string} profile
+ * @param {{account?: string, minValidityMs?: number}} [options]
+ */
+export function authorizedFetch(bridge, profile, { account, minValidityMs } = {}) {
+  if (typeof profile !== 'string' || profile === '') throw new TypeError('authorizedFetch(profile): a profile name is needed');
+  const params = (forceRefresh) => ({
+    provider: profile,
+    ...(account !== undefined && { account }),
+    ...(minValidityMs !== undefined && { minValidityMs }),
+    ...(forceRefresh && { forceRefresh: true }),
+  });
+  // Renewals take turns, and each first asks for the current token: when 401s for one token come
+  // back at once, the first renewal forces the refresh and the others find the new token.
+  let renewals = Promise.resolve();
+  const renewed = (rejected, request) => {
+    const signal = request.signal;
+    const turn = renewals.then(async () => {
+      try {
+        const current = await bridge.getAccessToken(params(false), { signal });
+        if (current.accessToken !== rejected.accessToken) return current;
+        return await bridge.getAccessToken(params(true), { signal });
+      } catch (error) {
+        throw renewalFailed(error, profile, request);
+      }
+    });
+    renewals = turn.catch(() => {});
+    return turn;
+  };
+
+  return async function fetchAuthorized(input, init) {
+    const request = new Request(input, init);
+    const url = new URL(request.url);
+    checkUrl(url);
+    const again = replayable(input, init);
+    // A dispatcher (undici's, e.g. a proxy) is not part of a Request: it is handed on as it came.
+    const extra = init?.dispatcher === undefined ? undefined : { dispatcher: init.dispatcher };
+    const token = await bridge.getAccessToken(params(false), { signal: request.signal });
+    const response = await fetch(authorize(request, token), extra);
+    if (response.status !== 401 || new URL(response.url || url.href).origin !== url.origin) return response;
+    const fresh = await renewed(token, request);
+    if (!again) return response; // the body was a stream: the 401 is the answer; the token is renewed for a retry
+    await response.body?.cancel();
+    return fetch(authorize(new Request(input, init), fresh), extra);
+  };
+}
