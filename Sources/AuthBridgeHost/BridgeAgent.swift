@@ -102,9 +102,6 @@ public final class BridgeAgent: Sendable {
     /// SIGTERM arriving the moment the agent starts is never lost.
     public var stopDescriptor: Int32 { stopPipe.write }
 
-    /// The number of connections served now.
-    public var connectionCount: Int { state.withLock { $0.connections.count } }
-
     // MARK: - Accepting (its own thread)
 
     private func acceptLoop() {

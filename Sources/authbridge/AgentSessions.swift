@@ -36,6 +36,9 @@ final class AgentSessions: Sessions {
         self.initialized = initialized
     }
 
+    /// How long `initialize` may take before the agent counts as not answering.
+    static let initializeBound = Duration.seconds(10)
+
     /// Connects to the agent at `path` and initializes the connection. `events` gets the
     /// agent's notifications (this connection's sign-in progress, every session change);
     /// `openBrowser` opens a browser sign-in's page, as the engine does in process.
@@ -61,19 +64,34 @@ final class AgentSessions: Sessions {
             }
             events(method, params)
         }
+        // A wedged agent must not hang the command: initialize is bounded (a live one answers in milliseconds).
+        let initialized = await firstOf(within: initializeBound) { () async -> Result<JSON, RPCClient.Failure> in
+            do throws(RPCClient.Failure) {
+                return .success(
+                    try await client.call(
+                        "initialize",
+                        ["protocolVersion": "1.0", "clientInfo": ["name": "authbridge-cli", "version": .string(BridgeServer.serverVersion)]]))
+            } catch {
+                return .failure(error)
+            }
+        }
         let answer: JSON
-        do {
-            answer = try await client.call(
-                "initialize",
-                ["protocolVersion": "1.0", "clientInfo": ["name": "authbridge-cli", "version": .string(BridgeServer.serverVersion)]])
-        } catch {
+        switch initialized {
+        case .success(let result)?:
+            answer = result
+        case .failure(let failure)?:
             client.close()
             close(fd)
-            if case .error(let refusal) = error {
+            if case .error(let refusal) = failure {
                 return .failure(
                     ConnectFailure(message: "the authbridge agent on \(path) refused this command: \(refusal.message)", worthTelling: true))
             }
             return .failure(ConnectFailure(message: "the authbridge agent on \(path) closed the connection", worthTelling: true))
+        case nil:
+            client.close()
+            close(fd)
+            return .failure(
+                ConnectFailure(message: "the authbridge agent on \(path) did not answer within \(initializeBound)", worthTelling: true))
         }
         client.notify("initialized", [:])
         let sessions = AgentSessions(path: path, fd: fd, client: client, initialized: answer)

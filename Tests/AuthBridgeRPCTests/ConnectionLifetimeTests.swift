@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgeRPC
+import Dispatch
 import Logging
 import Synchronization
 import Testing
@@ -54,22 +55,31 @@ private struct Served {
         run = Task { await connection.run(delegate: server, drainGrace: .zero) }
     }
 
-    /// Sends one request and returns its answer's line (blocking reads on the test's end).
-    func ask(_ frame: String) -> String {
+    /// Sends one request and returns its answer's line. The blocking reads run on a Dispatch
+    /// thread, never on the cooperative pool the connection's own tasks need.
+    func ask(_ frame: String) async -> String {
+        let peerFD = peerFD
         let bytes = Array((frame + "\n").utf8)
         bytes.withUnsafeBytes { _ = write(peerFD, $0.baseAddress, $0.count) }
-        var line: [UInt8] = []
-        var byte: UInt8 = 0
-        var ready = pollfd(fd: peerFD, events: Int16(POLLIN), revents: 0)
-        while poll(&ready, 1, 10_000) == 1, read(peerFD, &byte, 1) == 1 {
-            if byte == 0x0A {
-                if line.contains(Array(#""id""#.utf8)) { return String(decoding: line, as: UTF8.self) }
-                line = [] // a notification
-                continue
+        return await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                var line: [UInt8] = []
+                var byte: UInt8 = 0
+                var ready = pollfd(fd: peerFD, events: Int16(POLLIN), revents: 0)
+                while poll(&ready, 1, 10_000) == 1, read(peerFD, &byte, 1) == 1 {
+                    if byte == 0x0A {
+                        if line.contains(Array(#""id""#.utf8)) {
+                            continuation.resume(returning: String(decoding: line, as: UTF8.self))
+                            return
+                        }
+                        line = [] // a notification
+                        continue
+                    }
+                    line.append(byte)
+                }
+                continuation.resume(returning: "")
             }
-            line.append(byte)
         }
-        return ""
     }
 
     /// The peer goes away; the connection ends and is released as the agent does it.
@@ -92,7 +102,7 @@ struct ConnectionLifetimeTests {
         for round in 0..<50 {
             let served = Served()
             lastConnection = served.connection
-            #expect(served.ask(#"{"jsonrpc":"2.0","id":1,"method":"echo","params":{"round":\#(round)}}"#).contains(#""round":\#(round)"#))
+            #expect(await served.ask(#"{"jsonrpc":"2.0","id":1,"method":"echo","params":{"round":\#(round)}}"#).contains(#""round":\#(round)"#))
             #expect(await served.end() == .endOfInput)
         }
         #expect(lastConnection == nil, "a connection whose server holds it is freed once closed")
@@ -101,9 +111,9 @@ struct ConnectionLifetimeTests {
     @Test func connectionsSharingAnArrivalOrderNumberRequestsAcrossThem() async throws {
         let order = ArrivalOrder()
         let first = Served(arrivalOrder: order), second = Served(arrivalOrder: order)
-        _ = first.ask(#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#)
-        _ = second.ask(#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#)
-        _ = first.ask(#"{"jsonrpc":"2.0","id":2,"method":"echo"}"#)
+        _ = await first.ask(#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#)
+        _ = await second.ask(#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#)
+        _ = await first.ask(#"{"jsonrpc":"2.0","id":2,"method":"echo"}"#)
         #expect(order.next() == 4, "three requests were numbered 1, 2, 3 across both connections")
         _ = await first.end()
         _ = await second.end()

@@ -608,6 +608,24 @@ def test_an_agent_that_refuses_the_command_is_reported_and_the_command_goes_on(s
         listener.close()
 
 
+def test_an_agent_that_never_answers_does_not_hang_the_command(start_agent, tmp_path):
+    folder = tmp_path / "sockets"
+    folder.mkdir(mode=0o700)
+    path = folder / "agent.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen()   # connections wait in the backlog: accepted by the kernel, never answered
+    agent = start_agent(extra_args=["--vault", "memory"], socket_path=tmp_path / "unused.sock")
+    env = dict(agent.env, AUTHBRIDGE_AGENT_SOCKET=str(path))
+    try:
+        started = time.monotonic()
+        done = subprocess.run([str(HOST_BIN), "status"], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and f"the authbridge agent on {path} did not answer within 10" in done.stderr, done.stderr
+        assert time.monotonic() - started < 30
+    finally:
+        listener.close()
+
+
 def test_the_clients_find_the_socket_by_environment(tmp_path, start_agent, plugin_dir):
     agent = start_agent([plugin_dir], DEFAULT_PROFILES, socket_path=tmp_path / "elsewhere.sock")
     env = dict(agent.env, AUTHBRIDGE_AGENT_SOCKET=str(agent.socket))
