@@ -165,17 +165,21 @@ test-node-client:
 ## install: a self-contained, relocatable tree at PREFIX — bin/authbridge; lib/authbridge/ with the
 ## helper libraries, the bundled plugins (plugins/), the Swift runtime and every library a plain
 ## glibc system lacks; include/authbridge/ (plugin.h, plugin_jansson.h); share/ (openrpc.json, man page, completions,
-## licenses). Staged in $(STAGE)/install, then copied over PREFIX.
+## licenses; lib/systemd/user: the agent's units, naming PREFIX/bin). Staged in $(STAGE)/install, then
+## copied over PREFIX.
 install: deps-build deps-dist
 	@$(MAKE) --no-print-directory release
-	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/install MODE=portable
+	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/install MODE=portable UNIT_BINDIR=$(abspath $(PREFIX))/bin
 	install -d -m 0755 $(PREFIX)
 	cp -R $(STAGE)/install/. $(PREFIX)/
 	@echo "installed into $(PREFIX)"
 
-## stage-tree DEST=DIR MODE=portable|system: the install tree from the release build, made
-## self-contained by scripts/dist/bundle.py (portable: everything but glibc and libstdc++ inside;
-## system: the Swift runtime inside, the rest from the distribution's packages, as the .deb).
+## stage-tree DEST=DIR MODE=portable|system [UNIT_BINDIR=DIR]: the install tree from the release build,
+## made self-contained by scripts/dist/bundle.py (portable: everything but glibc and libstdc++ inside;
+## system: the Swift runtime inside, the rest from the distribution's packages, as the .deb). With
+## UNIT_BINDIR (the bin folder the tree will live in: make install's, the .deb's /usr/bin), the
+## systemd user units of the agent too (lib/systemd/user: authbridge.socket, authbridge.service);
+## a relocatable tarball cannot name its own path, so it has none.
 stage-tree:
 	@rm -rf $(DEST)
 	@install -d -m 0755 $(DEST)/bin $(DEST)/lib/authbridge $(DEST)/include/authbridge $(DEST)/share/authbridge
@@ -186,6 +190,10 @@ stage-tree:
 	@install -m 0644 Sources/CAuthBridgePlugin/include/authbridge/plugin.h Sources/CAuthBridgePlugin/include/authbridge/plugin_jansson.h \
 		$(DEST)/include/authbridge/
 	@install -m 0644 bridge-spec/openrpc.json $(DEST)/share/authbridge/
+	@if [ -n "$(UNIT_BINDIR)" ]; then \
+	  install -d -m 0755 $(DEST)/lib/systemd/user && \
+	  install -m 0644 scripts/dist/systemd/authbridge.socket $(DEST)/lib/systemd/user/ && \
+	  sed 's#@BINDIR@#$(UNIT_BINDIR)#' scripts/dist/systemd/authbridge.service > $(DEST)/lib/systemd/user/authbridge.service; fi
 	@$(PYTHON) scripts/dist/bundle.py $(DEST) --mode $(MODE) --generate-manual $(RELEASE_DIR)/generate-manual \
 	  --build $(CURDIR)/.build --checkouts .build/checkouts
 
@@ -194,7 +202,7 @@ stage-tree:
 dist: deps-build deps-dist $(VENV)/.ready
 	@$(MAKE) --no-print-directory release
 	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/portable MODE=portable
-	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/system MODE=system
+	@$(MAKE) --no-print-directory stage-tree DEST=$(STAGE)/system MODE=system UNIT_BINDIR=/usr/bin
 	@$(VPY) scripts/dist/package.py --version $(VERSION) --portable $(STAGE)/portable --system $(STAGE)/system --out $(DIST)
 
 ## test-dist: the four distributions with the Swift toolchain and the build folder hidden (a private

@@ -65,3 +65,21 @@ extension RPCError {
         self.init(code, message, data: data)
     }
 }
+
+extension SessionError {
+    /// A bridge error as the engine would have raised it: what a client of
+    /// the agent (the command line) reports as if its own engine had failed.
+    public init(_ error: RPCError) {
+        let kinds: [RPCError.Code: Kind] = [
+            .notSignedIn: .notSignedIn, .providerUnknown: .providerUnknown, .providerRefused: .providerRefused,
+            .userCancelled: .userCancelled, .requestCancelled: .userCancelled, .timeout: .timeout,
+            .providerUnavailable: .providerUnavailable, .unsupported: .unsupported, .storageError: .storageError,
+            .noPendingSignIn: .noPendingSignIn, .configurationError: .configurationError, .invalidParams: .invalidParams,
+        ]
+        let data = error.data ?? .null
+        self.init(
+            kinds[error.code] ?? .pluginError, error.message, provider: data["provider"]?.stringValue,
+            reason: data["reason"]?.stringValue ?? (error.code == .requestCancelled ? "cancelled" : nil), field: data["field"]?.stringValue,
+            status: data["status"]?.intValue.map(Int.init))
+    }
+}

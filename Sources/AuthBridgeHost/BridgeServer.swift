@@ -45,7 +45,10 @@ extension HostConfiguration {
 }
 
 /// The bridge: AuthBridge's JSON-RPC methods on top of the session engine,
-/// with the LSP-style lifecycle (initialize → initialized → … → shutdown → exit).
+/// with the LSP-style lifecycle (initialize → initialized → … → shutdown → exit),
+/// for one connection. What the connections of one process share — plugins,
+/// engine, events — is its `BridgeHost`: `serve` has one connection (stdio),
+/// `authbridge agent` one per client.
 ///
 /// Threading: lifecycle state changes happen in `admit`/`received` on the
 /// connection's reader thread, in arrival order; methods run concurrently.
@@ -56,61 +59,32 @@ public final class BridgeServer: ConnectionDelegate {
 
     private enum Phase { case uninitialized, initialized, shuttingDown }
 
-    private let configuration: HostConfiguration
-    private let logger: Logger
+    private let host: BridgeHost
     private let phase = Mutex(Phase.uninitialized)
     private let connection: Connection
-    /// Plugins load in the background from process start; `initialize` waits.
-    private let runtime: Task<Runtime, Never>
-    /// The engine once it exists, for answers given on the reader thread.
-    private let readyEngine: ReadyEngine
     /// Per method, the last params `answerAtOnce` saw pass the spec's check.
     private let lastCheckedParams = Mutex<[String: JSON]>([:])
 
-    /// Set once, when plugins are loaded and the engine made.
-    private final class ReadyEngine: Sendable {
-        let engine = Mutex<SessionEngine?>(nil)
-    }
+    private var configuration: HostConfiguration { host.configuration }
+    private var logger: Logger { host.logger }
+    private var runtime: Task<BridgeHost.Runtime, Never> { host.runtime }
 
-    struct Runtime: Sendable {
-        var reports: [PluginReport]
-        var engine: SessionEngine
-    }
-
-    public init(configuration: HostConfiguration, connection: Connection, store: SessionStore, logger: Logger) {
-        self.configuration = configuration
+    /// One connection of `host`.
+    public init(host: BridgeHost, connection: Connection) {
+        self.host = host
         self.connection = connection
-        self.logger = logger
-        // The spec's params schemas are read while plugins load, off the path of the first frame.
-        Task.detached { _ = ParamsSchema.shared.methods.count }
-        let readyEngine = ReadyEngine()
-        self.readyEngine = readyEngine
-        self.runtime = Task.detached {
-            let reports = await configuration.loadPlugins(logger: logger)
-            var openBrowser: SessionEngine.BrowserOpener?
-            if let browser = configuration.browser {
-                openBrowser = { url, failed in
-                    browser.open(url) { reason in
-                        logger.warning("could not open the browser: \(reason); the sign-in URL is in the openUrl progress event")
-                        failed(reason)
-                    }
-                }
-            }
-            let engine = SessionEngine(
-                plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
-                logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders.map(\.path),
-                emit: { method, params in connection.notify(method, params) })
-            engine.followVaultChanges()
-            readyEngine.engine.withLock { $0 = engine }
-            return Runtime(reports: reports, engine: engine)
-        }
     }
 
-    /// Runs the bridge until end of input or `exit`; returns the exit code.
+    /// The stdio bridge: a host of its own, with this one connection.
+    public convenience init(configuration: HostConfiguration, connection: Connection, store: SessionStore, logger: Logger) {
+        self.init(host: BridgeHost(configuration: configuration, store: store, logger: logger), connection: connection)
+    }
+
+    /// Runs the bridge until end of input or `exit`, then shuts the host down
+    /// (stdio: this is its only connection); returns the exit code.
     public func run() async -> Int32 {
-        let ending = await connection.run(delegate: self)
-        let runtime = await runtime.value
-        await runtime.engine.shutDownPlugins()
+        let ending = await serve()
+        await host.shutDown()
         connection.flush()
         switch ending {
         case .exit(let code): return code
@@ -118,8 +92,19 @@ public final class BridgeServer: ConnectionDelegate {
         }
     }
 
-    /// The plugin reports, once loading has finished (for the `plugins` command).
-    public func pluginReports() async -> [PluginReport] { await runtime.value.reports }
+    /// Serves this connection until its end of input, `exit`, or its peer
+    /// going away; the host goes on (one connection of an agent ends).
+    public func serve() async -> Connection.Ending {
+        host.events.attach(self)
+        defer { host.events.detach(self) }
+        return await connection.run(delegate: self)
+    }
+
+    /// Whether the host's events reach this connection: once it is initialized.
+    var receivesEvents: Bool { phase.withLock { $0 != .uninitialized } }
+
+    /// Sends one of the host's events to this connection's peer.
+    func notify(_ method: String, _ params: JSON) { connection.notify(method, params) }
 
     // MARK: - ConnectionDelegate
 
@@ -170,9 +155,11 @@ public final class BridgeServer: ConnectionDelegate {
     /// its inline hooks and `ifBlocked` moves reading to a new thread. Params
     /// are checked as `handle` checks them; any problem, and any call that
     /// needs the engine, goes to `handle`.
+    /// A status check reports no progress: what a plugin emits in it is
+    /// dropped (`requestID` nil; progress is routed by `EventRoutes`).
     public func answerAtOnce(_ request: Request, ifBlocked: @escaping @Sendable () -> Void) -> [UInt8]? {
         guard request.method == "getAccessToken" || request.method == "checkSignInStatus",
-            let engine = readyEngine.engine.withLock({ $0 }),
+            let engine = host.readyEngine.engine.withLock({ $0 }),
             let params = checkedAtOnce(request)
         else { return nil }
         if request.method == "getAccessToken" {
@@ -181,7 +168,7 @@ public final class BridgeServer: ConnectionDelegate {
         }
         do {
             return engine.statusAtOnce(
-                try params.string("provider"), account: try params.optionalNonEmptyString("account"), requestID: request.id.json,
+                try params.string("provider"), account: try params.optionalNonEmptyString("account"), requestID: nil,
                 runningHooks: true, ifBlocked: ifBlocked)?.text
         } catch {
             return nil
@@ -219,6 +206,10 @@ public final class BridgeServer: ConnectionDelegate {
         default: break
         }
         let engine = await runtime.value.engine
+        // The engine knows the request by an id unique in the host: a sign-in's progress
+        // goes back to this connection under the request's own id.
+        let requestID = host.events.open(request.id.json, from: self)
+        defer { host.events.close(requestID) }
         switch request.method {
         case "listProviders":
             return ["plugins": .array(await runtime.value.reports.map(\.json)), "profiles": .array(await engine.profileList())]
@@ -233,29 +224,29 @@ public final class BridgeServer: ConnectionDelegate {
             // A session the plugin's inline check_session confirms, when the reader could not
             // run it (the inline slot was taken): answered here without the engine.
             if let quick = engine.statusAtOnce(
-                try params.string("provider"), account: try params.optionalNonEmptyString("account"), requestID: request.id.json,
+                try params.string("provider"), account: try params.optionalNonEmptyString("account"), requestID: requestID,
                 runningHooks: true)
             {
                 return quick.json
             }
             return try await engine.checkSignInStatus(
                 try params.string("provider"), account: try params.optionalNonEmptyString("account"),
-                requestID: request.id.json)
+                requestID: requestID)
         case "requestOAuthTokens":
             return try await engine.requestOAuthTokens(
-                try params.string("provider"), params: .object(params.members), requestID: request.id.json,
+                try params.string("provider"), params: .object(params.members), requestID: requestID,
                 order: request.sequence)
         case "completeSignIn":
             return try await engine.completeSignIn(try params.string("provider"), callbackURL: try params.string("callbackUrl"))
         case "signOut":
             return try await engine.signOut(
                 try params.string("provider"), account: try params.optionalNonEmptyString("account"),
-                requestID: request.id.json)
+                requestID: requestID)
         case "getAccessToken":
             let call = try AccessTokenCall(params)
             return try await engine.getAccessToken(
                 call.provider, account: call.account, minimumValidity: call.minimumValidity, forceRefresh: call.forceRefresh,
-                requestID: request.id.json)
+                requestID: requestID)
         case "fetch":
             let outgoing: JSON = .compactObject([
                 "method": .string(try params.optionalString("method") ?? "GET"),
@@ -266,7 +257,7 @@ public final class BridgeServer: ConnectionDelegate {
             ])
             return try await engine.fetch(
                 try params.string("provider"), account: try params.optionalNonEmptyString("account"), request: outgoing,
-                requestID: request.id.json)
+                requestID: requestID)
         case "$/test/advanceClock" where configuration.testClock:
             guard let step = try params.optionalInt("milliseconds", in: -31_536_000_000...31_536_000_000) else {
                 throw RPCError.invalidParams(field: "milliseconds", "is required")

@@ -89,6 +89,11 @@ public final class Connection: Sendable {
     private let readerPhase = Atomic<UInt64>(0)
     /// Where the reader that ends the run reports why.
     private let readerEnd = ReaderEnd()
+    /// Numbers requests as they are read (`Request.sequence`), shared by the connections of one host.
+    private let arrivalOrder: ArrivalOrder
+    /// The stop pipe's read end, closed by `close()`.
+    private let stopReadEnd: Int32
+    private let closed = Atomic<Bool>(false)
 
     private final class ReaderEnd: Sendable {
         let continuation = Mutex<CheckedContinuation<Ending, Never>?>(nil)
@@ -101,15 +106,16 @@ public final class Connection: Sendable {
         init(writeEnd: Int32) { self.writeEnd = writeEnd }
         func fire() {
             guard writeEnd >= 0, !fired.exchange(true, ordering: .acquiringAndReleasing) else { return }
-            close(writeEnd)
+            _ = Glibc.close(writeEnd)
         }
     }
 
     public init(
         input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20, maxConcurrentRequests: Int = 256,
         maxQueuedOutputBytes: Int = 4 << 20, maxBacklogBytes: Int = 8 << 20, maxBacklogCount: Int = 65_536,
-        flushGrace: Duration = .seconds(2)
+        flushGrace: Duration = .seconds(2), arrivalOrder: ArrivalOrder = ArrivalOrder()
     ) {
+        self.arrivalOrder = arrivalOrder
         self.maxConcurrentRequests = max(1, maxConcurrentRequests)
         self.maxBacklogBytes = max(1, maxBacklogBytes)
         self.maxBacklogCount = max(1, maxBacklogCount)
@@ -124,6 +130,7 @@ public final class Connection: Sendable {
             stop = [-1, -1]
         }
         self.reader = FrameReader(fd: input, maxFrameBytes: maxFrameBytes, stopFD: stop[0] >= 0 ? stop[0] : nil)
+        self.stopReadEnd = stop[0]
         let stopper = Stopper(writeEnd: stop[1])
         self.stopper = stopper
         self.logger = logger
@@ -225,6 +232,21 @@ public final class Connection: Sendable {
     /// `.endOfInput`. Safe from any thread, any number of times.
     public func stopReading() { stopper.fire() }
 
+    /// Releases what the connection holds, once `run` has returned: the
+    /// writer's thread ends (what is still queued is dropped) and the stop
+    /// pipe is closed. A process that serves many connections calls it for
+    /// each (`authbridge agent`); the descriptors it was given stay open for
+    /// their owner to close — a socket after `shutdown(2)`, which ends a write
+    /// blocked on a peer that reads nothing. Safe to call more than once.
+    public func close() {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        stopper.fire()
+        writer.stop()
+        if stopReadEnd >= 0 { _ = Glibc.close(stopReadEnd) }
+        // The delegate (a BridgeServer) holds this connection: let go of it, or neither is freed.
+        state.lock.withLock { state.delegate = nil }
+    }
+
     /// Lets running and waiting requests finish, for at most `grace`.
     private func drain(grace: Duration) async {
         await withTaskGroup(of: Void.self) { group in
@@ -289,8 +311,7 @@ public final class Connection: Sendable {
             // A duplicate is refused before `admit`, so it has no effect at all
             // (a duplicate `shutdown` must not start shutting down).
             let duplicate: Bool = state.lock.withLock {
-                state.sequence += 1
-                request.sequence = state.sequence
+                request.sequence = arrivalOrder.next()
                 guard state.running[request.id] != nil || state.waitingIDs.contains(request.id) else { return false }
                 // Queued under the lock that also orders the first request's
                 // own answer: this refusal always goes out before that answer.
@@ -560,7 +581,6 @@ private final class SharedState: @unchecked Sendable {
     var backlogBytes = 0
     /// After `exit` or the end of input's grace: nothing more starts.
     var closed = false
-    var sequence: UInt64 = 0
     var idleWaiters: [CheckedContinuation<Void, Never>] = []
     /// Runs the pump (set once the connection exists; called by the writer).
     var wake: (@Sendable () -> Void)?
@@ -597,6 +617,18 @@ struct FIFO<Element> {
         guard let index = storage[head...].firstIndex(where: matches) else { return nil }
         return storage.remove(at: index)
     }
+}
+
+/// Arrival order of requests (1, 2, …), for one connection or shared by the
+/// connections of one host, so that "newer" (a sign-in superseding another)
+/// means "read later" whichever connection read it.
+public final class ArrivalOrder: Sendable {
+    private let last = Atomic<UInt64>(0)
+
+    public init() {}
+
+    /// The next number.
+    public func next() -> UInt64 { last.wrappingAdd(1, ordering: .relaxed).newValue }
 }
 
 private final class EndingBox: Sendable {

@@ -114,6 +114,19 @@ public final class FrameWriter: @unchecked Sendable {
         }
     }
 
+    /// Stops the writer thread without waiting for the peer: what is queued
+    /// is dropped, later frames too. A write blocked on a peer that reads
+    /// nothing is ended by the descriptor's owner first (`shutdown(2)` of a
+    /// socket); this waits for the thread to end.
+    public func stop() {
+        lock.withLock {
+            queued.removeAll()
+            closing = true
+            lock.broadcast()
+            while !stopped { lock.wait() }
+        }
+    }
+
     private func loop() {
         var batch: [UInt8] = []
         while true {

@@ -6,6 +6,8 @@
 //   ConditionLock, Handoff      (ConditionLock.swift)  blocking a thread until state changes
 //   HelperLibrary               (HelperLibrary.swift)  a helper .so dlopen'ed once, on first use
 //   POSIXFiles                  (POSIXFiles.swift)     listing a folder, reading a bounded file
+//   UnixSocket                  (UnixSocket.swift)     the agent's socket: listen, accept, connect,
+//                                                      the peer's credentials, sockets passed by systemd
 //
 // The locking primitives of AuthBridge, and when to use each (the rule is
 // repeated where each is defined or first used):

@@ -4,8 +4,8 @@ import AuthBridgeSession
 
 /// The sessions as the credential commands (`git-credential`, `exec-credential`, `exec`) use
 /// them: an access token, an interactive sign-in, and how a failure ends the command. Kept to
-/// what those commands call, so that this process's engine (`LocalSessions`) or an agent's
-/// connection can answer them alike; `openCredentialSessions` picks one.
+/// what those commands call, so that this process's engine or the running agent can answer
+/// them alike (`SessionCredentials` over `Sessions`); `openCredentialSessions` picks one.
 protocol CredentialSessions: Sendable {
     /// `getAccessToken`'s answer (AccessTokenResult in bridge-spec): a token valid for at least
     /// `minimumValidity` more milliseconds (refreshed first when it is not), or a renewed one
@@ -21,38 +21,35 @@ protocol CredentialSessions: Sendable {
     func report(_ error: SessionError) -> ExitCode
 }
 
-/// The sessions for a credential command. `interactive`: a sign-in may be started (the browser
-/// opener and the progress display are set up).
-func openCredentialSessions(options: HostOptions, interactive: Bool) throws -> any CredentialSessions {
-    try LocalSessions(options: options, interactive: interactive)
+/// The sessions for a credential command: the running agent's when the command may use it
+/// (`AgentChoice`), else this process's engine. `interactive`: a sign-in may be started (the
+/// browser opener and the progress display are set up).
+func openCredentialSessions(options: HostOptions, agent: AgentChoice, interactive: Bool) async throws -> any CredentialSessions {
+    let stage = LastStage()
+    return SessionCredentials(sessions: try await Login.sessions(options: options, agent: agent, openBrowser: interactive, stage: stage), stage: stage)
 }
 
-/// `CredentialSessions` over this process's engine (the plugins, profiles and vault every
-/// command shares).
-struct LocalSessions: CredentialSessions {
-    let local: LocalEngine
-    private let stage = LastStage()
-
-    init(options: HostOptions, interactive: Bool) throws {
-        local = try Login.engine(options: options, openBrowser: interactive, stage: stage)
-    }
+/// `CredentialSessions` over the command's `Sessions` (this process's engine or the agent).
+struct SessionCredentials: CredentialSessions {
+    let sessions: any Sessions
+    let stage: LastStage
 
     func accessToken(_ profile: String, account: String?, minimumValidity: Int64, forceRefresh: Bool) async throws(SessionError) -> JSON {
         let notice = WaitNotice.forProvider(of: profile)
         let result: Result<JSON, SessionError>
         do throws(SessionError) {
             result = .success(
-                try await local.engine.getAccessToken(profile, account: account, minimumValidity: minimumValidity, forceRefresh: forceRefresh))
+                try await sessions.accessToken(profile, account: account, minimumValidity: minimumValidity, forceRefresh: forceRefresh))
         } catch {
-            result = .failure(local.explained(error))
+            result = .failure(sessions.explained(error))
         }
         await notice.finish()
         return try result.get()
     }
 
     func signIn(_ profile: String, timeoutSeconds: Int64) async throws -> JSON {
-        try await Login.signIn(profile, local: local, device: false, timeout: timeoutSeconds, stage: stage)
+        try await Login.signIn(profile, sessions: sessions, device: false, timeout: timeoutSeconds, stage: stage)
     }
 
-    func report(_ error: SessionError) -> ExitCode { local.report(error) }
+    func report(_ error: SessionError) -> ExitCode { sessions.report(error) }
 }

@@ -40,6 +40,8 @@ struct Exec: HumanCommand {
 
     @OptionGroup var options: HostOptions
 
+    @OptionGroup var agent: AgentChoice
+
     @Argument(parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "COMMAND"))
     var command: [String] = []
 
@@ -52,7 +54,7 @@ struct Exec: HumanCommand {
     }
 
     func execute() async throws {
-        let sessions = try openCredentialSessions(options: options, interactive: false)
+        let sessions = try await openCredentialSessions(options: options, agent: agent, interactive: false)
         let answer: JSON
         do throws(SessionError) {
             answer = try await sessions.accessToken(profile, account: account, minimumValidity: minValidity * 1000, forceRefresh: false)

@@ -36,13 +36,15 @@ struct ExecCredential: HumanCommand {
 
     @OptionGroup var options: HostOptions
 
+    @OptionGroup var agent: AgentChoice
+
     func validate() throws {
         guard (1...3_600).contains(timeout) else { throw ValidationError("--timeout must be 1…3600 seconds") }
     }
 
     func execute() async throws {
         let info = try ExecInfo.fromEnvironment()
-        let sessions = try openCredentialSessions(options: options, interactive: info.interactive)
+        let sessions = try await openCredentialSessions(options: options, agent: agent, interactive: info.interactive)
         var token: JSON
         do throws(SessionError) {
             token = try await fetch(sessions)

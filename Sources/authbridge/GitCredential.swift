@@ -44,6 +44,8 @@ struct GitCredential: HumanCommand {
 
     @OptionGroup var options: HostOptions
 
+    @OptionGroup var agent: AgentChoice
+
     func validate() throws {
         if let username, username.isEmpty || username.contains(where: \.isNewline) || username.contains("\0") {
             throw ValidationError("--username must be a user name of one line")
@@ -91,7 +93,7 @@ struct GitCredential: HumanCommand {
             }
             throw ExitCode(CommandExit.failure)
         }
-        let sessions = try openCredentialSessions(options: options, interactive: false)
+        let sessions = try await openCredentialSessions(options: options, agent: agent, interactive: false)
         if operation == "get" {
             let user = request.username ?? username ?? routes.username(of: name)
             try await answer(profile: name, username: user, sessions: sessions)

@@ -11,9 +11,10 @@ import Glibc
 #endif
 
 /// The session engine in this process, for the human commands (`login`,
-/// `status`, `token`, `logout`): the same plugins, profiles and vault as
-/// `serve`, so a session made here is the one every frontend sees.
-struct LocalEngine {
+/// `status`, `token`, `logout`) when no agent is used (`SessionAccess`): the
+/// same plugins, profiles and vault as `serve`, so a session made here is the
+/// one every frontend sees (when it next reads the vault).
+struct LocalEngine: Sessions {
     let engine: SessionEngine
     let reports: [PluginReport]
     let profiles: [Profile]
@@ -63,25 +64,42 @@ struct LocalEngine {
         return loaded.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
     }
 
-    /// The exit code and one-line message for a failed command (see `CommandExit.report`).
-    func report(_ error: SessionError) -> ExitCode { CommandExit.report(explained(error)) }
+    // MARK: - Sessions
 
-    /// Runs one engine call for `profile`, saying on stderr that the command waits for its
-    /// provider when the call takes longer than a second; an error becomes the command's exit.
-    func waitingForProvider(of profile: String, _ call: (SessionEngine) async throws(SessionError) -> JSON) async throws -> JSON {
-        let notice = WaitNotice.forProvider(of: profile)
-        let result: Result<JSON, SessionError>
-        do throws(SessionError) {
-            result = .success(try await call(engine))
-        } catch {
-            result = .failure(error)
-        }
-        await notice.finish()
-        switch result {
-        case .success(let answer): return answer
-        case .failure(let error): throw report(error)
+    func profiles() async -> [JSON] { await engine.profileList() }
+
+    func signIn(_ profile: String, params: [String: JSON]) async throws(SessionError) -> JSON {
+        try await engine.requestOAuthTokens(profile, params: .object(params), requestID: "cli")
+    }
+
+    func status(_ profile: String, account: String?) async throws(SessionError) -> JSON {
+        try await engine.checkSignInStatus(profile, account: account)
+    }
+
+    func accounts(_ profile: String?) async throws(SessionError) -> [JSON] { try await engine.listAccounts(profile) }
+
+    func accessToken(_ profile: String, account: String?, minimumValidity: Int64?, forceRefresh: Bool) async throws(SessionError) -> JSON {
+        try await engine.getAccessToken(
+            profile, account: account, minimumValidity: minimumValidity ?? SessionEngine.defaultMinimumValidityMilliseconds,
+            forceRefresh: forceRefresh)
+    }
+
+    func signOut(_ profile: String, account: String?) async throws(SessionError) -> JSON {
+        try await engine.signOut(profile, account: account, requestID: nil)
+    }
+
+    func plugins() -> [PluginEntry] { Self.entries(reports) }
+
+    /// Loader reports as `authbridge plugins` shows them.
+    static func entries(_ reports: [PluginReport]) -> [PluginEntry] {
+        reports.map { report in
+            var fix: String?
+            if case .refused(let refusal) = report.status { fix = refusal.fix }
+            return PluginEntry(status: report.json, fix: fix)
         }
     }
+
+    var storage: JSON { engine.storageInfo }
 
     /// Engines opened by this command, shut down when it ends.
     private static let opened = Mutex<[SessionEngine]>([])
@@ -112,10 +130,10 @@ extension HumanCommand {
         do {
             try await execute()
         } catch {
-            await LocalEngine.closeAll()
+            await SessionAccess.closeAll()
             Self.exit(withError: error)
         }
-        await LocalEngine.closeAll()
+        await SessionAccess.closeAll()
         Self.exit()
     }
 }

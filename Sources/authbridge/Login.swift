@@ -35,23 +35,26 @@ struct Login: HumanCommand {
 
     @OptionGroup var options: HostOptions
 
+    @OptionGroup var agent: AgentChoice
+
     func validate() throws {
         guard (1...3_600).contains(timeout) else { throw ValidationError("--timeout must be 1…3600 seconds") }
     }
 
     func execute() async throws {
         let stage = LastStage()
-        let local = try Login.engine(options: options, openBrowser: !(noBrowser || device), stage: stage)
-        let status = try await Login.signIn(profile, local: local, device: device, timeout: timeout, stage: stage)
+        let sessions = try await Login.sessions(options: options, agent: agent, openBrowser: !(noBrowser || device), stage: stage)
+        let status = try await Login.signIn(profile, sessions: sessions, device: device, timeout: timeout, stage: stage)
         let out = Terminal.standardOutput
         out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status["account"]))")
     }
 
-    /// The engine for an interactive sign-in: progress shown on stderr (into `stage` too), and
-    /// browser-flow pages opened with xdg-open when `openBrowser`.
-    static func engine(options: HostOptions, openBrowser: Bool, stage: LastStage) throws -> LocalEngine {
+    /// The sessions for an interactive sign-in (the running agent's, or this process's):
+    /// progress shown on stderr (into `stage` too), and browser-flow pages opened with
+    /// xdg-open when `openBrowser`.
+    static func sessions(options: HostOptions, agent: AgentChoice, openBrowser: Bool, stage: LastStage) async throws -> any Sessions {
         let err = Terminal.standardError
-        return try LocalEngine(options: options, openBrowser: openBrowser ? Login.browser(err) : nil) { method, params in
+        return try await SessionAccess.open(options, agent, openBrowser: openBrowser ? Login.browser(err) : nil) { method, params in
             guard method == "signIn/progress" else { return }
             stage.set(params["stage"]?.stringValue)
             Login.show(params, terminal: err, browserOpened: openBrowser)
@@ -61,13 +64,12 @@ struct Login: HumanCommand {
     /// Signs in to `profile` (Ctrl-C cancels) and returns its SignInStatus; a failure is
     /// reported on stderr and thrown as the exit code (a sign-in the user did not finish in
     /// `timeout` seconds: exit 1, not "provider unreachable").
-    static func signIn(_ profile: String, local: LocalEngine, device: Bool, timeout: Int64, stage: LastStage) async throws -> JSON {
+    static func signIn(_ profile: String, sessions: any Sessions, device: Bool, timeout: Int64, stage: LastStage) async throws -> JSON {
         let err = Terminal.standardError
         var params: [String: JSON] = ["timeoutMs": .int(timeout * 1000)]
         if device { params["flow"] = "device" }
-        let engine = local.engine
         let signIn = Task { () async throws -> JSON in
-            try await engine.requestOAuthTokens(profile, params: .object(params), requestID: "cli")
+            try await sessions.signIn(profile, params: params)
         }
         let interrupt = Interrupt { signIn.cancel() }
         defer { interrupt.stop() }
@@ -79,10 +81,10 @@ struct Login: HumanCommand {
                 err.error(error.reason == "expired_token" ? error.message : "The sign-in was not completed within \(timeout) s.")
                 throw ExitCode(CommandExit.failure)
             }
-            if error.reason == "unsupportedFlow" && !device && local.flows(ofProfile: profile).contains("device") {
+            if error.reason == "unsupportedFlow" && !device && sessions.flows(ofProfile: profile).contains("device") {
                 err.line("Hint: this profile cannot sign in through a browser from the command line; try --device.")
             }
-            throw local.report(error)
+            throw sessions.report(error)
         }
     }
 

@@ -12,10 +12,12 @@ struct Logout: HumanCommand {
 
     @OptionGroup var options: HostOptions
 
+    @OptionGroup var agent: AgentChoice
+
     func execute() async throws {
-        let local = try LocalEngine(options: options) { _, _ in }
-        let result = try await local.waitingForProvider(of: selection.profile) { engine throws(SessionError) in
-            try await engine.signOut(selection.profile, account: selection.account, requestID: nil)
+        let sessions = try await SessionAccess.open(options, agent)
+        let result = try await sessions.waitingForProvider(of: selection.profile) { sessions throws(SessionError) in
+            try await sessions.signOut(selection.profile, account: selection.account)
         }
         let out = Terminal.standardOutput
         let revoked = (result["revoked"]?.arrayValue ?? []).compactMap(\.stringValue)

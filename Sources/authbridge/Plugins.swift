@@ -2,13 +2,17 @@ import ArgumentParser
 import AuthBridgeHost
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeSession
 
 /// `authbridge plugins`: which plugins load, and why others were refused.
 struct Plugins: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List loaded and refused plugins with their reasons.")
+        abstract: "List loaded and refused plugins with their reasons.",
+        discussion: "With an agent running, the agent's plugins (what its apps get); --no-agent: what this command would load.")
 
     @OptionGroup var options: HostOptions
+
+    @OptionGroup var agent: AgentChoice
 
     @Flag(
         help: """
@@ -20,23 +24,36 @@ struct Plugins: AsyncParsableCommand {
 
     func run() async throws {
         let logger = bootstrapLogging(options.logLevel == "info" ? "error" : options.logLevel)
-        let reports = options.pluginLoader(logger: logger).loadAll()
-        defer { LoadedPlugin.shutDown(reports.compactMap(\.plugin)) }
+        let entries: [PluginEntry]
+        let source: String
+        if let agent = try await SessionAccess.agent(options, agent) {
+            defer { AgentSessions.closeAll() }
+            do throws(SessionError) { entries = try await agent.plugins() } catch { throw agent.report(error) }
+            source = "the agent on \(agent.path)"
+        } else {
+            let reports = options.pluginLoader(logger: logger).loadAll()
+            defer { LoadedPlugin.shutDown(reports.compactMap(\.plugin)) }
+            entries = LocalEngine.entries(reports)
+            source = options.folders.map(\.path).joined(separator: ", ")
+        }
         if json {
-            print(Terminal.cleanJSON(JSON.array(reports.map(\.json)).prettyPrinted()))
+            print(Terminal.cleanJSON(JSON.array(entries.map(\.status)).prettyPrinted()))
             return
         }
         // Manifests and plugins are someone else's text: cleaned for the terminal.
-        if reports.isEmpty { print(Terminal.clean("No plugins found in: \(options.folders.map(\.path).joined(separator: ", "))")) }
-        for report in reports {
-            switch report.status {
-            case .loaded(let plugin):
-                let isolated = plugin.isolation == .process ? "  (isolated)" : ""
-                print(Terminal.clean("loaded   \(plugin.manifest.id) \(plugin.version)  \(plugin.libraryPath)\(isolated)"))
-            case .refused(let error):
+        if entries.isEmpty { print(Terminal.clean("No plugins found in: \(source)")) }
+        for entry in entries {
+            let status = entry.status
+            let id = status["id"]?.stringValue ?? "?"
+            if status["status"]?.stringValue == "loaded" {
+                let isolated = status["isolation"]?.stringValue == "process" ? "  (isolated)" : ""
+                let version = status["version"]?.stringValue ?? "?"
+                print(Terminal.clean("loaded   \(id) \(version)  \(status["path"]?.stringValue ?? "")\(isolated)"))
+            } else {
+                let reason = status["reason"]?.stringValue ?? "?"
                 print(
                     Terminal.clean(
-                        "refused  \(report.id ?? "?")  \(error.reason.rawValue): \(error.message)" + (error.fix.map { " (fix: \($0))" } ?? "")))
+                        "refused  \(id)  \(reason): \(status["message"]?.stringValue ?? "")" + (entry.fix.map { " (fix: \($0))" } ?? "")))
             }
         }
     }

@@ -33,15 +33,22 @@ struct Status: HumanCommand {
 
     @OptionGroup var options: HostOptions
 
+    @OptionGroup var agent: AgentChoice
+
     @Option(help: "How long to wait for each profile's provider, in seconds; a profile not checked in time is shown offline.")
     var timeout: Int64 = 10
 
     func execute() async throws {
         guard (1...3_600).contains(timeout) else { throw ValidationError("--timeout must be 1…3600 seconds") }
-        let local = try LocalEngine(options: options) { _, _ in }
-        let engine = local.engine
+        let sessions = try await SessionAccess.open(options, agent)
         var names: [String]
-        if let profile { names = [profile] } else { names = await engine.profileList().compactMap { $0["name"]?.stringValue } }
+        if let profile {
+            names = [profile]
+        } else {
+            do throws(SessionError) { names = try await sessions.profiles().compactMap { $0["name"]?.stringValue } } catch {
+                throw sessions.report(error)
+            }
+        }
         // Every profile at once, each under its own bound: one dead provider costs one bound, not the sum.
         let bound = Duration.seconds(timeout)
         let progress = WaitNotice(after: .seconds(1)) { waiting in
@@ -53,7 +60,7 @@ struct Status: HumanCommand {
                 progress.started(name)
                 group.addTask {
                     let result =
-                        await firstOf(within: bound) { await Self.check(name, engine: engine) }
+                        await firstOf(within: bound) { await Self.check(name, sessions: sessions) }
                         ?? .failure(
                             SessionError(
                                 .timeout, "Profile \"\(name)\": the provider did not answer within \(timeout) s.",
@@ -73,11 +80,11 @@ struct Status: HumanCommand {
             case .success(let statuses)?: rows += statuses
             case .failure(let error)?:
                 // One profile's trouble (a provider unreachable, a bad setting) is a row, not the end.
-                if profile != nil { throw local.report(error) }
+                if profile != nil { throw sessions.report(error) }
                 let state = error.retryable ? SessionState.offline.rawValue : "error"
                 rows.append([
                     "provider": .string(name), "state": .string(state), "account": .null, "expiresAt": .null,
-                    "reason": .string(error.reason ?? state), "message": .string(local.explained(error).message),
+                    "reason": .string(error.reason ?? state), "message": .string(sessions.explained(error).message),
                 ])
             case nil: break
             }
@@ -85,7 +92,7 @@ struct Status: HumanCommand {
         if json {
             print(Terminal.cleanJSON(JSON.array(rows).prettyPrinted()))
         } else {
-            printTable(rows, storage: engine.storageInfo)
+            printTable(rows, storage: sessions.storage)
         }
         if let profile, !rows.contains(where: { Self.state($0) == .signedIn }) {
             let offline = rows.contains { Self.state($0) == .offline }
@@ -95,13 +102,13 @@ struct Status: HumanCommand {
     }
 
     /// The statuses of one profile's accounts (one row when none is signed in).
-    private static func check(_ name: String, engine: SessionEngine) async -> Result<[JSON], SessionError> {
+    private static func check(_ name: String, sessions: any Sessions) async -> Result<[JSON], SessionError> {
         do throws(SessionError) {
-            let accounts = try await engine.listAccounts(name)
-            if accounts.isEmpty { return .success([try await engine.checkSignInStatus(name)]) }
+            let accounts = try await sessions.accounts(name)
+            if accounts.isEmpty { return .success([try await sessions.status(name, account: nil)]) }
             var rows: [JSON] = []
             for account in accounts {
-                rows.append(try await engine.checkSignInStatus(name, account: account["account"]?["id"]?.stringValue))
+                rows.append(try await sessions.status(name, account: account["account"]?["id"]?.stringValue))
             }
             return .success(rows)
         } catch {

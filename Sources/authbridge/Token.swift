@@ -22,10 +22,12 @@ struct Token: HumanCommand {
 
     @OptionGroup var options: HostOptions
 
+    @OptionGroup var agent: AgentChoice
+
     func execute() async throws {
-        let local = try LocalEngine(options: options) { _, _ in }
-        let answer = try await local.waitingForProvider(of: selection.profile) { engine throws(SessionError) in
-            try await engine.getAccessToken(selection.profile, account: selection.account)
+        let sessions = try await SessionAccess.open(options, agent)
+        let answer = try await sessions.waitingForProvider(of: selection.profile) { sessions throws(SessionError) in
+            try await sessions.accessToken(selection.profile, account: selection.account, minimumValidity: nil, forceRefresh: false)
         }
         if json {
             print(Terminal.cleanJSON(answer.prettyPrinted()))

@@ -16,7 +16,6 @@ import pty
 import re
 import struct
 import subprocess
-import sys
 import termios
 import threading
 import urllib.error
@@ -29,17 +28,9 @@ import pytest
 from authbridge_testkit import leak_scan
 from authbridge_testkit.spec import schema_problems, spec
 from conftest import HOST_BIN, TIMEOUT, bundled_files, copy_plugins, session_records
-from authbridge_testkit.dot_auth import DotAuthServer, dot_fixture
+from authbridge_testkit.dot_auth import DotAuthServer, dot_fixture, install_fake_browser
 
 FAILED, NOT_SIGNED_IN, UNAVAILABLE, CANCELLED, USAGE, CONFIG = 1, 2, 3, 4, 64, 78
-
-FAKE_BROWSER = """#!{python}
-import sys, urllib.request
-open({calls!r}, "a").write("called\\n")
-sys.path.insert(0, {support!r})
-from authbridge_testkit.dot_auth import DotAuthServer
-urllib.request.urlopen(DotAuthServer.browse(None, sys.argv[1]), timeout=30).read()
-"""
 
 #: A machine without a desktop: xdg-open starts, finds no browser, and exits 3.
 FAILING_BROWSER = "#!/bin/sh\necho \"$1\" > '{record}'\nexit 3\n"
@@ -65,10 +56,7 @@ class CLI:
             (root / name).mkdir()
         self.root = root
         self.browser_calls = root / "xdg-open-calls"
-        browser = root / "bin" / "xdg-open"
-        browser.write_text(FAKE_BROWSER.format(python=sys.executable, calls=str(self.browser_calls),
-                                               support=str(Path(__file__).resolve().parents[1] / "support")))
-        browser.chmod(0o755)
+        install_fake_browser(root / "bin", self.browser_calls)
         profiles = {"dot": {"plugin": "oidc", "settings": {"issuer": f"{dot.base}/o", "clientId": "authbridge-test",
                                                            "scopes": ["openid", "read"]}},
                     "tv": {"plugin": "oidc", "settings": {"issuer": f"{dot.base}/o", "clientId": "authbridge-device",

@@ -41,6 +41,10 @@ def test_files_under_usr(unpacked):
         assert (root / "usr/lib/authbridge/plugins" / f"{plugin}.json").is_file()
     assert not list((root / "usr/lib/authbridge").glob("libcurl*")), "the system's libcurl, not a copy"
     assert not list((root / "usr/lib/authbridge").glob("libpq*")), "the system's libpq, not a copy"
+    # The agent's systemd user units, where `systemctl --user` finds a package's.
+    units = root / "usr/lib/systemd/user"
+    assert "ListenStream=%t/authbridge/agent.sock" in (units / "authbridge.socket").read_text()
+    assert "ExecStart=/usr/bin/authbridge agent" in (units / "authbridge.service").read_text()
     assert runpath_problems(root) == []
     assert no_toolchain_paths(root) == []
 

@@ -39,16 +39,21 @@ export function tempDir(prefix) {
 }
 
 /**
- * The environment of a host living in `dir`: its own XDG_CONFIG_HOME, XDG_DATA_HOME and HOME
- * (created, 0700), no session bus (never the developer's keyring) and no vault secret from
+ * The environment of a host living in `dir`: its own XDG_CONFIG_HOME, XDG_DATA_HOME, HOME and
+ * XDG_RUNTIME_DIR (created, 0700: an agent's socket is looked for there, never the developer's),
+ * no session bus (never the developer's keyring), no vault secret and no agent socket from
  * outside. The same recipe as the Python kit's isolation.py.
  */
 export function isolatedEnv(dir, base = process.env) {
   const env = { ...base };
-  for (const sub of ['xdg-config', 'xdg-data', 'home']) fs.mkdirSync(path.join(dir, sub), { recursive: true, mode: 0o700 });
-  Object.assign(env, { XDG_CONFIG_HOME: path.join(dir, 'xdg-config'), XDG_DATA_HOME: path.join(dir, 'xdg-data'), HOME: path.join(dir, 'home') });
+  for (const sub of ['xdg-config', 'xdg-data', 'home', 'xdg-runtime']) fs.mkdirSync(path.join(dir, sub), { recursive: true, mode: 0o700 });
+  Object.assign(env, {
+    XDG_CONFIG_HOME: path.join(dir, 'xdg-config'), XDG_DATA_HOME: path.join(dir, 'xdg-data'), HOME: path.join(dir, 'home'),
+    XDG_RUNTIME_DIR: path.join(dir, 'xdg-runtime'),
+  });
   delete env.DBUS_SESSION_BUS_ADDRESS;
   delete env.AUTHBRIDGE_VAULT_KEY;
+  delete env.AUTHBRIDGE_AGENT_SOCKET;
   return env;
 }
 

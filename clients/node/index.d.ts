@@ -302,8 +302,10 @@ export interface ExitInfo {
   signal: NodeJS.Signals | null;
   /** Set when the host could not be started (e.g. ENOENT). */
   error: Error | null;
-  /** Its last stderr lines, oldest first. */
+  /** Its last stderr lines, oldest first (none on the agent). */
   stderrTail: string[];
+  /** On the agent: its socket's path (the connection ended; the agent's own status is not known). */
+  agent?: string;
 }
 
 /** The bridge's events and their listener arguments (a type, not an interface: EventEmitter's event map). */
@@ -446,6 +448,8 @@ export declare class HostExitedError extends AuthBridgeError {
   readonly exitCode: number | null;
   readonly signal: NodeJS.Signals | null;
   readonly stderrTail: string[];
+  /** On the agent: its socket's path (the agent closed the connection: it stopped or was killed); else null. */
+  readonly agent: string | null;
 }
 
 /**
@@ -455,6 +459,12 @@ export declare class HostExitedError extends AuthBridgeError {
 export declare class HostNotFoundError extends HostExitedError {
   /** The executable (path or name) that could not be started. */
   readonly executable: string | undefined;
+}
+
+/** `agent: true` and no agent answers on `socket`: start one (`authbridge agent`), or use `agent: 'auto'`. */
+export declare class AgentNotRunningError extends HostNotFoundError {
+  /** The agent's socket that was tried. */
+  readonly socket: string | undefined;
 }
 
 /**
@@ -520,6 +530,19 @@ export interface AuthBridgeOptions {
    * (type "AuthBridgeWarning", code "AUTHBRIDGE_HOST_WARNING"), printed on stderr like Node's own.
    */
   onWarning?: (warning: string) => void;
+  /**
+   * The user's agent (`authbridge agent`, one broker per login session), honoured by start() and
+   * restart(): false (default) spawns a host of the bridge's own; "auto" uses the agent when it
+   * answers on its socket, else spawns; true uses only the agent (AgentNotRunningError when none
+   * answers). The agent has its own plugins, profiles and vault: the host options above
+   * configure a spawned host (or one `autostart` starts), and configureProfile() changes the
+   * agent's profiles for every app.
+   */
+  agent?: boolean | 'auto';
+  /** The agent's socket; default AUTHBRIDGE_AGENT_SOCKET (of `env`, then of this process), else $XDG_RUNTIME_DIR/authbridge/agent.sock. */
+  agentSocket?: string;
+  /** With `agent`: start `authbridge agent` (with the host options above) when none answers, and use it; it outlives this program. Never done unless asked. */
+  autostart?: boolean;
 }
 
 export interface CallOptions {
@@ -555,8 +578,11 @@ export declare class AuthBridge extends EventEmitter<BridgeEvents> {
   readonly serverInfo: InitializeResult['serverInfo'] | undefined;
   readonly capabilities: ServerCapabilities | undefined;
   readonly storage: StorageInfo | undefined;
+  /** The host's process id (undefined on the agent). */
   readonly pid: number | undefined;
   readonly running: boolean;
+  /** Whether this bridge talks to the user's agent. */
+  readonly onAgent: boolean;
   /** Resolves when the host is gone. */
   readonly exited: Promise<ExitInfo>;
   stderrTail(): string[];
@@ -603,6 +629,8 @@ export declare class AuthBridge extends EventEmitter<BridgeEvents> {
 export declare function hostArguments(options?: AuthBridgeOptions): string[];
 /** The host executable for the options: hostPath, AUTHBRIDGE of env, $AUTHBRIDGE, the bundled host, or `authbridge`. */
 export declare function resolveHostPath(options?: AuthBridgeOptions): string;
+/** The agent's socket for the options: agentSocket, AUTHBRIDGE_AGENT_SOCKET, or $XDG_RUNTIME_DIR/authbridge/agent.sock (undefined: none). */
+export declare function agentSocketPath(options?: AuthBridgeOptions): string | undefined;
 
 /** The longest line the host may write: 64 MiB. */
 export declare const MAX_LINE_BYTES: number;

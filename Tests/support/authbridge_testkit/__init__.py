@@ -9,9 +9,13 @@ Modules:
   paths       where things are: the repository, the host under test, its build folder (from
               AUTHBRIDGE_BIN and AUTHBRIDGE_BUILD_DIR, the test targets' variables; Makefile header)
   spec        validators built from bridge-spec/openrpc.json, and the checks of one frame each way
-  isolation   the isolation recipe: a host's own XDG folders and HOME, no session bus, no vault
-              secret from outside, private 0644 copies of plugin files in a 0755 folder
+  isolation   the isolation recipe: a host's own XDG folders (the runtime one too) and HOME, no
+              session bus, no vault secret or agent socket from outside, private 0644 copies of
+              plugin files in a 0755 folder
   host        `Host`, one `authbridge serve` child whose every frame is validated as it arrives
+  agent       `Agent`, one `authbridge agent`, and `AgentClient`, one connection to it validated the same
+              way (host.FrameLink); `NodeBridge`, a Node client driven through bridge_repl.mjs;
+              `frame_recorder`, the Python client's frames for recorded.validate
   leak_scan   no code or token in a host's log or in a frame that does not carry one by contract
   dot_auth    django-oauth-toolkit (Tests/support/dot_server.py), the suites' authorization server
   tls         a self-signed certificate for https test servers

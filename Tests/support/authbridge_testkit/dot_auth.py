@@ -27,6 +27,27 @@ USER, PASSWORD = "ada", "lovelace-test"
 CLIENT_ID = "authbridge-test"
 
 
+#: A stand-in for xdg-open (`install_fake_browser`): the user signs in at DOT in a scripted
+#: browser, whose redirect reaches the host's loopback listener; each call is recorded.
+FAKE_BROWSER = """#!{python}
+import sys, urllib.request
+open({calls!r}, "a").write("called\\n")
+sys.path.insert(0, {support!r})
+from authbridge_testkit.dot_auth import DotAuthServer
+urllib.request.urlopen(DotAuthServer.browse(None, sys.argv[1]), timeout=30).read()
+"""
+
+
+def install_fake_browser(folder: Path, calls: Path) -> Path:
+    """`folder/xdg-open`, the stand-in browser (put `folder` first on PATH); it appends a line
+    to `calls` each time it runs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    browser = folder / "xdg-open"
+    browser.write_text(FAKE_BROWSER.format(python=sys.executable, calls=str(calls), support=str(REPO / "Tests" / "support")))
+    browser.chmod(0o755)
+    return browser
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):  # the test looks at every Location itself
         return None

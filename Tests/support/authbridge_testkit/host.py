@@ -48,14 +48,14 @@ class HostError(AssertionError):
     pass
 
 
-class Host:
-    """One `authbridge serve` child process and the frames it wrote."""
+class FrameLink:
+    """One bridge session's frames, whatever carries them — a `serve` child's stdin/stdout
+    (`Host`) or a connection to `authbridge agent` (`agent.AgentClient`): every frame validated
+    as it arrives, requests tracked, every wait bounded. Subclasses say how bytes are written
+    (`_write`) and what ended the session (`describe_exit`, `stderr_tail`)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], workdir: Path):
-        self.argv = argv
+    def __init__(self, workdir: Path):
         self.workdir = workdir
-        self.stderr_path = workdir / "stderr.log"
-        self._stderr_file = open(self.stderr_path, "wb")
         self.spec = spec()
         self.cond = threading.Condition()
         self.frames: list[dict[str, Any]] = []       # every valid-JSON frame, in arrival order
@@ -69,18 +69,23 @@ class Host:
         self._ids = itertools.count(1000)  # explicit small ids in tests never collide
         self._write_lock = threading.Lock()
         self.init_result: dict[str, Any] | None = None
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr_file,
-            env=env, cwd=workdir, bufsize=0,
-        )
-        self._reader = threading.Thread(target=self._read, name="host-stdout", daemon=True)
+
+    def _start_reading(self, stream: Any, name: str) -> None:
+        self._reader = threading.Thread(target=self._read, args=(stream,), name=name, daemon=True)
         self._reader.start()
+
+    def _write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def describe_exit(self) -> str:
+        raise NotImplementedError
+
+    def stderr_tail(self, lines: int = 25) -> str:
+        raise NotImplementedError
 
     # Reading and validation (reader thread)
 
-    def _read(self) -> None:
-        stream = self.proc.stdout
-        assert stream is not None
+    def _read(self, stream: Any) -> None:
         try:
             while True:
                 line = stream.readline()
@@ -155,13 +160,7 @@ class Host:
     def send_bytes(self, data: bytes) -> None:
         """Writes bytes exactly as given (no newline added)."""
         with self._write_lock:
-            assert self.proc.stdin is not None
-            try:
-                self.proc.stdin.write(data)
-                self.proc.stdin.flush()
-            except BrokenPipeError:
-                raise HostError(f"the host stopped reading its stdin ({self.describe_exit()})\n"
-                                f"{self.stderr_tail()}") from None
+            self._write(data)
 
     def send_line(self, line: bytes | str) -> None:
         """Writes one raw line (a newline is added). Requests in it are tracked."""
@@ -303,6 +302,44 @@ class Host:
         self.notify("initialized", {})
         return self.init_result
 
+    def _count_answers(self) -> None:
+        """At the end: an id answered more than once (unless a test expected it) is a violation."""
+        with self.cond:
+            for key, count in self.response_counts.items():
+                if count > 1 and key not in self.expected_duplicate_ids:
+                    self._violation(f"request id {key[1]!r} was answered {count} times")
+
+    def all_output_text(self) -> str:
+        with self.cond:
+            return b"".join(self.lines).decode("utf-8", errors="replace")
+
+    def profile_names(self) -> list[str]:
+        return [p["name"] for p in self.result("listProviders", {})["profiles"]]
+
+
+class Host(FrameLink):
+    """One `authbridge serve` child process and the frames it wrote."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], workdir: Path):
+        super().__init__(workdir)
+        self.argv = argv
+        self.stderr_path = workdir / "stderr.log"
+        self._stderr_file = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr_file,
+            env=env, cwd=workdir, bufsize=0,
+        )
+        self._start_reading(self.proc.stdout, "host-stdout")
+
+    def _write(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise HostError(f"the host stopped reading its stdin ({self.describe_exit()})\n"
+                            f"{self.stderr_tail()}") from None
+
     def close_stdin(self) -> None:
         with self._write_lock:
             try:
@@ -334,10 +371,7 @@ class Host:
         if self.proc.stdout:
             self.proc.stdout.close()
         self._stderr_file.close()
-        with self.cond:
-            for key, count in self.response_counts.items():
-                if count > 1 and key not in self.expected_duplicate_ids:
-                    self._violation(f"request id {key[1]!r} was answered {count} times")
+        self._count_answers()
 
     def describe_exit(self) -> str:
         try:
@@ -376,12 +410,6 @@ class Host:
             tail = text.splitlines()[-lines:]
         return "host stderr (tail):\n  " + "\n  ".join(tail)
 
-    def all_output_text(self) -> str:
-        with self.cond:
-            return b"".join(self.lines).decode("utf-8", errors="replace")
-
-    def profile_names(self) -> list[str]:
-        return [p["name"] for p in self.result("listProviders", {})["profiles"]]
 
 
 #: Vault files that keep profiles' resolved configurations (bridge-spec, Storage: "Kept

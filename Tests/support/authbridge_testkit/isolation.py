@@ -2,9 +2,10 @@
 nothing of the test leaks out.
 
 * its own XDG_CONFIG_HOME, XDG_DATA_HOME and HOME (so its config, vault, key file and default
-  plugin folder are the test's);
-* no DBUS_SESSION_BUS_ADDRESS (never the developer's keyring: keyring tests bring a private one)
-  and no AUTHBRIDGE_VAULT_KEY;
+  plugin folder are the test's), and its own XDG_RUNTIME_DIR (0700: where an agent's socket is
+  looked for, so a command under test never reaches the developer's agent);
+* no DBUS_SESSION_BUS_ADDRESS (never the developer's keyring: keyring tests bring a private one),
+  no AUTHBRIDGE_VAULT_KEY and no AUTHBRIDGE_AGENT_SOCKET;
 * plugin files as private copies (0644) in a folder of their own (0755): the loader refuses
   files others can write, and a build folder's modes are not the test's to rely on.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 from .paths import TEST_PLUGIN_FILES, TEST_PLUGINS_DIR
 
 #: Variables a host under test never inherits.
-NEVER_INHERITED = ("DBUS_SESSION_BUS_ADDRESS", "AUTHBRIDGE_VAULT_KEY")
+NEVER_INHERITED = ("DBUS_SESSION_BUS_ADDRESS", "AUTHBRIDGE_VAULT_KEY", "AUTHBRIDGE_AGENT_SOCKET")
 
 
 def isolated_environment(home: Path, data_home: Path | None = None,
@@ -29,9 +30,10 @@ def isolated_environment(home: Path, data_home: Path | None = None,
     runs of one user."""
     for sub in ("xdg-config", "xdg-data", "home"):
         (home / sub).mkdir(parents=True, exist_ok=True)
+    (home / "xdg-runtime").mkdir(mode=0o700, exist_ok=True)
     env = dict(os.environ if base is None else base)
     env.update(XDG_CONFIG_HOME=str(home / "xdg-config"), XDG_DATA_HOME=str(data_home or home / "xdg-data"),
-               HOME=str(home / "home"))
+               HOME=str(home / "home"), XDG_RUNTIME_DIR=str(home / "xdg-runtime"))
     for name in NEVER_INHERITED:
         env.pop(name, None)
     return env

@@ -8,13 +8,15 @@
 // the host answers in (it answers as requests finish, bridge-spec §1).
 
 import { Buffer } from 'node:buffer';
+import { spawn } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { accessSync, constants } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { authorizedFetch } from './authorized_fetch.js';
-import { HostProcess } from './transport.js';
+import { AgentSocket, HostProcess, agentSocketPath } from './transport.js';
 import {
   AbortError,
+  AgentNotRunningError,
   AuthBridgeError,
   HostExitedError,
   HostNotFoundError,
@@ -90,7 +92,68 @@ export function bundledHost() {
 }
 
 /**
- * A running `authbridge` host and the calls made to it.
+ * The connection to the agent that `options.agent` asks for: an AgentSocket, or null for a host
+ * of the bridge's own (`agent` false, or "auto" with no agent answering). Rejects with
+ * AgentNotRunningError when `agent` is true and none answers. With `autostart`, a missing agent
+ * is started first (never otherwise).
+ * @param {object} options AuthBridgeOptions
+ * @returns {Promise<AgentSocket|null>}
+ */
+async function openAgent(options) {
+  if (![undefined, false, true, 'auto'].includes(options.agent)) {
+    throw new TypeError(`agent must be true, false or "auto", not ${JSON.stringify(options.agent)}`);
+  }
+  if (!options.agent) return null;
+  const path = agentSocketPath(options);
+  if (!path) {
+    if (options.agent !== true) return null;
+    throw new AgentNotRunningError('no agent socket to use: XDG_RUNTIME_DIR is not set; set AUTHBRIDGE_AGENT_SOCKET or pass agentSocket');
+  }
+  for (let started = false; ; started = true) {
+    try {
+      return await AgentSocket.connect(path);
+    } catch (error) {
+      if (options.autostart && !started) {
+        await startAgent(path, options);
+        continue;
+      }
+      if (options.agent !== true) return null;
+      throw new AgentNotRunningError(
+        `no authbridge agent answers on ${path} (${error.code ?? error.message}); start one with \`authbridge agent\` ` +
+        '(or `systemctl --user enable --now authbridge.socket`)', { socket: path, cause: error });
+    }
+  }
+}
+
+/**
+ * `authbridge agent` for `autostart`: detached (a session of its own, unref'd), it outlives this
+ * program and serves the user's other apps. Resolves once it listens (it writes its socket's
+ * path) or has ended (another agent won the race to the socket: the next connect finds that one).
+ */
+function startAgent(path, options) {
+  const args = ['agent', '--socket', path, ...hostArguments(options).slice(1)];
+  const child = spawn(resolveHostPath(options), args, {
+    env: options.env, cwd: options.cwd, detached: true, stdio: ['ignore', 'pipe', 'ignore'],
+  });
+  return new Promise((resolve) => {
+    let settled = false;
+    const done = () => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      child.stdout?.destroy();
+      child.unref();
+      resolve();
+    };
+    const timer = setTimeout(done, options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
+    child.once('error', done);
+    child.stdout?.on('data', (chunk) => { if (chunk.includes(0x0a)) done(); });
+    child.stdout?.once('close', done);
+  });
+}
+
+/**
+ * A running `authbridge` host (or a connection to the user's agent) and the calls made to it.
  *
  * Events:
  * - `'session/changed'` (params): a session changed (signed in, refreshed, signed out, license revoked);
@@ -131,43 +194,56 @@ export class AuthBridge extends EventEmitter {
    * @returns {Promise<AuthBridge>}
    */
   static async start(options = {}) {
-    const bridge = new AuthBridge(options);
-    try {
-      await bridge.initialize(
-        { protocolVersion: options.protocolVersion, clientInfo: options.clientInfo, capabilities: options.capabilities },
-        { timeoutMs: options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS, signal: options.signal },
-      );
-    } catch (error) {
-      await bridge.close({ timeoutMs: 2_000 }).catch(() => {});
-      throw error;
+    let agent = await openAgent(options);
+    for (;;) {
+      const bridge = new AuthBridge(options, agent);
+      try {
+        await bridge.initialize(
+          { protocolVersion: options.protocolVersion, clientInfo: options.clientInfo, capabilities: options.capabilities },
+          { timeoutMs: options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS, signal: options.signal },
+        );
+        return bridge;
+      } catch (error) {
+        await bridge.close({ timeoutMs: 2_000 }).catch(() => {});
+        if (agent && options.agent === 'auto' && error instanceof HostExitedError && error.agent) {
+          bridge.#warn(`the agent on ${error.agent} closed the connection; starting a host of this bridge's own`);
+          agent = null;
+          continue;
+        }
+        throw error;
+      }
     }
-    return bridge;
   }
 
   /**
    * Spawns the host without initializing it (start() does both). For callers that want to
-   * send `initialize` themselves, e.g. to retry it with another protocol version.
+   * send `initialize` themselves, e.g. to retry it with another protocol version. The `agent`
+   * option is start()'s and restart()'s: this always spawns a host of the bridge's own.
    * @param {object} [options] AuthBridgeOptions
    */
-  constructor(options = {}) {
+  constructor(options = {}, agent = null) {
     super();
     this.#options = options;
     this.#onFrame = options.onFrame;
     this.#requestTimeoutMs = options.requestTimeoutMs;
     this.#closeTimeoutMs = options.closeTimeoutMs ?? DEFAULT_CLOSE_TIMEOUT_MS;
-    this.#spawn();
+    this.#attach(agent ?? this.#spawnHost());
   }
 
-  /** Starts a host process and wires it to this bridge; events of an earlier host are ignored. */
-  #spawn() {
+  /** A new host process for this bridge's options. */
+  #spawnHost() {
     const options = this.#options;
-    /** The InitializeResult, once initialize() succeeded. */
-    this.initializeResult = null;
-    const host = new HostProcess(resolveHostPath(options), hostArguments(options), {
+    return new HostProcess(resolveHostPath(options), hostArguments(options), {
       env: options.env,
       cwd: options.cwd,
       stderrLines: options.stderrLines,
     });
+  }
+
+  /** Wires a host process (or agent connection) to this bridge; events of an earlier one are ignored. */
+  #attach(host) {
+    /** The InitializeResult, once initialize() succeeded. */
+    this.initializeResult = null;
     this.#host = host;
     const current = (handler) => (value) => { if (this.#host === host) handler(value); };
     host.on('line', current((line) => this.#receive(line)));
@@ -175,7 +251,7 @@ export class AuthBridge extends EventEmitter {
       this.#protocolError(`the host wrote a line of ${bytes} bytes, over the 64 MiB frame limit; it was dropped`)));
     host.on('partial', current((bytes) =>
       this.#protocolError(`the host's output ended inside a line (${bytes} bytes without a newline: it stopped mid-frame); it was dropped`)));
-    if (options.onStderr) host.on('stderr', options.onStderr);
+    if (this.#options.onStderr) host.on('stderr', this.#options.onStderr);
     host.on('exit', current((info) => this.#hostExited(info)));
     /** Resolves with {code, signal, error, stderrTail} when the host is gone (the current one, after restart()). */
     this.exited = host.exited;
@@ -212,14 +288,22 @@ export class AuthBridge extends EventEmitter {
    */
   async restart({ signal, timeoutMs = this.#options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS } = {}) {
     await this.close();
-    this.#closing = null;
-    this.#spawn();
+    let agent = await openAgent(this.#options);
     let result;
-    try {
-      result = await this.initialize(this.#initializeParams, { timeoutMs, signal });
-    } catch (error) {
-      await this.close({ timeoutMs: 2_000 }).catch(() => {});
-      throw error;
+    for (;;) {
+      this.#closing = null;
+      this.#attach(agent ?? this.#spawnHost());
+      try {
+        result = await this.initialize(this.#initializeParams, { timeoutMs, signal });
+        break;
+      } catch (error) {
+        await this.close({ timeoutMs: 2_000 }).catch(() => {});
+        if (agent && this.#options.agent === 'auto' && error instanceof HostExitedError && error.agent) {
+          agent = null;
+          continue;
+        }
+        throw error;
+      }
     }
     for (const [name, params] of this.#profiles) {
       try {
@@ -243,8 +327,10 @@ export class AuthBridge extends EventEmitter {
   get capabilities() { return this.initializeResult?.capabilities; }
   /** Where the host keeps tokens ({backend, protection}). */
   get storage() { return this.initializeResult?.storage; }
-  /** The host's process id (undefined when it could not be started). */
+  /** The host's process id (undefined when it could not be started, and on the agent). */
   get pid() { return this.#host.pid; }
+  /** Whether this bridge talks to the user's agent (rather than a host of its own). */
+  get onAgent() { return this.#host instanceof AgentSocket && this.running; }
   /** Whether the host is still there (false after close() or once it died). */
   get running() { return this.#host.running && this.#closing === null; }
   /** The host's last stderr lines (its log), oldest first. */
@@ -252,7 +338,8 @@ export class AuthBridge extends EventEmitter {
 
   /**
    * Stops the host cleanly: `shutdown`, then `exit` and end of input; if it has not exited within
-   * `timeoutMs`, SIGTERM, and SIGKILL 2 s later. Calls still pending are answered by the host
+   * `timeoutMs`, SIGTERM, and SIGKILL 2 s later. On the agent only this connection ends (the agent
+   * goes on serving the user's other apps). Calls still pending are answered by the host
    * (-32800 when `exit` cancels them) or reject with HostExitedError. Safe to call twice.
    * @param {{timeoutMs?: number}} [options]
    * @returns {Promise<{code: number|null, signal: string|null, error: Error|null, stderrTail: string[]}>}
@@ -428,6 +515,11 @@ export class AuthBridge extends EventEmitter {
         { method, requestId: id, executable: this.#host.command, cause: info.error });
     }
     const call = id === undefined ? `cannot send ${method}` : `before answering ${method} (#${id})`;
+    if (info.agent) {
+      return new HostExitedError(`the authbridge agent on ${info.agent} closed the connection (it stopped or was killed): ${call}`, {
+        method, requestId: id, exitCode: null, signal: null, stderrTail: [], agent: info.agent,
+      });
+    }
     let how;
     if (info.error) how = `could not be started (${info.error.message})`;
     else if (info.signal) how = `was killed by ${info.signal}`;

@@ -31,6 +31,7 @@ export {
   RequestTimeoutError,
   HostExitedError,
   HostNotFoundError,
+  AgentNotRunningError,
   InsecureUrlError,
 } from './protocol.js';
-export { LineDecoder, MAX_LINE_BYTES } from './transport.js';
+export { LineDecoder, MAX_LINE_BYTES, agentSocketPath } from './transport.js';

@@ -190,6 +190,8 @@ export class HostExitedError extends AuthBridgeError {
     this.signal = details.signal ?? null;
     /** The host's last stderr lines (its log), oldest first. */
     this.stderrTail = details.stderrTail ?? [];
+    /** On the agent: its socket's path (the agent closed the connection: it stopped or was killed); else null. */
+    this.agent = details.agent ?? null;
   }
 }
 
@@ -208,6 +210,24 @@ export class HostNotFoundError extends HostExitedError {
     super(message, details);
     /** The executable that could not be started. */
     this.executable = details.executable;
+  }
+}
+
+/**
+ * `agent: true` and no agent answers on its socket (none was started, or it died): start one
+ * (`authbridge agent`, or `systemctl --user enable --now authbridge.socket`), or pass
+ * `agent: 'auto'` to run a host of the bridge's own when there is none. `socket` is the path
+ * tried; a HostNotFoundError too (there is no host to talk to).
+ */
+export class AgentNotRunningError extends HostNotFoundError {
+  /**
+   * @param {string} message
+   * @param {{socket?: string, cause?: unknown}} [details]
+   */
+  constructor(message, details = {}) {
+    super(message, details);
+    /** The agent's socket that was tried. */
+    this.socket = details.socket;
   }
 }
 

@@ -1,9 +1,12 @@
 // The host process and its byte streams: spawning `authbridge serve`, cutting its stdout into
 // lines (NDJSON, bridge-spec §1), writing lines to its stdin, draining its stderr, and telling
-// when and how it ended. Nothing here knows JSON-RPC; the client (client.js) does.
+// when and how it ended; or a connection to the running `authbridge agent` on its Unix socket,
+// with the same interface. Nothing here knows JSON-RPC; the client (client.js) does.
 
 import { spawn } from 'node:child_process';
 import { EventEmitter } from 'node:events';
+import { connect as connectSocket } from 'node:net';
+import { isAbsolute, join } from 'node:path';
 
 /** The longest line the host may write (bridge-spec §1): 64 MiB. */
 export const MAX_LINE_BYTES = 64 * 1024 * 1024;
@@ -251,5 +254,93 @@ export class HostProcess extends EventEmitter {
   /** The host's last stderr lines. */
   stderrTail() {
     return this.stderr.tail();
+  }
+}
+
+/**
+ * Where the agent's socket is: `options.agentSocket`, else AUTHBRIDGE_AGENT_SOCKET (of
+ * `options.env`, then of this process), else `$XDG_RUNTIME_DIR/authbridge/agent.sock`;
+ * undefined when none can be named.
+ * @param {{agentSocket?: string, env?: NodeJS.ProcessEnv}} [options]
+ */
+export function agentSocketPath(options = {}) {
+  if (options.agentSocket) return options.agentSocket;
+  const named = options.env?.AUTHBRIDGE_AGENT_SOCKET || process.env.AUTHBRIDGE_AGENT_SOCKET;
+  if (named) return named;
+  const runtime = options.env?.XDG_RUNTIME_DIR || process.env.XDG_RUNTIME_DIR;
+  return runtime && isAbsolute(runtime) ? join(runtime, 'authbridge', 'agent.sock') : undefined;
+}
+
+/**
+ * One connection to the running `authbridge agent`, with HostProcess's interface (`line`,
+ * `overflow`, `partial` and `exit` events; writeLine, endInput, kill) so the client does not know
+ * which it has. The agent is shared: ending this ends only this connection. Its `exit` info has
+ * `agent` (the socket's path) and neither exit status nor log lines: the agent's are its own.
+ */
+export class AgentSocket extends EventEmitter {
+  /**
+   * Connects; rejects with the socket's error (`code` ENOENT: no socket; ECONNREFUSED: a socket
+   * nothing listens on, its agent died).
+   * @param {string} path
+   * @returns {Promise<AgentSocket>}
+   */
+  static connect(path) {
+    return new Promise((resolve, reject) => {
+      const socket = connectSocket(path);
+      socket.once('error', reject);
+      socket.once('connect', () => {
+        socket.off('error', reject);
+        resolve(new AgentSocket(path, socket));
+      });
+    });
+  }
+
+  /** @param {string} path @param {import('node:net').Socket} socket a connected socket */
+  constructor(path, socket) {
+    super();
+    this.path = path;
+    /** For error messages: what this bridge talks to. */
+    this.command = path;
+    /** The agent's pid is not known to Node (no SO_PEERCRED). */
+    this.pid = undefined;
+    this.socket = socket;
+    this.exitInfo = null;
+    this.exited = new Promise((resolve) => this.once('exit', resolve));
+    const decoder = new LineDecoder((line) => this.emit('line', line), {
+      onOverflow: (bytes) => this.emit('overflow', bytes),
+      onPartial: (bytes) => this.emit('partial', bytes),
+    });
+    socket.on('data', (chunk) => decoder.push(chunk));
+    // Writing after the agent closed the connection (EPIPE) is reported through `exit`.
+    socket.on('error', () => {});
+    socket.once('close', () => {
+      decoder.end();
+      this.exitInfo = { code: null, signal: null, error: null, stderrTail: [], agent: path };
+      this.emit('exit', this.exitInfo);
+    });
+  }
+
+  get running() {
+    return this.exitInfo === null;
+  }
+
+  writeLine(text) {
+    if (!this.running || this.socket.destroyed || this.socket.writableEnded) return false;
+    this.socket.write(text + '\n');
+    return true;
+  }
+
+  /** Ends this connection's input: the agent ends its requests and closes the connection. */
+  endInput() {
+    if (!this.socket.destroyed && !this.socket.writableEnded) this.socket.end();
+  }
+
+  /** Drops the connection at once (there is no process of ours to signal). */
+  kill() {
+    this.socket.destroy();
+  }
+
+  stderrTail() {
+    return [];
   }
 }

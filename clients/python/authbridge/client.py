@@ -10,15 +10,17 @@ shutting it down cleanly belong together, in one `async with`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import subprocess
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from . import __version__
-from .errors import AuthBridgeError, BridgeClosed, ProviderUnknown
+from .errors import AgentNotRunning, AuthBridgeError, BridgeClosed, HostExited, ProviderUnknown
 from .protocol import Connection, EventStream, FrameTap, Listeners, ProgressCallback
-from .transport import DEFAULT_MAX_FRAME_BYTES, HostProcess, find_executable
+from .transport import DEFAULT_MAX_FRAME_BYTES, AgentSocket, HostProcess, agent_socket_path, find_executable
 from .types import (AccessTokenResult, Event, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList,
                     SessionChanged, SignInProgress, SignInStatus, SignOutResult)
 
@@ -36,11 +38,17 @@ def _drop_none(**params: Any) -> dict[str, Any]:
 
 
 class AuthBridge(Listeners):
-    """A client of one `authbridge serve` process.
+    """A client of one `authbridge serve` process, or of the user's running `authbridge agent`.
 
     Start it with `async with AuthBridge(...)` / `async with connect(...)`, or `await connect(...)`
     and later `await bridge.close()`. Methods raise the `authbridge.errors` class of the host's
     error code; `HostExited` when the host died (then `restart()` starts a new one).
+
+    With the agent (one broker per login session, shared by every app of the user) refreshes are
+    shared with the other apps, and a sign-in or sign-out in any of them, or `authbridge login` in
+    a terminal, reaches this bridge at once as `session/changed`. The agent has its own plugins,
+    profiles and vault: `plugins`, `config`, `args`… configure a host of this bridge's own (or one
+    `autostart` starts), and `configure_profile` changes the agent's profiles for every app.
 
     Arguments:
       executable: path or name of the host; default: `AUTHBRIDGE` of `env`, else of this process's
@@ -57,6 +65,15 @@ class AuthBridge(Listeners):
       a longer answer fails its call with `FrameTooLarge` and the bridge goes on.
       on_frame: `fn(direction, raw_line, parsed)` for every frame sent and received — for tests
       and debugging only: frames carry tokens.
+      agent: False (default): start a host of this bridge's own (`authbridge serve`); "auto": use
+      the agent when it answers on its socket, else start a host as with False; True: the agent
+      only (`AgentNotRunning` when none answers).
+      agent_socket: the agent's socket; default `AUTHBRIDGE_AGENT_SOCKET` (of `env`, then of this
+      process), else `$XDG_RUNTIME_DIR/authbridge/agent.sock`.
+      autostart: with `agent`, start `authbridge agent` (with this bridge's plugins, config and
+      args) when none answers, and use it: it outlives this program and serves the user's other
+      apps. Never done unless asked: without it a missing agent means a host of this bridge's
+      own ("auto") or `AgentNotRunning` (True).
     """
 
     def __init__(self, executable: str | os.PathLike[str] | None = None, *,
@@ -66,7 +83,14 @@ class AuthBridge(Listeners):
                  client_version: str = __version__, protocol_version: str = PROTOCOL_VERSION,
                  request_timeout: float | None = None, start_timeout: float = 30.0,
                  shutdown_timeout: float = 5.0, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 stderr_lines: int = 200, on_frame: FrameTap | None = None) -> None:
+                 stderr_lines: int = 200, on_frame: FrameTap | None = None,
+                 agent: bool | Literal["auto"] = False, agent_socket: str | os.PathLike[str] | None = None,
+                 autostart: bool = False) -> None:
+        if agent not in (True, False, "auto"):
+            raise ValueError(f'agent must be True, False or "auto", not {agent!r}')
+        self.agent = agent
+        self._agent_socket = agent_socket
+        self._autostart = autostart
         self._executable = executable
         argv_tail = ["serve"]
         if no_default_plugins:
@@ -93,7 +117,7 @@ class AuthBridge(Listeners):
         # knows only its configuration file, so `start()` configures them again.
         self._profiles: dict[str, tuple[str, dict[str, Any] | None]] = {}
         self._connection: Connection | None = None
-        self._process: HostProcess | None = None
+        self._process: HostProcess | AgentSocket | None = None
         self._info: InitializeResult | None = None
 
     # ── Life cycle ──────────────────────────────────────────────────────────
@@ -104,15 +128,22 @@ class AuthBridge(Listeners):
         return [find_executable(self._executable, self._env), *self._argv_tail]
 
     async def start(self) -> InitializeResult:
-        """Starts the host and runs `initialize` / `initialized`, within `start_timeout`; then
-        configures again, in order, the profiles `configure_profile` added to an earlier host of
-        this bridge (if one fails, the others are still configured and the first error is raised;
-        the host keeps running)."""
+        """Starts the host (or connects to the agent, see `agent`) and runs `initialize` /
+        `initialized`, within `start_timeout`; then configures again, in order, the profiles
+        `configure_profile` added to an earlier host of this bridge (if one fails, the others are
+        still configured and the first error is raised; the host keeps running)."""
         if self._connection is not None and not self._connection.closed.done():
             raise RuntimeError("this AuthBridge is already running")
+        if self.agent is not False:
+            info = await self._start_on_agent()
+            if info is not None:
+                return info
         process = HostProcess(self.argv, env=self._env, cwd=self._cwd, max_frame_bytes=self._max_frame_bytes,
                               stderr_lines=self._stderr_lines)
         await process.start()
+        return await self._start_on(process)
+
+    async def _start_on(self, process: HostProcess | AgentSocket) -> InitializeResult:
         connection = Connection(process, subscribers=self._subscribers, streams=self._streams, on_frame=self._on_frame)
         connection.start()
         self._process, self._connection = process, connection
@@ -131,6 +162,66 @@ class AuthBridge(Listeners):
         await self._replay_profiles()
         return self._info
 
+    @property
+    def agent_socket(self) -> str | None:
+        """The agent's socket this bridge uses or would use (see `agent_socket` of `connect`)."""
+        return agent_socket_path(self._agent_socket, self._env)
+
+    @property
+    def on_agent(self) -> bool:
+        """Whether this bridge talks to the agent (rather than a host of its own)."""
+        return isinstance(self._process, AgentSocket) and self.running
+
+    async def _start_on_agent(self) -> InitializeResult | None:
+        """Initialized on the agent; None when there is none and `agent` is "auto"."""
+        path = self.agent_socket
+        if path is None:
+            if self.agent is True:
+                raise AgentNotRunning("no agent socket to use: XDG_RUNTIME_DIR is not set; set AUTHBRIDGE_AGENT_SOCKET "
+                                      "or pass agent_socket=")
+            return None
+        started = False
+        while True:
+            socket = AgentSocket(path, max_frame_bytes=self._max_frame_bytes)
+            try:
+                await socket.start()
+            except OSError as error:
+                if self._autostart and not started:
+                    started = True
+                    await self._start_agent(path)
+                    continue
+                if self.agent is True:
+                    raise AgentNotRunning(
+                        f"no authbridge agent answers on {path} ({error.strerror or error}); start one with "
+                        "`authbridge agent` (or `systemctl --user enable --now authbridge.socket`)", socket=path) from error
+                log.debug("no authbridge agent on %s (%s): starting a host", path, error.strerror or error)
+                return None
+            try:
+                return await self._start_on(socket)
+            except HostExited as error:
+                if error.agent is None or self.agent is True:
+                    raise
+                log.warning("authbridge: the agent on %s closed the connection; starting a host of this bridge's own", path)
+                return None
+
+    async def _start_agent(self, path: str) -> None:
+        """`authbridge agent` for `autostart`, detached from this program (its own session; a
+        shell in between exits at once, so the agent is nobody's child here and outlives us).
+        Returns once it listens (it writes its socket's path) or has ended (another agent won
+        the race to the socket: the connection that follows finds that one)."""
+        argv = [find_executable(self._executable, self._env), "agent", "--socket", path, *self._argv_tail[1:]]
+        launcher = subprocess.Popen(["/bin/sh", "-c", 'exec </dev/null 2>/dev/null; "$0" "$@" &', *argv],
+                                    stdout=subprocess.PIPE, env=self._env, cwd=self._cwd, start_new_session=True)
+        try:
+            loop = asyncio.get_running_loop()
+            assert launcher.stdout is not None
+            ready = await asyncio.wait_for(loop.run_in_executor(None, launcher.stdout.readline), self.start_timeout)
+            log.debug("started an authbridge agent on %s (%s)", path, "ready" if ready else "it ended at once")
+        finally:
+            if launcher.stdout is not None:
+                launcher.stdout.close()
+            launcher.wait()
+
     async def _replay_profiles(self) -> None:
         failures: list[AuthBridgeError] = []
         for name, (plugin, settings) in list(self._profiles.items()):
@@ -146,7 +237,8 @@ class AuthBridge(Listeners):
         """Shuts the host down cleanly and waits for it (bounded, see `shutdown_timeout`).
         Calls still running are cancelled by the host (`RequestCancelled`), or fail with
         `BridgeClosed` if it ended without answering; event streams end. Returns the exit status
-        (0 after a clean shutdown). Closing twice is harmless."""
+        (0 after a clean shutdown; None on the agent, which goes on serving the user's other
+        apps: only this connection ends). Closing twice is harmless."""
         if self._connection is None:
             return None
         code = await self._connection.close(self.shutdown_timeout)
@@ -188,6 +280,7 @@ class AuthBridge(Listeners):
 
     @property
     def pid(self) -> int | None:
+        """The host's process id (the agent's, on the agent)."""
         return self._process.pid if self._process else None
 
     @property

@@ -26,7 +26,7 @@ __all__ = [
     "InternalError", "ServerNotInitialized", "RequestCancelled", "NotSignedIn", "ProviderUnknown",
     "ProviderRefused", "UserCancelled", "Timeout", "ProviderUnavailable", "PluginError",
     "Unsupported", "UnsupportedProtocolVersion", "StorageError", "NoPendingSignIn",
-    "ConfigurationError", "HostExited", "HostNotFound", "BridgeClosed", "FrameTooLarge", "ProtocolError",
+    "ConfigurationError", "HostExited", "HostNotFound", "AgentNotRunning", "BridgeClosed", "FrameTooLarge", "ProtocolError",
     "RequestTimeout", "InsecureURL", "error_from_wire",
 ]
 
@@ -205,12 +205,20 @@ class HostExited(BridgeClosed):
 
     `returncode` is its exit status (negative: killed by that signal, as in `subprocess`);
     `stderr_tail` the last lines it logged (the host never logs tokens). Start a new host with
-    `bridge.restart()` or a new `connect()`.
+    `bridge.restart()` or a new `connect()`. For a connection to the agent (`agent=` of
+    `connect`), `agent` is its socket's path and the agent closed the connection: it stopped or
+    was killed (`returncode` None, no log lines: the agent's log is its own).
     """
 
-    def __init__(self, returncode: int | None, stderr_tail: Sequence[str] = (), *, request_method: str | None = None) -> None:
+    def __init__(self, returncode: int | None, stderr_tail: Sequence[str] = (), *, request_method: str | None = None,
+                 agent: str | None = None) -> None:
         self.returncode = returncode
         self.stderr_tail = list(stderr_tail)
+        self.agent = agent
+        if agent is not None:
+            super().__init__(f"the authbridge agent on {agent} closed the connection (it stopped or was killed)",
+                             request_method=request_method)
+            return
         if returncode is None:
             status = "with an unknown status"
         elif returncode < 0:
@@ -233,6 +241,16 @@ class HostNotFound(AuthBridgeError, FileNotFoundError):
     def __init__(self, message: str, *, executable: str | None = None) -> None:
         super().__init__(message)
         self.executable = executable
+
+
+class AgentNotRunning(HostNotFound):
+    """`agent=True` and no agent answers on `socket` (none was started, or it died). Start one
+    (`authbridge agent`, or `systemctl --user enable --now authbridge.socket`), or pass
+    `agent="auto"` to run a host of the bridge's own when there is none."""
+
+    def __init__(self, message: str, *, socket: str | None = None) -> None:
+        super().__init__(message)
+        self.socket = socket
 
 
 if sys.version_info >= (3, 11):

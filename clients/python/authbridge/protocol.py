@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 from .errors import AuthBridgeError, BridgeClosed, FrameTooLarge, HostExited, RequestTimeout, error_from_wire
-from .transport import HostProcess, OversizeLine
+from .transport import AgentSocket, HostProcess, OversizeLine
 from .types import Event, SessionChanged, SignInProgress, event_from_wire
 
 __all__ = ["Connection", "EventStream", "Listeners", "FrameTap", "EventCallback", "ProgressCallback", "SessionCallback"]
@@ -137,13 +137,14 @@ class _Pending:
 
 
 class Connection:
-    """A JSON-RPC session with one host process. Created by `AuthBridge`; one per host start.
+    """A JSON-RPC session with one host process, or one connection to the agent (`AgentSocket`,
+    which offers the same interface). Created by `AuthBridge`; one per start.
 
     `subscribers` and `streams` are shared with the `AuthBridge`, so callbacks registered with
     `bridge.on()` survive a restart of the host.
     """
 
-    def __init__(self, process: HostProcess, *, subscribers: dict[str | None, list[_Listener]],
+    def __init__(self, process: HostProcess | AgentSocket, *, subscribers: dict[str | None, list[_Listener]],
                  streams: set[EventStream[Event]], on_frame: FrameTap | None = None) -> None:
         self.process = process
         self._subscribers = subscribers
@@ -244,13 +245,13 @@ class Connection:
         try:
             await asyncio.wait_for(asyncio.shield(self.closed), 5.0)
         except asyncio.TimeoutError:
-            return HostExited(self.process.returncode, self.process.stderr_tail(), request_method=method)
+            return self.process.exited_error(method)
         return self._closed_error(method)
 
     def _closed_error(self, method: str | None = None) -> AuthBridgeError:
         reason = self.closed.result() if self.closed.done() else None
         if isinstance(reason, HostExited):
-            return HostExited(reason.returncode, reason.stderr_tail, request_method=method)
+            return HostExited(reason.returncode, reason.stderr_tail, request_method=method, agent=reason.agent)
         return BridgeClosed("the bridge is closed", request_method=method)
 
     # ── Receiving ───────────────────────────────────────────────────────────
@@ -361,17 +362,13 @@ class Connection:
     # ── End ─────────────────────────────────────────────────────────────────
 
     async def _finish(self, failure: BaseException | None) -> None:
-        """stdout closed: the host is gone or going. Collect its status and last log lines (both
-        bounded), then fail every pending call at once."""
-        code = await self.process.wait(5.0)
-        if code is None:  # it closed stdout but lives on: it is of no use any more
-            self.process.kill()
-            code = await self.process.wait(5.0)
-        await self.process.stderr_done(1.0)
+        """stdout (the agent's socket) closed: the host is gone or going. Collect its status and
+        last log lines (both bounded), then fail every pending call at once."""
+        await self.process.settle()
         if self._closing:
             reason: AuthBridgeError = BridgeClosed("the bridge was closed")
         else:
-            reason = HostExited(code, self.process.stderr_tail())
+            reason = self.process.exited_error()
             log.warning("%s", reason)
         if failure is not None:
             reason.__cause__ = failure

@@ -173,6 +173,14 @@ class SyncAuthBridge(Listeners):
     def running(self) -> bool:
         return self._bridge.running
 
+    @property
+    def on_agent(self) -> bool:
+        return self._bridge.on_agent
+
+    @property
+    def agent_socket(self) -> str | None:
+        return self._bridge.agent_socket
+
     def stderr_tail(self, lines: int = 20) -> list[str]:
         return self._bridge.stderr_tail(lines)
 

@@ -1,8 +1,9 @@
 """The host process and its pipes: spawning `authbridge serve`, reading and writing NDJSON lines,
-draining stderr, and stopping the process within bounds.
+draining stderr, and stopping the process within bounds; or a connection to the running
+`authbridge agent` on its Unix socket, which offers the protocol layer the same interface.
 
-Why it is separate from the protocol: everything here is about an OS process (paths, pipes,
-signals, buffer limits); nothing here knows JSON-RPC.
+Why it is separate from the protocol: everything here is about an OS process or a socket (paths,
+pipes, signals, buffer limits); nothing here knows JSON-RPC.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ import logging
 import os
 import re
 import shutil
+import socket
+import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ._bundled import bundled_host
-from .errors import HostNotFound
+from .errors import HostExited, HostNotFound
 
-__all__ = ["HostProcess", "find_executable", "DEFAULT_MAX_FRAME_BYTES"]
+__all__ = ["HostProcess", "AgentSocket", "agent_socket_path", "find_executable", "DEFAULT_MAX_FRAME_BYTES"]
 
 #: The spec's frame limit (64 MiB) is also the default longest line the client accepts. It is a
 #: cap, not an allocation: asyncio's default (64 KiB) is smaller than a large `fetch` body.
@@ -54,6 +57,33 @@ def find_executable(executable: str | os.PathLike[str] | None = None, env: Mappi
         raise HostNotFound(f"the authbridge host {path} is not executable (chmod +x it); {_HOW_TO_FIND}",
                            executable=str(path))
     return str(path.resolve())
+
+
+async def read_frame_line(stream: asyncio.StreamReader) -> bytes | OversizeLine | None:
+    """The next line of `stream` (with its `\\n`), an `OversizeLine` for one over the stream's
+    limit (skipped entirely, the stream stays in step), or None at EOF."""
+    head, tail, size = b"", b"", 0
+    oversize = False
+    while True:
+        try:
+            line = await stream.readuntil(b"\n")
+        except asyncio.IncompleteReadError as eof:
+            if oversize:
+                return OversizeLine(head, (tail + eof.partial)[-512:], size + len(eof.partial))
+            return eof.partial or None  # a last line without `\n`, or EOF
+        except asyncio.LimitOverrunError as overrun:
+            # The line goes past the limit: consume what is buffered, keep both ends.
+            chunk = await stream.read(max(overrun.consumed, 1))
+            if not oversize:
+                head, oversize = chunk[:512], True
+            tail = (tail + chunk)[-512:]
+            size += len(chunk)
+            continue
+        except (ConnectionError, OSError):
+            return None
+        if oversize:
+            return OversizeLine(head, (tail + line)[-512:], size + len(line))
+        return line
 
 
 class OversizeLine:
@@ -143,6 +173,20 @@ class HostProcess:
         await self.stderr_done(grace)
         return code
 
+    async def settle(self) -> int | None:
+        """Stdout closed: the exit status, once the process has ended (bounded: one that closed
+        stdout but lives on is of no use any more and is killed), and its last log lines read."""
+        code = await self.wait(5.0)
+        if code is None:
+            self.kill()
+            code = await self.wait(5.0)
+        await self.stderr_done(1.0)
+        return code
+
+    def exited_error(self, request_method: str | None = None) -> HostExited:
+        """The error of a call the ended process can no longer answer."""
+        return HostExited(self.returncode, self.stderr_tail(), request_method=request_method)
+
     async def stderr_done(self, timeout: float) -> None:
         """Waits (bounded) until stderr reached EOF, so `stderr_tail` has the last lines. Past
         `timeout` (a child of the host may hold the pipe open) the drain stops."""
@@ -182,29 +226,7 @@ class HostProcess:
         """The next line from stdout (with its `\\n`), an `OversizeLine` for one over the limit
         (skipped entirely, the stream stays in step), or None at EOF."""
         assert self._proc is not None and self._proc.stdout is not None
-        stream = self._proc.stdout
-        head, tail, size = b"", b"", 0
-        oversize = False
-        while True:
-            try:
-                line = await stream.readuntil(b"\n")
-            except asyncio.IncompleteReadError as eof:
-                if oversize:
-                    return OversizeLine(head, (tail + eof.partial)[-512:], size + len(eof.partial))
-                return eof.partial or None  # a last line without `\n`, or EOF
-            except asyncio.LimitOverrunError as overrun:
-                # The line goes past the limit: consume what is buffered, keep both ends.
-                chunk = await stream.read(max(overrun.consumed, 1))
-                if not oversize:
-                    head, oversize = chunk[:512], True
-                tail = (tail + chunk)[-512:]
-                size += len(chunk)
-                continue
-            except (ConnectionError, OSError):
-                return None
-            if oversize:
-                return OversizeLine(head, (tail + line)[-512:], size + len(line))
-            return line
+        return await read_frame_line(self._proc.stdout)
 
     def send(self, data: bytes) -> None:
         """Queues one frame, whole, without waiting: the pipe transport takes it in one piece, so
@@ -245,3 +267,103 @@ class HostProcess:
                 self._proc.kill()
             except ProcessLookupError:
                 pass
+
+
+def agent_socket_path(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """Where the agent's socket is: `explicit`, else `AUTHBRIDGE_AGENT_SOCKET` (of `env`, then of
+    this process), else `$XDG_RUNTIME_DIR/authbridge/agent.sock`; None when none can be named."""
+    if explicit is not None:
+        return os.fspath(explicit)
+    variables = env or {}
+    named = variables.get("AUTHBRIDGE_AGENT_SOCKET") or os.environ.get("AUTHBRIDGE_AGENT_SOCKET")
+    if named:
+        return named
+    runtime = variables.get("XDG_RUNTIME_DIR") or os.environ.get("XDG_RUNTIME_DIR")
+    return os.path.join(runtime, "authbridge", "agent.sock") if runtime and os.path.isabs(runtime) else None
+
+
+class AgentSocket:
+    """One connection to the running `authbridge agent`: the same interface as `HostProcess`, so
+    the protocol layer does not know which it has. The agent is shared: closing this ends only
+    this connection (`exit` ends the connection, not the agent), and it has no exit status or
+    log of ours to report. `pid` is the agent's, as the kernel names the peer (SO_PEERCRED)."""
+
+    def __init__(self, path: str, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.path = path
+        self.max_frame_bytes = max_frame_bytes
+        self.returncode: int | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pid: int | None = None
+
+    async def start(self) -> None:
+        """Connects; `FileNotFoundError` (no socket) or `ConnectionRefusedError` (a socket nothing
+        listens on: its agent died) when there is no agent."""
+        self._reader, self._writer = await asyncio.open_unix_connection(self.path, limit=self.max_frame_bytes)
+        sock = self._writer.get_extra_info("socket")
+        if sock is not None:
+            try:
+                self._pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+            except OSError:
+                self._pid = None
+        log.debug("connected to the authbridge agent on %s (pid %s)", self.path, self._pid)
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    async def read_line(self) -> bytes | OversizeLine | None:
+        assert self._reader is not None
+        return await read_frame_line(self._reader)
+
+    def send(self, data: bytes) -> None:
+        if self._writer is None or self._writer.is_closing():
+            raise BrokenPipeError("the connection to the agent is closed")
+        self._writer.write(data)
+
+    async def drain(self) -> None:
+        if self._writer is None:
+            raise BrokenPipeError("the connection to the agent is closed")
+        await self._writer.drain()
+
+    def write_nowait(self, data: bytes) -> bool:
+        try:
+            self.send(data)
+        except (ConnectionError, OSError, RuntimeError):
+            return False
+        return True
+
+    def close_stdin(self) -> None:
+        """Ends this connection (the agent sees end of input and ends its requests)."""
+        if self._writer is not None and not self._writer.is_closing():
+            try:
+                self._writer.close()
+            except (ConnectionError, OSError, RuntimeError):
+                pass
+
+    def kill(self) -> None:
+        self.close_stdin()
+
+    async def wait(self, timeout: float) -> int | None:
+        return None
+
+    async def stop(self, grace: float) -> int | None:
+        self.close_stdin()
+        if self._writer is not None:
+            try:
+                await asyncio.wait_for(self._writer.wait_closed(), grace)
+            except (asyncio.TimeoutError, ConnectionError, OSError):
+                pass
+        return None
+
+    async def settle(self) -> int | None:
+        return None
+
+    def exited_error(self, request_method: str | None = None) -> HostExited:
+        return HostExited(None, (), request_method=request_method, agent=self.path)
+
+    async def stderr_done(self, timeout: float) -> None:
+        return None
+
+    def stderr_tail(self, lines: int = 20) -> list[str]:
+        return []

@@ -1,0 +1,168 @@
+import AuthBridgeRPC
+import AuthBridgeSystem
+import Logging
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// `authbridge agent`: the bridge on a listening Unix socket, one per login
+/// session, as ssh-agent is. Every connection is a bridge session of its own
+/// (`BridgeServer`: its own `initialize`, ids, cancellation, `shutdown`;
+/// `exit` or closing it ends only its requests) over one `BridgeHost`, so
+/// refreshes are single-flight across every app and a sign-out in one reaches
+/// the others at once. A connection from another user is closed before
+/// anything is read from it: the kernel names the peer at `connect`.
+public final class BridgeAgent: Sendable {
+    /// Who may connect: the agent's own user, and root only when allowed.
+    public struct PeerPolicy: Sendable {
+        public var uid: UInt32
+        public var allowRoot: Bool
+
+        public init(uid: UInt32 = getuid(), allowRoot: Bool = false) {
+            self.uid = uid
+            self.allowRoot = allowRoot
+        }
+
+        public func admits(_ peer: UnixSocket.PeerCredentials) -> Bool {
+            peer.uid == uid || (peer.uid == 0 && allowRoot)
+        }
+    }
+
+    private let host: BridgeHost
+    private let listener: Int32
+    private let logger: Logger
+    private let policy: PeerPolicy
+    private let maximumConnections: Int
+    /// Requests numbered in arrival order across connections (which sign-in is newer).
+    private let arrivalOrder = ArrivalOrder()
+    private let state = Mutex(State())
+    /// Written (closed) by `stop` to wake the accepting thread.
+    private let stopPipe: (read: Int32, write: Int32)
+    private let stopped = Atomic<Bool>(false)
+
+    private struct State {
+        var connections: [UInt64: (connection: Connection, task: Task<Void, Never>)] = [:]
+        var lastID: UInt64 = 0
+    }
+
+    /// `listener`: a listening Unix stream socket, non-blocking; its owner
+    /// closes it after `run` returns.
+    public init(host: BridgeHost, listener: Int32, logger: Logger, policy: PeerPolicy = PeerPolicy(), maximumConnections: Int = 256) {
+        self.host = host
+        self.listener = listener
+        self.logger = logger
+        self.policy = policy
+        self.maximumConnections = maximumConnections
+        var fds: [Int32] = [-1, -1]
+        if pipe(&fds) == 0 {
+            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        } else {
+            fds = [-1, -1]
+        }
+        stopPipe = (fds[0], fds[1])
+    }
+
+    /// Accepts and serves connections until `stop()`. Then every connection
+    /// ends as at end of input — running requests get their grace, then are
+    /// cancelled and answered — and the plugins are shut down.
+    public func run() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let started = startThread { [self] in
+                acceptLoop()
+                continuation.resume()
+            }
+            if !started {
+                logger.critical("cannot start the agent's accepting thread")
+                continuation.resume()
+            }
+        }
+        let open = state.withLock { Array($0.connections.values) }
+        for (connection, _) in open { connection.stopReading() }
+        for (_, task) in open { await task.value }
+        await host.shutDown()
+    }
+
+    deinit {
+        for fd in [stopPipe.read, stopPipe.write] where fd >= 0 { close(fd) }
+    }
+
+    /// Stops accepting and ends every connection. Safe from any thread, any
+    /// number of times.
+    public func stop() {
+        guard !stopped.exchange(true, ordering: .acquiringAndReleasing), stopPipe.write >= 0 else { return }
+        _ = write(stopPipe.write, "x", 1)
+    }
+
+    /// A descriptor that stops the agent when a byte is written to it: what a
+    /// signal handler may do (one `write(2)` is async-signal-safe), so that a
+    /// SIGTERM arriving the moment the agent starts is never lost.
+    public var stopDescriptor: Int32 { stopPipe.write }
+
+    // MARK: - Accepting (its own thread)
+
+    private func acceptLoop() {
+        var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0), pollfd(fd: stopPipe.read, events: Int16(POLLIN), revents: 0)]
+        while !stopped.load(ordering: .acquiring) {
+            fds[0].revents = 0
+            fds[1].revents = 0
+            let ready = poll(&fds, 2, -1)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                logger.critical("the agent cannot wait for connections", metadata: ["errno": "\(errno)"])
+                return
+            }
+            if fds[1].revents != 0 { return }
+            switch UnixSocket.accept(listener) {
+            case .success(let fd):
+                admit(fd)
+            case .failure(let failure) where [EAGAIN, EWOULDBLOCK, EINTR, ECONNABORTED, EPROTO].contains(failure.errno):
+                continue
+            case .failure(let failure):
+                // Out of descriptors (EMFILE, ENFILE) or memory: the connection waits in the
+                // backlog; a pause bounds the retries (a deadline, not synchronisation).
+                logger.error("the agent could not accept a connection: \(failure)")
+                var wake = [fds[1]]
+                _ = poll(&wake, 1, 100)
+            }
+        }
+    }
+
+    /// Serves a new connection, or closes it unread: another user, or too many.
+    private func admit(_ fd: Int32) {
+        guard let peer = UnixSocket.peerCredentials(fd), policy.admits(peer) else {
+            let who = UnixSocket.peerCredentials(fd).map { "uid \($0.uid) (pid \($0.pid))" } ?? "an unknown peer"
+            let allowed = policy.uid == 0 ? "only root" : "only uid \(policy.uid)\(policy.allowRoot ? " and root" : "")"
+            logger.warning("refused a connection from \(who): \(allowed) may use this agent")
+            close(fd)
+            return
+        }
+        let refused: Bool = state.withLock { current in
+            guard current.connections.count < maximumConnections else { return true }
+            current.lastID += 1
+            let id = current.lastID
+            let connection = Connection(input: fd, output: fd, logger: logger, arrivalOrder: arrivalOrder)
+            let server = BridgeServer(host: host, connection: connection)
+            let task = Task { [self] in
+                _ = await server.serve()
+                // The peer may be reading nothing: shutdown ends a write blocked on it.
+                _ = shutdown(fd, Int32(SHUT_RDWR))
+                connection.close()
+                _ = self.state.withLock { $0.connections.removeValue(forKey: id) }
+                close(fd)
+                logger.debug("connection closed", metadata: ["pid": "\(peer.pid)"])
+            }
+            current.connections[id] = (connection, task)
+            return false
+        }
+        if refused {
+            logger.warning("refused a connection from pid \(peer.pid): \(maximumConnections) connections are open already")
+            close(fd)
+        } else {
+            logger.debug("connection accepted", metadata: ["pid": "\(peer.pid)"])
+        }
+    }
+}

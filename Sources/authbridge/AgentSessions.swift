@@ -1,0 +1,196 @@
+import AuthBridgeHost
+import AuthBridgeJSON
+import AuthBridgeRPC
+import AuthBridgeSession
+import AuthBridgeSystem
+import Logging
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The sessions of the running agent, over its socket: a bridge connection
+/// like any app's (its own `initialize`), so what a command does reaches
+/// every app at once, and refreshes are the agent's, shared with them.
+final class AgentSessions: Sessions {
+    let path: String
+    private let client: RPCClient
+    private let fd: Int32
+    /// The agent's `initialize` answer: its plugins, profiles and storage.
+    private let initialized: JSON
+    /// Whether the sign-in under way is a browser flow, whose page this process opens.
+    private let browserSignIn = Mutex(false)
+
+    /// Why the agent could not be used.
+    struct ConnectFailure: Error {
+        let message: String
+        /// False for the ordinary case of no agent running (nothing to say unless `--agent`).
+        let worthTelling: Bool
+    }
+
+    private init(path: String, fd: Int32, client: RPCClient, initialized: JSON) {
+        self.path = path
+        self.fd = fd
+        self.client = client
+        self.initialized = initialized
+    }
+
+    /// How long `initialize` may take before the agent counts as not answering.
+    static let initializeBound = Duration.seconds(10)
+
+    /// Connects to the agent at `path` and initializes the connection. `events` gets the
+    /// agent's notifications (this connection's sign-in progress, every session change);
+    /// `openBrowser` opens a browser sign-in's page, as the engine does in process.
+    static func connect(
+        path: String, openBrowser: SessionEngine.BrowserOpener?, events: @escaping SessionEngine.EventSink
+    ) async -> Result<AgentSessions, ConnectFailure> {
+        // An agent that closes the connection must not kill the command with SIGPIPE.
+        signal(SIGPIPE, SIG_IGN)
+        let fd: Int32
+        do {
+            fd = try UnixSocket.connect(path: path)
+        } catch  where [ENOENT, ECONNREFUSED].contains(error.errno) {
+            return .failure(ConnectFailure(message: "no authbridge agent answers on \(path)", worthTelling: false))
+        } catch {
+            return .failure(ConnectFailure(message: "cannot reach the authbridge agent on \(path) (\(error))", worthTelling: true))
+        }
+        let opened = Mutex<AgentSessions?>(nil)
+        let client = RPCClient(fd: fd, logger: Logger(label: "authbridge.agent-client")) { method, params in
+            if method == "signIn/progress", params["stage"]?.stringValue == "openUrl", let url = params["url"]?.stringValue,
+                let sessions = opened.withLock({ $0 }), sessions.browserSignIn.withLock({ $0 })
+            {
+                openBrowser?(url) { _ in }
+            }
+            events(method, params)
+        }
+        // A wedged agent must not hang the command: initialize is bounded (a live one answers in milliseconds).
+        let initialized = await firstOf(within: initializeBound) { () async -> Result<JSON, RPCClient.Failure> in
+            do throws(RPCClient.Failure) {
+                return .success(
+                    try await client.call(
+                        "initialize",
+                        ["protocolVersion": "1.0", "clientInfo": ["name": "authbridge-cli", "version": .string(BridgeServer.serverVersion)]]))
+            } catch {
+                return .failure(error)
+            }
+        }
+        let answer: JSON
+        switch initialized {
+        case .success(let result)?:
+            answer = result
+        case .failure(let failure)?:
+            client.close()
+            close(fd)
+            if case .error(let refusal) = failure {
+                return .failure(
+                    ConnectFailure(message: "the authbridge agent on \(path) refused this command: \(refusal.message)", worthTelling: true))
+            }
+            return .failure(ConnectFailure(message: "the authbridge agent on \(path) closed the connection", worthTelling: true))
+        case nil:
+            client.close()
+            close(fd)
+            return .failure(
+                ConnectFailure(message: "the authbridge agent on \(path) did not answer within \(initializeBound)", worthTelling: true))
+        }
+        client.notify("initialized", [:])
+        let sessions = AgentSessions(path: path, fd: fd, client: client, initialized: answer)
+        opened.withLock { $0 = sessions }
+        open.withLock { $0.append(sessions) }
+        return .success(sessions)
+    }
+
+    // MARK: - Sessions
+
+    func profiles() async throws(SessionError) -> [JSON] {
+        try await call("listProviders")["profiles"]?.arrayValue ?? []
+    }
+
+    func signIn(_ profile: String, params: [String: JSON]) async throws(SessionError) -> JSON {
+        let flow = params["flow"]?.stringValue ?? flows(ofProfile: profile).first
+        browserSignIn.withLock { $0 = flow == "browser" }
+        defer { browserSignIn.withLock { $0 = false } }
+        return try await call("requestOAuthTokens", .object(params.merging(["provider": .string(profile)]) { _, new in new }))
+    }
+
+    func status(_ profile: String, account: String?) async throws(SessionError) -> JSON {
+        try await call("checkSignInStatus", .compactObject(["provider": .string(profile), "account": account.map(JSON.string)]))
+    }
+
+    func accounts(_ profile: String?) async throws(SessionError) -> [JSON] {
+        try await call("listAccounts", .compactObject(["provider": profile.map(JSON.string)]))["accounts"]?.arrayValue ?? []
+    }
+
+    func accessToken(_ profile: String, account: String?, minimumValidity: Int64?, forceRefresh: Bool) async throws(SessionError) -> JSON {
+        try await call(
+            "getAccessToken",
+            .compactObject([
+                "provider": .string(profile), "account": account.map(JSON.string), "minValidityMs": minimumValidity.map(JSON.int),
+                "forceRefresh": forceRefresh ? true : nil,
+            ]))
+    }
+
+    func signOut(_ profile: String, account: String?) async throws(SessionError) -> JSON {
+        try await call("signOut", .compactObject(["provider": .string(profile), "account": account.map(JSON.string)]))
+    }
+
+    func plugins() async throws(SessionError) -> [PluginEntry] {
+        (try await call("listProviders")["plugins"]?.arrayValue ?? []).map { PluginEntry(status: $0, fix: nil) }
+    }
+
+    var storage: JSON { initialized["storage"] ?? .null }
+
+    func explained(_ error: SessionError) -> SessionError {
+        guard error.reason == "pluginNotLoaded", let name = error.provider, let profile = profile(name),
+            let plugin = profile["plugin"]?.stringValue,
+            let refused = initialized["providers"]?.arrayValue?.first(where: {
+                $0["id"]?.stringValue == plugin && $0["status"]?.stringValue == "refused"
+            })
+        else { return error }
+        var explained = error
+        explained.message =
+            "Profile \"\(name)\" uses plugin \"\(plugin)\", which the agent refused (\(refused["reason"]?.stringValue ?? "?")): "
+            + "\(refused["message"]?.stringValue ?? ""). Run `authbridge plugins` to see every plugin's state."
+        return explained
+    }
+
+    func flows(ofProfile name: String) -> [String] {
+        profile(name)?["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
+    }
+
+    private func profile(_ name: String) -> JSON? {
+        initialized["profiles"]?.arrayValue?.first { $0["name"]?.stringValue == name }
+    }
+
+    /// One bridge call; the agent's error, or its going away, as a `SessionError`.
+    private func call(_ method: String, _ params: JSON = [:]) async throws(SessionError) -> JSON {
+        do {
+            return try await client.call(method, params)
+        } catch {
+            switch error {
+            case .error(let refusal): throw SessionError(refusal)
+            case .closed:
+                throw SessionError(
+                    .providerUnavailable, "The authbridge agent on \(path) closed the connection (it stopped or was killed).",
+                    reason: "agentGone")
+            }
+        }
+    }
+
+    // MARK: - Closing
+
+    /// The connections this command opened, ended before it exits.
+    private static let open = Mutex<[AgentSessions]>([])
+
+    /// Ends every connection the command opened: `exit`, then the socket is closed.
+    static func closeAll() {
+        for sessions in open.withLock({ opened in
+            defer { opened.removeAll() }
+            return opened
+        }) {
+            sessions.client.notify("exit")
+            sessions.client.close()
+            close(sessions.fd)
+        }
+    }
+}

@@ -1,0 +1,145 @@
+import ArgumentParser
+import AuthBridgeJSON
+import AuthBridgeSession
+
+/// How a command for people reaches the sessions: in this process
+/// (`LocalEngine`), or through the running agent (`AgentSessions`), so that
+/// `authbridge login corp` in a terminal signs in the desktop app that uses
+/// the agent at once (it gets `session/changed`). Every command goes through
+/// this seam (`SessionAccess.open`), and so does one added later.
+///
+/// The methods are the bridge's, in the engine's terms: results are the
+/// spec's JSON, failures `SessionError`s.
+protocol Sessions: Sendable {
+    /// The configured profiles (bridge-spec ProfileInfo).
+    func profiles() async throws(SessionError) -> [JSON]
+    /// `requestOAuthTokens`; progress goes to the events sink the sessions were opened with.
+    func signIn(_ profile: String, params: [String: JSON]) async throws(SessionError) -> JSON
+    /// `checkSignInStatus`.
+    func status(_ profile: String, account: String?) async throws(SessionError) -> JSON
+    /// `listAccounts`.
+    func accounts(_ profile: String?) async throws(SessionError) -> [JSON]
+    /// `getAccessToken` (`minimumValidity` nil: the bridge's default).
+    func accessToken(_ profile: String, account: String?, minimumValidity: Int64?, forceRefresh: Bool) async throws(SessionError) -> JSON
+    /// `signOut`.
+    func signOut(_ profile: String, account: String?) async throws(SessionError) -> JSON
+    /// The plugins found, as `initialize` lists them, with the fix for a refused one when known.
+    func plugins() async throws(SessionError) -> [PluginEntry]
+    /// Where tokens are kept (`{backend, protection}`).
+    var storage: JSON { get }
+    /// `error` as a person needs it: a profile whose plugin was refused says why.
+    func explained(_ error: SessionError) -> SessionError
+    /// The sign-in flows the plugin of profile `name` declares (none when it is not loaded).
+    func flows(ofProfile name: String) -> [String]
+}
+
+/// One plugin as `authbridge plugins` shows it: its PluginStatus, and how to fix a refusal.
+struct PluginEntry: Sendable {
+    var status: JSON
+    var fix: String?
+}
+
+extension Sessions {
+    /// The exit code and one-line message for a failed command (see `CommandExit.report`).
+    func report(_ error: SessionError) -> ExitCode { CommandExit.report(explained(error)) }
+
+    /// Runs one call for `profile`, saying on stderr that the command waits for its provider
+    /// when the call takes longer than a second; an error becomes the command's exit.
+    func waitingForProvider(of profile: String, _ call: (Self) async throws(SessionError) -> JSON) async throws -> JSON {
+        let notice = WaitNotice.forProvider(of: profile)
+        let result: Result<JSON, SessionError>
+        do throws(SessionError) {
+            result = .success(try await call(self))
+        } catch {
+            result = .failure(error)
+        }
+        await notice.finish()
+        switch result {
+        case .success(let answer): return answer
+        case .failure(let error): throw report(error)
+        }
+    }
+}
+
+/// `--agent` / `--no-agent`: whether a command goes through the running agent.
+struct AgentChoice: ParsableArguments {
+    @Flag(
+        inversion: .prefixedNo,
+        help: ArgumentHelp(
+            "Go through the running agent (authbridge agent): --agent fails when none answers, --no-agent never uses it. Default: the agent when one answers on $AUTHBRIDGE_AGENT_SOCKET or $XDG_RUNTIME_DIR/authbridge/agent.sock, unless options describe a host of this command's own (--config, --plugins, --vault…)."
+        ))
+    var agent: Bool?
+}
+
+/// Opens the command's way to the sessions.
+enum SessionAccess {
+    /// The running agent when the command may use it and one answers, else this process
+    /// (`LocalEngine`, which loads plugins and opens the vault itself).
+    static func open(
+        _ options: HostOptions, _ choice: AgentChoice, openBrowser: SessionEngine.BrowserOpener? = nil,
+        events: @escaping SessionEngine.EventSink = { _, _ in }
+    ) async throws -> any Sessions {
+        if let agent = try await agent(options, choice, openBrowser: openBrowser, events: events) { return agent }
+        return try LocalEngine(options: options, openBrowser: openBrowser, events: events)
+    }
+
+    /// The running agent's sessions; nil when this process is to be the host: `--no-agent`,
+    /// options that describe a host of its own, or no agent answering (then `--agent` fails).
+    static func agent(
+        _ options: HostOptions, _ choice: AgentChoice, openBrowser: SessionEngine.BrowserOpener? = nil,
+        events: @escaping SessionEngine.EventSink = { _, _ in }
+    ) async throws -> AgentSessions? {
+        if choice.agent == false { return nil }
+        if let own = options.ownHostReason {
+            if choice.agent == true { throw ValidationError("--agent cannot be combined with \(own): the agent has its own") }
+            return nil
+        }
+        guard let path = AgentSocket.path() else {
+            if choice.agent == true {
+                Terminal.standardError.error(
+                    "no agent to use: XDG_RUNTIME_DIR is not set; set \(AgentSocket.environmentVariable) to the agent's socket")
+                throw ExitCode(CommandExit.failure)
+            }
+            return nil
+        }
+        switch await AgentSessions.connect(path: path, openBrowser: openBrowser, events: events) {
+        case .success(let sessions):
+            return sessions
+        case .failure(let failure):
+            if choice.agent == true || failure.worthTelling {
+                let err = Terminal.standardError
+                if choice.agent == true {
+                    err.error(failure.message)
+                    throw ExitCode(CommandExit.failure)
+                }
+                err.warn("\(failure.message); going on without it")
+            }
+            return nil
+        }
+    }
+
+    /// Ends what the command opened (agent connections, engines), before the process exits.
+    static func closeAll() async {
+        AgentSessions.closeAll()
+        await LocalEngine.closeAll()
+    }
+}
+
+extension HostOptions {
+    /// Why this command must be its own host, not the agent's client: an option that
+    /// describes plugins, profiles or the vault (the agent has its own), or a vault key
+    /// in the environment. Nil when none was given.
+    var ownHostReason: String? {
+        if config != nil { return "--config" }
+        if !pluginFolders.isEmpty { return "--plugins" }
+        if noDefaultPlugins { return "--no-default-plugins" }
+        if !pluginIsolation.isEmpty { return "--plugin-isolation" }
+        if pluginMemoryLimit != 1024 { return "--plugin-memory-limit" } // the defaults as declared
+        if vault != "encrypted-file" { return "--vault" }
+        if vaultDir != nil { return "--vault-dir" }
+        if vaultKeyFile != nil { return "--vault-key-file" }
+        if requireSecureStorage { return "--require-secure-storage" }
+        if ProcessHardening.vaultSecret != nil { return "AUTHBRIDGE_VAULT_KEY" }
+        return nil
+    }
+}

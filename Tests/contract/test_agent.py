@@ -1,0 +1,634 @@
+"""`authbridge agent`: one broker per login session on a Unix socket (bridge-spec, Transports).
+
+Every connection is a bridge session of its own; `session/changed` reaches every initialized
+connection and `signIn/progress` only the one that asked; refreshes are single-flight across
+connections (Python and Node clients on one agent, counted at django-oauth-toolkit); another user
+is refused before anything is read; a killed agent fails every client's calls and `agent="auto"`
+falls back to a host of its own; socket activation through systemd-socket-activate; a stale
+socket is removed, a live one never; two agents racing for one socket; a thousand connections
+leave neither descriptors nor memory behind; `authbridge login` in a terminal signs in a running
+app at once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DEFAULT_PROFILES, HOST_BIN, REPO, TIMEOUT, begin_sign_in, sign_in_external, sign_in_session
+from authbridge_testkit import leak_scan
+from authbridge_testkit.agent import Agent, AgentClient, NodeBridge, frame_recorder
+from authbridge_testkit.dot_auth import dot_fixture, install_fake_browser
+from authbridge_testkit.recorded import validate as validate_recorded
+
+sys.path.insert(0, str(REPO / "clients" / "python"))
+import authbridge  # noqa: E402
+import authbridge.sync  # noqa: E402
+
+dot = dot_fixture("module")
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def start_agent(tmp_path):
+    """Factory: start_agent(plugin_dirs, profiles, …) → a ready Agent. At teardown every agent is
+    stopped (SIGTERM), every connection's frames must have kept to the spec, and no code or
+    token may appear in an agent's log or in a frame that does not carry one by contract."""
+    agents: list[Agent] = []
+    clients: list[AgentClient] = []
+
+    def start(plugin_dirs=(), profiles=None, **options) -> Agent:
+        agent = Agent(tmp_path / f"agent{len(agents)}", plugin_dirs, profiles, **options)
+        agents.append(agent)
+        original = agent.connect
+
+        def connect(initialize: bool = True, name: str = "client") -> AgentClient:
+            client = original(initialize, name)
+            clients.append(client)
+            return client
+        agent.connect = connect  # type: ignore[method-assign]
+        return agent
+
+    yield start
+    for agent in agents:
+        if agent.proc.poll() is None:
+            agent.stop()
+    problems = [f"{client.name}: {v}" for client in clients for v in client.violations]
+    frames = [frame for client in clients for frame in client.frames]
+    for agent in agents:
+        problems += [f"a code or token in {place}" for place in leak_scan.leaks(agent.stderr_text(), frames)]
+    assert not problems, "\n".join(problems)
+
+
+def oidc_profiles(dot) -> dict:
+    return {"dot": {"plugin": "oidc", "settings": {"issuer": f"{dot.base}/o", "clientId": "authbridge-test",
+                                                  "redirectUri": dot.redirect_uri, "scopes": ["openid", "read"]}}}
+
+
+def python_client(agent: Agent, frames: Path, name: str, heard: dict[str, int] | None = None) -> authbridge.sync.SyncAuthBridge:
+    """The Python client (blocking wrapper) on the agent only, started, its frames recorded; in
+    `heard`, when (CLOCK_MONOTONIC ns) its reader got the first session/changed signedOut."""
+    record = frame_recorder(frames, name)
+
+    def tap(direction: str, raw: bytes, frame: object) -> None:
+        if heard is not None and direction == "receive" and isinstance(frame, dict) and frame.get("method") == "session/changed" \
+                and frame["params"]["state"] == "signedOut":
+            heard.setdefault(name, time.monotonic_ns())
+        record(direction, raw, frame)
+    bridge = authbridge.sync.connect(agent=True, agent_socket=str(agent.socket), on_frame=tap)
+    bridge.start()
+    return bridge
+
+
+def assert_frames_valid(*paths: Path) -> None:
+    checked, problems = validate_recorded([p for p in paths if p.exists()])
+    assert checked > 0 and not problems, problems
+
+
+# ── One connection, one bridge session ────────────────────────────────────────
+
+
+def test_each_connection_is_a_bridge_session_with_its_own_ids_and_events(start_agent, plugin_dir):
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    assert agent.ready_line == str(agent.socket)
+    assert oct(agent.socket.parent.stat().st_mode & 0o777) == "0o700"
+    assert oct(agent.socket.stat().st_mode & 0o777) == "0o600"
+    a, b = agent.connect(name="a"), agent.connect(name="b")
+    silent = agent.connect(initialize=False, name="uninitialized")
+
+    # One id, two connections: each sign-in's progress reaches only its own connection, under its id.
+    a.send_request("requestOAuthTokens", {"provider": "c", "flow": "external"}, id=7)
+    b.send_request("requestOAuthTokens", {"provider": "s", "flow": "external"}, id=7)
+    opened_a = a.wait_for_notification("signIn/progress", lambda p: p["stage"] == "openUrl")
+    opened_b = b.wait_for_notification("signIn/progress", lambda p: p["stage"] == "openUrl")
+    assert (opened_a["provider"], opened_a["requestId"]) == ("c", 7)
+    assert (opened_b["provider"], opened_b["requestId"]) == ("s", 7)
+    assert {p["provider"] for p in a.notifications("signIn/progress")} == {"c"}
+    assert {p["provider"] for p in b.notifications("signIn/progress")} == {"s"}
+    # Both finish, each answered on its own connection.
+    state = opened_b["url"].split("state=")[1].split("&")[0]
+    b.result("completeSignIn", {"provider": "s", "callbackUrl": f"https://swifttest.example/done?session_token=S&access_token=A&state={state}"})
+    assert b.wait_response(7)["result"]["state"] == "signedIn"
+    a.result("completeSignIn", {"provider": "c", "callbackUrl": "https://ctest.example/callback?session_token=S&access_token=A"})
+    assert a.wait_response(7)["result"]["state"] == "signedIn"
+
+    # session/changed reaches every initialized connection, not one that never initialized.
+    for client in (a, b):
+        assert {p["provider"] for p in client.notifications("session/changed") if p["state"] == "signedIn"} == {"c", "s"}
+    # Its answer comes after anything written to it before: no event ever reached it.
+    assert silent.error("listProviders")["code"] == -32002
+    assert len(silent.frames) == 1
+
+    # exit ends one connection only; shutdown refuses what follows on that connection only.
+    mark = b.mark()
+    a.notify("exit")
+    a.wait_closed()
+    assert b.result("checkSignInStatus", {"provider": "c"})["state"] == "signedIn"
+    assert b.result("shutdown") is None
+    assert b.error("listAccounts")["code"] == -32600
+    c = agent.connect(name="c")
+    assert c.result("signOut", {"provider": "c"})["revoked"]
+    assert b.wait_for_notification("session/changed", lambda p: p["state"] == "signedOut", since=mark)["provider"] == "c"
+    for client in (b, c, silent):
+        client.close()
+
+
+def test_a_sign_in_on_one_connection_supersedes_a_pending_one_on_another(start_agent, plugin_dir):
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    first, second = agent.connect(name="first"), agent.connect(name="second")
+    pending, _ = begin_sign_in(first, "c", flow="external")
+    begin_sign_in(second, "c", flow="external")
+    error = first.wait_response(pending)["error"]
+    assert (error["code"], error["data"]["reason"]) == (-32005, "superseded")
+    first.close()
+    second.close()
+
+
+# ── Five clients, Python and Node: one refresh, one sign-out heard at once ────
+
+
+def test_five_clients_share_one_refresh_and_hear_a_sign_out_at_once(start_agent, oidc_plugin_dir, dot, tmp_path):
+    agent = start_agent([oidc_plugin_dir], oidc_profiles(dot), test_clock=True)
+    signer = agent.connect(name="signer")
+    sign_in_external(signer, dot, "dot")
+    frames = tmp_path / "frames.jsonl"
+    heard: dict[str, int] = {}
+    pythons = [python_client(agent, frames, f"python{i}", heard) for i in range(3)]
+    nodes = [NodeBridge({"agent": True, "agentSocket": str(agent.socket)}, tmp_path / f"node{i}.jsonl", env=agent.env)
+             for i in range(2)]
+    try:
+        assert all(node.on_agent for node in nodes)
+        # The access token has expired: five clients ask at once; the agent refreshes once.
+        before = dot.snapshot()["refreshes"]
+        signer.result("$/test/advanceClock", {"milliseconds": 2 * 3600 * 1000})
+        node_calls = [(node, node.call_nowait("getAccessToken", {"provider": "dot"})) for node in nodes]
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            python_tokens = list(pool.map(lambda bridge: bridge.get_access_token("dot").access_token, pythons))
+        node_tokens = [node.answer(call)["result"]["accessToken"] for node, call in node_calls]
+        assert len(set(python_tokens + node_tokens)) == 1, "every client got the one refreshed token"
+        assert dot.snapshot()["refreshes"] - before == 1, "exactly one refresh reached the server"
+
+        # One of them signs out (revoking at DOT first): the other four hear it at once.
+        asked = time.monotonic_ns()
+        pythons[0].sign_out("dot")
+        for index, node in enumerate(nodes):
+            node.wait(lambda m: m.get("event") == "session/changed" and m["params"]["state"] == "signedOut",
+                      what="the sign-out's session/changed")
+            heard[f"node{index}"] = next(e["at"] for e in node.events("session/changed") if e["params"]["state"] == "signedOut")
+        for index, bridge in enumerate(pythons[1:], start=1):
+            bridge.events("session/changed")   # a round trip on its loop: its reader has had its turn
+            bridge.list_accounts()
+        assert sorted(heard) == ["node0", "node1", "python0", "python1", "python2"], sorted(heard)
+        ended = heard["python0"]   # the session ended when the signing-out client was told (before its answer)
+        spread = {name: (at - ended) / 1e6 for name, at in heard.items() if name != "python0"}
+        since_asked = {name: (at - asked) / 1e6 for name, at in heard.items()}
+        print("\nsign-out heard by the other four, ms after the signing-out client heard it: "
+              + ", ".join(f"{name} {delay:+.1f}" for name, delay in sorted(spread.items()))
+              + f"; ms after the sign-out was asked (revocation at DOT included): "
+              + ", ".join(f"{name} {delay:.1f}" for name, delay in sorted(since_asked.items())))
+        assert max(abs(delay) for delay in spread.values()) < 100, f"another client heard the sign-out over 100 ms apart: {spread}"
+        assert max(since_asked.values()) < 2000, f"the sign-out took over 2 s to reach every client: {since_asked}"
+    finally:
+        for bridge in pythons:
+            bridge.close()
+        for node in nodes:
+            node.close()
+    signer.close()
+    assert_frames_valid(frames, *(tmp_path / f"node{i}.jsonl" for i in range(2)))
+
+
+# ── Another user ──────────────────────────────────────────────────────────────
+
+
+def reachable_folder() -> Path:
+    """A folder every user may traverse (0711) but not list or write: so that a socket in it
+    can be opened to another user by its mode alone, and the peer check is what refuses."""
+    folder = Path(tempfile.mkdtemp(prefix="authbridge-agent-"))
+    folder.chmod(0o711)
+    return folder
+
+
+def as_nobody(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-c", code],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+
+
+PEER_PROBE = """
+import json, socket, sys
+sock = socket.socket(socket.AF_UNIX)
+sock.settimeout(10)
+sock.connect(sys.argv[1] if len(sys.argv) > 1 else {path!r})
+mode = {mode!r}
+result = {{}}
+if mode == "wait":
+    # Nothing is sent: the agent closes the connection without anything to read.
+    result["read"] = sock.recv(4096).decode(errors="replace")
+    try:
+        sock.sendall(b'{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"1.0"}}}}\\n')
+        result["sent"] = True
+    except OSError as error:
+        result["sent"] = False
+else:
+    # A frame at once: refused all the same, unread (a write after the agent closed fails).
+    try:
+        sock.sendall(b'{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"1.0"}}}}\\n')
+        result["read"] = sock.recv(4096).decode(errors="replace")
+    except (BrokenPipeError, ConnectionResetError):
+        result["read"] = ""
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running a client as another user (setpriv to nobody) needs root")
+def test_another_user_is_refused_before_anything_is_read(start_agent, plugin_dir):
+    folder = reachable_folder()
+    try:
+        agent = start_agent([plugin_dir], DEFAULT_PROFILES, socket_path=folder / "agent.sock")
+        agent.socket.chmod(0o666)   # only the peer check stands between nobody and the agent now
+        waited = json.loads(as_nobody(PEER_PROBE.format(path=str(agent.socket), mode="wait")).stdout)
+        assert waited["read"] == "", "the agent closed the connection without a word"
+        sent = json.loads(as_nobody(PEER_PROBE.format(path=str(agent.socket), mode="send")).stdout)
+        assert sent["read"] == "", "nobody got an answer"
+        log = agent.stderr_text()
+        assert f"refused a connection from uid {NOBODY}" in log and "only root may use this agent" in log
+        assert "initialize" not in log.split(f"uid {NOBODY}")[1], "nothing of nobody's frame was read"
+        # The same socket, by its own user: served.
+        own = agent.connect(name="root")
+        assert own.init_result["profiles"]
+        own.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running the agent as another user (setpriv to nobody) needs root")
+def test_root_is_refused_unless_allowed(tmp_path):
+    folder = reachable_folder()
+    try:
+        for allow_root in (False, True):
+            home = folder / f"home-{allow_root}"
+            for sub in ("xdg-config", "xdg-data", "home", "xdg-runtime"):
+                (home / sub).mkdir(parents=True)
+            sockets = folder / f"sockets-{allow_root}"
+            sockets.mkdir(mode=0o700)
+            for path in [home, *home.iterdir(), sockets]:
+                os.chown(path, NOBODY, NOBODY)
+            agent = Agent(home, extra_args=["--vault", "memory", *(["--allow-root"] if allow_root else [])],
+                          socket_path=sockets / "agent.sock",
+                          command=["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"])
+            try:
+                probe = subprocess.run([sys.executable, "-c", PEER_PROBE.format(path=str(agent.socket), mode="send")],
+                                       capture_output=True, text=True, timeout=TIMEOUT)
+                answered = json.loads(probe.stdout)["read"]
+                if allow_root:
+                    assert '"id":1' in answered and '"result"' in answered, "--allow-root: root is served"
+                else:
+                    assert answered == "", "root is refused by default"
+                    assert "refused a connection from uid 0" in agent.stderr_text()
+            finally:
+                assert agent.stop() == 0
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# ── The agent dies; the agent stops ───────────────────────────────────────────
+
+
+def test_a_killed_agent_fails_every_client_and_auto_then_runs_a_host_of_its_own(start_agent, plugin_dir, tmp_path):
+    # Three profiles, one sign-in each: none supersedes another.
+    profiles = {**DEFAULT_PROFILES, "c2": {"plugin": "ctest", "settings": {"server": "https://ctest2.example"}}}
+    agent = start_agent([plugin_dir], profiles)
+    raw = agent.connect(name="raw")
+    frames = tmp_path / "frames.jsonl"
+    options = {"agent": "auto", "agent_socket": str(agent.socket), "executable": str(HOST_BIN), "plugins": [str(plugin_dir)],
+               "no_default_plugins": True, "config": str(agent.config), "args": ["--vault", "memory"]}
+    python = authbridge.sync.connect(**options, on_frame=frame_recorder(frames, "python"))
+    python.start()
+    node = NodeBridge({"agent": "auto", "agentSocket": str(agent.socket), "hostPath": str(HOST_BIN), "plugins": [str(plugin_dir)],
+                       "noDefaultPlugins": True, "config": str(agent.config), "vault": "memory"}, tmp_path / "node.jsonl",
+                      env=agent.env)
+    try:
+        assert python.on_agent and python.pid == agent.pid and node.on_agent
+        # Each has a sign-in waiting for the user when the agent is killed.
+        raw_pending, _ = begin_sign_in(raw, "c", flow="external")
+        node_pending = node.call_nowait("requestOAuthTokens", {"provider": "s", "flow": "external"})
+        node.wait(lambda m: m.get("event") == "signIn/progress" and m["params"]["stage"] == "openUrl", what="openUrl")
+        progress = python.events("signIn/progress")
+        python_outcome: list[BaseException] = []
+
+        def sign_in() -> None:
+            try:
+                python.request_oauth_tokens("c2", flow="external", timeout_ms=60_000)
+            except BaseException as error:  # noqa: BLE001 - the outcome is the test's
+                python_outcome.append(error)
+        waiting = threading.Thread(target=sign_in)
+        waiting.start()
+        assert progress.get(timeout=TIMEOUT).stage in ("plugin", "openUrl")
+        agent.stop(signal.SIGKILL)
+
+        raw.wait_closed()
+        assert not any(f.get("id") == raw_pending for f in raw.frames), "nobody answered the raw connection's sign-in"
+        node_error = node.answer(node_pending)["error"]
+        assert node_error["name"] == "HostExitedError" and node_error["agent"] == str(agent.socket), node_error
+        waiting.join(TIMEOUT)
+        [python_error] = python_outcome
+        assert isinstance(python_error, authbridge.HostExited) and python_error.agent == str(agent.socket), python_error
+        assert "closed the connection" in str(python_error)
+
+        # The socket file is still there, but nothing answers: "auto" runs a host of its own.
+        assert agent.socket.exists()
+        python.restart()
+        assert not python.on_agent and python.pid != agent.pid
+        assert python.check_sign_in_status("c").state == "notSignedIn"
+        assert node.answer(node.send({"restart": True}))["result"] == {"onAgent": False}
+        assert node.call("checkSignInStatus", {"provider": "c"})["state"] == "notSignedIn"
+    finally:
+        python.close()
+        node.close()
+    assert_frames_valid(frames, tmp_path / "node.jsonl")
+
+
+def test_sigterm_answers_running_requests_closes_every_connection_and_removes_the_socket(start_agent, plugin_dir):
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    clients = [agent.connect(name=f"c{i}") for i in range(3)]
+    pending = [begin_sign_in(client, "c" if i % 2 == 0 else "s", flow="external")[0] for i, client in enumerate(clients)]
+    started = time.monotonic()
+    assert agent.stop(signal.SIGTERM) == 0
+    elapsed = time.monotonic() - started
+    answers = [client.wait_response(request) for client, request in zip(clients, pending)]
+    # The first two sign-ins were superseded by the third (one profile each way: c, s, c).
+    assert answers[0]["error"]["code"] == -32005 and answers[1]["error"]["code"] == -32800 == answers[2]["error"]["code"]
+    for client in clients:
+        client.wait_closed()
+    assert not agent.socket.exists(), "the agent removes the socket it made"
+    assert elapsed < 5, f"the agent took {elapsed:.1f} s to stop"
+
+
+# ── Starting: stale sockets, live ones, two agents at once ────────────────────
+
+
+def test_a_stale_socket_is_removed_and_a_live_one_never(start_agent, tmp_path):
+    folder = tmp_path / "sockets"
+    folder.mkdir(mode=0o700)
+    # A socket file nothing listens on (its agent died): removed, and the agent starts.
+    stale = folder / "stale.sock"
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(stale))
+    dead.close()
+    agent = start_agent(socket_path=stale, extra_args=["--vault", "memory"])
+    agent.connect(name="after-stale").close()
+    # A socket something answers on: left alone, the new agent says so and exits 1.
+    live = folder / "live.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(live))
+    listener.listen()
+    try:
+        refused = subprocess.run([str(HOST_BIN), "agent", "--vault", "memory", "--no-default-plugins", "--socket", str(live)],
+                                 capture_output=True, text=True, timeout=TIMEOUT, env=agent.env)
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert f"already answers on {live}" in refused.stderr
+        assert live.exists()
+    finally:
+        listener.close()
+    # Not a socket at all: never touched.
+    regular = folder / "file.sock"
+    regular.write_text("keep me")
+    refused = subprocess.run([str(HOST_BIN), "agent", "--vault", "memory", "--no-default-plugins", "--socket", str(regular)],
+                             capture_output=True, text=True, timeout=TIMEOUT, env=agent.env)
+    assert refused.returncode == 1 and "is not a socket" in refused.stderr and regular.read_text() == "keep me"
+
+
+def test_two_agents_racing_for_one_socket_one_wins_the_other_says_which(tmp_path):
+    agents = [Agent(tmp_path / f"racer{i}", extra_args=["--vault", "memory"], socket_path=tmp_path / "agent.sock",
+                    wait_ready=False) for i in range(2)]
+    try:
+        codes = {}
+        for agent in agents:
+            try:
+                codes[agent.pid] = agent.proc.wait(TIMEOUT / 2)
+            except subprocess.TimeoutExpired:
+                codes[agent.pid] = None
+        winners = [agent for agent in agents if codes[agent.pid] is None]
+        losers = [agent for agent in agents if codes[agent.pid] is not None]
+        assert len(winners) == 1 and len(losers) == 1, codes
+        assert winners[0].read_ready() == str(tmp_path / "agent.sock")
+        assert codes[losers[0].pid] == 1
+        message = losers[0].stderr_text()
+        assert str(tmp_path / "agent.sock") in message and (
+            f"(pid {winners[0].pid}) is already running" in message or "already answers" in message), message
+        winners[0].connect(name="winner").close()
+    finally:
+        for agent in agents:
+            if agent.proc.poll() is None:
+                agent.stop()
+
+
+def test_a_default_socket_folder_open_to_others_is_refused(tmp_path):
+    agent_home = tmp_path / "home"
+    runtime = agent_home / "xdg-runtime"
+    (runtime / "authbridge").mkdir(parents=True, mode=0o755)
+    (runtime / "authbridge").chmod(0o755)
+    refused = Agent(agent_home, extra_args=["--vault", "memory"], wait_ready=False)
+    assert refused.proc.wait(TIMEOUT) == 1
+    assert f"chmod 700 {runtime / 'authbridge'}" in refused.stderr_text()
+    refused.stop()
+
+
+# ── Socket activation ─────────────────────────────────────────────────────────
+
+
+def test_socket_activation_through_systemd_socket_activate(tmp_path, plugin_dir):
+    socket_path = tmp_path / "activated.sock"
+    agent = Agent(tmp_path / "activated", [plugin_dir], DEFAULT_PROFILES, wait_ready=False,
+                  command=["systemd-socket-activate", "-l", str(socket_path)])
+    try:
+        # systemd-socket-activate listens; the agent starts on the first connection and takes fd 3.
+        deadline = time.monotonic() + TIMEOUT
+        while not socket_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)   # systemd-socket-activate gives no sign of listening but the file: polled, bounded
+        agent.socket = socket_path
+        client = agent.connect(name="activated")
+        assert client.init_result["profiles"], "served by the activated agent"
+        assert agent.read_ready() == str(socket_path), "the agent names the socket it was given"
+        assert not (socket_path.parent / "activated.sock.lock").exists(), "a passed socket needs no lock of the agent's"
+        log = agent.stderr_text()
+        assert "LISTEN_FDS" not in log
+        sign_in_session(client, "c", "activated")
+        client.close()
+    finally:
+        assert agent.stop() == 0
+    assert socket_path.exists(), "the service manager's socket is the service manager's to remove"
+
+
+def test_the_systemd_units_are_valid_and_activate_the_agent(tmp_path):
+    units = REPO / "scripts" / "dist" / "systemd"
+    socket_unit = (units / "authbridge.socket").read_text()
+    assert "ListenStream=%t/authbridge/agent.sock" in socket_unit
+    assert "SocketMode=0600" in socket_unit and "DirectoryMode=0700" in socket_unit
+    service = (units / "authbridge.service").read_text().replace("@BINDIR@", str(HOST_BIN.parent))
+    assert f"ExecStart={HOST_BIN} agent" in service
+    (tmp_path / "authbridge.service").write_text(service)
+    shutil.copy(units / "authbridge.socket", tmp_path / "authbridge.socket")
+    verified = subprocess.run(["systemd-analyze", "verify", "--man=no", "authbridge.socket", "authbridge.service"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+# ── A thousand connections ────────────────────────────────────────────────────
+
+
+def test_a_thousand_connections_leave_no_descriptor_or_memory_behind(start_agent, plugin_dir):
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+
+    def cycle() -> None:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(TIMEOUT)
+        sock.connect(str(agent.socket))
+        stream = sock.makefile("rwb")
+        stream.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"1.0"}}\n'
+                     b'{"jsonrpc":"2.0","id":2,"method":"checkSignInStatus","params":{"provider":"c"}}\n')
+        stream.flush()
+        answers = sorted((json.loads(stream.readline()) for _ in range(2)), key=lambda answer: answer["id"])
+        assert [a["id"] for a in answers] == [1, 2] and all("result" in a for a in answers), answers
+        stream.close()
+        sock.close()   # no exit, no shutdown: a frontend that simply goes away
+
+    for _ in range(100):   # warm up: the allocator's pools, the engine's caches
+        cycle()
+    fds_before, rss_before = settled(agent, connections=100)
+    started = time.monotonic()
+    for _ in range(1000):
+        cycle()
+    elapsed = time.monotonic() - started
+    fds_after, rss_after = settled(agent, connections=1100)
+    print(f"\n1,000 connect/initialize/check/disconnect cycles in {elapsed:.1f} s: descriptors {fds_before} → {fds_after}, "
+          f"VmRSS {rss_before} → {rss_after} KiB ({rss_after - rss_before:+d} KiB)")
+    assert fds_after == fds_before, "every connection's descriptors are closed"
+    # A connection left behind costs 6 KiB or more (its reader's touched buffer, its objects): 1,000 would be 6 MiB.
+    assert rss_after - rss_before < 2 * 1024, "connections are freed when they end"
+
+
+def settled(agent: Agent, connections: int) -> tuple[int, int]:
+    """Descriptors and VmRSS once the agent has let go of `connections` connections (its log
+    says "connection closed" when one has been torn down)."""
+    deadline = time.monotonic() + TIMEOUT
+    while agent.stderr_text().count("connection closed") < connections:
+        assert time.monotonic() < deadline, "the agent did not close every connection"
+        time.sleep(0.02)   # polling the log for what the agent reports, bounded
+    return agent.fd_count(), agent.rss_kib()
+
+
+# ── The command line ──────────────────────────────────────────────────────────
+
+
+def test_login_in_a_terminal_signs_in_the_running_app_at_once(start_agent, oidc_plugin_dir, dot, tmp_path):
+    agent = start_agent([oidc_plugin_dir], oidc_profiles(dot))
+    frames = tmp_path / "frames.jsonl"
+    app = python_client(agent, frames, "app")
+    changes: list = []
+    app.on("session/changed", changes.append)
+    try:
+        assert app.check_sign_in_status("dot").state == "notSignedIn"
+        env = dict(agent.env, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+        install_fake_browser(tmp_path / "bin", tmp_path / "browser-calls")
+        login = subprocess.run([str(HOST_BIN), "login", "dot"], env=env, capture_output=True, text=True, timeout=60)
+        assert login.returncode == 0, login.stderr
+        assert login.stdout.startswith("✓ Signed in to dot as")
+        assert (tmp_path / "browser-calls").read_text().count("called") == 1, "the command opened the browser"
+        stream = app.events("session/changed")
+        event = stream.get(timeout=TIMEOUT) if not changes else changes[0]
+        assert event.state == "signedIn" and event.provider == "dot"
+        assert app.check_sign_in_status("dot").state == "signedIn", "the app's agent holds the session"
+        # status and token go through the agent too; logout signs the app out at once.
+        status = subprocess.run([str(HOST_BIN), "status", "dot"], env=env, capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0 and "signedIn" in status.stdout, status.stdout + status.stderr
+        token = subprocess.run([str(HOST_BIN), "token", "dot"], env=env, capture_output=True, text=True, timeout=60)
+        assert token.returncode == 0 and token.stdout.strip() == app.get_access_token("dot").access_token
+        logout = subprocess.run([str(HOST_BIN), "logout", "dot"], env=env, capture_output=True, text=True, timeout=60)
+        assert logout.returncode == 0, logout.stderr
+        deadline = time.monotonic() + TIMEOUT
+        while not any(c.state == "signedOut" for c in changes) and time.monotonic() < deadline:
+            time.sleep(0.01)   # the listener runs on the bridge's thread: polled, bounded
+        assert any(c.state == "signedOut" for c in changes)
+        # --no-agent: this process is the host (its own vault: nothing there).
+        alone = subprocess.run([str(HOST_BIN), "plugins", "--no-agent", "--no-default-plugins"], env=env, capture_output=True,
+                               text=True, timeout=60)
+        assert alone.returncode == 0 and "No plugins found" in alone.stdout
+        plugins = subprocess.run([str(HOST_BIN), "plugins"], env=env, capture_output=True, text=True, timeout=60)
+        assert plugins.returncode == 0 and "loaded   oidc" in plugins.stdout, "the agent's plugins"
+    finally:
+        app.close()
+    assert_frames_valid(frames)
+
+
+def test_the_command_line_without_an_agent_and_with_agent_required(tmp_path, start_agent):
+    agent = start_agent(extra_args=["--vault", "memory"])
+    env = dict(agent.env)
+    agent.stop()
+    # No agent: --agent fails and says so; by default the command is its own host.
+    required = subprocess.run([str(HOST_BIN), "status", "--agent"], env=env, capture_output=True, text=True, timeout=60)
+    assert required.returncode == 1 and f"no authbridge agent answers on {agent.socket}" in required.stderr
+    default = subprocess.run([str(HOST_BIN), "status", "--no-default-plugins", "--vault", "memory"], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert default.returncode == 0 and "warning" not in default.stderr
+    both = subprocess.run([str(HOST_BIN), "status", "--agent", "--vault", "memory"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert both.returncode == 64 and "--agent cannot be combined with --vault" in both.stderr
+
+
+def test_an_agent_that_refuses_the_command_is_reported_and_the_command_goes_on(start_agent, tmp_path):
+    # The socket answers but closes every connection: the command says so and is its own host.
+    folder = tmp_path / "sockets"
+    folder.mkdir(mode=0o700)
+    path = folder / "agent.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen()
+    closer = threading.Thread(target=lambda: listener.accept()[0].close(), daemon=True)
+    closer.start()
+    agent = start_agent(extra_args=["--vault", "memory"], socket_path=tmp_path / "unused.sock")
+    env = dict(agent.env, AUTHBRIDGE_AGENT_SOCKET=str(path))
+    try:
+        done = subprocess.run([str(HOST_BIN), "status"], env=env, capture_output=True, text=True, timeout=60)
+        assert f"the authbridge agent on {path} closed the connection; going on without it" in done.stderr
+        assert done.returncode == 0
+    finally:
+        listener.close()
+
+
+def test_an_agent_that_never_answers_does_not_hang_the_command(start_agent, tmp_path):
+    folder = tmp_path / "sockets"
+    folder.mkdir(mode=0o700)
+    path = folder / "agent.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen()   # connections wait in the backlog: accepted by the kernel, never answered
+    agent = start_agent(extra_args=["--vault", "memory"], socket_path=tmp_path / "unused.sock")
+    env = dict(agent.env, AUTHBRIDGE_AGENT_SOCKET=str(path))
+    try:
+        started = time.monotonic()
+        done = subprocess.run([str(HOST_BIN), "status"], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and f"the authbridge agent on {path} did not answer within 10" in done.stderr, done.stderr
+        assert time.monotonic() - started < 30
+    finally:
+        listener.close()
+
+
+def test_the_clients_find_the_socket_by_environment(tmp_path, start_agent, plugin_dir):
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES, socket_path=tmp_path / "elsewhere.sock")
+    env = dict(agent.env, AUTHBRIDGE_AGENT_SOCKET=str(agent.socket))
+    listed = subprocess.run([str(HOST_BIN), "status", "c"], env=env, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 2 and "notSignedIn" in listed.stdout, listed.stderr
+    assert agent.socket.exists()
