@@ -26,7 +26,8 @@ protocol CredentialSessions: Sendable {
 /// browser opener and the progress display are set up).
 func openCredentialSessions(options: HostOptions, agent: AgentChoice, interactive: Bool) async throws -> any CredentialSessions {
     let stage = LastStage()
-    return SessionCredentials(sessions: try await Login.sessions(options: options, agent: agent, openBrowser: interactive, stage: stage), stage: stage)
+    return SessionCredentials(
+        sessions: try await Login.sessions(options: options, agent: agent, openBrowser: interactive, stage: stage), stage: stage)
 }
 
 /// `CredentialSessions` over the command's `Sessions` (this process's engine or the agent).
