@@ -85,10 +85,12 @@ deps-dist:
 
 ## deps-test: what the tests need: a keyring on a private bus, Chromium and its driver (the
 ## real-browser sign-in test, Tests/contract/test_browser.py, which never skips), clang-format (make lint), tsc (the Node
-# clang-format: make lint (the Swift formatter comes with the toolchain); postgresql: the PostgreSQL
-# vault's tests start their own server (initdb, pg_ctl in /usr/lib/postgresql/N/bin). kubernetes-client
-# (kubectl, for the exec credential tests) only where no kubectl is installed: it would clash with another one.
-TEST_PACKAGES  := gnome-keyring libsecret-tools libsecret-1-dev dbus chromium chromium-driver node-typescript lintian clang-format postgresql
+## client's declarations), git and kubectl (the credential helpers' tests, Tests/contract/test_credential_helpers.py),
+## PostgreSQL (the PostgreSQL vault's tests), and the Python venv (pytest, jsonschema, django-oauth-toolkit, selenium).
+deps-test: $(VENV)/.ready
+	$(call apt_install,command -v gnome-keyring-daemon dbus-daemon secret-tool tsc lintian clang-format && pkg-config --exists libsecret-1 && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && ls /usr/lib/postgresql/*/bin/initdb,$(TEST_PACKAGES))
+	$(call apt_install,command -v git,git)
+	$(call apt_install,command -v kubectl,kubernetes-client)
 
 $(VENV)/.ready: requirements-test.txt
 	@echo "==> creating $(VENV)"
