@@ -98,9 +98,11 @@ $(VENV)/.ready: requirements-test.txt
 	@$(VPY) -m pip install -q --disable-pip-version-check -r requirements-test.txt
 	@touch $@
 
-## build: the host, its helper library, the bundled and test plugins (debug).
+## build: the host, its helper library, the bundled and test plugins (debug); git-credential-authbridge,
+## the name git gives the host as a credential helper (`credential.helper "authbridge git-credential …"`).
 build:
 	$(SWIFT) build
+	@ln -sf authbridge $(DEBUG_DIR)/git-credential-authbridge
 	@$(MAKE) --no-print-directory test-plugins BUILD_DIR=$(DEBUG_DIR)
 
 release:
@@ -186,6 +188,7 @@ stage-tree:
 	@rm -rf $(DEST)
 	@install -d -m 0755 $(DEST)/bin $(DEST)/lib/authbridge $(DEST)/include/authbridge $(DEST)/share/authbridge
 	@install -m 0755 $(RELEASE_DIR)/authbridge $(DEST)/bin/authbridge
+	@ln -s authbridge $(DEST)/bin/git-credential-authbridge
 	@install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeJWT.so $(RELEASE_DIR)/libAuthBridgeKeyring.so \
 		$(RELEASE_DIR)/libAuthBridgePostgres.so $(DEST)/lib/authbridge/
 	@$(MAKE) --no-print-directory stage-plugins BUILD_DIR=$(RELEASE_DIR) DEST=$(DEST)/lib/authbridge/plugins

@@ -125,8 +125,11 @@ def test_each_connection_is_a_bridge_session_with_its_own_ids_and_events(start_a
     a.result("completeSignIn", {"provider": "c", "callbackUrl": "https://ctest.example/callback?session_token=S&access_token=A"})
     assert a.wait_response(7)["result"]["state"] == "signedIn"
 
-    # session/changed reaches every initialized connection, not one that never initialized.
+    # session/changed reaches every initialized connection, not one that never initialized. (Only
+    # the connection that asked is sure to have it before its answer: the other one waits.)
     for client in (a, b):
+        for provider in ("c", "s"):
+            client.wait_for_notification("session/changed", lambda p, provider=provider: (p["provider"], p["state"]) == (provider, "signedIn"))
         assert {p["provider"] for p in client.notifications("session/changed") if p["state"] == "signedIn"} == {"c", "s"}
     # Its answer comes after anything written to it before: no event ever reached it.
     assert silent.error("listProviders")["code"] == -32002

@@ -51,16 +51,19 @@ def exec_api_version() -> str:
 @pytest.fixture
 def cli(tmp_path, oidc_plugin_dir, dot):
     runner = CLI(tmp_path, oidc_plugin_dir, dot)
-    # `authbridge` on PATH, as a user has it after installing.
+    # `authbridge` on PATH, as a user has it after installing, and the name git runs for a helper
+    # named without '!' (`git credential-authbridge`), which every install tree has beside it.
     (tmp_path / "bin" / "authbridge").symlink_to(HOST_BIN)
+    (tmp_path / "bin" / "git-credential-authbridge").symlink_to(HOST_BIN)
     yield runner
     places = leak_scan.leaks("\n".join(runner.outputs), [])
     assert not places, f"a token was printed where none belongs: {places}"
 
 
-def helper_command(cli: CLI, *extra: str) -> str:
-    """The credential.helper value, as the README says to write it ('!' + a shell command)."""
-    return "!authbridge git-credential " + " ".join(shlex.quote(arg) for arg in [*cli.common, *extra])
+def helper_command(cli: CLI, *extra: str, shell: bool = True) -> str:
+    """The credential.helper value, as the README writes it: '!' + a shell command, or (`shell`
+    False) the helper's name, which git runs as `git credential-authbridge git-credential …`."""
+    return ("!" if shell else "") + "authbridge git-credential " + " ".join(shlex.quote(arg) for arg in [*cli.common, *extra])
 
 
 class Git:
@@ -123,7 +126,8 @@ def git_server(tmp_path, dot):
 def test_git_clones_and_pushes_with_the_profiles_token_and_falls_through_when_not_signed_in(cli, dot, git_server):
     bare = git_server.create_repository("app.git")
     git = Git(cli)
-    git.configure(f"credential.{git_server.url}.helper", helper_command(cli, "--profile", "dot"))
+    # Configured as a helper name, as issue 16 writes it (git prefixes `credential-`).
+    git.configure(f"credential.{git_server.url}.helper", helper_command(cli, "--profile", "dot", shell=False))
     remote = f"{git_server.url}/app.git"
 
     # Not signed in: nothing for git, a message on stderr, and git goes on to its next helper

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
@@ -39,6 +40,7 @@ def test_files_under_usr(unpacked):
         assert (root / name).is_file(), name
     for plugin in BUNDLED_PLUGINS:
         assert (root / "usr/lib/authbridge/plugins" / f"{plugin}.json").is_file()
+    assert os.readlink(root / "usr/bin/git-credential-authbridge") == "authbridge", "git's name for the helper"
     assert not list((root / "usr/lib/authbridge").glob("libcurl*")), "the system's libcurl, not a copy"
     assert not list((root / "usr/lib/authbridge").glob("libpq*")), "the system's libpq, not a copy"
     # The agent's systemd user units, where `systemctl --user` finds a package's.

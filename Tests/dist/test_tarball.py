@@ -30,6 +30,7 @@ def test_the_tree_holds_what_the_issue_lists(unpacked):
     expected += [f"lib/authbridge/plugins/{p}.json" for p in BUNDLED_PLUGINS]
     assert [name for name in expected if not (top / name).is_file()] == []
     assert (top / "bin" / "authbridge").stat().st_mode & 0o777 == 0o755
+    assert os.readlink(top / "bin" / "git-credential-authbridge") == "authbridge", "git's name for the helper"
     assert (top / "share" / "authbridge" / "openrpc.json").read_bytes() == (REPO / "bridge-spec" / "openrpc.json").read_bytes()
     man = run(["sh", "-c", f"zcat '{top}/share/man/man1/authbridge.1.gz'"]).stdout
     assert ".Nm authbridge" in man and "login" in man and "logout" in man

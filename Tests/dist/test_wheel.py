@@ -55,6 +55,9 @@ def test_the_venv_has_an_authbridge_command(installed, tmp_path):
     assert loaded_plugins(run([command, "plugins"], env=env).stdout) == BUNDLED_PLUGINS
     # Usage errors keep their exit status through the console script.
     assert run([command, "no-such-command"], env=env, check=False).returncode == 64
+    # The name git runs for `credential.helper "authbridge git-credential …"` is the same command.
+    helper = installed / "bin" / "git-credential-authbridge"
+    assert run([helper, "--version"], env=env).stdout.strip() == VERSION
 
 
 def test_the_python_quick_starts_with_the_bundled_host(installed, tmp_path, dot):

@@ -47,7 +47,8 @@ def run(argv: list[str | Path], **kwargs) -> str:
 
 
 def tree_files(tree: Path) -> list[Path]:
-    return sorted(p for p in tree.rglob("*") if p.is_file())
+    """The regular files of a tree (not its symlinks, e.g. bin/git-credential-authbridge)."""
+    return sorted(p for p in tree.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def tree_size(tree: Path) -> int:
@@ -69,7 +70,9 @@ def tarball(tree: Path, out: Path, version: str) -> Path:
         info.mtime = EPOCH
         info.uid = info.gid = 0
         info.uname = info.gname = "root"
-        if path.is_dir():
+        if path.is_symlink():
+            info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.readlink(path), 0o777
+        elif path.is_dir():
             info.type, info.mode = tarfile.DIRTYPE, 0o755
         else:
             info.size = path.stat().st_size
@@ -81,7 +84,7 @@ def tarball(tree: Path, out: Path, version: str) -> Path:
         archive.addfile(entry(tree, top))
         for path in sorted(tree.rglob("*")):
             info = entry(path, f"{top}/{path.relative_to(tree)}")
-            if path.is_dir():
+            if path.is_symlink() or path.is_dir():
                 archive.addfile(info)
             else:
                 with path.open("rb") as file:
@@ -155,7 +158,8 @@ def wheel(tree: Path, out: Path, version: str) -> Path:
                 f"License-Expression: Apache-2.0\nLicense-File: LICENSE\nRequires-Python: {project['requires-python']}\n"
                 f"{extras}{classifiers}Classifier: Operating System :: POSIX :: Linux\n"
                 f"Description-Content-Type: text/markdown\n\n{readme}")
-    entry_points = "[console_scripts]\nauthbridge = authbridge._bundled:main\n"
+    # git runs a credential helper named without '!' as `git credential-NAME`: the same command.
+    entry_points = "[console_scripts]\nauthbridge = authbridge._bundled:main\ngit-credential-authbridge = authbridge._bundled:main\n"
     # Tag it once provisionally, ask auditwheel what the binaries really need, then write it
     # again with that tag (the tag is inside the wheel too, in WHEEL).
     with tempfile.TemporaryDirectory() as scratch:
