@@ -29,8 +29,10 @@ public struct Answer: Sendable, Equatable {
 ///   overlaps the write is never kept as current);
 /// - **another process changed the record**: the vault's `ChangeProbe`
 ///   stamp differs from the one taken before the record was read (the file's
-///   inode and times for the encrypted-file vault; the Secret Service has no
-///   probe, so its sessions are never answered from here);
+///   inode and times for the encrypted-file vault; for PostgreSQL a counter
+///   of the NOTIFYs heard, with no stamp at all while the host is not
+///   listening; the Secret Service has no probe, so its sessions are never
+///   answered from here);
 /// - **time**: the token's expiry, the caller's `minValidityMs` and the
 ///   refresh-ahead point are checked against the host clock on each use
 ///   (`TokenSet.freshness`, the rule the engine itself follows);
