@@ -372,7 +372,7 @@ public final class Connection: Sendable {
 
     private func flushAnsweredAtOnceLocked() {
         guard !answeredAtOnce.bytes.isEmpty else { return }
-        answerLocked(answeredAtOnce.take())
+        answerLocked(answeredAtOnce.take(), now: true)
     }
 
     /// How many bytes of answers given at once the reader gathers before it hands them over.
@@ -528,9 +528,10 @@ public final class Connection: Sendable {
         state.lock.withLock { answerLocked(OutgoingFrame.error(id: id, error)) }
     }
 
-    private func answerLocked(_ frame: [UInt8]) {
+    /// `now`: the reader's own answers, written on its thread when the writer is idle (`sendNow`).
+    private func answerLocked(_ frame: [UInt8], now: Bool = false) {
         if state.deferred.isEmpty, writer.hasRoom {
-            writer.send(frame)
+            if now { writer.sendNow(frame) } else { writer.send(frame) }
         } else {
             state.deferred.append(frame)
             state.backlogBytes += frame.count

@@ -29,6 +29,11 @@ public final class FrameWriter: @unchecked Sendable {
     /// Bytes handed to `write(2)` and not yet written.
     private var writing = 0
     private var busy = false
+    /// True while a caller's thread writes a frame itself (`sendNow`): the writer thread waits.
+    private var direct = false
+    /// A write error `sendNow` met, for the writer thread to report (`onFailure` may take
+    /// locks the caller of `sendNow` holds).
+    private var unreportedFailure: Int32 = 0
     private var closing = false
     private var stopped = false
     private var failed = false
@@ -62,6 +67,53 @@ public final class FrameWriter: @unchecked Sendable {
             queued.append(0x0A)
             if idle { lock.broadcast() }
         }
+    }
+
+    /// The largest frame `sendNow` writes on the caller's thread: `PIPE_BUF`, which a pipe
+    /// that polls writable takes whole without blocking (a Unix socket that polls writable
+    /// has at least a quarter of its buffer free).
+    static let directLimit = 4096
+
+    /// Like `send`, but when nothing is queued or being written and the descriptor polls
+    /// writable, writes the frame on the caller's thread: an answer given at once then costs
+    /// no hand-off to the writer thread (a round trip's largest cost after the pipes). A
+    /// frame over `directLimit`, or a descriptor that is full, goes to the queue as with `send`.
+    public func sendNow(_ frame: [UInt8]) {
+        var line = frame
+        line.append(0x0A)
+        let mayWrite = lock.withLock { () -> Bool in
+            guard !failed, !closing else { return false }
+            guard queued.isEmpty, !busy, line.count <= Self.directLimit else {
+                queued.append(contentsOf: line)
+                if idle { lock.broadcast() }
+                return false
+            }
+            busy = true
+            direct = true
+            writing = line.count
+            return true
+        }
+        guard mayWrite else { return }
+        var target = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        let writable = poll(&target, 1, 0) == 1 && target.revents & Int16(POLLOUT) != 0 && target.revents & Int16(POLLERR | POLLHUP) == 0
+        let error = writable ? writeAll(line) : 0
+        lock.withLock {
+            busy = false
+            direct = false
+            writing = 0
+            if !writable {
+                // Ahead of what others queued meanwhile: it was sent first.
+                queued.insert(contentsOf: line, at: 0)
+            } else if error != 0 {
+                failed = true
+                queued.removeAll()
+                unreportedFailure = error
+            }
+            // Waking the writer thread is the hand-off this avoids: only for work or waiters.
+            if (idle && !queued.isEmpty) || flushWaiters > 0 || error != 0 { lock.broadcast() }
+        }
+        // No `onWritten`: there was room before this write (the queue was empty) and there is
+        // as much after it; and the caller may hold the locks `onWritten` takes.
     }
 
     /// False while more than `maxQueuedBytes` wait to be written (true once
@@ -130,17 +182,25 @@ public final class FrameWriter: @unchecked Sendable {
     private func loop() {
         var batch: [UInt8] = []
         while true {
-            let stop: Bool = lock.withLock {
-                while queued.isEmpty && !closing {
+            let (stop, failure): (Bool, Int32) = lock.withLock {
+                while ((queued.isEmpty && !closing) || direct) && unreportedFailure == 0 {
                     idle = true
                     lock.wait()
                     idle = false
                 }
-                if queued.isEmpty { return true }
+                if unreportedFailure != 0 {
+                    defer { unreportedFailure = 0 }
+                    return (false, unreportedFailure)
+                }
+                if queued.isEmpty { return (true, 0) }
                 swap(&batch, &queued)
                 writing = batch.count
                 busy = true
-                return false
+                return (false, 0)
+            }
+            if failure != 0 {
+                onFailure(failure)
+                continue
             }
             if stop { break }
             let error = writeAll(batch)
