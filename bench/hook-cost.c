@@ -2,7 +2,8 @@
  * hook-cost: what a plugin's check_session costs by itself, for `make bench`.
  *
  * The hot path's checkSignInStatus runs the plugin's inline check_session on
- * every call; the host's own share is the host's time minus the plugin's. This
+ * every call, so the plugin's cost is part of every answer's: ctest's, which
+ * reads its input through ab_input_view, parses a repeated input once. This
  * loads the plugin library with dlopen, initialises it with a minimal host
  * table (set_result keeps nothing, log is silent, the clock is the real one),
  * and calls check_session N times with the input read from a file (the JSON

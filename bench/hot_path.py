@@ -171,7 +171,8 @@ def main():
     except bench.BenchError as e:
         failed.append("rss: %s" % e)
 
-    # (g) the plugin's own share of a checkSignInStatus: ctest's check_session alone, same input.
+    # (g) the plugin's own share of a checkSignInStatus: ctest's check_session alone, same input
+    # (read through ab_input_view, so a repeated input is parsed once).
     hook_us = None
     if args.hook_cost:
         try:
@@ -192,13 +193,10 @@ def main():
                 "%s, %s vault" % (method, vault), "%.3f s" % wall if wall else "FAILED",
                 "%.3f s" % c if c else "FAILED", "%.2fx" % ratio if ratio else "-", GOAL_RATIO))
     if hook_us is not None and c_status:
-        print("%-34s %.2f us per call: %.3f s of the %d" % ("ctest check_session alone", hook_us, hook_us * n / 1e6, n))
-        for vault in hosts:
-            wall = results.get("checkSignInStatus", {}).get(vault)
-            if wall:
-                rest = wall - hook_us * n / 1e6
-                print("%-34s %-10s %-10s %-7s" % ("  host without it, %s" % vault, "%.3f s" % rest, "%.3f s" % c_status,
-                                                  "%.2fx" % (rest / c_status)))
+        # The plugin's own cost, next to the C answerer's whole request: it is part of the host's
+        # row above, not subtracted from it (the harness's call is not the host's call).
+        print("%-34s %.2f us per call = %.2fx the C answerer's request" % (
+            "ctest check_session alone", hook_us, hook_us * n / 1e6 / c_status))
     for name, label in (("host", "getAccessToken round trip"), ("answerer", "C answerer round trip (floor)")):
         r = round_trip.get(name)
         print("%-34s %s" % (label, "p50 %.0f us, p99 %.0f us" % (r["p50"], r["p99"]) if r else "FAILED")

@@ -11,6 +11,7 @@ import Glibc
 /// `authbridge agent`: one broker per login session, on a Unix socket.
 struct Agent: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "agent",
         abstract: "Serve the bridge to every app of this login session on a Unix socket (one broker per user).",
         discussion: """
             Apps (the Python and Node clients with agent set) and the commands of this program \

@@ -12,6 +12,7 @@ import Glibc
 /// `authbridge login PROFILE`: an interactive sign-in from a terminal.
 struct Login: HumanCommand {
     static let configuration = CommandConfiguration(
+        commandName: "login",
         abstract: "Sign in to a profile (opens the browser, or shows a device code).",
         discussion: """
             The browser flow prints the sign-in URL and opens it with xdg-open (--no-browser: \

@@ -5,6 +5,7 @@ import AuthBridgeSession
 /// `authbridge logout PROFILE`: revoke at the provider and forget the session.
 struct Logout: HumanCommand {
     static let configuration = CommandConfiguration(
+        commandName: "logout",
         abstract: "Sign out: revoke the tokens at the provider, then delete them here.",
         discussion: "The tokens are deleted locally whatever the provider answers; revocation problems are reported as warnings.")
 

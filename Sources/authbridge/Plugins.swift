@@ -7,6 +7,7 @@ import AuthBridgeSession
 /// `authbridge plugins`: which plugins load, and why others were refused.
 struct Plugins: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "plugins",
         abstract: "List loaded and refused plugins with their reasons.",
         discussion: "With an agent running, the agent's plugins (what its apps get); --no-agent: what this command would load.")
 

@@ -13,6 +13,7 @@ import Musl
 /// `authbridge serve`: the JSON-RPC bridge on stdin/stdout.
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "serve",
         abstract: "Serve the JSON-RPC 2.0 bridge on stdin/stdout (the default).")
 
     @OptionGroup var options: HostOptions

@@ -9,6 +9,7 @@ import Glibc
 /// `authbridge status [PROFILE]`: who is signed in where, checked with the provider.
 struct Status: HumanCommand {
     static let configuration = CommandConfiguration(
+        commandName: "status",
         abstract: "Show each profile's accounts: state, expiry and where tokens are kept.",
         discussion: """
             Checks every signed-in account with its provider (refreshing an expired token, as \

@@ -5,6 +5,7 @@ import AuthBridgeSession
 /// `authbridge token PROFILE`: an access token on stdout, for scripts.
 struct Token: HumanCommand {
     static let configuration = CommandConfiguration(
+        commandName: "token",
         abstract: "Print a valid access token (refreshed first when needed) for scripts.",
         discussion: """
             Only the token and a newline go to stdout, e.g. curl -H "Authorization: Bearer \

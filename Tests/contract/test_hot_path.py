@@ -106,3 +106,29 @@ def test_an_isolated_plugins_check_session_never_runs_on_the_reader(host):
     for _ in range(20):
         assert host.result("checkSignInStatus", {"provider": "c"})["state"] == "signedIn"
     assert at_once_count(host, "checkSignInStatus") == 0
+
+
+def test_an_inline_check_session_sees_each_sessions_own_input(start_host, plugin_dir):
+    # ctest reads its check_session input through ab_input_view, which parses an input once and
+    # hands the same object to calls with byte-for-byte the same input. Two sessions whose
+    # statuses interleave must each be judged on their own input: "c" stays valid (never
+    # refreshed), "c2" (ctest's session id "expired") is expired at every check and refreshed.
+    # (A view keyed on anything less than the whole input would swap their answers.)
+    profiles = dict(DEFAULT_PROFILES, c2=DEFAULT_PROFILES["c"])
+    host = start_host([plugin_dir], profiles=profiles, extra_args=IN_PROCESS)
+    host.result("requestOAuthTokens", {"provider": "c", "flow": "session", "sessionId": "x"})
+    host.result("requestOAuthTokens", {"provider": "c2", "flow": "session", "sessionId": "expired"})
+    until_answered_at_once(host, "checkSignInStatus", {"provider": "c"})
+    mark = host.mark()
+    ids = []
+    for _ in range(50):
+        ids.append(host.send_request("checkSignInStatus", {"provider": "c"}))
+        ids.append(host.send_request("checkSignInStatus", {"provider": "c2"}))
+    answers = [host.wait_response(id_)["result"] for id_ in ids]
+    assert all(a["state"] == "signedIn" and a.get("reason") != "refreshed" for a in answers[0::2]), answers[0::2]
+    assert all(a["state"] == "signedIn" and a["reason"] == "refreshed" for a in answers[1::2]), answers[1::2]
+    refreshed = [p["provider"] for p in host.notifications("session/changed", mark) if p["state"] == "refreshed"]
+    # Checks in one burst share a refresh (single flight): at least one, all of them c2's.
+    assert refreshed and set(refreshed) == {"c2"}, refreshed
+    assert host.result("getAccessToken", {"provider": "c"})["accessToken"] == "at-x"
+    assert at_once_count(host, "checkSignInStatus") > 0
