@@ -151,8 +151,10 @@ test-swift:
 TEST_ENV := AUTHBRIDGE_BIN=$(CURDIR)/$(DEBUG_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(DEBUG_DIR) \
             AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY)
 
+## CONTRACT_JOBS: pytest-xdist workers for the contract suite (0: one process).
+CONTRACT_JOBS ?= 3
 test-contract:
-	$(TEST_ENV) $(VPY) -m pytest -q Tests/contract
+	$(TEST_ENV) $(VPY) -m pytest -q -n $(CONTRACT_JOBS) --dist loadfile Tests/contract
 
 ## The Python client (clients/python) against the real host and django-oauth-toolkit.
 test-python-client:
@@ -228,10 +230,12 @@ bench: deps-build deps-test
 	@$(MAKE) --no-print-directory release build
 	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson
 	gcc -O2 -o .build/hook-cost bench/hook-cost.c -ISources/CAuthBridgePlugin/include -ldl
+	gcc -O2 -o .build/round-trip bench/round-trip.c
 	$(PYTHON) bench/bench.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
 	  --host-args "$(BENCH_HOST_ARGS) --plugin-isolation none" --isolated-host-args "$(BENCH_HOST_ARGS) --plugin-isolation process"
 	$(PYTHON) bench/hot_path.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
-	  --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --hook-cost .build/hook-cost
+	  --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --hook-cost .build/hook-cost \
+	  --round-trip-client .build/round-trip
 	scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
 	$(VPY) bench/postgres.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json

@@ -4,11 +4,12 @@
 Usage:
   python3 bench/hot_path.py --host PATH --answerer PATH --plugins DIR --config FILE
                             [--requests 100000] [--round-trips 5000] [--repeat 3]
-                            [--rss-requests 1000000]
+                            [--rss-requests 1000000] [--hook-cost PATH] [--round-trip-client PATH]
 
 (d) pipelined getAccessToken and checkSignInStatus (the bench profile's plugin answers
 check_session inline), each with the memory vault and the encrypted-file vault, next to
-the C answerer fed the same bytes; (e) sequential getAccessToken round trips; (f) RSS:
+the C answerer fed the same bytes; (e) sequential getAccessToken round trips, timed by this
+Python client and, with --round-trip-client, by a C one (bench/round-trip.c); (f) RSS:
 idle with the five bundled plugins, and after --requests and --rss-requests pipelined
 getAccessToken in one process. Prints a table and one line "HOT_PATH_JSON {...}"; exits 1
 if something failed, never for a missed goal. Python 3 standard library only.
@@ -103,6 +104,7 @@ def main():
     ap.add_argument("--round-trips", type=int, default=5000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rss-requests", type=int, default=1000000)
+    ap.add_argument("--round-trip-client", help="bench/round-trip.c built: the round trips timed by a C client too")
     ap.add_argument("--hook-cost", help="bench/hook-cost.c built: times ctest's check_session alone")
     args = ap.parse_args()
 
@@ -144,6 +146,18 @@ def main():
         {"host": hosts["memory"], "answerer": answerer}, args.round_trips, request_line=token_line)
     failed += ["round trip %s: %s" % item for item in rt_failures.items()]
     round_trip = {name: {"p50": statistics.median(v), "p99": p99(v)} for name, v in times.items()}
+
+    # (e') the same round trips timed by a C client (bench/round-trip.c): without the Python
+    # client's own tens of microseconds, what the host and the answerer add.
+    c_round_trip = {}
+    if args.round_trip_client:
+        try:
+            out = subprocess.run([args.round_trip_client, str(args.round_trips)] + hosts["memory"][0] + ["--"]
+                                 + answerer[0], check=True, capture_output=True, text=True, timeout=300).stdout
+            line = next(l for l in out.splitlines() if l.startswith("ROUND_TRIP "))
+            c_round_trip = dict(zip(("host", "answerer"), json.loads(line[len("ROUND_TRIP "):])))
+        except (OSError, ValueError, StopIteration, subprocess.SubprocessError) as e:
+            failed.append("round trip (C client): %s" % e)
 
     # (f) RSS: idle with the bundled plugins; after n and after --rss-requests getAccessToken.
     rss = {}
@@ -197,8 +211,11 @@ def main():
         # row above, not subtracted from it (the harness's call is not the host's call).
         print("%-34s %.2f us per call = %.2fx the C answerer's request" % (
             "ctest check_session alone", hook_us, hook_us * n / 1e6 / c_status))
-    for name, label in (("host", "getAccessToken round trip"), ("answerer", "C answerer round trip (floor)")):
-        r = round_trip.get(name)
+    rows = [("host", "getAccessToken round trip", round_trip), ("answerer", "C answerer round trip (floor)", round_trip)]
+    if args.round_trip_client:
+        rows += [("host", "  the same, C client", c_round_trip), ("answerer", "  C answerer, C client", c_round_trip)]
+    for name, label, figures in rows:
+        r = figures.get(name)
         print("%-34s %s" % (label, "p50 %.0f us, p99 %.0f us" % (r["p50"], r["p99"]) if r else "FAILED")
               + ("   goal p50 <= %.0f us, p99 <= %.0f us" % (GOAL_RT_P50_US, GOAL_RT_P99_US) if name == "host" else ""))
     for key, value in rss.items():
@@ -211,6 +228,7 @@ def main():
     for f in failed:
         print("FAILED: %s" % f)
     print("HOT_PATH_JSON " + json.dumps({"requests": n, "pipelined_s": results, "roundTripUs": round_trip,
+                                          "roundTripUsCClient": c_round_trip,
                                           "rssMB": rss, "checkSessionUs": hook_us, "failures": failed}, separators=(",", ":")))
     return 1 if failed else 0
 

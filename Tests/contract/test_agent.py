@@ -43,6 +43,16 @@ NOBODY = 65534
 
 
 @pytest.fixture
+def tmp_path():
+    """A short private folder in place of pytest's: an agent's socket lives under the test's
+    XDG_RUNTIME_DIR, and a Unix socket's path must stay under 108 bytes, which pytest's nested
+    folders (one more level per xdist worker) come close to. Removed after the test."""
+    folder = Path(tempfile.mkdtemp(prefix="ab-agent-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
 def start_agent(tmp_path):
     """Factory: start_agent(plugin_dirs, profiles, …) → a ready Agent. At teardown every agent is
     stopped (SIGTERM), every connection's frames must have kept to the spec, and no code or

@@ -114,7 +114,7 @@ def test_a_service_secret_opens_the_vault_and_a_wrong_one_is_refused(tmp_path, p
     "a-long-random-service-secret-1234",          # a passphrase: HKDF adds no work against guessing it
     "correct horse battery staple and more words",
     "0" * 64,                                      # the right form, but not random
-    base64.b64encode(os.urandom(24)).decode(),     # random, but 24 bytes
+    pytest.param(base64.b64encode(os.urandom(24)).decode(), id="random-24-bytes"),   # random, but 24 bytes
 ])
 def test_a_service_secret_weaker_than_a_random_32_byte_key_is_refused(tmp_path, plugin_dir, secret):
     data_home = tmp_path / "data"
