@@ -37,22 +37,28 @@ char *ab_process_take_variable(const char *name)
     return copy;
 }
 
+/* Both of a spawn's objects ready (0), or neither (an error number). */
+static int spawn_objects_init(posix_spawn_file_actions_t *actions, posix_spawnattr_t *attributes)
+{
+    int status = posix_spawn_file_actions_init(actions);
+    if (status != 0)
+        return status;
+    status = posix_spawnattr_init(attributes);
+    if (status != 0)
+        posix_spawn_file_actions_destroy(actions);
+    return status;
+}
+
 int ab_spawn_runner(const char *path, char *const argv[], char *const envp[], int channel, int library, pid_t *pid)
 {
     if (channel <= 4 || library <= 4)
         return EINVAL;
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attributes;
-    int status = posix_spawn_file_actions_init(&actions);
+    int status = spawn_objects_init(&actions, &attributes);
     if (status != 0)
         return status;
-    status = posix_spawnattr_init(&attributes);
-    if (status != 0) {
-        posix_spawn_file_actions_destroy(&actions);
-        return status;
-    }
-    if (status == 0)
-        status = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    status = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
     if (status == 0)
         status = posix_spawn_file_actions_adddup2(&actions, 2, 1);
     if (status == 0)
@@ -184,14 +190,9 @@ int ab_process_run_command(const char *file, char *const argv[], char *const env
 {
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attributes;
-    int status = posix_spawn_file_actions_init(&actions);
+    int status = spawn_objects_init(&actions, &attributes);
     if (status != 0)
         return status;
-    status = posix_spawnattr_init(&attributes);
-    if (status != 0) {
-        posix_spawn_file_actions_destroy(&actions);
-        return status;
-    }
     status = close_what_was_opened(&actions);
     /* The signals this process ignores now but did not at start (SIGPIPE…) are the command's
        defaults again; the forwarded ones are caught below, and exec makes caught ones default. */

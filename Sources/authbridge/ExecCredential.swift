@@ -31,16 +31,11 @@ struct ExecCredential: HumanCommand {
     @Option(help: ArgumentHelp("Which signed-in account (Account.id); default: the latest sign-in.", valueName: "ID"))
     var account: String?
 
-    @Option(help: ArgumentHelp("How long an interactive sign-in may wait for the user, in seconds.", valueName: "SECONDS"))
-    var timeout: Int64 = 300
+    @OptionGroup var wait: SignInWait
 
     @OptionGroup var options: HostOptions
 
     @OptionGroup var agent: AgentChoice
-
-    func validate() throws {
-        guard (1...3_600).contains(timeout) else { throw ValidationError("--timeout must be 1…3600 seconds") }
-    }
 
     func execute() async throws {
         let info = try ExecInfo.fromEnvironment()
@@ -56,7 +51,7 @@ struct ExecCredential: HumanCommand {
                 )
                 throw ExitCode(CommandExit.notSignedIn)
             }
-            _ = try await sessions.signIn(profile, timeoutSeconds: timeout)
+            _ = try await sessions.signIn(profile, timeoutSeconds: wait.seconds)
             do throws(SessionError) {
                 token = try await fetch(sessions)
             } catch {

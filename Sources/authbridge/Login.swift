@@ -31,21 +31,16 @@ struct Login: HumanCommand {
     @Flag(help: "Print the sign-in URL without opening a browser.")
     var noBrowser = false
 
-    @Option(help: ArgumentHelp("How long to wait for the user, in seconds.", valueName: "SECONDS"))
-    var timeout: Int64 = 300
+    @OptionGroup var wait: SignInWait
 
     @OptionGroup var options: HostOptions
 
     @OptionGroup var agent: AgentChoice
 
-    func validate() throws {
-        guard (1...3_600).contains(timeout) else { throw ValidationError("--timeout must be 1…3600 seconds") }
-    }
-
     func execute() async throws {
         let stage = LastStage()
         let sessions = try await Login.sessions(options: options, agent: agent, openBrowser: !(noBrowser || device), stage: stage)
-        let status = try await Login.signIn(profile, sessions: sessions, device: device, timeout: timeout, stage: stage)
+        let status = try await Login.signIn(profile, sessions: sessions, device: device, timeout: wait.seconds, stage: stage)
         let out = Terminal.standardOutput
         out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status["account"]))")
     }
@@ -121,6 +116,16 @@ struct Login: HumanCommand {
         default:
             if let message = progress["message"]?.stringValue { err.line(Terminal.clean(message)) }
         }
+    }
+}
+
+/// `--timeout SECONDS`: how long a sign-in started by a command may wait for the user.
+struct SignInWait: ParsableArguments {
+    @Option(name: .customLong("timeout"), help: ArgumentHelp("How long a sign-in may wait for the user, in seconds.", valueName: "SECONDS"))
+    var seconds: Int64 = 300
+
+    func validate() throws {
+        guard (1...3_600).contains(seconds) else { throw ValidationError("--timeout must be 1…3600 seconds") }
     }
 }
 

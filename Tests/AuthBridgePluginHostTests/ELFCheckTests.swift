@@ -90,7 +90,7 @@ struct ELFCheckTests {
             // An unlinked temp file, read through /proc: nothing is left behind if it traps.
             var template = Array("/tmp/authbridge-elf-XXXXXX".utf8CString)
             let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-            unlink(String(cString: template))
+            template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
             _ = header.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
             _ = try? ELFCheck.validate("/proc/self/fd/\(fd)")
             close(fd)

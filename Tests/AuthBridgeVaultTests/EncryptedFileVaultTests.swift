@@ -302,7 +302,7 @@ func waitForLockWaiter(_ path: String) async throws {
         var text = ""
         if let file = fopen("/proc/locks", "r") {
             var line = [CChar](repeating: 0, count: 512)
-            while fgets(&line, 512, file) != nil { text += String(cString: line) }
+            while fgets(&line, 512, file) != nil { text += line.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } }
             fclose(file)
         }
         if text.split(separator: "\n").contains(where: { $0.contains("-> FLOCK") && $0.contains(inode) }) { return }

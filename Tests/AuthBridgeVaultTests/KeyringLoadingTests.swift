@@ -6,7 +6,7 @@ import Testing
 @Suite("Keyring loading")
 struct KeyringLoadingTests {
     @Test func aMissingHelperNamesTheLoadersErrorEveryTime() async throws {
-        let folder = try TemporaryFolder()
+        let folder = TemporaryFolder()
         defer { folder.remove() }
         let path = folder.path + "/libAuthBridgeKeyring.so"
         let keyring = Keyring(libraryPaths: [path])

@@ -121,6 +121,17 @@ def git_server(tmp_path, dot):
     server.stop()
 
 
+def signed_in_clone(cli: CLI, git_server) -> tuple[Git, Path]:
+    """git with the helper for the server, the profile signed in, and a clone of a new repository."""
+    git_server.create_repository("app.git")
+    git = Git(cli)
+    git.configure(f"credential.{git_server.url}.helper", helper_command(cli, "--profile", "dot"))
+    assert cli.run("login", "dot").returncode == 0
+    clone = cli.root / "app"
+    assert git("clone", f"{git_server.url}/app.git", str(clone)).returncode == 0
+    return git, clone
+
+
 # ── git ────────────────────────────────────────────────────────────────────────────────────────
 
 def test_git_clones_and_pushes_with_the_profiles_token_and_falls_through_when_not_signed_in(cli, dot, git_server):
@@ -164,12 +175,7 @@ def test_git_clones_and_pushes_with_the_profiles_token_and_falls_through_when_no
 
 
 def test_a_token_ended_at_the_server_fails_git_cleanly_and_the_next_get_has_a_renewed_one(cli, dot, git_server):
-    git_server.create_repository("app.git")
-    git = Git(cli)
-    git.configure(f"credential.{git_server.url}.helper", helper_command(cli, "--profile", "dot"))
-    assert cli.run("login", "dot").returncode == 0
-    clone = cli.root / "app"
-    assert git("clone", f"{git_server.url}/app.git", str(clone)).returncode == 0
+    git, clone = signed_in_clone(cli, git_server)
     old = current_token(cli)
     before = refreshes(dot)
 
@@ -196,12 +202,7 @@ def test_a_token_ended_at_the_server_fails_git_cleanly_and_the_next_get_has_a_re
 
 
 def test_a_grant_revoked_at_the_server_fails_git_and_leaves_the_profile_signed_out_by_the_provider(cli, dot, git_server):
-    git_server.create_repository("app.git")
-    git = Git(cli)
-    git.configure(f"credential.{git_server.url}.helper", helper_command(cli, "--profile", "dot"))
-    assert cli.run("login", "dot").returncode == 0
-    clone = cli.root / "app"
-    assert git("clone", f"{git_server.url}/app.git", str(clone)).returncode == 0
+    git, clone = signed_in_clone(cli, git_server)
 
     dot.revoke(current_token(cli))     # RFC 7009: the refresh token goes with it
     failed = git("fetch", cwd=clone)

@@ -103,7 +103,23 @@ class OversizeLine:
         return match.group(1) if match else None
 
 
-class HostProcess:
+class _Frames:
+    """What both transports share, built on their `send`."""
+
+    def send(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def write_nowait(self, data: bytes) -> bool:
+        """`send` for frames written while a cancellation unwinds, which must not await or raise.
+        False when the pipe or connection is closed."""
+        try:
+            self.send(data)
+        except (ConnectionError, OSError, RuntimeError):
+            return False
+        return True
+
+
+class HostProcess(_Frames):
     """One `authbridge` child process.
 
     Started in its own session: a Ctrl-C meant for the frontend must not kill the host before
@@ -243,15 +259,6 @@ class HostProcess:
             raise BrokenPipeError("the host is not running")
         await self._proc.stdin.drain()
 
-    def write_nowait(self, data: bytes) -> bool:
-        """`send` for frames written while a cancellation unwinds, which must not await or raise.
-        False when the pipe is closed."""
-        try:
-            self.send(data)
-        except (ConnectionError, OSError, RuntimeError):
-            return False
-        return True
-
     def close_stdin(self) -> None:
         stdin = self._proc.stdin if self._proc else None
         if stdin is not None and not stdin.is_closing():
@@ -282,7 +289,7 @@ def agent_socket_path(explicit: str | os.PathLike[str] | None = None, env: Mappi
     return os.path.join(runtime, "authbridge", "agent.sock") if runtime and os.path.isabs(runtime) else None
 
 
-class AgentSocket:
+class AgentSocket(_Frames):
     """One connection to the running `authbridge agent`: the same interface as `HostProcess`, so
     the protocol layer does not know which it has. The agent is shared: closing this ends only
     this connection (`exit` ends the connection, not the agent), and it has no exit status or
@@ -325,13 +332,6 @@ class AgentSocket:
         if self._writer is None:
             raise BrokenPipeError("the connection to the agent is closed")
         await self._writer.drain()
-
-    def write_nowait(self, data: bytes) -> bool:
-        try:
-            self.send(data)
-        except (ConnectionError, OSError, RuntimeError):
-            return False
-        return True
 
     def close_stdin(self) -> None:
         """Ends this connection (the agent sees end of input and ends its requests)."""
