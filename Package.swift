@@ -14,10 +14,14 @@ import PackageDescription
 ///                              │  └── CAuthBridgeProcess  (posix_spawn of the runner, prctl)
 ///                              │
 ///                      AuthBridgeSession ── AuthBridgeVault  (profiles, sessions, flows │ token storage)
+///                              └──────┬──────────┘
+///                              AuthBridgeCrypto  (hashes, AES-GCM, HKDF: libAuthBridgeSwiftCrypto.so, dlopen'ed)
 ///                              │
 ///                       AuthBridgeHost  ── AuthBridgeRPC  (bridge methods, lifecycle)
 ///                              │
-///                         authbridge                      (executable / CLI)
+///                      AuthBridgeLaunch                   (host settings, serve, agent, plugin-runner: no ArgumentParser)
+///                         │          │
+///                    authbridge   authbridge-cli          (the host frontends run │ the CLI it hands other commands to)
 ///
 /// The vault dlopens libAuthBridgePostgres.so (CAuthBridgePostgres over CLibPQ) for `--vault postgresql`.
 /// AuthBridgeURL depends on nothing; the plugin host, the session, the JWT helper and the SDK use it.
@@ -41,17 +45,28 @@ let bundledSwiftPlugins: [(id: String, target: String)] = [
     ("oidc", "OIDCPlugin"), ("salesforce", "SalesforcePlugin"), ("tableau", "TableauPlugin"), ("marketsharp", "MarketSharpPlugin"),
 ]
 
+/// Tests may use Swift's string algorithms (`contains("…")` on strings): the Makefile compiles
+/// everything without the implicit import of _StringProcessing, which the product does without.
+let testSwiftSettings: [SwiftSetting] = [.unsafeFlags(["-Xfrontend", "-import-module", "-Xfrontend", "_StringProcessing"])]
+
 let package = Package(
     name: "AuthBridge",
     platforms: [.macOS(.v15)],
     products: [
+        // The host frontends run (`serve`, `agent`, and the isolated plugins' `plugin-runner`), and the
+        // command-line tool it hands every other command line to (installed in lib/authbridge).
         .executable(name: "authbridge", targets: ["authbridge"]),
+        .executable(name: "authbridge-cli", targets: ["authbridge-cli"]),
         .library(name: "AuthBridgePluginSDK", targets: ["AuthBridgePluginSDK"]),
         // The HTTP transport (libcurl), dlopen'ed by the host on the first request, so that
         // libcurl and TLS stay off the start-up path.
         .library(name: "AuthBridgeHTTP", type: .dynamic, targets: ["CAuthBridgeHTTP"]),
-        // ID-token verification (jwt-kit, swift-crypto): for the host to dlopen on
-        // first use, so none of it weighs on the host's start-up.
+        // swift-crypto: the host's AES-GCM and HKDF (AuthBridgeCrypto calls them), for the host to
+        // dlopen on first use, so that neither it nor the FoundationEssentials it needs weighs on
+        // the host's start-up.
+        .library(name: "AuthBridgeSwiftCrypto", type: .dynamic, targets: ["SwiftCryptoExports"]),
+        // ID-token verification (jwt-kit, swift-crypto): likewise, on the first ID token. Apart from
+        // the above, so that a host that only seals records does not load jwt-kit and X.509 too.
         .library(name: "AuthBridgeJWT", type: .dynamic, targets: ["AuthBridgeJWT"]),
         // Likewise for the Secret Service (glib, gio, D-Bus): dlopen'ed on first use.
         .library(name: "AuthBridgeKeyring", type: .dynamic, targets: ["CAuthBridgeKeyring"]),
@@ -83,7 +98,7 @@ let package = Package(
         // The Swift side of the plugin ABI, shared by the host and the Swift SDK: the hooks, the
         // failure type, and the Swift runtime note (which Swift a plugin was built for).
         .target(name: "AuthBridgePluginABI", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"], swiftSettings: symbolLinkageMarkers),
-        // The URL toolkit of the host and the Swift SDK (no dependencies, no Foundation).
+        // The URL and text toolkit of the host and the Swift SDK (no dependencies, no Foundation).
         .target(name: "AuthBridgeURL"),
         // The low-level parts (no dependencies, no Foundation): the thread spawner, ConditionLock,
         // the dlopen'ed helper-library loader, POSIX file reading; the set of locking primitives.
@@ -106,32 +121,42 @@ let package = Package(
                 "AuthBridgeRPC", "CAuthBridgeProcess",
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        // The host's cryptography (hashes, AES-GCM, HKDF): libAuthBridgeSwiftCrypto.so, opened on first use.
+        .target(name: "AuthBridgeCrypto", dependencies: ["AuthBridgeSystem"]),
+        // … whose C entry points over swift-crypto are these.
         .target(
-            name: "AuthBridgeVault",
-            dependencies: [
-                "AuthBridgeJSON", "AuthBridgeSystem",
-                .product(name: "Crypto", package: "swift-crypto"),
-            ]),
+            name: "SwiftCryptoExports", dependencies: [.product(name: "Crypto", package: "swift-crypto")], exclude: ["exports.map"],
+            linkerSettings: soname("libAuthBridgeSwiftCrypto.so") + exportsOnly("Sources/SwiftCryptoExports/exports.map")),
+        .target(name: "AuthBridgeVault", dependencies: ["AuthBridgeJSON", "AuthBridgeSystem", "AuthBridgeCrypto", "AuthBridgeURL"]),
         .target(
             name: "AuthBridgeSession",
             dependencies: [
-                "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault", "AuthBridgeSystem",
-                .product(name: "Crypto", package: "swift-crypto"),
+                "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault", "AuthBridgeSystem", "AuthBridgeCrypto",
                 .product(name: "Logging", package: "swift-log"),
             ]),
         .target(
             name: "AuthBridgeHost",
             dependencies: [
-                "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeSystem",
+                "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeSystem", "AuthBridgeURL",
                 .product(name: "Logging", package: "swift-log"),
             ]),
         // Process hardening the executable does first, and the plugin runner's spawn
         // (prctl is variadic, posix_spawn attributes are clumsy in Swift: C).
         .target(name: "CAuthBridgeProcess"),
-        .executableTarget(
-            name: "authbridge",
+        // What `serve`, `agent` and `plugin-runner` need from the command line, without ArgumentParser:
+        // the host settings, the vault they choose, process hardening, the bridge on stdio or a socket.
+        .target(
+            name: "AuthBridgeLaunch",
             dependencies: [
-                "AuthBridgeHost", "CAuthBridgeProcess",
+                "AuthBridgeHost", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeVault", "AuthBridgeRPC", "AuthBridgeURL",
+                "AuthBridgeJSON", "AuthBridgeSystem", "CAuthBridgeProcess",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+        .executableTarget(name: "authbridge", dependencies: ["AuthBridgeLaunch", "AuthBridgeSystem"]),
+        .executableTarget(
+            name: "authbridge-cli",
+            dependencies: [
+                "AuthBridgeLaunch", "AuthBridgeHost", "AuthBridgeURL", "CAuthBridgeProcess",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -150,7 +175,7 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "ExtrasBase64", package: "swift-extras-base64"),
-            ], linkerSettings: soname("libAuthBridgeJWT.so")),
+            ], exclude: ["exports.map"], linkerSettings: soname("libAuthBridgeJWT.so") + exportsOnly("Sources/AuthBridgeJWT/exports.map")),
         .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault"], path: "bench/VaultBench"),
 
         .target(
@@ -176,27 +201,39 @@ let package = Package(
                 path: "Tests/Plugins/SwiftTestPlugin", exclude: ["swifttest.json"],
                 linkerSettings: soname("libauthbridge-testplugin-swift.so")),
 
-            .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"]),
-            .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"]),
-            .testTarget(name: "AuthBridgePluginABITests", dependencies: ["AuthBridgePluginABI"]),
+            .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"], swiftSettings: testSwiftSettings),
+            .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"], swiftSettings: testSwiftSettings),
+            .testTarget(name: "AuthBridgePluginABITests", dependencies: ["AuthBridgePluginABI"], swiftSettings: testSwiftSettings),
             // The Swift test kit (temporary folders, files, the test plugins), shared by the test targets.
-            .target(name: "TestSupport", path: "Tests/TestSupport"),
-            .testTarget(name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost", "AuthBridgePluginABI", "TestSupport"]),
-            .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"]),
-            .testTarget(name: "AuthBridgeURLTests", dependencies: ["AuthBridgeURL"]),
+            .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost", "AuthBridgePluginABI", "TestSupport"],
+                swiftSettings: testSwiftSettings),
+            .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"], swiftSettings: testSwiftSettings),
+            .testTarget(name: "AuthBridgeURLTests", dependencies: ["AuthBridgeURL"], swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeCryptoTests", dependencies: ["AuthBridgeCrypto", .product(name: "Crypto", package: "swift-crypto")],
+                swiftSettings: testSwiftSettings),
             // The bundled plugins' pure functions (failure mapping, URL rules, license mapping).
-            .testTarget(name: "BundledPluginsTests", dependencies: ["SalesforcePlugin", "TableauPlugin", "MarketSharpPlugin"]),
-            .testTarget(name: "AuthBridgeSessionTests", dependencies: ["AuthBridgeSession", "AuthBridgeURL", "AuthBridgeSystem", "TestSupport"]),
-            .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "TestSupport"]),
-            .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"]),
-            .testTarget(name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "TestSupport"]),
+            .testTarget(
+                name: "BundledPluginsTests", dependencies: ["SalesforcePlugin", "TableauPlugin", "MarketSharpPlugin"],
+                swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeSessionTests",
+                dependencies: ["AuthBridgeSession", "AuthBridgeURL", "AuthBridgeSystem", "AuthBridgeCrypto", "TestSupport"],
+                swiftSettings: testSwiftSettings),
+            .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "TestSupport"], swiftSettings: testSwiftSettings),
+            .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"], swiftSettings: testSwiftSettings),
+            // The fast start's command line against the CLI's ArgumentParser declarations.
+            .testTarget(name: "AuthBridgeCLITests", dependencies: ["authbridge-cli", "AuthBridgeLaunch"], swiftSettings: testSwiftSettings),
+            .testTarget(name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "TestSupport"], swiftSettings: testSwiftSettings),
             .testTarget(
                 name: "AuthBridgeJWTTests",
                 dependencies: [
                     "AuthBridgeJWT",
                     .product(name: "JWTKit", package: "jwt-kit"),
                     .product(name: "CryptoExtras", package: "swift-crypto"),
-                ]),
+                ], swiftSettings: testSwiftSettings),
         ]
 )
 
@@ -205,4 +242,11 @@ let package = Package(
 /// folder (`make dist` checks that none does).
 func soname(_ file: String) -> [LinkerSetting] {
     [.unsafeFlags(["-Xlinker", "-soname=\(file)"])]
+}
+
+/// A helper library's exports limited to its entry points (a linker version script): the rest —
+/// swift-crypto, BoringSSL, jwt-kit — stays hidden, and what nothing reaches is dropped. Opening
+/// libAuthBridgeSwiftCrypto.so costs 0.5 MB and 1 ms less (bench/README, "Start-up").
+func exportsOnly(_ script: String) -> [LinkerSetting] {
+    [.unsafeFlags(["-Xlinker", "--version-script=\(Context.packageDirectory)/\(script)"])]
 }

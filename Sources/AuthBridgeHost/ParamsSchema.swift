@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgeRPC
+import AuthBridgeURL
 import Synchronization
 
 #if canImport(Glibc)
@@ -265,7 +266,7 @@ struct ParamsSchema: Sendable {
         guard reference.hasPrefix("#") else { return nil }
         var node = document
         for token in reference.dropFirst().split(separator: "/", omittingEmptySubsequences: true) {
-            let key = String(token).replacingOccurrences(of: "~1", with: "/").replacingOccurrences(of: "~0", with: "~")
+            let key = String(token).replacingEvery("~1", with: "/").replacingEvery("~0", with: "~")
             if let next = node[key] {
                 node = next
             } else if let index = Int(key), let next = node[index] {
@@ -311,13 +312,6 @@ struct ParamsSchema: Sendable {
 
     private static func text(_ number: Double) -> String {
         number.rounded() == number && abs(number) < 1e15 ? String(Int64(number)) : String(number)
-    }
-}
-
-extension String {
-    fileprivate func replacingOccurrences(of target: String, with replacement: String) -> String {
-        guard contains(target) else { return self }
-        return split(separator: target, omittingEmptySubsequences: false).joined(separator: replacement)
     }
 }
 

@@ -1,4 +1,5 @@
 import AuthBridgeSystem
+import AuthBridgeURL
 import CAuthBridgeProcess
 import Synchronization
 
@@ -21,7 +22,7 @@ public enum ChildProcess {
             if name.hasPrefix("AUTHBRIDGE") { return false }
             if !keepSessionBus && name == "DBUS_SESSION_BUS_ADDRESS" { return false }
             let secretWords = ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE"]
-            return !secretWords.contains(where: name.contains) && !name.hasSuffix("_KEY") && !name.hasSuffix("APIKEY")
+            return !secretWords.contains(where: { name.hasSubstring($0) }) && !name.hasSuffix("_KEY") && !name.hasSuffix("APIKEY")
         }
     }
 

@@ -1,3 +1,5 @@
+import AuthBridgeSystem
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -10,22 +12,17 @@ import Darwin
 /// executable so that an install tree can be moved anywhere:
 ///
 ///     PREFIX/bin/authbridge
+///     PREFIX/lib/authbridge/authbridge-cli        (the command-line tool; finds the rest the same way)
 ///     PREFIX/lib/authbridge/plugins/NAME.json + libNAME.so
 ///     PREFIX/lib/authbridge/libAuthBridgeHTTP.so
 ///
-/// In a SwiftPM build folder the libraries sit next to the executable.
+/// In a SwiftPM build folder the libraries and authbridge-cli sit next to the executable.
 public enum Installation {
     /// The folder holding the running executable (from /proc/self/exe).
-    public static let executableFolder: String = {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let count = readlink("/proc/self/exe", &buffer, Int(PATH_MAX))
-        guard count > 0 else { return "." }
-        let path = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return parent(of: path)
-    }()
+    public static var executableFolder: String { HelperLibraryLocation.executableFolder }
 
     /// `PREFIX/lib/authbridge` for an installed tree.
-    public static var libraryFolder: String { parent(of: executableFolder) + "/lib/authbridge" }
+    public static var libraryFolder: String { HelperLibraryLocation.libraryFolder }
 
     /// The bundled plugins folder of an installed tree.
     public static var bundledPluginsFolder: String { libraryFolder + "/plugins" }
@@ -39,15 +36,14 @@ public enum Installation {
     /// The default plugin search path: bundled (in an install tree, or next
     /// to the executable in a build folder), then the user's.
     public static func defaultPluginFolders() -> [PluginFolder] {
-        var folders = [PluginFolder(bundledPluginsFolder, origin: .installTree), PluginFolder(executableFolder + "/plugins", origin: .installTree)]
+        var folders = [PluginFolder(bundledPluginsFolder, origin: .installTree)]
+        if libraryFolder != executableFolder { folders.append(PluginFolder(executableFolder + "/plugins", origin: .installTree)) }
         if let user = userDataFolder { folders.append(PluginFolder(user + "/plugins", origin: .user)) }
         return folders
     }
 
     /// Candidate paths of a helper library shipped with the host.
-    public static func helperLibraryCandidates(_ file: String) -> [String] {
-        [libraryFolder + "/" + file, executableFolder + "/" + file]
-    }
+    public static func helperLibraryCandidates(_ file: String) -> [String] { HelperLibraryLocation.candidates(file) }
 
     static func xdg(_ variable: String, fallback: String) -> String? {
         if let value = getenv(variable).map({ String(cString: $0) }), value.hasPrefix("/") { return value }
@@ -55,8 +51,5 @@ public enum Installation {
         return home + "/" + fallback
     }
 
-    static func parent(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
-    }
+    static func parent(of path: String) -> String { HelperLibraryLocation.parent(of: path) }
 }

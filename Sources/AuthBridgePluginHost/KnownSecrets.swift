@@ -1,5 +1,5 @@
-import AuthBridgePluginABI
 import AuthBridgeJSON
+import AuthBridgePluginABI
 import AuthBridgeURL
 import Synchronization
 
@@ -61,8 +61,8 @@ public final class KnownSecrets: Sendable {
         }
         var result = text
         // Longest first, so that a token containing another is masked whole.
-        for form in candidates.sorted(by: { $0.utf8.count > $1.utf8.count }) where result.contains(form) {
-            result = result.replacing(form, with: Redaction.mask)
+        for form in candidates.sorted(by: { $0.utf8.count > $1.utf8.count }) where result.hasSubstring(form) {
+            result = result.replacingEvery(form, with: Redaction.mask)
         }
         return result
     }

@@ -1,6 +1,7 @@
 import AuthBridgeJSON
 import AuthBridgePluginABI
 import AuthBridgeSystem
+import AuthBridgeURL
 import CAuthBridgePlugin
 import Logging
 import Synchronization
@@ -301,8 +302,8 @@ public struct PluginLoader: Sendable {
     /// A library loaded through `/proc/self/fd/N` finds nothing through `$ORIGIN`: say so when a
     /// private library beside the plugin is what could not be found.
     static func explained(_ error: PluginLoadError, library: VettedLibrary) -> PluginLoadError {
-        guard error.reason == .loadFailed, error.message.contains("cannot open shared object file"),
-            library.elf.searchPaths.contains(where: { $0.contains("$ORIGIN") || $0.contains("${ORIGIN}") })
+        guard error.reason == .loadFailed, error.message.hasSubstring("cannot open shared object file"),
+            library.elf.searchPaths.contains(where: { $0.hasSubstring("$ORIGIN") || $0.hasSubstring("${ORIGIN}") })
         else { return error }
         var explained = error
         explained.message +=

@@ -1,6 +1,6 @@
+import AuthBridgeCrypto
 import AuthBridgeJSON
 import AuthBridgePluginHost
-import Crypto
 
 #if canImport(Glibc)
 import Glibc
@@ -39,7 +39,7 @@ public enum InstallationIdentity {
     ]
 
     static func nameBasedUUID(_ name: String) -> String {
-        var bytes = Array(Insecure.SHA1.hash(data: profileNamespace + Array(name.utf8)).prefix(16))
+        var bytes = Array(Insecure.SHA1.hash(profileNamespace + Array(name.utf8)).prefix(16))
         bytes[6] = (bytes[6] & 0x0F) | 0x50 // version 5
         bytes[8] = (bytes[8] & 0x3F) | 0x80 // the RFC's variant
         let hex = bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }

@@ -1,6 +1,6 @@
+import AuthBridgeCrypto
 import AuthBridgePluginHost
 import AuthBridgeURL
-import Crypto
 
 /// Proof Key for Code Exchange (RFC 7636), S256 only: a fresh verifier for
 /// every sign-in attempt.
@@ -13,7 +13,7 @@ public struct PKCE: Sendable {
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
         verifier = Base64URL.encode(bytes) // 43 characters
-        challenge = Base64URL.encode(SHA256.hash(data: Array(verifier.utf8)))
+        challenge = Base64URL.encode(SHA256.hash(Array(verifier.utf8)))
         KnownSecrets.shared.remember(verifier)
     }
 

@@ -1,10 +1,10 @@
 // Profiles: listing, configuring and removing them, and resolving each
 // profile's configuration (discovery, kept copies, the provider down).
 
+import AuthBridgeCrypto
 import AuthBridgeJSON
 import AuthBridgePluginHost
 import AuthBridgeURL
-import Crypto
 
 extension SessionEngine {
     /// Every profile with its readiness (bridge-spec: ProfileInfo).
@@ -284,6 +284,6 @@ extension SessionEngine {
     /// Which plugin, plugin version and settings a configuration was resolved for.
     static func fingerprint(_ profile: Profile, plugin: LoadedPlugin) -> String {
         let text = JSON.array([.string(plugin.manifest.id), .string(plugin.manifest.version), profile.settings]).serializedString(sortKeys: true)
-        return SHA256.hash(data: Array(text.utf8)).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+        return SHA256.hash(Array(text.utf8)).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
     }
 }

@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeURL
 
 /// The credentials of one signed-in session, as plugins exchange them
 /// (bridge-spec: TokenSet). Never printed: `description` is redacted.
@@ -88,7 +89,7 @@ public struct TokenSet: Sendable, Equatable, CustomStringConvertible {
         // A value equal to a token, or containing one long enough not to match by chance.
         let secrets = [accessToken, refreshToken, idToken].compactMap { $0 }.filter { !$0.isEmpty }
         func holdsSecret(_ text: String) -> Bool {
-            secrets.contains { text == $0 || ($0.count >= 8 && text.contains($0)) }
+            secrets.contains { text == $0 || ($0.count >= 8 && text.hasSubstring($0)) }
         }
         return candidates.filter { name, value in
             guard let first = name.unicodeScalars.first, first.properties.isAlphabetic, first.isASCII,

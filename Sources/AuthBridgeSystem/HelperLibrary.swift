@@ -8,6 +8,35 @@ import Musl
 import Darwin
 #endif
 
+/// Where the host's helper libraries are: `PREFIX/lib/authbridge/FILE` for an install tree
+/// (`PREFIX/bin/authbridge`, and `PREFIX/lib/authbridge/authbridge-cli` itself), else next to the
+/// executable (a SwiftPM build folder).
+public enum HelperLibraryLocation {
+    /// The folder holding the running executable (from /proc/self/exe).
+    public static let executableFolder: String = {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink("/proc/self/exe", &buffer, Int(PATH_MAX))
+        guard count > 0 else { return "." }
+        return parent(of: String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self))
+    }()
+
+    /// `PREFIX/lib/authbridge` for an installed tree.
+    public static var libraryFolder: String {
+        executableFolder.hasSuffix("/lib/authbridge") ? executableFolder : parent(of: executableFolder) + "/lib/authbridge"
+    }
+
+    /// Candidate paths of the helper file `file`, in the order they are tried.
+    public static func candidates(_ file: String) -> [String] {
+        libraryFolder == executableFolder ? [libraryFolder + "/" + file] : [libraryFolder + "/" + file, executableFolder + "/" + file]
+    }
+
+    /// The folder part of `path` ("/" for a file in the root, "." for a bare name).
+    public static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+}
+
 /// A helper library shipped with the host (the HTTP transport, the ID-token
 /// verifier, the keyring), opened with `dlopen` on first use so that what it
 /// links (libcurl and TLS, Foundation, glib and D-Bus) stays off the host's

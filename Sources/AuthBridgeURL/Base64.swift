@@ -21,6 +21,19 @@ public enum Base64 {
         return String(decoding: output, as: UTF8.self)
     }
 
+    /// RFC 4648 §4, padded: the bytes, or nil for a character outside the alphabet, a length
+    /// that is not a multiple of 4, or padding anywhere but at the end.
+    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
+        let characters = Array(text.utf8)
+        guard characters.count % 4 == 0 else { return nil }
+        let padding = characters.reversed().prefix(while: { $0 == UInt8(ascii: "=") }).count
+        guard padding <= 2 else { return nil }
+        let body = characters.dropLast(padding).map { $0 == UInt8(ascii: "+") ? UInt8(ascii: "-") : $0 == UInt8(ascii: "/") ? UInt8(ascii: "_") : $0 }
+        // The URL alphabet's decoder, once + and / are its - and _ (which the standard alphabet lacks).
+        guard !characters.contains(UInt8(ascii: "-")), !characters.contains(UInt8(ascii: "_")) else { return nil }
+        return Base64URL.decode(body)
+    }
+
     fileprivate static func encodeURL(_ bytes: [UInt8]) -> String { encode(bytes, alphabet: url, padded: false) }
 }
 

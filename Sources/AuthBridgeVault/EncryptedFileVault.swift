@@ -1,6 +1,6 @@
+import AuthBridgeCrypto
 import AuthBridgeJSON
-import Crypto
-import FoundationEssentials
+import AuthBridgeURL
 import Synchronization
 
 #if canImport(Glibc)
@@ -56,7 +56,7 @@ public final class EncryptedFileVault: Vault {
                 let record = try Self.open(bytes, key: key, expectedProfile: profile)
                 if let problem = validate(record) { return .damaged(problem) }
                 return .intact(record)
-            } catch {
+            } catch  where error.reason == .corruptRecord {
                 return .damaged(error.message)
             }
         }
@@ -215,7 +215,7 @@ public final class EncryptedFileVault: Vault {
         guard let bytes = try readPrivateFile(check) else { throw VaultError(.io, "Cannot create \(check).") }
         do {
             _ = try Self.open(bytes, key: key, expectedProfile: constant.profile)
-        } catch {
+        } catch  where error.reason == .corruptRecord {
             throw VaultError(
                 .wrongKey,
                 "The vault key does not open the vault in \(folder) (\(keySource.description)); nothing was changed. Use the key it was created with."
@@ -245,36 +245,36 @@ public final class EncryptedFileVault: Vault {
 
     static func seal(_ record: VaultRecord, key: SymmetricKey) throws(VaultError) -> [UInt8] {
         let associated = metadata(record).serialized(sortKeys: true)
+        let combined: [UInt8]
         do {
-            let box = try AES.GCM.seal(record.secret.serialized(), using: key, authenticating: associated)
-            guard let combined = box.combined else { throw VaultError(.io, "sealing failed") }
-            var envelope = metadata(record).objectValue!
-            envelope["sealed"] = .string(Data(combined).base64EncodedString())
-            return JSON.object(envelope).serialized(sortKeys: true) + [0x0A]
-        } catch let error as VaultError {
-            throw error
+            combined = try AESGCM.seal(record.secret.serialized(), using: key, authenticating: associated)
         } catch {
-            throw VaultError(.io, "sealing failed")
+            throw VaultError(.io, error.reason == .unavailable ? error.message : "sealing failed")
         }
+        var envelope = metadata(record).objectValue!
+        envelope["sealed"] = .string(Base64.encode(combined))
+        return JSON.object(envelope).serialized(sortKeys: true) + [0x0A]
     }
 
-    /// Opens a record; throws with a short reason when it is not authentic.
+    /// Opens a record; throws `corruptRecord` with a short reason when it is not authentic
+    /// (`io` when the cryptography library is missing: nothing is wrong with the record).
     static func open(_ bytes: [UInt8], key: SymmetricKey, expectedProfile: String) throws(VaultError) -> VaultRecord {
         guard let envelope = try? JSON.parse(bytes) else { throw VaultError(.corruptRecord, "not a vault record") }
         guard envelope["format"]?.stringValue == format, envelope["version"]?.intValue == version,
             let profile = envelope["profile"]?.stringValue, let sealed = envelope["sealed"]?.stringValue,
-            let combined = Data(base64Encoded: sealed)
+            let combined = Base64.decode(sealed)
         else { throw VaultError(.corruptRecord, "unknown format") }
         guard profile == expectedProfile else { throw VaultError(.corruptRecord, "the record belongs to another profile") }
         let record = VaultRecord(profile: profile, account: envelope["account"]?.stringValue, secret: .null)
+        let plain: [UInt8]
         do {
-            let box = try AES.GCM.SealedBox(combined: combined)
-            let plain = try AES.GCM.open(box, using: key, authenticating: metadata(record).serialized(sortKeys: true))
-            let secret = try JSON.parse(Array(plain))
-            return VaultRecord(profile: profile, account: record.account, secret: secret)
+            plain = try AESGCM.open(combined, using: key, authenticating: metadata(record).serialized(sortKeys: true))
         } catch {
+            if error.reason == .unavailable { throw VaultError(.io, error.message) }
             throw VaultError(.corruptRecord, "authentication failed")
         }
+        guard let secret = try? JSON.parse(plain) else { throw VaultError(.corruptRecord, "authentication failed") }
+        return VaultRecord(profile: profile, account: record.account, secret: secret)
     }
 
     // MARK: - Files
@@ -288,7 +288,7 @@ public final class EncryptedFileVault: Vault {
     }
 
     private static func hash(_ text: String) -> String {
-        SHA256.hash(data: Array(text.utf8)).prefix(16).map { String($0, radix: 16).leftPadded(to: 2) }.joined()
+        SHA256.hash(Array(text.utf8)).prefix(16).map { String($0, radix: 16).leftPadded(to: 2) }.joined()
     }
 
     func recordPath(_ profile: String) -> String { folder + "/" + Self.fileStem(profile) + ".vault" }

@@ -1,4 +1,5 @@
-import Crypto
+import AuthBridgeCrypto
+import AuthBridgeURL
 
 /// The PostgreSQL vault's tables, created and upgraded by the host itself.
 ///
@@ -90,7 +91,7 @@ struct PostgresSchema: Sendable {
     var upgradeLockID: String { Self.lockID("\(name)\u{0}\u{0}schema") }
 
     private static func lockID(_ text: String) -> String {
-        let digest = Array(SHA256.hash(data: Array(("authbridge-lock\u{0}" + text).utf8)))
+        let digest = Array(SHA256.hash(Array(("authbridge-lock\u{0}" + text).utf8)))
         let bits = digest.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
         return String(Int64(bitPattern: bits))
     }
@@ -149,13 +150,13 @@ struct PostgresSchema: Sendable {
             break
         }
         let grant: String
-        if message.contains("for schema") {
+        if message.hasSubstring("for schema") {
             grant = "GRANT USAGE, CREATE ON SCHEMA \(name) TO \(role);"
-        } else if message.contains("for table") || message.contains("for relation") || message.contains("for sequence") {
+        } else if message.hasSubstring("for table") || message.hasSubstring("for relation") || message.hasSubstring("for sequence") {
             grant = "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \(name) TO \(role);"
-        } else if message.contains("for database") && message.contains("CONNECT") {
+        } else if message.hasSubstring("for database") && message.hasSubstring("CONNECT") {
             grant = "GRANT CONNECT ON DATABASE \(Self.quotedIdentifier(database)) TO \(role);"
-        } else if message.contains("for database") {
+        } else if message.hasSubstring("for database") {
             grant = "CREATE SCHEMA \(name) AUTHORIZATION \(role); (run by the database's owner)"
         } else {
             grant = "GRANT USAGE, CREATE ON SCHEMA \(name) TO \(role);"

@@ -1,6 +1,6 @@
+import AuthBridgeCrypto
 import AuthBridgeJSON
 import AuthBridgeSystem
-import Crypto
 import Synchronization
 
 /// Sessions in a PostgreSQL database shared by every host of a fleet (`--vault postgresql`):

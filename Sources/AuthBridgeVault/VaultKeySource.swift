@@ -1,5 +1,5 @@
-import Crypto
-import FoundationEssentials
+import AuthBridgeCrypto
+import AuthBridgeURL
 
 #if canImport(Glibc)
 import Glibc
@@ -69,21 +69,21 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
     /// the first's.
     private static func keyringKey(_ keyring: Keyring, vaultFolder: String) async throws(VaultError) -> SymmetricKey {
         if let stored = try await keyring.lookup(kind: "vault-key", key: vaultFolder) {
-            guard let bytes = Data(base64Encoded: stored), bytes.count == 32 else {
+            guard let bytes = Base64.decode(stored), bytes.count == 32 else {
                 throw VaultError(.noKey, "The vault key in the keyring is damaged; nothing was changed.")
             }
-            return SymmetricKey(data: bytes)
+            return SymmetricKey(bytes: bytes)
         }
         try await keyring.store(
             kind: "vault-key", key: vaultFolder, label: "AuthBridge vault key (\(vaultFolder))",
-            secret: Data(randomKeyBytes()).base64EncodedString())
+            secret: Base64.encode(randomKeyBytes()))
         // A process of an older version, which did not take the lock, may have stored one too: use what the keyring kept.
         guard let stored = try await keyring.lookup(kind: "vault-key", key: vaultFolder),
-            let kept = Data(base64Encoded: stored), kept.count == 32
+            let kept = Base64.decode(stored), kept.count == 32
         else {
             throw VaultError(.keyringUnavailable, "The keyring did not keep the vault key.")
         }
-        return SymmetricKey(data: kept)
+        return SymmetricKey(bytes: kept)
     }
 
     /// Why `secret` is not acceptable as `AUTHBRIDGE_VAULT_KEY`, or nil.
@@ -111,8 +111,8 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
             decoding: characters.prefix(43).map { $0 == UInt8(ascii: "-") ? UInt8(ascii: "+") : $0 == UInt8(ascii: "_") ? UInt8(ascii: "/") : $0 },
             as: UTF8.self)
         standard += "="
-        guard let data = Data(base64Encoded: standard), data.count == 32 else { return nil }
-        return Array(data)
+        guard let data = Base64.decode(standard), data.count == 32 else { return nil }
+        return data
     }
 
     private static func randomKeyBytes() -> [UInt8] {
@@ -129,9 +129,12 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
         case .secret(let secret):
             if let problem = Self.secretProblem(secret) { throw VaultError(.noKey, problem) }
             // Over the text as given: vaults made with a random key of this form keep opening.
-            return HKDF<SHA256>.deriveKey(
-                inputKeyMaterial: SymmetricKey(data: Array(secret.utf8)),
-                salt: Array("authbridge-vault".utf8), info: Array("v1".utf8), outputByteCount: 32)
+            do {
+                return try HKDF.sha256(
+                    inputKeyMaterial: Array(secret.utf8), salt: Array("authbridge-vault".utf8), info: Array("v1".utf8), outputByteCount: 32)
+            } catch {
+                throw VaultError(.noKey, error.message)
+            }
         case .sharedKeyFile(let path):
             guard let stored = try readKeyFile(path) else {
                 throw VaultError(
@@ -139,9 +142,9 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
                     "The vault key file \(path) does not exist. Every host sharing the vault needs the same key: make one once (head -c 32 /dev/urandom > key; chmod 600 key) and give it to each (--vault-key-file), or set AUTHBRIDGE_VAULT_KEY."
                 )
             }
-            return SymmetricKey(data: stored)
+            return SymmetricKey(bytes: stored)
         case .keyFile(let path):
-            if let stored = try readKeyFile(path) { return SymmetricKey(data: stored) }
+            if let stored = try readKeyFile(path) { return SymmetricKey(bytes: stored) }
             let folder = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
             try makePrivateFolder(folder)
             // Never replaces a key another process created meanwhile: then that one is read.
@@ -149,7 +152,7 @@ public enum VaultKeySource: Sendable, CustomStringConvertible {
             guard let stored = try readKeyFile(path) else {
                 throw VaultError(.io, "Cannot create the vault key file \(path).")
             }
-            return SymmetricKey(data: stored)
+            return SymmetricKey(bytes: stored)
         }
     }
 }

@@ -20,6 +20,10 @@ struct HelperLibraryTests {
             "The HTTP transport library (libAuthBridgeHTTP.so) is not installed next to authbridge."
         ),
         ("The ID-token verifier (libAuthBridgeJWT.so)", "The ID-token verifier (libAuthBridgeJWT.so) is not installed next to authbridge."),
+        (
+            "The cryptography library (libAuthBridgeSwiftCrypto.so)",
+            "The cryptography library (libAuthBridgeSwiftCrypto.so) is not installed next to authbridge."
+        ),
         ("The keyring helper libAuthBridgeKeyring.so", "The keyring helper libAuthBridgeKeyring.so is not installed next to authbridge."),
     ])
     func aMissingLibraryIsReportedAsNotInstalled(description: String, message: String) throws {

@@ -21,7 +21,9 @@ def make_prefix(root: Path) -> Path:
     for folder in (prefix, prefix / "bin", prefix / "lib", prefix / "lib" / "authbridge", plugins):
         folder.chmod(0o755)
     shutil.copy2(HOST_BIN, prefix / "bin" / "authbridge")
-    shutil.copy2(BUILD_DIR / "libAuthBridgeHTTP.so", prefix / "lib" / "authbridge")
+    shutil.copy2(BUILD_DIR / "authbridge-cli", prefix / "lib" / "authbridge")
+    for name in ("libAuthBridgeHTTP.so", "libAuthBridgeSwiftCrypto.so"):
+        shutil.copy2(BUILD_DIR / name, prefix / "lib" / "authbridge")
     for name in ("oidc.json", "libauthbridge-oidc.so"):
         shutil.copy2(BUILD_DIR / "plugins" / name, plugins / name)
         (plugins / name).chmod(0o644)
@@ -147,3 +149,20 @@ def test_bundled_manifests_name_the_versions_their_libraries_report(start_host, 
         plugin = loaded[declared["id"]]
         assert plugin["status"] == "loaded", plugin
         assert plugin["version"] == declared["version"], f"{manifest.name} says {declared['version']}, the library {plugin['version']}"
+
+
+def test_the_installed_command_line_tool_finds_the_same_tree(tmp_path):
+    """`authbridge plugins` runs lib/authbridge/authbridge-cli, which finds the bundled plugins
+    relative to itself exactly as bin/authbridge does."""
+    import subprocess
+    prefix = make_prefix(tmp_path)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "XDG_DATA_HOME": str(tmp_path / "data-home"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_RUNTIME_DIR": str(tmp_path)}
+    done = subprocess.run([str(prefix / "bin" / "authbridge"), "plugins", "--json", "--no-agent"], capture_output=True,
+                          text=True, env=env, timeout=30)
+    assert done.returncode == 0, done.stderr
+    listed = {p["id"]: p for p in json.loads(done.stdout)}
+    assert listed["oidc"]["status"] == "loaded", listed
+    assert listed["oidc"]["path"].startswith(str((prefix / "lib" / "authbridge" / "plugins").resolve())), listed
+    assert len([p for p in listed.values() if p["id"] == "oidc"]) == 1
+

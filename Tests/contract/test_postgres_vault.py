@@ -332,9 +332,11 @@ def test_a_tampered_row_is_quarantined_and_signs_out_only_that_account(machines,
     ada = sign_in_external(host, hour_dot, PROFILE)["account"]["id"]
     grace = sign_in_external(host, hour_dot, PROFILE, user="grace", password="hopper-test")["account"]["id"]
     assert other.result("getAccessToken", {"provider": PROFILE, "account": ada})["accessToken"]
-    # One character of ada's sealed record changed, as a bad backup restore or an attacker would.
-    fleet_db.sql("UPDATE authbridge.records SET envelope = replace(envelope, '\"sealed\":\"', '\"sealed\":\"A') "
-                 f"WHERE key = '{PROFILE}' || chr(31) || '{ada}'")
+    # One character of ada's sealed record changed (the nonce's first; still base64), as a bad
+    # backup restore or an attacker would.
+    start = "position('\"sealed\":\"' in envelope) + 10"
+    fleet_db.sql(f"UPDATE authbridge.records SET envelope = overlay(envelope placing CASE WHEN substr(envelope, {start}, 1) = 'A' "
+                 f"THEN 'B' ELSE 'A' END from {start} for 1) WHERE key = '{PROFILE}' || chr(31) || '{ada}'")
     error = other.error("getAccessToken", {"provider": PROFILE, "account": ada})
     assert error["code"] == -32011 and error["data"]["reason"] == "corruptRecord", error
     assert "authbridge.quarantine" in error["message"]

@@ -7,12 +7,14 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
 import pytest
 
-from conftest import Host, session_records, sign_in_session, start_on_data_home, stop_cleanly
+from conftest import (DEFAULT_PROFILES, HOST_BIN, Host, host_command, session_records, sign_in_session, start_on_data_home,
+                      stop_cleanly)
 
 
 def start(tmp_path: Path, plugin_dir: Path, name: str, data_home: Path, *extra: str, env: dict | None = None) -> Host:
@@ -71,6 +73,38 @@ def test_a_damaged_record_signs_out_only_its_profile(tmp_path, plugin_dir):
     assert host.result("checkSignInStatus", {"provider": "s"})["state"] == "signedIn"
     stop(host)
     assert len(list((vault / "quarantine").iterdir())) == 1, "kept aside, never deleted"
+
+
+def test_without_the_cryptography_library_a_stored_session_is_an_error_and_is_kept(tmp_path, plugin_dir):
+    """A host whose libAuthBridgeSwiftCrypto.so is missing (a broken installation) cannot open
+    records: that is an error naming the library, never a damaged record set aside or a sign-out."""
+    data_home = tmp_path / "data"
+    host = start(tmp_path, plugin_dir, "first", data_home)
+    sign_in_session(host, "c", "kept")
+    stop(host)
+    vault = data_home / "authbridge" / "vault"
+    (record,) = session_records(vault)
+    before = record.read_bytes()
+
+    lone = tmp_path / "lone" / "bin"
+    lone.mkdir(parents=True)
+    shutil.copy2(HOST_BIN, lone / "authbridge")
+    argv, environment = host_command(tmp_path / "broken", [plugin_dir], profiles=DEFAULT_PROFILES)
+    argv[0] = str(lone / "authbridge")
+    environment["XDG_DATA_HOME"] = str(data_home)
+    broken = Host(argv, environment, tmp_path / "broken")
+    broken.initialize()
+    for method in ("checkSignInStatus", "getAccessToken"):
+        error = broken.error(method, {"provider": "c"})
+        assert "libAuthBridgeSwiftCrypto.so" in error["message"], error
+        assert error["data"].get("reason") != "corruptRecord", error
+    stop(broken)
+    assert record.read_bytes() == before and not (vault / "quarantine").exists()
+
+    host = start(tmp_path, plugin_dir, "again", data_home)
+    assert host.result("checkSignInStatus", {"provider": "c"})["state"] == "signedIn"
+    assert host.result("getAccessToken", {"provider": "c"})["accessToken"] == "at-kept"
+    stop(host)
 
 
 def test_a_loose_vault_folder_is_refused_with_a_clear_error(tmp_path, plugin_dir):

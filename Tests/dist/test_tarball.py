@@ -24,12 +24,13 @@ def test_the_tree_holds_what_the_issue_lists(unpacked):
                 "share/man/man1/authbridge.1.gz", "share/bash-completion/completions/authbridge",
                 "share/zsh/site-functions/_authbridge", "share/fish/vendor_completions.d/authbridge.fish",
                 "share/doc/authbridge/LICENSE", "share/doc/authbridge/THIRD-PARTY-NOTICES",
-                "lib/authbridge/libAuthBridgeHTTP.so", "lib/authbridge/libAuthBridgeJWT.so",
+                "lib/authbridge/libAuthBridgeHTTP.so", "lib/authbridge/libAuthBridgeJWT.so", "lib/authbridge/libAuthBridgeSwiftCrypto.so",
                 "lib/authbridge/libAuthBridgeKeyring.so", "lib/authbridge/libAuthBridgePostgres.so", "lib/authbridge/libpq.so.5",
-                "lib/authbridge/libswiftCore.so"]
+                "lib/authbridge/libswiftCore.so", "lib/authbridge/authbridge-cli"]
     expected += [f"lib/authbridge/plugins/{p}.json" for p in BUNDLED_PLUGINS]
     assert [name for name in expected if not (top / name).is_file()] == []
     assert (top / "bin" / "authbridge").stat().st_mode & 0o777 == 0o755
+    assert (top / "lib" / "authbridge" / "authbridge-cli").stat().st_mode & 0o777 == 0o755
     assert os.readlink(top / "bin" / "git-credential-authbridge") == "authbridge", "git's name for the helper"
     assert (top / "share" / "authbridge" / "openrpc.json").read_bytes() == (REPO / "bridge-spec" / "openrpc.json").read_bytes()
     man = run(["sh", "-c", f"zcat '{top}/share/man/man1/authbridge.1.gz'"]).stdout

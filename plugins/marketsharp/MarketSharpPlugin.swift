@@ -237,7 +237,7 @@ struct MarketSharpPlugin: ProviderPlugin {
     static func fillCompany(_ path: String, _ company: String) -> String {
         var result = path
         for placeholder in ["{companyId}", "%7BcompanyId%7D", "%7bcompanyId%7d"] {
-            result = result.replacing(placeholder, with: company)
+            result = result.replacingEvery(placeholder, with: company)
         }
         return result
     }

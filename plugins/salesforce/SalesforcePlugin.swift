@@ -196,7 +196,7 @@ struct SalesforcePlugin: ProviderPlugin {
         case "sandbox", "test", "test.salesforce.com": return sandboxHost
         default: break
         }
-        let candidate = value.contains("://") ? value : "https://" + value
+        let candidate = value.hasSubstring("://") ? value : "https://" + value
         guard let url = ParsedURL(candidate), !url.host.isEmpty, url.userInfo == nil, url.query == nil, url.fragment == nil else {
             throw .configuration(
                 "invalidSettings",
@@ -405,7 +405,7 @@ struct SalesforcePlugin: ProviderPlugin {
         let description = body?["error_description"]?.stringValue.map { String($0.prefix(300)) }
         let message = description.map { "\(error): \($0)" } ?? error
         let lowered = description?.lowercased() ?? ""
-        if lowered.contains("already being processed") {
+        if lowered.hasSubstring("already being processed") {
             return .transient(
                 "requestInProgress",
                 "Salesforce is already processing a token request for this session (\(message)); try again.", status: status)

@@ -172,8 +172,8 @@ struct SwiftTestPlugin: ProviderPlugin {
     func classifyResponse(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let status = input["response"]?["status"]?.intValue ?? 0
         let body = input["response"]?["body"]?.stringValue ?? ""
-        if status == 401 && body.contains("INVALID_SESSION_ID") { return ["outcome": "sessionExpired"] }
-        if status == 403 && body.contains("REVOKED") { return ["outcome": "revoked", "message": "access revoked by an administrator"] }
+        if status == 401 && body.hasSubstring("INVALID_SESSION_ID") { return ["outcome": "sessionExpired"] }
+        if status == 403 && body.hasSubstring("REVOKED") { return ["outcome": "revoked", "message": "access revoked by an administrator"] }
         return try call.standard(.classifyResponse, input)
     }
 }

@@ -14,30 +14,30 @@ import Glibc
 /// file beside it (`agent.sock.lock`, holding the agent's pid) decides which
 /// of two agents starting at once gets the path, and a socket left by an
 /// agent that died is removed only after nothing answered on it.
-enum AgentSocket {
-    static let environmentVariable = "AUTHBRIDGE_AGENT_SOCKET"
+public enum AgentSocket {
+    public static let environmentVariable = "AUTHBRIDGE_AGENT_SOCKET"
 
     /// The path to use; nil when there is none (no `XDG_RUNTIME_DIR`).
-    static func path(_ explicit: String? = nil) -> String? {
+    public static func path(_ explicit: String? = nil) -> String? {
         if let explicit { return explicit }
         if let set = environment(environmentVariable) { return set }
         return defaultFolder.map { $0 + "/agent.sock" }
     }
 
     /// `$XDG_RUNTIME_DIR/authbridge`, which must be private (0700, the user's).
-    static var defaultFolder: String? {
+    public static var defaultFolder: String? {
         environment("XDG_RUNTIME_DIR").flatMap { $0.hasPrefix("/") ? $0 + "/authbridge" : nil }
     }
 
     /// What stopped the agent from taking its socket; the message says what to do.
-    struct Problem: Error {
-        let message: String
+    public struct Problem: Error {
+        public let message: String
     }
 
     /// A socket the agent bound, and what tells it is still the agent's when it ends.
-    struct Bound {
-        let fd: Int32
-        let path: String
+    public struct Bound {
+        public let fd: Int32
+        public let path: String
         /// The socket file's identity: removed at the end only if it is still this one.
         let device: UInt64
         let inode: UInt64
@@ -46,7 +46,7 @@ enum AgentSocket {
 
         /// Removes the socket if it is still the one this agent made (the lock file stays:
         /// removing a lock file another agent may be opening would let two agents in).
-        func remove() {
+        public func remove() {
             var info = stat()
             if lstat(path, &info) == 0, UInt64(info.st_dev) == device, UInt64(info.st_ino) == inode { unlink(path) }
         }
@@ -54,7 +54,7 @@ enum AgentSocket {
 
     /// Binds the agent's socket at `path`: the folder checked (or made), the lock taken,
     /// a stale socket removed, a live agent left alone.
-    static func bind(_ path: String) throws(Problem) -> Bound {
+    public static func bind(_ path: String) throws(Problem) -> Bound {
         guard path.hasPrefix("/") else { throw Problem(message: "the socket path \(path) must be absolute") }
         guard path.utf8.count <= UnixSocket.maximumPathBytes else {
             throw Problem(message: "the socket path \(path) is longer than \(UnixSocket.maximumPathBytes) bytes; choose a shorter --socket")
@@ -115,7 +115,7 @@ enum AgentSocket {
         guard result == 0 else {
             let holder = POSIXFiles.readAll(fd, limit: 64).map { String(decoding: $0, as: UTF8.self) }
             close(fd)
-            let pid = (try? holder.get()).flatMap { Int32($0.trimmingTrailingSpaces().split(separator: "\n").first ?? "") }
+            let pid = (try? holder.get()).flatMap { Int32(String($0.prefix { $0.isASCII && $0.isNumber })) }
             throw Problem(message: "another authbridge agent\(pid.map { " (pid \($0))" } ?? "") is already running on \(socket)")
         }
         let text = Array("\(getpid())\n".utf8)

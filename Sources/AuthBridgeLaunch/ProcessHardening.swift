@@ -9,9 +9,9 @@ import Glibc
 /// process of this user may read them (ptrace, /proc/<pid>/mem); and the
 /// service secret and the vault's database URL leave the environment, so no
 /// child (xdg-open, the browser it starts, a plugin runner) inherits them.
-enum ProcessHardening {
+public enum ProcessHardening {
     /// `AUTHBRIDGE_VAULT_KEY` as found at start; the environment no longer holds it.
-    static let vaultSecret: String? = {
+    public static let vaultSecret: String? = {
         guard let value = ab_process_take_variable("AUTHBRIDGE_VAULT_KEY") else { return nil }
         defer { free(value) }
         let text = String(cString: value)
@@ -20,21 +20,21 @@ enum ProcessHardening {
 
     /// `AUTHBRIDGE_VAULT_URL` (the PostgreSQL vault's connection string, which may hold a
     /// password) as found at start; taken out of the environment like the vault key.
-    static let vaultURL: String? = {
+    public static let vaultURL: String? = {
         guard let value = ab_process_take_variable("AUTHBRIDGE_VAULT_URL") else { return nil }
         defer { free(value) }
         let text = String(cString: value)
         return text.isEmpty ? nil : text
     }()
 
-    static func apply() {
+    public static func apply() {
         // First: what a command run by `authbridge exec` inherits is what this process was given.
         ab_process_note_start()
         _ = vaultSecret
         _ = vaultURL
         let status = ab_process_harden()
         if status != 0 {
-            Terminal.standardError.warn("could not turn off core dumps for this process (\(String(cString: strerror(status))))")
+            StandardError.write("warning: could not turn off core dumps for this process (\(String(cString: strerror(status))))")
         }
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import AuthBridgeHost
+import AuthBridgeLaunch
 
 #if canImport(Glibc)
 import Glibc

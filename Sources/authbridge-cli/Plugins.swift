@@ -1,6 +1,7 @@
 import ArgumentParser
 import AuthBridgeHost
 import AuthBridgeJSON
+import AuthBridgeLaunch
 import AuthBridgePluginHost
 import AuthBridgeSession
 

@@ -1,7 +1,8 @@
 import ArgumentParser
-import AuthBridgeJSON
-import AuthBridgeSession
 import AuthBridgeHost
+import AuthBridgeJSON
+import AuthBridgeLaunch
+import AuthBridgeSession
 import Dispatch
 import Synchronization
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import AuthBridgeJSON
+import AuthBridgeLaunch
 import AuthBridgeSession
 
 /// How a command for people reaches the sessions: in this process

@@ -1,5 +1,6 @@
 import ArgumentParser
 import AuthBridgeJSON
+import AuthBridgeLaunch
 import AuthBridgeSession
 
 #if canImport(Glibc)

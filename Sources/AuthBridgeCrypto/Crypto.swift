@@ -1,0 +1,141 @@
+import AuthBridgeSystem
+
+// AuthBridgeCrypto: the host's cryptography. AES-256-GCM and HKDF-SHA256 — what seals and opens
+// vault records — are swift-crypto's, in libAuthBridgeSwiftCrypto.so, opened on first use: linked
+// into the host, swift-crypto (BoringSSL) and the FoundationEssentials it needs cost every start
+// 1.7 MB of resident memory and 1.5–2 ms, though only the encrypted-file and PostgreSQL vaults
+// ever seal anything (bench/README, "Start-up"). SHA-256 and SHA-1 are in SHA.swift.
+//
+// Threading: every function may be called from any thread and returns when done. The first call
+// opens the library (under HelperLibrary's lock); a host whose library is missing gets
+// `CryptoFailure.unavailable` from every call, never a crash.
+
+/// Why a cryptographic operation did not give a result.
+public struct CryptoFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Reason: Sendable, Equatable {
+        /// libAuthBridgeSwiftCrypto.so is not installed next to authbridge (or lacks an entry point).
+        case unavailable
+        /// AES-GCM: the sealed bytes, their associated data or the key do not match.
+        case authenticationFailed
+        /// A key of the wrong size, sealed bytes too short to hold a nonce and a tag, an output size HKDF cannot make.
+        case invalidInput
+    }
+
+    public let reason: Reason
+    public let message: String
+
+    public var description: String { message }
+}
+
+/// A 256-bit (or other) symmetric key's bytes.
+public struct SymmetricKey: Sendable {
+    public let bytes: [UInt8]
+
+    public init(bytes: [UInt8]) { self.bytes = bytes }
+}
+
+/// AES-256-GCM with a random 96-bit nonce; sealed bytes are nonce ‖ ciphertext ‖ tag (swift-crypto's
+/// `SealedBox.combined`, so records sealed before this library existed keep opening).
+public enum AESGCM {
+    /// What sealing adds: a 12-byte nonce and a 16-byte tag.
+    public static let overhead = 28
+
+    public static func seal(_ plain: [UInt8], using key: SymmetricKey, authenticating associated: [UInt8]) throws(CryptoFailure) -> [UInt8] {
+        try run(\.seal, key, plain, associated, outputCount: plain.count + overhead, "AES-GCM sealing")
+    }
+
+    public static func open(_ sealed: [UInt8], using key: SymmetricKey, authenticating associated: [UInt8]) throws(CryptoFailure) -> [UInt8] {
+        guard sealed.count >= overhead else { throw CryptoFailure(reason: .invalidInput, message: "AES-GCM: the sealed bytes are too short") }
+        return try run(\.open, key, sealed, associated, outputCount: sealed.count - overhead, "AES-GCM opening")
+    }
+
+    /// One of the library's AEAD entry points over `input` into `outputCount` bytes.
+    private static func run(
+        _ entry: KeyPath<CryptoLibrary.Functions, CryptoLibrary.AEAD>, _ key: SymmetricKey, _ input: [UInt8], _ associated: [UInt8],
+        outputCount: Int, _ what: String
+    ) throws(CryptoFailure) -> [UInt8] {
+        let function = try CryptoLibrary.functions()[keyPath: entry]
+        var output = [UInt8](repeating: 0, count: outputCount)
+        let status = key.bytes.withUnsafeBufferPointer { key in
+            input.withUnsafeBufferPointer { input in
+                associated.withUnsafeBufferPointer { associated in
+                    output.withUnsafeMutableBufferPointer { out in
+                        function(
+                            key.baseAddress, key.count, input.baseAddress, input.count, associated.baseAddress, associated.count, out.baseAddress)
+                    }
+                }
+            }
+        }
+        try CryptoLibrary.check(status, what)
+        return output
+    }
+}
+
+/// HKDF (RFC 5869) with SHA-256.
+public enum HKDF {
+    public static func sha256(inputKeyMaterial: [UInt8], salt: [UInt8], info: [UInt8], outputByteCount: Int) throws(CryptoFailure) -> SymmetricKey {
+        let functions = try CryptoLibrary.functions()
+        var key = [UInt8](repeating: 0, count: outputByteCount)
+        let status = inputKeyMaterial.withUnsafeBufferPointer { ikm in
+            salt.withUnsafeBufferPointer { salt in
+                info.withUnsafeBufferPointer { info in
+                    key.withUnsafeMutableBufferPointer { out in
+                        functions.hkdf(
+                            ikm.baseAddress, ikm.count, salt.baseAddress, salt.count, info.baseAddress, info.count, out.baseAddress, out.count)
+                    }
+                }
+            }
+        }
+        try CryptoLibrary.check(status, "HKDF")
+        return SymmetricKey(bytes: key)
+    }
+}
+
+/// libAuthBridgeSwiftCrypto.so's entry points (Sources/SwiftCryptoExports: their contract).
+enum CryptoLibrary {
+    typealias AEAD =
+        @convention(c) (
+            UnsafePointer<UInt8>?, Int, UnsafePointer<UInt8>?, Int, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt8>?
+        ) -> Int32
+    typealias KDF =
+        @convention(c) (
+            UnsafePointer<UInt8>?, Int, UnsafePointer<UInt8>?, Int, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt8>?, Int
+        ) -> Int32
+
+    /// Status codes of the entry points.
+    static let ok: Int32 = 0
+    static let authenticationFailed: Int32 = 1
+    static let invalidInput: Int32 = 2
+
+    struct Functions: @unchecked Sendable {
+        let seal: AEAD
+        let open: AEAD
+        let hkdf: KDF
+    }
+
+    static let file = "libAuthBridgeSwiftCrypto.so"
+
+    static let library = HelperLibrary<Functions>("The cryptography library (\(file))", candidates: HelperLibraryLocation.candidates(file)) {
+        symbols in
+        guard let seal = symbols.function("authbridge_crypto_aes_gcm_seal_v1", as: AEAD.self),
+            let open = symbols.function("authbridge_crypto_aes_gcm_open_v1", as: AEAD.self),
+            let hkdf = symbols.function("authbridge_crypto_hkdf_sha256_v1", as: KDF.self)
+        else { return nil }
+        return Functions(seal: seal, open: open, hkdf: hkdf)
+    }
+
+    static func functions() throws(CryptoFailure) -> Functions {
+        switch library.load() {
+        case .success(let functions): return functions
+        case .failure(let failure): throw CryptoFailure(reason: .unavailable, message: failure.notInstalledMessage)
+        }
+    }
+
+    static func check(_ status: Int32, _ what: String) throws(CryptoFailure) {
+        switch status {
+        case ok: return
+        case authenticationFailed: throw CryptoFailure(reason: .authenticationFailed, message: "\(what): authentication failed")
+        default: throw CryptoFailure(reason: .invalidInput, message: "\(what): invalid input")
+        }
+    }
+}

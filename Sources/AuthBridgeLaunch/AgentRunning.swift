@@ -1,0 +1,93 @@
+import AuthBridgeHost
+import AuthBridgeSystem
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What `authbridge agent` is asked for: the host options and the agent's own.
+public struct AgentSettings: Sendable, Equatable {
+    public var host = HostSettings()
+    /// The socket's path (`--socket`); nil: `AUTHBRIDGE_AGENT_SOCKET`, else the runtime folder's.
+    public var socket: String?
+    /// Serve root's connections too (`--allow-root`).
+    public var allowRoot = false
+    public var openBrowser = false
+    public var testClock = false
+
+    public init() {}
+}
+
+/// `agent`: the bridge for every app of this login session, on a Unix socket, until SIGTERM,
+/// SIGHUP or SIGINT. An idle agent stays in the background for the whole session: it starts
+/// from `authbridge` as `serve` does, without ArgumentParser (bench/README, "Start-up").
+public enum AgentRunning {
+    /// Where the signal handler writes to stop the agent.
+    nonisolated(unsafe) private static var stopFD: Int32 = -1
+
+    /// SIGTERM, SIGHUP and SIGINT stop the agent: a plain handler, installed before the agent says
+    /// it is ready (a signal sent as soon as the ready line is read must not be lost).
+    private static func stopOnSignals(_ fd: Int32) {
+        stopFD = fd
+        for number in [SIGTERM, SIGHUP, SIGINT] {
+            signal(number) { _ in
+                var byte: UInt8 = 1
+                _ = write(AgentRunning.stopFD, &byte, 1)
+            }
+        }
+    }
+
+    /// Runs the agent and exits the process: 0 when stopped, 1 when it could not listen.
+    public static func run(_ settings: AgentSettings) async -> Never {
+        // Nothing a plugin prints may reach whoever reads the ready line: fd 1 points at stderr.
+        let readyFD = fcntl(1, F_DUPFD_CLOEXEC, 3)
+        guard readyFD >= 0, dup2(2, 1) >= 0 else { fail("cannot set up stdout") }
+        signal(SIGPIPE, SIG_IGN)
+        let logger = bootstrapLogging(settings.host.logLevel)
+
+        let listener: Int32
+        var bound: AgentSocket.Bound?
+        if let passed = UnixSocket.passedDescriptors().first {
+            guard UnixSocket.isListeningStream(passed) else {
+                fail("the service manager passed fd \(passed), which is not a listening stream socket (check ListenStream= in authbridge.socket)")
+            }
+            _ = fcntl(passed, F_SETFL, fcntl(passed, F_GETFL) | O_NONBLOCK)
+            listener = passed
+        } else {
+            guard let path = AgentSocket.path(settings.socket) else {
+                fail("no place for the agent's socket: XDG_RUNTIME_DIR is not set. Pass --socket PATH or set \(AgentSocket.environmentVariable).")
+            }
+            do {
+                bound = try AgentSocket.bind(path)
+            } catch {
+                fail(error.message)
+            }
+            listener = bound!.fd
+        }
+        let path = bound?.path ?? UnixSocket.boundPath(listener)
+
+        var configuration = settings.host.hostConfiguration(
+            testClock: settings.testClock, browser: settings.openBrowser ? BrowserLauncher() : nil)
+        let store = settings.host.sessionStore(warnings: &configuration.warnings)
+        for warning in configuration.warnings { logger.warning("\(warning)") }
+        let host = BridgeHost(configuration: configuration, store: store, logger: logger)
+        let agent = BridgeAgent(host: host, listener: listener, logger: logger, policy: .init(allowRoot: settings.allowRoot))
+        stopOnSignals(agent.stopDescriptor)
+        let ready = Array((path + "\n").utf8)
+        _ = ready.withUnsafeBytes { write(readyFD, $0.baseAddress, $0.count) }
+        close(readyFD)
+        logger.debug("agent listening", metadata: ["socket": "\(path)", "pid": "\(getpid())"])
+
+        await agent.run()
+        close(listener)
+        bound?.remove()
+        logger.debug("agent stopped")
+        exit(0)
+    }
+
+    private static func fail(_ message: String) -> Never {
+        StandardError.write("error: \(message)")
+        exit(1)
+    }
+}

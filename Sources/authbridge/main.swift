@@ -1,0 +1,33 @@
+import AuthBridgeLaunch
+import AuthBridgeSystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// `authbridge`: the host frontends run. `serve`, `agent` and `plugin-runner` — what frontends, the
+// service manager and the host itself start, many times a day or for a whole session — start here
+// with only what serving needs. Every other command line (help, login, status, token, logout,
+// plugins, the credential helpers, exec, and serve or agent spelled in ways only ArgumentParser
+// reads) goes to authbridge-cli, which this process becomes with the same arguments and
+// environment: git and kubectl dispatch to their subcommands' executables the same way.
+
+switch FastCommandLine.command(Array(CommandLine.arguments.dropFirst()), standardInputIsTerminal: isatty(0) == 1) {
+case .serve(let settings):
+    ProcessHardening.apply()
+    await Serving.run(settings)
+case .agent(let settings):
+    ProcessHardening.apply()
+    await AgentRunning.run(settings)
+case .pluginRunner(let runner):
+    ProcessHardening.apply()
+    PluginRunning.run(parent: runner.parent, plugin: runner.plugin, memoryLimitMB: runner.memoryLimitMB)
+case nil:
+    var failures: [String] = []
+    for path in HelperLibraryLocation.candidates("authbridge-cli") {
+        execv(path, CommandLine.unsafeArgv)
+        failures.append("\(path): \(String(cString: strerror(errno)))")
+    }
+    StandardError.write("authbridge: cannot run the command-line tool authbridge-cli (\(failures.joined(separator: "; "))); reinstall AuthBridge.")
+    exit(1)
+}

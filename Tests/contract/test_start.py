@@ -1,0 +1,86 @@
+"""The two executables: `authbridge` starts `serve` (and the isolated plugins' runners) itself
+and hands every other command line to `authbridge-cli`, with the same arguments and
+environment; the pieces it loads on first use are really off its start-up path."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from authbridge_testkit.paths import BUILD_DIR, HOST_BIN
+from conftest import TIMEOUT
+
+INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                         "params": {"protocolVersion": "1.0"}}) + "\n"
+
+
+def run(argv: list[str], env: dict[str, str] | None = None, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, **(env or {})})
+
+
+def lone_host(tmp_path: Path) -> Path:
+    """A copy of `authbridge` in a folder of its own: no authbridge-cli, no helper libraries."""
+    folder = tmp_path / "lone" / "bin"
+    folder.mkdir(parents=True)
+    shutil.copy2(HOST_BIN, folder / "authbridge")
+    return folder / "authbridge"
+
+
+def test_serve_needs_nothing_but_its_own_executable(tmp_path):
+    host = lone_host(tmp_path)
+    done = run([str(host), "serve", "--no-default-plugins", "--vault", "memory"], stdin=INITIALIZE)
+    answer = json.loads(done.stdout.splitlines()[0])
+    assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "authbridge", done.stderr
+
+
+def test_another_command_without_authbridge_cli_says_what_is_missing(tmp_path):
+    host = lone_host(tmp_path)
+    done = run([str(host), "status"])
+    assert done.returncode == 1
+    assert "authbridge-cli" in done.stderr and "reinstall" in done.stderr, done.stderr
+    assert done.stdout == ""
+
+
+def test_the_cli_gets_the_arguments_and_the_environment_unchanged(tmp_path):
+    # AUTHBRIDGE_VAULT_KEY is taken out of the environment by the process that serves; handed
+    # over before that, the CLI still sees it (and refuses to use the agent with it).
+    done = run([str(HOST_BIN), "status", "--agent"], env={"AUTHBRIDGE_VAULT_KEY": "k" * 64,
+                                                          "XDG_RUNTIME_DIR": str(tmp_path)})
+    assert done.returncode == 64, done.stderr
+    assert "--agent cannot be combined with AUTHBRIDGE_VAULT_KEY" in done.stderr, done.stderr
+
+
+def test_serve_options_it_cannot_read_get_argument_parsers_usage(tmp_path):
+    done = run([str(HOST_BIN), "serve", "--vault", "nowhere"])
+    assert done.returncode == 64
+    assert "--vault must be encrypted-file, secret-service, postgresql or memory" in done.stderr
+    assert "Usage: authbridge serve" in done.stderr
+    help_text = run([str(HOST_BIN), "serve", "--help"]).stdout
+    assert "--plugin-isolation" in help_text and "--vault-key-file" in help_text
+
+
+def test_options_without_a_command_serve(tmp_path):
+    done = run([str(HOST_BIN), "--no-default-plugins", "--vault", "memory"], stdin=INITIALIZE)
+    assert json.loads(done.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "authbridge", done.stderr
+
+
+def test_what_the_host_loads_at_start(tmp_path):
+    """No ArgumentParser, Foundation, Dispatch overlay, _StringProcessing or swift-crypto in the
+    executable frontends start; the CLI keeps ArgumentParser (and with it FoundationEssentials)."""
+    needed = needed_libraries(HOST_BIN)
+    for library in ("libFoundationEssentials.so", "libswiftDispatch.so", "libswift_StringProcessing.so",
+                    "libswift_RegexParser.so", "libFoundation.so"):
+        assert library not in needed, needed
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(HOST_BIN)], capture_output=True, text=True).stdout
+    symbols += subprocess.run(["nm", str(HOST_BIN)], capture_output=True, text=True).stdout
+    assert "ArgumentParser" not in symbols and "CCryptoBoringSSL" not in symbols
+    assert "libFoundationEssentials.so" in needed_libraries(BUILD_DIR / "authbridge-cli")
+
+
+def needed_libraries(path: Path) -> list[str]:
+    dynamic = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+    return [line.split("[", 1)[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
