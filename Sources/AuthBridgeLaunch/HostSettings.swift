@@ -66,7 +66,7 @@ public struct HostSettings: Sendable, Equatable {
     }
 
     /// The PostgreSQL vault's connection string: --vault-url, else AUTHBRIDGE_VAULT_URL.
-    public var databaseURL: String? { vaultUrl ?? ProcessHardening.vaultURL }
+    public var databaseURL: String? { vaultUrl ?? ProcessHardening.vaultURLForChecks }
 
     /// The session store the options ask for. Nothing is opened here: the
     /// vault checks its folder and key on first use (off the start-up path).

@@ -1,4 +1,5 @@
 import CAuthBridgeProcess
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -27,11 +28,22 @@ public enum ProcessHardening {
         return text.isEmpty ? nil : text
     }()
 
+    /// `AUTHBRIDGE_VAULT_URL` for checking the options: as `vaultURL` once `apply` has run; before,
+    /// read without taking it, because `authbridge` checks a command line before it knows whether it
+    /// will serve it or hand it, environment whole, to authbridge-cli.
+    public static var vaultURLForChecks: String? {
+        if applied.load(ordering: .acquiring) { return vaultURL }
+        return getenv("AUTHBRIDGE_VAULT_URL").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    private static let applied = Atomic<Bool>(false)
+
     public static func apply() {
         // First: what a command run by `authbridge exec` inherits is what this process was given.
         ab_process_note_start()
         _ = vaultSecret
         _ = vaultURL
+        applied.store(true, ordering: .releasing)
         let status = ab_process_harden()
         if status != 0 {
             StandardError.write("warning: could not turn off core dumps for this process (\(String(cString: strerror(status))))")

@@ -54,6 +54,15 @@ def test_the_cli_gets_the_arguments_and_the_environment_unchanged(tmp_path):
     assert "--agent cannot be combined with AUTHBRIDGE_VAULT_KEY" in done.stderr, done.stderr
 
 
+def test_a_command_line_it_declines_reaches_the_cli_with_the_vault_url_still_in_the_environment(tmp_path):
+    # Checking `--vault postgresql` reads AUTHBRIDGE_VAULT_URL; that must not take it out of the
+    # environment the CLI gets, or the CLI would complain of the database instead of the level.
+    done = run([str(HOST_BIN), "serve", "--vault", "postgresql", "--log-level", "loud"],
+               env={"AUTHBRIDGE_VAULT_URL": "postgresql://nobody@127.0.0.1:9/none"})
+    assert done.returncode == 64
+    assert "--log-level must be one of" in done.stderr, done.stderr
+
+
 def test_serve_options_it_cannot_read_get_argument_parsers_usage(tmp_path):
     done = run([str(HOST_BIN), "serve", "--vault", "nowhere"])
     assert done.returncode == 64
