@@ -43,6 +43,10 @@ DIST_PACKAGES  := patchelf
 # clang-format: make lint (the Swift formatter comes with the toolchain); postgresql: the PostgreSQL
 # vault's tests start their own server (initdb, pg_ctl in /usr/lib/postgresql/N/bin). kubernetes-client
 # (kubectl, for the exec credential tests) only where no kubectl is installed: it would clash with another one.
+# glewlwyd's postinst asks where its database lives; unanswered, it falls through to PostgreSQL and
+# fails, and every later apt-get exits 100 until `dpkg --configure glewlwyd` succeeds. The tests
+# make their own sqlite database, so: no configuration (and no service set up).
+GLEWLWYD_DEBCONF := glewlwyd glewlwyd/config_type select No configuration
 TEST_PACKAGES  := gnome-keyring libsecret-tools libsecret-1-dev dbus chromium chromium-driver node-typescript lintian clang-format postgresql
 # The version of every distribution: the host's own (BridgeServer.serverVersion).
 VERSION     := $(shell sed -n 's/.*serverVersion = "\([^"]*\)".*/\1/p' Sources/AuthBridgeHost/BridgeServer.swift)
@@ -71,10 +75,12 @@ BUNDLED_C_PLUGINS := duke
 
 all: build
 
-# $(call apt_install,CHECK,PACKAGES): installs PACKAGES with apt-get unless the shell CHECK passes.
+# $(call apt_install,CHECK,PACKAGES[,DEBCONF]): installs PACKAGES with apt-get unless the shell CHECK
+# passes; DEBCONF, a debconf-set-selections line, answers a package's question before it is asked.
 apt_install = @{ $(1); } >/dev/null 2>&1 || { \
 	  echo "==> installing $(2)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $(if $(3),echo "$(3)" | $$SUDO debconf-set-selections &&) \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(2) >/dev/null; }
 
 ## deps: everything below.
@@ -91,11 +97,13 @@ deps-dist:
 ## deps-test: what the tests need: a keyring on a private bus, Chromium and its driver (the
 ## real-browser sign-in test, Tests/contract/test_browser.py, which never skips), clang-format (make lint), tsc (the Node
 ## client's declarations), git and kubectl (the credential helpers' tests, Tests/contract/test_credential_helpers.py),
-## PostgreSQL (the PostgreSQL vault's tests), and the Python venv (pytest, jsonschema, django-oauth-toolkit, selenium).
+## PostgreSQL (the PostgreSQL vault's tests), glewlwyd (an OpenID provider the oidc plugin's scenarios start,
+## Tests/support/authbridge_testkit/glewlwyd.py), and the Python venv (pytest, jsonschema, django-oauth-toolkit, selenium).
 deps-test: $(VENV)/.ready
 	$(call apt_install,command -v gnome-keyring-daemon dbus-daemon secret-tool tsc lintian clang-format && pkg-config --exists libsecret-1 && [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && ls /usr/lib/postgresql/*/bin/initdb,$(TEST_PACKAGES))
 	$(call apt_install,command -v git,git)
 	$(call apt_install,command -v kubectl,kubernetes-client)
+	$(call apt_install,command -v glewlwyd,glewlwyd,$(GLEWLWYD_DEBCONF))
 
 $(VENV)/.ready: requirements-test.txt
 	@echo "==> creating $(VENV)"

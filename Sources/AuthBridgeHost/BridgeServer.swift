@@ -332,7 +332,9 @@ public final class BridgeServer: ConnectionDelegate {
             "providers": .array(runtime.reports.map(\.json)),
             "profiles": .array(await runtime.engine.profileList()),
             "storage": runtime.engine.storageInfo,
-            "warnings": .array(configuration.warnings.map(JSON.string)),
+            "warnings": .array(
+                (configuration.warnings + (await runtime.engine.configurationSettingsWarnings()).map { "configuration file \($0)" })
+                    .map(JSON.string)),
         ]
     }
 }

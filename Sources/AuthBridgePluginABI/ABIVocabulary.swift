@@ -60,22 +60,51 @@ public struct ProviderFailure: Error, Sendable, Equatable {
     public var message: String
     /// The provider's own HTTP status, when there was one.
     public var status: Int?
+    /// The OAuth error code (RFC 6749 §5.2) the provider's answer carried, when it caused this
+    /// failure and is a word: what a frontend can tell apart when `reason` is the host's own word.
+    public var oauthError: String?
 
-    public init(_ kind: Kind, reason: String, message: String, status: Int? = nil) {
+    public init(_ kind: Kind, reason: String, message: String, status: Int? = nil, oauthError: String? = nil) {
         self.kind = kind
         self.reason = reason
         self.message = Self.messageFilter.withLock { $0 }.map { $0(message) } ?? message
         self.status = status
+        self.oauthError = oauthError.flatMap { Self.isWord($0) ? $0 : nil }
     }
 
     /// The provider said no for good: the session ends.
-    public static func definitive(_ reason: String, _ message: String, status: Int? = nil) -> ProviderFailure {
-        ProviderFailure(.definitive, reason: reason, message: message, status: status)
+    public static func definitive(_ reason: String, _ message: String, status: Int? = nil, oauthError: String? = nil) -> ProviderFailure {
+        ProviderFailure(.definitive, reason: reason, message: message, status: status, oauthError: oauthError)
     }
 
     /// Might work later: the session is kept.
-    public static func transient(_ reason: String, _ message: String, status: Int? = nil) -> ProviderFailure {
-        ProviderFailure(.transient, reason: reason, message: message, status: status)
+    public static func transient(_ reason: String, _ message: String, status: Int? = nil, oauthError: String? = nil) -> ProviderFailure {
+        ProviderFailure(.transient, reason: reason, message: message, status: status, oauthError: oauthError)
+    }
+
+    /// OAuth errors by which a server says the failure is its own and passing (RFC 6749 §4.1.2.1).
+    static let serverTroubleErrors: Set<String> = ["temporarily_unavailable", "server_error"]
+
+    /// The reason of a refresh the provider refused with something other than `invalid_grant`.
+    public static let refreshRefusedReason = "refreshRefused"
+
+    /// This failure of a refresh grant as the provider meant it. RFC 6749 §5.2 answers a refused
+    /// grant with 400 (401 for client authentication), so a 400 or 401 from the token endpoint to a
+    /// refresh is the provider's definitive answer about this grant, whatever its body: glewlwyd
+    /// refuses a revoked or rotated-away refresh token with a bodyless 400, idpyoidc with
+    /// `invalid_request`. Kept transient, such a session would sit `offline` forever instead of
+    /// telling the user to sign in again. Network errors, timeouts, 408, 429 and 5xx stay
+    /// transient; failures already definitive (`invalid_grant` …) keep their reason.
+    public var asRefreshRefusal: ProviderFailure {
+        guard kind == .transient, let status, status == 400 || status == 401 else { return self }
+        // Except where the server itself says the trouble is its own and passing: RFC 6749's
+        // `temporarily_unavailable` and `server_error` (some servers send them with a 400).
+        if let oauthError, Self.serverTroubleErrors.contains(oauthError) { return self }
+        let said = oauthError == nil ? ", with no OAuth error" : ": \(message)"
+        return ProviderFailure(
+            .definitive, reason: Self.refreshRefusedReason,
+            message: "The provider refused to renew the session (HTTP \(status)\(said)); sign in again.", status: status,
+            oauthError: oauthError)
     }
 
     /// The profile's settings are wrong.
@@ -100,7 +129,9 @@ public struct ProviderFailure: Error, Sendable, Equatable {
             return
         }
         let kind = json["kind"]?.stringValue.flatMap(Kind.init(rawValue:)) ?? .internal
-        self.init(kind, reason: reason, message: message ?? "the provider plugin reported an error", status: status)
+        self.init(
+            kind, reason: reason, message: message ?? "the provider plugin reported an error", status: status,
+            oauthError: json["oauthError"]?.stringValue)
     }
 
     /// bridge-spec's `Reason`: `^[A-Za-z][A-Za-z0-9_.-]*$`, a stable machine word.
@@ -116,7 +147,7 @@ public struct ProviderFailure: Error, Sendable, Equatable {
     public var json: JSON {
         .compactObject([
             "kind": .string(kind.rawValue), "reason": .string(reason), "message": .string(message),
-            "status": status.map { .int(Int64($0)) },
+            "status": status.map { .int(Int64($0)) }, "oauthError": oauthError.map(JSON.string),
         ])
     }
 

@@ -35,6 +35,10 @@ public final class LoadedPlugin: @unchecked Sendable {
         }
     }
 
+    /// What loading noticed without refusing the plugin (a description that differs from the
+    /// manifest's): shown in its `PluginStatus` and logged. Set once by the loader, like `descriptor`.
+    public internal(set) var loadWarnings: [String] = []
+
     /// Hooks that never block, run on the caller's thread: the pure ones
     /// (authorize_request, classify_response) and those the plugin lists in
     /// its descriptor's `inlineHooks`. `host->http` fails inside them. Only

@@ -41,7 +41,10 @@ enum PluginEntry {
             throw PluginLoadError(
                 .abiMismatch, "library built for ABI \(major).\(minor); this host supports \(AB_ABI_MAJOR).0 to \(AB_ABI_MAJOR).\(AB_ABI_MINOR)")
         }
-        guard major == manifest.abiMajor, minor == manifest.abiMinor else {
+        // The manifest's ABI is the least the plugin needs (checked against the host before
+        // loading); a library rebuilt with a newer plugin.h of the same major reports a higher minor,
+        // which the host serves as long as it is not above its own (as GStreamer's plugin versions).
+        guard major == manifest.abiMajor else {
             throw PluginLoadError(
                 .abiMismatch, "library reports ABI \(major).\(minor) but its manifest says \(manifest.abiMajor).\(manifest.abiMinor)")
         }

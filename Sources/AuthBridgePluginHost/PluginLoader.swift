@@ -60,6 +60,7 @@ public struct PluginReport: Sendable {
                 "settings": descriptor["settings"],
                 "path": .string(plugin.libraryPath),
                 "isolation": .string(plugin.isolation.rawValue),
+                "warnings": plugin.loadWarnings.isEmpty ? nil : .array(plugin.loadWarnings.map(JSON.string)),
             ])
         case .refused(let error):
             return .compactObject([
@@ -328,14 +329,22 @@ public struct PluginLoader: Sendable {
                 plugin.shutdown()
                 throw PluginLoadError(.describeFailed, "describe must answer a JSON object")
             }
-            // id, version and description are the manifest's: filled in, and refused when stated otherwise.
-            for (key, stated) in [("id", plugin.manifest.id), ("version", plugin.manifest.version), ("description", plugin.manifest.description)] {
+            // id and version are the manifest's: filled in, and refused when stated otherwise (they
+            // name what runs). The description is only words: the manifest's wins, with a warning.
+            for (key, stated) in [("id", plugin.manifest.id), ("version", plugin.manifest.version)] {
                 guard let given = members[key], given != .string(stated) else { continue }
                 plugin.shutdown()
                 throw PluginLoadError(
                     .metadataMismatch,
                     "describe reports \(key) \(given.serializedString()) but the manifest says \(JSON.string(stated).serializedString()); the manifest is where a plugin's \(key) is stated"
                 )
+            }
+            if let given = members["description"], given != .string(plugin.manifest.description) {
+                let warning =
+                    "plugin \(plugin.manifest.id): describe gives the description \(given.serializedString()) but the manifest says \(JSON.string(plugin.manifest.description).serializedString()); the manifest's is shown"
+                logger.warning("\(warning)")
+                plugin.loadWarnings.append(warning)
+                members["description"] = .string(plugin.manifest.description)
             }
             for (key, value) in fallback.objectValue! where members[key] == nil { members[key] = value }
             return .object(members)

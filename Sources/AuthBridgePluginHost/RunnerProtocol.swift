@@ -3,8 +3,9 @@ import AuthBridgeRPC
 
 // What the host and a plugin's runner (`authbridge plugin-runner`) say to each other: JSON-RPC 2.0
 // shapes, one compact JSON text per line, requests both ways (the host asks for `load` and `hook`,
-// the runner for `http` and `standard`). The table is in /work/notes/issue14-design.md §1 and
-// bridge-spec §9 ("Isolation"). Frames carry tokens: never log them.
+// the runner for `http`, `standard`, `emit` and `log`). The methods and their params are
+// `RunnerProtocol` below; what isolation promises is bridge-spec/README.md, "Isolation".
+// Frames carry tokens: never log them.
 //
 // The host trusts nothing that comes back: a runner runs a stranger's code, which can write any
 // bytes to the channel. Every decoder here answers nil (a protocol violation) for a shape it does

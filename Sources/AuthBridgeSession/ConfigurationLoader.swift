@@ -70,7 +70,7 @@ public enum ConfigurationLoader {
     }
 
     /// A key as it may be printed: control characters replaced.
-    private static func printable(_ text: String) -> String {
+    static func printable(_ text: String) -> String {
         String(String.UnicodeScalarView(text.unicodeScalars.map { $0.properties.generalCategory == .control ? "?" : $0 }))
     }
 }

@@ -53,6 +53,11 @@ final class LoopbackListener: Sendable {
     init(port requested: UInt16 = 0, path: String = "/callback") throws(SessionError) {
         let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw SessionError(.providerUnavailable, "Cannot open the loopback listener.", reason: "listener") }
+        // A pinned port is reused by every sign-in, and the connection the last one served sits in
+        // TIME-WAIT on it for a minute. SO_REUSEADDR lets the new listener bind over that; Linux still
+        // refuses a second listener on a port someone listens on (that takes SO_REUSEPORT, by the same user).
+        var reuse: Int32 = 1
+        _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = requested.bigEndian
@@ -61,7 +66,10 @@ final class LoopbackListener: Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard bound == 0, listen(fd, 16) == 0 else {
-            let reason = errno == EADDRINUSE ? "port \(requested) is in use" : String(cString: strerror(errno))
+            let reason =
+                errno == EADDRINUSE
+                ? "port \(requested) is in use by another program (loopbackPort pins it: free it, or pin and register another)"
+                : String(cString: strerror(errno))
             Glibc.close(fd)
             throw SessionError(.providerUnavailable, "Cannot listen on 127.0.0.1 for the sign-in redirect: \(reason).", reason: "listener")
         }

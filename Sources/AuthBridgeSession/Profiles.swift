@@ -89,4 +89,52 @@ enum SettingsValidator {
         }
         return nil
     }
+
+    /// Profile settings the host itself reads, whatever the plugin (bridge-spec, "Method rules").
+    static let hostLevelKeys: Set<String> = ["loopbackPort", "loopbackPath", "licenseGracePeriodMs", "clockSkewSeconds"]
+
+    /// Warnings about settings that nothing reads: keys outside the plugin's schema (and not
+    /// host-level), each named with its profile and, when one is close, the key probably meant.
+    /// Nothing is refused: a misspelt `clientID` must not stop a working profile, but it must not
+    /// pass unnoticed either (config.json's unknown keys get the same kind of warning). A schema
+    /// that names no properties, or allows any (`additionalProperties`), says nothing is unknown.
+    static func unknownSettings(in settings: JSON, schema: JSON?, profile: String, plugin: String) -> [String] {
+        guard let members = settings.objectValue, let known = schema?["properties"]?.objectValue else { return [] }
+        if let open = schema?["additionalProperties"], open.boolValue == true || open.objectValue != nil { return [] }
+        let candidates = Set(known.keys).union(hostLevelKeys)
+        return members.keys.filter { !candidates.contains($0) }.sorted().map { key in
+            let hint = closest(to: key, among: candidates).map { "; did you mean \"\($0)\"?" } ?? ""
+            return
+                "profile \"\(ConfigurationLoader.printable(profile))\": setting \"\(ConfigurationLoader.printable(key))\" is not one the \(plugin) plugin or the host reads (ignored)\(hint)"
+        }
+    }
+
+    /// The candidate nearest to `key` by edit distance (letter case aside), if near enough to be a
+    /// slip: at most a third of the key's length, and at most 3 edits.
+    static func closest(to key: String, among candidates: Set<String>) -> String? {
+        let target = Array(key.lowercased().unicodeScalars)
+        let limit = min(3, max(1, target.count / 3))
+        var best: (name: String, distance: Int)?
+        for candidate in candidates.sorted() {
+            let distance = editDistance(target, Array(candidate.lowercased().unicodeScalars))
+            if distance <= limit, distance < (best?.distance ?? Int.max) { best = (candidate, distance) }
+        }
+        return best?.name
+    }
+
+    /// Levenshtein distance, one row at a time.
+    static func editDistance(_ a: [Unicode.Scalar], _ b: [Unicode.Scalar]) -> Int {
+        guard !a.isEmpty else { return b.count }
+        guard !b.isEmpty else { return a.count }
+        var previous = Array(0...b.count)
+        var current = [Int](repeating: 0, count: b.count + 1)
+        for i in 1...a.count {
+            current[0] = i
+            for j in 1...b.count {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            swap(&previous, &current)
+        }
+        return previous[b.count]
+    }
 }

@@ -22,11 +22,25 @@ extension SessionEngine {
         } else if let issue = SettingsValidator.problem(in: profile.settings, schema: plugin?.descriptor["settings"]) {
             problem = "\(issue.field) \(issue.message)"
         }
+        let warnings = settingsWarnings(profile)
         return .compactObject([
             "name": .string(profile.name), "plugin": .string(profile.plugin),
             "status": .string(problem == nil ? "ready" : "error"), "message": problem.map(JSON.string),
             "flows": plugin?.descriptor["flows"] ?? [], "source": .string(profile.source.rawValue),
+            "warnings": warnings.isEmpty ? nil : .array(warnings.map(JSON.string)),
         ])
+    }
+
+    /// Settings of `profile` that neither its plugin nor the host reads (see `SettingsValidator`).
+    nonisolated func settingsWarnings(_ profile: Profile) -> [String] {
+        guard let plugin = loadedPlugins.first(where: { $0.manifest.id == profile.plugin }) else { return [] }
+        return SettingsValidator.unknownSettings(
+            in: profile.settings, schema: plugin.descriptor["settings"], profile: profile.name, plugin: profile.plugin)
+    }
+
+    /// The settings warnings of the configuration file's profiles (`initialize`'s `warnings`).
+    public func configurationSettingsWarnings() -> [String] {
+        profiles.values.filter { $0.source == .config }.sorted { $0.name < $1.name }.flatMap(settingsWarnings)
     }
 
     /// Adds or replaces a profile at run time; configuration runs at once so
@@ -38,9 +52,12 @@ extension SessionEngine {
         guard plugins[pluginID] != nil else {
             throw .unknownPlugin(profile: name, plugin: pluginID, folders: pluginFolders)
         }
-        return try await changingProfile(name) { engine async throws(SessionError) in
-            try await engine.replaceProfile(Profile(name: name, plugin: pluginID, settings: settings, source: .runtime))
+        let profile = Profile(name: name, plugin: pluginID, settings: settings, source: .runtime)
+        let info = try await changingProfile(name) { engine async throws(SessionError) in
+            try await engine.replaceProfile(profile)
         }
+        for warning in settingsWarnings(profile) { logger.warning("\(warning)") }
+        return info
     }
 
     private func replaceProfile(_ profile: Profile) async throws(SessionError) -> JSON {

@@ -51,7 +51,12 @@ extension SessionEngine {
                     .configurationError, "loopbackPort must be 0…65535 and loopbackPath a path starting with /.",
                     provider: profile, reason: "invalidSettings", field: "settings.loopbackPort")
             }
-            let listener = try LoopbackListener(port: UInt16(port), path: path)
+            let listener: LoopbackListener
+            do { listener = try LoopbackListener(port: UInt16(port), path: path) } catch {
+                var named = error
+                named.provider = profile // bridge-spec §7: every provider error names its profile
+                throw named
+            }
             defer { listener.close() }
             do {
                 tokens = try await externalSignIn(
@@ -187,14 +192,17 @@ extension SessionEngine {
         if pendingSignIns[profile] === pending { pendingSignIns[profile] = nil }
         let callback = CallbackURL(callbackURL)
         KnownSecrets.shared.remember(callback?.queryValue("code"))
-        let expectedIssuer = context.config["issuerInCallback"]?.boolValue == true ? context.config["issuer"]?.stringValue : nil
+        // RFC 9207: a callback's `iss` is compared with the issuer whenever it carries one; it must
+        // carry one where the server advertises `authorization_response_iss_parameter_supported`.
+        let issuer = context.config["issuer"]?.stringValue
+        let issuerRequired = context.config["issuerInCallback"]?.boolValue == true && issuer != nil
         // The host checks whose answer this is before any plugin acts on it, unless the plugin
         // declares that its provider's callback carries no state (Duke's login page takes none).
         if context.plugin.descriptor["callbackState"]?.boolValue != false {
             guard let callback else {
                 throw SessionError(.providerRefused, "The callback URL could not be read.", provider: profile, reason: "invalidCallback")
             }
-            if let mismatch = StandardSteps.callbackMismatch(callback, state: state, issuer: expectedIssuer) {
+            if let mismatch = StandardSteps.callbackMismatch(callback, state: state, issuer: issuer, issuerRequired: issuerRequired) {
                 throw SessionError(mismatch, provider: profile)
             }
         }
@@ -202,7 +210,8 @@ extension SessionEngine {
         let input: JSON = .compactObject([
             "profile": context.profileJSON, "flow": "external", "callbackUrl": .string(callbackURL),
             "state": .string(state), "codeVerifier": .string(pkce.verifier), "redirectUri": redirectURI.map(JSON.string),
-            "nonce": nonce.map(JSON.string), "expectedIssuer": expectedIssuer.map(JSON.string),
+            "nonce": nonce.map(JSON.string), "issuer": issuer.map(JSON.string),
+            "expectedIssuer": issuerRequired ? issuer.map(JSON.string) : nil,
         ])
         return try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID)
     }

@@ -176,7 +176,9 @@ extension SessionEngine {
         switch await refreshed(key, context: context, stale: stale) {
         case .success(let session): return session
         case .failure(let failure) where failure.kind == .definitive:
-            throw SessionError(.notSignedIn, failure.message, provider: key.profile, reason: StatusReason(refusal: failure.reason).rawValue)
+            throw SessionError(
+                .notSignedIn, failure.message, provider: key.profile, reason: StatusReason(refusal: failure.reason).rawValue,
+                status: failure.status, oauthError: failure.oauthError)
         case .failure(let failure):
             throw SessionError(failure, provider: key.profile)
         }

@@ -85,6 +85,14 @@ public actor SessionEngine {
         self.store = store
         self.http = http
         self.logger = logger
+        for profile in profiles.sorted(by: { $0.name < $1.name }) where profile.source == .config {
+            let plugin = plugins.first { $0.manifest.id == profile.plugin }
+            for warning in SettingsValidator.unknownSettings(
+                in: profile.settings, schema: plugin?.descriptor["settings"], profile: profile.name, plugin: profile.plugin)
+            {
+                logger.warning("configuration file \(warning)")
+            }
+        }
         // Whatever a provider echoed, no known secret reaches the frontend in an event's message.
         self.emit = { method, params in
             guard let message = params["message"]?.stringValue else { return emit(method, params) }

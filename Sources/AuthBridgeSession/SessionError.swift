@@ -31,10 +31,13 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
     public var field: String?
     /// The provider's HTTP status, when its answer caused the failure.
     public var status: Int?
+    /// The provider's OAuth error code, when its answer carried one and `reason` is another word
+    /// (`refreshRefused` after `invalid_request`, say).
+    public var oauthError: String?
 
     public init(
         _ kind: Kind, _ message: String, provider: String? = nil, reason: String? = nil, field: String? = nil,
-        status: Int? = nil
+        status: Int? = nil, oauthError: String? = nil
     ) {
         self.kind = kind
         self.message = KnownSecrets.shared.scrub(message)
@@ -42,6 +45,7 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
         self.reason = reason
         self.field = field
         self.status = status
+        self.oauthError = oauthError
     }
 
     public var description: String { "\(kind.rawValue): \(message)" }
@@ -77,6 +81,7 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
             "field": field.map(JSON.string),
             "retryable": .bool(retryable),
             "status": status.map { JSON.int(Int64($0)) },
+            "oauthError": oauthError == reason ? nil : oauthError.map(JSON.string),
         ])
     }
 
@@ -94,7 +99,7 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
         let message =
             Self.transportReasons.contains(failure.reason) && !failure.message.hasPrefix("Profile \"")
             ? "Profile \"\(provider)\": \(failure.message)" : failure.message
-        self.init(kind, message, provider: provider, reason: failure.reason, status: failure.status)
+        self.init(kind, message, provider: provider, reason: failure.reason, status: failure.status, oauthError: failure.oauthError)
     }
 
     /// The reasons the HTTP transport gives when no answer came (bridge-spec Reason).

@@ -2,6 +2,8 @@
 // them on the wire. The engine compares and sends these only through the
 // types below, so each word is written once.
 
+import AuthBridgePluginHost
+
 /// The state a status reports (bridge-spec SignInStatus.state).
 public enum SessionState: String, Sendable {
     case signedIn, notSignedIn, offline, licenseRevoked
@@ -32,6 +34,7 @@ struct StatusReason: RawRepresentable, Hashable, Sendable {
     static let expired = StatusReason(rawValue: "expired")
     static let revoked = StatusReason(rawValue: "revoked")
     static let licenseRevoked = StatusReason(rawValue: "licenseRevoked")
+    static let refreshRefused = StatusReason(rawValue: ProviderFailure.refreshRefusedReason)
 
     /// Why a definitive refusal ended the session. RFC 6749 §5.2:
     /// `invalid_grant` on a refresh means the grant is no longer valid
@@ -56,12 +59,16 @@ struct StatusReason: RawRepresentable, Hashable, Sendable {
 /// set (bridge-spec).
 enum EndReason: String, Sendable {
     case userSignedOut, revoked, invalidGrant, licenseRevoked, expired, profileChanged
+    /// The provider answered a refresh 400 or 401 without `invalid_grant` (a bodyless 400,
+    /// `invalid_request`…): it refused, but did not say the grant was revoked.
+    case refreshRefused
 
     /// The closed set's word for a provider's definitive refusal.
     init(refusal reason: String) {
         switch StatusReason(refusal: reason) {
         case .revoked: self = .revoked
         case .licenseRevoked: self = .licenseRevoked
+        case .refreshRefused: self = .refreshRefused
         case .expired, .noRefreshToken: self = .expired
         default: self = .invalidGrant
         }

@@ -122,6 +122,12 @@ public enum StandardSteps {
             }
             if let value = value.stringValue { pairs.append((key, value)) }
         }
+        // OpenID Connect Core §11: offline_access is granted only with prompt=consent (idpyoidc
+        // refuses the whole request otherwise, and the user is left on an error page); a profile's
+        // own prompt wins.
+        if scopes.contains("offline_access"), scopes.contains("openid"), !pairs.contains(where: { $0.0 == "prompt" }) {
+            pairs.append(("prompt", "consent"))
+        }
         let separator = endpoint.contains("?") ? "&" : "?"
         return .success(["url": .string(endpoint + separator + FormEncoding.encode(pairs))])
     }
@@ -201,7 +207,11 @@ public enum StandardSteps {
             }
             // Whose answer this is comes first (RFC 6749 §10.12, RFC 9207 §2.4): a callback from
             // another sign-in or another server is refused before anything it says is acted on.
-            if let failure = callbackMismatch(url, state: input["state"]?.stringValue, issuer: input["expectedIssuer"]?.stringValue) {
+            // `expectedIssuer` (ABI 1.0) is set only where the server advertises RFC 9207; `issuer` whenever it is known.
+            let required = input["expectedIssuer"]?.stringValue
+            if let failure = callbackMismatch(
+                url, state: input["state"]?.stringValue, issuer: required ?? input["issuer"]?.stringValue, issuerRequired: required != nil)
+            {
                 return .failure(failure)
             }
             if let error = url.queryValue("error") {
@@ -227,22 +237,34 @@ public enum StandardSteps {
 
     /// A callback whose `state` (RFC 6749 §4.1.2) or `iss` (RFC 9207) is not
     /// this sign-in's, as a definitive failure; nil when it is ours. With no
-    /// expected value, that check is not made.
-    public static func callbackMismatch(_ url: CallbackURL, state expected: String?, issuer expectedIssuer: String?) -> ProviderFailure? {
+    /// expected state or issuer, that check is not made.
+    ///
+    /// RFC 9207 §2.4: a callback that carries `iss` is compared with the issuer
+    /// whether or not the server advertises the parameter (glewlwyd and idpyoidc
+    /// send it unannounced; a mix-up attacker would not announce anything). A
+    /// callback without `iss` is refused only where `issuerRequired` (the server's
+    /// metadata says `authorization_response_iss_parameter_supported`).
+    public static func callbackMismatch(
+        _ url: CallbackURL, state expected: String?, issuer expectedIssuer: String?, issuerRequired: Bool = false
+    ) -> ProviderFailure? {
         if let expected {
             guard let state = url.queryValue("state"), constantTimeEquals(state, expected) else {
                 return ProviderFailure(
                     .definitive, reason: "stateMismatch", message: "The callback's state does not match this sign-in; it was ignored.")
             }
         }
-        // RFC 9207 §2.4: another issuer is refused, and so is a code without one. An error
-        // response without `iss` (django-oauth-toolkit sends none on a denial) can still end
-        // the sign-in: it carries nothing that could be redeemed.
-        if let expectedIssuer {
-            let issuer = url.queryValue("iss")
-            if issuer.map({ $0 != expectedIssuer }) ?? (url.queryValue("error") == nil) {
+        guard let expectedIssuer else { return nil }
+        if let issuer = url.queryValue("iss") {
+            // Simple string comparison (RFC 9207 §2.4), no normalisation: the issuer identifier is exact.
+            guard issuer == expectedIssuer else {
                 return ProviderFailure(.definitive, reason: "issuerMismatch", message: "The callback's issuer (iss) does not match the provider.")
             }
+        } else if issuerRequired && url.queryValue("error") == nil {
+            // An error response without `iss` (django-oauth-toolkit sends none on a denial) can still
+            // end the sign-in: it carries nothing that could be redeemed.
+            return ProviderFailure(
+                .definitive, reason: "issuerMismatch",
+                message: "The callback carries no issuer (iss), which this provider promises to send (RFC 9207).")
         }
         return nil
     }
@@ -254,7 +276,7 @@ public enum StandardSteps {
         guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
         var form: [String: JSON] = ["grant_type": "refresh_token", "refresh_token": .string(refreshToken), "client_id": .string(clientID)]
         form["client_secret"] = config["clientSecret"]
-        return tokenRequest(form: form, config: config, call: call, http: http)
+        return tokenRequest(form: form, config: config, call: call, http: http).mapError(\.asRefreshRefusal)
     }
 
     static func tokenRequest(form: [String: JSON], config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
@@ -311,9 +333,9 @@ public enum StandardSteps {
         let message = description.map { "\(error): \($0)" } ?? error
         switch error {
         case "invalid_grant", "unauthorized_client", "invalid_client", "access_denied":
-            return ProviderFailure(.definitive, reason: error, message: message, status: status)
+            return ProviderFailure(.definitive, reason: error, message: message, status: status, oauthError: error)
         default:
-            return ProviderFailure(.transient, reason: error, message: message, status: status)
+            return ProviderFailure(.transient, reason: error, message: message, status: status, oauthError: error)
         }
     }
 

@@ -56,6 +56,29 @@ struct LoopbackListenerTests {
         withExtendedLifetime(unused) {}
     }
 
+    /// Providers that match redirect URIs exactly need a pinned port, and every sign-in after the
+    /// first used it too. Before: the listener bound without SO_REUSEADDR, the connection it had
+    /// served and closed sat in TIME-WAIT on that port, and the next sign-in within a minute was
+    /// refused "port … is in use".
+    @Test func aPinnedPortIsFreeAgainAsSoonAsTheSignInEnds() async throws {
+        let first = try LoopbackListener()
+        let port = first.port
+        let waiting = Task { await first.awaitCallback(state: "s1") }
+        let browser = try #require(TestClient(port: port))
+        browser.send(Array("GET /callback?state=s1&code=c1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+        #expect(await firstOf(waiting, orNilAfter: .seconds(20)) != nil)
+        first.answerBrowser(signedIn: true, message: nil) // the listener closes the connection first: TIME-WAIT is ours
+        _ = await browser.readAll()
+        first.close()
+        withExtendedLifetime(first) {}
+
+        let second = try LoopbackListener(port: port)
+        defer { second.close() }
+        #expect(second.port == port)
+        // Still one listener per port: a third one on a port in use is refused.
+        #expect(throws: SessionError.self) { try LoopbackListener(port: port) }
+    }
+
     /// The answer comes after the whole head (before, after its first line: the rest arrived
     /// on a closed socket and the browser could see a reset instead of the page).
     @Test func aHeadSentInPiecesIsAnsweredAfterItsEnd() async throws {

@@ -109,6 +109,33 @@ struct SettingsValidatorTests {
         #expect(SettingsValidator.problem(in: ["clientId"], schema: nil)?.field == "settings")
         #expect(SettingsValidator.problem(in: .null, schema: schema)?.field == "settings")
     }
+
+    /// Issue 25 §2.4: `dpop: true`, a key no plugin reads, was accepted in silence, so a typo went
+    /// unnoticed. Keys outside the schema are warned about (not refused), naming the profile and the
+    /// key, with the closest known key when one is close; host-level settings are known keys.
+    @Test func settingsNothingReadsAreNamedWithTheClosestKnownKey() {
+        let settings: JSON = [
+            "clientId": "c1", "dpop": true, "clientID": "c2", "scope": ["openid"], "loopbackPort": 4596, "loopbakPath": "/cb",
+        ]
+        let warnings = SettingsValidator.unknownSettings(in: settings, schema: schema, profile: "dev", plugin: "oidc")
+        #expect(
+            warnings == [
+                #"profile "dev": setting "clientID" is not one the oidc plugin or the host reads (ignored); did you mean "clientId"?"#,
+                #"profile "dev": setting "dpop" is not one the oidc plugin or the host reads (ignored)"#,
+                #"profile "dev": setting "loopbakPath" is not one the oidc plugin or the host reads (ignored); did you mean "loopbackPath"?"#,
+                #"profile "dev": setting "scope" is not one the oidc plugin or the host reads (ignored); did you mean "scopes"?"#,
+            ])
+        // A schema that names no properties, or allows any, says nothing is unknown.
+        #expect(SettingsValidator.unknownSettings(in: settings, schema: ["type": "object"], profile: "dev", plugin: "x").isEmpty)
+        let open = schema.setting("additionalProperties", true)
+        #expect(SettingsValidator.unknownSettings(in: settings, schema: open, profile: "dev", plugin: "x").isEmpty)
+        #expect(SettingsValidator.unknownSettings(in: settings, schema: nil, profile: "dev", plugin: "x").isEmpty)
+    }
+
+    @Test(arguments: [("kitten", "sitting", 3), ("", "abc", 3), ("same", "same", 0), ("flaw", "lawn", 2)] as [(String, String, Int)])
+    func editDistance(_ a: String, _ b: String, _ distance: Int) {
+        #expect(SettingsValidator.editDistance(Array(a.unicodeScalars), Array(b.unicodeScalars)) == distance)
+    }
 }
 
 @Suite("Configuration loader")

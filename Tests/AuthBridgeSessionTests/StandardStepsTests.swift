@@ -106,6 +106,37 @@ struct TokenResponseTests {
         #expect(failure(status, body)?.reason == "badResponse")
     }
 
+    /// Issue 25 §2.2: a refresh answered 400 or 401 is the provider's definitive answer, whatever
+    /// its body. Before, glewlwyd's bodyless 400 and idpyoidc's `invalid_request` were transient
+    /// (`-32007 badResponse`, retryable forever) and the session sat `offline` indefinitely.
+    @Test(
+        arguments: [
+            (400, "", nil), (400, #"{"error":"invalid_request","error_description":"Refresh token inactive"}"#, "invalid_request"),
+            (401, "", nil), (400, "<html>Bad Request</html>", nil), (401, #"{"error":"invalid_token"}"#, "invalid_token"),
+        ] as [(Int64, String, String?)])
+    func aRefreshAnswered400Or401IsRefusedForGood(_ status: Int64, _ body: String, _ oauthError: String?) throws {
+        let refused = try #require(failure(status, body)?.asRefreshRefusal)
+        #expect(refused.kind == .definitive)
+        #expect(refused.reason == ProviderFailure.refreshRefusedReason)
+        #expect(refused.status == Int(status))
+        #expect(refused.oauthError == oauthError)
+        #expect(refused.message.contains("HTTP \(status)"))
+        if let oauthError { #expect(refused.message.contains(oauthError)) }
+        // What was definitive already keeps its own word.
+        #expect(failure(400, #"{"error":"invalid_grant"}"#)?.asRefreshRefusal.reason == "invalid_grant")
+    }
+
+    /// …and only those: no answer, 408, 429 and 5xx never sign anyone out.
+    @Test(arguments: [(408, ""), (429, ""), (500, #"{"error":"invalid_grant"}"#), (503, ""), (0, ""), (403, "")] as [(Int64, String)])
+    func aRefreshThatFailedForNowStaysTransient(_ status: Int64, _ body: String) {
+        #expect(failure(status, body)?.asRefreshRefusal.kind == .transient)
+        let network = ProviderFailure(.transient, reason: "refused", message: "Connection refused")
+        #expect(network.asRefreshRefusal == network)
+        // A server saying the trouble is its own and passing, even with a 400, has refused nothing.
+        #expect(failure(400, #"{"error":"temporarily_unavailable"}"#)?.asRefreshRefusal.kind == .transient)
+        #expect(failure(400, #"{"error":"server_error"}"#)?.asRefreshRefusal.kind == .transient)
+    }
+
     /// `now + expires_in * 1000` is computed with trapping arithmetic, so a
     /// token endpoint answering a huge `expires_in` crashes the host instead
     /// of being treated as a bad (transient) answer.
@@ -166,14 +197,40 @@ struct StandardRequestStepsTests {
         let forged = try #require(CallbackURL("https://app.example/cb?error=access_denied&state=other"))
         #expect(StandardSteps.callbackMismatch(forged, state: "mine", issuer: nil)?.reason == "stateMismatch")
         let mixUp = try #require(CallbackURL("https://app.example/cb?code=c&state=mine&iss=https://evil.example"))
-        #expect(StandardSteps.callbackMismatch(mixUp, state: "mine", issuer: "https://idp.example")?.reason == "issuerMismatch")
+        #expect(StandardSteps.callbackMismatch(mixUp, state: "mine", issuer: "https://idp.example", issuerRequired: true)?.reason == "issuerMismatch")
         let ours = try #require(CallbackURL("https://app.example/cb?code=c&state=mine&iss=https://idp.example"))
-        #expect(StandardSteps.callbackMismatch(ours, state: "mine", issuer: "https://idp.example") == nil)
-        // RFC 9207: a code without `iss` is refused; a denial without one still ends the sign-in.
+        #expect(StandardSteps.callbackMismatch(ours, state: "mine", issuer: "https://idp.example", issuerRequired: true) == nil)
+        // RFC 9207: where the server advertises it, a code without `iss` is refused; a denial without one still ends the sign-in.
         let bare = try #require(CallbackURL("https://app.example/cb?code=c&state=mine"))
-        #expect(StandardSteps.callbackMismatch(bare, state: "mine", issuer: "https://idp.example")?.reason == "issuerMismatch")
+        #expect(StandardSteps.callbackMismatch(bare, state: "mine", issuer: "https://idp.example", issuerRequired: true)?.reason == "issuerMismatch")
         let denied = try #require(CallbackURL("https://app.example/cb?error=access_denied&state=mine"))
-        #expect(StandardSteps.callbackMismatch(denied, state: "mine", issuer: "https://idp.example") == nil)
+        #expect(StandardSteps.callbackMismatch(denied, state: "mine", issuer: "https://idp.example", issuerRequired: true) == nil)
+    }
+
+    /// Issue 25 §2.1 (RFC 9207 §2.4): glewlwyd and idpyoidc send `iss` without advertising it.
+    /// Before: the issuer was compared only where advertised, so a mix-up callback naming another
+    /// issuer had its code redeemed. A present `iss` is compared whatever the metadata says; a
+    /// missing one is still accepted from a server that never promised it.
+    @Test func aPresentIssuerIsComparedEvenWhereTheServerDoesNotAdvertiseIt() throws {
+        let mixUp = try #require(CallbackURL("https://app.example/cb?code=c&state=mine&iss=https%3A%2F%2Fattacker.example%2F"))
+        #expect(StandardSteps.callbackMismatch(mixUp, state: "mine", issuer: "https://idp.example")?.reason == "issuerMismatch")
+        // No normalisation: a trailing slash is another issuer.
+        let slash = try #require(CallbackURL("https://app.example/cb?code=c&state=mine&iss=https%3A%2F%2Fidp.example%2F"))
+        #expect(StandardSteps.callbackMismatch(slash, state: "mine", issuer: "https://idp.example")?.reason == "issuerMismatch")
+        let ours = try #require(CallbackURL("https://app.example/cb?code=c&state=mine&iss=https%3A%2F%2Fidp.example"))
+        #expect(StandardSteps.callbackMismatch(ours, state: "mine", issuer: "https://idp.example") == nil)
+        let bare = try #require(CallbackURL("https://app.example/cb?code=c&state=mine"))
+        #expect(StandardSteps.callbackMismatch(bare, state: "mine", issuer: "https://idp.example") == nil)
+    }
+
+    /// OpenID Connect Core §11: offline access is asked for with prompt=consent (idpyoidc refuses
+    /// the request otherwise); a prompt the profile sets itself is left alone.
+    @Test func offlineAccessAsksForConsent() throws {
+        let offline = try url(StandardSteps.beginSignIn([:], config: config.setting("scopes", ["openid", "offline_access"])))
+        #expect(offline.queryValue("prompt") == "consent")
+        let chosen = config.setting("scopes", ["openid", "offline_access"]).setting("extraAuthorizationParams", ["prompt": "login"])
+        #expect(try url(StandardSteps.beginSignIn([:], config: chosen)).queryValue("prompt") == "login")
+        #expect(try url(StandardSteps.beginSignIn([:], config: config.setting("scopes", ["openid"]))).queryValue("prompt") == nil)
     }
 
     @Test func anEndpointWithAQueryGetsMoreParametersAppended() throws {

@@ -171,7 +171,7 @@ class TableauServer(sim_http.Simulator):
         # The HTTP status of a getSessionInfo answer whose session is over (result.errors is the signal).
         self.session_over_status = 401
         self.omit_xsrf_on_refresh = False
-        self.down: tuple[int, frozenset[str]] | None = None
+        self.down: tuple[int, frozenset[str], bool] | None = None
         self.stalled: Stall | None = None
         self.handed_out: set[str] = set()
         self.violations: list[str] = []
@@ -237,9 +237,12 @@ class TableauServer(sim_http.Simulator):
             self.sessions_expired_at = self.now() + 1
 
     @contextlib.contextmanager
-    def outage(self, status: int = 503, paths: tuple[str, ...] = (TOKEN_PATH, REVOKE_PATH, SESSION_INFO_PATH, VIEWS_PATH)) -> Iterator[None]:
+    def outage(self, status: int = 503, paths: tuple[str, ...] = (TOKEN_PATH, REVOKE_PATH, SESSION_INFO_PATH, VIEWS_PATH),
+               bare: bool = False) -> Iterator[None]:
+        """`paths` answer `status` until the block ends: with an `error` key in a JSON body, as a proxy
+        might, or with no body at all (`bare`), as some servers refuse a request."""
         with self.lock:
-            self.down = (status, frozenset(paths))
+            self.down = (status, frozenset(paths), bare)
         try:
             yield
         finally:
@@ -516,7 +519,9 @@ class _Handler(sim_http.Handler):
         with sim.lock:
             if sim.down is not None and path in sim.down[1]:
                 sim.counters.outage_hits += 1
-                status = sim.down[0]
+                status, _, bare = sim.down
+                if bare:
+                    return self.send(status)
                 return self.send_json(status, {"error": "temporarily_unavailable", "error_description": "The server is busy."})
             if path == LOGIN_PATH:
                 try:

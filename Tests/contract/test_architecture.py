@@ -49,3 +49,21 @@ def test_the_arrows_drawn_are_the_arrows_declared(tmp_path):
     wrong = {name: (sorted(claimed[name]), sorted(actual[name])) for name in actual if claimed[name] != actual[name]}
     assert not wrong, f"drawn vs declared: {wrong}"
 
+
+
+def test_the_repository_cites_only_itself_and_public_sources():
+    """Issue 25 §2.7: RunnerProtocol.swift pointed at a design note on one machine
+    (/work/notes/…), which nobody with a clone can read. What the code and docs cite is the
+    repository's own files or public sources: no absolute path of a work machine, no sibling folder."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    pattern = re.compile(r"/work/|\.\./shared/|/notes/issue")
+    found = []
+    for name in tracked:
+        path = REPO / name
+        if path.suffix not in {".swift", ".c", ".h", ".md", ".py", ".mjs", ".js", ".ts", ".json", ".sh", ".txt"} \
+                or name.endswith("test_architecture.py"):
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if pattern.search(line):
+                found.append(f"{name}:{number}")
+    assert not found, "citations outside the repository: " + ", ".join(found)

@@ -94,11 +94,24 @@ def test_library_built_for_abi_2_is_abi_mismatch(start_host, plugin_dir, tmp_pat
     assert_refused(host, manifest, "abiMismatch", "cabi2")
 
 
-@pytest.mark.parametrize("abi", ["2.0", "1.9"])
+@pytest.mark.parametrize("abi", ["2.0", "1.9", "0.1"])
 def test_manifest_abi_the_host_does_not_speak_is_abi_mismatch(start_host, plugin_dir, tmp_path, ctest_variants, abi):
     manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cmabi", abi=abi)
     host = start(start_host, plugin_dir, manifest.parent)
     assert_refused(host, manifest, "abiMismatch", "cmabi")
+
+
+def test_a_plugin_rebuilt_with_a_newer_minor_header_keeps_its_manifest(start_host, plugin_dir, tmp_path, ctest_variants):
+    """Issue 25 §2.5: a C plugin whose manifest says "abi": "1.0", rebuilt against today's plugin.h
+    (1.1), was refused abiMismatch ("library reports ABI 1.1 but its manifest says 1.0"). The
+    manifest's minor is the least the plugin needs; the major must match and the minor be at most
+    the host's (as GStreamer's plugin versions)."""
+    manifest = ctest_variants.install(new_folder(tmp_path / "older"), "cold", abi="1.0")
+    host = start(start_host, plugin_dir, manifest.parent,
+                 profiles={"old": {"plugin": "cold", "settings": {"server": "http://127.0.0.1:9"}}})
+    entry = entry_for(host, manifest.parent / "libauthbridge-cold.so")
+    assert entry["status"] == "loaded", entry
+    assert host.result("checkSignInStatus", {"provider": "old"})["state"] == "notSignedIn"
 
 
 def test_group_writable_library_is_insecure(start_host, plugin_dir, tmp_path, ctest_variants):
@@ -206,16 +219,30 @@ def test_library_reporting_another_id_is_bad_entry(start_host, plugin_dir, tmp_p
     assert_refused(host, manifest, "badEntry", "cwrong")
 
 
-@pytest.mark.parametrize("flag, field", [("-DCTEST_VERSION=9.9.9", "version"),
-                                         ("-DCTEST_DESCRIBE_DESCRIPTION", "description")])
-def test_metadata_other_than_the_manifests_is_metadata_mismatch(start_host, plugin_dir, tmp_path, ctest_variants,
-                                                               flag, field):
-    # The manifest states id, version and description once; a library or describe that says
-    # otherwise is refused, naming the field (before, the loader silently preferred one).
-    manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cmeta", flag)
+def test_a_version_other_than_the_manifests_is_metadata_mismatch(start_host, plugin_dir, tmp_path, ctest_variants):
+    # The manifest states id and version once; a library that says otherwise is refused, naming
+    # the field (before, the loader silently preferred one).
+    manifest = ctest_variants.install(new_folder(tmp_path / "broken"), "cmeta", "-DCTEST_VERSION=9.9.9")
     host = start(start_host, plugin_dir, manifest.parent)
     entry = assert_refused(host, manifest, "metadataMismatch", "cmeta")
-    assert field in entry["message"] and "manifest" in entry["message"], entry
+    assert "version" in entry["message"] and "manifest" in entry["message"], entry
+
+
+def test_another_description_in_describe_is_a_warning_not_a_refusal(start_host, plugin_dir, tmp_path, ctest_variants):
+    """Issue 25 §2.5: a plugin whose describe words its description differently from its manifest
+    was refused metadataMismatch. Words are cosmetic: the plugin loads, the manifest's text is
+    shown, and a warning names both texts (in its PluginStatus and on stderr)."""
+    manifest = ctest_variants.install(new_folder(tmp_path / "reworded"), "cdesc", "-DCTEST_DESCRIBE_DESCRIPTION")
+    host = start(start_host, plugin_dir, manifest.parent,
+                 profiles={"d": {"plugin": "cdesc", "settings": {"server": "http://127.0.0.1:9"}}})
+    entry = entry_for(host, manifest.parent / "libauthbridge-cdesc.so")
+    stated = json.loads(manifest.read_text())["description"]
+    assert entry["status"] == "loaded" and entry["description"] == stated, entry
+    (warning,) = entry["warnings"]
+    assert "cdesc" in warning and json.dumps(stated) in warning and "describe" in warning, warning
+    assert warning.split("describe gives the description ")[1].split(" but")[0] != json.dumps(stated)
+    assert "cdesc: describe gives the description" in host.stderr_text()
+    assert host.result("checkSignInStatus", {"provider": "d"})["state"] == "notSignedIn"
 
 
 def test_the_manifest_fills_describe(start_host, plugin_dir):
@@ -331,3 +358,27 @@ def test_plugin_printing_to_stdout_cannot_corrupt_the_stream(start_host, tmp_pat
     for hook in ("init", "describe", "configure", "complete_sign_in", "check_session", "authorize_request",
                  "revoke", "shutdown"):
         assert f"ctest stdout noise: {hook}" in stderr, hook
+
+
+def test_settings_nothing_reads_are_warned_about_not_refused(start_host, oidc_plugin_dir):
+    """Issue 25 §2.4: configureProfile with settings.dpop (a key no plugin reads) answered ready in
+    silence, so a typo went unnoticed. Such settings are ignored and named — in the result's
+    warnings, on stderr, and for the configuration file's profiles in initialize's warnings — with
+    the profile, the key and the closest known key."""
+    endpoints = {"clientId": "app", "authorizationEndpoint": "https://idp.example/authorize",
+                 "tokenEndpoint": "https://idp.example/token"}
+    host = start_host([oidc_plugin_dir], profiles={"filed": {"plugin": "oidc", "settings": {**endpoints, "scope": ["openid"]}}})
+    filed = [w for w in host.init_result["warnings"] if '"filed"' in w]
+    assert len(filed) == 1 and '"scope"' in filed[0] and 'did you mean "scopes"' in filed[0], host.init_result["warnings"]
+
+    info = host.result("configureProfile", {"name": "dev", "plugin": "oidc",
+                                            "settings": {**endpoints, "dpop": True, "clientID": "app", "loopbackPort": 4596}})
+    assert info["status"] == "ready"
+    assert len(info["warnings"]) == 2, info
+    client, dpop = info["warnings"]
+    assert '"dev"' in client and '"clientID"' in client and 'did you mean "clientId"' in client
+    assert '"dev"' in dpop and '"dpop"' in dpop and "did you mean" not in dpop
+    assert '"dpop"' in host.stderr_text() and '"dev"' in host.stderr_text()
+    # Settings the plugin and the host read carry no warnings.
+    clean = host.result("configureProfile", {"name": "clean", "plugin": "oidc", "settings": {**endpoints, "loopbackPort": 4596}})
+    assert clean["status"] == "ready" and "warnings" not in clean

@@ -299,11 +299,12 @@ def test_an_identity_service_answering_inactive_leads_to_the_refresh_that_says_w
     assert [(e["state"], e["reason"]) for e in events(host, mark)] == [("signedOut", "invalidGrant")]
 
 
-@pytest.mark.parametrize("status, content_type, body", [
-    (503, "text/html", b"<html><body>Service Unavailable</body></html>"),
-    (400, "text/html", b"<html><body>Bad Request</body></html>"),   # no OAuth error: not a refusal
-], ids=["503", "400-without-an-oauth-error"])
-def test_a_refresh_that_fails_without_a_refusal_keeps_the_user_signed_in(start_sf, sim, status, content_type, body):
+@pytest.mark.parametrize("status, content_type, body, reason", [
+    (503, "text/html", b"<html><body>Service Unavailable</body></html>", "serverError"),
+    (429, "text/plain", b"Too Many Requests", "rateLimited"),
+    (408, "text/html", b"<html><body>Request Timeout</body></html>", "badResponse"),
+], ids=["503", "429", "408"])
+def test_a_refresh_that_fails_for_now_keeps_the_user_signed_in(start_sf, sim, status, content_type, body, reason):
     host = start_sf(sim)
     sign_in_external(host, sim, "sf")
     advance(host, sim, DAY_MS + 60_000)                  # the org's session is over: the next call refreshes
@@ -311,7 +312,7 @@ def test_a_refresh_that_fails_without_a_refusal_keeps_the_user_signed_in(start_s
     mark = host.mark()
     error = host.error("fetch", {"provider": "sf", "url": f"{API}/sobjects"})
     assert error["code"] == PROVIDER_UNAVAILABLE and error["data"]["retryable"] is True
-    assert error["data"]["reason"] == ("serverError" if status == 503 else "badResponse")
+    assert error["data"]["reason"] == reason
     offline = host.result("checkSignInStatus", {"provider": "sf"})
     assert (offline["state"], offline["reason"]) == ("offline", "transient") and str(status) in offline["message"]
     assert events(host, mark, "signedOut") == []
@@ -319,6 +320,23 @@ def test_a_refresh_that_fails_without_a_refusal_keeps_the_user_signed_in(start_s
     assert fetch(host)["status"] == 200
     assert sim.snapshot()["failed_refreshes"] == [status, status] and sim.snapshot()["refreshes"] == 1
     assert [e["state"] for e in events(host, mark)] == ["refreshed"]
+
+
+@pytest.mark.parametrize("content_type, body", [("text/html", b"<html><body>Bad Request</body></html>"), ("text/plain", b"")],
+                         ids=["html", "empty"])
+def test_a_refresh_answered_400_without_an_oauth_error_signs_the_user_out(start_sf, sim, content_type, body):
+    # Issue 25 §2.2: a 400 from the token endpoint to a refresh is the provider's answer about the
+    # grant, whatever its body. Before, it was -32007 badResponse, retryable forever.
+    host = start_sf(sim)
+    sign_in_external(host, sim, "sf")
+    advance(host, sim, DAY_MS + 60_000)                  # the org's session is over: the next call refreshes
+    sim.refresh_failure = (400, content_type, body)
+    mark = host.mark()
+    error = host.error("fetch", {"provider": "sf", "url": f"{API}/sobjects"})
+    assert error["code"] == -32001 and error["data"]["reason"] == "refreshRefused", error
+    assert error["data"]["status"] == 400 and "oauthError" not in error["data"] and "HTTP 400" in error["message"]
+    assert [(e["state"], e["reason"]) for e in events(host, mark)] == [("signedOut", "refreshRefused")]
+    assert host.result("checkSignInStatus", {"provider": "sf"})["state"] == "notSignedIn"
 
 
 def test_a_refresh_refused_as_already_being_processed_is_tried_again_once(start_sf, sim):

@@ -322,6 +322,21 @@ def test_a_server_outage_is_offline_and_keeps_the_tokens(start_host, tableau_plu
     assert tableau.token_set(device) is not None
 
 
+@pytest.mark.parametrize("status", [400, 401])
+def test_a_renewal_refused_without_an_error_key_signs_out(start_host, tableau_plugin_dir, tableau, status):
+    # Issue 25 §2.2: a 400 or 401 to a refresh is the server's answer about these tokens even with
+    # no body (before: -32007 badResponse, retryable forever, and the session sat offline).
+    host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)})
+    sign_in(host, tableau)
+    tableau.expire_sessions()
+    mark = host.mark()
+    with tableau.outage(status, paths=(TOKEN_PATH,), bare=True):
+        answer = host.result("checkSignInStatus", {"provider": "tab"})
+    assert (answer["state"], answer["reason"]) == ("notSignedIn", "refreshRefused"), answer
+    assert f"HTTP {status}" in answer["message"]
+    assert [e["reason"] for e in signed_out(host, mark)] == ["refreshRefused"]
+
+
 def test_an_unreachable_server_is_offline_and_sign_out_still_clears_its_cookies(start_host, tableau_plugin_dir):
     server = TableauServer().start()
     host = start_host([tableau_plugin_dir], profiles={"tab": profile(server)})

@@ -5,14 +5,16 @@
                   [--banner [--export NAME=VALUE ...]]
 
 Configures Django in-process (no project on disk), migrates a SQLite database in DIR (created if
-need be), creates two users (ada / lovelace-test, grace / hopper-test) and three public clients,
-then serves on an ephemeral port and prints `READY <port>` on stdout (with --banner, for people:
-`make dev-server`, the exports a quick start reads and the test user, instead):
+need be), creates two users (ada / lovelace-test, grace / hopper-test), three public clients and
+a confidential one, then serves on an ephemeral port and prints `READY <port>` on stdout (with
+--banner, for people: `make dev-server`, the exports a quick start reads and the test user, instead):
 
 - "authbridge-test": authorization code + PKCE, redirect http://127.0.0.1/callback on any port,
   consent skipped (the scripted user);
 - "authbridge-consent": the same with DOT's consent page (the real-browser test clicks it);
-- "authbridge-device": the device authorization grant (RFC 8628), verification at /o/device/.
+- "authbridge-device": the device authorization grant (RFC 8628), verification at /o/device/;
+- "authbridge-confidential": like "authbridge-test" with a client secret; also the resource server
+  that introspects tokens at /o/introspect/ (RFC 7662, scope `introspection`).
 
 ID tokens and userinfo name the user: `preferred_username`, `name` and `email` besides DOT's
 numeric `sub` (NamingValidator).
@@ -30,6 +32,8 @@ Test-only endpoints:
 - `GET /test/end-access?token=…`: the access token stops working now (its expiry moved to the past,
   as a server does that ends sessions early); its refresh token still works. (Revoking the access
   token at `/o/revoke_token/` revokes its refresh token too, as RFC 7009 §2.1 allows.)
+- `GET /test/refresh-active?token=…`: whether a refresh token is still good (DOT's RFC 7662
+  endpoint knows access tokens only);
 - `GET /test/tamper?mode=signature|aud|exp|nonce|none`: the next ID tokens the token endpoint
   hands out are altered (a flipped signature byte, or re-signed with DOT's own key and another
   `aud`, an `exp` in the past, another `nonce`): the client must refuse each.
@@ -77,6 +81,9 @@ BASE = f"http://127.0.0.1:{PORT}"
 from django.conf import settings  # noqa: E402
 from jwcrypto import jwk, jwt  # noqa: E402
 
+#: The confidential client's secret (the test kit's openid_servers.CONFIDENTIAL_SECRET).
+CONFIDENTIAL_SECRET = "authbridge-confidential-secret-0123456789"
+
 KEY_FILE = os.path.join(args.state, "oidc-key.pem")
 if not os.path.exists(KEY_FILE):
     with open(KEY_FILE, "wb") as handle:
@@ -122,7 +129,7 @@ settings.configure(
         "OAUTH_DEVICE_VERIFICATION_URI": f"{BASE}/o/device/",
         "OAUTH_DEVICE_VERIFICATION_URI_COMPLETE": f"{BASE}/o/device/?user_code={{user_code}}",
         "DEVICE_FLOW_INTERVAL": args.device_interval,
-        "SCOPES": {"openid": "OpenID Connect", "read": "Read"},
+        "SCOPES": {"openid": "OpenID Connect", "read": "Read", "introspection": "Introspect tokens"},
         "OIDC_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_post", "client_secret_basic"],
         "OAUTH2_VALIDATOR_CLASS": f"{__name__}.NamingValidator",
     },
@@ -264,6 +271,13 @@ def remember_codes(get_response):
     return middleware
 
 
+def refresh_active(request):
+    """Whether a refresh token is still good at DOT: its introspection endpoint knows access tokens only."""
+    from oauth2_provider.models import get_refresh_token_model
+    active = get_refresh_token_model().objects.filter(token=request.GET.get("token", ""), revoked__isnull=True).exists()
+    return JsonResponse({"active": active})
+
+
 def stats(request):
     with STATS_LOCK:
         return JsonResponse(dict(STATS))
@@ -293,6 +307,7 @@ urlpatterns = [
     path("test/tamper", tamper),
     path("test/admin-revoke", admin_revoke),
     path("test/end-access", end_access),
+    path("test/refresh-active", refresh_active),
 ]
 
 call_command("migrate", verbosity=0, interactive=False)
@@ -303,14 +318,18 @@ for username, password, first, last in [("ada", "lovelace-test", "Ada", "Lovelac
     # Named also in a state folder made before users had names.
     User.objects.filter(username=username, first_name="").update(first_name=first, last_name=last)
 CLIENTS = [
-    ("authbridge-test", Application.GRANT_AUTHORIZATION_CODE, True),
-    ("authbridge-consent", Application.GRANT_AUTHORIZATION_CODE, False),
-    ("authbridge-device", Application.GRANT_DEVICE_CODE, False),
+    ("authbridge-test", Application.GRANT_AUTHORIZATION_CODE, True, None),
+    ("authbridge-consent", Application.GRANT_AUTHORIZATION_CODE, False, None),
+    ("authbridge-device", Application.GRANT_DEVICE_CODE, False, None),
+    # Confidential: signs in as the public one does, and is the resource server that introspects.
+    ("authbridge-confidential", Application.GRANT_AUTHORIZATION_CODE, True, CONFIDENTIAL_SECRET),
 ]
-for client_id, grant, skip in CLIENTS:
+for client_id, grant, skip, secret in CLIENTS:
     if not Application.objects.filter(client_id=client_id).exists():
         Application.objects.create(
-            client_id=client_id, name=f"AuthBridge tests ({client_id})", client_type=Application.CLIENT_PUBLIC,
+            client_id=client_id, name=f"AuthBridge tests ({client_id})",
+            client_type=Application.CLIENT_CONFIDENTIAL if secret else Application.CLIENT_PUBLIC,
+            client_secret=secret or "",
             authorization_grant_type=grant, redirect_uris="http://127.0.0.1/callback" if grant != Application.GRANT_DEVICE_CODE else "",
             skip_authorization=skip, algorithm=Application.RS256_ALGORITHM)
 

@@ -62,6 +62,8 @@ export interface LoadedPlugin {
   path: string;
   /** Where the plugin's code runs: its own runner process, or inside the host. */
   isolation: 'process' | 'none';
+  /** What loading noticed without refusing the plugin (e.g. describe's description is not the manifest's). */
+  warnings?: string[];
   /** Further descriptor fields from the plugin. */
   [member: string]: unknown;
 }
@@ -91,6 +93,8 @@ export interface ProfileInfo {
   message?: string;
   flows: Flow[];
   source: 'config' | 'runtime';
+  /** Settings neither the plugin nor the host reads (ignored), each with the key probably meant. */
+  warnings?: string[];
 }
 
 /** The state of one profile's session. */
@@ -271,7 +275,7 @@ export interface FetchResult {
 export interface SessionChangedParams {
   provider: string;
   state: 'signedIn' | 'refreshed' | 'signedOut' | 'licenseRevoked';
-  /** signedOut: userSignedOut | revoked | invalidGrant | licenseRevoked | expired | profileChanged. */
+  /** signedOut: userSignedOut | revoked | invalidGrant | licenseRevoked | expired | profileChanged | refreshRefused. */
   reason: Reason;
   message?: string;
   account?: Account;
@@ -332,6 +336,9 @@ export interface ErrorData {
   supported?: string[];
   /** The provider's HTTP status, when there was one. */
   status?: number;
+  /** The provider's OAuth error code, when its refusal carried one and `reason` is another word
+   *  (-32001 `refreshRefused` after `invalid_request`). */
+  oauthError?: string;
 }
 
 export declare const PROTOCOL_VERSION: '1.0';

@@ -129,7 +129,8 @@ struct MarketSharpPlugin: ProviderPlugin {
         do {
             answer = try call.standard(.refresh, input)
         } catch {
-            if let problem = LicenseProblem(oauthError: error.reason) {
+            // The standard step names a 400 it refused `refreshRefused`; the server's own word is `oauthError`.
+            if let problem = LicenseProblem(oauthError: error.oauthError ?? error.reason) {
                 // The host ends the session with reason licenseRevoked and this message.
                 throw .definitive("licenseRevoked", problem.message, status: error.status)
             }

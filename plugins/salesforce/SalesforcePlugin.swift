@@ -331,13 +331,19 @@ struct SalesforcePlugin: ProviderPlugin {
         ]
         let result: JSON
         do {
-            result = try Self.tokenResult(call.http(request), now: call.now)
-        } catch  where error.reason == "requestInProgress" {
-            // Another request with this refresh token (another device or process) is running:
-            // it ends in a moment, so one more try after a short wait usually succeeds.
-            call.log(.notice, "Salesforce is already processing a token request for this session; trying again in \(Self.busyRetryDelayMs) ms")
-            try call.pause(milliseconds: Self.busyRetryDelayMs)
-            result = try Self.tokenResult(call.http(request), now: call.now)
+            do {
+                result = try Self.tokenResult(call.http(request), now: call.now)
+            } catch  where error.reason == "requestInProgress" {
+                // Another request with this refresh token (another device or process) is running:
+                // it ends in a moment, so one more try after a short wait usually succeeds.
+                call.log(.notice, "Salesforce is already processing a token request for this session; trying again in \(Self.busyRetryDelayMs) ms")
+                try call.pause(milliseconds: Self.busyRetryDelayMs)
+                result = try Self.tokenResult(call.http(request), now: call.now)
+            }
+        } catch  where error.reason != "requestInProgress" {
+            // Any other 400 or 401 to a refresh is Salesforce's answer about this grant, whatever
+            // its body (bridge-spec, "Standard token-endpoint answers"): the session ends.
+            throw error.asRefreshRefusal
         }
         // A moved org is followed, but only to Salesforce's own hosts.
         if let instance = result["tokens"]?["extras"]?["instance_url"]?.stringValue,

@@ -138,7 +138,12 @@ struct TableauPlugin: ProviderPlugin {
             "client_id": .string(device.id), "device_id": .string(device.id),
             "site_namespace": .string(config["site"]?.stringValue ?? ""),
         ]
-        let tokens = try Self.tokenRequest(form, config: config, call: call)
+        let tokens: Tokens
+        do { tokens = try Self.tokenRequest(form, config: config, call: call) } catch {
+            // A 400 or 401 without Tableau's `error` member is still its answer about these tokens
+            // (bridge-spec, "Standard token-endpoint answers"): the session ends, as with one.
+            throw error.asRefreshRefusal
+        }
         if tokens.xsrf == nil {
             // The refresh token has rotated already: dropping this answer would sign the user
             // out at the next renewal. The previous XSRF token stays (the host merges extras).

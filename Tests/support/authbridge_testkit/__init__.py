@@ -18,6 +18,10 @@ Modules:
               `frame_recorder`, the Python client's frames for recorded.validate
   leak_scan   no code or token in a host's log or in a frame that does not carry one by contract
   dot_auth    django-oauth-toolkit (Tests/support/dot_server.py), the suites' authorization server
+  openid_servers  what the real OpenID providers of the scenarios offer (`OpenIDServer`), their users
+              and clients, and `TokenEndpointRecorder`, a relay that sees what reaches a token endpoint
+  glewlwyd    glewlwyd (Debian's package), set up through its admin API in a temporary folder
+  idpyoidc_op an OpenID provider of our own on idpyoidc (Tests/support/idpyoidc_server.py)
   tls         a self-signed certificate for https test servers
   token_gated servers that let in only a token DOT accepts: git's smart HTTP (git http-backend),
               a Kubernetes API server's discovery (https)

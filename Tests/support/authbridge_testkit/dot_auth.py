@@ -209,3 +209,57 @@ def dot_fixture(scope: str = "module", **options: Any):
         yield server
         server.stop()
     return dot
+
+
+class DotOpenIDServer(DotAuthServer):
+    """django-oauth-toolkit as an `OpenIDServer` (openid_servers), for the scenarios every server
+    runs: profiles by discovery (`settings` here names the issuer, not DOT's endpoints as
+    `DotAuthServer.settings` does for the older suites), a confidential client, introspection."""
+
+    name = "dot"
+    has_device_flow = True
+
+    def __init__(self, state: Path, access_lifetime: int = 3600) -> None:
+        from .openid_servers import EXTERNAL_REDIRECT, free_port
+        super().__init__(state, access_lifetime=access_lifetime)
+        self.redirect_uri = EXTERNAL_REDIRECT
+        # DOT accepts any port of a loopback redirect (RFC 8252 §7.3); a pinned one works too.
+        self.loopback_port = free_port()
+
+    @property
+    def issuer(self) -> str:
+        return f"{self.base}/o"
+
+    @property
+    def token_endpoint(self) -> str:
+        return f"{self.base}/o/token/"
+
+    def settings(self, confidential: bool = False, **extra: Any) -> dict[str, Any]:
+        from .openid_servers import CONFIDENTIAL_CLIENT, CONFIDENTIAL_SECRET
+        client = {"clientId": CONFIDENTIAL_CLIENT, "clientSecret": CONFIDENTIAL_SECRET} if confidential else {"clientId": CLIENT_ID}
+        return {"issuer": self.issuer, **client, "redirectUri": self.redirect_uri, "scopes": ["openid", "read"], **extra}
+
+    def device_settings(self, **extra: Any) -> dict[str, Any]:
+        # DOT gives the device grant its own client and does not list the endpoint in discovery.
+        return {"issuer": self.issuer, "clientId": "authbridge-device", "scopes": ["openid", "read"],
+                "deviceAuthorizationEndpoint": f"{self.base}/o/device-authorization/", **extra}
+
+    def approve_device(self, user_code: str, verification_uri: str, user: str = USER, password: str = PASSWORD,
+                       action: str = "accept") -> None:
+        super().approve_device(user_code, verification_uri, action=action, user=user, password=password)
+
+    def introspect(self, token: str) -> bool:
+        """RFC 7662 at /o/introspect/ as the confidential client (DOT knows access tokens there);
+        a refresh token is looked up in DOT's tables (/test/refresh-active)."""
+        import base64
+        from .openid_servers import CONFIDENTIAL_CLIENT, CONFIDENTIAL_SECRET
+        credentials = base64.b64encode(f"{CONFIDENTIAL_CLIENT}:{CONFIDENTIAL_SECRET}".encode()).decode()
+        request = urllib.request.Request(f"{self.base}/o/introspect/", data=urllib.parse.urlencode({"token": token}).encode(),
+                                         headers={"Authorization": f"Basic {credentials}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            if json.loads(response.read()).get("active") is True:
+                return True
+        return self._get_json("/test/refresh-active?" + urllib.parse.urlencode({"token": token}))["active"]
+
+    def admin_revoke(self, user: str = USER) -> None:  # type: ignore[override]
+        assert super().admin_revoke(user) >= 1, f"{user} had no refresh token to revoke"

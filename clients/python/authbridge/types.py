@@ -218,13 +218,15 @@ class ProfileInfo:
     flows: list[Flow]
     source: Literal["config", "runtime"]
     message: str | None = None
+    #: Settings neither the plugin nor the host reads (ignored), each named with the key probably meant.
+    warnings: list[str] = field(default_factory=list)
 
     @classmethod
     def from_wire(cls, data: Any) -> ProfileInfo:
         data = _dict(data)
         return cls(name=data.get("name", ""), plugin=data.get("plugin", ""), status=data.get("status", "error"),
                    flows=list(_list(data.get("flows"))), source=data.get("source", "runtime"),
-                   message=data.get("message"))
+                   message=data.get("message"), warnings=list(_list(data.get("warnings"))))
 
 
 @dataclass(frozen=True)
@@ -245,6 +247,8 @@ class PluginStatus:
     #: Where the plugin's code runs: "process" (its own runner process) or "none" (inside the
     #: host); always given for loaded plugins, sometimes for refused ones.
     isolation: Literal["process", "none"] | None = None
+    #: What loading noticed without refusing the plugin (e.g. describe's description is not the manifest's).
+    warnings: list[str] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -260,7 +264,7 @@ class PluginStatus:
                    capabilities=list(_list(data.get("capabilities"))),
                    settings=data.get("settings") if isinstance(data.get("settings"), dict) else None,
                    reason=data.get("reason"), message=data.get("message"), isolation=data.get("isolation"),
-                   raw=dict(data))
+                   warnings=list(_list(data.get("warnings"))), raw=dict(data))
 
 
 @dataclass(frozen=True)

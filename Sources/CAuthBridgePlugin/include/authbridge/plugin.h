@@ -20,7 +20,9 @@
  *        is_cancelled; ab_plugin_info.version may be NULL (the manifest's).
  *
  * A plugin declares the ABI it was built for (ab_plugin_info, AB_DEFINE_PLUGIN
- * writes this header's) and its manifest says the same. A plugin built for 1.0
+ * writes this header's) and its manifest the least ABI it needs: majors equal,
+ * both minors at most the host's (a plugin rebuilt with a newer header of the
+ * same major keeps its manifest, as GStreamer's plugins do). A plugin built for 1.0
  * keeps loading in 1.1 hosts unchanged; one built for 1.1 loads only in hosts
  * of 1.1 or later, so it may use 1.1's entries without AB_HAS (a plugin that
  * wants to run in 1.0 hosts too declares 1.0 and checks AB_HAS before use).
@@ -30,8 +32,10 @@
  * the library). The library repeats only its id (ab_plugin_info.id: proof that
  * the manifest names the right library); its version may be NULL and describe
  * may leave out id, version and description: the host fills them in from the
- * manifest. Anything the library does state must equal the manifest's, or the
- * plugin is refused (badEntry for the id, metadataMismatch for the others).
+ * manifest. An id or version the library does state must equal the manifest's,
+ * or the plugin is refused (badEntry for the id, metadataMismatch for the
+ * version); another description in describe is shown as the manifest's, with
+ * a warning.
  *
  * ── Loading (PG_MODULE_MAGIC's rule: check the ABI before any init) ────────
  * 1. The host reads the manifest beside the library and checks its "abi".
@@ -51,8 +55,8 @@
  *    pointer to static, constant data: it runs before the ABI is checked.
  * 5. The host checks magic, major/minor (against its own and the manifest's),
  *    the plugin id and version against the manifest and the vtable size; only
- *    then it calls init(), then describe (whose id, version and description,
- *    when given, must be the manifest's).
+ *    then it calls init(), then describe (whose id and version, when given,
+ *    must be the manifest's).
  * 6. shutdown() is called once when the host exits; the library stays mapped.
  *
  * ── Isolation: the plugin may run in a process of its own ──────────────────

@@ -1,0 +1,210 @@
+"""The tests' own OpenID Provider on idpyoidc, driven from pytest.
+
+`IdpyOIDCServer` starts `Tests/support/idpyoidc_server.py` in the venv and implements
+`OpenIDServer` (openid_servers.py): settings for an `oidc` profile, `browse` (the user at the OP's
+password page), RFC 7662 introspection as a resource server, an administrator's revocation, and
+stop/start as a real restart (the OP reloads its dumped sessions, so earlier tokens still work).
+
+What differs from the other servers, as idpyoidc 5.0.0 does it:
+- redirect URIs match exactly (both clients get EXTERNAL_REDIRECT and the pinned loopback one);
+- `offline_access` (hence a refresh token) needs prompt=consent: without it the authorization
+  request is refused outright (400 at the OP, nothing redirected back). The host adds the prompt
+  itself to an openid + offline_access request (the settings leave it to the host, so the
+  scenarios hold it to that). The OP shows no consent page;
+- a refresh token already used (or revoked) is refused with `invalid_request` ("Refresh token
+  inactive"), not `invalid_grant`; refresh tokens rotate, the old one dies;
+- `iss` comes with every authorization response but is not advertised (no
+  authorization_response_iss_parameter_supported); `none` is missing from
+  token_endpoint_auth_methods_supported although the public client uses it;
+- DPoP (RFC 9449) is optional: a token request with a proof binds the grant, whose tokens then
+  need a proof of that key (the OP's corrections of the library's add-on);
+- no device flow.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.cookiejar
+import json
+import re
+import selectors
+import subprocess
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+from . import leak_scan
+from .openid_servers import (CONFIDENTIAL_CLIENT, CONFIDENTIAL_SECRET, EXTERNAL_REDIRECT, PASSWORD, PUBLIC_CLIENT,
+                             USER, free_port)
+from .paths import REPO
+
+SERVER = REPO / "Tests" / "support" / "idpyoidc_server.py"
+#: Start-up takes half a second (key derivations, the first one makes keys); far more means it is stuck.
+START_TIMEOUT = 30
+STOP_TIMEOUT = 10
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):  # the test looks at every Location itself
+        return None
+
+
+class IdpyOIDCServer:
+    name = "idpyoidc"
+    has_device_flow = False
+
+    def __init__(self, state: Path, access_lifetime: int = 3600) -> None:
+        self.state = state
+        self.access_lifetime = access_lifetime
+        self.process: subprocess.Popen | None = None
+        self.port = 0                      # chosen by the first start, kept by restarts
+        self.loopback_port = free_port()   # registered as http://127.0.0.1:<it>/callback
+        self.redirect_uri = EXTERNAL_REDIRECT
+        self.base = self.issuer = self.token_endpoint = ""
+        self.metadata: dict[str, Any] = {}
+        self._handed_out: list[str] = []
+        self._registered = False
+
+    # ---- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> "IdpyOIDCServer":
+        if self.process and self.process.poll() is None:
+            return self
+        self.state.mkdir(parents=True, exist_ok=True)
+        log = open(self.state / "server.log", "ab")  # appended: a restart keeps the earlier runs' log
+        self.process = subprocess.Popen(
+            [sys.executable, str(SERVER), "--state", str(self.state), "--access-lifetime", str(int(self.access_lifetime)),
+             "--port", str(self.port), "--loopback-port", str(self.loopback_port)],
+            stdout=subprocess.PIPE, stderr=log)
+        log.close()
+        line = self._ready_line()
+        if not line.startswith("READY "):
+            self.stop()
+            raise RuntimeError(f"the idpyoidc OP did not start: {(self.state / 'server.log').read_text()[-2000:]}")
+        self.port = int(line.split()[1])
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.metadata = self._get_json("/.well-known/openid-configuration")
+        self.issuer = self.metadata["issuer"]
+        self.token_endpoint = self.metadata["token_endpoint"]
+        if not self._registered:
+            leak_scan.register(self.handed_out)
+            self._registered = True
+        return self
+
+    def _ready_line(self) -> str:
+        """The first line of stdout, waited for at most START_TIMEOUT (the process exits on a set-up
+        error, but a hang must not hang the suite)."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout=START_TIMEOUT):
+                return ""
+        return self.process.stdout.readline().decode()
+
+    def stop(self) -> None:
+        """SIGTERM: the OP stops accepting, writes its state (what the next start loads) and exits;
+        killed if it does not within STOP_TIMEOUT (its state then lost). The port refuses
+        connections after."""
+        if self.process and self.process.poll() is None:
+            try:
+                self._handed_out = self.handed_out()   # kept for scans while the server is down
+            except (OSError, ValueError):              # not answering (or never started)
+                pass
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=STOP_TIMEOUT)
+        if self.process and self.process.stdout:
+            self.process.stdout.close()
+
+    # ---- what scenarios use -------------------------------------------------------------------
+
+    @property
+    def authorize_prefix(self) -> str:
+        return f"{self.metadata['authorization_endpoint']}?"
+
+    def settings(self, confidential: bool = False, **extra: Any) -> dict[str, Any]:
+        """Scopes: `offline_access` brings the refresh token (idpyoidc refuses the whole request
+        unless it comes with prompt=consent, which the host adds itself, OpenID Connect Core §11),
+        `profile` and `email` name the user in the ID token and userinfo."""
+        settings: dict[str, Any] = {
+            "issuer": self.issuer, "clientId": CONFIDENTIAL_CLIENT if confidential else PUBLIC_CLIENT,
+            "redirectUri": self.redirect_uri, "scopes": ["openid", "offline_access", "profile", "email"]}
+        if confidential:
+            settings["clientSecret"] = CONFIDENTIAL_SECRET
+        return {**settings, **extra}
+
+    def browse(self, url: str, user: str = USER, password: str = PASSWORD) -> str:
+        """A browser signing in as `user`: authorization endpoint → password page → its form →
+        the redirect to the app's callback, whose URL is returned (never followed). Uses nothing of
+        `self`, so a stand-in browser can call it unbound."""
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()), _NoRedirect)
+        status, location, page = _open(opener, url)
+        assert status == 200, f"the authorization endpoint answered {status} → {location or page[:300]}"
+        form = re.search(r'<form[^>]*action="([^"]+)"', page)
+        token = re.search(r'name="token" value="([^"]+)"', page)
+        assert form and token, f"no sign-in form at the authorization endpoint: {page[:300]}"
+        fields = urllib.parse.urlencode({"token": unescape(token.group(1)), "username": user, "password": password})
+        status, location, page = _open(opener, urllib.parse.urljoin(url, unescape(form.group(1))), fields.encode())
+        assert status == 302 and location.startswith("http://127.0.0.1:"), f"the sign-in answered {status} → {location or page[:300]}"
+        return location
+
+    def approve_device(self, user_code: str, verification_uri: str, user: str = USER, password: str = PASSWORD) -> None:
+        raise NotImplementedError("idpyoidc 5.0.0 has no device authorization grant (has_device_flow is False)")
+
+    def introspect(self, token: str) -> bool:
+        """RFC 7662, asked as the confidential client (client_secret_basic), the resource server."""
+        return self.introspection(token).get("active") is True
+
+    def introspection(self, token: str) -> dict[str, Any]:
+        credentials = base64.b64encode(f"{CONFIDENTIAL_CLIENT}:{CONFIDENTIAL_SECRET}".encode()).decode()
+        request = urllib.request.Request(self.metadata["introspection_endpoint"],
+                                         data=urllib.parse.urlencode({"token": token}).encode(),
+                                         headers={"Authorization": f"Basic {credentials}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    def revoke(self, token: str, confidential: bool = False) -> None:
+        """RFC 7009 at the OP's revocation endpoint, as the client the token was issued to. Only
+        that token dies (a revoked access token leaves its refresh token working)."""
+        form = {"token": token, "client_id": CONFIDENTIAL_CLIENT if confidential else PUBLIC_CLIENT}
+        if confidential:
+            form["client_secret"] = CONFIDENTIAL_SECRET
+        request = urllib.request.Request(self.metadata["revocation_endpoint"], data=urllib.parse.urlencode(form).encode())
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200, f"the revocation endpoint answered {response.status}"
+
+    def admin_revoke(self, user: str = USER) -> int:
+        """Every grant of `user` revoked with its tokens; how many refresh tokens were still live."""
+        return self._get_json("/test/admin-revoke?" + urllib.parse.urlencode({"user": user}))["revoked"]
+
+    def handed_out(self) -> list[str]:
+        """Every code and token this OP handed out (for the suite's leak scan)."""
+        if self.process is None or self.process.poll() is not None:
+            return self._handed_out
+        return self._get_json("/test/secrets")["secrets"]
+
+    def stats(self) -> dict[str, int]:
+        """refreshes (answered), refresh_errors, codes_redeemed, revocations — since the first start."""
+        return self._get_json("/test/stats")
+
+    def sub(self, user: str = USER) -> str:
+        """The `sub` the OP gives `user` in ID tokens and userinfo."""
+        return self._get_json("/test/user?" + urllib.parse.urlencode({"name": user}))["sub"]
+
+    def _get_json(self, path: str) -> dict[str, Any]:
+        with urllib.request.urlopen(self.base + path, timeout=10) as response:
+            return json.loads(response.read())
+
+
+def _open(opener, url: str, data: bytes | None = None) -> tuple[int, str, str]:
+    try:
+        with opener.open(url, data=data, timeout=10) as response:
+            return response.status, response.headers.get("Location", ""), response.read().decode()
+    except urllib.error.HTTPError as answer:  # redirects and refusals alike: the caller judges
+        return answer.code, answer.headers.get("Location", ""), answer.read().decode()
