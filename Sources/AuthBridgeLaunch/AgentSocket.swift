@@ -79,7 +79,8 @@ public enum AgentSocket {
     }
 
     /// The default folder is made 0700 and must stay the user's alone; a folder named with
-    /// `--socket` must be the user's or root's and not writable by others (unless sticky, as /tmp).
+    /// `--socket` must be the user's or root's and not writable by others, sticky or not: in /tmp
+    /// anyone could take the path first (or after the agent ends), and be taken for the agent.
     private static func prepareFolder(_ folder: String, isDefault: Bool) throws(Problem) {
         if mkdir(folder, 0o700) == 0 { return }
         guard errno == EEXIST else {
@@ -101,8 +102,10 @@ public enum AgentSocket {
         guard info.st_uid == getuid() || info.st_uid == 0 else {
             throw Problem(message: "the folder \(folder) belongs to uid \(info.st_uid), neither you nor root")
         }
-        guard mode & 0o022 == 0 || mode & S_ISVTX != 0 else {
-            throw Problem(message: "others can write to the folder \(folder) (mode \(String(mode, radix: 8))); fix it with: chmod go-w \(folder)")
+        guard mode & 0o022 == 0 else {
+            let fix = mode & S_ISVTX != 0 ? "choose a --socket in a folder only you can write to" : "fix it with: chmod go-w \(folder)"
+            throw Problem(
+                message: "others can write to the folder \(folder) (mode \(String(mode, radix: 8))), and could put their own socket there; \(fix)")
         }
     }
 

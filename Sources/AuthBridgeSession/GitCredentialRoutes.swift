@@ -49,7 +49,45 @@ public struct GitCredentialRoutes: Sendable, Equatable {
         /// The request as a URL: `scheme://host/path`.
         public var url: String { "\(scheme)://\(host)/" + (path ?? "") }
 
-        var parsed: ParsedURL? { ParsedURL(url) }
+        /// Whether `scheme` is a URL scheme and `host` a host name or IP literal with an optional
+        /// port. git decodes %-escapes in a URL's host (`https://h%2f%40evil.example/x.git` asks
+        /// for host `h/@evil.example`), and joined into `url` such a host would parse as another
+        /// host, user, path, query or fragment: nothing is answered for it (fail closed).
+        public var isWellFormed: Bool { ParsedURL.hasScheme(scheme + ":") && !scheme.contains(":") && Self.isHostAndPort(host) }
+
+        var parsed: ParsedURL? { isWellFormed ? ParsedURL(url) : nil }
+
+        /// `name[:port]` or `[IPv6][:port]`: a name of dot-separated labels of ASCII letters,
+        /// digits, `-` and `_` (an IPv4 address is one; an internationalised name comes as its
+        /// A-labels, `xn--…`), a port of 1 to 65535.
+        static func isHostAndPort(_ text: String) -> Bool {
+            var host = Substring(text)
+            var port: Substring?
+            if host.hasPrefix("[") {
+                guard let close = host.firstIndex(of: "]") else { return false }
+                let rest = host[host.index(after: close)...]
+                host = host[host.index(after: host.startIndex)..<close]
+                guard host.contains(":"), host.allSatisfy({ $0.isASCII && ($0.isHexDigit || $0 == ":" || $0 == ".") }) else { return false }
+                if !rest.isEmpty {
+                    guard rest.hasPrefix(":") else { return false }
+                    port = rest.dropFirst()
+                }
+            } else {
+                if let colon = host.lastIndex(of: ":") {
+                    port = host[host.index(after: colon)...]
+                    host = host[..<colon]
+                }
+                let labels = host.split(separator: ".", omittingEmptySubsequences: false)
+                guard host.utf8.count <= 253,
+                    labels.allSatisfy({ label in
+                        (1...63).contains(label.utf8.count)
+                            && label.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }
+                    })
+                else { return false }
+            }
+            guard let port else { return true }
+            return (1...5).contains(port.count) && port.allSatisfy { $0.isASCII && $0.isNumber } && (1...65535).contains(Int(port) ?? 0)
+        }
     }
 
     public enum Match: Sendable, Equatable {

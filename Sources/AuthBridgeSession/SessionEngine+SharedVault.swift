@@ -24,7 +24,9 @@ extension SessionEngine {
     }
 
     /// Emits another host's `session/changed`, if it is about a profile of this host and says
-    /// what the spec allows (the database is shared, not this host's own word).
+    /// what the spec allows (the database is shared, not this host's own word). The vault hands
+    /// over only events sealed with its key, once and fresh: anyone who may connect to the
+    /// database can NOTIFY its channel.
     private func relay(_ params: JSON) {
         guard let profile = params["provider"]?.stringValue, profiles[profile] != nil,
             let change = params["state"]?.stringValue.flatMap(SessionChange.init(rawValue:)),

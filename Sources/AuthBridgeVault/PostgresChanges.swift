@@ -1,5 +1,7 @@
+import AuthBridgeCrypto
 import AuthBridgeJSON
 import AuthBridgeSystem
+import AuthBridgeURL
 import Synchronization
 
 #if canImport(Glibc)
@@ -17,9 +19,16 @@ import Musl
 ///   answer is read again (a host that lost its connection re-reads before answering);
 /// - the observers (`observe`), told of each change and of each event another host published.
 ///
-/// The connection is opened on first use, checked with `SELECT 1` when quiet for 5 s (a
-/// silent network is found out within 10 s), and opened again after a loss with a back-off
-/// (100 ms, doubling, at most 2 s; 30 s after a refused login).
+/// Any role with CONNECT on the database may NOTIFY the channel (and LISTEN to it), so every
+/// payload is sealed with a key derived from the vault key (AES-GCM, the channel authenticated):
+/// what does not open is only a hint that something may have changed (records are re-read, and
+/// their own seals checked), never an event; an event is relayed once, and only within
+/// `eventWindow` of when it was sealed (a payload heard on the channel cannot be replayed).
+///
+/// Listening starts once the vault key is proven (`start(vaultKey:)`). The connection is
+/// checked with `SELECT 1` when quiet for 5 s (a silent network is found out within 10 s), and
+/// opened again after a loss with a back-off (100 ms, doubling, at most 2 s; 30 s after a
+/// refused login).
 final class ChangeFeed: Sendable {
     private let pool: PostgresPool
     private let channel: String
@@ -29,9 +38,15 @@ final class ChangeFeed: Sendable {
     private let state = Atomic<Int64>(0)
     private let started = Atomic<Bool>(false)
     private let observers = Mutex<[@Sendable (VaultChange) -> Void]>([])
+    /// What payloads are sealed with: set (once) by `start(vaultKey:)`.
+    private let sealingKey = Mutex<SymmetricKey?>(nil)
+    /// The events relayed within the last `eventWindow`: nonce → when sealed (ms since 1970).
+    private let relayed = Mutex<[String: Int64]>([:])
 
     /// How long the connection may stay quiet before it is checked.
     static let quietCheck: Duration = .seconds(5)
+    /// How far an event's seal may be from this host's clock (the hosts' clocks differ by less).
+    static let eventWindow: Int64 = 120_000
 
     init(pool: PostgresPool, channel: String, origin: String) {
         self.pool = pool
@@ -48,17 +63,26 @@ final class ChangeFeed: Sendable {
     /// Something changed (a write of this process, or news from another).
     func changed() { state.add(2, ordering: .sequentiallyConsistent) }
 
-    /// Starts listening (once; later calls do nothing).
-    func start() {
-        guard !started.load(ordering: .relaxed),
-            started.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
-        else { return }
+    /// Starts listening (once; later calls do nothing), with payloads sealed under a key derived
+    /// from `vaultKey`, the proven key of the vault.
+    func start(vaultKey: SymmetricKey) throws(VaultError) {
+        guard !started.load(ordering: .relaxed) else { return }
+        let key: SymmetricKey
+        do {
+            key = try HKDF.sha256(
+                inputKeyMaterial: vaultKey.bytes, salt: [], info: Array("authbridge vault changes v1".utf8), outputByteCount: 32)
+        } catch {
+            throw VaultError(.io, error.message)
+        }
+        sealingKey.withLock { $0 = $0 ?? key }
+        guard started.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
         detachThread { [self] in listen() }
     }
 
+    /// Tells `observer` of what other hosts change from when the vault listens (its owner opens
+    /// the vault for that).
     func observe(_ observer: @escaping @Sendable (VaultChange) -> Void) {
         observers.withLock { $0.append(observer) }
-        start()
     }
 
     private func tell(_ change: VaultChange) {
@@ -101,12 +125,37 @@ final class ChangeFeed: Sendable {
 
     private func received(_ payload: String) {
         guard let message = try? JSON.parse(payload), message["h"]?.stringValue != origin else { return }
-        if let event = message["e"] {
+        guard let (content, nonce) = open(message) else {
+            // Not sealed with this vault's key (an older host, or any role that may connect): a hint only.
+            changed()
+            tell(.records(nil))
+            return
+        }
+        guard content["h"]?.stringValue != origin else { return } // this host's own, heard again
+        if let event = content["e"] {
+            guard let sealedAt = content["t"]?.intValue, firstHearing(nonce, sealedAt: sealedAt) else { return }
             tell(.event(event))
         } else {
             changed()
-            tell(.records(message["k"]?.stringValue))
+            tell(.records(content["k"]?.stringValue))
         }
+    }
+
+    /// Whether an event sealed at `sealedAt` under `nonce` is to be relayed: sealed within
+    /// `eventWindow` of now and not relayed before (what is older is forgotten: it is refused).
+    private func firstHearing(_ nonce: String, sealedAt: Int64) -> Bool {
+        let now = Self.now()
+        guard abs(now - sealedAt) <= Self.eventWindow else { return false }
+        return relayed.withLock { relayed in
+            if relayed.count >= 64 { relayed = relayed.filter { now - $0.value <= Self.eventWindow } }
+            return relayed.updateValue(sealedAt, forKey: nonce) == nil
+        }
+    }
+
+    static func now() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
     }
 
     // MARK: - Payloads
@@ -114,18 +163,40 @@ final class ChangeFeed: Sendable {
     /// NOTIFY payloads stay under PostgreSQL's 8,000 bytes.
     static let payloadLimit = 7_500
 
-    /// The payload announcing a change of `key` (without the key when it is too long: "any").
-    func changePayload(_ key: String) -> String {
-        let full = JSON.object(["h": .string(origin), "k": .string(key)]).serializedString()
-        return full.utf8.count <= Self.payloadLimit ? full : JSON.object(["h": .string(origin)]).serializedString()
+    /// `{"h": origin, "s": sealed}`: the sender in the clear (a host skips its own at once), and
+    /// sealed (base64 of nonce ‖ ciphertext ‖ tag, the channel authenticated) `content`, which
+    /// names the sender again and when it was sealed. Nil without the key or when too long.
+    private func seal(_ content: [String: JSON], at time: Int64 = ChangeFeed.now()) -> String? {
+        guard let key = sealingKey.withLock({ $0 }) else { return nil }
+        var content = content
+        content["h"] = .string(origin)
+        content["t"] = .int(time)
+        guard let sealed = try? AESGCM.seal(JSON.object(content).serialized(sortKeys: true), using: key, authenticating: Array(channel.utf8))
+        else { return nil }
+        let payload = JSON.object(["h": .string(origin), "s": .string(Base64.encode(sealed))]).serializedString()
+        return payload.utf8.count <= Self.payloadLimit ? payload : nil
     }
 
-    /// The payload publishing `event`; nil when it cannot be made small enough.
-    func eventPayload(_ event: JSON) -> String? {
+    /// The content of a payload sealed with this vault's key, and its nonce; nil for anything else.
+    private func open(_ message: JSON) -> (content: JSON, nonce: String)? {
+        guard let key = sealingKey.withLock({ $0 }), let text = message["s"]?.stringValue, let sealed = Base64.decode(text),
+            let plain = try? AESGCM.open(sealed, using: key, authenticating: Array(channel.utf8)),
+            let content = try? JSON.parse(plain), content.objectValue != nil
+        else { return nil }
+        return (content, Base64.encode(sealed.prefix(12)))
+    }
+
+    /// The payload announcing a change of `key` (without the key when it is too long: "any").
+    func changePayload(_ key: String) -> String {
+        seal(["k": .string(key)]) ?? seal([:]) ?? JSON.object(["h": .string(origin)]).serializedString()
+    }
+
+    /// The payload publishing `event` (sealed `at` now, but in tests); nil when it cannot be
+    /// sealed or made small enough.
+    func eventPayload(_ event: JSON, at time: Int64 = ChangeFeed.now()) -> String? {
         var event = event
         for _ in 0..<2 {
-            let text = JSON.object(["h": .string(origin), "e": event]).serializedString()
-            if text.utf8.count <= Self.payloadLimit { return text }
+            if let payload = seal(["e": event], at: time) { return payload }
             // A long provider message or many cookies: the rest of the event still says what happened.
             event = event.setting("message", nil).setting("clearCookies", nil)
         }

@@ -16,7 +16,8 @@ import Synchronization
 ///   so a host queues its own tasks itself); a host that dies releases it with its connection.
 /// - **Everyone hears about changes**: every write NOTIFYs the vault's channel in its own
 ///   transaction; `ChangeFeed` LISTENs, moves the stamp every `ChangeProbe` answers with, and
-///   tells observers (the engine drops what it kept and relays `session/changed`).
+///   tells observers (the engine drops what it kept and relays `session/changed`). Payloads are
+///   sealed: any role that may connect can NOTIFY the channel, and is heard only as a hint.
 /// - **Faults are transient**: the database down, restarting or slow is `vaultUnavailable`
 ///   (retryable, never a sign-out); statements are bounded (`statementTimeout`, on the server
 ///   and in the client); connections come back with a back-off (`PostgresPool`). A write
@@ -35,11 +36,11 @@ public final class PostgresVault: Vault {
     private let keySource: VaultKeySource
     private let client: PostgresClient
     private let pool: PostgresPool
-    private let feed: ChangeFeed
+    let feed: ChangeFeed
     private let opener = Opener(retrying: [.io, .vaultUnavailable, .accessDenied, .lockTimeout])
     /// This process's tasks queue here first: one advisory lock (and connection) per record at a time.
     private let locks = ProfileLocks()
-    private let outbox = Mutex<(pending: [String], sending: Bool)>(([], false))
+    private let outbox = Mutex<(pending: [JSON], sending: Bool)>(([], false))
 
     /// The schema a fleet's hosts use by default.
     public static let defaultSchema = "authbridge"
@@ -158,36 +159,40 @@ public final class PostgresVault: Vault {
     }
 
     /// Each write moves the stamp, and so does each change another host announces; none is
-    /// given while the vault does not listen.
+    /// given while the vault does not listen (it listens once it is open).
     public func changeProbe(for key: String) -> ChangeProbe? {
-        feed.start()
         let feed = self.feed
         return ChangeProbe { feed.stamp }
     }
 
     public func changeProbe(forRecordsOf profile: String) -> ChangeProbe? { changeProbe(for: profile) }
 
-    public func observeChanges(_ handler: @escaping @Sendable (VaultChange) -> Void) { feed.observe(handler) }
+    /// Listening needs the key (payloads are sealed): the vault is opened now, not at first use.
+    public func observeChanges(_ handler: @escaping @Sendable (VaultChange) -> Void) {
+        feed.observe(handler)
+        Task.detached { [self] in _ = try? await openKey() } // a failure is reported to the first use
+    }
 
-    /// Sent in order, one at a time, after whatever this process wrote before (best effort).
+    /// Sent in order, one at a time, after whatever this process wrote before (best effort;
+    /// nothing without the key: an event is sealed with it).
     public func publish(_ event: JSON) {
-        guard let payload = feed.eventPayload(event) else { return }
         let starts = outbox.withLock { outbox -> Bool in
-            outbox.pending.append(payload)
+            outbox.pending.append(event)
             defer { outbox.sending = true }
             return !outbox.sending
         }
         guard starts else { return }
         Task.detached { [self] in
-            while let next = outbox.withLock({ outbox -> String? in
+            while let next = outbox.withLock({ outbox -> JSON? in
                 guard !outbox.pending.isEmpty else {
                     outbox.sending = false
                     return nil
                 }
                 return outbox.pending.removeFirst()
             }) {
+                guard (try? await openKey()) != nil, let payload = feed.eventPayload(next) else { continue }
                 _ = try? await onConnection("publish an event") { [schema, statementBound] (connection: PostgresConnection) throws(PostgresFailure) in
-                    try connection.run("SELECT pg_notify($1, $2)", [schema.channel, next], timeout: statementBound)
+                    try connection.run("SELECT pg_notify($1, $2)", [schema.channel, payload], timeout: statementBound)
                 }
             }
         }
@@ -359,7 +364,7 @@ public final class PostgresVault: Vault {
             )
         }
         try await checkKey(key)
-        feed.start()
+        try feed.start(vaultKey: key)
         return key
     }
 

@@ -55,6 +55,17 @@ final class AgentSessions: Sessions {
         } catch {
             return .failure(ConnectFailure(message: "cannot reach the authbridge agent on \(path) (\(error))", worthTelling: true))
         }
+        // The agent serves only its own user, and is only trusted as this user's: anyone may listen
+        // at a path others can write to (AUTHBRIDGE_AGENT_SOCKET in /tmp), and would be handed
+        // every request and answer with tokens and sign-in pages of its own.
+        guard let peer = UnixSocket.peerCredentials(fd), peer.uid == getuid() else {
+            let who = UnixSocket.peerCredentials(fd).map { "uid \($0.uid) (pid \($0.pid))" } ?? "an unknown user"
+            close(fd)
+            return .failure(
+                ConnectFailure(
+                    message: "what answers on \(path) runs as \(who), not as you (uid \(getuid())): it is not your authbridge agent",
+                    worthTelling: true))
+        }
         let opened = Mutex<AgentSessions?>(nil)
         let client = RPCClient(fd: fd, logger: Logger(label: "authbridge.agent-client")) { method, params in
             if method == "signIn/progress", params["stage"]?.stringValue == "openUrl", let url = params["url"]?.stringValue,

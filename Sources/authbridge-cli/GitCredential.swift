@@ -62,6 +62,15 @@ struct GitCredential: HumanCommand {
             if operation == "get" { err.line("authbridge: git's request names no protocol and host; nothing to answer.") }
             throw ExitCode(CommandExit.failure)
         }
+        // git decodes %-escapes in a URL's host: `https://h%2f%40evil/x.git` asks for host `h/@evil`.
+        guard target.isWellFormed else {
+            if operation == "get" {
+                err.line(
+                    "authbridge: git's request names \(Terminal.clean(target.scheme))://\(Terminal.clean(target.host)), which is not a host name or IP address (with an optional port); nothing to answer."
+                )
+            }
+            throw ExitCode(CommandExit.failure)
+        }
         let routes: GitCredentialRoutes
         switch options.loadConfiguration() {
         case .success(let loaded): routes = loaded.git
@@ -152,16 +161,21 @@ struct GitCredentialRequest: Equatable {
     var values: [String: String] = [:]
 
     /// Parses git's lines; a `url` key stands for its parts (git-credential(1)), later keys win.
-    init(text: String) {
-        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
-            let line = line.hasSuffix("\r") ? line.dropLast() : line
+    init(text: String) { self.init(bytes: Array(text.utf8)) }
+
+    /// Lines end at LF, a CR before it dropped (a Windows-style caller). Split as bytes: in a
+    /// Swift String "\r\n" is one Character, which a split at "\n" never finds.
+    init(bytes: [UInt8]) {
+        for line in bytes.split(separator: 0x0A, omittingEmptySubsequences: false) {
+            let line = String(decoding: line.last == 0x0D ? line.dropLast() : line, as: UTF8.self)
             if line.isEmpty { break }
             guard let equals = line.firstIndex(of: "=") else { continue }
             let key = String(line[..<equals])
             let value = String(line[line.index(after: equals)...])
             if key == "url", let url = ParsedURL(value) {
                 values["protocol"] = url.scheme
-                values["host"] = url.port.map { "\(url.host):\($0)" } ?? url.host
+                let host = url.host.contains(":") ? "[\(url.host)]" : url.host // git writes an IPv6 literal bracketed
+                values["host"] = url.port.map { "\(host):\($0)" } ?? host
                 let path = String(url.path.drop(while: { $0 == "/" }))
                 values["path"] = path.isEmpty ? nil : path
                 if let user = url.userInfo?.split(separator: ":", maxSplits: 1).first { values["username"] = String(user) }
@@ -180,9 +194,17 @@ struct GitCredentialRequest: Equatable {
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
             bytes += chunk[..<count]
-            if bytes.suffix(2) == [0x0A, 0x0A] || bytes == [0x0A] { break } // the blank line ends it
+            if endsWithBlankLine(bytes) { break }
         }
-        return GitCredentialRequest(text: String(decoding: bytes, as: UTF8.self))
+        return GitCredentialRequest(bytes: bytes)
+    }
+
+    /// Whether `bytes` end with the blank line that ends a request (LF or CR LF).
+    static func endsWithBlankLine(_ bytes: [UInt8]) -> Bool {
+        guard bytes.last == 0x0A else { return false }
+        let line = bytes.dropLast()
+        let blank = line.last == 0x0D ? line.dropLast() : line
+        return blank.isEmpty || blank.last == 0x0A
     }
 
     var username: String? { values["username"].flatMap { $0.isEmpty ? nil : $0 } }

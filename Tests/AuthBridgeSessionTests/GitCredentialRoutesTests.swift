@@ -42,6 +42,32 @@ struct GitCredentialRoutesTests {
         #expect(match("http", "127.0.0.1:8081") == .none(needsPath: false))
     }
 
+    /// git decodes %-escapes in a URL's host (`https://git.example.com%2f%40evil.example/x.git`
+    /// reaches the helper as host `git.example.com/@evil.example`): joined into a URL, each of
+    /// these parsed as git.example.com and got its profile (issue 26).
+    @Test(arguments: [
+        "git.example.com/@evil.example", "git.example.com#.evil.example", "git.example.com?.evil.example",
+        "evil.example@git.example.com", "git.example.com/x", "git.example.com:443/x", "git.example.com:", "git.example.com:0",
+        "git.example.com:65536", "git.example.com.", "git example.com", "git.example.com\\x", "[::1", "[::1]x", "[::g]",
+        "ｇｉｔ.example.com", "",
+    ])
+    func aHostThatIsNotAHostNameMatchesNothing(host: String) {
+        let request = GitCredentialRoutes.Request(scheme: "https", host: host, path: nil)
+        #expect(!request.isWellFormed)
+        #expect(routes.match(request) == .none(needsPath: false))
+        #expect(routes.match(.init(scheme: "https", host: host, path: "x.git")) == .none(needsPath: false))
+    }
+
+    @Test(arguments: ["git.example.com", "git.example.com:8443", "127.0.0.1:8080", "[::1]", "[::1]:8080", "xn--bcher-kva.example", "my_host"])
+    func hostNamesAndIPLiteralsWithAPortAreWellFormed(host: String) {
+        #expect(GitCredentialRoutes.Request(scheme: "https", host: host, path: nil).isWellFormed)
+    }
+
+    @Test func aProtocolThatIsNotASchemeMatchesNothing() {
+        // Joined, "https://git.example.com/#" + "://evil.example/" would parse as git.example.com.
+        #expect(match("https://git.example.com/#", "evil.example") == .none(needsPath: false))
+    }
+
     @Test func withoutAPathOnlyTheHostsPrefixMatches() {
         #expect(match("https", "git.example.com") == .profile("corp"))
         let onlyPaths = try! GitCredentialRoutes.read(from: ["gitCredential": ["https://git.example.com/team": "team"]])

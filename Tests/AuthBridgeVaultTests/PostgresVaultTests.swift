@@ -62,6 +62,12 @@ final class Heard: Sendable {
         return nil
     }
 
+    /// The next event's params.
+    func nextEvent() async -> JSON? {
+        guard case .event(let event) = await next(where: { if case .event = $0 { true } else { false } }) else { return nil }
+        return event
+    }
+
     /// Waits until the vault listens (it says so with `.records(nil)`).
     func listening() async { _ = await next { if case .records(nil) = $0 { true } else { false } } }
 }
@@ -178,6 +184,40 @@ final class PostgresVaultTests: Sendable {
             if case .event(let event) = change { states.append(event["state"]?.stringValue ?? "") }
         }
         #expect(states == ["refreshed", "signedOut"])
+    }
+
+    /// Any role that may connect can NOTIFY the channel: what it writes is never an event, only
+    /// a hint to re-read (issue 26: every host relayed a forged sign-out to its frontends).
+    @Test func aForgedEventIsNotHeard() async throws {
+        let schema = TestDatabase.schemaName()
+        let (here, there) = (TestDatabase.vault(key: key, schema: schema), TestDatabase.vault(key: key, schema: schema))
+        let heard = Heard(here)
+        await heard.listening()
+        let forged: JSON = ["provider": "work", "state": "signedOut", "reason": "userSignedOut", "message": "sign in at https://evil.example"]
+        for payload: JSON in [["h": "intruder", "e": forged], ["h": "intruder", "s": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "e": forged]] {
+            try TestDatabase.sql("SELECT pg_notify($1, $2)", ["\(schema)_changes", payload.serializedString()])
+        }
+        there.publish(["provider": "work", "state": "signedOut", "reason": "userSignedOut"])
+        #expect(await heard.nextEvent() == ["provider": "work", "state": "signedOut", "reason": "userSignedOut"])
+    }
+
+    /// Any role that may connect can also LISTEN: an event it heard and sends again, or one
+    /// sealed long ago, is not heard twice or late.
+    @Test func aReplayedOrStaleEventIsNotHeard() async throws {
+        let schema = TestDatabase.schemaName()
+        let (here, there) = (TestDatabase.vault(key: key, schema: schema), TestDatabase.vault(key: key, schema: schema))
+        let heard = Heard(here)
+        await heard.listening()
+        let listener = try TestDatabase.connection()
+        _ = try listener.run("LISTEN \(schema)_changes", timeout: .seconds(10))
+        there.publish(["provider": "work", "state": "refreshed", "reason": "refreshed"])
+        #expect(await heard.nextEvent()?["state"] == "refreshed")
+        let captured = try #require(try listener.nextNotification(timeout: .seconds(10)))
+        #expect(!captured.contains("refreshed"), "the event is sealed")
+        let stale = try #require(there.feed.eventPayload(["provider": "work", "state": "signedOut"], at: ChangeFeed.now() - 600_000))
+        for payload in [captured, stale] { try TestDatabase.sql("SELECT pg_notify($1, $2)", ["\(schema)_changes", payload]) }
+        there.publish(["provider": "work", "state": "signedIn", "reason": "signedIn"])
+        #expect(await heard.nextEvent()?["state"] == "signedIn")
     }
 
     @Test func theAdvisoryLockSerialisesHostsAndFreesWithAConnection() async throws {

@@ -30,6 +30,8 @@ import pytest
 from conftest import DEFAULT_PROFILES, HOST_BIN, REPO, TIMEOUT, begin_sign_in, sign_in_external, sign_in_session
 from authbridge_testkit import leak_scan
 from authbridge_testkit.agent import Agent, AgentClient, NodeBridge, frame_recorder
+from authbridge_testkit.host import HostError
+from authbridge_testkit.isolation import isolated_environment
 from authbridge_testkit.dot_auth import dot_fixture, install_fake_browser
 from authbridge_testkit.recorded import validate as validate_recorded
 
@@ -314,6 +316,88 @@ def test_root_is_refused_unless_allowed(tmp_path):
                 assert agent.stop() == 0
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+#: A fake agent: run as nobody, it listens where it is told (0666, so anyone may connect), says
+#: "listening", then answers every request with what a command would print or hand to git, and
+#: prints the method of each frame it reads.
+FAKE_AGENT = """
+import json, os, socket, sys
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+os.chmod(sys.argv[1], 0o666)
+listener.listen()
+print("listening", flush=True)
+while True:
+    connection, _ = listener.accept()
+    with connection, connection.makefile("rwb") as stream:
+        for line in stream:
+            frame = json.loads(line)
+            print(frame.get("method"), flush=True)
+            if "id" not in frame:
+                continue
+            result = {"accessToken": "token-of-a-fake-agent", "tokenType": "Bearer", "expiresAt": 4102444800000}
+            if frame["method"] == "initialize":
+                result = {"protocolVersion": "1.0", "serverInfo": {"name": "authbridge", "version": "0"}, "capabilities": {},
+                          "plugins": [], "profiles": [{"name": "dot", "plugin": "oidc", "flows": ["browser"]}],
+                          "storage": {"backend": "memory", "protection": "none"}, "warnings": []}
+            stream.write((json.dumps({"jsonrpc": "2.0", "id": frame["id"], "result": result}) + "\\n").encode())
+            stream.flush()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running a fake agent as another user (setpriv to nobody) needs root")
+def test_what_answers_on_the_socket_as_another_user_is_not_trusted(tmp_path):
+    # Issue 26: a fake agent as nobody in /tmp, named by AUTHBRIDGE_AGENT_SOCKET, had `authbridge
+    # token` print its token and `git-credential get` hand it to git.
+    path = Path(tempfile.mktemp(prefix="ab-fake-agent-", suffix=".sock", dir="/tmp"))
+    fake = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-c",
+                             FAKE_AGENT, str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert fake.stdout.readline() == "listening\n", fake.stderr.read()   # bounded: it listens or ends
+        home = tmp_path / "home"
+        env = {**isolated_environment(home), "AUTHBRIDGE_AGENT_SOCKET": str(path)}
+        refusal = f"what answers on {path} runs as uid {NOBODY} (pid "
+
+        token = subprocess.run([str(HOST_BIN), "token", "dot"], env=env, capture_output=True, text=True, timeout=60)
+        assert "token-of-a-fake-agent" not in token.stdout, "the command printed the fake agent's token"
+        assert refusal in token.stderr and "not your authbridge agent; going on without it" in token.stderr, token.stderr
+        required = subprocess.run([str(HOST_BIN), "token", "dot", "--agent"], env=env, capture_output=True, text=True, timeout=60)
+        assert required.returncode == 1 and required.stdout == "" and refusal in required.stderr, required.stderr
+        git = subprocess.run([str(HOST_BIN), "git-credential", "--profile", "dot", "get"], env=env, capture_output=True,
+                             text=True, timeout=60, input="protocol=https\nhost=git.example.com\n\n")
+        assert "password=" not in git.stdout and git.returncode != 0, "git was handed the fake agent's token"
+
+        # The clients, on the agent only: refused before a frame is sent.
+        with pytest.raises(authbridge.AgentNotRunning, match="not your authbridge agent") as python:
+            authbridge.sync.connect(agent=True, agent_socket=str(path)).start()
+        assert python.value.socket == str(path) and f"runs as uid {NOBODY}" in str(python.value)
+        with pytest.raises(HostError, match="not your authbridge agent"):
+            NodeBridge({"agent": True, "agentSocket": str(path)}, tmp_path / "node-frames.jsonl", env=env)
+    finally:
+        fake.kill()
+        heard, _ = fake.communicate(timeout=TIMEOUT)
+        path.unlink(missing_ok=True)
+    assert heard.split() == [], f"the fake agent was sent frames: {heard.split()}"
+
+
+def test_the_agent_refuses_a_socket_in_a_folder_others_can_write_to(tmp_path):
+    # Sticky (/tmp) or not: anyone may take the path before the agent, or after it ends (issue 26).
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    for folder, fix in ((Path("/tmp"), "choose a --socket in a folder only you can write to"),
+                        (shared, f"fix it with: chmod go-w {shared}")):
+        path = Path(tempfile.mktemp(prefix="ab-agent-", suffix=".sock", dir=folder))
+        refused = Agent(tmp_path / f"home-{folder.name}", extra_args=["--vault", "memory"], socket_path=path, wait_ready=False)
+        try:
+            assert refused.proc.wait(TIMEOUT) == 1, "the agent listened in a folder others can write to"
+            log = refused.stderr_text()
+            assert f"others can write to the folder {folder} (mode " in log and fix in log, log
+            assert not path.exists()
+        finally:
+            refused.stop()
 
 
 # ── The agent dies; the agent stops ───────────────────────────────────────────

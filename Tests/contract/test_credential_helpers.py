@@ -308,6 +308,60 @@ def test_the_configuration_file_maps_url_prefixes_to_profiles_the_longest_first(
     assert f"configuration file {config}: \"gitCredential\" \"git.example.com\": not a URL prefix" in broken.stderr
 
 
+#: Hosts git 2.39 hands a helper for `https://git.example.com%2f%40evil.example/x.git` and its
+#: like (it decodes %-escapes in the host); each, joined into a URL, used to parse as git.example.com.
+DECODED_HOSTS = {"git.example.com%2f%40evil.example": "git.example.com/@evil.example",
+                 "git.example.com%23.evil.example": "git.example.com#.evil.example",
+                 "git.example.com%3f.evil.example": "git.example.com?.evil.example",
+                 "evil.example%40git.example.com": "evil.example@git.example.com"}
+
+
+def test_a_host_that_is_not_a_host_name_gets_nothing(cli, dot):
+    config = cli.root / "config" / "authbridge" / "config.json"
+    data = json.loads(config.read_text())
+    data["gitCredential"] = {"https://git.example.com": "dot"}
+    config.write_text(json.dumps(data))
+    assert cli.run("login", "dot").returncode == 0
+    git = Git(cli)
+    git.configure("credential.helper", helper_command(cli))
+
+    filled = git("credential", "fill", input="url=https://git.example.com/x.git\n\n")
+    assert filled.returncode == 0 and dot.is_issued(answer(filled)["password"]), filled.stderr
+    for escaped, host in DECODED_HOSTS.items():
+        # The real git: what it hands the helper, and that it gets nothing back.
+        refused = git("credential", "fill", input=f"url=https://{escaped}/x.git\n\n")
+        assert refused.returncode != 0 and "password=" not in refused.stdout, (host, refused.stdout)
+        assert f"git's request names https://{host}, which is not a host name or IP address" in refused.stderr, refused.stderr
+        # Nor with the profile named: the host is refused before anything else.
+        named = credential(cli, "get", {"protocol": "https", "host": host}, "--profile", "dot")
+        assert named.returncode == 1 and named.stdout == "", (host, named.stdout)
+
+
+def test_a_request_with_crlf_line_ends_is_answered_and_its_blank_line_ends_it(cli, dot):
+    assert cli.run("login", "dot").returncode == 0
+    request = b"protocol=https\r\nhost=git.example.com\r\nusername=ada\r\n\r\n"
+    argv = [str(HOST_BIN), "git-credential", *cli.common, "--profile", "dot", "get"]
+    done = subprocess.run(argv, input=request, env=cli.env, capture_output=True, timeout=TIMEOUT * 6)
+    cli.outputs.append(done.stderr.decode())
+    assert done.returncode == 0, done.stderr
+    fields = dict(line.split("=", 1) for line in done.stdout.decode().splitlines())
+    assert fields["username"] == "ada" and dot.is_issued(fields["password"])
+
+    # A caller that keeps its end open after the request: the blank line ends it, not the end of input.
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli.env) as helper:
+        try:
+            helper.stdin.write(request)
+            helper.stdin.flush()
+            status = helper.wait(TIMEOUT * 6)   # bounded: the old helper waited for an end of input that never came
+        finally:
+            helper.kill()
+            stdout, stderr = helper.stdout.read().decode(), helper.stderr.read().decode()
+            helper.stdin.close()
+        cli.outputs.append(stderr)
+        assert status == 0, stderr
+        assert dict(line.split("=", 1) for line in stdout.splitlines())["password"] == fields["password"]
+
+
 # ── kubectl ────────────────────────────────────────────────────────────────────────────────────
 
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (make deps-test installs Debian's "

@@ -19,6 +19,7 @@ AUTHBRIDGE_FLEET_SECONDS shortens the minute (by hand only: the issue asks for 6
 from __future__ import annotations
 
 import base64
+import json
 import os
 import random
 import signal
@@ -304,6 +305,33 @@ def test_a_sign_out_reaches_every_machine_within_a_second(fleet, hour_dot):
         assert host.error("getAccessToken", {"provider": PROFILE})["code"] == -32001
         ended = [p for p in host.notifications("session/changed", since=mark) if p["state"] == "signedOut"]
         assert len(ended) == 1, f"{host.workdir.name} was told {len(ended)} times"
+
+
+def test_a_role_that_may_only_connect_cannot_speak_for_the_fleet(fleet, hour_dot, fleet_db):
+    # Issue 26: a role with no grant but CONNECT ran pg_notify, and every host told its frontends
+    # the session was signed out, in the intruder's words, while it stayed valid.
+    hosts = [fleet.start(f"m{i}") for i in range(2)]
+    sign_in_external(hosts[0], hour_dot, PROFILE)
+    token = hosts[1].result("getAccessToken", {"provider": PROFILE})["accessToken"]
+    marks = [host.mark() for host in hosts]
+    fleet_db.add_role("intruder", [f"GRANT CONNECT ON DATABASE {fleet_db.name} TO intruder"])
+    forged = {"provider": PROFILE, "state": "signedOut", "reason": "userSignedOut",
+              "message": "Your session ended. Sign in again at https://evil.example/login",
+              "clearCookies": [{"name": "sessionid", "domain": "example.com", "path": "/"}]}
+    for payload in ({"h": "intruder", "e": forged}, {"h": "intruder", "s": base64.b64encode(os.urandom(64)).decode(), "e": forged}):
+        fleet_db.cluster.psql(f"SELECT pg_notify('authbridge_changes', $${json.dumps(payload)}$$)", database=fleet_db.name,
+                              user="intruder")
+    # Still signed in everywhere, with the same token.
+    for host in hosts:
+        assert host.result("checkSignInStatus", {"provider": PROFILE})["state"] == "signedIn"
+    assert hosts[1].result("getAccessToken", {"provider": PROFILE})["accessToken"] == token
+    # A real sign-out, after the forged ones: the only session/changed either host's frontend hears.
+    assert hosts[0].result("signOut", {"provider": PROFILE})["signedOut"] is True
+    event = hosts[1].wait_for_notification("session/changed", lambda p: p["state"] == "signedOut", since=marks[1])
+    assert event["reason"] == "userSignedOut" and "evil.example" not in json.dumps(event)
+    for host, mark in zip(hosts, marks):
+        changes = host.notifications("session/changed", since=mark)
+        assert len(changes) == 1 and "evil.example" not in json.dumps(changes), changes
 
 
 # ── 4. Keys, tampering, rights ───────────────────────────────────────────────

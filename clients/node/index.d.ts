@@ -541,9 +541,10 @@ export interface AuthBridgeOptions {
    * The user's agent (`authbridge agent`, one broker per login session), honoured by start() and
    * restart(): false (default) spawns a host of the bridge's own; "auto" uses the agent when it
    * answers on its socket, else spawns; true uses only the agent (AgentNotRunningError when none
-   * answers). The agent has its own plugins, profiles and vault: the host options above
-   * configure a spawned host (or one `autostart` starts), and configureProfile() changes the
-   * agent's profiles for every app.
+   * answers, or when its socket is not surely this user's: a socket of this uid in a folder no
+   * one else can write to). The agent has its own plugins, profiles and vault: the host options
+   * above configure a spawned host (or one `autostart` starts), and configureProfile() changes
+   * the agent's profiles for every app.
    */
   agent?: boolean | 'auto';
   /** The agent's socket; default AUTHBRIDGE_AGENT_SOCKET (of `env`, then of this process), else $XDG_RUNTIME_DIR/authbridge/agent.sock. */

@@ -113,6 +113,12 @@ async function openAgent(options) {
     try {
       return await AgentSocket.connect(path);
     } catch (error) {
+      if (error.code === 'EAGENTNOTYOURS') {
+        // Another user's socket (or folder): no agent of ours can be started there either.
+        if (options.agent === true) throw new AgentNotRunningError(error.message, { socket: path, cause: error });
+        warn(options, `${error.message}; starting a host of this bridge's own`);
+        return null;
+      }
       if (options.autostart && !started) {
         await startAgent(path, options);
         continue;
@@ -123,6 +129,12 @@ async function openAgent(options) {
         '(or `systemctl --user enable --now authbridge.socket`)', { socket: path, cause: error });
     }
   }
+}
+
+/** A start-up warning, to `options.onWarning` or Node's process warnings. */
+function warn(options, message) {
+  if (options.onWarning) userCode(() => options.onWarning(message));
+  else process.emitWarning(message, { type: 'AuthBridgeWarning', code: 'AUTHBRIDGE_HOST_WARNING' });
 }
 
 /**
@@ -317,8 +329,7 @@ export class AuthBridge extends EventEmitter {
 
   /** A start-up warning of the host, to `onWarning` or Node's process warnings. */
   #warn(message) {
-    if (this.#options.onWarning) userCode(() => this.#options.onWarning(message));
-    else process.emitWarning(message, { type: 'AuthBridgeWarning', code: 'AUTHBRIDGE_HOST_WARNING' });
+    warn(this.#options, message);
   }
 
   /** `serverInfo` of the InitializeResult ({name: "authbridge", version}). */

@@ -6,7 +6,8 @@
 import { spawn } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { connect as connectSocket } from 'node:net';
-import { isAbsolute, join } from 'node:path';
+import { lstat } from 'node:fs/promises';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 
 /** The longest line the host may write (bridge-spec §1): 64 MiB. */
 export const MAX_LINE_BYTES = 64 * 1024 * 1024;
@@ -272,6 +273,35 @@ export function agentSocketPath(options = {}) {
 }
 
 /**
+ * Rejects unless `path` is surely this user's agent. Anyone may listen at a path others can
+ * write to (AUTHBRIDGE_AGENT_SOCKET in /tmp) and would be handed every request, and answer with
+ * tokens and sign-in pages of its own. The host and the Python client ask the kernel who the peer
+ * is (SO_PEERCRED); Node's `net` cannot, so the socket file is checked instead: a socket owned by
+ * this user, in a folder owned by this user or root that no one else may write to (sticky or
+ * not). Only its owner (or root) can then replace the socket between this check and the connect.
+ * A missing socket rejects as connect would (ENOENT).
+ * @param {string} path
+ */
+export async function checkOwnSocket(path) {
+  const uid = process.getuid?.();
+  const refuse = (why) => {
+    const error = new Error(`${why}: it is not your authbridge agent`);
+    error.code = 'EAGENTNOTYOURS';
+    throw error;
+  };
+  if (uid === undefined) refuse(`nothing tells who answers on ${path} on this platform`);
+  const folder = dirname(resolve(path));
+  const [socketInfo, folderInfo] = await Promise.all([lstat(path), lstat(folder)]);
+  if (!folderInfo.isDirectory() || (folderInfo.uid !== uid && folderInfo.uid !== 0) || (folderInfo.mode & 0o022) !== 0) {
+    refuse(`others can write to the folder ${folder} (owner uid ${folderInfo.uid}, mode ${(folderInfo.mode & 0o7777).toString(8)}) ` +
+      `and could have put their own socket at ${path}`);
+  }
+  if (!socketInfo.isSocket() || socketInfo.uid !== uid) {
+    refuse(`${path} is ${socketInfo.isSocket() ? `a socket of uid ${socketInfo.uid}` : 'not a socket'}, not yours (uid ${uid})`);
+  }
+}
+
+/**
  * One connection to the running `authbridge agent`, with HostProcess's interface (`line`,
  * `overflow`, `partial` and `exit` events; writeLine, endInput, kill) so the client does not know
  * which it has. The agent is shared: ending this ends only this connection. Its `exit` info has
@@ -280,11 +310,13 @@ export function agentSocketPath(options = {}) {
 export class AgentSocket extends EventEmitter {
   /**
    * Connects; rejects with the socket's error (`code` ENOENT: no socket; ECONNREFUSED: a socket
-   * nothing listens on, its agent died).
+   * nothing listens on, its agent died), or with `code` EAGENTNOTYOURS when the socket is not
+   * surely this user's agent (see checkOwnSocket).
    * @param {string} path
    * @returns {Promise<AgentSocket>}
    */
-  static connect(path) {
+  static async connect(path) {
+    await checkOwnSocket(path);
     return new Promise((resolve, reject) => {
       const socket = connectSocket(path);
       socket.once('error', reject);

@@ -4,6 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 
 import { AgentNotRunningError, AuthBridge, HostExitedError, HostNotFoundError, agentSocketPath } from '../src/index.js';
@@ -59,6 +60,34 @@ test('agent: "auto" without an agent spawns a host of its own', async () => {
     assert.deepEqual((await bridge.listProviders()).plugins.map((p) => p.id), ['oidc']);
   } finally {
     await bridge.close();
+  }
+});
+
+test('a socket in a folder others can write to is not trusted as the agent: nothing is sent to it', async () => {
+  // Node cannot ask the kernel who listens (no SO_PEERCRED): the socket and its folder are checked.
+  const shared = path.join(box.root, `shared-${process.pid}`);
+  fs.mkdirSync(shared);
+  fs.chmodSync(shared, 0o1777); // sticky, as /tmp: anyone may put a socket there first
+  const socket = path.join(shared, 'agent.sock');
+  let connections = 0;
+  const listener = net.createServer((connection) => { connections += 1; connection.destroy(); });
+  await new Promise((resolve) => listener.listen(socket, resolve));
+  try {
+    const required = await AuthBridge.start(options({ agent: true, agentSocket: socket })).catch((error) => error);
+    assert.ok(required instanceof AgentNotRunningError, required);
+    assert.equal(required.socket, socket);
+    assert.match(required.message, /others can write to the folder .*shared-\d+ \(owner uid \d+, mode 1777\).*not your authbridge agent/);
+    const warnings = [];
+    const bridge = await AuthBridge.start(options({ agent: 'auto', agentSocket: socket, onWarning: (w) => warnings.push(w) }));
+    try {
+      assert.equal(bridge.onAgent, false);
+      assert.match(warnings.join('\n'), /not your authbridge agent; starting a host of this bridge's own/);
+    } finally {
+      await bridge.close();
+    }
+    assert.equal(connections, 0, 'the untrusted socket was connected to');
+  } finally {
+    await new Promise((resolve) => listener.close(resolve));
   }
 });
 

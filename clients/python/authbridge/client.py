@@ -20,7 +20,7 @@ from typing import Any, Literal, overload
 from . import __version__
 from .errors import AgentNotRunning, AuthBridgeError, BridgeClosed, HostExited, ProviderUnknown
 from .protocol import Connection, EventStream, FrameTap, Listeners, ProgressCallback
-from .transport import DEFAULT_MAX_FRAME_BYTES, AgentSocket, HostProcess, agent_socket_path, find_executable
+from .transport import DEFAULT_MAX_FRAME_BYTES, AgentNotYours, AgentSocket, HostProcess, agent_socket_path, find_executable
 from .types import (AccessTokenResult, Event, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList,
                     SessionChanged, SignInProgress, SignInStatus, SignOutResult)
 
@@ -67,7 +67,8 @@ class AuthBridge(Listeners):
       and debugging only: frames carry tokens.
       agent: False (default): start a host of this bridge's own (`authbridge serve`); "auto": use
       the agent when it answers on its socket, else start a host as with False; True: the agent
-      only (`AgentNotRunning` when none answers).
+      only (`AgentNotRunning` when none answers). What answers must run as this user (the
+      kernel names the peer, SO_PEERCRED): another user's socket counts as no agent.
       agent_socket: the agent's socket; default `AUTHBRIDGE_AGENT_SOCKET` (of `env`, then of this
       process), else `$XDG_RUNTIME_DIR/authbridge/agent.sock`.
       autostart: with `agent`, start `authbridge agent` (with this bridge's plugins, config and
@@ -185,6 +186,12 @@ class AuthBridge(Listeners):
             socket = AgentSocket(path, max_frame_bytes=self._max_frame_bytes)
             try:
                 await socket.start()
+            except AgentNotYours as error:
+                # Another user's socket at the path: no agent of ours can be started there either.
+                if self.agent is True:
+                    raise AgentNotRunning(str(error), socket=path) from error
+                log.warning("authbridge: %s; starting a host of this bridge's own", error)
+                return None
             except OSError as error:
                 if self._autostart and not started:
                     started = True

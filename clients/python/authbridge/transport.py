@@ -289,6 +289,11 @@ def agent_socket_path(explicit: str | os.PathLike[str] | None = None, env: Mappi
     return os.path.join(runtime, "authbridge", "agent.sock") if runtime and os.path.isabs(runtime) else None
 
 
+class AgentNotYours(PermissionError):
+    """What answers on the agent's socket is not the user's own agent (the kernel names another
+    uid as the peer, SO_PEERCRED): nothing is sent to it."""
+
+
 class AgentSocket(_Frames):
     """One connection to the running `authbridge agent`: the same interface as `HostProcess`, so
     the protocol layer does not know which it has. The agent is shared: closing this ends only
@@ -305,14 +310,23 @@ class AgentSocket(_Frames):
 
     async def start(self) -> None:
         """Connects; `FileNotFoundError` (no socket) or `ConnectionRefusedError` (a socket nothing
-        listens on: its agent died) when there is no agent."""
+        listens on: its agent died) when there is no agent, `AgentNotYours` when what answers runs
+        as another user (or cannot be told): anyone may listen at a path others can write to, and
+        would be handed every request, and answer with tokens and sign-in pages of its own."""
         self._reader, self._writer = await asyncio.open_unix_connection(self.path, limit=self.max_frame_bytes)
         sock = self._writer.get_extra_info("socket")
-        if sock is not None:
-            try:
-                self._pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
-            except OSError:
-                self._pid = None
+        pid = uid = None
+        try:
+            # struct ucred { pid_t pid; uid_t uid; gid_t gid; }
+            pid, uid, _ = struct.unpack("iII", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII")))
+        except (OSError, AttributeError):   # AttributeError: no SO_PEERCRED here (not Linux): nothing vouches for it
+            pass
+        if uid != os.getuid():
+            self._writer.close()
+            who = f"uid {uid} (pid {pid})" if uid is not None else "an unknown user"
+            raise AgentNotYours(f"what answers on {self.path} runs as {who}, not as you (uid {os.getuid()}): "
+                                "it is not your authbridge agent")
+        self._pid = pid
         log.debug("connected to the authbridge agent on %s (pid %s)", self.path, self._pid)
 
     @property
