@@ -15,7 +15,13 @@ import Synchronization
 /// would mask ordinary words by chance. The set is bounded: the oldest values
 /// are forgotten first (tokens rotate; a long-lived host must not grow).
 ///
-/// Threading: any thread; one lock around a small table.
+/// A scrub reads the text once, whatever the number of values held (a
+/// `SubstringSet` of every form, made again on the first scrub after the values
+/// changed): where any form occurs is masked, overlapping occurrences as one.
+/// Looking for each form in turn cost seconds of CPU for a message of a few MiB
+/// once a few hundred values were held (issue 26; bench/redaction.py).
+///
+/// Threading: any thread; one lock around a small table (and the making of the set).
 public final class KnownSecrets: Sendable {
     /// The process's list. Made before the first secret is remembered, it installs itself as
     /// `ProviderFailure`'s message filter then, so that no failure made afterwards carries a
@@ -30,8 +36,10 @@ public final class KnownSecrets: Sendable {
     public static let capacity = 512
 
     private struct Table {
-        var forms: [String: [String]] = [:] // value → the forms to look for
+        var forms: [String: [[UInt8]]] = [:] // value → the forms to look for
         var order: [String] = [] // oldest first
+        /// Every form, made when a scrub needs it after a change.
+        var search: SubstringSet?
     }
 
     private let table = Mutex(Table())
@@ -43,8 +51,9 @@ public final class KnownSecrets: Sendable {
         guard let value, value.utf8.count >= Self.minimumLength else { return }
         table.withLock { table in
             guard table.forms[value] == nil else { return }
-            table.forms[value] = Self.forms(of: value)
+            table.forms[value] = Self.forms(of: value).map { Array($0.utf8) }
             table.order.append(value)
+            table.search = nil
             if table.order.count > Self.capacity {
                 let excess = table.order.count - Self.capacity
                 for old in table.order.prefix(excess) { table.forms[old] = nil }
@@ -53,18 +62,24 @@ public final class KnownSecrets: Sendable {
         }
     }
 
-    /// The text with every known secret replaced by `Redaction.mask`.
+    /// The text with every known secret replaced by `Redaction.mask` (a token containing another,
+    /// or overlapping it, masked whole).
     public func scrub(_ text: String) -> String {
+        var steps = 0
+        return scrub(text, steps: &steps)
+    }
+
+    /// `scrub(_:)`, counting the search's steps (tests hold them to two per byte of `text`).
+    func scrub(_ text: String, steps: inout Int) -> String {
         guard text.utf8.count >= Self.minimumLength else { return text }
-        let candidates: [String] = table.withLock { table in
-            table.forms.values.flatMap { $0 }
+        let search = table.withLock { table in
+            if let search = table.search { return search }
+            let forms = table.forms
+            let search = SubstringSet(table.order.lazy.flatMap { forms[$0] ?? [] })
+            table.search = search
+            return search
         }
-        var result = text
-        // Longest first, so that a token containing another is masked whole.
-        for form in candidates.sorted(by: { $0.utf8.count > $1.utf8.count }) where result.hasSubstring(form) {
-            result = result.replacingEvery(form, with: Redaction.mask)
-        }
-        return result
+        return search.replacingCovered(in: text, with: Redaction.mask, steps: &steps)
     }
 
     /// The strings of a JSON value with every known secret scrubbed.

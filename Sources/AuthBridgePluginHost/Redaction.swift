@@ -96,14 +96,27 @@ public enum Redaction {
 
     /// The word with any secret in it masked, and whether the next word is a
     /// secret value (a name stood alone: `"token":`, `password:`; or a scheme: `Bearer`).
+    ///
+    /// A value that is not a secret's may hold more names (`{"a":{"clientSecret":"x"}}`, a URN),
+    /// each read in turn: in one pass over the word, however deep they nest (read again for each
+    /// name, a word of 64 KiB of `a:a:…` took a second and overflowed a thread's stack).
     private static func redactWord(_ word: Substring, valueExpected: Bool) -> (String, Bool) {
-        let (open, core, close) = punctuated(word)
+        // The closing brackets and quotes are the word's, whichever name inside it is read.
+        var closeStart = word.endIndex
+        while closeStart > word.startIndex, trail.contains(word[word.index(before: closeStart)]) {
+            closeStart = word.index(before: closeStart)
+        }
+        var done = "" // the names (and their separators) read so far, kept
+        var rest = word
         if valueExpected {
+            let (open, core, close) = punctuated(rest, closeStart: closeStart)
             // `Authorization: Bearer x`: the scheme stays, its credential goes.
             if schemes.contains(core.lowercased()) && !close.hasSuffix("\"") { return (String(word), true) }
             return (core.isEmpty ? String(word) : open + mask + close, false)
         }
-        if let (name, separator, value) = nameAndValue(core) {
+        while true {
+            let (open, core, close) = punctuated(rest, closeStart: closeStart)
+            guard let (name, separator, value) = nameAndValue(core) else { break }
             let key = name.trimmingCharacters(in: "\"'")
             if isSecretName(key) {
                 let bare = value.trimmingCharacters(in: "\"'")
@@ -111,44 +124,42 @@ public enum Redaction {
                 // `Authorization=Bearer x`, `"Authorization":"Bearer x"`: the credential is the next word.
                 if schemes.contains(bare.lowercased()) && !close.hasSuffix("\"") { return (String(word), true) }
                 let quote = value.hasPrefix("\"") ? "\"" : value.hasPrefix("'") ? "'" : ""
-                return (open + name + separator + quote + mask + close, false)
+                return (done + open + name + separator + quote + mask + close, false)
             }
-            // Not a secret's name: its value may hold more names (`{"a":{"clientSecret":"x"}}`, a URN).
-            let rest = word.dropFirst(open.count + name.count + separator.count)
-            if !rest.isEmpty {
-                let (text, next) = redactWord(rest, valueExpected: false)
-                return (open + name + separator + text, next)
-            }
+            // Not a secret's name: its value may hold more names.
+            guard separator.endIndex < rest.endIndex else { break }
+            done += open + name + separator
+            rest = rest[separator.endIndex...]
         }
-        if schemes.subtracting(["token"]).contains(core.lowercased()) && close.isEmpty { return (String(word), true) }
-        return (maskPatterns(String(word)), false)
+        let (_, core, close) = punctuated(rest, closeStart: closeStart)
+        if schemes.contains(core.lowercased()) && core.lowercased() != "token" && close.isEmpty { return (done + rest, true) }
+        return (done + maskPatterns(String(rest)), false)
     }
 
-    /// `{"name` → (`{"`, `name`, ``): leading and trailing brackets and quotes apart.
-    private static func punctuated(_ word: Substring) -> (String, String, String) {
-        let lead: Set<Character> = ["{", "[", "(", "\"", "'", "<"]
-        let trail: Set<Character> = ["}", "]", ")", "\"", "'", ">", "."]
-        var core = word
-        while let first = core.first, lead.contains(first) { core = core.dropFirst() }
-        var close = Substring("")
-        while let last = core.last, trail.contains(last) {
-            close = core.suffix(1) + close
-            core = core.dropLast()
-        }
-        return (String(word[word.startIndex..<core.startIndex]), String(core), String(close))
+    private static let lead: Set<Character> = ["{", "[", "(", "\"", "'", "<"]
+    private static let trail: Set<Character> = ["}", "]", ")", "\"", "'", ">", "."]
+
+    /// `{"name` → (`{"`, `name`, ``): leading brackets and quotes, the core, and the closing ones
+    /// (from `closeStart`, where the word's closing run begins, at the earliest).
+    private static func punctuated(_ word: Substring, closeStart: String.Index) -> (Substring, Substring, Substring) {
+        var coreStart = word.startIndex
+        while coreStart < word.endIndex, lead.contains(word[coreStart]) { coreStart = word.index(after: coreStart) }
+        let coreEnd = max(coreStart, closeStart)
+        return (word[..<coreStart], word[coreStart..<coreEnd], word[coreEnd...])
     }
 
     /// `name=value`, `name:value`, `name%3Dvalue`, `name%3Avalue`: the first separator wins.
-    private static func nameAndValue(_ core: String) -> (String, String, String)? {
+    private static func nameAndValue(_ core: Substring) -> (Substring, Substring, Substring)? {
         var index = core.startIndex
         while index < core.endIndex {
             let character = core[index]
             if character == "=" || character == ":" {
-                return (String(core[..<index]), String(character), String(core[core.index(after: index)...]))
+                let end = core.index(after: index)
+                return (core[..<index], core[index..<end], core[end...])
             }
-            if character == "%", let code = percentCode(Substring(core), at: index), code == "3d" || code == "3a" {
+            if character == "%", let code = percentCode(core, at: index), code == "3d" || code == "3a" {
                 let end = core.index(index, offsetBy: 3)
-                return (String(core[..<index]), String(core[index..<end]), String(core[end...]))
+                return (core[..<index], core[index..<end], core[end...])
             }
             index = core.index(after: index)
         }

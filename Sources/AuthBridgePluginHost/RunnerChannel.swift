@@ -47,15 +47,16 @@ final class RunnerChannel: Sendable {
         var ended = false
     }
 
-    let fd: Int32
+    private let socket: ChannelSocket
     private let idPrefix: String?
     private let maxFrameBytes: Int
     private let writer: FrameWriter
     private let state = Mutex(State())
 
-    /// `idPrefix` nil: integer request ids (the host's); else strings `"<prefix><n>"` (the runner's "r").
+    /// `fd`: the channel's end, owned (and closed) by the channel from now on. `idPrefix` nil:
+    /// integer request ids (the host's); else strings `"<prefix><n>"` (the runner's "r").
     init(fd: Int32, idPrefix: String?, maxFrameBytes: Int = 64 << 20) {
-        self.fd = fd
+        self.socket = ChannelSocket(fd)
         self.idPrefix = idPrefix
         self.maxFrameBytes = maxFrameBytes
         _ = Self.ignoreBrokenPipes
@@ -119,16 +120,17 @@ final class RunnerChannel: Sendable {
     var isEnded: Bool { state.withLock { $0.ended } }
 
     /// Ends the channel: the reader sees end of input (even when another process, such as a
-    /// child the plugin forked, still holds the peer's end open), later frames are dropped.
+    /// child the plugin forked, still holds the peer's end open), later frames are dropped. Safe
+    /// at any time, also after the channel ended (its descriptor's number is never touched again).
     func close() {
-        _ = shutdown(fd, Int32(SHUT_RDWR))
+        socket.shutdown()
     }
 
     static let closedError = RunnerError(code: closedCode, message: "the plugin runner's channel is closed")
 
     private func read(_ handlers: Handlers) -> End {
         var end = End.endOfInput
-        FrameReader(fd: fd, maxFrameBytes: maxFrameBytes).run { event in
+        FrameReader(fd: socket.fd, maxFrameBytes: maxFrameBytes).run { event in
             switch event {
             case .tooLarge(let count):
                 end = .violation("sent a message of \(count) bytes, over the \(maxFrameBytes >> 20) MiB limit")
@@ -178,9 +180,39 @@ final class RunnerChannel: Sendable {
         for reply in waiting { reply(.failure(Self.closedError)) }
         handlers.onEnd(end)
         writer.close()
-        closeDescriptor(fd)
+        socket.close()
     }
 }
 
-/// `close(2)` (inside `RunnerChannel`, `close` names its own method).
-private func closeDescriptor(_ fd: Int32) { _ = close(fd) }
+/// The channel's socket, owned once and closed once. Once closed, its number names whatever the
+/// process opens next (another runner's channel; in the agent, an app's connection), so no
+/// `shutdown` may reach it after that: a runner's reaper ending a channel whose reader had
+/// already closed it used to cut a new runner's channel (issue 26).
+///
+/// Threading: `shutdown` and `close` hold one lock, so a shutdown never meets a closed number.
+/// The channel's reader and writer use `fd` without it: the channel closes it only after both
+/// have stopped.
+final class ChannelSocket: Sendable {
+    let fd: Int32
+    private let isOpen = Mutex(true)
+
+    init(_ fd: Int32) { self.fd = fd }
+
+    /// Ends both directions while the socket is open (a reader blocked on it sees end of input).
+    func shutdown() {
+        isOpen.withLock { isOpen in
+            if isOpen { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+        }
+    }
+
+    /// Closes the socket, once.
+    func close() {
+        isOpen.withLock { isOpen in
+            guard isOpen else { return }
+            isOpen = false
+            _ = Glibc.close(fd)
+        }
+    }
+
+    deinit { close() }
+}

@@ -11,7 +11,14 @@
 extension StringProtocol {
     /// Whether `needle` occurs in this string (an empty needle always does).
     public func hasSubstring(_ needle: some StringProtocol) -> Bool {
-        TextSearch.firstOffset(of: Array(needle.utf8), in: Array(utf8), from: 0) != nil
+        let target = Array(needle.utf8)
+        return withUTF8Bytes { TextSearch.firstOffset(of: target, in: $0, from: 0) != nil }
+    }
+
+    /// The string's UTF-8 bytes where they are, copied only when the string keeps them apart.
+    func withUTF8Bytes<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
+        if let result = utf8.withContiguousStorageIfAvailable(body) { return result }
+        return Array(utf8).withUnsafeBufferPointer(body)
     }
 }
 
@@ -20,31 +27,37 @@ extension String {
     /// by `replacement`; unchanged when `needle` is empty.
     public func replacingEvery(_ needle: some StringProtocol, with replacement: some StringProtocol) -> String {
         let target = Array(needle.utf8)
-        let bytes = Array(utf8)
-        guard !target.isEmpty, var found = TextSearch.firstOffset(of: target, in: bytes, from: 0) else { return self }
-        var output: [UInt8] = []
-        output.reserveCapacity(bytes.count)
-        var start = 0
-        while true {
-            output += bytes[start..<found]
-            output += replacement.utf8
-            start = found + target.count
-            guard let next = TextSearch.firstOffset(of: target, in: bytes, from: start) else { break }
-            found = next
+        guard !target.isEmpty else { return self }
+        let replaced = withUTF8Bytes { bytes -> [UInt8]? in
+            guard var found = TextSearch.firstOffset(of: target, in: bytes, from: 0) else { return nil }
+            var output: [UInt8] = []
+            output.reserveCapacity(bytes.count)
+            var start = 0
+            while true {
+                output += bytes[start..<found]
+                output += replacement.utf8
+                start = found + target.count
+                guard let next = TextSearch.firstOffset(of: target, in: bytes, from: start) else { break }
+                found = next
+            }
+            output += bytes[start...]
+            return output
         }
-        output += bytes[start...]
-        return String(decoding: output, as: UTF8.self)
+        return replaced.map { String(decoding: $0, as: UTF8.self) } ?? self
     }
 }
 
 enum TextSearch {
-    /// The offset of the first `needle` in `haystack` at or after `start`.
-    static func firstOffset(of needle: [UInt8], in haystack: [UInt8], from start: Int) -> Int? {
+    /// The offset of the first `needle` in `haystack` at or after `start`. Naive, for the short
+    /// needles of ordinary text; many needles at once (the secrets a host holds) are a
+    /// `SubstringSet`'s.
+    static func firstOffset(of needle: [UInt8], in haystack: UnsafeBufferPointer<UInt8>, from start: Int) -> Int? {
         guard !needle.isEmpty else { return start <= haystack.count ? start : nil }
         guard haystack.count >= needle.count, start <= haystack.count - needle.count else { return nil }
+        let first = needle[0]
         var index = start
         while index <= haystack.count - needle.count {
-            if haystack[index] == needle[0], haystack[index..<index + needle.count].elementsEqual(needle) { return index }
+            if haystack[index] == first, haystack[index..<index + needle.count].elementsEqual(needle) { return index }
             index += 1
         }
         return nil

@@ -120,6 +120,23 @@ struct RedactionTests {
         let unchangedUnlessNamed = Redaction.redact(text)
         if text.hasPrefix("Bearer") { #expect(unchangedUnlessNamed == "Bearer [REDACTED] bad news") } else { #expect(unchangedUnlessNamed == text) }
     }
+
+    /// Names inside values (`{"a":{"b":…`, `a:b:…`) used to be read by a call per name, each
+    /// copying the rest of the word: a word of 64 KiB nesting names overflowed the stack of the
+    /// thread redacting it (a provider's `error_description`, a plugin's message) and took a
+    /// second before. Now one pass, at any depth, and what is nested is still masked.
+    @Test func namesNestedAnyNumberOfTimesAreReadInOnePass() {
+        // (Compared as Bools: the texts are 60 KB.)
+        let colons = String(repeating: "a:", count: 32_000)
+        let colonsKept = Redaction.redact(colons) == colons
+        #expect(colonsKept)
+        let (open, close) = (String(repeating: #"{"a":"#, count: 10_000), String(repeating: "}", count: 10_000))
+        let nestedMasked = Redaction.redact(open + #"{"client_secret":"cs-N1"}"# + close) == open + #"{"client_secret":"[REDACTED]"}"# + close
+        #expect(nestedMasked)
+        let urn = String(repeating: "urn%3A", count: 10_000)
+        let urnMasked = Redaction.redact(urn + "code%3Dc-N2") == urn + "code%3D[REDACTED]"
+        #expect(urnMasked)
+    }
 }
 
 struct RedactionCase: Sendable, CustomTestStringConvertible {

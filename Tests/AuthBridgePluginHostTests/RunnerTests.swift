@@ -370,6 +370,79 @@ struct RunnerTests {
         fake.write(["jsonrpc": "2.0", "id": hook["id"]!, "result": ["outcome": "result", "value": ["ok": true]]])
         #expect(outcome.take()?.resultValue == ["ok": true])
     }
+
+    @Test func aRunnersEndNeverShutsDownTheNumberItsChannelClosed() throws {
+        // The reaper (its `waitForEnd` returned) used to shut down the channel's descriptor after
+        // the reader had closed it: by then the number may name another socket (a new runner's
+        // channel; in the agent, an app's connection). Each round plays that order; a round whose
+        // number another test took first proves nothing and is played again (bounded).
+        for _ in 0..<5 {
+            guard let socket = try endARunnerWhileAnotherSocketTakesItsNumber() else { continue }
+            defer {
+                _ = Glibc.close(socket.number)
+                _ = Glibc.close(socket.peer)
+            }
+            // The socket that got the number still carries bytes both ways.
+            #expect(send(socket.peer, "ping", 4, Int32(MSG_NOSIGNAL)) == 4, "the socket was shut down (errno \(errno))")
+            var poller = pollfd(fd: socket.number, events: Int16(POLLIN), revents: 0)
+            #expect(poll(&poller, 1, Int32(bound * 1000)) == 1)
+            var bytes = [UInt8](repeating: 0, count: 8)
+            let count = bytes.withUnsafeMutableBytes { recv(socket.number, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            #expect(count == 4 && Array(bytes.prefix(4)) == Array("ping".utf8), "the socket was shut down: read \(count)")
+            #expect(send(socket.number, "pong", 4, Int32(MSG_NOSIGNAL)) == 4, "the socket was shut down (errno \(errno))")
+            return
+        }
+        Issue.record("another thread took the closed channel's number in every round")
+    }
+}
+
+/// A loaded backend whose runner (a fake) ends; between the channel's close and the reaper's
+/// return, a new socket takes the channel's number, as a runner started meanwhile would. Returns
+/// that socket (the number, its peer) once the runner's end is complete, or nil when another
+/// thread took the number first.
+private func endARunnerWhileAnotherSocketTakesItsNumber() throws -> (number: Int32, peer: Int32)? {
+    let pair = try channelPair()
+    let fake = FakeRunner(fd: pair.runner)
+    let killed = Delivered<Bool>()
+    let taken = Delivered<(number: Int32, peer: Int32)?>()
+    let endings = Delivered<RunnerEnding>()
+    let backend = RunnerBackend(
+        library: try vettedSwiftTestPlugin(), logger: quietLogger,
+        launch: { _ in
+            RunnerHandle(
+                channelFD: pair.host,
+                waitForEnd: {
+                    // The runner has ended once the host killed it (its channel saw the end)…
+                    _ = killed.take()
+                    // …and the reader closes the channel's descriptor (bounded wait)…
+                    let deadline = DispatchTime.now() + .seconds(bound)
+                    while fcntl(pair.host, F_GETFD) != -1 && DispatchTime.now() < deadline { sched_yield() }
+                    // …whose number a new socket takes before the reaper goes on.
+                    taken.put(takeNumber(pair.host))
+                    return "exited with status 0"
+                }, kill: { killed.put(true) })
+        }, onEnding: { endings.put($0) })
+    detachThread { fake.answerLoad() }
+    try backend.load()
+    fake.close()
+    #expect(endings.take() == .crashed(detail: "exited with status 0"))
+    return taken.take() ?? nil
+}
+
+/// A new connected socket placed at `number` (free), and its peer; nil when `number` was taken.
+private func takeNumber(_ number: Int32) -> (number: Int32, peer: Int32)? {
+    guard let pair = try? channelPair() else { return nil }
+    // The lowest free number goes to a new descriptor: the pair may have taken it already.
+    if pair.host == number { return (pair.host, pair.runner) }
+    if pair.runner == number { return (pair.runner, pair.host) }
+    let moved = fcntl(pair.host, F_DUPFD_CLOEXEC, number)
+    _ = Glibc.close(pair.host)
+    guard moved == number else {
+        if moved >= 0 { _ = Glibc.close(moved) }
+        _ = Glibc.close(pair.runner)
+        return nil
+    }
+    return (moved, pair.runner)
 }
 
 @Suite("Child processes")

@@ -491,3 +491,34 @@ def test_a_describe_that_never_returns_does_not_hold_up_initialize(start_host, p
     assert providers["ctest"]["status"] == "loaded"
     assert sign_in_session(host, "c", "s1")["state"] == "signedIn"
     exits_cleanly_leaving_nothing(host)
+
+
+# ── 6. One runner's end never touches another's channel ──────────────────────
+
+#: Host starts, each loading 8 good and 16 failing isolated plugins together (issue 26: 4 of 320 good
+#: plugins were refused "killed by SIGKILL" or "exited with status 0" before each channel's
+#: descriptor was owned and closed once).
+DESCRIPTOR_ROUNDS = 40
+
+
+def test_plugins_failing_while_others_load_never_cut_a_good_plugins_channel(start_host, tmp_path, ctest_variants):
+    # A failing plugin's runner ends while the others' runners start: its cleanup used to shut
+    # down its descriptor's number after the reader had closed it, by then a new runner's channel.
+    good = new_folder(tmp_path / "good")
+    failing = new_folder(tmp_path / "failing")
+    for index in range(8):
+        ctest_variants.install(good, f"cgood{index}")
+    for index in range(16):
+        ctest_variants.install(failing, f"cfail{index}", "-DCTEST_INIT_FAILS")
+    profiles = {f"g{index}": {"plugin": f"cgood{index}", "settings": SERVER} for index in range(8)}
+    for round_ in range(DESCRIPTOR_ROUNDS):
+        host = start_host([good, failing], profiles=profiles, initialize=False)
+        providers = plugin_entries(initialize(host)["providers"])
+        refused = {plugin_id: entry for plugin_id, entry in providers.items()
+                   if plugin_id.startswith("cgood") and entry["status"] != "loaded"}
+        assert not refused, f"round {round_}: good plugins refused: {refused}"
+        cut = [providers[f"cfail{index}"] for index in range(16) if providers[f"cfail{index}"]["reason"] != "initFailed"]
+        assert not cut, f"round {round_}: failing plugins refused for another reason: {cut}"
+        for index in range(8):
+            assert sign_in_session(host, f"g{index}", "s1")["state"] == "signedIn"   # through its runner
+        exits_cleanly_leaving_nothing(host)
