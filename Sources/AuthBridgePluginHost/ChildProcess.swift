@@ -181,7 +181,14 @@ final class RunnerSpawner: @unchecked Sendable {
         switch result {
         case .success(let (channelFD, pid)):
             let process = RunnerProcess(pid: pid)
-            return RunnerHandle(channelFD: channelFD, waitForEnd: { process.waitForEnd() }, kill: { process.kill() })
+            // The runner's first line, written before it loads any plugin code: how it is confined.
+            guard let confinement = RunnerConfinement.read(from: channelFD, within: HookDeadlines().load) else {
+                process.kill()
+                let ending = process.waitForEnd()
+                close(channelFD)
+                throw PluginLoadError(.loadFailed, "the plugin runner did not start (it \(ending) before it said how it is confined)")
+            }
+            return RunnerHandle(channelFD: channelFD, waitForEnd: { process.waitForEnd() }, kill: { process.kill() }, confinement: confinement)
         case .failure(let error):
             throw PluginLoadError(.loadFailed, "the plugin runner could not be started (\(error.step): \(String(cString: strerror(error.errno))))")
         }
