@@ -64,71 +64,46 @@ static int map_own_user(uid_t uid, gid_t gid)
     return status;
 }
 
-/* The PID namespace's first process (its pid 1): it holds the namespace and does nothing else.
-   When the process that forked it ends, it gets SIGKILL (PR_SET_PDEATHSIG) and the kernel kills
-   every process left in the namespace with it (pid_namespaces(7)), whatever session or process
-   group they moved to. Orphans it inherits are reaped by the kernel (SIGCHLD ignored). */
-__attribute__((noreturn)) static void hold_namespace(int ready)
+/* The PID namespace's first process (its pid 1): it holds the namespace and does nothing else
+   until every other copy of `peer`'s end is closed, which happens when the process that forked it
+   ends, however it ends (the runner proper closed its copy at once). Then it exits, and the
+   kernel kills every process left in the namespace (pid_namespaces(7)), whatever session or
+   process group they moved to. Orphans it inherits are reaped by the kernel (SIGCHLD ignored). */
+__attribute__((noreturn)) static void hold_namespace(int peer)
 {
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
-        _exit(71);
-    /* The parent may have died before the signal was armed: then its end of `ready` is closed. */
-    struct pollfd probe = { ready, POLLIN, 0 };
-    if (poll(&probe, 1, 0) > 0 && (probe.revents & (POLLHUP | POLLERR)) != 0)
-        _exit(72);
-    if (write(ready, "1", 1) != 1)
-        _exit(73);
     struct sigaction ignore;
     memset(&ignore, 0, sizeof ignore);
     ignore.sa_handler = SIG_IGN;
     sigaction(SIGCHLD, &ignore, NULL);
     /* Nothing of the runner's: its channel, its library, its standard streams. */
-    if (close_range(0, ~0U, 0) != 0) {
-        for (int fd = 0; fd < 1024; fd++)
+    for (int fd = 0; fd < peer; fd++)
+        close(fd);
+    if (close_range((unsigned)peer + 1, ~0U, 0) != 0) {
+        for (int fd = peer + 1; fd < 1024; fd++)
             close(fd);
     }
-    sigset_t all;
-    sigfillset(&all);
-    sigprocmask(SIG_SETMASK, &all, NULL);
-    for (;;)
-        pause();
-}
-
-/* Forks the namespace's holder and waits until its parent-death signal is armed. */
-static int start_holder(void)
-{
-    int pair[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
-        return errno;
-    pid_t holder = fork();
-    if (holder < 0) {
-        int status = errno;
-        close(pair[0]);
-        close(pair[1]);
-        return status;
+    struct pollfd end = { peer, POLLIN, 0 };
+    char byte;
+    for (;;) {
+        int ready = poll(&end, 1, -1);
+        if (ready < 0 && errno != EINTR)
+            _exit(72);
+        if (ready > 0 && ((end.revents & (POLLHUP | POLLERR)) != 0 || read(peer, &byte, 1) <= 0))
+            _exit(0);
     }
-    if (holder == 0) {
-        close(pair[0]);
-        hold_namespace(pair[1]);
-    }
-    close(pair[1]);
-    char byte = 0;
-    ssize_t got;
-    do {
-        got = read(pair[0], &byte, 1);
-    } while (got < 0 && errno == EINTR);
-    close(pair[0]);
-    return got == 1 ? 0 : ECHILD;
 }
 
 /* In the process the host started, once the runner proper runs: waits for it and ends as it
    ended, with its exit status or by its signal, so that the host sees the runner's own end. It
    keeps its copy of the channel (fd 3) until then: the host kills a runner whose channel ends,
-   and must not kill this process before it has ended as the runner did. */
-__attribute__((noreturn)) static void end_as(pid_t runner)
+   and must not kill this process before it has ended as the runner did. It keeps `holder`, its
+   end of the holder's socket pair, for as long as it lives: its end is the namespace's. */
+__attribute__((noreturn)) static void end_as(pid_t runner, int holder)
 {
-    if (close_range(4, ~0U, 0) != 0) {
-        for (int fd = 4; fd < 1024; fd++)
+    for (int fd = 4; fd < holder; fd++)
+        close(fd);
+    if (close_range((unsigned)holder + 1, ~0U, 0) != 0) {
+        for (int fd = holder + 1; fd < 1024; fd++)
             close(fd);
     }
     int status = 0;
@@ -172,16 +147,21 @@ static int enter_namespaces(void)
     if (unshare(CLONE_NEWPID) != 0)
         return errno;
     /* From here there is no way back to a process that can run the plugin's threads. */
-    status = start_holder();
-    pid_t runner = status == 0 ? fork() : -1;
+    int pair[2] = { -1, -1 };
+    pid_t holder = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0 ? fork() : -1;
+    if (holder == 0) {
+        close(pair[0]);
+        hold_namespace(pair[1]);
+    }
+    pid_t runner = holder > 0 ? fork() : -1;
     if (runner < 0) {
-        if (status == 0)
-            status = errno;
-        fprintf(stderr, "plugin runner: cannot start its PID namespace (%s)\n", strerror(status));
+        fprintf(stderr, "plugin runner: cannot start its PID namespace (%s)\n", strerror(errno));
         _exit(71);
     }
+    close(pair[1]);
     if (runner > 0)
-        end_as(runner);
+        end_as(runner, pair[0]);
+    close(pair[0]);
     return 0;
 }
 
