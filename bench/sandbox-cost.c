@@ -79,12 +79,9 @@ static int64_t now_ns(void)
 
 enum part { FILTER_BY_HAND, FILTER_LIBSECCOMP_OPEN, FILTER_LIBSECCOMP, LANDLOCK, NAMESPACES, WHOLE, PARTS };
 static const char *const names[PARTS] = {
-    "seccomp filter, hand-written BPF (sandbox.c)",
-    "seccomp filter, libseccomp (dlopen + rules + load)",
-    "seccomp filter, libseccomp already open (rules + load)",
-    "Landlock ruleset (rules + restrict_self)",
-    "user + PID namespace, holder and runner forked",
-    "ab_runner_confine, all of it",
+    "seccomp filter, hand-written BPF (sandbox.c)",           "seccomp filter, libseccomp (dlopen + rules + load)",
+    "seccomp filter, libseccomp already open (rules + load)", "Landlock ruleset (rules + restrict_self)",
+    "user + PID namespace, holder and runner forked",         "ab_runner_confine, all of it",
 };
 
 /* One sample of `part` in a new child: its time in ns, or -1 when it failed. */
@@ -124,8 +121,7 @@ static int64_t sample(enum part part, int library)
             ab_runner_confine(library, &confinement);
             status = confinement.namespaces | confinement.no_new_privs | confinement.landlock | confinement.seccomp;
             break;
-        default:
-            break;
+        default: break;
         }
         if (status == 0)
             took = now_ns() - started;
@@ -136,8 +132,7 @@ static int64_t sample(enum part part, int library)
     if (child < 0 || read(pipe_fds[0], &took, sizeof took) != sizeof took)
         took = -1;
     close(pipe_fds[0]);
-    while (child > 0 && waitpid(child, NULL, 0) < 0 && errno == EINTR) {
-    }
+    while (child > 0 && waitpid(child, NULL, 0) < 0 && errno == EINTR) {}
     return took;
 }
 
@@ -195,7 +190,8 @@ int main(int argc, char **argv)
 #ifdef __x86_64__
     by_hand += 2;
 #endif
-    printf("BPF instructions: hand-written %ld, libseccomp %ld\n", by_hand, libseccomp ? libseccomp_instructions() : -1L);
+    printf("BPF instructions: hand-written %ld, libseccomp %ld\n", by_hand,
+           libseccomp ? libseccomp_instructions() : -1L);
     free(times);
     return 0;
 }
