@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <link.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -93,17 +94,18 @@ __attribute__((noreturn)) static void hold_namespace(int peer)
     }
 }
 
-/* In the process the host started, once the runner proper runs: waits for it and ends as it
-   ended, with its exit status or by its signal, so that the host sees the runner's own end. It
-   keeps its copy of the channel (fd 3) until then: the host kills a runner whose channel ends,
-   and must not kill this process before it has ended as the runner did. It keeps `holder`, its
-   end of the holder's socket pair, for as long as it lives: its end is the namespace's. */
-__attribute__((noreturn)) static void end_as(pid_t runner, int holder)
+/* In the process the host started, once the runner proper runs: waits for it, ends the
+   namespace (its holder, and with it whatever the plugin left there) and reaps both, then ends as
+   the runner ended, with its exit status or by its signal: the host sees the runner's own end,
+   and nothing of it is left once the host has reaped this process. It keeps its copy of the
+   channel (fd 3) until then, since the host kills a runner whose channel ends, and `peer`, its
+   end of the holder's socket pair, since the holder ends when every copy of it is closed. */
+__attribute__((noreturn)) static void end_as(pid_t runner, pid_t holder, int peer)
 {
-    for (int fd = 4; fd < holder; fd++)
+    for (int fd = 4; fd < peer; fd++)
         close(fd);
-    if (close_range((unsigned)holder + 1, ~0U, 0) != 0) {
-        for (int fd = holder + 1; fd < 1024; fd++)
+    if (close_range((unsigned)peer + 1, ~0U, 0) != 0) {
+        for (int fd = peer + 1; fd < 1024; fd++)
             close(fd);
     }
     int status = 0;
@@ -111,6 +113,8 @@ __attribute__((noreturn)) static void end_as(pid_t runner, int holder)
         if (errno != EINTR)
             _exit(70);
     }
+    kill(holder, SIGKILL);
+    while (waitpid(holder, NULL, 0) < 0 && errno == EINTR) {}
     if (WIFSIGNALED(status)) {
         int number = WTERMSIG(status);
         struct sigaction fallback;
@@ -160,7 +164,7 @@ static int enter_namespaces(void)
     }
     close(pair[1]);
     if (runner > 0)
-        end_as(runner, pair[0]);
+        end_as(runner, holder, pair[0]);
     close(pair[0]);
     return 0;
 }
@@ -235,13 +239,18 @@ static int contains(const char *folder, const char *path)
 }
 
 /* True when `folder` holds one of the user's own folders: home, data (the vault, its key file),
-   configuration, runtime (the agent's socket). */
+   configuration, runtime (the agent's socket). Both sides as the kernel resolves them (`..`,
+   symbolic links), which is what a rule would grant. */
 static int holds_user_folders(const char *folder)
 {
     static const char *const names[] = { "HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR" };
+    char resolved[PATH_MAX], user[PATH_MAX];
+    if (realpath(folder, resolved) == NULL)
+        return 0; /* nothing there to grant */
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *path = getenv(names[i]);
-        if (path != NULL && path[0] == '/' && contains(folder, path))
+        if (path != NULL && path[0] == '/' &&
+            (contains(resolved, path) || (realpath(path, user) != NULL && contains(resolved, user))))
             return 1;
     }
     return 0;
