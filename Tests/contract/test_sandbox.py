@@ -204,3 +204,33 @@ def test_a_user_who_is_not_root_gets_the_same_sandbox(ctest_variants):
             stop_cleanly(host)
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+@complete_sandbox
+def test_without_user_namespaces_a_runner_says_what_it_lacks_and_the_rest_holds(tmp_path, ctest_variants, lingering):
+    # The host in a user namespace of its own whose limit on user namespaces is 0 (the sysctl is
+    # per namespace): its runners cannot make theirs, as on a system that turned them off.
+    folder = new_folder(tmp_path / "plugins")
+    ctest_variants.install(folder, "cescape", "-DCTEST_ESCAPE")
+    argv, env = host_command(tmp_path / "host", [folder], profiles={"e": {"plugin": "cescape", "settings": SERVER}})
+    no_namespaces = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"'
+    host = Host(["unshare", "--user", "--map-root-user", "sh", "-c", no_namespaces, "sh", *argv], env, tmp_path / "host")
+    try:
+        lingering.append(host.proc.pid)
+        entry = plugin_entries(host.initialize()["providers"])["cescape"]
+        warning = ("no PID namespace (No space left on device): what the plugin starts ends with the runner's process "
+                   "group, not whenever the runner ends")
+        assert entry["confinement"] == {"noNewPrivileges": True, "seccomp": True, "landlock": landlock_abi(),
+                                        "pidNamespace": False, "warnings": [warning]}, entry
+        assert f"plugin cescape runs with less confinement: {warning}" in host.stderr_text()
+        # The filter still keeps its child in the runner's process group, which the host ends.
+        assert sign_in_session(host, "e", "s1")["state"] == "signedIn"
+        assert host.result("checkSignInStatus", {"provider": "e"})["state"] == "signedIn"
+        report = poll(lambda: probe_report(host.stderr_text()).get("setsid"), TIMEOUT, "the setsid attempt")
+        assert report.startswith("denied"), report
+        assert len(children_named(host.proc.pid, "ctest-escapee")) == 1
+        host.close_stdin()
+        assert host.wait_exit(TIMEOUT) == 0, host.stderr_tail()
+        poll(lambda: not runners_of(host.proc.pid), TIMEOUT, "the runner and its child to end")
+    finally:
+        stop_cleanly(host)
