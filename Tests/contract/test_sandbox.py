@@ -67,12 +67,22 @@ def probe_report(text: str) -> dict[str, str]:
     return report
 
 
+@pytest.fixture
+def short_home():
+    """A short private folder for an agent: its socket's path must stay under 108 bytes, which
+    pytest's nested folders (one more level per xdist worker) exceed. Removed after the test."""
+    folder = Path(tempfile.mkdtemp(prefix="ab-sandbox-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @complete_sandbox
-def test_a_plugin_in_a_runner_reaches_none_of_the_users_files_sockets_or_processes(tmp_path, ctest_variants, lingering):
+def test_a_plugin_in_a_runner_reaches_none_of_the_users_files_sockets_or_processes(tmp_path, short_home, ctest_variants,
+                                                                                     lingering):
     folder = new_folder(tmp_path / "plugins")
     ctest_variants.install(folder, "cescape", "-DCTEST_ESCAPE")
     ctest_variants.install(folder, "ctest")
-    agent = Agent(tmp_path / "agent", [folder], {"corp": {"plugin": "ctest", "settings": SERVER}})
+    agent = Agent(short_home / "agent", [folder], {"corp": {"plugin": "ctest", "settings": SERVER}})
     tracee = subprocess.Popen(["sleep", "600"])
     listener = socket.socket()
     try:
