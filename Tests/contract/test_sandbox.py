@@ -34,8 +34,8 @@ from test_isolation import SERVER, children_named, lingering, new_folder, plugin
 
 __all__ = ["lingering"]  # a fixture, from test_isolation
 
-#: What every runner gets on a kernel with Landlock ABI 6 and user namespaces (this machine's 6.18
-#: answers ABI 7): the `confinement` of PluginStatus.
+#: The escaping plugin's attempts (CTEST_ESCAPE), each named by the setting that gives its target;
+#: setsid is its child's.
 ATTEMPTS = ("keyFile", "record", "sshKey", "agentSocket", "tcpPort", "tracee", "setsid")
 
 
