@@ -238,13 +238,16 @@ demo: deps-build $(VENV)/.ready
 	  $(if $(filter 1,$(BROWSER)),--browser)
 
 ## bench: the host (its test plugin in-process, then isolated: the hook round trip) next to the C answerer;
-## then the vaults (bench/VaultBench, bench/postgres.py: the PostgreSQL vault next to the encrypted file).
+## then the vaults (bench/VaultBench, bench/postgres.py: the PostgreSQL vault next to the encrypted file);
+## first, what a runner's sandbox costs to set up (bench/sandbox-cost.c).
 BENCH_HOST_ARGS := serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning
 bench: deps-build deps-test
 	@$(MAKE) --no-print-directory release build
 	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson
 	gcc -O2 -o .build/hook-cost bench/hook-cost.c -ISources/CAuthBridgePlugin/include -ldl
 	gcc -O2 -o .build/round-trip bench/round-trip.c
+	gcc -O2 -o .build/sandbox-cost bench/sandbox-cost.c -ISources/CAuthBridgeProcess/include -ldl
+	.build/sandbox-cost
 	$(PYTHON) bench/bench.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
 	  --host-args "$(BENCH_HOST_ARGS) --plugin-isolation none" --isolated-host-args "$(BENCH_HOST_ARGS) --plugin-isolation process"
 	$(PYTHON) bench/hot_path.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \

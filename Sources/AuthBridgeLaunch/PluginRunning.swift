@@ -12,7 +12,10 @@ import Glibc
 /// Before any plugin code runs: it dies with the host (PR_SET_PDEATHSIG, and at once if the host
 /// is already gone), its data segment is bounded (RLIMIT_DATA: a plugin that allocates without
 /// end fails its allocations instead of growing the machine's memory), the kernel's OOM killer
-/// picks it first, and a broken pipe is an error, not a signal.
+/// picks it first, and a broken pipe is an error, not a signal. Then, still with one thread, it
+/// confines itself (`RunnerConfinement`: the plugin gets no files, sockets, programs or other
+/// processes of the user, and what it starts ends with the runner) and tells the host how, in
+/// its channel's first line.
 public enum PluginRunning {
     public static func run(parent: Int32, plugin: String, memoryLimitMB: Int) -> Never {
         let status = ab_process_die_with_parent(parent)
@@ -29,6 +32,7 @@ public enum PluginRunning {
             close(adjust)
         }
         signal(SIGPIPE, SIG_IGN)
+        guard RunnerConfinement.apply(libraryFD: 4).announce(on: 3) else { exit(70) }
         PluginRunnerServer(channelFD: 3, libraryFD: 4).run()
         exit(0)
     }

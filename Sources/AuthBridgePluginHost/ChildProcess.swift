@@ -58,7 +58,8 @@ public enum ChildProcess {
     }
 }
 
-/// A runner process: killed with its process group, reaped once.
+/// A runner process: killed with its process group, reaped once. With a PID namespace it is the
+/// process outside it, which ends as the runner proper ended and reaps it first (sandbox.c).
 ///
 /// The pid is never signalled after it was reaped (it could name another process by then):
 /// `waitForEnd` waits without reaping (`WNOWAIT`), kills the group while the zombie still holds
@@ -133,8 +134,9 @@ final class RunnerSpawner: @unchecked Sendable {
     static let executable = "/proc/self/exe"
 
     /// Spawns `authbridge plugin-runner` for `library`: the channel's runner end as fd 3, the
-    /// library as fd 4, the filtered environment. `executable`: another authbridge binary (tests,
-    /// whose own binary is the test runner).
+    /// library as fd 4, the filtered environment; then reads the runner's first line, how it
+    /// confined itself (`RunnerConfinement`), within the load deadline. `executable`: another
+    /// authbridge binary (tests, whose own binary is the test runner).
     func spawn(_ library: VettedLibrary, memoryLimitMB: Int, executable: String = RunnerSpawner.executable) throws(PluginLoadError) -> RunnerHandle {
         let arguments = [
             "authbridge", "plugin-runner", "--parent", String(getpid()), "--plugin", library.manifest.id,
@@ -181,7 +183,14 @@ final class RunnerSpawner: @unchecked Sendable {
         switch result {
         case .success(let (channelFD, pid)):
             let process = RunnerProcess(pid: pid)
-            return RunnerHandle(channelFD: channelFD, waitForEnd: { process.waitForEnd() }, kill: { process.kill() })
+            // The runner's first line, written before it loads any plugin code: how it is confined.
+            guard let confinement = RunnerConfinement.read(from: channelFD, within: HookDeadlines().load) else {
+                process.kill()
+                let ending = process.waitForEnd()
+                close(channelFD)
+                throw PluginLoadError(.loadFailed, "the plugin runner did not start: it did not say how it is confined (\(ending))")
+            }
+            return RunnerHandle(channelFD: channelFD, waitForEnd: { process.waitForEnd() }, kill: { process.kill() }, confinement: confinement)
         case .failure(let error):
             throw PluginLoadError(.loadFailed, "the plugin runner could not be started (\(error.step): \(String(cString: strerror(error.errno))))")
         }

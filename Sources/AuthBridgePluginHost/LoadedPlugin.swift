@@ -50,6 +50,8 @@ public final class LoadedPlugin: @unchecked Sendable {
     public let version: String
     /// Where the plugin's code runs.
     public var isolation: PluginIsolation { backend.isolation }
+    /// How its runner is confined (isolated plugins; the latest runner's).
+    public var confinement: RunnerConfinement? { backend.confinement }
     /// Why the plugin was refused after it loaded (repeated faults), if it was:
     /// every call then fails at once with this reason.
     public var refusal: PluginLoadError? { health.refusal }

@@ -73,8 +73,11 @@ protocol PluginBackend: AnyObject, Sendable {
     func abandon(_ call: HookCall, because: Abandonment)
     /// Ends the plugin: its `shutdown` when no hook runs, then (isolated) the runner, within `grace`.
     func shutdown(within grace: Duration)
+    /// How the plugin's runner is confined; nil in the host (and for a runner that is no process).
+    var confinement: RunnerConfinement? { get }
 }
 
 extension PluginBackend {
     func runInline(_ hook: PluginHook, text: [UInt8], call: HookCall) -> HookOutcome? { nil }
+    var confinement: RunnerConfinement? { nil }
 }

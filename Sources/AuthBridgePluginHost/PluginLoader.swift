@@ -60,6 +60,7 @@ public struct PluginReport: Sendable {
                 "settings": descriptor["settings"],
                 "path": .string(plugin.libraryPath),
                 "isolation": .string(plugin.isolation.rawValue),
+                "confinement": plugin.confinement?.json,
                 "warnings": plugin.loadWarnings.isEmpty ? nil : .array(plugin.loadWarnings.map(JSON.string)),
             ])
         case .refused(let error):
@@ -290,6 +291,9 @@ public struct PluginLoader: Sendable {
                 )
             }
             try backend.load()
+            for warning in backend.confinement?.warnings ?? [] {
+                logger.warning("plugin \(manifest.id) runs with less confinement: \(warning)")
+            }
             let plugin = LoadedPlugin(
                 manifest: manifest, libraryPath: library.path, backend: backend, health: health, deadlines: deadlines, logger: logger)
             plugin.descriptor = try describe(plugin)

@@ -120,7 +120,7 @@ public final class PluginRunnerServer: Sendable {
                 dlopenPath: "/proc/self/fd/\(libraryFD)", manifest: manifest, host: HostAPI.table)
             state.withLock { $0.loaded = Loaded(manifest: manifest, vtable: vtable, state: pluginState, logLevel: level) }
             let hooks = PluginHook.allCases.filter { PluginEntry.function(for: $0, in: vtable) != nil }
-            return .success(RunnerProtocol.loadResult(implements: hooks, pid: getpid()))
+            return .success(RunnerProtocol.loadResult(implements: hooks, pid: RunnerConfinement.hostProcessID()))
         } catch {
             return .failure(RunnerProtocol.loadError(error))
         }

@@ -15,6 +15,8 @@ struct RunnerHandle: Sendable {
     /// Kills the runner and what it started. Safe at any time, also after it ended (the pid is
     /// never signalled once reaped).
     let kill: @Sendable () -> Void
+    /// How the runner confined itself (its first line); nil when it is not a process.
+    var confinement: RunnerConfinement? = nil
 }
 
 /// How a runner ended, for the plugin's health (WP-B's `PluginHealth` counts the faults).
@@ -71,6 +73,8 @@ final class RunnerBackend: PluginBackend {
         /// Set when the plugin was refused after repeated faults: every call fails with it.
         var refusal: ProviderFailure?
         var nextCall: Int64 = 1
+        /// The latest runner's.
+        var confinement: RunnerConfinement?
     }
     private let state = Mutex(State())
     /// Wakes a restart waiting out its back-off when the host shuts down.
@@ -189,6 +193,8 @@ final class RunnerBackend: PluginBackend {
     /// The running runner's pid (tests, logs).
     var runnerProcessID: Int32? { state.withLock { $0.runner?.processID } }
 
+    var confinement: RunnerConfinement? { state.withLock { $0.confinement } }
+
     // MARK: Starting
 
     /// Starts a runner and loads the plugin in it, within the load deadline.
@@ -200,7 +206,10 @@ final class RunnerBackend: PluginBackend {
         let hooks = try runner.load(
             RunnerProtocol.loadParams(manifest: library.manifest, logLevel: logger.logLevel.rawValue, clockOffsetMs: HostClock.offsetMilliseconds),
             within: HookDeadlines().load)
-        state.withLock { $0.implemented = hooks }
+        state.withLock {
+            $0.implemented = hooks
+            $0.confinement = handle.confinement
+        }
         return runner
     }
 

@@ -19,8 +19,8 @@ struct Plugins: AsyncParsableCommand {
     @Flag(
         help: """
             Print JSON on stdout: an array of PluginStatus (bridge-spec; initialize's providers): id, status (loaded: \
-            version, displayName, description, flows, capabilities, settings, path, isolation; refused: reason, \
-            message, path).
+            version, displayName, description, flows, capabilities, settings, path, isolation, confinement; refused: \
+            reason, message, path).
             """)
     var json = false
 
@@ -51,6 +51,10 @@ struct Plugins: AsyncParsableCommand {
                 let isolated = status["isolation"]?.stringValue == "process" ? "  (isolated)" : ""
                 let version = status["version"]?.stringValue ?? "?"
                 print(Terminal.clean("loaded   \(id) \(version)  \(status["path"]?.stringValue ?? "")\(isolated)"))
+                // What its runner's sandbox lacks on this kernel.
+                for warning in status["confinement"]?["warnings"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
+                    print(Terminal.clean("         less confined: \(warning)"))
+                }
             } else {
                 let reason = status["reason"]?.stringValue ?? "?"
                 print(

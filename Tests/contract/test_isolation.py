@@ -146,25 +146,31 @@ def exits_cleanly_leaving_nothing(host: Host, children: list[int] = ()) -> None:
          f"the plugin's children {children} to end")
 
 
-@pytest.fixture
-def pid_files():
-    """Pid files the lingering-child plugin writes; at teardown, any child still alive is
-    killed (the test has failed by then), so no test leaves a process behind."""
-    files: list[Path] = []
-    yield files
-    for pid in (pid for path in files for pid in read_pids(path)):
+def children_named(host_pid: int, name: str) -> list[int]:
+    """The live processes a plugin of host `host_pid` forked and named `name` (their comm; the C
+    test plugin's children are ctest-linger and ctest-escapee). A plugin in a runner writes no
+    file, and sees its children's pids in its own PID namespace: they are found by name."""
+    found = []
+    for pid in runners_of(host_pid):
         try:
-            if process_alive(pid) and b"authbridge" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                os.kill(pid, signal.SIGKILL)
+            if Path(f"/proc/{pid}/comm").read_text().strip() == name:
+                found.append(pid)
         except OSError:
             pass
+    return found
 
 
-def read_pids(path: Path) -> list[int]:
-    try:
-        return [int(line) for line in path.read_text().split()]
-    except OSError:
-        return []
+@pytest.fixture
+def lingering():
+    """Hosts whose plugins fork children: at teardown, any child still alive is killed (the test
+    has failed by then), so no test leaves a process behind."""
+    hosts: list[int] = []
+    yield hosts
+    for pid in (pid for host in hosts for name in ("ctest-linger", "ctest-escapee") for pid in children_named(host, name)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def open_gate(gate: Path) -> None:
@@ -202,7 +208,7 @@ ROUNDS = 4
 
 
 def test_a_frontend_keeps_working_through_a_bundled_plugin_while_dropped_in_plugins_fail(
-        start_host, tmp_path, ctest_variants, dot, pid_files):
+        start_host, tmp_path, ctest_variants, dot, lingering):
     # The user's plugin folder holds the bad plugins (→ isolated); the bundled oidc plugin comes
     # from the build folder's plugins/ (→ in the host) and talks to django-oauth-toolkit.
     data_home = tmp_path / "data"
@@ -211,15 +217,13 @@ def test_a_frontend_keeps_working_through_a_bundled_plugin_while_dropped_in_plug
         ctest_variants.install(user_plugins, plugin_id, *flags, manifest_extra=extra)
     for plugin_id, flags in NOISY.values():
         ctest_variants.install(user_plugins, plugin_id, *flags)
-    children = tmp_path / "children"
-    pid_files.append(children)
     oidc = {"plugin": "oidc", "settings": dot.settings(apiBaseUrl=f"{dot.base}/o")}
     profiles = {"o": oidc, "pending": oidc, **{f"f{n}": oidc for n in range(ROUNDS)}}
     for profile, (plugin_id, *_) in {**FAULTY, **NOISY}.items():
         profiles[profile] = {"plugin": plugin_id, "settings": SERVER}
-    profiles["linger"]["settings"] = {**SERVER, "pidFile": str(children)}
     host = start_host(profiles=profiles, default_plugins=True, env={"XDG_DATA_HOME": str(data_home)},
                       initialize=False)
+    lingering.append(host.proc.pid)
     loaded = plugin_entries(initialize(host)["providers"])
     assert loaded["oidc"]["status"] == "loaded" and loaded["oidc"]["isolation"] == "none", loaded["oidc"]
     for plugin_id, *_ in [*FAULTY.values(), *NOISY.values()]:
@@ -262,10 +266,10 @@ def test_a_frontend_keeps_working_through_a_bundled_plugin_while_dropped_in_plug
         entry = listed[FAULTY[profile][0]]
         assert (entry["status"], entry["reason"], entry.get("isolation", "process")) == ("refused", "pluginCrashed", "process"), entry
     assert listed["oidc"]["status"] == "loaded" and listed["oidc"]["isolation"] == "none"
-    lingering = read_pids(children)
-    assert len(lingering) == ROUNDS and all(process_alive(pid) for pid in lingering), lingering
+    children = children_named(host.proc.pid, "ctest-linger")
+    assert len(children) == ROUNDS, children
 
-    exits_cleanly_leaving_nothing(host, lingering)
+    exits_cleanly_leaving_nothing(host, children)
     # stdout carried frames only; the plugins' prints went to stderr.
     assert all(line.startswith(b"{") for line in host.lines)
     assert b"stdout noise" not in b"".join(host.lines)
@@ -458,19 +462,18 @@ def test_a_plugin_allocating_without_end_is_stopped_and_the_host_stays_small(sta
     exits_cleanly_leaving_nothing(host)
 
 
-def test_a_child_the_plugin_forked_is_gone_after_the_host_exits(start_host, tmp_path, ctest_variants, pid_files):
+def test_a_child_the_plugin_forked_is_gone_after_the_host_exits(start_host, tmp_path, ctest_variants, lingering):
     folder = new_folder(tmp_path / "linger")
     ctest_variants.install(folder, "clinger", "-DCTEST_LINGERING_CHILD")
-    children = tmp_path / "children"
-    pid_files.append(children)
-    host = start_host([folder], profiles={"l": {"plugin": "clinger", "settings": {**SERVER, "pidFile": str(children)}}})
+    host = start_host([folder], profiles={"l": {"plugin": "clinger", "settings": SERVER}})
+    lingering.append(host.proc.pid)
     sign_in_session(host, "l", "s1")
     for _ in range(2):
         assert host.result("checkSignInStatus", {"provider": "l"})["state"] == "signedIn"
-    lingering = read_pids(children)
-    assert len(lingering) == 2 and all(process_alive(pid) for pid in lingering), lingering
+    children = children_named(host.proc.pid, "ctest-linger")
+    assert len(children) == 2, children
     assert len(runners_of(host.proc.pid, children_only=True)) == 1, "an isolated plugin runs in one runner process"
-    exits_cleanly_leaving_nothing(host, lingering)
+    exits_cleanly_leaving_nothing(host, children)
 
 
 def test_a_describe_that_never_returns_does_not_hold_up_initialize(start_host, plugin_dir, tmp_path, ctest_variants):

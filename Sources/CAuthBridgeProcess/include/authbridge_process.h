@@ -31,6 +31,29 @@ int ab_spawn_runner(const char *path, char *const argv[], char *const envp[], in
    (it died before the signal was armed). Returns 0 or the errno of prctl. */
 int ab_process_die_with_parent(pid_t parent);
 
+/* What `ab_runner_confine` did, part by part: 0 when the part is in force, else the errno that
+   kept it out (ENOSYS or EOPNOTSUPP: this kernel lacks it; EBUSY: the process had threads). */
+typedef struct {
+    /* A user and a PID namespace held by a process of the runner's: what the plugin starts is
+       killed when the runner ends, whatever session or process group it moved to. */
+    int namespaces;
+    /* PR_SET_NO_NEW_PRIVS, and no capabilities. */
+    int no_new_privs;
+    /* Landlock: the files the plugin can open; from its ABI 4 no TCP, from 6 no signal or
+       abstract socket outside. `landlock_abi` is the ABI in force (0: none). */
+    int landlock;
+    int landlock_abi;
+    /* The seccomp filter: no socket, ptrace, exec, setsid, namespace, keyring, io_uring… */
+    int seccomp;
+} ab_confinement;
+
+/* In a runner, before the plugin is loaded and while the process has one thread: confines it
+   (sandbox.c says how, bridge-spec/README.md "Isolation" what for). `library_fd` is the plugin's
+   library, which stays readable. Every part is tried whatever became of the others. With a PID
+   namespace it returns in a child, the runner proper (pid 2 of the namespace), while the process
+   the host started waits for it and ends as it ends (the same exit status or signal). */
+void ab_runner_confine(int library_fd, ab_confinement *confinement);
+
 /* Notes what this process was given when it started, before anything else runs: its open
    descriptors above 2, its signal mask, and which of the signals `ab_process_run_command`
    forwards (and SIGPIPE) were ignored. A command started later gets exactly these. */

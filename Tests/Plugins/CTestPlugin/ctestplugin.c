@@ -43,12 +43,22 @@
  *                          allocating at CTEST_OOM_CAP_MB (default 1536) and then
  *                          hangs, so that a host without a memory limit cannot
  *                          take the test machine down
- *   CTEST_LINGERING_CHILD  fork()s a child that pause()s for ever, holding every
- *                          descriptor it inherited; appends the child's pid and a
- *                          newline to settings.pidFile, then answers valid
+ *   CTEST_LINGERING_CHILD  fork()s a child named ctest-linger (its comm) that
+ *                          pause()s for ever, holding every descriptor it
+ *                          inherited, then answers valid (in a runner's sandbox
+ *                          no file can be written: the tests find the child by name)
  *   CTEST_INLINE_GATE      check_session stays inline; for session id "gated" it
  *                          opens the FIFO settings.gate and reads one byte (blocks
  *                          until the test writes), then answers valid
+ *   CTEST_ESCAPE           check_session tries to get out of the runner's sandbox
+ *                          and logs (warning) one line per attempt, "sandbox probe
+ *                          NAME: denied: <strerror>" or "sandbox probe NAME: allowed",
+ *                          never what it read: read the files settings.keyFile,
+ *                          settings.record and settings.sshKey; connect to the Unix
+ *                          socket settings.agentSocket and to 127.0.0.1 port
+ *                          settings.tcpPort; ptrace-attach settings.tracee (a pid);
+ *                          fork a child (named ctest-escapee) that calls setsid()
+ *                          and then lingers; then answers valid
  *
  * Ownership: everything the host lends (hook input, http/standard answers) is
  * borrowed and never freed here; every jansson value and string this file
@@ -61,10 +71,16 @@
 #include <authbridge/plugin_jansson.h>
 #include <jansson.h>
 
+#include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -103,7 +119,7 @@
 #if defined(CTEST_CRASH_SEGV) || defined(CTEST_CRASH_ABORT) || defined(CTEST_CRASH_EXIT3) ||  \
     defined(CTEST_CRASH_ON_BOOM) || defined(CTEST_HANG) || defined(CTEST_HANG_IN_DESCRIBE) || \
     defined(CTEST_HANG_IN_REFRESH) || defined(CTEST_CLOSE_STDOUT) || defined(CTEST_OOM) ||    \
-    defined(CTEST_LINGERING_CHILD)
+    defined(CTEST_LINGERING_CHILD) || defined(CTEST_ESCAPE)
 #define CTEST_NOT_INLINE
 #endif
 
@@ -215,26 +231,104 @@ static void allocate_until_stopped(void)
 #endif
 
 #ifdef CTEST_LINGERING_CHILD
-/* Forks a child that lingers (pause() for ever, every inherited descriptor
- * open) and appends its pid to `pid_file`. Returns 0, or -1 on failure. */
-static int spawn_lingering_child(const char *pid_file)
+/* Forks a child named ctest-linger that lingers (pause() for ever, every
+ * inherited descriptor open). Returns 0, or -1 on failure. */
+static int spawn_lingering_child(void)
 {
-    int fd = open(pid_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -1;
     pid_t child = fork();
-    if (child == 0) {
-        for (;;) /* only async-signal-safe calls after fork() in a threaded process */
+    if (child == 0) { /* only async-signal-safe calls after fork() in a threaded process */
+        prctl(PR_SET_NAME, "ctest-linger", 0, 0, 0);
+        for (;;)
             pause();
     }
-    int ok = -1;
-    if (child > 0) {
-        char line[32];
-        int n = snprintf(line, sizeof line, "%ld\n", (long)child);
-        ok = write(fd, line, (size_t)n) == n ? 0 : -1;
-    }
+    return child > 0 ? 0 : -1;
+}
+#endif
+
+#ifdef CTEST_ESCAPE
+/* Logs how one attempt went: `error` 0 means it worked. */
+static void report(const ab_host_api *host, ab_call *call, const char *name, int error)
+{
+    char line[160];
+    if (error == 0)
+        snprintf(line, sizeof line, "sandbox probe %s: allowed", name);
+    else
+        snprintf(line, sizeof line, "sandbox probe %s: denied: %s", name, strerror(error));
+    ab_log_text(host, call, AB_LOG_WARNING, line);
+}
+
+/* 0 when one byte of `path` could be read (the byte is dropped), else the errno. */
+static int read_file(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    char byte;
+    int error = read(fd, &byte, 1) == 1 ? 0 : (errno != 0 ? errno : EIO);
     close(fd);
-    return ok;
+    return error;
+}
+
+/* 0 when a socket of `family` connected to `address`, else the errno. */
+static int connect_to(int family, const struct sockaddr *address, socklen_t length)
+{
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errno;
+    int error = connect(fd, address, length) == 0 ? 0 : errno;
+    close(fd);
+    return error;
+}
+
+static void escape(const ab_host_api *host, ab_call *call, json_t *in)
+{
+    const char *files[][2] = { { "keyFile", NULL }, { "record", NULL }, { "sshKey", NULL } };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        const char *path = profile_str(in, files[i][0]);
+        if (path != NULL)
+            report(host, call, files[i][0], read_file(path));
+    }
+    const char *agent = profile_str(in, "agentSocket");
+    if (agent != NULL) {
+        struct sockaddr_un address = { .sun_family = AF_UNIX };
+        snprintf(address.sun_path, sizeof address.sun_path, "%s", agent);
+        report(host, call, "agentSocket", connect_to(AF_UNIX, (struct sockaddr *)&address, sizeof address));
+    }
+    const char *port = profile_str(in, "tcpPort");
+    if (port != NULL) {
+        struct sockaddr_in address = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port)) };
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        report(host, call, "tcpPort", connect_to(AF_INET, (struct sockaddr *)&address, sizeof address));
+    }
+    const char *tracee = profile_str(in, "tracee");
+    if (tracee != NULL) {
+        pid_t target = (pid_t)atoi(tracee);
+        int error = ptrace(PTRACE_ATTACH, target, NULL, NULL) == 0 ? 0 : errno;
+        if (error == 0)
+            ptrace(PTRACE_DETACH, target, NULL, NULL);
+        report(host, call, "tracee", error);
+    }
+    /* The child says through a pipe how its setsid went, then lingers. */
+    int pipe_fds[2];
+    if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+        report(host, call, "setsid", errno);
+        return;
+    }
+    pid_t child = fork();
+    if (child == 0) { /* only async-signal-safe calls after fork() in a threaded process */
+        prctl(PR_SET_NAME, "ctest-escapee", 0, 0, 0);
+        int error = setsid() < 0 ? errno : 0;
+        if (write(pipe_fds[1], &error, sizeof error) != sizeof error)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(pipe_fds[1]);
+    int error = child < 0 ? errno : EIO;
+    if (child > 0 && read(pipe_fds[0], &error, sizeof error) != sizeof error)
+        error = EIO;
+    close(pipe_fds[0]);
+    report(host, call, "setsid", error);
 }
 #endif
 
@@ -587,11 +681,13 @@ static ab_status ctest_check_session(ab_plugin *plugin, ab_call *call, ab_json i
     fflush(stdout);
 #endif
 #ifdef CTEST_LINGERING_CHILD
-    const char *pid_file = profile_str(in, "pidFile");
-    if (pid_file == NULL || spawn_lingering_child(pid_file) != 0) {
+    if (spawn_lingering_child() != 0) {
         json_decref(in);
-        return host->fail(call, "internal", "forkFailed", "could not start or record the lingering child", 0);
+        return host->fail(call, "internal", "forkFailed", "could not start the lingering child", 0);
     }
+#endif
+#ifdef CTEST_ESCAPE
+    escape(host, call, in);
 #endif
 #ifdef CTEST_INLINE_GATE
     const char *gate = profile_str(in, "gate");
