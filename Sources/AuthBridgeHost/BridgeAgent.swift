@@ -144,7 +144,11 @@ public final class BridgeAgent: Sendable {
             guard current.connections.count < maximumConnections else { return true }
             current.lastID += 1
             let id = current.lastID
-            let connection = Connection(input: fd, output: fd, logger: logger, arrivalOrder: arrivalOrder)
+            // What the connection logs (why it was dropped, say) names it and its peer.
+            var connectionLogger = logger
+            connectionLogger[metadataKey: "connection"] = "\(id)"
+            connectionLogger[metadataKey: "pid"] = "\(peer.pid)"
+            let connection = Connection(input: fd, output: fd, logger: connectionLogger, arrivalOrder: arrivalOrder)
             let server = BridgeServer(host: host, connection: connection)
             let task = Task { [self] in
                 _ = await server.serve()

@@ -80,6 +80,7 @@ public final class Connection: Sendable {
     private let maxConcurrentRequests: Int
     private let maxBacklogBytes: Int
     private let maxBacklogCount: Int
+    private let maxUnreadEventBytes: Int
     /// How long the last frames may wait at the end for a peer that reads
     /// nothing (one that does not read must not keep the host alive).
     private let flushGrace: Duration
@@ -96,6 +97,19 @@ public final class Connection: Sendable {
     /// The stop pipe's read end, closed by `close()`.
     private let stopReadEnd: Int32
     private let closed = Atomic<Bool>(false)
+    private let dropped = Atomic<Bool>(false)
+
+    /// How many bytes of events (notifications) a peer may leave unread before
+    /// it is dropped (`notify`). Events come from elsewhere — a sign-out in
+    /// another app, a refresh — whether or not this peer reads, so unlike
+    /// answers nothing upstream stops them: without this bound an app that
+    /// never reads grows the host with every event (issue 26: 200 such apps
+    /// and 3,000 `session/changed` grew the agent by 70 MiB). 64 KiB is some
+    /// 300 `session/changed` events unread on top of what the kernel's buffer
+    /// already holds for the peer (a pipe's 64 KiB, a socket's ~200 KiB):
+    /// no app that reads falls that far behind, and 256 connections that
+    /// never read hold at most 16 MiB of events in the agent.
+    public static let maxUnreadEventBytes = 64 << 10
 
     private final class ReaderEnd: Sendable {
         let continuation = Mutex<CheckedContinuation<Ending, Never>?>(nil)
@@ -115,9 +129,11 @@ public final class Connection: Sendable {
     public init(
         input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20, maxConcurrentRequests: Int = 256,
         maxQueuedOutputBytes: Int = 4 << 20, maxBacklogBytes: Int = 8 << 20, maxBacklogCount: Int = 65_536,
-        flushGrace: Duration = .seconds(2), arrivalOrder: ArrivalOrder = ArrivalOrder()
+        maxUnreadEventBytes: Int = Connection.maxUnreadEventBytes, flushGrace: Duration = .seconds(2),
+        arrivalOrder: ArrivalOrder = ArrivalOrder()
     ) {
         self.arrivalOrder = arrivalOrder
+        self.maxUnreadEventBytes = max(1, maxUnreadEventBytes)
         self.maxConcurrentRequests = max(1, maxConcurrentRequests)
         self.maxBacklogBytes = max(1, maxBacklogBytes)
         self.maxBacklogCount = max(1, maxBacklogCount)
@@ -268,7 +284,34 @@ public final class Connection: Sendable {
 
     /// Sends a notification to the peer.
     public func notify(_ method: String, _ params: JSON?) {
-        writer.send(OutgoingFrame.notification(method: method, params: params))
+        notify(frame: OutgoingFrame.notification(method: method, params: params))
+    }
+
+    /// Sends a notification already encoded (one event for many connections
+    /// is encoded once). A peer that has left more than `maxUnreadEventBytes`
+    /// of events unread is dropped instead: it does not read, and an event,
+    /// unlike an answer, is not held back by its own requests.
+    public func notify(frame: [UInt8]) {
+        guard !writer.sendEvent(frame, limit: maxUnreadEventBytes) else { return }
+        drop(because: "it has left more than \(maxUnreadEventBytes >> 10) KiB of events unread (it does not read its input)")
+    }
+
+    /// Ends the connection at once (a peer that does not read, or that never
+    /// started its session): what is queued for it is let go, nothing more
+    /// starts, its reader stops, and `run` returns `.peerGone` once its
+    /// running requests are cancelled. Logged once, with `reason`, by the
+    /// connection's logger (the agent's names the connection and its pid).
+    /// Safe from any thread, any number of times.
+    public func drop(because reason: String) {
+        guard !dropped.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        logger.warning("dropped the connection: \(reason)")
+        ending.value.withLock { if $0 == nil { $0 = .peerGone } }
+        writer.abandon()
+        stopper.fire()
+        state.lock.withLock {
+            state.closed = true
+            state.wakeReaderLocked()
+        }
     }
 
     /// Writes out everything queued, giving up once the peer has read nothing
@@ -282,6 +325,9 @@ public final class Connection: Sendable {
             logger.warning("the peer did not read the last frames; exiting without them", metadata: ["bytes": "\(writer.queuedBytes)"])
         }
     }
+
+    /// The bytes waiting to be written to the peer.
+    public var queuedOutputBytes: Int { writer.queuedBytes }
 
     /// The number of requests running now.
     public var pendingCount: Int { state.lock.withLock { state.running.count } }
@@ -679,6 +725,7 @@ struct FIFO<Element> {
 
     var isEmpty: Bool { head == storage.count }
     var count: Int { storage.count - head }
+    var first: Element? { head < storage.count ? storage[head] : nil }
     var elements: ArraySlice<Element> { storage[head...] }
 
     mutating func append(_ element: Element) { storage.append(element) }

@@ -334,6 +334,35 @@ struct ConnectionTests {
         #expect(await harness.ending(within: .seconds(10)) == (exitFirst ? .exit(code: 3) : .endOfInput))
     }
 
+    /// Issue 26: a notification always queued, whatever the peer had left unread, so an app
+    /// that never reads grew the host with every event. Past the events' bound it is dropped.
+    @Test func aPeerThatReadsNoEventsIsDroppedInsteadOfQueuedFor() async throws {
+        let harness = Harness(outputFull: true)
+        let params: JSON = ["provider": "p", "state": "refreshed", "reason": .string(String(repeating: "r", count: 150))]
+        var most = 0
+        for _ in 0..<5_000 { // 1 MB of events, sixteen times the bound
+            harness.connection.notify("session/changed", params)
+            most = max(most, harness.connection.queuedOutputBytes)
+        }
+        #expect(most <= Connection.maxUnreadEventBytes, "the output grew to \(most) bytes")
+        #expect(await harness.ending(within: .seconds(10)) == .peerGone)
+    }
+
+    /// Events reach a peer that reads, however many, as long as it keeps up.
+    @Test func everyEventReachesAPeerThatReads() async throws {
+        let harness = Harness()
+        let params: JSON = ["provider": "p", "state": "refreshed", "reason": .string(String(repeating: "r", count: 150))]
+        for round in 0..<50 {
+            // 100 events (20 KB) between reads: far below the bound.
+            for index in 0..<100 { harness.connection.notify("e", params.setting("n", .int(Int64(round * 100 + index)))) }
+            for index in 0..<100 { #expect(try await harness.next()["params"]?["n"] == .int(Int64(round * 100 + index))) }
+        }
+        harness.send(#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[1]}"#)
+        #expect(try await harness.next()["id"] == 1)
+        harness.close()
+        #expect(await harness.ending(within: .seconds(10)) == .endOfInput)
+    }
+
     @Test func exitEndsTheConnectionWhenThePeerNeverReads() async throws {
         let harness = Harness(maxQueuedOutputBytes: 4096, flushGrace: .milliseconds(300))
         let payload = String(repeating: "y", count: 4000)

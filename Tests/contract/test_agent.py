@@ -543,6 +543,53 @@ def settled(agent: Agent, connections: int) -> tuple[int, int]:
     return agent.fd_count(), agent.rss_kib()
 
 
+# ── Apps that do not read ─────────────────────────────────────────────────────
+
+
+def silent_connection(agent: Agent) -> socket.socket:
+    """A raw connection that initializes, then never reads again (an app whose reader is stuck)."""
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(TIMEOUT)
+    sock.connect(str(agent.socket))
+    sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"1.0"}}\n')
+    answer = b""
+    while not answer.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        assert chunk, "the agent closed a new connection"
+        answer += chunk
+    assert b'"result"' in answer, answer
+    return sock
+
+
+def test_an_app_that_never_reads_its_events_is_dropped_and_the_others_hear_every_one(start_agent, plugin_dir):
+    # Issue 26: events were queued for every connection whatever it had left unread, so apps that
+    # never read grew the shared agent with every session/changed (200 such apps and 3,000 events:
+    # +70 MiB). Past Connection.maxUnreadEventBytes unread, a connection is dropped, and says so.
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    silent = [silent_connection(agent) for _ in range(8)]
+    reader = agent.connect(name="reader")
+    cycles = 0
+    while agent.stderr_text().count("dropped the connection") < len(silent):
+        # 64 KiB unread, and what the kernel holds for a socket (~200 KiB): some 2,000 events at most.
+        assert cycles < 2000, f"{agent.stderr_text().count('dropped the connection')} of {len(silent)} silent apps dropped after {2 * cycles} events"
+        sign_in_session(reader, "c", f"s{cycles}")
+        assert reader.result("signOut", {"provider": "c"})["revoked"]
+        cycles += 1
+    dropped = [line for line in agent.stderr_text().splitlines() if "dropped the connection" in line]
+    print(f"\n{len(silent)} silent apps dropped after {2 * cycles} events; {dropped[0]}")
+    assert all("connection=" in line and "pid=" in line and "unread" in line for line in dropped), dropped
+    # Each silent app finds its connection closed once it reads what was sent before the drop.
+    for sock in silent:
+        while sock.recv(1 << 20):
+            pass
+        sock.close()
+    # The app that reads heard every event, in order (each before the answer that caused it), and goes on.
+    states = [p["state"] for p in reader.notifications("session/changed")]
+    assert states == ["signedIn", "signedOut"] * cycles
+    assert reader.result("listAccounts")["accounts"] == []
+    reader.close()
+
+
 # ── The command line ──────────────────────────────────────────────────────────
 
 
