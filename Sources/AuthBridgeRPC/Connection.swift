@@ -130,7 +130,7 @@ public final class Connection: Sendable {
         input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20, maxConcurrentRequests: Int = 256,
         maxQueuedOutputBytes: Int = 4 << 20, maxBacklogBytes: Int = 8 << 20, maxBacklogCount: Int = 65_536,
         maxUnreadEventBytes: Int = Connection.maxUnreadEventBytes, flushGrace: Duration = .seconds(2),
-        arrivalOrder: ArrivalOrder = ArrivalOrder()
+        arrivalOrder: ArrivalOrder = ArrivalOrder(), frameBudget: FrameBudget? = nil
     ) {
         self.arrivalOrder = arrivalOrder
         self.maxUnreadEventBytes = max(1, maxUnreadEventBytes)
@@ -147,7 +147,7 @@ public final class Connection: Sendable {
         } else {
             stop = [-1, -1]
         }
-        self.reader = FrameReader(fd: input, maxFrameBytes: maxFrameBytes, stopFD: stop[0] >= 0 ? stop[0] : nil)
+        self.reader = FrameReader(fd: input, maxFrameBytes: maxFrameBytes, stopFD: stop[0] >= 0 ? stop[0] : nil, budget: frameBudget)
         self.stopReadEnd = stop[0]
         let stopper = Stopper(writeEnd: stop[1])
         self.stopper = stopper
@@ -204,9 +204,15 @@ public final class Connection: Sendable {
         var memo = FrameMemo()
         reader.run(onDrained: flushAnsweredAtOnce) { event in
             switch event {
-            case .tooLarge(let count):
+            case .tooLarge(let count) where count > reader.maxFrameBytes:
                 logger.warning("dropped an over-long frame", metadata: ["bytes": "\(count)"])
                 answer(error: .invalidRequest("frame of \(count) bytes exceeds the limit of \(reader.maxFrameBytes)"), id: nil)
+            case .tooLarge(let count):
+                // Within the limit: the unfinished frames of all connections had spent their budget.
+                let budget = reader.budget.map { "budget of \($0.limit >> 20) MiB" } ?? "budget"
+                logger.warning("dropped a frame: the unfinished frames of all connections hold their \(budget)", metadata: ["bytes": "\(count)"])
+                let message = "frame of \(count) bytes dropped: the unfinished frames of all connections hold the host's \(budget)"
+                answer(error: .invalidRequest(message + "; send it again"), id: nil)
             case .frame(let bytes):
                 if ending.value.withLock({ $0 }) == .peerGone { return false }
                 switch dispatch(memo.decode(bytes), size: bytes.count, delegate: delegate, generation: generation) {

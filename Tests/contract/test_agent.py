@@ -590,6 +590,74 @@ def test_an_app_that_never_reads_its_events_is_dropped_and_the_others_hear_every
     reader.close()
 
 
+# ── Hostile connections ───────────────────────────────────────────────────────
+
+
+def test_unfinished_frames_share_one_budget_and_their_memory_is_returned(start_agent, plugin_dir):
+    # Issue 26: each connection could hold 64 MiB of an unfinished line, 256 connections at once:
+    # 16 × 60 MiB took the agent from 10 to 1,523 MiB, and 1,839 MiB after they closed. Now the
+    # unfinished lines of all connections share one budget (FrameBudget), and what they held is
+    # returned to the system when they end.
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    app = agent.connect(name="app")
+    assert app.result("checkSignInStatus", {"provider": "c"})["state"] == "notSignedIn"
+    rss_before = agent.rss_kib()
+    hostile = []
+    chunk = b"x" * (1 << 20)
+    for _ in range(8):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(TIMEOUT * 3)
+        sock.connect(str(agent.socket))
+        for _ in range(48):   # 48 MiB of one line, never finished
+            sock.sendall(chunk)
+        hostile.append(sock)
+    # Every byte sent has been read but what the kernel still holds for each (a few hundred KiB).
+    rss_held = agent.rss_kib()
+    # The app that behaves is served meanwhile, a frame that spans reads included.
+    big = app.send_request("checkSignInStatus", {"provider": "c", "account": "a" * (300 << 10)})
+    assert app.wait_response(big)["result"]["state"] == "notSignedIn"
+    # A line the budget could not hold is answered when it ends, as an over-long one is.
+    hostile[1].sendall(b"\n")
+    refusal = json.loads(hostile[1].makefile("rb").readline())
+    assert refusal["id"] is None and refusal["error"]["code"] == -32600, refusal
+    assert "unfinished frames of all connections" in refusal["error"]["message"], refusal
+    for sock in hostile:
+        sock.close()
+    _, rss_after = settled(agent, connections=8)
+    print(f"\n8 connections × 48 MiB unfinished: VmRSS {rss_before} → {rss_held} KiB while held, {rss_after} KiB after they closed")
+    assert rss_held - rss_before < 100 * 1024, "unfinished frames are bounded across connections (64 MiB, and 64 KiB each)"
+    assert rss_after - rss_before < 24 * 1024, "what they held is returned when they end"
+    assert app.result("checkSignInStatus", {"provider": "c"})["state"] == "notSignedIn"
+    app.close()
+
+
+def test_connections_that_never_initialize_are_dropped_and_cannot_lock_the_apps_out(start_agent, plugin_dir):
+    # Issue 26: the agent admits 256 connections and had no deadline: 256 that never initialize
+    # locked every app out for good. A connection that has not initialized within the handshake
+    # deadline (BridgeAgent.handshakeDeadline, 10 s) is dropped.
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    idle = []
+    for _ in range(256):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(str(agent.socket))
+        idle.append(sock)
+    # Full: a new app's connection is closed unread.
+    late = socket.socket(socket.AF_UNIX)
+    late.connect(str(agent.socket))   # blocking: the listen backlog may be full for a moment
+    late.settimeout(TIMEOUT)
+    assert late.recv(1) == b"", "the 257th connection was served"
+    late.close()
+    # Past the deadline every idle one is dropped (the agent closes it), and says why.
+    for sock in idle:
+        sock.settimeout(10 + TIMEOUT)
+        assert sock.recv(1) == b""
+        sock.close()
+    assert agent.stderr_text().count("did not initialize within 10 s") == 256
+    app = agent.connect(name="app")
+    assert app.result("checkSignInStatus", {"provider": "c"})["state"] == "notSignedIn"
+    app.close()
+
+
 # ── The command line ──────────────────────────────────────────────────────────
 
 
