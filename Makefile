@@ -257,13 +257,14 @@ bench: deps-build deps-test
 	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(RELEASE_DIR)/authbridge \
 	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(RELEASE_DIR) AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k "shared or expired or storm" 2>&1 | grep -E "processes|passed|failed"
 
-## fuzz N=FRAMES [SEED=S]: Tests/fuzz/fuzz_host.py against the debug host (test plugins, memory vault):
-## valid, hostile and broken frames; prints frames, crashes, hangs, lost answers, max RSS. `make test`
-## runs it at about 20,000 frames (Tests/contract/test_fuzz.py).
+## fuzz N=FRAMES [SEED=S] [AGENT=1]: Tests/fuzz/fuzz_host.py against the debug host (test plugins,
+## memory vault): valid, hostile and broken frames; prints frames, crashes, hangs, lost answers, max RSS,
+## the latency distribution and RSS over the run (AGENT=1: one agent, a connection per host lifetime).
+## `make test` runs it at about 20,000 frames (Tests/contract/test_fuzz.py).
 N    ?= 1000000
 SEED ?= 12
 fuzz: build $(VENV)/.ready
-	$(TEST_ENV) $(VPY) Tests/fuzz/fuzz_host.py --frames $(N) --seed $(SEED)
+	$(TEST_ENV) $(VPY) Tests/fuzz/fuzz_host.py --frames $(N) --seed $(SEED) $(if $(AGENT),--agent)
 
 ## dev-server: the bundled django-oauth-toolkit (Tests/support/dot_server.py) on 127.0.0.1:$(DEV_PORT)
 ## until Ctrl-C, for trying the quick starts: it prints the exports they read and the test user.
