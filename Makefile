@@ -238,7 +238,8 @@ demo: deps-build $(VENV)/.ready
 	  $(if $(filter 1,$(BROWSER)),--browser)
 
 ## bench: the host (its test plugin in-process, then isolated: the hook round trip) next to the C answerer;
-## then the vaults (bench/VaultBench, bench/postgres.py: the PostgreSQL vault next to the encrypted file).
+## then the vaults (bench/VaultBench, bench/postgres.py: the PostgreSQL vault next to the encrypted file);
+## then the agent under hostile connections (bench/hostile.py: its memory, what a reading app sees).
 BENCH_HOST_ARGS := serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning
 bench: deps-build deps-test
 	@$(MAKE) --no-print-directory release build
@@ -253,6 +254,7 @@ bench: deps-build deps-test
 	scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
 	$(VPY) bench/postgres.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
+	$(VPY) bench/hostile.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
 	@echo "Cross-process refresh (4 hosts sharing one vault: 1 s access tokens for 7 s; then 50 calls each on an expired token; the fake, then django-oauth-toolkit):"
 	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(RELEASE_DIR)/authbridge \
 	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(RELEASE_DIR) AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k "shared or expired or storm" 2>&1 | grep -E "processes|passed|failed"
