@@ -19,8 +19,8 @@ import Darwin
 /// A line that spans reads is kept until its newline: its first
 /// `freeLineBytes` are its own; past them it grows only as far as its
 /// `FrameBudget` (shared with other readers) allows, else it is discarded up
-/// to its newline and reported as `.tooLarge` too. Memory is given back as
-/// soon as the line is handed out or discarded.
+/// to its newline and reported as `.tooLarge` too. What it took is given back
+/// as soon as the line is handed out or discarded.
 ///
 /// Resumable: what was read but not yet handed out is kept here, and every
 /// frame is taken out of it before `onEvent` sees it. So when `onEvent` stops
@@ -128,9 +128,8 @@ public final class FrameReader: @unchecked Sendable {
                 guard discarding == 0, !line.isEmpty else { return }
                 var last: [UInt8] = []
                 swap(&last, &line)
+                dropLine() // before `onEvent`: the frame is out of the reader (see Resumable)
                 _ = last.withUnsafeBytes { emit($0, onEvent) }
-                last = []
-                dropLine()
                 return
             }
             count = got
@@ -176,10 +175,10 @@ public final class FrameReader: @unchecked Sendable {
                 var whole: [UInt8] = []
                 swap(&whole, &line)
                 whole.append(contentsOf: piece)
-                let goOn = whole.withUnsafeBytes { emit($0, onEvent) }
-                whole = []
+                // Before `onEvent`: the frame is out of the reader, which another `run` may take
+                // over meanwhile (see Resumable); `whole` is freed when it has been handed out.
                 dropLine()
-                if !goOn { return false }
+                if !whole.withUnsafeBytes({ emit($0, onEvent) }) { return false }
             }
         }
         return true
