@@ -239,6 +239,7 @@ demo: deps-build $(VENV)/.ready
 
 ## bench: the host (its test plugin in-process, then isolated: the hook round trip) next to the C answerer;
 ## then the vaults (bench/VaultBench, bench/postgres.py: the PostgreSQL vault next to the encrypted file);
+## then the agent under hostile connections (bench/hostile.py: its memory, what a reading app sees);
 ## first, what a runner's sandbox costs to set up (bench/sandbox-cost.c).
 BENCH_HOST_ARGS := serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning
 bench: deps-build deps-test
@@ -257,17 +258,19 @@ bench: deps-build deps-test
 	scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
 	$(VPY) bench/postgres.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
+	$(VPY) bench/hostile.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
 	@echo "Cross-process refresh (4 hosts sharing one vault: 1 s access tokens for 7 s; then 50 calls each on an expired token; the fake, then django-oauth-toolkit):"
 	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(RELEASE_DIR)/authbridge \
 	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(RELEASE_DIR) AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k "shared or expired or storm" 2>&1 | grep -E "processes|passed|failed"
 
-## fuzz N=FRAMES [SEED=S]: Tests/fuzz/fuzz_host.py against the debug host (test plugins, memory vault):
-## valid, hostile and broken frames; prints frames, crashes, hangs, lost answers, max RSS. `make test`
-## runs it at about 20,000 frames (Tests/contract/test_fuzz.py).
+## fuzz N=FRAMES [SEED=S] [AGENT=1]: Tests/fuzz/fuzz_host.py against the debug host (test plugins,
+## memory vault): valid, hostile and broken frames; prints frames, crashes, hangs, lost answers, max RSS,
+## the latency distribution and RSS over the run (AGENT=1: one agent, a connection per host lifetime).
+## `make test` runs it at about 20,000 frames (Tests/contract/test_fuzz.py).
 N    ?= 1000000
 SEED ?= 12
 fuzz: build $(VENV)/.ready
-	$(TEST_ENV) $(VPY) Tests/fuzz/fuzz_host.py --frames $(N) --seed $(SEED)
+	$(TEST_ENV) $(VPY) Tests/fuzz/fuzz_host.py --frames $(N) --seed $(SEED) $(if $(AGENT),--agent)
 
 ## dev-server: the bundled django-oauth-toolkit (Tests/support/dot_server.py) on 127.0.0.1:$(DEV_PORT)
 ## until Ctrl-C, for trying the quick starts: it prints the exports they read and the test user.

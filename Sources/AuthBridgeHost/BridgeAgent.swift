@@ -37,6 +37,24 @@ public final class BridgeAgent: Sendable {
     private let logger: Logger
     private let policy: PeerPolicy
     private let maximumConnections: Int
+    private let handshakeDeadline: Duration
+    /// What the unfinished frames of every connection may hold together.
+    private let frameBudget = FrameBudget(limit: BridgeAgent.unfinishedFrameBudget)
+
+    /// How long a connection may go without `initialize` before it is
+    /// dropped. The agent serves at most `maximumConnections`: without a
+    /// deadline, that many that never start a session lock every app out
+    /// for good (issue 26). A frontend sends `initialize` as soon as it
+    /// connects; 10 s leaves room for a machine under load.
+    public static let handshakeDeadline: Duration = .seconds(10)
+
+    /// What the unfinished frames (lines not yet ended by their newline) of
+    /// all connections may hold together, past each one's first
+    /// `FrameReader.freeLineBytes`: one frame of the largest size (64 MiB)
+    /// when no other connection holds one. Beyond it, the frame that would
+    /// grow is dropped and answered -32600 (issue 26: 16 connections × 60 MiB
+    /// took the agent to 1.5 GiB).
+    public static let unfinishedFrameBudget = 64 << 20
     /// Requests numbered in arrival order across connections (which sign-in is newer).
     private let arrivalOrder = ArrivalOrder()
     private let state = Mutex(State())
@@ -51,12 +69,16 @@ public final class BridgeAgent: Sendable {
 
     /// `listener`: a listening Unix stream socket, non-blocking; its owner
     /// closes it after `run` returns.
-    public init(host: BridgeHost, listener: Int32, logger: Logger, policy: PeerPolicy = PeerPolicy(), maximumConnections: Int = 256) {
+    public init(
+        host: BridgeHost, listener: Int32, logger: Logger, policy: PeerPolicy = PeerPolicy(), maximumConnections: Int = 256,
+        handshakeDeadline: Duration = BridgeAgent.handshakeDeadline
+    ) {
         self.host = host
         self.listener = listener
         self.logger = logger
         self.policy = policy
         self.maximumConnections = maximumConnections
+        self.handshakeDeadline = handshakeDeadline
         var fds: [Int32] = [-1, -1]
         if pipe(&fds) == 0 {
             for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -144,10 +166,22 @@ public final class BridgeAgent: Sendable {
             guard current.connections.count < maximumConnections else { return true }
             current.lastID += 1
             let id = current.lastID
-            let connection = Connection(input: fd, output: fd, logger: logger, arrivalOrder: arrivalOrder)
+            // What the connection logs (why it was dropped, say) names it and its peer.
+            var connectionLogger = logger
+            connectionLogger[metadataKey: "connection"] = "\(id)"
+            connectionLogger[metadataKey: "pid"] = "\(peer.pid)"
+            let connection = Connection(
+                input: fd, output: fd, logger: connectionLogger, arrivalOrder: arrivalOrder, frameBudget: frameBudget)
             let server = BridgeServer(host: host, connection: connection)
+            let deadline = handshakeDeadline
             let task = Task { [self] in
+                let handshake = Task {
+                    // A deadline, not synchronisation: a connection still without a session then is dropped.
+                    guard (try? await Task.sleep(for: deadline)) != nil, !server.receivesEvents else { return }
+                    connection.drop(because: "it did not initialize within \(deadline.components.seconds) s")
+                }
                 _ = await server.serve()
+                handshake.cancel()
                 // The peer may be reading nothing: shutdown ends a write blocked on it.
                 _ = shutdown(fd, Int32(SHUT_RDWR))
                 connection.close()

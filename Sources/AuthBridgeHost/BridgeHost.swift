@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeRPC
 import AuthBridgeSession
 import AuthBridgeSystem
 import Logging
@@ -108,7 +109,11 @@ final class EventRoutes: Sendable {
     }
 
     /// Sends one of the engine's events where it belongs (outside the lock:
-    /// a write only queues, but the lock is for the tables).
+    /// a write only queues, but the lock is for the tables). An event for
+    /// every connection is encoded once. A connection that has left too many
+    /// events unread is dropped by its `Connection` rather than queued for
+    /// (`Connection.maxUnreadEventBytes`): one app that never reads must not
+    /// grow the agent that every app shares.
     func deliver(_ method: String, _ params: JSON) {
         if method == "signIn/progress" {
             guard let key = params["requestId"]?.intValue, let route = state.withLock({ $0.requests[key] }) else {
@@ -116,11 +121,12 @@ final class EventRoutes: Sendable {
                 logger.debug("dropped a progress event of a request that has ended")
                 return
             }
-            route.connection.notify(method, params.setting("requestId", route.id))
+            route.connection.notify(frame: OutgoingFrame.notification(method: method, params: params.setting("requestId", route.id)))
             return
         }
+        let frame = OutgoingFrame.notification(method: method, params: params)
         for connection in state.withLock({ Array($0.connections.values) }) where connection.receivesEvents {
-            connection.notify(method, params)
+            connection.notify(frame: frame)
         }
     }
 }

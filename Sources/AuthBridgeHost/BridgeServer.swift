@@ -103,8 +103,8 @@ public final class BridgeServer: ConnectionDelegate {
     /// Whether the host's events reach this connection: once it is initialized.
     var receivesEvents: Bool { phase.withLock { $0 != .uninitialized } }
 
-    /// Sends one of the host's events to this connection's peer.
-    func notify(_ method: String, _ params: JSON) { connection.notify(method, params) }
+    /// Sends one of the host's events, encoded, to this connection's peer.
+    func notify(frame: [UInt8]) { connection.notify(frame: frame) }
 
     // MARK: - ConnectionDelegate
 

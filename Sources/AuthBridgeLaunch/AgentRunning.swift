@@ -1,5 +1,6 @@
 import AuthBridgeHost
 import AuthBridgeSystem
+import CAuthBridgeProcess
 import Logging
 
 #if canImport(Glibc)
@@ -45,6 +46,8 @@ public enum AgentRunning {
         guard readyFD >= 0, dup2(2, 1) >= 0 else { fail("cannot set up stdout") }
         signal(SIGPIPE, SIG_IGN)
         let logger = bootstrapLogging(settings.host.logLevel)
+        // What a connection held goes back to the system when it ends (issue 26).
+        if ab_process_return_freed_blocks() != 0 { logger.warning("cannot set how freed memory is returned (mallopt)") }
 
         let listener: Int32
         var bound: AgentSocket.Bound?

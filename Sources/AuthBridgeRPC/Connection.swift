@@ -53,9 +53,11 @@ extension ConnectionDelegate {
 /// reader goes on reading, so `$/cancelRequest` (a waiting request is
 /// answered -32800 at once), `exit` and end of input are always seen; it
 /// only pauses while the backlog itself is past `maxBacklogBytes` (a peer
-/// that writes without end and never reads), until the backlog shrinks.
-/// Memory is thus bounded by the running requests, the writer's bound and
-/// the backlog's.
+/// that writes without end and never reads), until the backlog shrinks or
+/// the peer closes its end of the input — then what is left to read is
+/// bounded by the kernel's buffer, and reading goes on to reach `exit` or the
+/// end of input. Memory is thus bounded by the running requests, the
+/// writer's bound and the backlog's.
 public final class Connection: Sendable {
     /// What the reader does after a notification.
     public enum Disposition: Sendable {
@@ -78,6 +80,7 @@ public final class Connection: Sendable {
     private let maxConcurrentRequests: Int
     private let maxBacklogBytes: Int
     private let maxBacklogCount: Int
+    private let maxUnreadEventBytes: Int
     /// How long the last frames may wait at the end for a peer that reads
     /// nothing (one that does not read must not keep the host alive).
     private let flushGrace: Duration
@@ -94,6 +97,19 @@ public final class Connection: Sendable {
     /// The stop pipe's read end, closed by `close()`.
     private let stopReadEnd: Int32
     private let closed = Atomic<Bool>(false)
+    private let dropped = Atomic<Bool>(false)
+
+    /// How many bytes of events (notifications) a peer may leave unread before
+    /// it is dropped (`notify`). Events come from elsewhere — a sign-out in
+    /// another app, a refresh — whether or not this peer reads, so unlike
+    /// answers nothing upstream stops them: without this bound an app that
+    /// never reads grows the host with every event (issue 26: 200 such apps
+    /// and 3,000 `session/changed` grew the agent by 70 MiB). 64 KiB is some
+    /// 300 `session/changed` events unread on top of what the kernel's buffer
+    /// already holds for the peer (a pipe's 64 KiB, a socket's ~200 KiB):
+    /// no app that reads falls that far behind, and 256 connections that
+    /// never read hold at most 16 MiB of events in the agent.
+    public static let maxUnreadEventBytes = 64 << 10
 
     private final class ReaderEnd: Sendable {
         let continuation = Mutex<CheckedContinuation<Ending, Never>?>(nil)
@@ -113,9 +129,11 @@ public final class Connection: Sendable {
     public init(
         input: Int32, output: Int32, logger: Logger, maxFrameBytes: Int = 64 << 20, maxConcurrentRequests: Int = 256,
         maxQueuedOutputBytes: Int = 4 << 20, maxBacklogBytes: Int = 8 << 20, maxBacklogCount: Int = 65_536,
-        flushGrace: Duration = .seconds(2), arrivalOrder: ArrivalOrder = ArrivalOrder()
+        maxUnreadEventBytes: Int = Connection.maxUnreadEventBytes, flushGrace: Duration = .seconds(2),
+        arrivalOrder: ArrivalOrder = ArrivalOrder(), frameBudget: FrameBudget? = nil
     ) {
         self.arrivalOrder = arrivalOrder
+        self.maxUnreadEventBytes = max(1, maxUnreadEventBytes)
         self.maxConcurrentRequests = max(1, maxConcurrentRequests)
         self.maxBacklogBytes = max(1, maxBacklogBytes)
         self.maxBacklogCount = max(1, maxBacklogCount)
@@ -129,7 +147,7 @@ public final class Connection: Sendable {
         } else {
             stop = [-1, -1]
         }
-        self.reader = FrameReader(fd: input, maxFrameBytes: maxFrameBytes, stopFD: stop[0] >= 0 ? stop[0] : nil)
+        self.reader = FrameReader(fd: input, maxFrameBytes: maxFrameBytes, stopFD: stop[0] >= 0 ? stop[0] : nil, budget: frameBudget)
         self.stopReadEnd = stop[0]
         let stopper = Stopper(writeEnd: stop[1])
         self.stopper = stopper
@@ -143,7 +161,7 @@ public final class Connection: Sendable {
                 endingBox.value.withLock { if $0 == nil { $0 = .peerGone } }
                 stopper.fire()
                 // A reader waiting for the backlog to shrink must see the end too.
-                state.lock.withLock { state.lock.broadcast() }
+                state.lock.withLock { state.wakeReaderLocked() }
             }, onWritten: { state.wake?() })
         state.wake = { [weak self] in
             guard let self else { return }
@@ -186,9 +204,15 @@ public final class Connection: Sendable {
         var memo = FrameMemo()
         reader.run(onDrained: flushAnsweredAtOnce) { event in
             switch event {
-            case .tooLarge(let count):
+            case .tooLarge(let count) where count > reader.maxFrameBytes:
                 logger.warning("dropped an over-long frame", metadata: ["bytes": "\(count)"])
                 answer(error: .invalidRequest("frame of \(count) bytes exceeds the limit of \(reader.maxFrameBytes)"), id: nil)
+            case .tooLarge(let count):
+                // Within the limit: the unfinished frames of all connections had spent their budget.
+                let budget = reader.budget.map { "budget of \($0.limit >> 20) MiB" } ?? "budget"
+                logger.warning("dropped a frame: the unfinished frames of all connections hold their \(budget)", metadata: ["bytes": "\(count)"])
+                let message = "frame of \(count) bytes dropped: the unfinished frames of all connections hold the host's \(budget)"
+                answer(error: .invalidRequest(message + "; send it again"), id: nil)
             case .frame(let bytes):
                 if ending.value.withLock({ $0 }) == .peerGone { return false }
                 switch dispatch(memo.decode(bytes), size: bytes.count, delegate: delegate, generation: generation) {
@@ -243,8 +267,11 @@ public final class Connection: Sendable {
         stopper.fire()
         writer.stop()
         if stopReadEnd >= 0 { _ = Glibc.close(stopReadEnd) }
-        // The delegate (a BridgeServer) holds this connection: let go of it, or neither is freed.
-        state.lock.withLock { state.delegate = nil }
+        state.lock.withLock {
+            // The delegate (a BridgeServer) holds this connection: let go of it, or neither is freed.
+            state.delegate = nil
+            state.closeRoomSignal()
+        }
     }
 
     /// Lets running and waiting requests finish, for at most `grace`.
@@ -263,7 +290,34 @@ public final class Connection: Sendable {
 
     /// Sends a notification to the peer.
     public func notify(_ method: String, _ params: JSON?) {
-        writer.send(OutgoingFrame.notification(method: method, params: params))
+        notify(frame: OutgoingFrame.notification(method: method, params: params))
+    }
+
+    /// Sends a notification already encoded (one event for many connections
+    /// is encoded once). A peer that has left more than `maxUnreadEventBytes`
+    /// of events unread is dropped instead: it does not read, and an event,
+    /// unlike an answer, is not held back by its own requests.
+    public func notify(frame: [UInt8]) {
+        guard !writer.sendEvent(frame, limit: maxUnreadEventBytes) else { return }
+        drop(because: "it has left more than \(maxUnreadEventBytes >> 10) KiB of events unread (it does not read its input)")
+    }
+
+    /// Ends the connection at once (a peer that does not read, or that never
+    /// started its session): what is queued for it is let go, nothing more
+    /// starts, its reader stops, and `run` returns `.peerGone` once its
+    /// running requests are cancelled. Logged once, with `reason`, by the
+    /// connection's logger (the agent's names the connection and its pid).
+    /// Safe from any thread, any number of times.
+    public func drop(because reason: String) {
+        guard !dropped.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        logger.warning("dropped the connection: \(reason)")
+        ending.value.withLock { if $0 == nil { $0 = .peerGone } }
+        writer.abandon()
+        stopper.fire()
+        state.lock.withLock {
+            state.closed = true
+            state.wakeReaderLocked()
+        }
     }
 
     /// Writes out everything queued, giving up once the peer has read nothing
@@ -277,6 +331,9 @@ public final class Connection: Sendable {
             logger.warning("the peer did not read the last frames; exiting without them", metadata: ["bytes": "\(writer.queuedBytes)"])
         }
     }
+
+    /// The bytes waiting to be written to the peer.
+    public var queuedOutputBytes: Int { writer.queuedBytes }
 
     /// The number of requests running now.
     public var pendingCount: Int { state.lock.withLock { state.running.count } }
@@ -379,17 +436,53 @@ public final class Connection: Sendable {
     static let answeredAtOnceBatch = 64 << 10
 
     /// Blocks the reader while the backlog is past its bound; false when the
-    /// peer is gone meanwhile.
+    /// peer is gone or the connection is stopped meanwhile.
+    ///
+    /// It waits in `poll`, not on the lock, so as to watch the input too: once
+    /// the peer has closed its end (a pipe's writer gone, a socket shut for
+    /// writing), it can write no more, what is left is bounded by the kernel's
+    /// buffer, and the reader goes on past the bound to reach `exit` or the end
+    /// of input. Issue 26: a frontend that stopped reading and closed the
+    /// host's stdin left the host waiting for room for good.
     private func waitForBacklogRoom() -> Bool {
-        state.lock.withLock {
-            while state.backlogBytes > maxBacklogBytes || state.backlog.count + state.deferred.count > maxBacklogCount {
+        while true {
+            let next: RoomWait = state.lock.withLock {
+                state.readerWaiting = false
+                guard !state.inputClosed,
+                    state.backlogBytes > maxBacklogBytes || state.backlog.count + state.deferred.count > maxBacklogCount
+                else { return .room }
                 flushAnsweredAtOnceLocked() // before waiting: nothing given at once waits with the reader
-                if ending.value.withLock({ $0 }) == .peerGone { return false }
-                state.lock.wait()
+                if ending.value.withLock({ $0 }) == .peerGone { return .gone }
+                state.readerWaiting = true
+                return .wait(signal: state.roomSignal())
             }
-            return true
+            guard case .wait(let signal) = next else { return next == .room }
+            var fds = [
+                pollfd(fd: reader.fd, events: Self.pollReadHangUp, revents: 0),
+                pollfd(fd: stopReadEnd, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: signal, events: Int16(POLLIN), revents: 0),
+            ]
+            // Without a signal pipe (out of descriptors), room is looked for every 50 ms.
+            let ready = poll(&fds, signal >= 0 ? 3 : 2, signal >= 0 ? -1 : 50)
+            if ready < 0 && errno != EINTR { return false }
+            if stopReadEnd >= 0 && fds[1].revents != 0 { return false } // stopped: as at end of input
+            if fds[0].revents != 0 { state.lock.withLock { state.inputClosed = true } }
+            if signal >= 0 && fds[2].revents != 0 { state.lock.withLock { state.drainRoomSignal() } }
         }
     }
+
+    /// What the reader waiting for backlog room does next.
+    private enum RoomWait: Equatable {
+        case room
+        case gone
+        /// Waits for this pipe to be written (or -1: none could be made).
+        case wait(signal: Int32)
+    }
+
+    /// `POLLRDHUP` (Linux): the peer has shut a socket for writing, or closed
+    /// it. A pipe's writer gone is `POLLHUP`, reported whatever is asked.
+    /// Swift's Glibc module does not export the constant.
+    static let pollReadHangUp: Int16 = 0x2000
 
     /// Answers what may be answered and starts what may start, in arrival
     /// order. Called with the lock held, whenever room or a slot may have
@@ -406,7 +499,7 @@ public final class Connection: Sendable {
             state.waitingIDs.remove(next.request.id)
             startLocked(next.request, delegate: delegate)
         }
-        state.lock.broadcast()
+        state.wakeReaderLocked()
         resumeIdleWaitersLocked()
     }
 
@@ -585,6 +678,49 @@ private final class SharedState: @unchecked Sendable {
     var idleWaiters: [CheckedContinuation<Void, Never>] = []
     /// Runs the pump (set once the connection exists; called by the writer).
     var wake: (@Sendable () -> Void)?
+    /// The reader waits in `waitForBacklogRoom` for `roomPipe` to be written.
+    var readerWaiting = false
+    /// The peer has closed its end of the input: reading goes on past the backlog's bound.
+    var inputClosed = false
+    /// Written to wake the reader waiting for room (made on its first wait: most connections never wait).
+    private var roomPipe: (read: Int32, write: Int32) = (-1, -1)
+    private var pipeClosed = false
+
+    /// The pipe's read end for the waiting reader to poll; -1 when none can be made.
+    func roomSignal() -> Int32 {
+        if roomPipe.read < 0 && !pipeClosed {
+            var fds: [Int32] = [-1, -1]
+            if pipe(&fds) == 0 {
+                for fd in fds {
+                    _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                    _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+                }
+                roomPipe = (fds[0], fds[1])
+            }
+        }
+        return roomPipe.read
+    }
+
+    /// Wakes the reader if it waits for backlog room (with the lock held): room,
+    /// a request finished, or the end has come.
+    func wakeReaderLocked() {
+        guard readerWaiting, roomPipe.write >= 0 else { return }
+        readerWaiting = false
+        var byte: UInt8 = 1
+        _ = write(roomPipe.write, &byte, 1)
+    }
+
+    func drainRoomSignal() {
+        var bytes = [UInt8](repeating: 0, count: 64)
+        while roomPipe.read >= 0, read(roomPipe.read, &bytes, bytes.count) > 0 {}
+    }
+
+    /// Once `run` has returned (`Connection.close`).
+    func closeRoomSignal() {
+        pipeClosed = true
+        for fd in [roomPipe.read, roomPipe.write] where fd >= 0 { _ = close(fd) }
+        roomPipe = (-1, -1)
+    }
 }
 
 /// A first-in first-out queue with O(1) removal at the front (Array's
@@ -595,6 +731,7 @@ struct FIFO<Element> {
 
     var isEmpty: Bool { head == storage.count }
     var count: Int { storage.count - head }
+    var first: Element? { head < storage.count ? storage[head] : nil }
     var elements: ArraySlice<Element> { storage[head...] }
 
     mutating func append(_ element: Element) { storage.append(element) }

@@ -1,3 +1,5 @@
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -13,6 +15,12 @@ import Darwin
 /// skipped. A line longer than `maxFrameBytes` is reported once as
 /// `.tooLarge` and then discarded up to its newline, so one bad frame never
 /// costs the connection.
+///
+/// A line that spans reads is kept until its newline: its first
+/// `freeLineBytes` are its own; past them it grows only as far as its
+/// `FrameBudget` (shared with other readers) allows, else it is discarded up
+/// to its newline and reported as `.tooLarge` too. What it took is given back
+/// as soon as the line is handed out or discarded.
 ///
 /// Resumable: what was read but not yet handed out is kept here, and every
 /// frame is taken out of it before `onEvent` sees it. So when `onEvent` stops
@@ -31,6 +39,16 @@ public final class FrameReader: @unchecked Sendable {
     /// When readable (a byte written to it, or its write end closed), `run`
     /// stops as at end of input: how another thread ends a blocked read.
     public let stopFD: Int32?
+    /// What the unfinished lines of this reader and others may hold together; nil: no bound but `maxFrameBytes`.
+    public let budget: FrameBudget?
+
+    /// How much of an unfinished line is never charged to the budget: a
+    /// frame of up to 64 KiB (nearly every request) that spans two reads is
+    /// never refused because other connections hold the budget, and 256
+    /// connections hold at most 16 MiB this way.
+    public static let freeLineBytes = 64 << 10
+    /// What `line`'s capacity has taken from the budget.
+    private var charged = 0
 
     private static let chunkSize = 256 << 10
     /// The last read, handed out up to `start`.
@@ -43,13 +61,39 @@ public final class FrameReader: @unchecked Sendable {
     private var discarding = 0
     private var ended = false
 
-    public init(fd: Int32, maxFrameBytes: Int = 64 << 20, stopFD: Int32? = nil) {
+    public init(fd: Int32, maxFrameBytes: Int = 64 << 20, stopFD: Int32? = nil, budget: FrameBudget? = nil) {
         self.fd = fd
         self.maxFrameBytes = maxFrameBytes
         self.stopFD = stopFD
+        self.budget = budget
     }
 
-    deinit { chunk.deallocate() }
+    deinit {
+        chunk.deallocate()
+        budget?.give(charged)
+    }
+
+    /// Makes room in `line` for `count` bytes (at most `maxFrameBytes`),
+    /// growing its capacity by doubling; false when the budget cannot pay
+    /// for the growth past `freeLineBytes`.
+    private func reserveLine(_ count: Int) -> Bool {
+        guard count > line.capacity else { return true }
+        let capacity = min(max(count, line.capacity * 2), maxFrameBytes)
+        let charge = max(0, capacity - Self.freeLineBytes)
+        if let budget, charge > charged {
+            guard budget.take(charge - charged) else { return false }
+            charged = charge
+        }
+        line.reserveCapacity(capacity)
+        return true
+    }
+
+    /// Frees the unfinished line and gives back what it took from the budget.
+    private func dropLine() {
+        line = []
+        budget?.give(charged)
+        charged = 0
+    }
 
     /// Waits until `fd` is readable; false when `stopFD` fired first.
     private func waitReadable() -> Bool {
@@ -84,6 +128,7 @@ public final class FrameReader: @unchecked Sendable {
                 guard discarding == 0, !line.isEmpty else { return }
                 var last: [UInt8] = []
                 swap(&last, &line)
+                dropLine() // before `onEvent`: the frame is out of the reader (see Resumable)
                 _ = last.withUnsafeBytes { emit($0, onEvent) }
                 return
             }
@@ -100,9 +145,9 @@ public final class FrameReader: @unchecked Sendable {
                 // No newline in the rest of this read: keep it for later.
                 if discarding > 0 {
                     discarding += rest.count
-                } else if line.count + rest.count > maxFrameBytes {
+                } else if line.count + rest.count > maxFrameBytes || !reserveLine(line.count + rest.count) {
                     discarding = line.count + rest.count
-                    line.removeAll(keepingCapacity: false)
+                    dropLine()
                 } else {
                     line.append(contentsOf: rest)
                 }
@@ -124,12 +169,15 @@ public final class FrameReader: @unchecked Sendable {
                 }
             } else if line.count + piece.count > maxFrameBytes {
                 let total = line.count + piece.count
-                line.removeAll(keepingCapacity: false)
+                dropLine()
                 if !onEvent(.tooLarge(byteCount: total)) { return false }
             } else {
                 var whole: [UInt8] = []
                 swap(&whole, &line)
                 whole.append(contentsOf: piece)
+                // Before `onEvent`: the frame is out of the reader, which another `run` may take
+                // over meanwhile (see Resumable); `whole` is freed when it has been handed out.
+                dropLine()
                 if !whole.withUnsafeBytes({ emit($0, onEvent) }) { return false }
             }
         }
@@ -143,5 +191,37 @@ public final class FrameReader: @unchecked Sendable {
         let frame = UnsafeRawBufferPointer(rebasing: bytes[0..<end])
         if frame.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { return true }
         return onEvent(.frame(frame))
+    }
+}
+
+/// What the unfinished lines of several `FrameReader`s may hold together:
+/// the agent's connections share one. A line waits in memory for its
+/// newline, so without it 256 connections could each hold `maxFrameBytes`
+/// (issue 26: 16 × 60 MiB took the agent from 10 to 1,523 MiB). What a line
+/// holds past `FrameReader.freeLineBytes` is taken from here and given back
+/// when the line is handed out, discarded, or its reader freed.
+public final class FrameBudget: Sendable {
+    public let limit: Int
+    private let used = Atomic<Int>(0)
+
+    public init(limit: Int) { self.limit = max(0, limit) }
+
+    /// The bytes taken now.
+    public var inUse: Int { used.load(ordering: .relaxed) }
+
+    /// Takes `bytes` when they fit under the limit.
+    func take(_ bytes: Int) -> Bool {
+        var current = used.load(ordering: .relaxed)
+        while current + bytes <= limit {
+            let (exchanged, original) = used.compareExchange(expected: current, desired: current + bytes, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
+    func give(_ bytes: Int) {
+        guard bytes > 0 else { return }
+        used.subtract(bytes, ordering: .relaxed)
     }
 }

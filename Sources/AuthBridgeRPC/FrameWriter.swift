@@ -20,8 +20,9 @@ import Darwin
 /// answer must never be lost), but `hasRoom` turns false past the bound, and
 /// the connection then stops starting work that would add to it (see
 /// `Connection`), so a peer that stops reading cannot make the host's memory
-/// grow without limit. `onWritten` runs after every write, so the connection
-/// can resume once there is room again.
+/// grow without limit. Events, which nothing bounds at their source, have a
+/// hard bound of their own (`sendEvent`). `onWritten` runs after every write,
+/// so the connection can resume once there is room again.
 public final class FrameWriter: @unchecked Sendable {
     private let fd: Int32
     private let lock = ConditionLock()
@@ -44,6 +45,11 @@ public final class FrameWriter: @unchecked Sendable {
     private var flushWaiters = 0
     /// Bytes written so far (how `flush(timeout:)` tells a slow peer from one that does not read).
     private var progress = 0
+    /// Bytes queued so far: where the last frame queued ends in the stream, to compare with `progress`.
+    private var accepted = 0
+    /// The events (`sendEvent`) not written whole yet: where each ends in the stream, and its size.
+    private var unwrittenEvents = FIFO<(end: Int, size: Int)>()
+    private var unwrittenEventBytes = 0
     private let onFailure: @Sendable (Int32) -> Void
     private let onWritten: @Sendable () -> Void
     public let maxQueuedBytes: Int
@@ -65,7 +71,34 @@ public final class FrameWriter: @unchecked Sendable {
             guard !failed, !closing else { return }
             queued.append(contentsOf: frame)
             queued.append(0x0A)
+            accepted += frame.count + 1
             if idle { lock.broadcast() }
+        }
+    }
+
+    /// Queues an event — a frame the peer may do without, unlike an answer —
+    /// unless the events queued before it that are still unwritten would,
+    /// with it, weigh more than `limit` bytes: then nothing is queued and it
+    /// returns false. A peer that far behind on events has stopped reading;
+    /// the caller drops it rather than hold more for it. Answers queued
+    /// ahead do not count: a large answer a peer reads slowly is no reason.
+    /// True once the peer is gone (the frame is dropped, as by `send`).
+    public func sendEvent(_ frame: [UInt8], limit: Int) -> Bool {
+        lock.withLock {
+            guard !failed, !closing else { return true }
+            while let oldest = unwrittenEvents.first, oldest.end <= progress {
+                _ = unwrittenEvents.popFirst()
+                unwrittenEventBytes -= oldest.size
+            }
+            let size = frame.count + 1
+            guard unwrittenEventBytes + size <= limit else { return false }
+            queued.append(contentsOf: frame)
+            queued.append(0x0A)
+            accepted += size
+            unwrittenEvents.append((end: accepted, size: size))
+            unwrittenEventBytes += size
+            if idle { lock.broadcast() }
+            return true
         }
     }
 
@@ -83,6 +116,7 @@ public final class FrameWriter: @unchecked Sendable {
         line.append(0x0A)
         let mayWrite = lock.withLock { () -> Bool in
             guard !failed, !closing else { return false }
+            accepted += line.count
             guard queued.isEmpty, !busy, line.count <= Self.directLimit else {
                 queued.append(contentsOf: line)
                 if idle { lock.broadcast() }
@@ -163,6 +197,20 @@ public final class FrameWriter: @unchecked Sendable {
             closing = true
             lock.broadcast()
             while !stopped { lock.wait() }
+        }
+    }
+
+    /// Gives up on the peer (one that does not read): what is queued is
+    /// dropped, later frames too, and `flush` returns at once. A write blocked
+    /// on the peer goes on until the descriptor's owner ends it
+    /// (`shutdown(2)` of a socket) or the process exits.
+    public func abandon() {
+        lock.withLock {
+            failed = true
+            queued.removeAll()
+            unwrittenEvents = FIFO()
+            unwrittenEventBytes = 0
+            lock.broadcast()
         }
     }
 

@@ -20,18 +20,32 @@ public enum RequestID: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// The id in a `$/cancelRequest`-style param, or nil when it is not an id.
-    /// A number with a zero fraction (`7.0`, `1e3`) is an integer, as in JSON
-    /// Schema 2020-12 (bridge-spec's `RequestId`), up to 2^53 where doubles
-    /// are exact; it is answered as the integer.
+    /// A string or integer id. A `.double` is never one: whether its text was
+    /// an integer (`7.0`) or a fraction a double cannot tell from one
+    /// (`1e-999` reads as 0) is lost; such ids are read from their text
+    /// (`init(_:in:at:)`).
     public init?(_ json: JSON) {
         switch json {
         case .int(let value): self = .int(value)
         case .string(let value): self = .string(value)
-        case .double(let value) where value.isFinite && value.rounded() == value && abs(value) <= 9_007_199_254_740_992:
-            self = .int(Int64(value))
         default: return nil
         }
+    }
+
+    /// The id `json` is, where it was read from `path` of the frame `text`. A
+    /// number with a fraction or an exponent is an id when its text denotes an
+    /// integer exactly (`7.0`, `1e3`, `3.14e2`: JSON Schema 2020-12 counts them
+    /// as integers, bridge-spec's `RequestId`), and is answered as that
+    /// integer: the same number, never a neighbour another request may use.
+    public init?(_ json: JSON, in text: UnsafeRawBufferPointer, at path: [String]) {
+        guard case .double = json else {
+            self.init(json)
+            return
+        }
+        guard let span = JSONText.span(of: path, in: text),
+            let value = JSONText.exactInteger(UnsafeRawBufferPointer(rebasing: text[span]))
+        else { return nil }
+        self = .int(value)
     }
 }
 
@@ -88,7 +102,7 @@ public enum IncomingMessage: Sendable {
                 return .invalid(id: nil, error: .parseError(error.description))
             }
             let refusal = RPCError.invalidRequest("the message nests deeper than \(JSON.maximumDepth) levels")
-            switch classify(envelope) {
+            switch classify(envelope, text: frame) {
             case .request(let request): return .invalid(id: request.id, error: refusal)
             case .response(let id): return .response(id: id)
             case .invalid(let id, let error): return .invalid(id: id, error: error)
@@ -97,10 +111,13 @@ public enum IncomingMessage: Sendable {
         } catch {
             return .invalid(id: nil, error: .parseError(error.description))
         }
-        return classify(value)
+        return classify(value, text: frame)
     }
 
-    public static func classify(_ value: JSON) -> IncomingMessage {
+    /// Classifies a parsed frame; `text` is the frame it was parsed from,
+    /// where a numeric id with a fraction or an exponent is read exactly
+    /// (`RequestID.init(_:in:at:)`). Without it such an id is refused.
+    public static func classify(_ value: JSON, text: UnsafeRawBufferPointer? = nil) -> IncomingMessage {
         guard case .object(let members) = value else {
             if case .array = value {
                 return .invalid(id: nil, error: .invalidRequest("batches are not supported; send one message per line"))
@@ -111,8 +128,10 @@ public enum IncomingMessage: Sendable {
         var id: RequestID?
         let hasID = members["id"] != nil
         if let rawID = members["id"] {
-            guard let parsed = RequestID(rawID) else {
-                return .invalid(id: nil, error: .invalidRequest("\"id\" must be a string or an integer, not \(rawID.typeName)"))
+            let parsed = if let text { RequestID(rawID, in: text, at: ["id"]) } else { RequestID(rawID) }
+            guard let parsed else {
+                let what = if case .double = rawID { "a number that is not an integer" } else { rawID.typeName }
+                return .invalid(id: nil, error: .invalidRequest("\"id\" must be a string or an integer, not \(what)"))
             }
             id = parsed
         }
@@ -129,7 +148,7 @@ public enum IncomingMessage: Sendable {
         guard case .string(let method) = rawMethod else {
             return .invalid(id: id, error: .invalidRequest("\"method\" must be a string, not \(rawMethod.typeName)"))
         }
-        let params = members["params"]
+        var params = members["params"]
         if let params {
             switch params {
             case .object, .array: break
@@ -138,6 +157,12 @@ public enum IncomingMessage: Sendable {
             }
         }
         if let id { return .request(Request(id: id, method: method, params: params)) }
+        if method == "$/cancelRequest", case .double(let raw)? = params?["id"] {
+            // The connection's own notification, read exactly here while the text is at hand:
+            // the integer the id's text denotes, or null (cancels nothing) for any other number.
+            let exact = text.flatMap { RequestID(.double(raw), in: $0, at: ["params", "id"]) }
+            params = params?.setting("id", exact?.json ?? .null)
+        }
         return .notification(Notification(method: method, params: params))
     }
 }

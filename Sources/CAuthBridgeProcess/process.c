@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -240,4 +241,9 @@ int ab_process_run_command(const char *file, char *const argv[], char *const env
     } while (result < 0 && errno == EINTR);
     running_child = 0;
     return result == child ? 0 : errno;
+}
+
+int ab_process_return_freed_blocks(void)
+{
+    return mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1 ? 0 : -1;
 }

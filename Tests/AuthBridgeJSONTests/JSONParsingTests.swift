@@ -114,4 +114,41 @@ struct JSONParsingTests {
         #expect(value["id"] == "x" && value["s"] == "[[[{")
         #expect(value["params"]?["a"] == .null && value["params"]?["b"] == 2)
     }
+
+    @Test(
+        arguments: [
+            ("0", 0), ("-0", 0), ("-0.0", 0), ("7.0", 7), ("1e3", 1000), ("1E+3", 1000), ("3.14e2", 314), ("0.5e1", 5), ("100e-2", 1),
+            ("9223372036854775807", .max), ("-9223372036854775808", .min), ("922337203685477580.7e1", .max), ("0e999999999999", 0),
+        ] as [(String, Int64)])
+    func exactIntegersAreReadFromTheText(_ text: String, _ value: Int64) {
+        var text = text
+        #expect(text.withUTF8 { JSONText.exactInteger(UnsafeRawBufferPointer($0)) } == value)
+    }
+
+    @Test(arguments: [
+        "1.5", "1e-999", "1.0000000000000000001", "0.99999999999999999999", "9223372036854775808", "-9223372036854775809", "1e19",
+        "1e999999999999", "1e-999999999999", "", "-", "01", "1.", ".5", "1e", "+1", "0x10", "1 ",
+    ])
+    func otherNumbersAndTokensAreNot(_ text: String) {
+        var text = text
+        #expect(text.withUTF8 { JSONText.exactInteger(UnsafeRawBufferPointer($0)) } == nil)
+    }
+
+    @Test func aMembersValueIsFoundWhereItIs() {
+        func value(_ path: [String], _ text: String) -> String? {
+            var text = text
+            return text.withUTF8 { buffer in
+                let raw = UnsafeRawBufferPointer(buffer)
+                return JSONText.span(of: path, in: raw).map { String(decoding: raw[$0], as: UTF8.self) }
+            }
+        }
+        let text = #" { "a" : [1, {"id": 9}], "s": "}\"id\":", "p": {"x": {"id": 1}, "id" : 2.50 }, "\u0069d":-1e3 } "#
+        #expect(value(["id"], text) == "-1e3")
+        #expect(value(["p", "id"], text) == "2.50")
+        #expect(value(["p", "x"], text) == #"{"id": 1}"#)
+        #expect(value(["s"], text) == #""}\"id\":""#)
+        #expect(value(["missing"], text) == nil)
+        #expect(value(["a", "id"], text) == nil)
+        #expect(value(["id"], "[1]") == nil)
+    }
 }

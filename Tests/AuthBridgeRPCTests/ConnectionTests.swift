@@ -73,16 +73,28 @@ private struct Harness {
 
     let delegate: TestDelegate
 
-    init(maxConcurrentRequests: Int = 256, maxQueuedOutputBytes: Int = 4 << 20, flushGrace: Duration = .seconds(2)) {
+    /// `outputFull`: the output pipe is filled before the connection starts, as by a peer that
+    /// has stopped reading: nothing the connection writes leaves it.
+    init(
+        maxConcurrentRequests: Int = 256, maxQueuedOutputBytes: Int = 4 << 20, maxBacklogBytes: Int = 8 << 20,
+        flushGrace: Duration = .seconds(2), outputFull: Bool = false
+    ) {
         var input: [Int32] = [0, 0], output: [Int32] = [0, 0]
         pipe(&input)
         pipe(&output)
         toHost = input[1]
         fromHost = output[0]
+        if outputFull {
+            let flags = fcntl(output[1], F_GETFL)
+            _ = fcntl(output[1], F_SETFL, flags | O_NONBLOCK)
+            let junk = [UInt8](repeating: 0x20, count: 4096)
+            while junk.withUnsafeBytes({ write(output[1], $0.baseAddress, $0.count) }) > 0 {}
+            _ = fcntl(output[1], F_SETFL, flags)
+        }
         let connection = Connection(
             input: input[0], output: output[1], logger: Logger(label: "test"),
             maxConcurrentRequests: maxConcurrentRequests, maxQueuedOutputBytes: maxQueuedOutputBytes,
-            flushGrace: flushGrace)
+            maxBacklogBytes: maxBacklogBytes, flushGrace: flushGrace)
         self.connection = connection
         let delegate = TestDelegate()
         self.delegate = delegate
@@ -124,18 +136,27 @@ private struct Harness {
         while !delegate.notifications.withLock({ $0.contains(marker) }) { try? await Task.sleep(for: .milliseconds(2)) }
     }
 
-    /// `run`'s ending, or nil when it has not ended within `limit`.
+    /// `run`'s ending, or nil when it has not ended within `limit` (a bound, not
+    /// synchronisation; a run that never ends is left behind, not awaited).
     func ending(within limit: Duration) async -> Connection.Ending? {
         let run = self.run
-        return await withTaskGroup(of: Connection.Ending?.self) { group in
-            group.addTask { await run.value }
-            group.addTask {
-                try? await Task.sleep(for: limit)
-                return nil
+        let waiter = Mutex<CheckedContinuation<Connection.Ending?, Never>?>(nil)
+        let take: @Sendable () -> CheckedContinuation<Connection.Ending?, Never>? = {
+            waiter.withLock { continuation in
+                defer { continuation = nil }
+                return continuation
             }
-            let first = await group.next()!
-            group.cancelAll()
-            return first
+        }
+        return await withCheckedContinuation { continuation in
+            waiter.withLock { $0 = continuation }
+            Task {
+                let ending = await run.value
+                take()?.resume(returning: ending)
+            }
+            Task {
+                try? await Task.sleep(for: limit)
+                take()?.resume(returning: nil)
+            }
         }
     }
 
@@ -293,6 +314,51 @@ struct ConnectionTests {
         var seen: Set<Int64> = []
         for _ in 0..<count { if let id = try await harness.next()["id"]?.intValue { seen.insert(id) } }
         #expect(seen.count == count)
+        harness.close()
+        #expect(await harness.ending(within: .seconds(10)) == .endOfInput)
+    }
+
+    /// Issue 26: with the output full and the backlog past its bound, the reader waited for room
+    /// and never saw the end of its input: a frontend that stopped reading and closed the host's
+    /// stdin (after `exit`, or without) left it running for good.
+    @Test(arguments: [true, false])
+    func theEndOfInputIsSeenWhileTheBacklogIsFull(exitFirst: Bool) async throws {
+        let harness = Harness(maxQueuedOutputBytes: 4096, maxBacklogBytes: 8192, flushGrace: .milliseconds(300), outputFull: true)
+        // Refused at once (-32002): each answer, about 600 bytes, waits for output room; 8 KiB of
+        // them fill the writer, 8 KiB more the backlog, and the reader stops after some 30. The
+        // rest (about 20 KB) waits in the input pipe.
+        let id = String(repeating: "i", count: 500)
+        for _ in 0..<60 { harness.send(#"{"jsonrpc":"2.0","id":"\#(id)","method":"refused"}"#) }
+        if exitFirst { harness.send(#"{"jsonrpc":"2.0","method":"exit"}"#) }
+        harness.close()
+        #expect(await harness.ending(within: .seconds(10)) == (exitFirst ? .exit(code: 3) : .endOfInput))
+    }
+
+    /// Issue 26: a notification always queued, whatever the peer had left unread, so an app
+    /// that never reads grew the host with every event. Past the events' bound it is dropped.
+    @Test func aPeerThatReadsNoEventsIsDroppedInsteadOfQueuedFor() async throws {
+        let harness = Harness(outputFull: true)
+        let params: JSON = ["provider": "p", "state": "refreshed", "reason": .string(String(repeating: "r", count: 150))]
+        var most = 0
+        for _ in 0..<5_000 { // 1 MB of events, sixteen times the bound
+            harness.connection.notify("session/changed", params)
+            most = max(most, harness.connection.queuedOutputBytes)
+        }
+        #expect(most <= Connection.maxUnreadEventBytes, "the output grew to \(most) bytes")
+        #expect(await harness.ending(within: .seconds(10)) == .peerGone)
+    }
+
+    /// Events reach a peer that reads, however many, as long as it keeps up.
+    @Test func everyEventReachesAPeerThatReads() async throws {
+        let harness = Harness()
+        let params: JSON = ["provider": "p", "state": "refreshed", "reason": .string(String(repeating: "r", count: 150))]
+        for round in 0..<50 {
+            // 100 events (20 KB) between reads: far below the bound.
+            for index in 0..<100 { harness.connection.notify("e", params.setting("n", .int(Int64(round * 100 + index)))) }
+            for index in 0..<100 { #expect(try await harness.next()["params"]?["n"] == .int(Int64(round * 100 + index))) }
+        }
+        harness.send(#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[1]}"#)
+        #expect(try await harness.next()["id"] == 1)
         harness.close()
         #expect(await harness.ending(within: .seconds(10)) == .endOfInput)
     }

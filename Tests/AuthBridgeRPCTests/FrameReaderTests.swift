@@ -1,4 +1,4 @@
-import AuthBridgeRPC
+@testable import AuthBridgeRPC
 import Testing
 
 #if canImport(Glibc)
@@ -8,7 +8,7 @@ import Glibc
 @Suite("Frame reader")
 struct FrameReaderTests {
     /// Feeds `input` through a pipe and collects what the reader reports.
-    private func frames(_ input: [UInt8], maxFrameBytes: Int = 1 << 20) -> [String] {
+    private func frames(_ input: [UInt8], maxFrameBytes: Int = 1 << 20, budget: FrameBudget? = nil) -> [String] {
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
         let writer = Thread { fd, bytes in
@@ -24,7 +24,7 @@ struct FrameReaderTests {
         }
         writer.start(fds[1], input)
         var seen: [String] = []
-        FrameReader(fd: fds[0], maxFrameBytes: maxFrameBytes).run { event in
+        FrameReader(fd: fds[0], maxFrameBytes: maxFrameBytes, budget: budget).run { event in
             switch event {
             case .frame(let bytes): seen.append(String(decoding: bytes, as: UTF8.self))
             case .tooLarge(let count): seen.append("<too large: \(count)>")
@@ -48,6 +48,20 @@ struct FrameReaderTests {
     @Test func overLongFramesAreReportedOnceAndSkipped() {
         let big = String(repeating: "y", count: 5_000)
         #expect(frames(Array("ok\n\(big)\nnext\n".utf8), maxFrameBytes: 1_000) == ["ok", "<too large: 5000>", "next"])
+    }
+
+    /// Issue 26: an unfinished line grows only as far as the budget it shares with other
+    /// connections' lines; one it cannot hold is dropped and reported, and the reader goes on.
+    @Test func aLineTheSharedBudgetCannotHoldIsDroppedAndTheBudgetGivenBack() {
+        let budget = FrameBudget(limit: 1 << 20)
+        #expect(budget.take(1 << 20)) // another connection holds it all
+        let big = String(repeating: "z", count: 300_000)
+        #expect(frames(Array("ok\n\(big)\nnext\n".utf8), budget: budget) == ["ok", "<too large: 300000>", "next"])
+        budget.give(1 << 20)
+        #expect(budget.inUse == 0)
+        // With room, the same line passes, and what it took is given back once it is handed out.
+        #expect(frames(Array("\(big)\nnext\n".utf8), budget: budget) == [big, "next"])
+        #expect(budget.inUse == 0)
     }
 }
 

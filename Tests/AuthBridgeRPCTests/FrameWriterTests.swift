@@ -85,6 +85,26 @@ struct FrameWriterTests {
         writer.flush()
     }
 
+    /// Events have a hard bound of their own, counted on events alone: an answer queued ahead
+    /// (a large one the peer reads slowly) never makes an event refused, and events written
+    /// free their room.
+    @Test func eventsAreRefusedPastTheirOwnBoundAndAnswersNever() {
+        let pipe = Pipe()
+        defer { pipe.close() }
+        let writer = FrameWriter(fd: pipe.write, maxQueuedBytes: 1024)
+        defer { writer.stop() }
+        let answer = [UInt8](repeating: UInt8(ascii: "a"), count: 1 << 20)
+        writer.send(answer) // past every bound: answers are always queued
+        let event = [UInt8](repeating: UInt8(ascii: "e"), count: 99)
+        for _ in 0..<10 { #expect(writer.sendEvent(event, limit: 1000)) } // 10 × 100 bytes
+        #expect(!writer.sendEvent(event, limit: 1000))
+        #expect(writer.queuedBytes == answer.count + 1 + 1000)
+        #expect(pipe.read(count: answer.count + 1 + 1000).count == answer.count + 1 + 1000)
+        writer.flush()
+        #expect(writer.sendEvent(event, limit: 1000))
+        #expect(pipe.read(count: 100) == event + [0x0A])
+    }
+
     /// Frames sent from many threads, some written on their own thread and some by the
     /// writer's, arrive whole: no line is torn or lost.
     @Test func framesFromManyThreadsArriveWhole() async {

@@ -83,16 +83,48 @@ struct MessageTests {
     }
 
     @Test func idsWithAZeroFractionAreIntegers() {
-        for (text, id) in [("7.0", Int64(7)), ("1e3", 1000), ("-2.0E1", -20)] {
+        for (text, id) in [
+            ("7.0", Int64(7)), ("1e3", 1000), ("-2.0E1", -20), ("3.14e2", 314), ("-0.0", 0), ("1e18", 1_000_000_000_000_000_000),
+            ("12345678901234567.0", 12_345_678_901_234_567), ("-9223372036854775808.0", .min),
+        ] {
             guard case .request(let request) = decode(#"{"jsonrpc":"2.0","id":\#(text),"method":"m"}"#) else {
                 Issue.record("\(text) is not a request id")
                 continue
             }
             #expect(request.id == .int(id))
         }
-        for text in ["1.5", "1e-3", "9223372036854775808", "1e999", "1e300"] {
+        for text in ["1.5", "1e-3", "9223372036854775808", "9.3e18", "1e999", "1e300"] {
             expectInvalid(#"{"jsonrpc":"2.0","id":\#(text),"method":"m"}"#, code: .invalidRequest)
         }
+    }
+
+    /// Issue 26: `1e-999` was answered as id 0 — a double reads it as 0.0 — so its answer could
+    /// be taken for request 0's. A fraction is refused however close to an integer a double puts it.
+    @Test func aFractionADoubleCannotTellFromAnIntegerIsNotAnID() {
+        for text in ["1e-999", "-1e-400", "1.0000000000000000001", "0.99999999999999999999", "4503599627370496.5"] {
+            expectInvalid(#"{"jsonrpc":"2.0","id":\#(text),"method":"m"}"#, code: .invalidRequest)
+            expectInvalid(#"{"jsonrpc":"2.0","id":\#(text)}"#, code: .invalidRequest)
+        }
+        // Read where the id is, whatever comes before it or however its key is written.
+        guard case .request(let request) = decode(#"{"params":{"id":1e-999,"x":[{"id":2}]},"jsonrpc":"2.0","\u0069d" : 5.0e0,"method":"m"}"#)
+        else {
+            Issue.record("not a request")
+            return
+        }
+        #expect(request.id == .int(5))
+    }
+
+    @Test func aCancelsIDIsReadExactlyToo() {
+        func cancelled(_ id: String) -> JSON? {
+            guard case .notification(let notification) = decode(#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":\#(id)}}"#)
+            else { return nil }
+            return notification.params?["id"]
+        }
+        #expect(cancelled("1e-999") == .null)
+        #expect(cancelled("1.0000000000000000001") == .null)
+        #expect(cancelled("2.0") == .int(2))
+        #expect(cancelled("3") == .int(3))
+        #expect(cancelled(#""s""#) == .string("s"))
     }
 
     @Test func aRequestWithAnOutOfRangeNumberIsARequest() {

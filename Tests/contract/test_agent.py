@@ -627,6 +627,121 @@ def settled(agent: Agent, connections: int) -> tuple[int, int]:
     return agent.fd_count(), agent.rss_kib()
 
 
+# ── Apps that do not read ─────────────────────────────────────────────────────
+
+
+def silent_connection(agent: Agent) -> socket.socket:
+    """A raw connection that initializes, then never reads again (an app whose reader is stuck)."""
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(TIMEOUT)
+    sock.connect(str(agent.socket))
+    sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"1.0"}}\n')
+    answer = b""
+    while not answer.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        assert chunk, "the agent closed a new connection"
+        answer += chunk
+    assert b'"result"' in answer, answer
+    return sock
+
+
+def test_an_app_that_never_reads_its_events_is_dropped_and_the_others_hear_every_one(start_agent, plugin_dir):
+    # Issue 26: events were queued for every connection whatever it had left unread, so apps that
+    # never read grew the shared agent with every session/changed (200 such apps and 3,000 events:
+    # +70 MiB). Past Connection.maxUnreadEventBytes unread, a connection is dropped, and says so.
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    silent = [silent_connection(agent) for _ in range(8)]
+    reader = agent.connect(name="reader")
+    cycles = 0
+    while agent.stderr_text().count("dropped the connection") < len(silent):
+        # 64 KiB unread, and what the kernel holds for a socket (~200 KiB): some 2,000 events at most.
+        assert cycles < 2000, f"{agent.stderr_text().count('dropped the connection')} of {len(silent)} silent apps dropped after {2 * cycles} events"
+        sign_in_session(reader, "c", f"s{cycles}")
+        assert reader.result("signOut", {"provider": "c"})["revoked"]
+        cycles += 1
+    dropped = [line for line in agent.stderr_text().splitlines() if "dropped the connection" in line]
+    print(f"\n{len(silent)} silent apps dropped after {2 * cycles} events; {dropped[0]}")
+    assert all("connection=" in line and "pid=" in line and "unread" in line for line in dropped), dropped
+    # Each silent app finds its connection closed once it reads what was sent before the drop.
+    for sock in silent:
+        while sock.recv(1 << 20):
+            pass
+        sock.close()
+    # The app that reads heard every event, in order (each before the answer that caused it), and goes on.
+    states = [p["state"] for p in reader.notifications("session/changed")]
+    assert states == ["signedIn", "signedOut"] * cycles
+    assert reader.result("listAccounts")["accounts"] == []
+    reader.close()
+
+
+# ── Hostile connections ───────────────────────────────────────────────────────
+
+
+def test_unfinished_frames_share_one_budget_and_their_memory_is_returned(start_agent, plugin_dir):
+    # Issue 26: each connection could hold 64 MiB of an unfinished line, 256 connections at once:
+    # 16 × 60 MiB took the agent from 10 to 1,523 MiB, and 1,839 MiB after they closed. Now the
+    # unfinished lines of all connections share one budget (FrameBudget), and what they held is
+    # returned to the system when they end.
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    app = agent.connect(name="app")
+    assert app.result("checkSignInStatus", {"provider": "c"})["state"] == "notSignedIn"
+    rss_before = agent.rss_kib()
+    hostile = []
+    chunk = b"x" * (1 << 20)
+    for _ in range(8):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(TIMEOUT * 3)
+        sock.connect(str(agent.socket))
+        for _ in range(48):   # 48 MiB of one line, never finished
+            sock.sendall(chunk)
+        hostile.append(sock)
+    # Every byte sent has been read but what the kernel still holds for each (a few hundred KiB).
+    rss_held = agent.rss_kib()
+    # The app that behaves is served meanwhile, a frame that spans reads included.
+    big = app.send_request("checkSignInStatus", {"provider": "c", "account": "a" * (300 << 10)})
+    assert app.wait_response(big)["result"]["state"] == "notSignedIn"
+    # A line the budget could not hold is answered when it ends, as an over-long one is.
+    hostile[1].sendall(b"\n")
+    refusal = json.loads(hostile[1].makefile("rb").readline())
+    assert refusal["id"] is None and refusal["error"]["code"] == -32600, refusal
+    assert "unfinished frames of all connections" in refusal["error"]["message"], refusal
+    for sock in hostile:
+        sock.close()
+    _, rss_after = settled(agent, connections=8)
+    print(f"\n8 connections × 48 MiB unfinished: VmRSS {rss_before} → {rss_held} KiB while held, {rss_after} KiB after they closed")
+    assert rss_held - rss_before < 100 * 1024, "unfinished frames are bounded across connections (64 MiB, and 64 KiB each)"
+    assert rss_after - rss_before < 24 * 1024, "what they held is returned when they end"
+    assert app.result("checkSignInStatus", {"provider": "c"})["state"] == "notSignedIn"
+    app.close()
+
+
+def test_connections_that_never_initialize_are_dropped_and_cannot_lock_the_apps_out(start_agent, plugin_dir):
+    # Issue 26: the agent admits 256 connections and had no deadline: 256 that never initialize
+    # locked every app out for good. A connection that has not initialized within the handshake
+    # deadline (BridgeAgent.handshakeDeadline, 10 s) is dropped.
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    idle = []
+    for _ in range(256):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(str(agent.socket))
+        idle.append(sock)
+    # Full: a new app's connection is closed unread.
+    late = socket.socket(socket.AF_UNIX)
+    late.connect(str(agent.socket))   # blocking: the listen backlog may be full for a moment
+    late.settimeout(TIMEOUT)
+    assert late.recv(1) == b"", "the 257th connection was served"
+    late.close()
+    # Past the deadline every idle one is dropped (the agent closes it), and says why.
+    for sock in idle:
+        sock.settimeout(10 + TIMEOUT)
+        assert sock.recv(1) == b""
+        sock.close()
+    assert agent.stderr_text().count("did not initialize within 10 s") == 256
+    app = agent.connect(name="app")
+    assert app.result("checkSignInStatus", {"provider": "c"})["state"] == "notSignedIn"
+    app.close()
+
+
 # ── The command line ──────────────────────────────────────────────────────────
 
 

@@ -1,5 +1,6 @@
 """The seeded fuzzer (Tests/fuzz/fuzz_host.py) at a bounded size: about 20,000 valid, hostile and
-broken frames over several host lifetimes. `make fuzz N=1000000` runs the same fuzzer long.
+broken frames over several host lifetimes, then as many over connections to one agent. `make fuzz
+N=1000000` runs the same fuzzer long.
 
 Every request whose id can be read is answered exactly once, every frame the host writes
 validates against bridge-spec, host and spec agree on which params are invalid, the host exits
@@ -20,6 +21,16 @@ MAX_RSS_MIB = 160
 def test_twenty_thousand_fuzzed_frames_are_each_answered_as_the_spec_says():
     seed = int(os.environ.get("FUZZ_SEED", "20260"))
     figures = fuzz_host.fuzz(FRAMES, seed, max_rss_mib=MAX_RSS_MIB)
+    print(f"seed {seed}: {figures.report()}")
+    assert figures.frames >= FRAMES
+    assert not figures.failed, f"seed {seed}: {figures.report()}\n- " + "\n- ".join(figures.problems)
+
+
+def test_twenty_thousand_fuzzed_frames_over_connections_to_one_agent():
+    # Each host lifetime is a connection: exit and end of input end it, not the agent, whose
+    # resident set after each connection stays bounded.
+    seed = int(os.environ.get("FUZZ_SEED", "20261"))
+    figures = fuzz_host.fuzz(FRAMES, seed, max_rss_mib=MAX_RSS_MIB, agent=True)
     print(f"seed {seed}: {figures.report()}")
     assert figures.frames >= FRAMES
     assert not figures.failed, f"seed {seed}: {figures.report()}\n- " + "\n- ".join(figures.problems)

@@ -130,7 +130,10 @@ def test_missing_jsonrpc_member_is_an_invalid_request(host):
     assert host.wait_response("nov")["error"]["code"] == -32600
 
 
-@pytest.mark.parametrize("raw_id", ["null", "1.5", "-0.25", "1e-3", "9223372036854775808", "1e999", "true", '{"a":1}', "[1]"])
+@pytest.mark.parametrize("raw_id", ["null", "1.5", "-0.25", "1e-3", "9223372036854775808", "1e999", "true", '{"a":1}', "[1]",
+                                    # Fractions a double cannot tell from an integer: 1e-999 reads as 0.0, the
+                                    # others as 1.0 (issue 26: 1e-999 was answered as id 0, another request's id).
+                                    "1e-999", "-1e-400", "1.0000000000000000001", "0.99999999999999999999"])
 def test_ids_that_are_not_string_or_integer_are_refused_with_null_id(host, raw_id):
     frames = answered_next(host, lambda: host.send_line(
         f'{{"jsonrpc":"2.0","id":{raw_id},"method":"listProviders","params":{{}}}}'))
@@ -227,7 +230,8 @@ def test_ids_are_echoed_exactly(host, request_id):
     assert type(response["id"]) is type(request_id)
 
 
-@pytest.mark.parametrize("raw_id,echoed", [("7.0", 7), ("1e9", 1_000_000_000), ("-2.0E1", -20)])
+@pytest.mark.parametrize("raw_id,echoed", [("7.0", 7), ("1e9", 1_000_000_000), ("-2.0E1", -20), ("3.14e2", 314), ("-0.0", 0),
+                                           ("1e18", 10**18), ("12345678901234567.0", 12345678901234567)])
 def test_ids_with_a_zero_fraction_are_integers_and_answered_as_such(host, raw_id, echoed):
     # JSON Schema 2020-12 (the spec's dialect): 7.0 and 1e3 are integers, so they are RequestIds.
     host.sent[("int", echoed)] = "listProviders"
@@ -294,6 +298,15 @@ def test_cancelling_a_pending_external_sign_in(host):
 def test_cancelling_an_unknown_id_is_harmless(host, params):
     frames = answered_next(host, lambda: host.notify("$/cancelRequest", params))
     assert frames == [], frames
+
+
+def test_a_cancel_whose_id_is_a_fraction_cancels_nothing(host):
+    # 1e-999 is a fraction, though a double reads it as 0: it must not cancel request 0.
+    host.send_line(b'{"jsonrpc":"2.0","id":0,"method":"requestOAuthTokens","params":{"provider":"c","flow":"session","sessionId":"slow"}}')
+    frames = answered_next(host, lambda: host.send_line(b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1e-999}}'))
+    assert frames == [], frames
+    host.send_line(b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":0.0}}')
+    assert host.wait_response(0)["error"]["code"] == -32800
 
 
 def test_cancelling_a_finished_request_keeps_its_answer(host):

@@ -268,6 +268,49 @@ def test_host_stops_when_the_frontend_closes_its_stdout(tmp_path, plugin_dir):
         proc.stdin.close()
 
 
+@pytest.mark.parametrize("ending", ["eof", "exit"])
+def test_a_frontend_that_stops_reading_then_closes_stdin_ends_the_host(tmp_path, plugin_dir, ending):
+    # Issue 26: with its output full (the frontend reads nothing) and its backlog full too, the
+    # host's reader waited for room and never saw stdin's end, nor an `exit` behind the backlog:
+    # it ran on for good. README §2: after exit or EOF the host ends within its grace.
+    argv, env = host_command(tmp_path / "raw", [plugin_dir], profiles=DEFAULT_PROFILES)
+    out_read, out_write = os.pipe()
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_write, stderr=subprocess.DEVNULL, env=env)
+    try:
+        # Before initialize every request is refused at once (-32002), on the reader thread, in
+        # order: the answers (the same size each, the id echoed) fill the output, then the backlog.
+        request = b'{"jsonrpc":"2.0","id":"' + b"i" * 1000 + b'","method":"listProviders"}\n'
+        proc.stdin.write(request)
+        proc.stdin.flush()
+        answer = os.read(out_read, 65536)
+        assert answer.endswith(b"\n") and b"-32002" in answer, answer
+        # The frontend stops reading: its end of the host's stdout is full from now on.
+        os.set_blocking(out_write, False)
+        try:
+            while True:
+                os.write(out_write, b" " * 4096)
+        except BlockingIOError:
+            pass
+        # 4 MiB of answers wait for the writer, 8 MiB more in the backlog: the reader stops there
+        # (Flow control); 40 requests more and the ending wait in the stdin pipe (about 42 KB).
+        stopped_after = -(-(4 << 20) // len(answer)) + (8 << 20) // len(answer) + 1
+        proc.stdin.write(request * (stopped_after + 40))
+        if ending == "exit":
+            proc.stdin.write(b'{"jsonrpc":"2.0","id":"bye","method":"shutdown"}\n{"jsonrpc":"2.0","method":"exit"}\n')
+        proc.stdin.close()
+        try:
+            code = proc.wait(TIMEOUT * 2)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the host still ran {TIMEOUT * 2:.0f} s after its frontend stopped reading and closed stdin") from None
+        assert code == (1 if ending == "exit" else 0)   # exit before initialize: 1 (shutdown was refused)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(TIMEOUT)
+        os.close(out_read)
+        os.close(out_write)
+
+
 def test_rpc_discover_returns_bridge_spec_openrpc_json(host):
     document = host.result("rpc.discover")
     expected = json.loads(SPEC_PATH.read_text(encoding="utf-8"))

@@ -18,20 +18,32 @@ An oracle written from bridge-spec (not from the host's code) says what each fra
   * the host exits with the status the spec gives (0 after end of input or shutdown + exit,
     1 for exit without shutdown), without a signal, within a bound; its peak RSS stays bounded.
 
-Usage: fuzz_host.py --frames N [--seed S] [--max-rss-mib M]   (prints the figures; exit 1 on a
-failure). Tests/contract/test_fuzz.py runs it at a bounded size in `make test`; `make fuzz N=…`
-runs it long.
+With --agent, one `authbridge agent` serves the whole run and each episode is one connection to
+it (`exit` and end of input end the connection only): its RSS over the run is one long-lived
+process's, and a connection it did not close within the bound is a hang.
+
+Besides the failures it counts, it reports the latency of every answer (from the write that
+carried the request to the read that carried its answer: a frontend's view, queueing behind a
+pipelined flood included), as percentiles, with and without `requestOAuthTokens` (which waits
+for a user, a callback or a cancel); and RSS over the run: each host's peak (VmHWM), or with
+--agent the agent's VmRSS after each connection, at tenths of the run.
+
+Usage: fuzz_host.py --frames N [--seed S] [--max-rss-mib M] [--agent]   (prints the figures;
+exit 1 on a failure). Tests/contract/test_fuzz.py runs it at a bounded size in `make test`;
+`make fuzz N=…` runs it long.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import decimal
 import json
 import math
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +57,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "support"))
 
 from authbridge_testkit import copy_plugins, frame_problems, host_command, spec  # noqa: E402  (the test kit)
+from authbridge_testkit.agent import Agent  # noqa: E402
 from authbridge_testkit.host import DEFAULT_PROFILES  # noqa: E402
 from authbridge_testkit.paths import TEST_PLUGIN_FILES, TEST_PLUGINS_DIR  # noqa: E402
 
@@ -122,8 +135,11 @@ def readable_id(value) -> tuple[str, Any] | None:
         return ("str", value)
     if isinstance(value, int):
         return ("int", value) if INT64[0] <= value <= INT64[1] else None
-    if isinstance(value, float) and math.isfinite(value) and value == int(value) and abs(value) <= 2 ** 53:
-        return ("int", int(value))
+    if isinstance(value, decimal.Decimal):
+        # A number written with a fraction or an exponent, read exactly from its text: an id when
+        # it is an integer within 64 bits (7.0, 1e3), never when a fraction (1e-999, 1.5).
+        exact = value.is_finite() and value == value.to_integral_value() and INT64[0] <= value <= INT64[1]
+        return ("int", int(value)) if exact else None
     return None
 
 
@@ -153,6 +169,9 @@ def expect(line: bytes) -> Expectation:
     if not isinstance(value, dict):
         return Expectation("null")
     too_deep = _depth(value) > MAX_DEPTH
+    if isinstance(value.get("id"), float):
+        # A double cannot tell 1e-999 from 0: the id as its text says (bridge-spec §3, Ids).
+        value["id"] = json.loads(text, parse_float=decimal.Decimal, parse_constant=_reject_constant)["id"]
     key = readable_id(value["id"]) if "id" in value else None
     if "id" in value and key is None:
         return Expectation("null")
@@ -313,7 +332,8 @@ class Generator:
                                "method": "listProviders"})
         if kind == 8:
             return b'{"jsonrpc":"2.0","id":%s,"method":"listProviders"}' % r.choice(
-                [b"9223372036854775808", b"1e999", b"-1e400", b"1e300", b"18446744073709551616"])
+                [b"9223372036854775808", b"1e999", b"-1e400", b"1e300", b"18446744073709551616",
+                 b"1e-999", b"-1e-400", b"1.0000000000000000001"])   # fractions a double reads as 0 or 1
         if kind == 9:
             depth = r.randrange(2100, 3000)
             request_id = self.fresh_id()
@@ -418,6 +438,12 @@ class Figures:
     max_rss_episode: str = ""
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
+    # Milliseconds from the write of a request to the read of its answer, and whether it was a sign-in.
+    latencies_ms: list[float] = field(default_factory=list)
+    sign_in_latencies_ms: list[float] = field(default_factory=list)
+    # (frames so far, KiB): each host's peak, or the agent's resident set after each connection.
+    rss_timeline: list[tuple[int, int]] = field(default_factory=list)
+    agent: bool = False
 
     def problem(self, text: str) -> None:
         if len(self.problems) < 40:
@@ -429,12 +455,36 @@ class Figures:
                     self.invalid_frames, self.params_disagreements, self.wrong_exit_codes, self.rss_over_bound))
 
     def report(self) -> str:
-        return (f"frames {self.frames}, requests {self.requests}, host lifetimes {self.episodes}, "
+        return (f"frames {self.frames}, requests {self.requests}, "
+                f"{'connections to one agent' if self.agent else 'host lifetimes'} {self.episodes}, "
                 f"crashes {self.crashes}, hangs {self.hangs}, lost answers {self.lost_answers}, "
                 f"extra answers {self.extra_answers}, null-id answer mismatches {self.null_id_mismatches}, "
                 f"frames breaking bridge-spec {self.invalid_frames}, params disagreements {self.params_disagreements}, "
                 f"wrong exit codes {self.wrong_exit_codes}, max RSS {self.max_rss_kib / 1024:.1f} MiB "
                 f"({self.max_rss_episode}), {self.seconds:.0f} s")
+
+    def latency_report(self) -> str:
+        def percentiles(values: list[float]) -> str:
+            if not values:
+                return "none"
+            ordered = sorted(values)
+            pick = [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in (0.5, 0.9, 0.99, 0.999)]
+            return (f"p50 {pick[0]:.2f}, p90 {pick[1]:.2f}, p99 {pick[2]:.1f}, p99.9 {pick[3]:.1f}, "
+                    f"max {ordered[-1]:.0f} ms ({len(ordered)} answers)")
+        return (f"latency, write of a request to read of its answer: {percentiles(self.latencies_ms)}; "
+                f"requestOAuthTokens (waits for a user, a callback or a cancel): {percentiles(self.sign_in_latencies_ms)}")
+
+    def rss_report(self) -> str:
+        if not self.rss_timeline:
+            return "RSS over the run: none"
+        what = "agent VmRSS after each connection" if self.agent else "each host's peak VmHWM"
+        marks = []
+        total = self.rss_timeline[-1][0]
+        for tenth in range(1, 11):
+            upto = [kib for frames, kib in self.rss_timeline if frames <= total * tenth / 10] or [self.rss_timeline[0][1]]
+            window = [kib for frames, kib in self.rss_timeline if total * (tenth - 1) / 10 < frames <= total * tenth / 10]
+            marks.append(f"{max(window or upto[-1:]) / 1024:.1f}")
+        return f"RSS over the run ({what}, MiB, the largest in each tenth of the frames): " + " ".join(marks)
 
 
 class Validator:
@@ -500,66 +550,185 @@ def params_valid(spec, method: str, params: Any) -> bool | None:
     return not any(True for _ in validator.iter_errors(instance))
 
 
-def run_episode(lines: list[bytes], ending: str, plugin_dir: Path, workdir: Path, validator: Validator,
+class ServeHosts:
+    """One `authbridge serve` per episode: the default."""
+
+    agent = False
+
+    def __init__(self, plugin_dir: Path):
+        self.plugin_dir = plugin_dir
+
+    def open(self, workdir: Path) -> ServeLink:
+        return ServeLink(self.plugin_dir, workdir)
+
+    def close(self) -> None:
+        pass
+
+
+class ServeLink:
+    """One episode's host: frames in on its stdin, out on its stdout."""
+
+    def __init__(self, plugin_dir: Path, workdir: Path):
+        argv, env = host_command(workdir, [plugin_dir], profiles=DEFAULT_PROFILES, log_level="warning",
+                                 extra_args=["--vault", "memory"])
+        self.workdir = workdir
+        self.stderr = open(workdir / "stderr.log", "wb")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, bufsize=0)
+        self.peak = PeakRSS(self.proc.pid)
+        self.read_fd = self.proc.stdout.fileno()
+
+    def write(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+
+    def end_input(self) -> None:
+        self.proc.stdin.close()
+
+    def finish(self, bound: float) -> tuple[bool, int | None, int | None]:
+        """(ended within `bound`, exit status or -signal, peak RSS KiB)."""
+        box: dict[str, Any] = {}
+
+        def reap():
+            _, status, _ = os.wait4(self.proc.pid, 0)
+            box["status"] = status
+            box["rss"] = self.peak.stop()
+
+        reaper = threading.Thread(target=reap, daemon=True)
+        reaper.start()
+        reaper.join(bound)
+        if reaper.is_alive():
+            self.proc.kill()
+            reaper.join(10)
+            return False, None, None
+        self.proc.returncode = os.waitstatus_to_exitcode(box["status"])
+        return True, self.proc.returncode, box["rss"]
+
+    def close(self) -> None:
+        self.stderr.close()
+
+    def stderr_tail(self) -> str:
+        return (self.workdir / "stderr.log").read_bytes()[-3000:].decode("utf-8", "replace")
+
+
+class AgentHost:
+    """One `authbridge agent` for the whole run; each episode is one connection to it."""
+
+    agent = True
+
+    def __init__(self, plugin_dir: Path, workdir: Path):
+        self.process = Agent(workdir, [plugin_dir], DEFAULT_PROFILES, extra_args=["--vault", "memory"], log_level="warning")
+
+    def open(self, workdir: Path) -> AgentLink:
+        return AgentLink(self.process)
+
+    def close(self) -> None:
+        if self.process.proc.poll() is None:
+            self.process.stop()
+
+
+class AgentLink:
+    """One episode: one connection to the agent; `exit` and end of input end it, not the agent."""
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(str(agent.socket))
+        self.read_fd = self.sock.fileno()
+
+    def write(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def end_input(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def finish(self, bound: float) -> tuple[bool, int | None, int | None]:
+        """(the agent closed the connection: the reader's end; exit status -signal if the agent died, else None;
+        the agent's VmRSS KiB now)."""
+        alive = self.agent.proc.poll() is None
+        code = None if alive else self.agent.proc.returncode
+        return True, code, self.agent.rss_kib() if alive else None
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def stderr_tail(self) -> str:
+        return self.agent.stderr_tail(40)
+
+
+def run_episode(lines: list[bytes], ending: str, hosts: ServeHosts | AgentHost, workdir: Path, validator: Validator,
                 figures: Figures, max_rss_kib: int) -> None:
-    argv, env = host_command(workdir, [plugin_dir], profiles=DEFAULT_PROFILES, log_level="warning",
-                             extra_args=["--vault", "memory"])
-    stderr = open(workdir / "stderr.log", "wb")
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, bufsize=0)
+    workdir.mkdir(parents=True, exist_ok=True) if hosts.agent else None
+    link = hosts.open(workdir)
     answers: collections.Counter = collections.Counter()
     answer_frames: dict[tuple, list[dict]] = collections.defaultdict(list)
     null_answers = 0
     bad_lines: list[bytes] = []
     frames_out: list[dict] = []
 
-    raw_lines: list[bytes] = []
-    peak = PeakRSS(proc.pid)
+    # (when it was read, the bytes): the time of each answer is that of the read that ended its line.
+    raw_chunks: list[tuple[int, bytes]] = []
+    reader_done = threading.Event()
 
     def read():
         # Only collects: a reader that keeps up is what the host expects of a frontend.
-        stream = proc.stdout
         while True:
-            chunk = os.read(stream.fileno(), 1 << 20)
+            try:
+                chunk = os.read(link.read_fd, 1 << 20)
+            except OSError:
+                break
             if not chunk:
                 break
-            raw_lines.append(chunk)
+            raw_chunks.append((time.monotonic_ns(), chunk))
+        reader_done.set()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
 
+    # The oracle, in arrival order (before writing: the writer notes when each line leaves).
+    outcomes = []
+    for line in lines:
+        outcome = expect(line)
+        outcomes.append(outcome)
+        if outcome.kind == "exit":
+            break
+    sent_at: list[int] = [0] * len(lines)
+
     def write():
         try:
-            chunk: list[bytes] = []
+            start = 0
             size = 0
-            for line in lines:
-                chunk.append(line + b"\n")
+            for index, line in enumerate(lines):
                 size += len(line) + 1
-                if size > 1 << 16:
-                    proc.stdin.write(b"".join(chunk))
-                    chunk, size = [], 0
-            proc.stdin.write(b"".join(chunk))
-            proc.stdin.close()
-        except (BrokenPipeError, OSError):
+                if size > 1 << 16 or index == len(lines) - 1:
+                    now = time.monotonic_ns()
+                    for at in range(start, index + 1):
+                        sent_at[at] = now
+                    link.write(b"".join(line + b"\n" for line in lines[start:index + 1]))
+                    start, size = index + 1, 0
+            link.end_input()
+        except (BrokenPipeError, ConnectionResetError, OSError):
             pass   # the host stopped reading (after exit): expected
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
 
-    # The oracle, in arrival order.
     expected: collections.Counter = collections.Counter()
     methods: dict[tuple, str] = {}
+    first_line: dict[tuple, int] = {}
     params_of: dict[tuple, tuple[str, Any, bool]] = {}
     null_expected = 0
     phase = "uninitialized"
     shutdown_seen = False
-    for line in lines:
-        outcome = expect(line)
+    for index, outcome in enumerate(outcomes):
         if outcome.kind == "exit":
             break
         if outcome.kind == "null":
             null_expected += 1
         elif outcome.kind == "answer":
             expected[outcome.key] += 1
+            first_line.setdefault(outcome.key, index)
             if outcome.is_request:
                 figures.requests += 1
                 methods.setdefault(outcome.key, outcome.method)
@@ -576,42 +745,39 @@ def run_episode(lines: list[bytes], ending: str, plugin_dir: Path, workdir: Path
     figures.frames += len(lines)
 
     writer.join(EXIT_BOUND_S)
-    code, rss = None, None
-    outcome_box: dict[str, Any] = {}
-
-    def reap():
-        _, status, _ = os.wait4(proc.pid, 0)
-        outcome_box["status"] = status
-        outcome_box["rss"] = peak.stop()
-
-    reaper = threading.Thread(target=reap, daemon=True)
-    reaper.start()
-    reaper.join(EXIT_BOUND_S)
-    if reaper.is_alive():
+    ended, code, rss = link.finish(EXIT_BOUND_S)
+    if hosts.agent:
+        ended = reader_done.wait(EXIT_BOUND_S)
+        if not ended:
+            figures.hangs += 1
+            figures.problem(f"{workdir.name}: the agent did not close the connection within {EXIT_BOUND_S:.0f} s of its input's end")
+            link.close()
+    elif not ended:
         figures.hangs += 1
         figures.problem(f"{workdir.name}: the host did not exit within {EXIT_BOUND_S:.0f} s")
-        proc.kill()
-        reaper.join(10)
-    status = outcome_box.get("status")
-    if status is not None:
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        code = proc.returncode
-        rss = outcome_box["rss"]
+    if rss is not None:
+        figures.rss_timeline.append((figures.frames, rss))
         if rss > figures.max_rss_kib:
             figures.max_rss_kib = rss
             longest = max(len(line) for line in lines)
             figures.max_rss_episode = f"{workdir.name}: {len(lines)} frames, ending {ending}, longest line {longest} bytes"
         if rss > max_rss_kib:
             figures.rss_over_bound += 1
-            figures.problem(f"{workdir.name}: peak RSS {rss // 1024} MiB")
+            figures.problem(f"{workdir.name}: {'agent RSS' if hosts.agent else 'peak RSS'} {rss // 1024} MiB")
     reader.join(EXIT_BOUND_S)
-    stderr.close()
+    link.close()
     figures.episodes += 1
-    output = b"".join(raw_lines)
-    lines_out = output.split(b"\n")
-    if lines_out and lines_out[-1]:
-        bad_lines.append(b"(no newline at the end) " + lines_out[-1][:200])
-    for raw in lines_out[:-1]:
+
+    lines_out: list[tuple[int, bytes]] = []   # (when its newline was read, the line)
+    pending = b""
+    for at, chunk in raw_chunks:
+        parts = (pending + chunk).split(b"\n")
+        pending = parts.pop()
+        lines_out.extend((at, part) for part in parts)
+    if pending:
+        bad_lines.append(b"(no newline at the end) " + pending[:200])
+    answered_at: dict[tuple, int] = {}
+    for at, raw in lines_out:
         try:
             frame = json.loads(raw, object_pairs_hook=_no_duplicates)
         except ValueError:
@@ -626,11 +792,20 @@ def run_episode(lines: list[bytes], ending: str, plugin_dir: Path, workdir: Path
             key = readable_id(frame["id"])
             answers[key] += 1
             answer_frames[key].append(frame)
+            answered_at.setdefault(key, at)
+
+    # Latency of each request sent once (a duplicate's refusal and its first's answer are two answers).
+    for key, at in answered_at.items():
+        if expected.get(key) == 1 and key in first_line and sent_at[first_line[key]]:
+            milliseconds = (at - sent_at[first_line[key]]) / 1e6
+            (figures.sign_in_latencies_ms if methods.get(key) == "requestOAuthTokens" else figures.latencies_ms).append(milliseconds)
 
     if code is not None and code < 0:
         figures.crashes += 1
-        tail = (workdir / "stderr.log").read_bytes()[-3000:].decode("utf-8", "replace")
-        figures.problem(f"{workdir.name}: killed by signal {-code}\n{tail}")
+        figures.problem(f"{workdir.name}: killed by signal {-code}\n{link.stderr_tail()}")
+    elif code is not None and hosts.agent:
+        figures.crashes += 1
+        figures.problem(f"{workdir.name}: the agent exited with status {code}\n{link.stderr_tail()}")
     elif code is not None:
         wanted = 0 if ending == "eof" or shutdown_seen else 1
         if code != wanted:
@@ -683,14 +858,16 @@ def run_episode(lines: list[bytes], ending: str, plugin_dir: Path, workdir: Path
                             f"{json.dumps(error)[:200]}")
 
 
-def fuzz(total_frames: int, seed: int, max_rss_mib: int = 400, progress: bool = False) -> Figures:
+def fuzz(total_frames: int, seed: int, max_rss_mib: int = 400, progress: bool = False, agent: bool = False) -> Figures:
     rng = random.Random(seed)
-    figures = Figures()
+    figures = Figures(agent=agent)
     started = time.monotonic()
     validator = Validator()
     root = Path(tempfile.mkdtemp(prefix="authbridge-fuzz-"))
+    hosts: ServeHosts | AgentHost | None = None
     try:
         plugin_dir = copy_plugins(root / "plugins", TEST_PLUGIN_FILES, TEST_PLUGINS_DIR)
+        hosts = AgentHost(plugin_dir, root / "agent") if agent else ServeHosts(plugin_dir)
         generator = Generator(rng)
         next_report = 50_000
         episode = 0
@@ -700,7 +877,7 @@ def fuzz(total_frames: int, seed: int, max_rss_mib: int = 400, progress: bool = 
             if rng.random() < 0.0005:
                 lines.insert(rng.randrange(1, len(lines)), b"x" * (MAX_FRAME + 10))   # over-long: one -32600 id null
             workdir = root / f"host{episode}"
-            run_episode(lines, ending, plugin_dir, workdir, validator, figures, max_rss_mib * 1024)
+            run_episode(lines, ending, hosts, workdir, validator, figures, max_rss_mib * 1024)
             if not figures.failed:
                 shutil.rmtree(workdir, ignore_errors=True)
             episode += 1
@@ -708,6 +885,8 @@ def fuzz(total_frames: int, seed: int, max_rss_mib: int = 400, progress: bool = 
                 print(f"… {figures.report()}", flush=True)
                 next_report += 50_000
     finally:
+        if hosts is not None:
+            hosts.close()
         figures.seconds = time.monotonic() - started
         if not figures.failed:
             shutil.rmtree(root, ignore_errors=True)
@@ -721,9 +900,12 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=int(os.environ.get("FUZZ_SEED", "12")))
     parser.add_argument("--max-rss-mib", type=int, default=400)
+    parser.add_argument("--agent", action="store_true", help="one agent for the run, one connection per episode")
     args = parser.parse_args()
-    figures = fuzz(args.frames, args.seed, args.max_rss_mib, progress=True)
+    figures = fuzz(args.frames, args.seed, args.max_rss_mib, progress=True, agent=args.agent)
     print(f"seed {args.seed}: {figures.report()}")
+    print(figures.latency_report())
+    print(figures.rss_report())
     for problem in figures.problems:
         print("  - " + problem)
     return 1 if figures.failed else 0

@@ -69,4 +69,11 @@ void ab_process_note_start(void);
    errno of posix_spawnp (ENOENT: no such command). */
 int ab_process_run_command(const char *file, char *const argv[], char *const envp[], int *wait_status);
 
+/* For a long-lived process that serves many connections (`authbridge agent`): blocks of 128 KiB
+   and more — a connection's read buffer, an unfinished frame — are mapped on their own and
+   unmapped when freed, so their memory goes back to the system when a connection ends. glibc's
+   default raises this threshold after the first such free (up to 32 MiB), after which they come
+   from arenas that keep their pages. Returns 0, or -1 if glibc refused. */
+int ab_process_return_freed_blocks(void);
+
 #endif
