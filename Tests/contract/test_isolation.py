@@ -462,7 +462,9 @@ def test_a_plugin_allocating_without_end_is_stopped_and_the_host_stays_small(sta
     exits_cleanly_leaving_nothing(host)
 
 
-def test_a_child_the_plugin_forked_is_gone_after_the_host_exits(start_host, tmp_path, ctest_variants, lingering):
+def start_with_lingering_children(start_host, tmp_path, ctest_variants, lingering) -> Host:
+    """A host whose isolated plugin (`-DCTEST_LINGERING_CHILD`) has forked a child named ctest-linger
+    in each of two hooks (a sign-in and two status checks), each child meant to outlive its hook."""
     folder = new_folder(tmp_path / "linger")
     ctest_variants.install(folder, "clinger", "-DCTEST_LINGERING_CHILD")
     host = start_host([folder], profiles={"l": {"plugin": "clinger", "settings": SERVER}})
@@ -470,6 +472,11 @@ def test_a_child_the_plugin_forked_is_gone_after_the_host_exits(start_host, tmp_
     sign_in_session(host, "l", "s1")
     for _ in range(2):
         assert host.result("checkSignInStatus", {"provider": "l"})["state"] == "signedIn"
+    return host
+
+
+def test_a_child_the_plugin_forked_is_gone_after_the_host_exits(start_host, tmp_path, ctest_variants, lingering):
+    host = start_with_lingering_children(start_host, tmp_path, ctest_variants, lingering)
     children = children_named(host.proc.pid, "ctest-linger")
     assert len(children) == 2, children
     assert len(runners_of(host.proc.pid, children_only=True)) == 1, "an isolated plugin runs in one runner process"

@@ -30,7 +30,8 @@ from conftest import TIMEOUT, sign_in_session
 from authbridge_testkit import leak_scan
 from authbridge_testkit.agent import Agent
 from authbridge_testkit.host import Host, host_command, stop_cleanly
-from test_isolation import SERVER, children_named, lingering, new_folder, plugin_entries, poll, process_alive, runners_of
+from test_isolation import (SERVER, children_named, lingering, new_folder, plugin_entries, poll, process_alive, runners_of,
+                            start_with_lingering_children)
 
 __all__ = ["lingering"]  # a fixture, from test_isolation
 
@@ -143,13 +144,7 @@ def corp_token(client) -> str:
 def test_what_a_plugin_starts_ends_with_its_runner_even_when_the_host_is_killed(start_host, tmp_path, ctest_variants, lingering):
     # Before, a host killed with SIGKILL took its runners (PR_SET_PDEATHSIG) but not what they had
     # forked: nobody was left to kill their process group.
-    folder = new_folder(tmp_path / "linger")
-    ctest_variants.install(folder, "clinger", "-DCTEST_LINGERING_CHILD")
-    host = start_host([folder], profiles={"l": {"plugin": "clinger", "settings": SERVER}})
-    lingering.append(host.proc.pid)
-    sign_in_session(host, "l", "s1")
-    for _ in range(2):
-        assert host.result("checkSignInStatus", {"provider": "l"})["state"] == "signedIn"
+    host = start_with_lingering_children(start_host, tmp_path, ctest_variants, lingering)
     left = runners_of(host.proc.pid)
     assert len(children_named(host.proc.pid, "ctest-linger")) == 2, left
     host.proc.send_signal(signal.SIGKILL)
