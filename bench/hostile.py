@@ -149,17 +149,23 @@ def silent_apps(start, silent_count, events):
                           "max": round(max(latencies), 1), "n": len(latencies)}}
 
 
+def open_unfinished(agent, count, mib_each):
+    """`count` connections that never initialize, each holding an unfinished line of `mib_each` MiB."""
+    links = []
+    for _ in range(count):
+        link = Link(agent, initialize=False)
+        link.send_unfinished(mib_each)
+        links.append(link)
+    return links
+
+
 def held_frames(start, held, held_mib):
     """(l): unfinished lines held, then closed."""
     agent = start(log_level="debug")
     app = Link(agent)
     app.call(1, "listAccounts", {})
     before = agent.rss_kib()
-    links = []
-    for _ in range(held):
-        link = Link(agent, initialize=False)
-        link.send_unfinished(held_mib)
-        links.append(link)
+    links = open_unfinished(agent, held, held_mib)
     holding = agent.rss_kib()
     for link in links:
         link.close()
@@ -180,11 +186,7 @@ def at_capacity(start, hostile, hostile_mib):
     settle(agent, 1)
     before = agent.rss_kib()
     began = time.monotonic()
-    links = []
-    for _ in range(hostile):
-        link = Link(agent, initialize=False)
-        link.send_unfinished(hostile_mib)
-        links.append(link)
+    links = open_unfinished(agent, hostile, hostile_mib)
     holding = agent.rss_kib()
     served_after = None
     while time.monotonic() - began < LOCKED_OUT_S:
