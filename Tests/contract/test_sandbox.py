@@ -30,6 +30,7 @@ from conftest import TIMEOUT, sign_in_session
 from authbridge_testkit import leak_scan
 from authbridge_testkit.agent import Agent
 from authbridge_testkit.host import Host, host_command, stop_cleanly
+from authbridge_testkit.paths import BUILD_DIR, HOST_BIN
 from test_isolation import (SERVER, children_named, lingering, new_folder, plugin_entries, poll, process_alive, runners_of,
                             start_with_lingering_children)
 
@@ -196,6 +197,12 @@ def test_a_user_who_is_not_root_gets_the_same_sandbox(ctest_variants):
         plugins = new_folder(top / "plugins")
         ctest_variants.install(plugins, "ctest")
         argv, env = host_command(top / "host", [plugins], profiles={"c": {"plugin": "ctest", "settings": SERVER}})
+        # The host and its helper libraries, copied where that user can read them: the checkout may
+        # sit in a folder only its owner can enter (a clone in `mktemp -d`, as CI may make one).
+        executables = new_folder(top / "bin")
+        for library in [HOST_BIN, *BUILD_DIR.glob("libAuthBridge*.so")]:
+            shutil.copy(library, executables / library.name)
+        argv[0] = str(executables / HOST_BIN.name)
         for path in [top / "host", *(top / "host").rglob("*")]:
             os.chown(path, NOBODY, NOBODY)
         host = Host(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv], env, top / "host")
