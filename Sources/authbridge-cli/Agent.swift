@@ -19,7 +19,7 @@ struct Agent: AsyncParsableCommand {
             every connection is closed, the socket is removed.
             """)
 
-    @OptionGroup var options: HostOptions
+    @OptionGroup(title: "Host options") var options: ServerHostOptions
 
     @Option(
         help: ArgumentHelp("The socket's path (default: $AUTHBRIDGE_AGENT_SOCKET, else $XDG_RUNTIME_DIR/authbridge/agent.sock).", valueName: "PATH"))

@@ -40,6 +40,10 @@ struct AuthBridgeCommand: AsyncParsableCommand {
     static func main() async {
         ProcessHardening.apply()
         let arguments = Array(CommandLine.arguments.dropFirst())
+        if FastCommandLine.isGitCredentialHelper(CommandLine.arguments.first ?? "") {
+            await GitCredentialHelper.main(helperArguments: arguments)
+            return
+        }
         if arguments.isEmpty && isatty(0) == 1 {
             print(helpMessage())
             return
@@ -70,11 +74,7 @@ struct AuthBridgeCommand: AsyncParsableCommand {
     }
 
     /// The command nearest to a mistyped one (at most 2 edits away), if any.
-    static func closestCommand(to word: String) -> String? {
-        let scored = commandNames.map { ($0, editDistance(word.lowercased(), $0)) }
-        guard let best = scored.min(by: { $0.1 < $1.1 }), best.1 <= 2 else { return nil }
-        return best.0
-    }
+    static func closestCommand(to word: String) -> String? { CommandText.closest(to: word, among: commandNames) }
 }
 
 /// Levenshtein distance (with adjacent transpositions counted as one edit: "stauts").

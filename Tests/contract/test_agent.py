@@ -12,9 +12,11 @@ app at once.
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -779,7 +781,7 @@ def test_login_in_a_terminal_signs_in_the_running_app_at_once(start_agent, oidc_
                                text=True, timeout=60)
         assert alone.returncode == 0 and "No plugins found" in alone.stdout
         plugins = subprocess.run([str(HOST_BIN), "plugins"], env=env, capture_output=True, text=True, timeout=60)
-        assert plugins.returncode == 0 and "loaded   oidc" in plugins.stdout, "the agent's plugins"
+        assert plugins.returncode == 0 and re.search(r"^loaded +oidc ", plugins.stdout, re.M), "the agent's plugins"
     finally:
         app.close()
     assert_frames_valid(frames)
@@ -798,6 +800,48 @@ def test_the_command_line_without_an_agent_and_with_agent_required(tmp_path, sta
     both = subprocess.run([str(HOST_BIN), "status", "--agent", "--vault", "memory"], env=env, capture_output=True, text=True,
                           timeout=60)
     assert both.returncode == 64 and "--agent cannot be combined with --vault" in both.stderr
+    # Before: the failure alone. Now how to start one too: by hand, or the systemd socket unit.
+    assert "Start one with: authbridge agent &" in required.stderr, required.stderr
+    assert "systemctl --user enable --now authbridge.socket" in required.stderr
+    assert (REPO / "scripts" / "dist" / "systemd" / "authbridge.socket").exists(), "the unit the hint names"
+
+
+def test_a_vault_key_in_the_environment_does_not_bypass_the_agent_and_is_said_to_be_unused(start_agent, plugin_dir):
+    # Before: AUTHBRIDGE_VAULT_KEY made every command its own host, in silence: the agent's
+    # profiles were then unknown ("No profile is named "c"", exit 1). The variable is the key
+    # of a vault in the command's process; the agent has its own vault and key.
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    env = dict(agent.env, AUTHBRIDGE_VAULT_KEY=base64.b64encode(os.urandom(32)).decode())
+    done = subprocess.run([str(HOST_BIN), "status", "c"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "notSignedIn" in done.stdout, done.stdout + done.stderr
+    assert f"AUTHBRIDGE_VAULT_KEY is set but not used: the agent at {agent.socket} keeps its own vault" in done.stderr
+    assert done.stderr.count("AUTHBRIDGE_VAULT_KEY") == 1, "said once"
+    assert env["AUTHBRIDGE_VAULT_KEY"] not in done.stdout + done.stderr
+    # --no-agent: this process's vault, opened with that key, and nothing said about it.
+    alone = subprocess.run([str(HOST_BIN), "status", "--no-agent"], env=env, capture_output=True, text=True, timeout=60)
+    assert alone.returncode == 0 and "AUTHBRIDGE_VAULT_KEY is set" not in alone.stderr, alone.stderr
+
+
+def test_options_of_a_host_of_its_own_bypass_a_running_agent_and_say_so(start_agent, plugin_dir, tmp_path):
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    config = tmp_path / "other.json"
+    config.write_text(json.dumps({"profiles": {}}))
+    for extra, named in ((["--config", str(config)], "--config"), (["--vault", "memory"], "--vault"),
+                         (["--plugins", str(plugin_dir)], "--plugins")):
+        done = subprocess.run([str(HOST_BIN), "status", *extra], env=agent.env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert f"not using the agent at {agent.socket}: {named} describes a host of this command's own" in done.stderr, \
+            done.stderr
+        assert done.stderr.count("not using the agent") == 1
+        # Said to be deliberate: nothing more.
+        quiet = subprocess.run([str(HOST_BIN), "status", "--no-agent", *extra], env=agent.env, capture_output=True, text=True,
+                               timeout=60)
+        assert quiet.returncode == 0 and "agent" not in quiet.stderr, quiet.stderr
+    # No agent running: nothing to say.
+    agent.stop()
+    alone = subprocess.run([str(HOST_BIN), "status", "--config", str(config)], env=agent.env, capture_output=True, text=True,
+                           timeout=60)
+    assert alone.returncode == 0 and "agent" not in alone.stderr, alone.stderr
 
 
 def test_an_agent_that_refuses_the_command_is_reported_and_the_command_goes_on(start_agent, tmp_path):

@@ -472,10 +472,15 @@ def test_plugins_lists_loaded_and_refused_plugins_with_reasons(cli, tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     # A --plugins folder is the user's: its plugins run isolated, and the listing says so.
-    assert any(re.fullmatch(rf"loaded +oidc \S+ +{re.escape(str(folder))}/libauthbridge-oidc\.so +\(isolated\)", line)
+    assert any(re.fullmatch(rf"loaded +oidc +1\.0\.0 +{re.escape(str(folder))}/libauthbridge-oidc\.so +\(isolated\)", line)
                for line in lines), done.stdout
     refused = [line for line in lines if line.startswith("refused")]
-    assert len(refused) == 1 and re.match(r"refused +careless +insecurePermissions: .*careless\.json", refused[0]), done.stdout
+    assert len(refused) == 1 and re.match(r"refused +careless +- +insecurePermissions: .*careless\.json", refused[0]), done.stdout
+    # Aligned columns under a header, as gh and kubectl print tables: each column starts at one place.
+    assert lines[0].split() == ["STATE", "PLUGIN", "VERSION", "PATH", "OR", "REASON"], done.stdout
+    for column in ("PLUGIN", "VERSION", "PATH"):
+        start = lines[0].index(column)
+        assert all(line[start - 2:start] == "  " and line[start] != " " for line in lines[1:]), (column, done.stdout)
     assert "666" in refused[0], "the reason says what is wrong"
     as_json = json.loads(authbridge("plugins", "--json", "--no-default-plugins", "--plugins", str(folder), env=cli.env).stdout)
     assert {entry["id"]: entry["status"] for entry in as_json} == {"oidc": "loaded", "careless": "refused"}

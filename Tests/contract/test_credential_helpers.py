@@ -413,8 +413,8 @@ def test_kubectl_runs_exec_credential_and_the_api_server_gets_the_token(cli, dot
 def test_kubectl_without_a_session_and_no_terminal_fails_clearly_and_starts_no_sign_in(cli, kube_server):
     done = kubectl(cli, kubeconfig(cli, kube_server), "get", "--raw", "/api")
     assert done.returncode != 0
-    assert ('Profile "dot" is not signed in. kubectl runs authbridge without a terminal, so no sign-in was started: '
-            "sign in with `authbridge login dot`, then run kubectl again.") in done.stderr, done.stderr
+    assert ('Profile "dot" is not signed in. Sign in with: authbridge login dot, then run kubectl again: it runs authbridge '
+            "without a terminal, so no sign-in was started.") in done.stderr, done.stderr
     assert not cli.browser_calls.exists(), "no browser was opened"
     assert kube_server.seen.accepted == [] and kube_server.seen.refused == []
 
