@@ -56,7 +56,8 @@ struct Plugins: AsyncParsableCommand {
                 let isolated = status["isolation"]?.stringValue == "process" ? "  (isolated)" : ""
                 return ["loaded", id, status["version"]?.stringValue ?? "?", (status["path"]?.stringValue ?? "") + isolated].map(Terminal.clean)
             }
-            let reason = "\(status["reason"]?.stringValue ?? "?"): \(status["message"]?.stringValue ?? "")" + (entry.fix.map { " (fix: \($0))" } ?? "")
+            let fix = entry.fix.map { " (fix: \($0))" } ?? ""
+            let reason = "\(status["reason"]?.stringValue ?? "?"): \(status["message"]?.stringValue ?? "")" + fix
             return ["refused", id, "-", reason].map(Terminal.clean)
         }
         let table = TextTable([header] + rows)
