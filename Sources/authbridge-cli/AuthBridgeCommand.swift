@@ -19,7 +19,8 @@ struct AuthBridgeCommand: AsyncParsableCommand {
             subcommand when stdin is not a terminal. People use login, status, token and logout, \
             which share the profiles, plugins and vault with `serve`; git, kubectl and scripts \
             use git-credential, exec-credential and exec. status, token and plugins print JSON \
-            with --json. Logs go to stderr.
+            with --json. Logs go to stderr. A command's --help lists the everyday host options \
+            (--config, --plugins, --vault, --log-level); --help-hidden lists them all.
 
             Exit codes: 0 success (or `exit` after `shutdown`); 1 a failed command, e.g. a \
             sign-in not completed in time (or `exit` without `shutdown`); 2 not signed in; 3 the \
