@@ -457,7 +457,7 @@ def test_a_killed_agent_fails_every_client_and_auto_then_runs_a_host_of_its_own(
     assert_frames_valid(frames, tmp_path / "node.jsonl")
 
 
-def test_sigterm_answers_running_requests_closes_every_connection_and_removes_the_socket(start_agent, plugin_dir):
+def test_sigterm_answers_running_requests_closes_every_connection_and_removes_the_socket_and_its_lock(start_agent, plugin_dir):
     agent = start_agent([plugin_dir], DEFAULT_PROFILES)
     clients = [agent.connect(name=f"c{i}") for i in range(3)]
     pending = [begin_sign_in(client, "c" if i % 2 == 0 else "s", flow="external")[0] for i, client in enumerate(clients)]
@@ -470,7 +470,16 @@ def test_sigterm_answers_running_requests_closes_every_connection_and_removes_th
     for client in clients:
         client.wait_closed()
     assert not agent.socket.exists(), "the agent removes the socket it made"
+    assert sorted(os.listdir(agent.socket.parent)) == [], "and its lock file (issue 27 §9)"
     assert elapsed < 5, f"the agent took {elapsed:.1f} s to stop"
+    # The next agent on the path starts as on a fresh one, and a killed one's lock is taken over.
+    again = start_agent([plugin_dir], DEFAULT_PROFILES, env={"XDG_RUNTIME_DIR": agent.env["XDG_RUNTIME_DIR"]})
+    assert again.socket == agent.socket
+    again.stop(signal.SIGKILL)
+    assert Path(f"{again.socket}.lock").exists()
+    third = start_agent([plugin_dir], DEFAULT_PROFILES, env={"XDG_RUNTIME_DIR": agent.env["XDG_RUNTIME_DIR"]})
+    third.connect(name="third").close()
+    assert third.stop() == 0 and sorted(os.listdir(agent.socket.parent)) == []
 
 
 # ── Starting: stale sockets, live ones, two agents at once ────────────────────
