@@ -151,6 +151,19 @@ public actor SessionEngine {
         return try result.get()
     }
 
+    /// A session belongs to the client it was issued to: one whose record names another client
+    /// (`clientId`) or issuer than the profile's configuration now is ended (`profileChanged`,
+    /// as when `configureProfile` changes a profile), in whichever process reads it first — its
+    /// tokens are never sent as the new client's. Returns why, for the caller's answer; nil
+    /// when the session is the profile's (or its record predates `SessionClient`).
+    func endIfIssuedToAnotherClient(_ key: SessionKey, session: StoredSession, context: Context) async throws(SessionError) -> String? {
+        guard let change = session.client?.change(to: SessionClient(config: context.config)) else { return nil }
+        let message = "The session of profile \"\(key.profile)\" was discarded: \(change). Sign in again."
+        logger.notice("a session issued to another client was discarded", metadata: ["provider": "\(key.profile)"])
+        try await endSession(key, reason: .profileChanged, message: message, ended: session, context: context)
+        return message
+    }
+
     func storedKeys(of profile: String) async throws(SessionError) -> [SessionKey] {
         do { return try await store.keys(of: profile) } catch { throw storageError(error, profile: profile) }
     }

@@ -179,6 +179,58 @@ struct SessionEngineTests {
             }
         }
     }
+
+    /// Issue 27 §3: a session belongs to the client it was issued to. Another engine on the same
+    /// store (another process, or a host sharing the vault) whose profile names another client id
+    /// ends the session instead of handing out the old client's tokens; the same client keeps it.
+    @Test func aSessionOfAnotherClientIdIsEndedWhereverItIsRead() async throws {
+        let store = SessionStore.inMemory()
+        try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
+            #expect(try await store.load(SessionKey(profile: "work", account: "x"))?.client == SessionClient(config: ["clientId": "c1"]))
+        }
+        try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
+            let status = try await engine.checkSignInStatus("work")
+            #expect(status["state"] == "signedIn", "the same client keeps its session")
+        }
+        try await withEngine(settings: ["clientId": "c2"], store: store) { engine, events, _ in
+            do throws(SessionError) {
+                _ = try await engine.getAccessToken("work")
+                Issue.record("a token issued to client c1 was handed out as c2's")
+            } catch {
+                #expect(error.kind == .notSignedIn && error.reason == "profileChanged")
+                #expect(error.message.contains("client id changed from \"c1\" to \"c2\""))
+            }
+            #expect(events.changes.map { $0["reason"] } == ["profileChanged"])
+            let discarded = try await store.load(SessionKey(profile: "work", account: "x"))
+            #expect(discarded == nil, "discarded, not hidden")
+            #expect(try await engine.checkSignInStatus("work")["reason"] == "noTokens")
+        }
+        // checkSignInStatus finds it too, and says why.
+        try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "y"], requestID: 1)
+        }
+        try await withEngine(settings: ["clientId": "c3"], store: store) { engine, _, _ in
+            let status = try await engine.checkSignInStatus("work")
+            #expect(status["state"] == "notSignedIn" && status["reason"] == "profileChanged")
+        }
+    }
+
+    /// A record kept before sessions named their client is used as it is (nothing to compare).
+    @Test func aSessionThatNamesNoClientIsKept() async throws {
+        let store = SessionStore.inMemory()
+        try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
+            let key = SessionKey(profile: "work", account: "x")
+            var old = try #require(try await store.load(key))
+            old.client = nil
+            try await store.save(old, for: key)
+        }
+        try await withEngine(settings: ["clientId": "c2"], store: store) { engine, _, _ in
+            let status = try await engine.checkSignInStatus("work")
+            #expect(status["state"] == "signedIn")
+        }
+    }
 }
 
 // MARK: - Harness
