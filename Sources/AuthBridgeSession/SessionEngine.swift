@@ -66,6 +66,10 @@ public actor SessionEngine {
     var profileChanges: [String: Task<Void, Never>] = [:]
     /// Each profile's `installation` hook input (with its `profileId`), made once.
     private var installations: [String: JSON] = [:]
+    /// The configuration file's profiles as last read (what a reload is compared with).
+    var fileProfiles: [String: Profile]
+    /// The last reload of the configuration file under way (see `reloadConfiguration`).
+    var reloading: Task<Void, Never>?
 
     /// `installation` gives hooks their `installation` input; by default the
     /// stable identity in the user's data folder (tests pass their own).
@@ -82,6 +86,7 @@ public actor SessionEngine {
         self.openBrowser = openBrowser
         self.plugins = Dictionary(plugins.map { ($0.manifest.id, $0) }, uniquingKeysWith: { first, _ in first })
         self.profiles = Dictionary(profiles.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
+        self.fileProfiles = Dictionary(profiles.filter { $0.source == .config }.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
         self.store = store
         self.http = http
         self.logger = logger

@@ -105,6 +105,8 @@ enum SessionAccess {
         }
         switch await AgentSessions.connect(path: path, openBrowser: openBrowser, events: events) {
         case .success(let sessions):
+            // The agent serves the profiles it last read; a file it cannot use now fails the command as here.
+            if let problem = sessions.configurationProblem { throw HostOptions.unusableConfiguration(problem) }
             return sessions
         case .failure(let failure):
             if choice.agent == true || failure.worthTelling {

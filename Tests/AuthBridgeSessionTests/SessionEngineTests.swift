@@ -231,6 +231,52 @@ struct SessionEngineTests {
             #expect(status["state"] == "signedIn")
         }
     }
+
+    /// Issue 27 §1: what a reload of the configuration file changes, profile by profile.
+    @Test func profileChangesBetweenTwoReadsOfTheFile() {
+        func file(_ entries: [String: JSON]) -> [String: Profile] {
+            entries.reduce(into: [:]) { $0[$1.key] = Profile(name: $1.key, plugin: "swifttest", settings: $1.value, source: .config) }
+        }
+        let before = file(["same": ["clientId": "a"], "edited": ["clientId": "b"], "gone": [:]])
+        let now = file(["same": ["clientId": "a"], "edited": ["clientId": "b2"], "new": [:], "new2": [:]])
+        #expect(ProfileChanges.between(before, now) == ProfileChanges(added: ["new", "new2"], changed: ["edited"], removed: ["gone"]))
+        #expect(ProfileChanges.between(now, now).isEmpty)
+        var otherPlugin = now
+        otherPlugin["same"]?.plugin = "ctest"
+        #expect(ProfileChanges.between(now, otherPlugin).changed == ["same"])
+    }
+
+    /// A reload applies only what changed in the file: an unchanged profile keeps its session, a
+    /// changed one's session ends, a removed one goes, and a frontend's own profile stays.
+    @Test func aReloadKeepsUnchangedProfilesSessionsAndTheFrontendsOwnProfiles() async throws {
+        try await withEngine(settings: ["clientId": "c1"]) { engine, events, store in
+            func file(_ profiles: [String: JSON]) -> [Profile] {
+                profiles.map { Profile(name: $0.key, plugin: "swifttest", settings: $0.value, source: .config) }
+            }
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
+            _ = try await engine.configureProfile(name: "mine", plugin: "swifttest", settings: ["clientId": "m"])
+
+            var changes = await engine.reloadConfiguration(file(["work": ["clientId": "c1"], "extra": ["clientId": "e"]]))
+            #expect(changes == ProfileChanges(added: ["extra"]))
+            #expect(try await engine.checkSignInStatus("work")["state"] == "signedIn", "unchanged: its session stays")
+            _ = try await engine.requestOAuthTokens("extra", params: ["flow": "session", "sessionId": "y"], requestID: 2)
+
+            // The file names the frontend's profile too: the frontend's stays.
+            changes = await engine.reloadConfiguration(file(["work": ["clientId": "c1"], "extra": ["clientId": "e2"], "mine": ["clientId": "f"]]))
+            #expect(changes == ProfileChanges(changed: ["extra"]))
+            #expect(events.changes.last?["provider"] == "extra" && events.changes.last?["reason"] == "profileChanged")
+            #expect(try await store.load(SessionKey(profile: "extra", account: "y")) == nil)
+            #expect(try await engine.checkSignInStatus("work")["state"] == "signedIn")
+            let mine = await engine.profileList().first { $0["name"] == "mine" }
+            #expect(mine?["source"] == "runtime")
+
+            // Removed from the file: removed, with its session; the frontend's profile stays.
+            changes = await engine.reloadConfiguration(file(["extra": ["clientId": "e2"]]))
+            #expect(changes == ProfileChanges(removed: ["work"]))
+            #expect(try await store.load(SessionKey(profile: "work", account: "x")) == nil)
+            #expect(await engine.profileList().compactMap { $0["name"]?.stringValue } == ["extra", "mine"])
+        }
+    }
 }
 
 // MARK: - Harness
