@@ -74,7 +74,9 @@ extension SessionEngine {
                     applied.removed.append(name)
                 }
             } catch {
-                logger.warning("a profile removed from the configuration file could not be removed", metadata: ["provider": "\(name)", "error": "\(error.message)"])
+                logger.warning(
+                    "a profile removed from the configuration file could not be removed",
+                    metadata: ["provider": "\(name)", "error": "\(error.message)"])
             }
         }
         for name in (changes.added + changes.changed).sorted() {
@@ -84,7 +86,8 @@ extension SessionEngine {
                 try await changingProfile(name) { engine async throws(SessionError) in try await engine.adoptFileProfile(profile) }
                 if existed { applied.changed.append(name) } else { applied.added.append(name) }
             } catch {
-                logger.warning("a profile of the configuration file could not be changed", metadata: ["provider": "\(name)", "error": "\(error.message)"])
+                logger.warning(
+                    "a profile of the configuration file could not be changed", metadata: ["provider": "\(name)", "error": "\(error.message)"])
             }
         }
         return applied
