@@ -159,6 +159,9 @@ final class AgentSessions: Sessions {
 
     var storage: JSON { initialized["storage"] ?? .null }
 
+    /// Why the agent could not use the configuration file when it last read it (it names the file).
+    var configurationProblem: String? { initialized["configurationProblem"]?.stringValue }
+
     func explained(_ error: SessionError) -> SessionError {
         guard error.reason == "pluginNotLoaded", let name = error.provider, let profile = profile(name),
             let plugin = profile["plugin"]?.stringValue,

@@ -136,10 +136,16 @@ struct HostOptionSet<Shown: HostOptionsShown>: ParsableArguments {
                 pluginFolders: folders, isolation: isolationPolicy, profiles: loaded.profiles,
                 warnings: loaded.warnings.map { "configuration file \($0)" })
         case .failure(let error):
-            let err = Terminal.standardError
-            err.error("configuration file \(error.message)")
-            err.line("Fix the file (or name another with --config FILE); nothing was changed.")
-            throw ExitCode(CommandExit.configuration)
+            throw Self.unusableConfiguration(error.message)
         }
+    }
+
+    /// Says that the configuration file cannot be used (`problem` names the file) and gives the
+    /// exit for it: this process read the file, or the agent did (its `configurationProblem`).
+    static func unusableConfiguration(_ problem: String) -> ExitCode {
+        let err = Terminal.standardError
+        err.error("configuration file \(problem)")
+        err.line("Fix the file (or name another with --config FILE); nothing was changed.")
+        return ExitCode(CommandExit.configuration)
     }
 }

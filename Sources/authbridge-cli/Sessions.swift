@@ -144,6 +144,8 @@ enum SessionAccess {
         }
         switch await AgentSessions.connect(path: path, openBrowser: openBrowser, events: events) {
         case .success(let sessions):
+            // The agent serves the profiles it last read; a file it cannot use now fails the command as here.
+            if let problem = sessions.configurationProblem { throw HostOptions.unusableConfiguration(problem) }
             // The variable is the key of a vault in this process; the agent has its own.
             if ProcessHardening.vaultSecret != nil {
                 Terminal.standardError.warn(

@@ -768,3 +768,25 @@ def test_provider_text_is_printed_without_terminal_control_characters(cli):
             assert not any(line.startswith("error: forged line") for line in visible.splitlines()), visible
     finally:
         provider.stop()
+
+
+def test_a_changed_client_id_ends_the_session_issued_to_the_old_client(cli, dot):
+    # Issue 27 §3: a session belongs to the client it was issued to. Each command is a process of
+    # its own: the session read from the vault is checked against the profile as the file says now.
+    assert cli.run("login", "dot").returncode == 0
+    config = cli.root / "config" / "authbridge" / "config.json"
+    document = json.loads(config.read_text())
+    document["profiles"]["dot"]["settings"]["clientId"] = "authbridge-device"   # another client DOT knows
+    config.write_text(json.dumps(document))
+
+    token = cli.run("token", "dot")
+    assert token.returncode == NOT_SIGNED_IN and token.stdout == "", token.stdout
+    assert "client id changed" in token.stderr and "Sign in again" in token.stderr, token.stderr
+    status = cli.run("status", "--json", "dot")
+    assert status.returncode == NOT_SIGNED_IN
+    [entry] = json.loads(status.stdout)
+    assert entry["state"] == "notSignedIn", entry
+    # Back to the first client: the session is gone for good (it was discarded, not hidden).
+    document["profiles"]["dot"]["settings"]["clientId"] = "authbridge-test"
+    config.write_text(json.dumps(document))
+    assert cli.run("status", "dot").returncode == NOT_SIGNED_IN
