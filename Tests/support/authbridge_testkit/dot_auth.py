@@ -240,7 +240,8 @@ class DotOpenIDServer(DotAuthServer):
         return {"issuer": self.issuer, **client, "redirectUri": self.redirect_uri, "scopes": ["openid", "read"], **extra}
 
     def device_settings(self, **extra: Any) -> dict[str, Any]:
-        # DOT gives the device grant its own client and does not list the endpoint in discovery.
+        # As DOT ships: the device grant on a client of its own, its endpoint set by hand (DOT leaves it
+        # out of discovery; dot_server adds it there, and the grant to the quick starts' client, for people).
         return {"issuer": self.issuer, "clientId": "authbridge-device", "scopes": ["openid", "read"],
                 "deviceAuthorizationEndpoint": f"{self.base}/o/device-authorization/", **extra}
 
