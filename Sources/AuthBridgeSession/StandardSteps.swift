@@ -287,18 +287,16 @@ public enum StandardSteps {
     static let providerTextLimit = 300
 
     /// A provider's own words (an `error_description`) as a message may quote them: secrets masked,
-    /// control and bidirectional formatting characters removed (they could rewrite a terminal line or
-    /// reorder what is shown), white space folded, at most `providerTextLimit` characters.
+    /// escape sequences and control characters removed (`PlainText.oneLine`), and bidirectional and
+    /// other invisible formatting characters too (they could reorder what is shown), white space
+    /// folded, at most `providerTextLimit` characters.
     static func providerText(_ text: String) -> String {
         var folded = ""
         var space = false
-        for scalar in Redaction.redact(text).unicodeScalars {
-            switch scalar.properties.generalCategory {
-            case .control, .format, .lineSeparator, .paragraphSeparator, .spaceSeparator, .privateUse, .unassigned:
-                // Tab and newlines read as a space; anything else invisible is dropped.
-                if scalar.properties.isWhitespace { space = !folded.isEmpty }
-                continue
-            default:
+        for scalar in PlainText.oneLine(Redaction.redact(text)).unicodeScalars {
+            if scalar.properties.isWhitespace {
+                space = !folded.isEmpty
+            } else if scalar.properties.generalCategory != .format {
                 if space { folded.append(" ") }
                 space = false
                 folded.unicodeScalars.append(scalar)

@@ -404,8 +404,8 @@ struct ProviderErrorResponseTests {
         }
     }
 
-    /// Before: the description was only redacted, so escape sequences, newlines and bidirectional
-    /// overrides reached the terminal and the browser page, at any length.
+    /// Before: the description was only redacted, so escape sequences (with their strings: a
+    /// window title), newlines and bidirectional overrides went on to every frontend, at any length.
     @Test func theDescriptionLosesControlCharactersAndIsBounded() throws {
         let hostile = "Bad%1B%5B2J%1B%5D0%3Btitle%07+request%0D%0Aforged+line%E2%80%AEreversed%C2%9B" + String(repeating: "x", count: 5_000)
         let url = try #require(CallbackURL("http://127.0.0.1:1/callback?error=invalid_request&error_description=\(hostile)&state=s"))
@@ -414,7 +414,7 @@ struct ProviderErrorResponseTests {
             [.control, .format].contains($0.properties.generalCategory) || $0.properties.isWhitespace && $0 != " "
         }
         #expect(invisible.isEmpty, "\(message.prefix(120))")
-        #expect(message.hasPrefix("The provider refused the sign-in (invalid_request): Bad[2J]0;title request forged linereversed"))
+        #expect(message.hasPrefix("The provider refused the sign-in (invalid_request): Bad request forged linereversedxxx"))
         #expect(message.count <= 60 + StandardSteps.providerTextLimit && message.hasSuffix("…."))
         // A secret a provider echoes is masked as before.
         #expect(StandardSteps.providerText("refresh_token=abc123 is busy") == "refresh_token=\(Redaction.mask) is busy")
@@ -424,7 +424,7 @@ struct ProviderErrorResponseTests {
     @Test func aTokenEndpointsDescriptionIsQuotedTheSameWay() {
         let body: JSON = ["error": "invalid_scope", "error_description": .string("no\u{1B}[31m\nsuch\u{202E} scope")]
         let failure = StandardSteps.classifyTokenError(status: 400, body: body)
-        #expect(failure.reason == "invalid_scope" && failure.message == "invalid_scope: no[31m such scope")
+        #expect(failure.reason == "invalid_scope" && failure.message == "invalid_scope: no such scope")
     }
 }
 

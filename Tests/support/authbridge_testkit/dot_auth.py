@@ -122,11 +122,12 @@ class DotAuthServer:
     def browse(self, url: str, user: str = USER, password: str = PASSWORD) -> str:
         """A browser signing in as `user`: authorize → login page → login → authorize → the redirect
         to the app's callback, whose URL is returned (never followed)."""
-        status, location, _ = self.after_sign_in(url, user, password)
+        status, location, _ = DotAuthServer.after_sign_in(url, user, password)
         assert status == 302 and location.startswith("http://127.0.0.1:"), f"authorize after login answered {status} → {location}"
         return location
 
-    def after_sign_in(self, url: str, user: str = USER, password: str = PASSWORD) -> tuple[int, str, str]:
+    @staticmethod   # as browse, usable without a server object (a stand-in xdg-open calls it so)
+    def after_sign_in(url: str, user: str = USER, password: str = PASSWORD) -> tuple[int, str, str]:
         """A browser signing in as `user` at the authorization URL: what DOT answers after its login
         page, as (status, Location, page) — a redirect, or its own error page (an unknown client id)."""
         browser = _ScriptedBrowser()
