@@ -192,7 +192,8 @@ extension SessionEngine {
         let timedOut = SessionError(
             .timeout,
             Self.noCallbackMessage(
-                profile: profile, seconds: timeout / 1000, clientID: (context.config["clientId"] ?? context.profile.settings["clientId"])?.stringValue,
+                profile: profile, seconds: timeout / 1000,
+                clientID: (context.config["clientId"] ?? context.profile.settings["clientId"])?.stringValue,
                 redirectURI: redirectURI, loopbackPinned: (context.profile.settings["loopbackPort"]?.intValue ?? 0) != 0,
                 listening: listener != nil),
             provider: profile, reason: "timeout")
@@ -249,8 +250,10 @@ extension SessionEngine {
                 : "the redirect URI \(shown("http://127.0.0.1" + parsed.path)) on any port (RFC 8252 §7.3: register that, "
                     + "or pin a port with loopbackPort and register exactly that URI)"
         }
-        let returned = listening ? "nothing came back to \(redirectURI ?? "the loopback listener")" : "completeSignIn was not called with the redirect"
-        let user = listening ? "the sign-in was not finished in the browser" : "the sign-in was not finished, or the app did not hand the redirect back"
+        let returned =
+            listening ? "nothing came back to \(redirectURI ?? "the loopback listener")" : "completeSignIn was not called with the redirect"
+        let user =
+            listening ? "the sign-in was not finished in the browser" : "the sign-in was not finished, or the app did not hand the redirect back"
         return "The sign-in to \(shown(profile)) was not completed within \(seconds) s: \(returned). "
             + "If the browser shows the provider's error (invalid_client, invalid_request…), the provider does not know "
             + "\(client), or does not allow it \(allowed). Otherwise \(user)."

@@ -277,7 +277,8 @@ public enum StandardSteps {
         let end = said.last.map { ".!?".contains($0) } == true ? "" : "."
         guard ProviderFailure.isWord(error), error.utf8.count <= 64 else {
             return ProviderFailure(
-                .definitive, reason: "invalidCallback", message: "The provider refused the sign-in with an error that is no OAuth error code\(description)\(end)")
+                .definitive, reason: "invalidCallback",
+                message: "The provider refused the sign-in with an error that is no OAuth error code\(description)\(end)")
         }
         let kind: ProviderFailure.Kind = error == "access_denied" ? .cancelled : .definitive
         return ProviderFailure(kind, reason: error, message: "The provider refused the sign-in (\(error))\(description)\(end)", oauthError: error)
