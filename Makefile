@@ -273,11 +273,12 @@ fuzz: build $(VENV)/.ready
 	$(TEST_ENV) $(VPY) Tests/fuzz/fuzz_host.py --frames $(N) --seed $(SEED) $(if $(AGENT),--agent)
 
 ## dev-server: the bundled django-oauth-toolkit (Tests/support/dot_server.py) on 127.0.0.1:$(DEV_PORT)
-## until Ctrl-C, for trying the quick starts: it prints the exports they read and the test user.
+## until Ctrl-C, for trying the quick starts: it prints the exports they read, apart from them and marked
+## as such those that put this checkout's debug build first on PATH, and the test user.
 ## Its users, clients and keys stay in $(DEV_STATE), so sessions signed in against it survive a restart.
 dev-server: $(VENV)/.ready
 	@$(VPY) Tests/support/dot_server.py --state $(DEV_STATE) --port $(DEV_PORT) --banner \
-	  --export AUTHBRIDGE=$(CURDIR)/$(DEBUG_DIR)/authbridge --export 'PATH=$(CURDIR)/$(DEBUG_DIR):$$PATH'
+	  --checkout-export AUTHBRIDGE=$(CURDIR)/$(DEBUG_DIR)/authbridge --checkout-export 'PATH=$(CURDIR)/$(DEBUG_DIR):$$PATH'
 
 ## spec: after editing bridge-spec/openrpc.json, rewrite its copies (scripts/spec.py): each method's
 ## params list (from its x-params), the embedded document, the error tables of the host and the

@@ -144,7 +144,9 @@ final class LoopbackListener: Sendable {
         else { return }
         switch signedIn {
         case true?: respond(client, status: "200 OK", body: "Signed in. You can close this window and return to the application.")
-        case false?: respond(client, status: "200 OK", body: "The sign-in did not complete: \(message ?? "see the application").")
+        case false?:
+            let said = message ?? "see the application"
+            respond(client, status: "200 OK", body: "The sign-in did not complete: \(said)\(said.hasSuffix(".") ? "" : ".")")
         case nil: respond(client, status: "200 OK", body: "The sign-in has ended. Return to the application.")
         }
         Glibc.close(client)

@@ -1,3 +1,4 @@
+import AuthBridgeURL
 import Synchronization
 
 /// An external sign-in waiting for the frontend's `completeSignIn`.
@@ -6,6 +7,11 @@ import Synchronization
 /// later ones are ignored.
 final class PendingSignIn: Sendable {
     let callbackPrefix: String?
+    /// The `state` its callback must carry (RFC 6749 §10.12); nil where the plugin says its
+    /// provider's callback carries none. A callback with another one is refused without ending
+    /// the wait, as the loopback listener ignores it: anyone who can call `completeSignIn` could
+    /// otherwise cancel someone else's sign-in.
+    let expectedState: String?
 
     private enum State {
         case waiting(CheckedContinuation<String, any Error>?)
@@ -14,7 +20,17 @@ final class PendingSignIn: Sendable {
     }
     private let state = Mutex<State>(.waiting(nil))
 
-    init(callbackPrefix: String?) { self.callbackPrefix = callbackPrefix }
+    init(callbackPrefix: String?, expectedState: String?) {
+        self.callbackPrefix = callbackPrefix
+        self.expectedState = expectedState
+    }
+
+    /// Whether `callbackURL` answers this sign-in: it carries its state (compared in constant time).
+    func isAnswer(_ callbackURL: String) -> Bool {
+        guard let expectedState else { return true }
+        guard let received = CallbackURL(callbackURL)?.queryValue("state") else { return false }
+        return constantTimeEquals(received, expectedState)
+    }
 
     func deliver(_ url: String) { finish(.delivered(url)) }
     func fail(_ error: SessionError) { finish(.failed(error)) }
@@ -33,8 +49,8 @@ final class PendingSignIn: Sendable {
         }
     }
 
-    /// Waits for the callback URL, a failure, the timeout or cancellation.
-    func wait(timeoutMilliseconds: Int64, profile: String) async throws(SessionError) -> String {
+    /// Waits for the callback URL, a failure, the timeout (answered `timedOut`) or cancellation.
+    func wait(timeoutMilliseconds: Int64, profile: String, timedOut: SessionError) async throws(SessionError) -> String {
         do {
             return try await withThrowingTaskGroup(of: String?.self) { group in
                 group.addTask {
@@ -65,11 +81,8 @@ final class PendingSignIn: Sendable {
                 let first = try await group.next()!
                 group.cancelAll()
                 guard let url = first else {
-                    self.fail(
-                        SessionError(.timeout, "No callback arrived within \(timeoutMilliseconds / 1000) s.", provider: profile, reason: "timeout"))
-                    throw SessionError(
-                        .timeout, "The sign-in timed out after \(timeoutMilliseconds / 1000) s without a callback.", provider: profile,
-                        reason: "timeout")
+                    self.fail(timedOut)
+                    throw timedOut
                 }
                 return url
             }

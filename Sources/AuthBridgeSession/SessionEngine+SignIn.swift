@@ -89,6 +89,12 @@ extension SessionEngine {
         if let prefix = pending.callbackPrefix, !callbackURL.hasPrefix(prefix) {
             throw SessionError(.invalidParams, "The callback URL does not belong to this sign-in.", provider: profile, field: "callbackUrl")
         }
+        guard pending.isAnswer(callbackURL) else {
+            throw SessionError(
+                .invalidParams,
+                "The callback's state is not this sign-in's (a stale or forged redirect): it was ignored, and the sign-in is still waiting.",
+                provider: profile, reason: "stateMismatch", field: "callbackUrl")
+        }
         pendingSignIns[profile] = nil
         pending.deliver(callbackURL)
         return ["accepted": true]
@@ -160,7 +166,8 @@ extension SessionEngine {
         }
         pendingSignIns.removeValue(forKey: profile)?.fail(superseded)
         let callbackPrefix = started["callbackPrefix"]?.stringValue ?? redirectURI
-        let pending = PendingSignIn(callbackPrefix: callbackPrefix)
+        let callbackState = context.plugin.descriptor["callbackState"]?.boolValue != false
+        let pending = PendingSignIn(callbackPrefix: callbackPrefix, expectedState: callbackState ? state : nil)
         pendingSignIns[profile] = pending
         var openURL: [String: JSON] = ["stage": "openUrl", "url": .string(url)]
         if let callbackPrefix { openURL["callbackPrefix"] = .string(callbackPrefix) }
@@ -183,9 +190,17 @@ extension SessionEngine {
         }
 
         let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 300_000, 3_600_000))
+        let timedOut = SessionError(
+            .timeout,
+            Self.noCallbackMessage(
+                profile: profile, seconds: timeout / 1000,
+                clientID: (context.config["clientId"] ?? context.profile.settings["clientId"])?.stringValue,
+                redirectURI: redirectURI, loopbackPinned: (context.profile.settings["loopbackPort"]?.intValue ?? 0) != 0,
+                listening: listener != nil),
+            provider: profile, reason: "timeout")
         let callbackURL: String
         do {
-            callbackURL = try await pending.wait(timeoutMilliseconds: timeout, profile: profile)
+            callbackURL = try await pending.wait(timeoutMilliseconds: timeout, profile: profile, timedOut: timedOut)
         } catch {
             if pendingSignIns[profile] === pending { pendingSignIns[profile] = nil }
             throw error
@@ -199,7 +214,7 @@ extension SessionEngine {
         let issuerRequired = context.config["issuerInCallback"]?.boolValue == true && issuer != nil
         // The host checks whose answer this is before any plugin acts on it, unless the plugin
         // declares that its provider's callback carries no state (Duke's login page takes none).
-        if context.plugin.descriptor["callbackState"]?.boolValue != false {
+        if callbackState {
             guard let callback else {
                 throw SessionError(.providerRefused, "The callback URL could not be read.", provider: profile, reason: "invalidCallback")
             }
@@ -215,6 +230,34 @@ extension SessionEngine {
             "expectedIssuer": issuerRequired ? issuer.map(JSON.string) : nil,
         ])
         return try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID)
+    }
+
+    /// Why a redirect sign-in may never have come back, for its timeout. A provider that does not
+    /// know the client id, or does not allow the redirect URI for it, shows its own error page
+    /// (`invalid_client`, `invalid_request`) and never redirects: the wait cannot tell that from a
+    /// user who did not finish, so the message names all three, with what the profile sends (the
+    /// client id and the redirect URI; never a secret).
+    static func noCallbackMessage(
+        profile: String, seconds: Int64, clientID: String?, redirectURI: String?, loopbackPinned: Bool, listening: Bool
+    ) -> String {
+        let shown = { (text: String) in "\"\(ConfigurationLoader.printable(text))\"" }
+        let client = clientID.map { "the client id \(shown($0))" } ?? "the client id"
+        var allowed = redirectURI.map { "the redirect URI \(shown($0))" } ?? "the redirect URI"
+        if listening, let redirectURI, let parsed = ParsedURL(redirectURI) {
+            // RFC 8252 §7.3: a loopback redirect's port changes with every sign-in unless pinned.
+            allowed =
+                loopbackPinned
+                ? "the redirect URI \(shown(redirectURI)) (exactly that URI: loopbackPort pins its port)"
+                : "the redirect URI \(shown("http://127.0.0.1" + parsed.path)) on any port (RFC 8252 §7.3: register that, "
+                    + "or pin a port with loopbackPort and register exactly that URI)"
+        }
+        let returned =
+            listening ? "nothing came back to \(redirectURI ?? "the loopback listener")" : "completeSignIn was not called with the redirect"
+        let user =
+            listening ? "the sign-in was not finished in the browser" : "the sign-in was not finished, or the app did not hand the redirect back"
+        return "The sign-in to \(shown(profile)) was not completed within \(seconds) s: \(returned). "
+            + "If the browser shows the provider's error (invalid_client, invalid_request…), the provider does not know "
+            + "\(client), or does not allow it \(allowed). Otherwise \(user)."
     }
 
     /// RFC 8628: the user types a code on another device while the host polls

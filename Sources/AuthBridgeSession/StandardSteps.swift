@@ -214,11 +214,7 @@ public enum StandardSteps {
             {
                 return .failure(failure)
             }
-            if let error = url.queryValue("error") {
-                let description = url.queryValue("error_description").map { ": " + Redaction.redact($0) } ?? ""
-                let kind: ProviderFailure.Kind = error == "access_denied" ? .cancelled : .definitive
-                return .failure(ProviderFailure(kind, reason: error, message: "The provider refused the sign-in (\(error))\(description)."))
-            }
+            if let failure = callbackError(url) { return .failure(failure) }
             code = url.queryValue("code")
         }
         guard let code, !code.isEmpty else {
@@ -267,6 +263,48 @@ public enum StandardSteps {
                 message: "The callback carries no issuer (iss), which this provider promises to send (RFC 9207).")
         }
         return nil
+    }
+
+    /// An error response on the redirect (RFC 6749 §4.1.2.1) as the failure that ends the sign-in:
+    /// `access_denied` is the user saying no (`cancelled`), any other error a refusal (`definitive`,
+    /// the reason the OAuth error). Its `error_description` is quoted as `providerText` leaves it;
+    /// an `error` that is not a word is no OAuth error code and is not passed on as a reason.
+    /// nil when the callback carries no `error`. Whose answer it is was checked before.
+    public static func callbackError(_ url: CallbackURL) -> ProviderFailure? {
+        guard let error = url.queryValue("error") else { return nil }
+        let said = url.queryValue("error_description").map { providerText($0) } ?? ""
+        let description = said.isEmpty ? "" : ": " + said
+        let end = said.last.map { ".!?".contains($0) } == true ? "" : "."
+        guard ProviderFailure.isWord(error), error.utf8.count <= 64 else {
+            return ProviderFailure(
+                .definitive, reason: "invalidCallback",
+                message: "The provider refused the sign-in with an error that is no OAuth error code\(description)\(end)")
+        }
+        let kind: ProviderFailure.Kind = error == "access_denied" ? .cancelled : .definitive
+        return ProviderFailure(kind, reason: error, message: "The provider refused the sign-in (\(error))\(description)\(end)", oauthError: error)
+    }
+
+    /// The longest provider text (an `error_description`) quoted in a message, in characters.
+    static let providerTextLimit = 300
+
+    /// A provider's own words (an `error_description`) as a message may quote them: secrets masked,
+    /// escape sequences and control characters removed (`PlainText.oneLine`), and bidirectional and
+    /// other invisible formatting characters too (they could reorder what is shown), white space
+    /// folded, at most `providerTextLimit` characters.
+    static func providerText(_ text: String) -> String {
+        var folded = ""
+        var space = false
+        for scalar in PlainText.oneLine(Redaction.redact(text)).unicodeScalars {
+            if scalar.properties.isWhitespace {
+                space = !folded.isEmpty
+            } else if scalar.properties.generalCategory != .format {
+                if space { folded.append(" ") }
+                space = false
+                folded.unicodeScalars.append(scalar)
+            }
+        }
+        guard folded.count > providerTextLimit else { return folded }
+        return String(folded.prefix(providerTextLimit - 1)) + "…"
     }
 
     static func refresh(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
@@ -319,7 +357,7 @@ public enum StandardSteps {
 
     static func classifyTokenError(status: Int, body: JSON) -> ProviderFailure {
         let error = body["error"]?.stringValue
-        let description = body["error_description"]?.stringValue.map(Redaction.redact)
+        let description = body["error_description"]?.stringValue.map(providerText).flatMap { $0.isEmpty ? nil : $0 }
         if status >= 500 || status == 429 || status == 0 {
             return ProviderFailure(
                 .transient, reason: status == 429 ? "rateLimited" : "serverError",

@@ -74,8 +74,9 @@ struct Login: HumanCommand {
             return try await signIn.value
         } catch let error as SessionError {
             if error.kind == .timeout, stage.waitingForUser {
-                // The user did not finish: not the provider's fault (exit 3 would say so), a failed login.
-                err.error(error.reason == "expired_token" ? error.message : "The sign-in was not completed within \(timeout) s.")
+                // The user did not finish, or the provider never sent them back (the message says
+                // the usual causes): not the provider being down (exit 3 would say so), a failed login.
+                err.error(error.message)
                 throw ExitCode(CommandExit.failure)
             }
             if error.reason == "unsupportedFlow" && !device && sessions.flows(ofProfile: profile).contains("device") {

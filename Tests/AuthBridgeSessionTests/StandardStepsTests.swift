@@ -371,3 +371,89 @@ struct SessionErrorTests {
         #expect(error.description == "invalidParams: bad")
     }
 }
+
+/// Issue 27 §6: what a provider's error says reaches people (the CLI's terminal, a frontend's
+/// dialog, the browser page) only as plain, bounded text, and ends the sign-in with a sensible code.
+@Suite("Standard steps: a provider's error responses")
+struct ProviderErrorResponseTests {
+    @Test func anErrorRedirectEndsTheSignInWithTheProvidersErrorAndWords() throws {
+        let denied = try #require(CallbackURL("http://127.0.0.1:1/callback?error=access_denied&state=s"))
+        let cancelled = try #require(StandardSteps.callbackError(denied))
+        #expect(cancelled.kind == .cancelled && cancelled.reason == "access_denied")
+        #expect(SessionError(cancelled, provider: "p").kind == .userCancelled)
+
+        let scope = try #require(
+            CallbackURL("http://127.0.0.1:1/callback?error=invalid_scope&error_description=Unknown+scope+%22x%22.&state=s"))
+        let refused = try #require(StandardSteps.callbackError(scope))
+        #expect(refused.kind == .definitive && refused.reason == "invalid_scope" && refused.oauthError == "invalid_scope")
+        #expect(refused.message == "The provider refused the sign-in (invalid_scope): Unknown scope \"x\".")
+        #expect(SessionError(refused, provider: "p").kind == .providerRefused)
+
+        let bare = try #require(CallbackURL("http://127.0.0.1:1/callback?error=invalid_request&state=s"))
+        #expect(StandardSteps.callbackError(bare)?.message == "The provider refused the sign-in (invalid_request).")
+        let code = try #require(CallbackURL("http://127.0.0.1:1/callback?code=c&state=s"))
+        #expect(StandardSteps.callbackError(code) == nil)
+    }
+
+    @Test func anErrorThatIsNoOAuthCodeIsNotPassedOnAsAReason() throws {
+        for error in ["%1B%5B31mred", "two+words", String(repeating: "a", count: 65)] {
+            let url = try #require(CallbackURL("http://127.0.0.1:1/callback?error=\(error)&state=s"))
+            let failure = try #require(StandardSteps.callbackError(url))
+            #expect(failure.kind == .definitive && failure.reason == "invalidCallback" && failure.oauthError == nil, "\(error)")
+            #expect(!failure.message.unicodeScalars.contains { $0.value < 0x20 })
+        }
+    }
+
+    /// Before: the description was only redacted, so escape sequences (with their strings: a
+    /// window title), newlines and bidirectional overrides went on to every frontend, at any length.
+    @Test func theDescriptionLosesControlCharactersAndIsBounded() throws {
+        let hostile = "Bad%1B%5B2J%1B%5D0%3Btitle%07+request%0D%0Aforged+line%E2%80%AEreversed%C2%9B" + String(repeating: "x", count: 5_000)
+        let url = try #require(CallbackURL("http://127.0.0.1:1/callback?error=invalid_request&error_description=\(hostile)&state=s"))
+        let message = try #require(StandardSteps.callbackError(url)).message
+        let invisible = message.unicodeScalars.filter {
+            [.control, .format].contains($0.properties.generalCategory) || $0.properties.isWhitespace && $0 != " "
+        }
+        #expect(invisible.isEmpty, "\(message.prefix(120))")
+        #expect(message.hasPrefix("The provider refused the sign-in (invalid_request): Bad request forged linereversedxxx"))
+        #expect(message.count <= 60 + StandardSteps.providerTextLimit && message.hasSuffix("…."))
+        // A secret a provider echoes is masked as before.
+        #expect(StandardSteps.providerText("refresh_token=abc123 is busy") == "refresh_token=\(Redaction.mask) is busy")
+    }
+
+    /// The device flow and refreshes read the token endpoint's errors: the same words, the same care.
+    @Test func aTokenEndpointsDescriptionIsQuotedTheSameWay() {
+        let body: JSON = ["error": "invalid_scope", "error_description": .string("no\u{1B}[31m\nsuch\u{202E} scope")]
+        let failure = StandardSteps.classifyTokenError(status: 400, body: body)
+        #expect(failure.reason == "invalid_scope" && failure.message == "invalid_scope: no such scope")
+    }
+}
+
+/// Issue 27 §6 (a): a provider that does not know the client id, or does not allow the redirect
+/// URI, shows its own page and never redirects; the timeout is all the host sees, so its message
+/// says what to check. Before: "The sign-in timed out after 15 s without a callback."
+@Suite("Sign-in: the timeout's message")
+struct NoCallbackMessageTests {
+    @Test func aLoopbackSignInNamesTheProfileClientAndTheRedirectToRegister() {
+        let message = SessionEngine.noCallbackMessage(
+            profile: "corp", seconds: 15, clientID: "my-app", redirectURI: "http://127.0.0.1:41234/callback", loopbackPinned: false,
+            listening: true)
+        #expect(message.hasPrefix("The sign-in to \"corp\" was not completed within 15 s: nothing came back to http://127.0.0.1:41234/callback."))
+        #expect(message.contains("invalid_client") && message.contains("the client id \"my-app\""))
+        #expect(message.contains("the redirect URI \"http://127.0.0.1/callback\" on any port") && message.contains("loopbackPort"))
+        #expect(message.hasSuffix("Otherwise the sign-in was not finished in the browser."))
+    }
+
+    @Test func aPinnedPortIsTheExactURIAndTheExternalFlowNamesItsOwn() {
+        let pinned = SessionEngine.noCallbackMessage(
+            profile: "corp", seconds: 300, clientID: "my-app", redirectURI: "http://127.0.0.1:8400/cb", loopbackPinned: true, listening: true)
+        #expect(pinned.contains("does not allow it the redirect URI \"http://127.0.0.1:8400/cb\" (exactly that URI"))
+        let external = SessionEngine.noCallbackMessage(
+            profile: "app", seconds: 60, clientID: nil, redirectURI: "com.example.app:/oauth2redirect", loopbackPinned: false, listening: false)
+        #expect(external.contains("completeSignIn was not called") && external.contains("\"com.example.app:/oauth2redirect\""))
+        #expect(external.contains("does not know the client id, or"))
+        // What a profile names is shown, never a control character from it.
+        let odd = SessionEngine.noCallbackMessage(
+            profile: "p", seconds: 1, clientID: "a\u{1B}[2Jb", redirectURI: nil, loopbackPinned: false, listening: false)
+        #expect(!odd.unicodeScalars.contains { $0.value == 0x1B })
+    }
+}

@@ -272,7 +272,12 @@ def test_login_no_browser_prints_the_url_waits_and_times_out_as_a_failure(cli, d
     assert not cli.browser_calls.exists(), "--no-browser: xdg-open never ran"
     # Nobody signed in: the user did not finish, which is not "provider unreachable" (exit 3).
     assert login.returncode == FAILED, login.stderr
-    assert login.stderr.splitlines()[-1] == "error: The sign-in was not completed within 2 s."
+    # Issue 27 §6: what to check when the provider never sent the user back (before: "error: The
+    # sign-in was not completed within 2 s." and nothing more).
+    said = login.stderr.splitlines()[-1]
+    assert said.startswith('error: The sign-in to "dot" was not completed within 2 s: nothing came back to http://127.0.0.1:'), said
+    assert 'the client id "authbridge-test"' in said and "http://127.0.0.1/callback" in said, said
+    assert said.endswith("Otherwise the sign-in was not finished in the browser."), said
     assert cli.run("status", "dot").returncode == NOT_SIGNED_IN
 
 

@@ -2,8 +2,9 @@
 
 `make dev-server` runs the bundled django-oauth-toolkit until Ctrl-C and prints the exports the
 quick starts read; the terminal quick start (README.md, "From a terminal") then runs as written
-in a shell with only those exports and a fresh home. The browser is a stand-in `xdg-open` that
-plays the user at DOT.
+in a shell with only those exports and a fresh home, and then its `--device` sign-in, with the
+same config.json. The browser is a stand-in `xdg-open` that plays the user at DOT; the device is
+the test kit, typing the code at DOT's verification page.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ class DevServer:
         if not ready.wait(TIMEOUT * 12) or "Sign in as" not in self.banner:  # the first start migrates a database
             self.stop()
             raise AssertionError(f"make dev-server printed no banner:\n{self.banner}\n{self.process.stderr.read()}")
-        self.exports = dict(EXPORT.findall(self.banner))
+        # The exports a quick start reads, and apart from them those for this checkout's build.
+        quick_start, _, self.checkout_block = self.banner.partition("Only to run this checkout's build")
+        self.exports = dict(EXPORT.findall(quick_start))
+        self.checkout_exports = dict(EXPORT.findall(self.checkout_block))
 
     def stop(self) -> int:
         """Ctrl-C, as typed in its terminal; the status make exits with."""
@@ -76,15 +80,26 @@ def terminal_quick_start() -> str:
     return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
 
 
+def device_command() -> str:
+    """The terminal quick start's device sign-in, as the README words it."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### From a terminal"):readme.index("### From Python")]
+    return re.search(r"`(authbridge login corp --device)`", section).group(1)
+
+
 def test_make_dev_server_and_the_terminal_quick_start_as_written(tmp_path):
     server = DevServer(tmp_path / "dev-state")      # a folder that does not exist yet
     try:
         exports = server.exports
+        assert set(exports) == {"ISSUER", "CLIENT_ID", "USERINFO_URL"}, "only what a quick start reads, nothing that replaces a host"
         base = re.fullmatch(r"(http://127\.0\.0\.1:\d+)/o", exports["ISSUER"]).group(1)
         assert exports["CLIENT_ID"] == "authbridge-test"
         assert exports["USERINFO_URL"] == f"{base}/o/userinfo/", "with its trailing slash"
+        # The lines that would put the checkout's debug build before an installed authbridge come
+        # apart, and say so.
         debug = REPO / ".build" / "debug"
-        assert exports["AUTHBRIDGE"] == f"{debug}/authbridge" and exports["PATH"] == f"{debug}:$PATH", "the host make build made"
+        assert server.checkout_exports == {"AUTHBRIDGE": f"{debug}/authbridge", "PATH": f"{debug}:$PATH"}, server.banner
+        assert "instead of an installed authbridge" in server.checkout_block.splitlines()[0], server.banner
         assert "ada, password lovelace-test" in server.banner and "Ctrl-C" in server.banner
         with urllib.request.urlopen(exports["ISSUER"] + "/.well-known/openid-configuration", timeout=TIMEOUT) as answer:
             discovery = json.load(answer)
@@ -123,15 +138,11 @@ def test_make_dev_server_and_the_terminal_quick_start_as_written(tmp_path):
             secrets = [secret for secret in json.load(answer)["secrets"] if len(secret) >= 12]
         assert secrets and not [secret for secret in secrets if secret in output], "no code or token printed"
 
-        # The banner's device-flow profile, added to the quick start's config.json as it says: a
-        # code to type on another device.
-        profile = re.search(r'^  "tv": (\{.*\})$', server.banner, re.M)
-        assert profile, f"the banner has no device-flow profile:\n{server.banner}"
+        # The device sign-in of the same quick start, with the same config.json: no profile to add
+        # by hand (DOT's discovery names its device authorization endpoint; the client may use it).
         config_file = home / ".config" / "authbridge" / "config.json"
-        config = json.loads(config_file.read_text())
-        config["profiles"]["tv"] = json.loads(profile.group(1))
-        config_file.write_text(json.dumps(config))
-        login = subprocess.Popen([str(HOST_BIN), "login", "tv", "--device"], env=env, cwd=home, text=True,
+        written = config_file.read_text()
+        login = subprocess.Popen(["/bin/sh", "-e", "-c", device_command()], env=env, cwd=home, text=True,
                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         code = uri = None
         shown: list[str] = []
@@ -141,10 +152,14 @@ def test_make_dev_server_and_the_terminal_quick_start_as_written(tmp_path):
             uri = uri or (re.search(r"Then open (\S+) on any device", line) or [None, None])[1]
             if code and uri:
                 break
-        assert code and uri and uri == f"{base}/o/device/", "".join(shown)
+        if not (code and uri):
+            login.kill()
+        assert code and uri and uri == f"{base}/o/device/", "".join(shown) + login.communicate(timeout=TIMEOUT)[1]
+        assert f"typed at {uri} on any device" in server.banner, "the banner says where the code is typed"
         DotAuthServer.approve_device(None, code, uri)
         out, err = login.communicate(timeout=TIMEOUT * 3)
-        assert login.returncode == 0 and re.fullmatch(r"✓ Signed in to tv as ada@example\.test \(\d+\)\n", out), out + err
+        assert login.returncode == 0 and re.fullmatch(r"✓ Signed in to corp as ada@example\.test \(\d+\)\n", out), out + err
+        assert config_file.read_text() == written
     finally:
         server.stop()
     # Stopped: nothing answers there any more.

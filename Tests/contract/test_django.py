@@ -300,3 +300,47 @@ def test_force_refresh_renews_a_token_the_caller_saw_rejected(start_host, oidc_p
     assert second != first and dot.is_issued(second)
     assert dot.snapshot()["refreshes"] - before == 1
     assert host.error("getAccessToken", {"provider": "dot", "forceRefresh": "yes"})["code"] == -32602
+
+
+def test_an_unknown_client_id_times_out_with_what_to_check(start_host, oidc_plugin_dir, dot):
+    # Issue 27 §6 (a): DOT shows its own error page for a client id it does not know and never
+    # redirects, so the wait ends at the timeout; its message names the profile, the client id,
+    # the redirect URI to register and the usual causes. Before: "The sign-in timed out after 2 s
+    # without a callback."
+    settings = {"issuer": f"{dot.base}/o", "clientId": "no-such-client", "clientSecret": "not-a-real-secret-0123456789",
+                "scopes": ["openid"]}
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
+    pending = host.send_request("requestOAuthTokens", {"provider": "dot", "flow": "browser", "timeoutMs": 2000})
+    opened = host.wait_for_notification("signIn/progress", lambda p: p["requestId"] == pending and p["stage"] == "openUrl")
+    redirect = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))["redirect_uri"]
+    status, location, page = dot.after_sign_in(opened["url"])   # the user signs in; DOT shows its own error page
+    assert status == 400 and not location and "Invalid client_id" in page, page[:500]   # DOT: "Error: invalid_request"
+    error = host.wait_response(pending)["error"]
+    assert error["code"] == -32006 and error["data"]["reason"] == "timeout", error
+    message = error["message"]
+    assert message.startswith(f'The sign-in to "dot" was not completed within 2 s: nothing came back to {redirect}.'), message
+    assert 'the client id "no-such-client"' in message and "invalid_client" in message, message
+    assert 'the redirect URI "http://127.0.0.1/callback" on any port' in message and "loopbackPort" in message, message
+    assert message.endswith("Otherwise the sign-in was not finished in the browser."), message
+    assert settings["clientSecret"] not in message
+
+
+def test_an_error_redirect_in_the_external_flow_ends_the_sign_in_once_its_state_matches(start_host, oidc_plugin_dir, dot):
+    # Issue 27 §6 (b), the external flow: DOT redirects an invalid scope back with its error and
+    # the sign-in's state. Handed over with another state it is refused and the sign-in goes on
+    # (before: that ended it, -32004 stateMismatch); with its own, it ends the sign-in at once.
+    settings = {"issuer": f"{dot.base}/o", "clientId": "authbridge-test", "redirectUri": dot.redirect_uri,
+                "scopes": ["openid", "no-such-scope"]}
+    host = start_host([oidc_plugin_dir], profiles={"dot": {"plugin": "oidc", "settings": settings}})
+    request_id, opened = begin_sign_in(host, "dot", flow="external", timeoutMs=600_000)
+    callback = dot.browse(opened["url"])
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(callback).query))
+    assert query["error"] == "invalid_scope" and query["state"] and "code" not in query, callback
+    forged = callback.replace(f"state={urllib.parse.quote(query['state'])}", "state=forged")
+    assert forged != callback
+    refused = host.error("completeSignIn", {"provider": "dot", "callbackUrl": forged})
+    assert refused["code"] == -32602 and refused["data"]["reason"] == "stateMismatch", refused
+    host.result("completeSignIn", {"provider": "dot", "callbackUrl": callback})
+    error = host.wait_response(request_id, timeout=10)["error"]
+    assert error["code"] == -32004 and error["data"]["reason"] == "invalid_scope", error
+    assert error["message"].startswith("The provider refused the sign-in (invalid_scope)"), error

@@ -257,16 +257,23 @@ def test_sign_in_timeout(host):
 
 def test_the_host_refuses_a_callback_from_another_sign_in_before_the_plugin_sees_it(host):
     # Issue 12 §4: swifttest's complete_sign_in does not check state itself; the host does, first.
+    # Issue 27 §6: a callback with another state is refused to whoever handed it over and the
+    # sign-in goes on, as the loopback listener ignores one (before, it ended the sign-in
+    # -32004 stateMismatch: anyone who can call completeSignIn could cancel others' sign-ins).
     request_id, opened = begin_sign_in(host, "s", flow="external")
-    host.result("completeSignIn", {"provider": "s",
-                                   "callbackUrl": "https://swifttest.example/done?session_token=S&access_token=A&state=forged"})
-    error = host.wait_response(request_id)["error"]
-    assert error["code"] == -32004 and error["data"]["reason"] == "stateMismatch", error
+    for forged in ("https://swifttest.example/done?session_token=S&access_token=A&state=forged",
+                   "https://swifttest.example/done?error=access_denied&state=forged",
+                   "https://swifttest.example/done?error=access_denied"):
+        refused = host.error("completeSignIn", {"provider": "s", "callbackUrl": forged})
+        assert refused["code"] == -32602 and refused["data"]["field"] == "callbackUrl", refused
+        assert refused["data"]["reason"] == "stateMismatch" and "still waiting" in refused["message"], refused
     assert host.result("listAccounts", {"provider": "s"})["accounts"] == [], "nothing was stored"
-    # Not even an error the callback names is acted on when its state is not this sign-in's.
-    request_id, _ = begin_sign_in(host, "s", flow="external")
-    host.result("completeSignIn", {"provider": "s", "callbackUrl": "https://swifttest.example/done?error=access_denied"})
-    assert host.wait_response(request_id)["error"]["data"]["reason"] == "stateMismatch"
+    with host.cond:
+        assert not [f for f in host.frames if f.get("id") == request_id], "the sign-in is still waiting"
+    # Its own callback still completes it.
+    host.result("completeSignIn", {"provider": "s",
+                                   "callbackUrl": with_state("https://swifttest.example/done?session_token=S2&access_token=A2", opened)})
+    assert host.wait_response(request_id)["result"]["state"] == "signedIn"
     assert "state=" in opened["url"]
 
 

@@ -2,7 +2,7 @@
 """A real django-oauth-toolkit authorization server for the tests, on 127.0.0.1.
 
     dot_server.py --state DIR [--access-lifetime S] [--grace S] [--device-interval S] [--port P]
-                  [--banner [--export NAME=VALUE ...]]
+                  [--banner [--checkout-export NAME=VALUE ...]]
 
 Configures Django in-process (no project on disk), migrates a SQLite database in DIR (created if
 need be), creates two users (ada / lovelace-test, grace / hopper-test), three public clients and
@@ -10,11 +10,16 @@ a confidential one, then serves on an ephemeral port and prints `READY <port>` o
 --banner, for people: `make dev-server`, the exports a quick start reads and the test user, instead):
 
 - "authbridge-test": authorization code + PKCE, redirect http://127.0.0.1/callback on any port,
-  consent skipped (the scripted user);
+  consent skipped (the scripted user); also the device authorization grant (RFC 8628), so that the
+  quick starts' one client signs in both ways (`authbridge login corp` and `… --device`), as a
+  provider's client usually may (DOT allows one grant per application: DualGrantValidator);
 - "authbridge-consent": the same with DOT's consent page (the real-browser test clicks it);
 - "authbridge-device": the device authorization grant (RFC 8628), verification at /o/device/;
 - "authbridge-confidential": like "authbridge-test" with a client secret; also the resource server
   that introspects tokens at /o/introspect/ (RFC 7662, scope `introspection`).
+
+Discovery (/o/.well-known/openid-configuration) announces `device_authorization_endpoint`
+(RFC 8628 §4), as providers that offer the grant do; DOT 3.4 leaves it out of its document.
 
 ID tokens and userinfo name the user: `preferred_username`, `name` and `email` besides DOT's
 numeric `sub` (NamingValidator).
@@ -44,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import threading
 from socketserver import ThreadingMixIn
@@ -56,7 +62,8 @@ parser.add_argument("--grace", type=int, default=0)
 parser.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
 parser.add_argument("--device-interval", type=int, default=1, help="RFC 8628 polling interval (s)")
 parser.add_argument("--banner", action="store_true", help="print what a person needs to try the quick starts")
-parser.add_argument("--export", action="append", default=[], metavar="NAME=VALUE", help="another export in the banner")
+parser.add_argument("--checkout-export", action="append", default=[], metavar="NAME=VALUE",
+                    help="an export in the banner that runs this checkout's build, printed apart and marked as such")
 args = parser.parse_args()
 os.makedirs(args.state, exist_ok=True)
 
@@ -143,12 +150,18 @@ from django.contrib.auth.models import User  # noqa: E402
 from django.contrib.auth.views import LoginView  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.http import JsonResponse  # noqa: E402
-from django.urls import include, path  # noqa: E402
+from django.urls import include, path, re_path  # noqa: E402
 from django.views.decorators.csrf import csrf_exempt  # noqa: E402
 from oauth2_provider.models import get_application_model  # noqa: E402
-from oauth2_provider.views import TokenView  # noqa: E402
+from oauth2_provider.views import ConnectDiscoveryInfoView, TokenView  # noqa: E402
 
 from oauth2_provider.oauth2_validators import OAuth2Validator  # noqa: E402
+
+
+#: Clients that may also use the device authorization grant (their application's grant is the
+#: authorization code): the quick starts' client.
+DEVICE_TOO = {"authbridge-test"}
+DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 
 
 class NamingValidator(OAuth2Validator):
@@ -166,6 +179,12 @@ class NamingValidator(OAuth2Validator):
             "name": lambda request: request.user.get_full_name() or request.user.get_username(),
             "email": lambda request: request.user.email,
         }
+
+    def validate_grant_type(self, client_id, grant_type, client, request, *args, **kwargs):
+        # DOT allows an application one grant; DEVICE_TOO's have the device grant too.
+        if grant_type == DEVICE_GRANT and request.client.client_id in DEVICE_TOO:
+            return True
+        return super().validate_grant_type(client_id, grant_type, client, request, *args, **kwargs)
 
 
 STATS = {"refreshes": 0, "revocations": 0, "refresh_errors": 0, "codes_redeemed": 0, "device_polls": 0,
@@ -203,6 +222,17 @@ class CountingTokenView(TokenView):
                     STATS["revocations" if body.get("error") == "invalid_grant" else "refresh_errors"] += 1
             elif grant == "authorization_code" and response.status_code == 200:
                 STATS["codes_redeemed"] += 1
+        return response
+
+
+class DiscoveryWithDevice(ConnectDiscoveryInfoView):
+    """DOT's OpenID discovery document with the device authorization endpoint it serves (RFC 8628 §4)."""
+
+    def get(self, request, *args, **kwargs):
+        response = super().get(request, *args, **kwargs)
+        document = json.loads(response.content)
+        document["device_authorization_endpoint"] = f"{BASE}/o/device-authorization/"
+        response.content = json.dumps(document).encode()
         return response
 
 
@@ -298,6 +328,7 @@ urlpatterns = [
     # RFC 8414 metadata at the origin (/.well-known/oauth-authorization-server/o), as DOT documents.
     path("", include(metadata_urlpatterns)),
     path("o/token/", csrf_exempt(CountingTokenView.as_view())),
+    re_path(r"^o/\.well-known/openid-configuration/?$", DiscoveryWithDevice.as_view()),
     path("o/", include("oauth2_provider.urls", namespace="oauth2_provider")),
     path("accounts/login/", LoginView.as_view(template_name="login.html")),
     path("test/stats", stats),
@@ -337,20 +368,25 @@ from django.core.wsgi import get_wsgi_application  # noqa: E402
 
 server.set_app(get_wsgi_application())
 if args.banner:
+    def export_lines(pairs) -> str:
+        return "".join(f'  export {name}="{value}"\n' for name, value in pairs)
+
     exports = [("ISSUER", f"{BASE}/o"), ("CLIENT_ID", "authbridge-test"), ("USERINFO_URL", f"{BASE}/o/userinfo/")]
-    exports += [tuple(item.split("=", 1)) for item in args.export]
-    # A profile for the device flow (RFC 8628): its own client, and the endpoint DOT's discovery
-    # does not announce.
-    device_profile = {"plugin": "oidc", "settings": {
-        "issuer": f"{BASE}/o", "clientId": "authbridge-device", "scopes": ["openid"],
-        "deviceAuthorizationEndpoint": f"{BASE}/o/device-authorization/"}}
-    print(f"django-oauth-toolkit is serving on {BASE} (Ctrl-C stops it).\n\n"
-          "In another terminal, paste these, then run a quick start (README.md):\n"
-          + "".join(f'  export {name}="{value}"\n' for name, value in exports)
-          + "\nFor the device flow (`authbridge login tv --device`: a code to type at "
-          + f"{BASE}/o/device/), add this profile to the \"profiles\" of your config.json:\n"
-          + f'  "tv": {json.dumps(device_profile)}\n'
-          + "\nSign in as ada, password lovelace-test (or grace, hopper-test).", flush=True)
+    checkout = [tuple(item.split("=", 1)) for item in args.checkout_export]
+    text = (f"django-oauth-toolkit is serving on {BASE} (Ctrl-C stops it).\n\n"
+            "In another terminal, paste these, then run a quick start (README.md):\n" + export_lines(exports))
+    if checkout:
+        # Pasted blindly, these would put the checkout's build in front of an installed authbridge.
+        installed = shutil.which("authbridge")
+        built = dict(checkout).get("AUTHBRIDGE")
+        found = (f" (`authbridge` on your PATH now is {installed}: leave these out to keep using it)"
+                 if installed and built and os.path.realpath(installed) != os.path.realpath(built) else "")
+        text += ("\nOnly to run this checkout's build instead of an installed authbridge, in that terminal"
+                 f" only{found}:\n" + export_lines(checkout))
+    text += ("\n`authbridge login corp` signs in in a browser; `authbridge login corp --device` with a code\n"
+             f"typed at {BASE}/o/device/ on any device.\n"
+             "\nSign in as ada, password lovelace-test (or grace, hopper-test).")
+    print(text, flush=True)
 else:
     print(f"READY {PORT}", flush=True)
 try:

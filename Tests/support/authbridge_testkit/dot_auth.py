@@ -122,14 +122,20 @@ class DotAuthServer:
     def browse(self, url: str, user: str = USER, password: str = PASSWORD) -> str:
         """A browser signing in as `user`: authorize → login page → login → authorize → the redirect
         to the app's callback, whose URL is returned (never followed)."""
+        status, location, _ = DotAuthServer.after_sign_in(url, user, password)
+        assert status == 302 and location.startswith("http://127.0.0.1:"), f"authorize after login answered {status} → {location}"
+        return location
+
+    @staticmethod   # as browse, usable without a server object (a stand-in xdg-open calls it so)
+    def after_sign_in(url: str, user: str = USER, password: str = PASSWORD) -> tuple[int, str, str]:
+        """A browser signing in as `user` at the authorization URL: what DOT answers after its login
+        page, as (status, Location, page) — a redirect, or its own error page (an unknown client id)."""
         browser = _ScriptedBrowser()
         status, location, _ = browser.get(url)
         assert status == 302 and "/accounts/login/" in location, f"authorize answered {status} → {location}"
         status, location = browser.log_in(urllib.parse.urljoin(url, location), user, password)
         assert status == 302, f"login answered {status}"
-        status, location, _ = browser.get(urllib.parse.urljoin(url, location))
-        assert status == 302 and location.startswith("http://127.0.0.1:"), f"authorize after login answered {status} → {location}"
-        return location
+        return browser.get(urllib.parse.urljoin(url, location))
 
     def approve_device(self, user_code: str, verification_uri: str, action: str = "accept",
                        user: str = USER, password: str = PASSWORD) -> None:
@@ -240,7 +246,8 @@ class DotOpenIDServer(DotAuthServer):
         return {"issuer": self.issuer, **client, "redirectUri": self.redirect_uri, "scopes": ["openid", "read"], **extra}
 
     def device_settings(self, **extra: Any) -> dict[str, Any]:
-        # DOT gives the device grant its own client and does not list the endpoint in discovery.
+        # As DOT ships: the device grant on a client of its own, its endpoint set by hand (DOT leaves it
+        # out of discovery; dot_server adds it there, and the grant to the quick starts' client, for people).
         return {"issuer": self.issuer, "clientId": "authbridge-device", "scopes": ["openid", "read"],
                 "deviceAuthorizationEndpoint": f"{self.base}/o/device-authorization/", **extra}
 

@@ -73,11 +73,15 @@ test('-32003 ProviderUnknownError: no such profile, no such plugin', async () =>
   assert.equal(error.field, 'plugin');
 });
 
-test('-32004 ProviderRefusedError: a callback whose state is not the sign-in\'s', async () => {
-  const { pending } = await externalSignIn();
-  assert.deepEqual(await bridge.completeSignIn({ provider: 'dot', callbackUrl: `${EXTERNAL_REDIRECT}?code=forged&state=forged` }), { accepted: true });
+test('-32004 ProviderRefusedError: the provider\'s error redirect; one with another state is refused and the sign-in goes on', async () => {
+  const { pending, state } = await externalSignIn();
+  const refused = await expectError(bridge.completeSignIn({ provider: 'dot', callbackUrl: `${EXTERNAL_REDIRECT}?code=forged&state=forged` }),
+    bridgeErrors.InvalidParamsError, -32602);
+  assert.equal(refused.reason, 'stateMismatch');
+  assert.equal(refused.field, 'callbackUrl');
+  await bridge.completeSignIn({ provider: 'dot', callbackUrl: `${EXTERNAL_REDIRECT}?error=invalid_request&state=${state}` });
   const error = await expectError(pending, bridgeErrors.ProviderRefusedError, -32004);
-  assert.equal(error.reason, 'stateMismatch');
+  assert.equal(error.reason, 'invalid_request');
   assert.equal(error.retryable, false);
   assert.equal(error.method, 'requestOAuthTokens');
 });

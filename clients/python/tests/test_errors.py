@@ -136,7 +136,9 @@ async def test_sign_in_refusals_and_cancellations(host_options, dot):
             await asyncio.wait_for(second, WAIT)
         assert raised.value.reason == "signedOut"
 
-        # ProviderRefused: the external flow, handed a redirect whose state was tampered with.
+        # The external flow: a redirect whose state was tampered with is refused to whoever hands it
+        # over (InvalidParams, stateMismatch) and the sign-in goes on; ProviderRefused: the
+        # provider's error redirect, with the sign-in's state.
         opened: asyncio.Future = asyncio.get_running_loop().create_future()
         pending = asyncio.ensure_future(bridge.request_oauth_tokens(
             "dot", flow="external",
@@ -146,10 +148,15 @@ async def test_sign_in_refusals_and_cancellations(host_options, dot):
         state = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(callback).query))["state"]
         forged = callback.replace(f"state={urllib.parse.quote(state)}", "state=forged")
         assert forged != callback
-        assert await bridge.complete_sign_in("dot", forged) is True
+        with pytest.raises(authbridge.InvalidParams) as refused:
+            await bridge.complete_sign_in("dot", forged)
+        assert (refused.value.reason, refused.value.field) == ("stateMismatch", "callbackUrl")
+        assert not pending.done()
+        error_redirect = f"{callback.split('?')[0]}?error=invalid_request&state={urllib.parse.quote(state)}"
+        assert await bridge.complete_sign_in("dot", error_redirect) is True
         with pytest.raises(authbridge.ProviderRefused) as raised:
             await asyncio.wait_for(pending, WAIT)
-        assert (raised.value.reason, raised.value.retryable) == ("stateMismatch", False)
+        assert (raised.value.reason, raised.value.retryable) == ("invalid_request", False)
 
 
 async def test_storage_error_for_a_vault_others_can_open(host_options, tmp_path):
