@@ -11,7 +11,7 @@
                                      need (the lowest glibc, manylinux)
 - authbridge_V_amd64.deb             the system tree under /usr, Depends from dpkg-shlibdeps
 - authbridge-client-V.tgz            `npm pack` of the Node client with the portable tree in
-                                     host/linux-x64/
+                                     host/linux-x64/, whose bin/authbridge is the package's `bin`
 - SHA256SUMS                         for the four, as sha256sum -c reads it
 
 Everything is reproducible from the same trees: entries sorted, owners 0, modes normalised,
@@ -315,6 +315,8 @@ def npm(tree: Path, out: Path, version: str) -> Path:
         shutil.copy2(REPO / "LICENSE", stage / "LICENSE")
         shutil.copytree(tree, stage / "host" / "linux-x64", symlinks=True)
         manifest["files"] = [*manifest["files"], "host/", "LICENSE"]
+        # `npx authbridge`, node_modules/.bin/authbridge: npm links the host itself (no Node in between).
+        manifest["bin"] = {"authbridge": "host/linux-x64/bin/authbridge"}
         manifest.pop("private", None)
         manifest["license"] = "Apache-2.0"
         (stage / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
