@@ -18,6 +18,9 @@ public final class BridgeHost: Sendable {
     /// The engine once it exists, for answers given on the reader thread.
     let readyEngine: ReadyEngine
     let events: EventRoutes
+    /// Why the configuration file in use could not be read the last time it was (see
+    /// `HostConfiguration.configurationProblem`); nil when it was read.
+    private let problem: Mutex<String?>
 
     /// Set once, when plugins are loaded and the engine made.
     final class ReadyEngine: Sendable {
@@ -33,6 +36,7 @@ public final class BridgeHost: Sendable {
     public init(configuration: HostConfiguration, store: SessionStore, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
+        self.problem = Mutex(configuration.configurationProblem)
         // The spec's params schemas are read while plugins load, off the path of the first frame.
         Task.detached { _ = ParamsSchema.shared.methods.count }
         let events = EventRoutes(logger: logger)
@@ -59,6 +63,46 @@ public final class BridgeHost: Sendable {
             readyEngine.engine.withLock { $0 = engine }
             return Runtime(reports: reports, engine: engine)
         }
+    }
+
+    /// Why the configuration file could not be used when it was last read, or nil.
+    public var configurationProblem: String? { problem.withLock { $0 } }
+
+    /// Applies the configuration file as read again (the agent, when the file changed or on
+    /// SIGHUP): its profiles' changes reach the engine (`SessionEngine.reloadConfiguration`)
+    /// and every initialized connection hears of them (`profiles/changed`). A file that cannot
+    /// be used changes nothing: the profiles last read stay, and the problem is logged, kept for
+    /// `initialize` and `listProviders`, and sent. `read` nil: the file was removed — the
+    /// profiles last read stay too (a file moved away by mistake must not sign every account
+    /// out); a file of no profiles removes them. Called one reload at a time.
+    public func reloadConfiguration(_ read: Result<LoadedConfiguration, ConfigurationError>?) async {
+        var changes = ProfileChanges()
+        let now: String?
+        switch read {
+        case nil:
+            logger.warning(
+                "the configuration file was removed; the profiles read from it stay until it is there again (a file of {\"profiles\": {}} removes them)"
+            )
+            now = nil
+        case .failure(let error):
+            logger.error("configuration file \(error.message); the profiles last read from it stay in use")
+            now = error.message
+        case .success(let loaded):
+            for warning in loaded.warnings { logger.warning("configuration file \(warning)") }
+            changes = await runtime.value.engine.reloadConfiguration(loaded.profiles)
+            logger.info(
+                "configuration file read again",
+                metadata: ["added": "\(changes.added)", "changed": "\(changes.changed)", "removed": "\(changes.removed)"])
+            now = nil
+        }
+        let before = problem.withLock { current in
+            defer { current = now }
+            return current
+        }
+        guard !changes.isEmpty || before != now else { return }
+        var params = changes.json
+        if let now { params = params.setting("configurationProblem", .string(now)) }
+        events.deliver("profiles/changed", params)
     }
 
     /// Shuts the plugins down (after the hooks in flight, within their bound): the process ends.

@@ -14,6 +14,13 @@ public struct HostConfiguration: Sendable {
     public var profiles: [Profile]
     /// Problems found while reading the configuration; reported in `initialize`.
     public var warnings: [String]
+    /// Why the configuration file could not be used (it names the file), or nil: reported in
+    /// `initialize` and `listProviders` (`configurationProblem`), so a frontend — the CLI
+    /// through the agent — can say what `authbridge status --no-agent` says.
+    public var configurationProblem: String?
+    /// The host re-reads the configuration file when it changes (the agent) and sends
+    /// `profiles/changed` (`BridgeHost.reloadConfiguration`).
+    public var reloadsConfiguration = false
     /// Enables `$/test/advanceClock` (test suites only).
     public var testClock: Bool
     /// Opens browser-flow URLs itself (`--open-browser`), besides telling the frontend.
@@ -21,8 +28,9 @@ public struct HostConfiguration: Sendable {
 
     public init(
         pluginFolders: [PluginFolder], isolation: IsolationPolicy = IsolationPolicy(), profiles: [Profile] = [], warnings: [String] = [],
-        testClock: Bool = false, browser: BrowserLauncher? = nil
+        testClock: Bool = false, browser: BrowserLauncher? = nil, configurationProblem: String? = nil
     ) {
+        self.configurationProblem = configurationProblem
         self.pluginFolders = pluginFolders
         self.isolation = isolation
         self.profiles = profiles
@@ -212,7 +220,10 @@ public final class BridgeServer: ConnectionDelegate {
         defer { host.events.close(requestID) }
         switch request.method {
         case "listProviders":
-            return ["plugins": .array(await runtime.value.reports.map(\.json)), "profiles": .array(await engine.profileList())]
+            return .compactObject([
+                "plugins": .array(await runtime.value.reports.map(\.json)), "profiles": .array(await engine.profileList()),
+                "configurationProblem": host.configurationProblem.map(JSON.string),
+            ])
         case "configureProfile":
             let settings = JSON.object(try params.optionalObject("settings") ?? [:])
             return try await engine.configureProfile(name: try params.string("name"), plugin: try params.string("plugin"), settings: settings)
@@ -320,14 +331,15 @@ public final class BridgeServer: ConnectionDelegate {
         let agreedMinor = Self.negotiatedMinor(try params.string("protocolVersion")) ?? 0
         let runtime = await runtime.value
         let flows = Set(runtime.reports.compactMap(\.plugin).flatMap { $0.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? [] })
-        return [
+        let result: JSON = [
             "protocolVersion": .string("\(Self.protocolVersion.major).\(agreedMinor)"),
             "serverInfo": ["name": .string(Self.serverName), "version": .string(Self.serverVersion)],
             "capabilities": [
                 "batches": false,
                 "cancellation": true,
                 "flows": .array(flows.sorted().map(JSON.string)),
-                "notifications": ["session/changed", "signIn/progress"],
+                "notifications": .array(
+                    (["session/changed", "signIn/progress"] + (configuration.reloadsConfiguration ? ["profiles/changed"] : [])).map(JSON.string)),
             ],
             "providers": .array(runtime.reports.map(\.json)),
             "profiles": .array(await runtime.engine.profileList()),
@@ -336,6 +348,7 @@ public final class BridgeServer: ConnectionDelegate {
                 (configuration.warnings + (await runtime.engine.configurationSettingsWarnings()).map { "configuration file \($0)" })
                     .map(JSON.string)),
         ]
+        return host.configurationProblem.map { result.setting("configurationProblem", .string($0)) } ?? result
     }
 }
 

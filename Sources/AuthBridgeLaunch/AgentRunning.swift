@@ -20,18 +20,20 @@ public struct AgentSettings: Sendable, Equatable {
     public init() {}
 }
 
-/// `agent`: the bridge for every app of this login session, on a Unix socket, until SIGTERM,
-/// SIGHUP or SIGINT. An idle agent stays in the background for the whole session: it starts
-/// from `authbridge` as `serve` does, without ArgumentParser (bench/README, "Start-up").
+/// `agent`: the bridge for every app of this login session, on a Unix socket, until SIGTERM or
+/// SIGINT. An idle agent stays in the background for the whole session: it starts from
+/// `authbridge` as `serve` does, without ArgumentParser (bench/README, "Start-up"). It reads
+/// the configuration file again when the file changes, and on SIGHUP (as sshd and nginx do;
+/// `BridgeHost.reloadConfiguration` says what a reload keeps).
 public enum AgentRunning {
     /// Where the signal handler writes to stop the agent.
     nonisolated(unsafe) private static var stopFD: Int32 = -1
 
-    /// SIGTERM, SIGHUP and SIGINT stop the agent: a plain handler, installed before the agent says
-    /// it is ready (a signal sent as soon as the ready line is read must not be lost).
+    /// SIGTERM and SIGINT stop the agent: a plain handler, installed before the agent says it is
+    /// ready (a signal sent as soon as the ready line is read must not be lost).
     private static func stopOnSignals(_ fd: Int32) {
         stopFD = fd
-        for number in [SIGTERM, SIGHUP, SIGINT] {
+        for number in [SIGTERM, SIGINT] {
             signal(number) { _ in
                 var byte: UInt8 = 1
                 _ = write(AgentRunning.stopFD, &byte, 1)
@@ -74,19 +76,42 @@ public enum AgentRunning {
             testClock: settings.testClock, browser: settings.openBrowser ? BrowserLauncher() : nil)
         let store = settings.host.sessionStore(warnings: &configuration.warnings)
         for warning in configuration.warnings { logger.warning("\(warning)") }
+        configuration.reloadsConfiguration = true
         let host = BridgeHost(configuration: configuration, store: store, logger: logger)
         let agent = BridgeAgent(host: host, listener: listener, logger: logger, policy: .init(allowRoot: settings.allowRoot))
         stopOnSignals(agent.stopDescriptor)
+        let watcher = watchConfiguration(settings.host, host: host, logger: logger)
+        // SIGHUP reads the file again, as sshd and nginx do; installed before the ready line, as the stop signals are.
+        let hangUp = Interrupt(signals: [SIGHUP]) { watcher?.reloadNow() }
         let ready = Array((path + "\n").utf8)
         _ = ready.withUnsafeBytes { write(readyFD, $0.baseAddress, $0.count) }
         close(readyFD)
         logger.debug("agent listening", metadata: ["socket": "\(path)", "pid": "\(getpid())"])
 
         await agent.run()
+        hangUp.stop()
+        watcher?.stop()
         close(listener)
         bound?.remove()
         logger.debug("agent stopped")
         exit(0)
+    }
+
+    /// Watches the configuration file; each change is read and applied before the next one is
+    /// looked at (the watcher's thread waits for the host).
+    private static func watchConfiguration(_ settings: HostSettings, host: BridgeHost, logger: Logger) -> ConfigurationWatcher? {
+        guard let path = settings.configPath else { return nil }
+        let watcher = ConfigurationWatcher(path: path) {
+            let read = settings.reloadConfiguration()
+            let applied = Handoff<Bool>()
+            Task {
+                await host.reloadConfiguration(read)
+                applied.put(true)
+            }
+            _ = applied.take()
+        }
+        if watcher == nil { logger.warning("cannot watch the configuration file \(path) (inotify); send SIGHUP to read it again") }
+        return watcher
     }
 
     private static func fail(_ message: String) -> Never {

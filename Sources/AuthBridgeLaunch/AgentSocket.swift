@@ -13,7 +13,9 @@ import Glibc
 /// systemd's `%t` names). Its folder is made 0700; the socket is 0600; a lock
 /// file beside it (`agent.sock.lock`, holding the agent's pid) decides which
 /// of two agents starting at once gets the path, and a socket left by an
-/// agent that died is removed only after nothing answered on it.
+/// agent that died is removed only after nothing answered on it. An agent
+/// that stops cleanly removes both; one that is killed leaves them, and the
+/// next agent takes them over.
 public enum AgentSocket {
     public static let environmentVariable = "AUTHBRIDGE_AGENT_SOCKET"
 
@@ -44,11 +46,20 @@ public enum AgentSocket {
         /// Held (flock) as long as the agent runs.
         let lockFD: Int32
 
-        /// Removes the socket if it is still the one this agent made (the lock file stays:
-        /// removing a lock file another agent may be opening would let two agents in).
+        /// The lock file's identity, as for the socket.
+        let lockDevice: UInt64
+        let lockInode: UInt64
+
+        /// Removes the socket if it is still the one this agent made, then the lock file if it is
+        /// still this agent's — while holding its lock, so no agent can take it in between; an agent
+        /// that opened the file before it was unlinked and locks it after sees that the path no
+        /// longer names it and tries again (`lock`) — then gives the lock up.
         public func remove() {
             var info = stat()
             if lstat(path, &info) == 0, UInt64(info.st_dev) == device, UInt64(info.st_ino) == inode { unlink(path) }
+            let lockPath = path + ".lock"
+            if lstat(lockPath, &info) == 0, UInt64(info.st_dev) == lockDevice, UInt64(info.st_ino) == lockInode { unlink(lockPath) }
+            close(lockFD)
         }
     }
 
@@ -61,7 +72,7 @@ public enum AgentSocket {
         }
         let folder = parent(of: path)
         try prepareFolder(folder, isDefault: folder == defaultFolder)
-        let lockFD = try lock(path + ".lock", socket: path)
+        let (lockFD, lockIdentity) = try lock(path + ".lock", socket: path)
         do throws(Problem) {
             try removeIfStale(path)
             let fd: Int32
@@ -71,7 +82,9 @@ public enum AgentSocket {
                 close(fd)
                 throw Problem(message: "the socket \(path) vanished as it was made")
             }
-            return Bound(fd: fd, path: path, device: UInt64(info.st_dev), inode: UInt64(info.st_ino), lockFD: lockFD)
+            return Bound(
+                fd: fd, path: path, device: UInt64(info.st_dev), inode: UInt64(info.st_ino), lockFD: lockFD, lockDevice: lockIdentity.device,
+                lockInode: lockIdentity.inode)
         } catch {
             close(lockFD)
             throw error
@@ -109,22 +122,33 @@ public enum AgentSocket {
         }
     }
 
-    /// Takes the agent's lock for `socket`, or says which agent holds it.
-    private static func lock(_ lockPath: String, socket: String) throws(Problem) -> Int32 {
-        let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw Problem(message: "cannot open the lock file \(lockPath): \(String(cString: strerror(errno)))") }
-        var result: Int32
-        repeat { result = flock(fd, LOCK_EX | LOCK_NB) } while result != 0 && errno == EINTR
-        guard result == 0 else {
-            let holder = POSIXFiles.readAll(fd, limit: 64).map { String(decoding: $0, as: UTF8.self) }
-            close(fd)
-            let pid = (try? holder.get()).flatMap { Int32(String($0.prefix { $0.isASCII && $0.isNumber })) }
-            throw Problem(message: "another authbridge agent\(pid.map { " (pid \($0))" } ?? "") is already running on \(socket)")
+    /// Takes the agent's lock for `socket`, or says which agent holds it. The lock is the file
+    /// the path names when it is locked: an agent that stops removes its lock file (`remove`), so
+    /// a file locked after another agent unlinked it is left, and the path tried again.
+    private static func lock(_ lockPath: String, socket: String) throws(Problem) -> (Int32, (device: UInt64, inode: UInt64)) {
+        for _ in 0..<8 {
+            let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+            guard fd >= 0 else { throw Problem(message: "cannot open the lock file \(lockPath): \(String(cString: strerror(errno)))") }
+            var result: Int32
+            repeat { result = flock(fd, LOCK_EX | LOCK_NB) } while result != 0 && errno == EINTR
+            guard result == 0 else {
+                let holder = POSIXFiles.readAll(fd, limit: 64).map { String(decoding: $0, as: UTF8.self) }
+                close(fd)
+                let pid = (try? holder.get()).flatMap { Int32(String($0.prefix { $0.isASCII && $0.isNumber })) }
+                throw Problem(message: "another authbridge agent\(pid.map { " (pid \($0))" } ?? "") is already running on \(socket)")
+            }
+            var held = stat()
+            var named = stat()
+            guard fstat(fd, &held) == 0, lstat(lockPath, &named) == 0, held.st_dev == named.st_dev, held.st_ino == named.st_ino else {
+                close(fd) // unlinked by the agent that held it: no longer the lock
+                continue
+            }
+            let text = Array("\(getpid())\n".utf8)
+            _ = ftruncate(fd, 0)
+            _ = pwrite(fd, text, text.count, 0)
+            return (fd, (UInt64(held.st_dev), UInt64(held.st_ino)))
         }
-        let text = Array("\(getpid())\n".utf8)
-        _ = ftruncate(fd, 0)
-        _ = pwrite(fd, text, text.count, 0)
-        return fd
+        throw Problem(message: "the lock file \(lockPath) keeps being replaced; is another agent starting and stopping on \(socket)?")
     }
 
     /// Removes a socket nothing answers on (its agent died); anything else at the path stays.

@@ -18,6 +18,20 @@ public enum FastCommandLine {
         case pluginRunner(PluginRunnerCommandLine)
     }
 
+    /// The name under which the program is git's credential helper (`git credential-authbridge`):
+    /// always the CLI's, whatever the arguments (`git-credential-authbridge get` is no `serve`).
+    public static let gitCredentialHelperName = "git-credential-authbridge"
+
+    /// Whether the program was started as `git-credential-authbridge` (`program`: argv[0]).
+    public static func isGitCredentialHelper(_ program: String) -> Bool {
+        program.split(separator: "/").last.map(String.init) == gitCredentialHelperName
+    }
+
+    /// The command of a whole command line (`program`: argv[0]); nil to leave it to the CLI.
+    public static func command(program: String, _ arguments: [String], standardInputIsTerminal: Bool) -> Command? {
+        isGitCredentialHelper(program) ? nil : command(arguments, standardInputIsTerminal: standardInputIsTerminal)
+    }
+
     /// The command `arguments` (without the program name) ask for; nil to leave them to the CLI.
     public static func command(_ arguments: [String], standardInputIsTerminal: Bool) -> Command? {
         if let runner = PluginRunnerCommandLine(arguments) { return .pluginRunner(runner) }

@@ -144,20 +144,31 @@ public struct HostSettings: Sendable, Equatable {
         return ConfigurationLoader.load(path, required: config != nil)
     }
 
+    /// The configuration file read again (the agent's `ConfigurationWatcher`): nil when there is
+    /// no file (any more) where a missing one is no error.
+    public func reloadConfiguration() -> Result<LoadedConfiguration, ConfigurationError>? {
+        guard let path = configPath else { return nil }
+        var info = stat()
+        if stat(path, &info) != 0 && errno == ENOENT { return nil }
+        return ConfigurationLoader.load(path, required: config != nil)
+    }
+
     /// For `serve`: problems become warnings (logged, and in `initialize`'s `warnings`), so the
     /// host still serves and the frontend can configure profiles itself.
     public func hostConfiguration(testClock: Bool = false, browser: BrowserLauncher? = nil) -> HostConfiguration {
         var warnings: [String] = []
         var profiles: [Profile] = []
+        var problem: String?
         switch loadConfiguration() {
         case .success(let loaded):
             profiles = loaded.profiles
             warnings = loaded.warnings.map { "configuration file \($0)" }
         case .failure(let error):
             warnings.append("configuration file \(error.message); none of its profiles are loaded")
+            problem = error.message
         }
         return HostConfiguration(
             pluginFolders: folders, isolation: isolationPolicy, profiles: profiles, warnings: warnings, testClock: testClock,
-            browser: browser)
+            browser: browser, configurationProblem: problem)
     }
 }

@@ -12,7 +12,7 @@ extension SessionEngine {
         profiles.values.sorted(by: { $0.name < $1.name }).map(profileInfo)
     }
 
-    private func profileInfo(_ profile: Profile) -> JSON {
+    func profileInfo(_ profile: Profile) -> JSON {
         let plugin = plugins[profile.plugin]
         var problem: String?
         if plugin == nil {
@@ -76,7 +76,7 @@ extension SessionEngine {
         }
         // Tokens belong to the provider they came from: a profile that now
         // points elsewhere must not send them there.
-        if let previous, previous.plugin != profile.plugin || previous.settings != profile.settings {
+        if let previous, !previous.sameDefinition(as: profile) {
             try await dropSession(name, context: previousContext)
         }
         return profileInfo(profile)
@@ -85,22 +85,25 @@ extension SessionEngine {
     /// Removes a profile and the session stored for it (nothing is revoked:
     /// call signOut first to revoke).
     public func removeProfile(_ name: String) async throws(SessionError) -> Bool {
-        try await changingProfile(name) { engine async throws(SessionError) in
-            let context = engine.resolvedContext(name)
-            engine.configs[name] = nil
-            engine.fallbackConfigs[name] = nil
-            guard engine.profiles.removeValue(forKey: name) != nil else { return false }
-            try await engine.dropSession(name, context: context)
-            try? await engine.store.deleteResolvedProfile(name)
-            return true
-        }
+        try await changingProfile(name) { engine async throws(SessionError) in try await engine.forgetProfile(name) }
+    }
+
+    /// Removes profile `name` and ends its sessions; false when there was none.
+    func forgetProfile(_ name: String) async throws(SessionError) -> Bool {
+        let context = resolvedContext(name)
+        configs[name] = nil
+        fallbackConfigs[name] = nil
+        guard profiles.removeValue(forKey: name) != nil else { return false }
+        try await dropSession(name, context: context)
+        try? await store.deleteResolvedProfile(name)
+        return true
     }
 
     /// Runs one change of a profile (configure, remove) after the changes of
     /// that name already under way, so that no change sees the profile move
     /// under it while it awaits (actor reentrancy): `configureProfile`
     /// followed at once by `removeProfile` configures, then removes.
-    private func changingProfile<T: Sendable>(
+    func changingProfile<T: Sendable>(
         _ name: String,
         _ change: @escaping @Sendable (isolated SessionEngine) async throws(SessionError) -> T
     ) async throws(SessionError) -> T {
@@ -123,7 +126,7 @@ extension SessionEngine {
 
     /// Forgets a changed or removed profile's sessions. With the profile's
     /// old context the frontend is also told which web-view cookies to drop.
-    private func dropSession(_ name: String, context: Context?) async throws(SessionError) {
+    func dropSession(_ name: String, context: Context?) async throws(SessionError) {
         pendingSignIns.removeValue(forKey: name)?.fail(
             SessionError(.userCancelled, "The profile was changed.", provider: name, reason: "profileChanged"))
         // A record that cannot be read is set aside as it is found (corruptRecord): drop the rest all the same.
@@ -150,7 +153,7 @@ extension SessionEngine {
     }
 
     /// The profile's context if its configuration is already resolved (no I/O).
-    private func resolvedContext(_ name: String) -> Context? {
+    func resolvedContext(_ name: String) -> Context? {
         guard let profile = profiles[name], let plugin = plugins[profile.plugin], let config = configs[name] else { return nil }
         return Context(profile: profile, plugin: plugin, config: config)
     }

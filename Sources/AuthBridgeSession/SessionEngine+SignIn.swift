@@ -114,6 +114,7 @@ extension SessionEngine {
         tokenSet.obtainedAt = HostClock.nowMilliseconds()
         var session = StoredSession(tokens: tokenSet, account: account)
         session.signedInAt = tokenSet.obtainedAt
+        session.client = SessionClient(config: context.config)
         // Another account of the profile stays signed in; the same account is replaced — under
         // its lock, so that a refresh of the old session in flight (here or in another process)
         // cannot write its tokens over the new ones.

@@ -25,6 +25,9 @@ extension SessionEngine {
         guard let (key, session) = found else {
             return status(profile, state: .notSignedIn, session: nil, reason: .noTokens)
         }
+        if let discarded = try await endIfIssuedToAnotherClient(key, session: session, context: context) {
+            return try await statusAfterEnding(key, reason: .profileChanged, message: discarded)
+        }
         if session.licenseRevoked {
             guard let pending = try await enforceLicenseSignOut(key, session: session, context: context) else {
                 return status(profile, state: .notSignedIn, session: nil, reason: .licenseRevoked, message: session.licenseMessage)

@@ -139,6 +139,9 @@ extension SessionEngine {
         guard let (key, session) = try await readSession(lookup, observation: observation) else {
             throw notSignedIn(lookup.profile, account: lookup.account)
         }
+        if let discarded = try await endIfIssuedToAnotherClient(key, session: session, context: context) {
+            throw SessionError(.notSignedIn, discarded, provider: lookup.profile, reason: StatusReason.profileChanged.rawValue)
+        }
         try await refuseIfLicenseRevoked(key, session: session, context: context)
         return (context, key, session)
     }

@@ -66,6 +66,10 @@ public actor SessionEngine {
     var profileChanges: [String: Task<Void, Never>] = [:]
     /// Each profile's `installation` hook input (with its `profileId`), made once.
     private var installations: [String: JSON] = [:]
+    /// The configuration file's profiles as last read (what a reload is compared with).
+    var fileProfiles: [String: Profile]
+    /// The last reload of the configuration file under way (see `reloadConfiguration`).
+    var reloading: Task<Void, Never>?
 
     /// `installation` gives hooks their `installation` input; by default the
     /// stable identity in the user's data folder (tests pass their own).
@@ -82,6 +86,7 @@ public actor SessionEngine {
         self.openBrowser = openBrowser
         self.plugins = Dictionary(plugins.map { ($0.manifest.id, $0) }, uniquingKeysWith: { first, _ in first })
         self.profiles = Dictionary(profiles.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
+        self.fileProfiles = Dictionary(profiles.filter { $0.source == .config }.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
         self.store = store
         self.http = http
         self.logger = logger
@@ -149,6 +154,19 @@ public actor SessionEngine {
         if sessionReads[lookup]?.work === work, work.isFinished { sessionReads[lookup] = nil }
         guard let result else { throw SessionError(.userCancelled, "The request was cancelled.", provider: lookup.profile, reason: "cancelled") }
         return try result.get()
+    }
+
+    /// A session belongs to the client it was issued to: one whose record names another client
+    /// (`clientId`) or issuer than the profile's configuration now is ended (`profileChanged`,
+    /// as when `configureProfile` changes a profile), in whichever process reads it first — its
+    /// tokens are never sent as the new client's. Returns why, for the caller's answer; nil
+    /// when the session is the profile's (or its record predates `SessionClient`).
+    func endIfIssuedToAnotherClient(_ key: SessionKey, session: StoredSession, context: Context) async throws(SessionError) -> String? {
+        guard let change = session.client?.change(to: SessionClient(config: context.config)) else { return nil }
+        let message = "The session of profile \"\(key.profile)\" was discarded: \(change). Sign in again."
+        logger.notice("a session issued to another client was discarded", metadata: ["provider": "\(key.profile)"])
+        try await endSession(key, reason: .profileChanged, message: message, ended: session, context: context)
+        return message
     }
 
     func storedKeys(of profile: String) async throws(SessionError) -> [SessionKey] {

@@ -35,6 +35,8 @@ struct StatusReason: RawRepresentable, Hashable, Sendable {
     static let revoked = StatusReason(rawValue: "revoked")
     static let licenseRevoked = StatusReason(rawValue: "licenseRevoked")
     static let refreshRefused = StatusReason(rawValue: ProviderFailure.refreshRefusedReason)
+    /// The session was issued to another client than the profile names now.
+    static let profileChanged = StatusReason(rawValue: EndReason.profileChanged.rawValue)
 
     /// Why a definitive refusal ended the session. RFC 6749 §5.2:
     /// `invalid_grant` on a refresh means the grant is no longer valid

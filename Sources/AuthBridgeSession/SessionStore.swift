@@ -19,6 +19,8 @@ struct StoredSession: Sendable, Equatable {
     /// When the user signed in (ms): the latest sign-in is the profile's
     /// current account when a call names none.
     var signedInAt: Int64?
+    /// The client the tokens were issued to; nil in records made before it was kept.
+    var client: SessionClient?
 
     /// The account's key among the profile's sessions ("" when the provider names no account).
     var accountKey: String { account?["id"]?.stringValue ?? "" }
@@ -27,6 +29,39 @@ struct StoredSession: Sendable, Equatable {
         self.tokens = tokens
         self.account = account
     }
+}
+
+/// The client a session's tokens were issued to: the `issuer` and `clientId` of the profile's
+/// resolved configuration at sign-in (nil where a plugin's configuration has none). Kept in the
+/// session's record, so that every process that reads it — the CLI, the agent, another host on a
+/// shared vault — can tell a session of a client the profile no longer names (issue 27 §3).
+struct SessionClient: Sendable, Equatable {
+    var issuer: String?
+    var clientId: String?
+
+    init(config: JSON) {
+        issuer = config["issuer"]?.stringValue
+        clientId = config["clientId"]?.stringValue
+    }
+
+    init?(json: JSON) {
+        guard case .object = json else { return nil }
+        issuer = json["issuer"]?.stringValue
+        clientId = json["clientId"]?.stringValue
+    }
+
+    var json: JSON { .compactObject(["issuer": issuer.map(JSON.string), "clientId": clientId.map(JSON.string)]) }
+
+    /// What differs from `now`, in words for the user; nil when it is the same client.
+    func change(to now: SessionClient) -> String? {
+        if clientId != now.clientId {
+            return "its client id changed from \(Self.quoted(clientId)) to \(Self.quoted(now.clientId)) since the sign-in"
+        }
+        if issuer != now.issuer { return "its issuer changed from \(Self.quoted(issuer)) to \(Self.quoted(now.issuer)) since the sign-in" }
+        return nil
+    }
+
+    private static func quoted(_ text: String?) -> String { text.map { "\"\($0)\"" } ?? "none" }
 }
 
 /// Which stored session a call means: a profile and one of its accounts.
@@ -88,6 +123,7 @@ public struct SessionStore: Sendable {
         session.licenseMessage = record.secret["licenseMessage"]?.stringValue
         session.licenseSignOutAt = record.secret["licenseSignOutAt"]?.intValue
         session.signedInAt = record.secret["signedInAt"]?.intValue
+        session.client = record.secret["client"].flatMap(SessionClient.init(json:))
         return session
     }
 
@@ -99,6 +135,7 @@ public struct SessionStore: Sendable {
             "licenseMessage": session.licenseMessage.map(JSON.string),
             "licenseSignOutAt": session.licenseSignOutAt.map(JSON.int),
             "signedInAt": session.signedInAt.map(JSON.int),
+            "client": session.client?.json,
         ])
         let record = VaultRecord(profile: key.vaultKey, account: label, secret: secret)
         try await answers.invalidating { try await vault.save(record) }

@@ -15,11 +15,15 @@ struct Agent: AsyncParsableCommand {
             socket 0600); a connection from another user is refused before anything is read \
             (root too, unless --allow-root). Under systemd (authbridge.socket), the socket comes \
             from the service manager. When it listens, the agent writes the socket's path and a \
-            newline to stdout. SIGTERM, SIGHUP or Ctrl-C stop it: running requests get a second, \
-            every connection is closed, the socket is removed.
+            newline to stdout. It reads the configuration file again when the file changes and on \
+            SIGHUP: new profiles are served at once, changed or removed ones end their sessions, \
+            the others keep theirs; a file that cannot be parsed changes nothing (it is logged, \
+            and commands through the agent exit 78). SIGTERM or Ctrl-C stop it: running \
+            requests get a second, every connection is closed, the socket and its lock file are \
+            removed.
             """)
 
-    @OptionGroup var options: HostOptions
+    @OptionGroup(title: "Host options") var options: ServerHostOptions
 
     @Option(
         help: ArgumentHelp("The socket's path (default: $AUTHBRIDGE_AGENT_SOCKET, else $XDG_RUNTIME_DIR/authbridge/agent.sock).", valueName: "PATH"))

@@ -36,6 +36,14 @@ final class AgentSessions: Sessions {
         self.initialized = initialized
     }
 
+    /// Whether an agent of this user listens at `path`: a connection is made and closed at
+    /// once, nothing sent (to say that a command bypasses it).
+    static func listening(at path: String) -> Bool {
+        guard let fd = try? UnixSocket.connect(path: path) else { return false }
+        defer { close(fd) }
+        return UnixSocket.peerCredentials(fd)?.uid == getuid()
+    }
+
     /// How long `initialize` may take before the agent counts as not answering.
     static let initializeBound = Duration.seconds(10)
 
@@ -151,19 +159,30 @@ final class AgentSessions: Sessions {
 
     var storage: JSON { initialized["storage"] ?? .null }
 
+    /// Why the agent could not use the configuration file when it last read it (it names the file).
+    var configurationProblem: String? { initialized["configurationProblem"]?.stringValue }
+
     func explained(_ error: SessionError) -> SessionError {
         guard error.reason == "pluginNotLoaded", let name = error.provider, let profile = profile(name),
             let plugin = profile["plugin"]?.stringValue,
             let refused = initialized["providers"]?.arrayValue?.first(where: {
                 $0["id"]?.stringValue == plugin && $0["status"]?.stringValue == "refused"
             })
-        else { return error }
+        else { return explainedForCommandLine(error) }
         var explained = error
         explained.message =
             "Profile \"\(name)\" uses plugin \"\(plugin)\", which the agent refused (\(refused["reason"]?.stringValue ?? "?")): "
             + "\(refused["message"]?.stringValue ?? ""). Run `authbridge plugins` to see every plugin's state."
         return explained
     }
+
+    var profileSource: String { "the agent at \(path)" }
+    var profileNames: [String] { initialized["profiles"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? [] }
+    var loadedPlugins: [String] {
+        initialized["providers"]?.arrayValue?.filter { $0["status"]?.stringValue == "loaded" }.compactMap { $0["id"]?.stringValue } ?? []
+    }
+    /// The agent's vault and key are its own, whatever this process's environment holds.
+    var keyFromEnvironment: Bool { false }
 
     func flows(ofProfile name: String) -> [String] {
         profile(name)?["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []

@@ -19,7 +19,8 @@ struct AuthBridgeCommand: AsyncParsableCommand {
             subcommand when stdin is not a terminal. People use login, status, token and logout, \
             which share the profiles, plugins and vault with `serve`; git, kubectl and scripts \
             use git-credential, exec-credential and exec. status, token and plugins print JSON \
-            with --json. Logs go to stderr.
+            with --json. Logs go to stderr. A command's --help lists the everyday host options \
+            (--config, --plugins, --vault, --log-level); --help-hidden lists them all.
 
             Exit codes: 0 success (or `exit` after `shutdown`); 1 a failed command, e.g. a \
             sign-in not completed in time (or `exit` without `shutdown`); 2 not signed in; 3 the \
@@ -40,6 +41,10 @@ struct AuthBridgeCommand: AsyncParsableCommand {
     static func main() async {
         ProcessHardening.apply()
         let arguments = Array(CommandLine.arguments.dropFirst())
+        if FastCommandLine.isGitCredentialHelper(CommandLine.arguments.first ?? "") {
+            await GitCredentialHelper.main(helperArguments: arguments)
+            return
+        }
         if arguments.isEmpty && isatty(0) == 1 {
             print(helpMessage())
             return
@@ -70,11 +75,7 @@ struct AuthBridgeCommand: AsyncParsableCommand {
     }
 
     /// The command nearest to a mistyped one (at most 2 edits away), if any.
-    static func closestCommand(to word: String) -> String? {
-        let scored = commandNames.map { ($0, editDistance(word.lowercased(), $0)) }
-        guard let best = scored.min(by: { $0.1 < $1.1 }), best.1 <= 2 else { return nil }
-        return best.0
-    }
+    static func closestCommand(to word: String) -> String? { CommandText.closest(to: word, among: commandNames) }
 }
 
 /// Levenshtein distance (with adjacent transpositions counted as one edit: "stauts").

@@ -16,8 +16,9 @@ struct Exec: HumanCommand {
         abstract: "Run a command with the profile's access token in an environment variable.",
         discussion: """
             e.g. authbridge exec corp -- sh -c 'curl -H "Authorization: Bearer $AUTHBRIDGE_TOKEN" \
-            https://api.example.com/me'. The token (valid for at least --min-validity seconds, \
-            refreshed first when needed) is only in the command's environment: never on a command \
+            https://api.example.com/me'. The token (refreshed first when it has less than \
+            --min-validity seconds left, up to half its lifetime; a token valid for less than asked \
+            is given all the same, with a warning) is only in the command's environment: never on a command \
             line, never written anywhere. The command gets this process's stdin, stdout, stderr, \
             environment and descriptors; Ctrl-C reaches it from the terminal, and SIGINT, SIGTERM, \
             SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to authbridge are sent on to it. The exit \
@@ -26,7 +27,7 @@ struct Exec: HumanCommand {
             outlives it must ask again (authbridge token, or a shorter run each time).
             """)
 
-    @Argument(help: "The profile.")
+    @Argument(help: ArgumentHelp("The profile.", valueName: "PROFILE"))
     var profile: String
 
     @Option(help: ArgumentHelp("Which signed-in account (Account.id); default: the latest sign-in.", valueName: "ID"))
@@ -35,12 +36,12 @@ struct Exec: HumanCommand {
     @Option(name: .customLong("env"), help: ArgumentHelp("The environment variable that holds the token.", valueName: "NAME"))
     var variable = "AUTHBRIDGE_TOKEN"
 
-    @Option(help: ArgumentHelp("The token stays valid at least this long, in seconds (refreshed first otherwise).", valueName: "SECONDS"))
-    var minValidity: Int64 = SessionEngine.defaultMinimumValidityMilliseconds / 1000
+    @Option(help: MinimumValidity.help)
+    var minValidity: Int64?
 
-    @OptionGroup var options: HostOptions
+    @OptionGroup(title: "Host options") var options: HostOptions
 
-    @OptionGroup var agent: AgentChoice
+    @OptionGroup(title: "Host options") var agent: AgentChoice
 
     @Argument(parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "COMMAND"))
     var command: [String] = []
@@ -50,17 +51,19 @@ struct Exec: HumanCommand {
         guard let first = variable.unicodeScalars.first, first == "_" || first.isASCIILetter,
             variable.unicodeScalars.allSatisfy({ $0 == "_" || $0.isASCIILetter || ("0"..."9").contains($0) })
         else { throw ValidationError("--env must be a variable name (letters, digits and _, not starting with a digit)") }
-        guard (0...86_400).contains(minValidity) else { throw ValidationError("--min-validity must be 0…86400 seconds") }
+        try MinimumValidity.validate(minValidity)
     }
 
     func execute() async throws {
         let sessions = try await openCredentialSessions(options: options, agent: agent, interactive: false)
         let answer: JSON
         do throws(SessionError) {
-            answer = try await sessions.accessToken(profile, account: account, minimumValidity: minValidity * 1000, forceRefresh: false)
+            answer = try await sessions.accessToken(
+                profile, account: account, minimumValidity: (minValidity ?? MinimumValidity.defaultSeconds) * 1000, forceRefresh: false)
         } catch {
             throw sessions.report(error)
         }
+        MinimumValidity.warnIfShort(answer, asked: minValidity)
         guard let token = answer["accessToken"]?.stringValue, !token.isEmpty, !token.contains("\0") else {
             Terminal.standardError.error("the provider gave no access token")
             throw ExitCode(CommandExit.failure)

@@ -25,7 +25,7 @@ struct ExecCredential: HumanCommand {
             otherwise it exits 2 with a message and starts nothing.
             """)
 
-    @Argument(help: "The profile.")
+    @Argument(help: ArgumentHelp("The profile.", valueName: "PROFILE"))
     var profile: String
 
     @Option(help: ArgumentHelp("Which signed-in account (Account.id); default: the latest sign-in.", valueName: "ID"))
@@ -33,9 +33,9 @@ struct ExecCredential: HumanCommand {
 
     @OptionGroup var wait: SignInWait
 
-    @OptionGroup var options: HostOptions
+    @OptionGroup(title: "Host options") var options: HostOptions
 
-    @OptionGroup var agent: AgentChoice
+    @OptionGroup(title: "Host options") var agent: AgentChoice
 
     func execute() async throws {
         let info = try ExecInfo.fromEnvironment()
@@ -47,7 +47,7 @@ struct ExecCredential: HumanCommand {
             guard error.kind == .notSignedIn else { throw sessions.report(error) }
             guard info.interactive else {
                 Terminal.standardError.error(
-                    "\(error.message) kubectl runs authbridge without a terminal, so no sign-in was started: sign in with `authbridge login \(profile)`, then run kubectl again."
+                    "\(error.message), then run kubectl again: it runs authbridge without a terminal, so no sign-in was started."
                 )
                 throw ExitCode(CommandExit.notSignedIn)
             }

@@ -1,5 +1,7 @@
 import ArgumentParser
+import AuthBridgeHost
 import AuthBridgeJSON
+import AuthBridgeLaunch
 import AuthBridgeSession
 import AuthBridgeURL
 
@@ -15,22 +17,59 @@ struct GitCredential: HumanCommand {
     static let configuration = CommandConfiguration(
         commandName: "git-credential",
         abstract: "Answer git's credential requests with a profile's access token (a git credential helper).",
-        discussion: """
-            Configure it for a host: git config --global credential.https://git.example.com.helper \
-            '!authbridge git-credential --profile corp' (the '!' runs it as a shell command: a \
-            helper name without it would be read as git-credential-NAME). Without --profile, the \
-            profile is the one of the longest matching URL prefix in the configuration file's \
-            "gitCredential" member; a prefix with a path needs git config credential.useHttpPath \
-            true (else git sends no path). get answers username (the request's, else \
-            --username, the profile's "gitUsername" or oauth2) and password (an access token refreshed as \
-            needed), and password_expiry_utc; only for https, or http to a loopback address. Not \
-            signed in: nothing on stdout, a message on stderr and exit 2, and git asks its next \
-            helper. erase, which git runs when the server refused the token, renews the token at \
-            once (unless another process already did): the session stays, nothing is signed out. \
-            store does nothing: AuthBridge keeps the tokens.
-            """)
+        discussion: GitCredentialHelper.discussion)
 
-    @Argument(help: "What git asks: get, store or erase (other operations are ignored, as git requires).")
+    @OptionGroup var helper: GitCredentialArguments
+
+    func execute() async throws { try await helper.execute() }
+}
+
+/// `git-credential-authbridge [--profile P] get|store|erase`: the same helper under the name git
+/// runs for `credential.helper 'authbridge …'` (git prefixes `credential-` to a helper named
+/// without '!', and finds `git-credential-authbridge` on PATH, as it finds its own helpers). The
+/// program is this one, told apart by its name (argv[0]); usage errors name this form.
+struct GitCredentialHelper: HumanCommand {
+    /// The name git runs (`git credential-authbridge` → `git-credential-authbridge`).
+    static let name = FastCommandLine.gitCredentialHelperName
+
+    static let configuration = CommandConfiguration(
+        commandName: name,
+        abstract: "AuthBridge as a git credential helper: git config credential.helper 'authbridge --profile corp'.",
+        usage: "\(name) [--profile <PROFILE>] [<options>] get|store|erase",
+        discussion: discussion,
+        version: BridgeServer.serverVersion)
+
+    static let discussion = """
+        Configure it for a host: git config --global credential.https://git.example.com.helper \
+        'authbridge --profile corp' (git runs it as git-credential-authbridge --profile corp get; \
+        '!authbridge git-credential --profile corp' is the same helper run as a shell command). \
+        Without --profile, the \
+        profile is the one of the longest matching URL prefix in the configuration file's \
+        "gitCredential" member; a prefix with a path needs git config credential.useHttpPath \
+        true (else git sends no path). get answers username (the request's, else \
+        --username, the profile's "gitUsername" or oauth2) and password (an access token refreshed as \
+        needed), and password_expiry_utc; only for https, or http to a loopback address. Not \
+        signed in: nothing on stdout, a message on stderr and exit 2, and git asks its next \
+        helper. erase, which git runs when the server refused the token, renews the token at \
+        once (unless another process already did): the session stays, nothing is signed out. \
+        store does nothing: AuthBridge keeps the tokens.
+        """
+
+    @OptionGroup var helper: GitCredentialArguments
+
+    func execute() async throws { try await helper.execute() }
+
+    /// Runs the helper for `arguments` (argv without the program name). `git-credential` first
+    /// (`credential.helper 'authbridge git-credential …'`, as earlier versions had it written) is
+    /// the same command.
+    static func main(helperArguments arguments: [String]) async {
+        await main(arguments.first == GitCredential._commandName ? Array(arguments.dropFirst()) : arguments)
+    }
+}
+
+/// What the git credential helper reads, under either name, and what it does.
+struct GitCredentialArguments: ParsableArguments {
+    @Argument(help: ArgumentHelp("What git asks: get, store or erase (other operations are ignored, as git requires).", valueName: "OPERATION"))
     var operation: String
 
     @Option(help: ArgumentHelp("The profile (default: by the URL, from the configuration file's gitCredential).", valueName: "PROFILE"))
@@ -42,9 +81,9 @@ struct GitCredential: HumanCommand {
     @Option(help: ArgumentHelp("The user name given to git (default: the profile's gitUsername, else oauth2).", valueName: "NAME"))
     var username: String?
 
-    @OptionGroup var options: HostOptions
+    @OptionGroup(title: "Host options") var options: HostOptions
 
-    @OptionGroup var agent: AgentChoice
+    @OptionGroup(title: "Host options") var agent: AgentChoice
 
     func validate() throws {
         if let username, username.isEmpty || username.contains(where: \.isNewline) || username.contains("\0") {
@@ -119,8 +158,8 @@ struct GitCredential: HumanCommand {
                 profile, account: account, minimumValidity: SessionEngine.defaultMinimumValidityMilliseconds, forceRefresh: false)
         } catch {
             if error.kind == .notSignedIn {
-                Terminal.standardError.line(
-                    "authbridge: \(Terminal.clean(error.message)) Sign in with: authbridge login \(Terminal.clean(profile))")
+                // The message says how to sign in (`explained`).
+                Terminal.standardError.line("authbridge: \(Terminal.clean(error.message))")
                 throw ExitCode(CommandExit.notSignedIn)
             }
             throw sessions.report(error)

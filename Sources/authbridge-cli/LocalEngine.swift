@@ -19,6 +19,7 @@ struct LocalEngine: Sessions {
     let engine: SessionEngine
     let reports: [PluginReport]
     let profiles: [Profile]
+    let profileSource: String
 
     /// Loads plugins and opens the store; `events` receives the engine's notifications,
     /// `openBrowser` the browser flow's sign-in pages.
@@ -33,6 +34,8 @@ struct LocalEngine: Sessions {
         if options.logLevel == "info" { loaderLogger.logLevel = .error }
         reports = PluginLoader(folders: configuration.pluginFolders, policy: configuration.isolation, logger: loaderLogger).loadAll()
         profiles = configuration.profiles
+        let file = options.settings.configPath
+        profileSource = CommandText.configurationFile(file) + (file.map { access($0, F_OK) == 0 } == false ? " (there is no such file)" : "")
         engine = SessionEngine(
             plugins: reports.compactMap(\.plugin), profiles: configuration.profiles, store: store,
             logger: logger, openBrowser: openBrowser, pluginFolders: configuration.pluginFolders.map(\.path), emit: events)
@@ -49,13 +52,17 @@ struct LocalEngine: Sessions {
                 guard report.id == plugin, case .refused(let refusal) = report.status else { return nil }
                 return refusal
             }).first
-        else { return error }
+        else { return explainedForCommandLine(error) }
         var explained = error
         explained.message =
             "Profile \"\(name)\" uses plugin \"\(plugin)\", which was refused (\(refusal.reason.rawValue)): \(refusal.message). "
             + (refusal.fix.map { "To fix it: \($0)" } ?? "Run `authbridge plugins` to see every plugin's state.")
         return explained
     }
+
+    var profileNames: [String] { profiles.map(\.name) }
+    var loadedPlugins: [String] { reports.compactMap(\.plugin).map(\.manifest.id) }
+    var keyFromEnvironment: Bool { ProcessHardening.vaultSecret != nil }
 
     /// The sign-in flows the plugin of profile `name` declares (none when it is not loaded).
     func flows(ofProfile name: String) -> [String] {

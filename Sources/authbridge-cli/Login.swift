@@ -23,7 +23,7 @@ struct Login: HumanCommand {
             --timeout exits 1.
             """)
 
-    @Argument(help: "The profile to sign in to.")
+    @Argument(help: ArgumentHelp("The profile to sign in to.", valueName: "PROFILE"))
     var profile: String
 
     @Flag(help: "Use the device authorization grant (RFC 8628): for machines without a browser.")
@@ -34,9 +34,9 @@ struct Login: HumanCommand {
 
     @OptionGroup var wait: SignInWait
 
-    @OptionGroup var options: HostOptions
+    @OptionGroup(title: "Host options") var options: HostOptions
 
-    @OptionGroup var agent: AgentChoice
+    @OptionGroup(title: "Host options") var agent: AgentChoice
 
     func execute() async throws {
         let stage = LastStage()

@@ -11,9 +11,9 @@ struct Logout: HumanCommand {
 
     @OptionGroup var selection: AccountSelection
 
-    @OptionGroup var options: HostOptions
+    @OptionGroup(title: "Host options") var options: HostOptions
 
-    @OptionGroup var agent: AgentChoice
+    @OptionGroup(title: "Host options") var agent: AgentChoice
 
     func execute() async throws {
         let sessions = try await SessionAccess.open(options, agent)

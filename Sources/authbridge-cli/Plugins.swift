@@ -12,9 +12,9 @@ struct Plugins: AsyncParsableCommand {
         abstract: "List loaded and refused plugins with their reasons.",
         discussion: "With an agent running, the agent's plugins (what its apps get); --no-agent: what this command would load.")
 
-    @OptionGroup var options: HostOptions
+    @OptionGroup(title: "Host options") var options: HostOptions
 
-    @OptionGroup var agent: AgentChoice
+    @OptionGroup(title: "Host options") var agent: AgentChoice
 
     @Flag(
         help: """
@@ -43,23 +43,31 @@ struct Plugins: AsyncParsableCommand {
             return
         }
         // Manifests and plugins are someone else's text: cleaned for the terminal.
-        if entries.isEmpty { print(Terminal.clean("No plugins found in: \(source)")) }
-        for entry in entries {
+        let out = Terminal.standardOutput
+        if entries.isEmpty {
+            out.line(Terminal.clean("No plugins found in: \(source)"))
+            return
+        }
+        let header = ["STATE", "PLUGIN", "VERSION", "PATH OR REASON"]
+        let rows: [[String]] = entries.map { entry in
             let status = entry.status
             let id = status["id"]?.stringValue ?? "?"
             if status["status"]?.stringValue == "loaded" {
                 let isolated = status["isolation"]?.stringValue == "process" ? "  (isolated)" : ""
-                let version = status["version"]?.stringValue ?? "?"
-                print(Terminal.clean("loaded   \(id) \(version)  \(status["path"]?.stringValue ?? "")\(isolated)"))
-                // What its runner's sandbox lacks on this kernel.
-                for warning in status["confinement"]?["warnings"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
-                    print(Terminal.clean("         less confined: \(warning)"))
-                }
-            } else {
-                let reason = status["reason"]?.stringValue ?? "?"
-                print(
-                    Terminal.clean(
-                        "refused  \(id)  \(reason): \(status["message"]?.stringValue ?? "")" + (entry.fix.map { " (fix: \($0))" } ?? "")))
+                return ["loaded", id, status["version"]?.stringValue ?? "?", (status["path"]?.stringValue ?? "") + isolated].map(Terminal.clean)
+            }
+            let fix = entry.fix.map { " (fix: \($0))" } ?? ""
+            let reason = "\(status["reason"]?.stringValue ?? "?"): \(status["message"]?.stringValue ?? "")" + fix
+            return ["refused", id, "-", reason].map(Terminal.clean)
+        }
+        let table = TextTable([header] + rows)
+        out.line(table.line(header, on: out) { _ in .bold })
+        for (entry, row) in zip(entries, rows) {
+            out.line(table.line(row, on: out))
+            // What its runner's sandbox lacks on this kernel, under its path.
+            let indent = String(repeating: " ", count: table.widths.dropLast().reduce(0) { $0 + $1 + 2 })
+            for warning in entry.status["confinement"]?["warnings"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
+                out.line(indent + Terminal.clean("less confined: \(warning)"))
             }
         }
     }

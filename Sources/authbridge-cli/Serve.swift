@@ -9,7 +9,7 @@ struct Serve: AsyncParsableCommand {
         commandName: "serve",
         abstract: "Serve the JSON-RPC 2.0 bridge on stdin/stdout (the default).")
 
-    @OptionGroup var options: HostOptions
+    @OptionGroup(title: "Host options") var options: ServerHostOptions
 
     @Flag(help: "Open browser sign-in pages with xdg-open (for use by hand; frontends open the URL from the openUrl event).")
     var openBrowser = false

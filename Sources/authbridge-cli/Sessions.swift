@@ -32,6 +32,15 @@ protocol Sessions: Sendable {
     func explained(_ error: SessionError) -> SessionError
     /// The sign-in flows the plugin of profile `name` declares (none when it is not loaded).
     func flows(ofProfile name: String) -> [String]
+    /// Where the profiles come from, as a message names it: the configuration file this
+    /// process read, or the agent.
+    var profileSource: String { get }
+    /// The names of the configured profiles, as known when the sessions were opened.
+    var profileNames: [String] { get }
+    /// The ids of the plugins that loaded.
+    var loadedPlugins: [String] { get }
+    /// Whether the vault's key is AUTHBRIDGE_VAULT_KEY (the vault is this process's, the variable set).
+    var keyFromEnvironment: Bool { get }
 }
 
 /// One plugin as `authbridge plugins` shows it: its PluginStatus, and how to fix a refusal.
@@ -43,6 +52,30 @@ struct PluginEntry: Sendable {
 extension Sessions {
     /// The exit code and one-line message for a failed command (see `CommandExit.report`).
     func report(_ error: SessionError) -> ExitCode { CommandExit.report(explained(error)) }
+
+    /// What the bridge's words leave out for a person at a terminal: for an unknown profile,
+    /// where the profiles come from, which there are, and the closest to the name given; for a
+    /// profile not signed in, the command that signs in; for a setting refused, the profile and
+    /// the file; for a plugin not loaded, which are.
+    /// (`explained` of each kind of sessions ends here.)
+    func explainedForCommandLine(_ error: SessionError) -> SessionError {
+        guard let name = error.provider else { return error }
+        var explained = error
+        switch (error.kind, error.reason) {
+        case (.providerUnknown, "unknownProfile"):
+            explained.message = CommandText.unknownProfile(name, known: profileNames, source: profileSource)
+        case (.notSignedIn, _):
+            explained.message += " Sign in with: authbridge login \(name)"
+        case (.configurationError, _):
+            // A setting the plugin refused (an http issuer): which profile, in which file, to fix.
+            explained.message += " (profile \"\(name)\" in \(profileSource))"
+        case (_, "pluginNotLoaded"):
+            explained.message +=
+                loadedPlugins.isEmpty ? " No plugin is loaded." : " Loaded plugins: \(loadedPlugins.joined(separator: ", "))."
+        default: return error
+        }
+        return explained
+    }
 
     /// Runs one call for `profile`, saying on stderr that the command waits for its provider
     /// when the call takes longer than a second; an error becomes the command's exit.
@@ -67,7 +100,7 @@ struct AgentChoice: ParsableArguments {
     @Flag(
         inversion: .prefixedNo,
         help: ArgumentHelp(
-            "Go through the running agent (authbridge agent): --agent fails when none answers, --no-agent never uses it. Default: the agent when one answers on $AUTHBRIDGE_AGENT_SOCKET or $XDG_RUNTIME_DIR/authbridge/agent.sock, unless options describe a host of this command's own (--config, --plugins, --vault…)."
+            "Go through the running agent (authbridge agent): --agent fails when none answers, --no-agent never uses it. Default: the agent when one answers on $AUTHBRIDGE_AGENT_SOCKET or $XDG_RUNTIME_DIR/authbridge/agent.sock, unless options describe a host of this command's own (--config, --plugins, --vault…: then a running agent is named on stderr)."
         ))
     var agent: Bool?
 }
@@ -93,6 +126,12 @@ enum SessionAccess {
         if choice.agent == false { return nil }
         if let own = options.ownHostReason {
             if choice.agent == true { throw ValidationError("--agent cannot be combined with \(own): the agent has its own") }
+            // Not in silence when an agent is there: its profiles and sessions are not this command's.
+            if choice.agent == nil, let path = AgentSocket.path(), AgentSessions.listening(at: path) {
+                Terminal.standardError.warn(
+                    "not using the agent at \(path): \(own) describes a host of this command's own; pass --no-agent to say so"
+                )
+            }
             return nil
         }
         guard let path = AgentSocket.path() else {
@@ -105,12 +144,21 @@ enum SessionAccess {
         }
         switch await AgentSessions.connect(path: path, openBrowser: openBrowser, events: events) {
         case .success(let sessions):
+            // The agent serves the profiles it last read; a file it cannot use now fails the command as here.
+            if let problem = sessions.configurationProblem { throw HostOptions.unusableConfiguration(problem) }
+            // The variable is the key of a vault in this process; the agent has its own.
+            if ProcessHardening.vaultSecret != nil {
+                Terminal.standardError.warn(
+                    "AUTHBRIDGE_VAULT_KEY is set but not used: the agent at \(path) keeps its own vault (pass --no-agent to open the vault here with that key)"
+                )
+            }
             return sessions
         case .failure(let failure):
             if choice.agent == true || failure.worthTelling {
                 let err = Terminal.standardError
                 if choice.agent == true {
                     err.error(failure.message)
+                    if !failure.worthTelling { err.line(CommandText.startAgent) }
                     throw ExitCode(CommandExit.failure)
                 }
                 err.warn("\(failure.message); going on without it")
@@ -126,10 +174,12 @@ enum SessionAccess {
     }
 }
 
-extension HostOptions {
+extension HostOptionSet {
     /// Why this command must be its own host, not the agent's client: an option that
-    /// describes plugins, profiles or the vault (the agent has its own), or a vault key
-    /// in the environment. Nil when none was given.
+    /// describes plugins, profiles or the vault (the agent has its own). Nil when none was
+    /// given. AUTHBRIDGE_VAULT_KEY is not one: it is the key of this process's vault, set in
+    /// the environment of every command (a shell's profile), and the agent has a vault and a
+    /// key of its own (`SessionAccess.agent` says the variable goes unused).
     var ownHostReason: String? {
         if config != nil { return "--config" }
         if !pluginFolders.isEmpty { return "--plugins" }
@@ -140,7 +190,6 @@ extension HostOptions {
         if vaultDir != nil { return "--vault-dir" }
         if vaultKeyFile != nil { return "--vault-key-file" }
         if requireSecureStorage { return "--require-secure-storage" }
-        if ProcessHardening.vaultSecret != nil { return "AUTHBRIDGE_VAULT_KEY" }
         return nil
     }
 }

@@ -7,22 +7,26 @@ import AuthBridgeSession
 import Glibc
 #endif
 
-/// `authbridge status [PROFILE]`: who is signed in where, checked with the provider.
+/// `authbridge status [PROFILE]`: who is signed in where, as checkSignInStatus finds it.
 struct Status: HumanCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
         abstract: "Show each profile's accounts: state, expiry and where tokens are kept.",
         discussion: """
-            Checks every signed-in account with its provider (refreshing an expired token, as \
-            checkSignInStatus does). Profiles are checked at once, each for at most --timeout \
-            seconds; one whose provider cannot be reached in time is shown as offline, the others \
+            Each signed-in account is checked as checkSignInStatus checks it: a token that has \
+            not expired is signedIn from what AuthBridge holds, without asking the provider \
+            (unless its plugin checks sessions with the provider, as the Salesforce and Tableau \
+            ones do), so a provider that is down or a session ended there shows once the token \
+            expires; an expired token is refreshed first, and the account is offline when the \
+            provider cannot be reached. Profiles are checked at once, each for at most --timeout \
+            seconds; one not checked in time is shown as offline, the others \
             are still listed. STORAGE says where the tokens are and what \
             protects them: an encrypted file whose key is in the desktop keyring or in a key \
             file, the keyring itself, or memory. With PROFILE, exits 2 when it is not signed in \
             and 3 when its provider could not be reached.
             """)
 
-    @Argument(help: "Only this profile.")
+    @Argument(help: ArgumentHelp("Only this profile.", valueName: "PROFILE"))
     var profile: String?
 
     @Flag(
@@ -33,11 +37,14 @@ struct Status: HumanCommand {
             """)
     var json = false
 
-    @OptionGroup var options: HostOptions
+    @OptionGroup(title: "Host options") var options: HostOptions
 
-    @OptionGroup var agent: AgentChoice
+    @OptionGroup(title: "Host options") var agent: AgentChoice
 
-    @Option(help: "How long to wait for each profile's provider, in seconds; a profile not checked in time is shown offline.")
+    @Option(
+        help: ArgumentHelp(
+            "How long to wait for each profile's provider, in seconds; a profile not checked in time is shown offline.",
+            valueName: "SECONDS"))
     var timeout: Int64 = 10
 
     func execute() async throws {
@@ -94,7 +101,7 @@ struct Status: HumanCommand {
         if json {
             print(Terminal.cleanJSON(JSON.array(rows).prettyPrinted()))
         } else {
-            printTable(rows, storage: sessions.storage)
+            printTable(rows, storage: sessions.storage, keyFromEnvironment: sessions.keyFromEnvironment)
         }
         if let profile, !rows.contains(where: { Self.state($0) == .signedIn }) {
             let offline = rows.contains { Self.state($0) == .offline }
@@ -121,7 +128,7 @@ struct Status: HumanCommand {
     /// A row's state; nil for a profile that could not be checked ("error").
     private static func state(_ row: JSON) -> SessionState? { row["state"]?.stringValue.flatMap(SessionState.init(rawValue:)) }
 
-    private func printTable(_ rows: [JSON], storage: JSON) {
+    private func printTable(_ rows: [JSON], storage: JSON, keyFromEnvironment: Bool) {
         let out = Terminal.standardOutput
         if rows.isEmpty {
             out.line("No profiles are configured (see --config, or configureProfile from a frontend).")
@@ -134,18 +141,11 @@ struct Status: HumanCommand {
             return [
                 row["provider"]?.stringValue ?? "?", accountLabel(row["account"]), state + reason,
                 Self.state(row) == .notSignedIn ? "-" : relativeTime(row["expiresAt"]?.intValue),
-                Status.storageLabel(row["storage"] ?? storage),
+                Status.storageLabel(row["storage"] ?? storage, keyFromEnvironment: keyFromEnvironment),
             ].map(Terminal.clean)
         }
-        let widths = header.indices.map { column in ([header] + cells).map { $0[column].count }.max() ?? 0 }
-        /// Pads before styling, so escape codes never upset the columns.
-        func format(_ cells: [String], style: (Int) -> Terminal.Style?) -> String {
-            cells.enumerated().map { column, cell in
-                let padded = cell + String(repeating: " ", count: widths[column] - cell.count)
-                return style(column).map { out.styled(padded, $0) } ?? padded
-            }.joined(separator: "  ").trimmingTrailingSpaces()
-        }
-        out.line(format(header) { _ in .bold })
+        let table = TextTable([header] + cells)
+        out.line(table.line(header, on: out) { _ in .bold })
         for (row, line) in zip(rows, cells) {
             let colour: Terminal.Style =
                 switch Self.state(row) {
@@ -153,7 +153,7 @@ struct Status: HumanCommand {
                 case .offline, .licenseRevoked: .yellow
                 case .notSignedIn, nil: .red
                 }
-            out.line(format(line) { $0 == 2 ? colour : nil })
+            out.line(table.line(line, on: out) { $0 == 2 ? colour : nil })
         }
         for row in rows {
             if let message = row["message"]?.stringValue, Self.state(row) != .signedIn {
@@ -167,15 +167,15 @@ extension Status {
     /// Where the tokens are and what protects them, as people ask it: is the vault key in the
     /// keyring or in a file next to the vault? (The row's own StorageInfo once the vault is
     /// open: a missing keyring means a key file.)
-    static func storageLabel(_ storage: JSON) -> String {
+    static func storageLabel(_ storage: JSON, keyFromEnvironment: Bool) -> String {
         let protection = storage["protection"]?.stringValue
         switch storage["backend"]?.stringValue {
         case "encrypted-file":
             if protection == "keyring" { return "encrypted file (key in keyring)" }
-            return ProcessHardening.vaultSecret != nil ? "encrypted file (key from AUTHBRIDGE_VAULT_KEY)" : "encrypted file (key file)"
+            return keyFromEnvironment ? "encrypted file (key from AUTHBRIDGE_VAULT_KEY)" : "encrypted file (key file)"
         case "secret-service": return "keyring"
         case "postgresql":
-            return ProcessHardening.vaultSecret != nil ? "PostgreSQL, sealed (key from AUTHBRIDGE_VAULT_KEY)" : "PostgreSQL, sealed (key file)"
+            return keyFromEnvironment ? "PostgreSQL, sealed (key from AUTHBRIDGE_VAULT_KEY)" : "PostgreSQL, sealed (key file)"
         case "memory": return "memory (not kept)"
         case let backend: return "\(backend ?? "?") (\(protection ?? "?"))"
         }

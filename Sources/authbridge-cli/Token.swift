@@ -1,6 +1,7 @@
 import ArgumentParser
 import AuthBridgeJSON
 import AuthBridgeSession
+import AuthBridgePluginHost
 
 /// `authbridge token PROFILE`: an access token on stdout, for scripts.
 struct Token: HumanCommand {
@@ -10,7 +11,8 @@ struct Token: HumanCommand {
         discussion: """
             Only the token and a newline go to stdout, e.g. curl -H "Authorization: Bearer \
             $(authbridge token work)". Exits 2 when the profile is not signed in. Refresh tokens \
-            never leave AuthBridge.
+            never leave AuthBridge. A token valid for less than --min-validity asks is still \
+            printed (exit 0), with a warning on stderr.
             """)
 
     @OptionGroup var selection: AccountSelection
@@ -21,20 +23,61 @@ struct Token: HumanCommand {
     )
     var json = false
 
-    @OptionGroup var options: HostOptions
+    @Option(help: MinimumValidity.help)
+    var minValidity: Int64?
 
-    @OptionGroup var agent: AgentChoice
+    @OptionGroup(title: "Host options") var options: HostOptions
+
+    @OptionGroup(title: "Host options") var agent: AgentChoice
+
+    func validate() throws { try MinimumValidity.validate(minValidity) }
 
     func execute() async throws {
         let sessions = try await SessionAccess.open(options, agent)
         let answer = try await sessions.waitingForProvider(of: selection.profile) { sessions throws(SessionError) in
-            try await sessions.accessToken(selection.profile, account: selection.account, minimumValidity: nil, forceRefresh: false)
+            try await sessions.accessToken(
+                selection.profile, account: selection.account, minimumValidity: minValidity.map { $0 * 1000 }, forceRefresh: false)
         }
+        MinimumValidity.warnIfShort(answer, asked: minValidity)
         if json {
             print(Terminal.cleanJSON(answer.prettyPrinted()))
             return
         }
         // A token is visible ASCII (RFC 6750 b64token): cleaning changes nothing but a hostile provider's.
         Terminal.standardOutput.line(Terminal.clean(answer["accessToken"]?.stringValue ?? ""))
+    }
+}
+
+/// `--min-validity SECONDS` of `token` and `exec`: how long the token must stay valid. The
+/// engine renews a token first when less is left, but asks no more than half the token's own
+/// lifetime (TokenSet.effectiveMinimumValidity: a provider's 5-minute tokens would otherwise
+/// be renewed on every call), and a provider's tokens may not last as long as asked: the
+/// token given may then be valid for less, which the command says.
+enum MinimumValidity {
+    static let help = ArgumentHelp(
+        "The token should stay valid at least this long, in seconds (default: 60). It is renewed first when less is left, unless that is more than half the token's lifetime; a token valid for less than asked is given all the same, with a warning on stderr.",
+        valueName: "SECONDS")
+
+    /// The default, in seconds (the bridge's).
+    static let defaultSeconds = SessionEngine.defaultMinimumValidityMilliseconds / 1000
+
+    static func validate(_ seconds: Int64?) throws {
+        guard (0...86_400).contains(seconds ?? 0) else { throw ValidationError("--min-validity must be 0…86400 seconds") }
+    }
+
+    /// Says once on stderr (without the token) when `answer`'s token expires sooner than the
+    /// `asked` seconds given with --min-validity.
+    static func warnIfShort(_ answer: JSON, asked seconds: Int64?, now: Int64 = HostClock.nowMilliseconds()) {
+        guard let seconds, let left = shortfall(answer, asked: seconds, now: now) else { return }
+        Terminal.standardError.warn(
+            "the token is valid for \(left) s more, less than the \(seconds) s asked with --min-validity: it is renewed only when less than half its lifetime is left, and the provider's tokens may not last that long"
+        )
+    }
+
+    /// The seconds `answer`'s token has left when that is less than `asked`; nil otherwise (or no expiry known).
+    static func shortfall(_ answer: JSON, asked: Int64, now: Int64) -> Int64? {
+        guard let expiresAt = answer["expiresAt"]?.intValue else { return nil }
+        let left = max(0, (expiresAt - now) / 1000)
+        return left < asked ? left : nil
     }
 }

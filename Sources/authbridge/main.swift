@@ -10,9 +10,12 @@ import Glibc
 // with only what serving needs. Every other command line (help, login, status, token, logout,
 // plugins, the credential helpers, exec, and serve or agent spelled in ways only ArgumentParser
 // reads) goes to authbridge-cli, which this process becomes with the same arguments and
-// environment: git and kubectl dispatch to their subcommands' executables the same way.
+// environment (and name: started as git-credential-authbridge it is git's credential helper):
+// git and kubectl dispatch to their subcommands' executables the same way.
 
-switch FastCommandLine.command(Array(CommandLine.arguments.dropFirst()), standardInputIsTerminal: isatty(0) == 1) {
+// Started as `git-credential-authbridge` (git's name for the helper), it is the CLI's git helper.
+let program = CommandLine.arguments.first ?? ""
+switch FastCommandLine.command(program: program, Array(CommandLine.arguments.dropFirst()), standardInputIsTerminal: isatty(0) == 1) {
 case .serve(let settings):
     ProcessHardening.apply()
     await Serving.run(settings)

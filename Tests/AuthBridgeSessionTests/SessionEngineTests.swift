@@ -179,6 +179,104 @@ struct SessionEngineTests {
             }
         }
     }
+
+    /// Issue 27 §3: a session belongs to the client it was issued to. Another engine on the same
+    /// store (another process, or a host sharing the vault) whose profile names another client id
+    /// ends the session instead of handing out the old client's tokens; the same client keeps it.
+    @Test func aSessionOfAnotherClientIdIsEndedWhereverItIsRead() async throws {
+        let store = SessionStore.inMemory()
+        try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
+            #expect(try await store.load(SessionKey(profile: "work", account: "x"))?.client == SessionClient(config: ["clientId": "c1"]))
+        }
+        try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
+            let status = try await engine.checkSignInStatus("work")
+            #expect(status["state"] == "signedIn", "the same client keeps its session")
+        }
+        try await withEngine(settings: ["clientId": "c2"], store: store) { engine, events, _ in
+            do throws(SessionError) {
+                _ = try await engine.getAccessToken("work")
+                Issue.record("a token issued to client c1 was handed out as c2's")
+            } catch {
+                #expect(error.kind == .notSignedIn && error.reason == "profileChanged")
+                #expect(error.message.contains("client id changed from \"c1\" to \"c2\""))
+            }
+            #expect(events.changes.map { $0["reason"] } == ["profileChanged"])
+            let discarded = try await store.load(SessionKey(profile: "work", account: "x"))
+            #expect(discarded == nil, "discarded, not hidden")
+            #expect(try await engine.checkSignInStatus("work")["reason"] == "noTokens")
+        }
+        // checkSignInStatus finds it too, and says why.
+        try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "y"], requestID: 1)
+        }
+        try await withEngine(settings: ["clientId": "c3"], store: store) { engine, _, _ in
+            let status = try await engine.checkSignInStatus("work")
+            #expect(status["state"] == "notSignedIn" && status["reason"] == "profileChanged")
+        }
+    }
+
+    /// A record kept before sessions named their client is used as it is (nothing to compare).
+    @Test func aSessionThatNamesNoClientIsKept() async throws {
+        let store = SessionStore.inMemory()
+        try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
+            let key = SessionKey(profile: "work", account: "x")
+            var old = try #require(try await store.load(key))
+            old.client = nil
+            try await store.save(old, for: key)
+        }
+        try await withEngine(settings: ["clientId": "c2"], store: store) { engine, _, _ in
+            let status = try await engine.checkSignInStatus("work")
+            #expect(status["state"] == "signedIn")
+        }
+    }
+
+    /// Issue 27 §1: what a reload of the configuration file changes, profile by profile.
+    @Test func profileChangesBetweenTwoReadsOfTheFile() {
+        func file(_ entries: [String: JSON]) -> [String: Profile] {
+            entries.reduce(into: [:]) { $0[$1.key] = Profile(name: $1.key, plugin: "swifttest", settings: $1.value, source: .config) }
+        }
+        let before = file(["same": ["clientId": "a"], "edited": ["clientId": "b"], "gone": [:]])
+        let now = file(["same": ["clientId": "a"], "edited": ["clientId": "b2"], "new": [:], "new2": [:]])
+        #expect(ProfileChanges.between(before, now) == ProfileChanges(added: ["new", "new2"], changed: ["edited"], removed: ["gone"]))
+        #expect(ProfileChanges.between(now, now).isEmpty)
+        var otherPlugin = now
+        otherPlugin["same"]?.plugin = "ctest"
+        #expect(ProfileChanges.between(now, otherPlugin).changed == ["same"])
+    }
+
+    /// A reload applies only what changed in the file: an unchanged profile keeps its session, a
+    /// changed one's session ends, a removed one goes, and a frontend's own profile stays.
+    @Test func aReloadKeepsUnchangedProfilesSessionsAndTheFrontendsOwnProfiles() async throws {
+        try await withEngine(settings: ["clientId": "c1"]) { engine, events, store in
+            func file(_ profiles: [String: JSON]) -> [Profile] {
+                profiles.map { Profile(name: $0.key, plugin: "swifttest", settings: $0.value, source: .config) }
+            }
+            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
+            _ = try await engine.configureProfile(name: "mine", plugin: "swifttest", settings: ["clientId": "m"])
+
+            var changes = await engine.reloadConfiguration(file(["work": ["clientId": "c1"], "extra": ["clientId": "e"]]))
+            #expect(changes == ProfileChanges(added: ["extra"]))
+            #expect(try await engine.checkSignInStatus("work")["state"] == "signedIn", "unchanged: its session stays")
+            _ = try await engine.requestOAuthTokens("extra", params: ["flow": "session", "sessionId": "y"], requestID: 2)
+
+            // The file names the frontend's profile too: the frontend's stays.
+            changes = await engine.reloadConfiguration(file(["work": ["clientId": "c1"], "extra": ["clientId": "e2"], "mine": ["clientId": "f"]]))
+            #expect(changes == ProfileChanges(changed: ["extra"]))
+            #expect(events.changes.last?["provider"] == "extra" && events.changes.last?["reason"] == "profileChanged")
+            #expect(try await store.load(SessionKey(profile: "extra", account: "y")) == nil)
+            #expect(try await engine.checkSignInStatus("work")["state"] == "signedIn")
+            let mine = await engine.profileList().first { $0["name"] == "mine" }
+            #expect(mine?["source"] == "runtime")
+
+            // Removed from the file: removed, with its session; the frontend's profile stays.
+            changes = await engine.reloadConfiguration(file(["extra": ["clientId": "e2"]]))
+            #expect(changes == ProfileChanges(removed: ["work"]))
+            #expect(try await store.load(SessionKey(profile: "work", account: "x")) == nil)
+            #expect(await engine.profileList().compactMap { $0["name"]?.stringValue } == ["extra", "mine"])
+        }
+    }
 }
 
 // MARK: - Harness

@@ -12,9 +12,11 @@ app at once.
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -457,7 +459,7 @@ def test_a_killed_agent_fails_every_client_and_auto_then_runs_a_host_of_its_own(
     assert_frames_valid(frames, tmp_path / "node.jsonl")
 
 
-def test_sigterm_answers_running_requests_closes_every_connection_and_removes_the_socket(start_agent, plugin_dir):
+def test_sigterm_answers_running_requests_closes_every_connection_and_removes_the_socket_and_its_lock(start_agent, plugin_dir):
     agent = start_agent([plugin_dir], DEFAULT_PROFILES)
     clients = [agent.connect(name=f"c{i}") for i in range(3)]
     pending = [begin_sign_in(client, "c" if i % 2 == 0 else "s", flow="external")[0] for i, client in enumerate(clients)]
@@ -470,7 +472,125 @@ def test_sigterm_answers_running_requests_closes_every_connection_and_removes_th
     for client in clients:
         client.wait_closed()
     assert not agent.socket.exists(), "the agent removes the socket it made"
+    assert sorted(os.listdir(agent.socket.parent)) == [], "and its lock file (issue 27 §9)"
     assert elapsed < 5, f"the agent took {elapsed:.1f} s to stop"
+    # The next agent on the path starts as on a fresh one, and a killed one's lock is taken over.
+    again = start_agent([plugin_dir], DEFAULT_PROFILES, env={"XDG_RUNTIME_DIR": agent.env["XDG_RUNTIME_DIR"]})
+    assert again.socket == agent.socket
+    again.stop(signal.SIGKILL)
+    assert Path(f"{again.socket}.lock").exists()
+    third = start_agent([plugin_dir], DEFAULT_PROFILES, env={"XDG_RUNTIME_DIR": agent.env["XDG_RUNTIME_DIR"]})
+    third.connect(name="third").close()
+    assert third.stop() == 0 and sorted(os.listdir(agent.socket.parent)) == []
+
+
+# ── The configuration file, read again ────────────────────────────────────────
+
+
+def write_config(agent: Agent, document: dict | str) -> None:
+    """Replaces the agent's configuration file as editors save: a new file renamed over it."""
+    fresh = agent.config.with_suffix(".tmp")
+    fresh.write_text(document if isinstance(document, str) else json.dumps(document))
+    os.replace(fresh, agent.config)
+
+
+def command(agent: Agent, *args: str) -> subprocess.CompletedProcess:
+    """`authbridge ARGS…` in the agent's environment: through the agent (no option of its own)."""
+    return subprocess.run([str(HOST_BIN), *args], env=agent.env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_profile_added_to_the_file_is_served_at_once_and_every_client_hears_of_it(start_agent, plugin_dir, tmp_path):
+    # Issue 27 §1: a profile added to config.json was unknown to a running agent.
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    app = agent.connect(name="app")
+    assert "profiles/changed" in app.init_result["capabilities"]["notifications"]
+    frames = tmp_path / "frames.jsonl"
+    python = python_client(agent, frames, "python")
+    heard = python.events("profiles/changed")
+    assert command(agent, "status", "newone").returncode == 1
+    write_config(agent, {"profiles": {**DEFAULT_PROFILES, "newone": {"plugin": "swifttest", "settings": {"clientId": "n1"}}}})
+    assert app.wait_for_notification("profiles/changed") == {"added": ["newone"], "changed": [], "removed": []}
+    event = heard.get(timeout=TIMEOUT)
+    assert isinstance(event, authbridge.ProfilesChanged) and (event.added, event.changed, event.removed) == (["newone"], [], [])
+    assert event.configuration_problem is None and python.list_providers().configuration_problem is None
+    python.close()
+    assert_frames_valid(frames)
+    status = command(agent, "status", "newone")
+    assert status.returncode == 2 and "newone" in status.stdout and "notSignedIn" in status.stdout, status.stdout + status.stderr
+    token = command(agent, "token", "newone")
+    assert token.returncode == 2 and "not signed in" in token.stderr, token.stderr
+    assert "newone" in {p["name"] for p in app.result("listProviders")["profiles"]}
+    # Removed from the file: gone from the agent too.
+    write_config(agent, {"profiles": DEFAULT_PROFILES})
+    assert app.wait_for_notification("profiles/changed", lambda p: p["removed"]) == {"added": [], "changed": [], "removed": ["newone"]}
+    assert command(agent, "status", "newone").returncode == 1
+
+
+def test_a_broken_file_keeps_the_profiles_last_read_and_fails_commands_with_exit_78(start_agent, plugin_dir):
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    app = agent.connect(name="app")
+    sign_in_session(app, "s", "x")
+    write_config(agent, '{"profiles": {"c": ')
+    changed = app.wait_for_notification("profiles/changed")
+    problem = changed["configurationProblem"]
+    assert problem.startswith(f"{agent.config}: not valid JSON") and (changed["added"], changed["changed"], changed["removed"]) == ([], [], [])
+    assert problem in agent.stderr_text(), "logged"
+    # The same words and exit status as the command line reading the file itself.
+    alone = command(agent, "status", "--no-agent", "--no-default-plugins", "--config", str(agent.config))
+    through = command(agent, "status")
+    assert alone.returncode == 78 == through.returncode and through.stderr == alone.stderr, (through.stderr, alone.stderr)
+    assert command(agent, "token", "s").returncode == 78
+    # Frontends learn it too; the old profiles, and their sessions, are still served.
+    listed = app.result("listProviders")
+    assert listed["configurationProblem"] == problem and {p["name"] for p in listed["profiles"]} == {"c", "s"}
+    assert agent.connect(name="late").init_result["configurationProblem"] == problem
+    assert app.result("checkSignInStatus", {"provider": "s"})["state"] == "signedIn"
+    # Fixed: said so, and the commands go through again.
+    write_config(agent, {"profiles": DEFAULT_PROFILES})
+    assert app.wait_for_notification("profiles/changed", lambda p: "configurationProblem" not in p) == {
+        "added": [], "changed": [], "removed": []}
+    assert "configurationProblem" not in app.result("listProviders")
+    assert command(agent, "status", "s").returncode == 0
+
+
+def test_sighup_reads_the_file_again_and_does_not_stop_the_agent(start_agent, plugin_dir):
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    app = agent.connect(name="app")
+    sign_in_session(app, "s", "x")
+    agent.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + TIMEOUT
+    while "configuration file read again" not in agent.stderr_text() and time.monotonic() < deadline:
+        time.sleep(0.01)   # the log is a file: polled, bounded
+    assert "configuration file read again" in agent.stderr_text(), agent.stderr_tail()
+    assert agent.proc.poll() is None, "SIGHUP reads the configuration again, as for sshd and nginx: it no longer stops the agent"
+    # Nothing changed: nothing was sent, and the session is still there.
+    assert app.result("checkSignInStatus", {"provider": "s"})["state"] == "signedIn"
+    assert app.notifications("profiles/changed") == []
+    assert agent.stop() == 0
+
+
+def test_a_reload_keeps_the_sessions_and_sign_ins_of_unchanged_profiles_and_ends_those_of_changed_ones(start_agent, plugin_dir):
+    profiles = {**DEFAULT_PROFILES, "s2": {"plugin": "swifttest", "settings": {"clientId": "c2"}}}
+    agent = start_agent([plugin_dir], profiles)
+    app, other = agent.connect(name="app"), agent.connect(name="other")
+    sign_in_session(app, "s", "x")
+    sign_in_session(app, "s2", "y")
+    pending, opened = begin_sign_in(app, "c", flow="external")   # waiting for the user across the reload
+    # A frontend's own profile stays whatever the file says.
+    app.result("configureProfile", {"name": "mine", "plugin": "swifttest", "settings": {"clientId": "m"}})
+    write_config(agent, {"profiles": {**profiles, "s2": {"plugin": "swifttest", "settings": {"clientId": "c2b"}},
+                                      "mine": {"plugin": "ctest", "settings": {"server": "https://mine.example"}}}})
+    for client in (app, other):
+        assert client.wait_for_notification("profiles/changed") == {"added": [], "changed": ["s2"], "removed": []}
+        ended = client.wait_for_notification("session/changed", lambda p: p["state"] == "signedOut")
+        assert (ended["provider"], ended["reason"]) == ("s2", "profileChanged")
+    assert app.result("checkSignInStatus", {"provider": "s"})["state"] == "signedIn"
+    assert app.result("checkSignInStatus", {"provider": "s2"})["state"] == "notSignedIn"
+    mine = next(p for p in app.result("listProviders")["profiles"] if p["name"] == "mine")
+    assert (mine["plugin"], mine["source"]) == ("swifttest", "runtime")
+    app.result("completeSignIn", {"provider": "c", "callbackUrl": "https://ctest.example/callback?session_token=S&access_token=A"})
+    assert app.wait_response(pending)["result"]["state"] == "signedIn"
+    assert opened["provider"] == "c"
 
 
 # ── Starting: stale sockets, live ones, two agents at once ────────────────────
@@ -779,7 +899,7 @@ def test_login_in_a_terminal_signs_in_the_running_app_at_once(start_agent, oidc_
                                text=True, timeout=60)
         assert alone.returncode == 0 and "No plugins found" in alone.stdout
         plugins = subprocess.run([str(HOST_BIN), "plugins"], env=env, capture_output=True, text=True, timeout=60)
-        assert plugins.returncode == 0 and "loaded   oidc" in plugins.stdout, "the agent's plugins"
+        assert plugins.returncode == 0 and re.search(r"^loaded +oidc ", plugins.stdout, re.M), "the agent's plugins"
     finally:
         app.close()
     assert_frames_valid(frames)
@@ -798,6 +918,48 @@ def test_the_command_line_without_an_agent_and_with_agent_required(tmp_path, sta
     both = subprocess.run([str(HOST_BIN), "status", "--agent", "--vault", "memory"], env=env, capture_output=True, text=True,
                           timeout=60)
     assert both.returncode == 64 and "--agent cannot be combined with --vault" in both.stderr
+    # Before: the failure alone. Now how to start one too: by hand, or the systemd socket unit.
+    assert "Start one with: authbridge agent &" in required.stderr, required.stderr
+    assert "systemctl --user enable --now authbridge.socket" in required.stderr
+    assert (REPO / "scripts" / "dist" / "systemd" / "authbridge.socket").exists(), "the unit the hint names"
+
+
+def test_a_vault_key_in_the_environment_does_not_bypass_the_agent_and_is_said_to_be_unused(start_agent, plugin_dir):
+    # Before: AUTHBRIDGE_VAULT_KEY made every command its own host, in silence: the agent's
+    # profiles were then unknown ("No profile is named "c"", exit 1). The variable is the key
+    # of a vault in the command's process; the agent has its own vault and key.
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    env = dict(agent.env, AUTHBRIDGE_VAULT_KEY=base64.b64encode(os.urandom(32)).decode())
+    done = subprocess.run([str(HOST_BIN), "status", "c"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "notSignedIn" in done.stdout, done.stdout + done.stderr
+    assert f"AUTHBRIDGE_VAULT_KEY is set but not used: the agent at {agent.socket} keeps its own vault" in done.stderr
+    assert done.stderr.count("AUTHBRIDGE_VAULT_KEY") == 1, "said once"
+    assert env["AUTHBRIDGE_VAULT_KEY"] not in done.stdout + done.stderr
+    # --no-agent: this process's vault, opened with that key, and nothing said about it.
+    alone = subprocess.run([str(HOST_BIN), "status", "--no-agent"], env=env, capture_output=True, text=True, timeout=60)
+    assert alone.returncode == 0 and "AUTHBRIDGE_VAULT_KEY is set" not in alone.stderr, alone.stderr
+
+
+def test_options_of_a_host_of_its_own_bypass_a_running_agent_and_say_so(start_agent, plugin_dir, tmp_path):
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    config = tmp_path / "other.json"
+    config.write_text(json.dumps({"profiles": {}}))
+    for extra, named in ((["--config", str(config)], "--config"), (["--vault", "memory"], "--vault"),
+                         (["--plugins", str(plugin_dir)], "--plugins")):
+        done = subprocess.run([str(HOST_BIN), "status", *extra], env=agent.env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert f"not using the agent at {agent.socket}: {named} describes a host of this command's own" in done.stderr, \
+            done.stderr
+        assert done.stderr.count("not using the agent") == 1
+        # Said to be deliberate: nothing more.
+        quiet = subprocess.run([str(HOST_BIN), "status", "--no-agent", *extra], env=agent.env, capture_output=True, text=True,
+                               timeout=60)
+        assert quiet.returncode == 0 and "agent" not in quiet.stderr, quiet.stderr
+    # No agent running: nothing to say.
+    agent.stop()
+    alone = subprocess.run([str(HOST_BIN), "status", "--config", str(config)], env=agent.env, capture_output=True, text=True,
+                           timeout=60)
+    assert alone.returncode == 0 and "agent" not in alone.stderr, alone.stderr
 
 
 def test_an_agent_that_refuses_the_command_is_reported_and_the_command_goes_on(start_agent, tmp_path):

@@ -340,7 +340,69 @@ def test_a_profile_whose_plugin_is_not_loaded_names_the_folders_searched(cli):
     assert message.startswith('error: Profile "ghost" uses plugin "ghost", which is not loaded'), message
     assert f"searched: {cli.plugins}" in message, "the folders that were searched"
     assert "`authbridge plugins`" in message, "how to see what loaded and what was refused"
+    assert message.endswith("Loaded plugins: oidc."), "which plugins there are, as the Python client says"
     assert len(message.splitlines()) == 1
+
+
+def test_messages_say_what_a_person_needs_not_the_bridge_method(cli):
+    config = cli.root / "config" / "authbridge" / "config.json"
+    # An unknown profile: the file read, the profiles it has, the closest name (before: only
+    # "Configure it with configureProfile or in the configuration file.").
+    for argv in (["token", "dott"], ["login", "dott", "--no-browser"], ["status", "dott"]):
+        done = cli.run(*argv)
+        assert done.returncode == FAILED, (argv, done.stderr)
+        assert done.stderr == (f'error: No profile is named "dott" in the configuration file {config}. Did you mean "dot"? '
+                               "Its profiles: dot, down, ghost, norevoke, tv.\n"), (argv, done.stderr)
+    far = cli.run("token", "payroll")
+    assert "Did you mean" not in far.stderr and "Its profiles: dot, down" in far.stderr and "configureProfile" not in far.stderr
+    # Not signed in: how to sign in, as git-credential says it.
+    token = cli.run("token", "tv")
+    assert token.returncode == NOT_SIGNED_IN
+    assert token.stderr == 'error: Profile "tv" is not signed in. Sign in with: authbridge login tv\n', token.stderr
+    # An http issuer: which profile, in which file.
+    profiles = json.loads(config.read_text())
+    profiles["profiles"]["plain"] = {"plugin": "oidc", "settings": {"issuer": "http://idp.example.com/o", "clientId": "x"}}
+    config.write_text(json.dumps(profiles))
+    plain = cli.run("login", "plain", "--no-browser", "--timeout", "5")
+    assert plain.returncode == FAILED, plain.stderr
+    assert 'must be an https URL' in plain.stderr and f'(profile "plain" in the configuration file {config})' in plain.stderr
+    assert len(plain.stderr.splitlines()) == 1
+
+
+def test_token_and_exec_say_when_the_token_is_valid_for_less_than_asked(cli, dot):
+    assert cli.run("login", "dot").returncode == 0
+    # DOT's tokens last an hour; 24 h cannot be had, and the half-lifetime rule renews none of them.
+    token = cli.run("token", "dot", "--min-validity", "86400")
+    assert token.returncode == 0 and dot.is_issued(token.stdout.strip())
+    warning = re.fullmatch(r"warning: the token is valid for (\d+) s more, less than the 86400 s asked with --min-validity: "
+                           r"it is renewed only when less than half its lifetime is left, and the provider's tokens may not "
+                           r"last that long\n", token.stderr)
+    assert warning and 0 < int(warning.group(1)) <= 3600, token.stderr
+    ran = cli.run("exec", "dot", "--min-validity", "7200", "--", "sh", "-c", 'test -n "$AUTHBRIDGE_TOKEN"')
+    assert ran.returncode == 0 and ran.stderr.count("less than the 7200 s asked with --min-validity") == 1, ran.stderr
+    # Enough validity, or none asked: nothing said.
+    for argv in (["token", "dot"], ["token", "dot", "--min-validity", "60"], ["exec", "dot", "--", "true"]):
+        done = cli.run(*argv)
+        assert done.returncode == 0 and done.stderr == "", (argv, done.stderr)
+    # What each does is in its help.
+    assert "with a warning on stderr" in authbridge("token", "--help").stdout
+    assert "half its lifetime" in authbridge("exec", "--help").stdout
+
+
+def test_status_help_says_what_is_checked_and_a_valid_token_is_signed_in_with_the_provider_down(cli, dot, tmp_path):
+    # Before: "Checks every signed-in account with its provider", while an unexpired token was
+    # reported signedIn without asking it (the provider may be down).
+    helped = " ".join(authbridge("status", "--help").stdout.split())
+    assert "Checks every signed-in account with its provider" not in helped
+    assert "a token that has not expired is signedIn from what AuthBridge holds, without asking the provider" in helped
+    config = cli.root / "config" / "authbridge" / "config.json"
+    profiles = json.loads(config.read_text())
+    # A second name for DOT whose token endpoint and discovery go nowhere once signed in.
+    assert cli.run("login", "dot").returncode == 0
+    profiles["profiles"]["dot"]["settings"]["tokenEndpoint"] = "http://127.0.0.1:9/token/"
+    config.write_text(json.dumps(profiles))
+    status = cli.run("status", "dot")
+    assert status.returncode == 0 and "signedIn" in status.stdout, status.stdout + status.stderr
 
 
 def run_with(cli: CLI, config: Path, folder: Path, *args: str) -> subprocess.CompletedProcess:
@@ -472,10 +534,15 @@ def test_plugins_lists_loaded_and_refused_plugins_with_reasons(cli, tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     # A --plugins folder is the user's: its plugins run isolated, and the listing says so.
-    assert any(re.fullmatch(rf"loaded +oidc \S+ +{re.escape(str(folder))}/libauthbridge-oidc\.so +\(isolated\)", line)
+    assert any(re.fullmatch(rf"loaded +oidc +1\.0\.0 +{re.escape(str(folder))}/libauthbridge-oidc\.so +\(isolated\)", line)
                for line in lines), done.stdout
     refused = [line for line in lines if line.startswith("refused")]
-    assert len(refused) == 1 and re.match(r"refused +careless +insecurePermissions: .*careless\.json", refused[0]), done.stdout
+    assert len(refused) == 1 and re.match(r"refused +careless +- +insecurePermissions: .*careless\.json", refused[0]), done.stdout
+    # Aligned columns under a header, as gh and kubectl print tables: each column starts at one place.
+    assert lines[0].split() == ["STATE", "PLUGIN", "VERSION", "PATH", "OR", "REASON"], done.stdout
+    for column in ("PLUGIN", "VERSION", "PATH"):
+        start = lines[0].index(column)
+        assert all(line[start - 2:start] == "  " and line[start] != " " for line in lines[1:]), (column, done.stdout)
     assert "666" in refused[0], "the reason says what is wrong"
     as_json = json.loads(authbridge("plugins", "--json", "--no-default-plugins", "--plugins", str(folder), env=cli.env).stdout)
     assert {entry["id"]: entry["status"] for entry in as_json} == {"oidc": "loaded", "careless": "refused"}
@@ -581,6 +648,49 @@ def test_ctrl_c_during_login_cancels_it_and_leaves_nothing_behind(cli, dot):
     assert not session_records(vault)
 
 
+COMMANDS = ("serve", "agent", "login", "status", "token", "logout", "plugins", "git-credential", "exec-credential", "exec")
+
+
+def option_entries(help_text: str) -> dict[str, str]:
+    """`--name <VALUE>` → its whole help paragraph, from ArgumentParser's help."""
+    entries: dict[str, str] = {}
+    name = None
+    for line in help_text.splitlines():
+        if match := re.match(r"  (--[a-z-]+(?:/--[a-z-]+)?(?: <[^>]+>)?(?: \.\.\.)?)(?:\s{2,}(.*))?$", line):
+            name = match.group(1)
+            entries[name] = match.group(2) or ""
+        elif name and line.startswith("      "):
+            entries[name] += " " + line.strip()
+        else:
+            name = None
+    return entries
+
+
+def test_help_groups_host_options_says_each_default_once_and_names_each_value_alike():
+    placeholders: dict[str, set[str]] = {}
+    for command in COMMANDS:
+        helped = authbridge(command, "--help").stdout
+        every = authbridge(command, "--help-hidden").stdout
+        assert "HOST OPTIONS:" in helped, command
+        host = helped.split("HOST OPTIONS:")[1].split("\n\n")[0]
+        assert "--config <FILE>" in host and "--vault <BACKEND>" in host, command
+        # Before: 14 host options in every command's help. The rare ones: --help-hidden (serve
+        # and agent, the host itself, show them all).
+        shown = len(re.findall(r"^  --", host, re.M))
+        assert shown <= 6 or command in ("serve", "agent"), (command, host)
+        for rare in ("--plugin-memory-limit", "--vault-key-file", "--require-secure-storage"):
+            assert rare in every, (command, rare)
+        for option, text in option_entries(every).items():
+            # Before: "(default 1024, at least 256). (default: 1024)".
+            assert len(re.findall(r"\bdefault\b", text, re.I)) <= 1, (command, option, text)
+            if " <" in option:
+                flag, value = option.split(" ", 1)
+                placeholders.setdefault(flag, set()).add(value)
+    # Before: --timeout <timeout> in status, <SECONDS> in login.
+    assert {flag: values for flag, values in placeholders.items() if len(values) > 1} == {}
+    assert placeholders["--timeout"] == {"<SECONDS>"}
+
+
 def test_bare_authbridge_serves_a_pipe_and_every_command_has_help(tmp_path):
     # Without a terminal on stdin it is the bridge: an initialize on stdin gets a frame back.
     done = authbridge("--no-default-plugins", input='{"jsonrpc":"2.0","id":1,"method":"initialize",'
@@ -658,3 +768,25 @@ def test_provider_text_is_printed_without_terminal_control_characters(cli):
             assert not any(line.startswith("error: forged line") for line in visible.splitlines()), visible
     finally:
         provider.stop()
+
+
+def test_a_changed_client_id_ends_the_session_issued_to_the_old_client(cli, dot):
+    # Issue 27 §3: a session belongs to the client it was issued to. Each command is a process of
+    # its own: the session read from the vault is checked against the profile as the file says now.
+    assert cli.run("login", "dot").returncode == 0
+    config = cli.root / "config" / "authbridge" / "config.json"
+    document = json.loads(config.read_text())
+    document["profiles"]["dot"]["settings"]["clientId"] = "authbridge-device"   # another client DOT knows
+    config.write_text(json.dumps(document))
+
+    token = cli.run("token", "dot")
+    assert token.returncode == NOT_SIGNED_IN and token.stdout == "", token.stdout
+    assert "client id changed" in token.stderr and "Sign in again" in token.stderr, token.stderr
+    status = cli.run("status", "--json", "dot")
+    assert status.returncode == NOT_SIGNED_IN
+    [entry] = json.loads(status.stdout)
+    assert entry["state"] == "notSignedIn", entry
+    # Back to the first client: the session is gone for good (it was discarded, not hidden).
+    document["profiles"]["dot"]["settings"]["clientId"] = "authbridge-test"
+    config.write_text(json.dumps(document))
+    assert cli.run("status", "dot").returncode == NOT_SIGNED_IN

@@ -134,6 +134,42 @@ def signed_in_clone(cli: CLI, git_server) -> tuple[Git, Path]:
 
 # ── git ────────────────────────────────────────────────────────────────────────────────────────
 
+def test_git_credential_authbridge_is_the_helper_by_its_name_in_gits_usual_form(cli, dot, git_server):
+    # Before: `credential.helper 'authbridge --profile corp'` made git run
+    # `git-credential-authbridge --profile corp get`, a bare symlink to the host: "Error: Unknown
+    # option '--profile'", serve's usage, then "fatal: could not read Username".
+    git_server.create_repository("app.git")
+    git = Git(cli)
+    git.configure(f"credential.{git_server.url}.helper",
+                  "authbridge " + " ".join(shlex.quote(arg) for arg in [*cli.common, "--profile", "dot"]))
+    assert cli.run("login", "dot").returncode == 0
+    filled = git("credential", "fill", input=f"url={git_server.url}/app.git\n\n")
+    assert filled.returncode == 0, filled.stderr
+    assert dot.is_issued(answer(filled)["password"]) and answer(filled)["username"] == "oauth2"
+    assert git("clone", f"{git_server.url}/app.git", str(cli.root / "app")).returncode == 0
+    assert len(git_server.seen.accepted) > 0
+
+    # A usage error names the helper's form, not serve's.
+    helper = cli.root / "bin" / "git-credential-authbridge"
+    wrong = subprocess.run([str(helper), "--profil", "dot", "get"], input="protocol=https\nhost=x\n\n", env=cli.env,
+                           capture_output=True, text=True, timeout=TIMEOUT)
+    cli.outputs += [wrong.stdout, wrong.stderr]
+    assert wrong.returncode == 64 and wrong.stdout == ""
+    assert "Error: Unknown option '--profil'" in wrong.stderr
+    assert "Usage: git-credential-authbridge [--profile <PROFILE>] [<options>] get|store|erase" in wrong.stderr, wrong.stderr
+    assert "authbridge serve" not in wrong.stderr
+    # Under that name, no arguments is no bridge on stdin either (git always names an operation).
+    bare = subprocess.run([str(helper)], input="", env=cli.env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert bare.returncode == 64 and "git-credential-authbridge [--profile <PROFILE>]" in bare.stderr and bare.stdout == "", bare.stderr
+    assert "USAGE: authbridge" not in bare.stderr and "authbridge serve" not in bare.stderr
+    assert subprocess.run([str(helper), "--version"], env=cli.env, capture_output=True, text=True,
+                          timeout=TIMEOUT).stdout.strip() == authbridge_version(cli)
+
+
+def authbridge_version(cli: CLI) -> str:
+    return subprocess.run([str(HOST_BIN), "--version"], env=cli.env, capture_output=True, text=True, timeout=TIMEOUT).stdout.strip()
+
+
 def test_git_clones_and_pushes_with_the_profiles_token_and_falls_through_when_not_signed_in(cli, dot, git_server):
     bare = git_server.create_repository("app.git")
     git = Git(cli)
@@ -413,8 +449,8 @@ def test_kubectl_runs_exec_credential_and_the_api_server_gets_the_token(cli, dot
 def test_kubectl_without_a_session_and_no_terminal_fails_clearly_and_starts_no_sign_in(cli, kube_server):
     done = kubectl(cli, kubeconfig(cli, kube_server), "get", "--raw", "/api")
     assert done.returncode != 0
-    assert ('Profile "dot" is not signed in. kubectl runs authbridge without a terminal, so no sign-in was started: '
-            "sign in with `authbridge login dot`, then run kubectl again.") in done.stderr, done.stderr
+    assert ('Profile "dot" is not signed in. Sign in with: authbridge login dot, then run kubectl again: it runs authbridge '
+            "without a terminal, so no sign-in was started.") in done.stderr, done.stderr
     assert not cli.browser_calls.exists(), "no browser was opened"
     assert kube_server.seen.accepted == [] and kube_server.seen.refused == []
 

@@ -130,7 +130,8 @@ export interface ServerCapabilities {
   batches: false;
   cancellation: true;
   flows: Flow[];
-  notifications: Array<'session/changed' | 'signIn/progress'>;
+  /** profiles/changed: only a host that re-reads its configuration file (the agent). */
+  notifications: Array<'session/changed' | 'signIn/progress' | 'profiles/changed'>;
 }
 
 export interface InitializeParams {
@@ -149,6 +150,8 @@ export interface InitializeResult {
   storage: StorageInfo;
   /** Start-up problems that did not stop the host. */
   warnings?: string[];
+  /** Why the configuration file could not be used, while it cannot (it names the file); the host serves the profiles it last read. */
+  configurationProblem?: string;
 }
 
 // ── Params (methods[].x-params) ─────────────────────────────────────────────
@@ -225,6 +228,8 @@ export interface FetchParams {
 export interface ListProvidersResult {
   plugins: PluginStatus[];
   profiles: ProfileInfo[];
+  /** As InitializeResult's: why the configuration file could not be used, while it cannot. */
+  configurationProblem?: string;
 }
 
 export interface RemoveProfileResult {
@@ -282,6 +287,16 @@ export interface SessionChangedParams {
   clearCookies?: CookieRef[];
 }
 
+/** profiles/changed: the agent read its configuration file again (it changed, or SIGHUP). */
+export interface ProfilesChangedParams {
+  added: string[];
+  /** Their sessions ended (session/changed signedOut profileChanged, sent before). */
+  changed: string[];
+  removed: string[];
+  /** While the file cannot be used: nothing changed, the profiles last read stay. */
+  configurationProblem?: string;
+}
+
 export type SignInStage = 'openUrl' | 'deviceCode' | 'waiting' | 'exchanging' | 'plugin';
 
 export interface SignInProgressParams {
@@ -316,6 +331,7 @@ export interface ExitInfo {
 export type BridgeEvents = {
   'session/changed': [params: SessionChangedParams];
   'signIn/progress': [params: SignInProgressParams];
+  'profiles/changed': [params: ProfilesChangedParams];
   notification: [notification: { method: string; params: unknown }];
   exit: [info: ExitInfo];
   protocolError: [error: AuthBridgeError];

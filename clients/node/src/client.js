@@ -170,6 +170,8 @@ function startAgent(path, options) {
  * Events:
  * - `'session/changed'` (params): a session changed (signed in, refreshed, signed out, license revoked);
  * - `'signIn/progress'` (params): a sign-in moved on (`stage` `openUrl`: open `params.url`);
+ * - `'profiles/changed'` (params): the agent read its configuration file again: `{added, changed,
+ *   removed, configurationProblem?}` (call `listProviders()` for the profiles now);
  * - `'notification'` ({method, params}): every notification, including ones this client does not know;
  * - `'exit'` ({code, signal, error, stderrTail}): the host is gone (after close(), restart(), or it died);
  * - `'protocolError'` (Error): the host wrote something that is not a valid frame, answered a

@@ -184,7 +184,7 @@ test('package: an ES module with exports and types, no dependencies; the .d.ts d
   // Every schema the client hands to callers has an interface of the same name.
   for (const schema of ['SignInStatus', 'AccessTokenResult', 'FetchResult', 'SignOutResult', 'Account', 'Cookie', 'CookieRef',
     'PluginStatus', 'ProfileInfo', 'StorageInfo', 'InitializeResult', 'ListProvidersResult', 'ListAccountsResult',
-    'RemoveProfileResult', 'CompleteSignInResult', 'SessionChangedParams', 'SignInProgressParams', 'ErrorData',
+    'RemoveProfileResult', 'CompleteSignInResult', 'SessionChangedParams', 'SignInProgressParams', 'ProfilesChangedParams', 'ErrorData',
     'RevocationFailure', 'ServerCapabilities']) {
     assert.ok(spec.components.schemas[schema], `${schema} is a schema of the spec`);
     assert.match(dts, new RegExp(`export (interface|type) ${schema}\\b`), `index.d.ts declares ${schema}`);

@@ -22,7 +22,7 @@ from .errors import AgentNotRunning, AuthBridgeError, BridgeClosed, HostExited, 
 from .protocol import Connection, EventStream, FrameTap, Listeners, ProgressCallback
 from .transport import DEFAULT_MAX_FRAME_BYTES, AgentNotYours, AgentSocket, HostProcess, agent_socket_path, find_executable
 from .types import (AccessTokenResult, Event, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList,
-                    SessionChanged, SignInProgress, SignInStatus, SignOutResult)
+                    SessionChanged, SignInProgress, SignInStatus, SignOutResult, ProfilesChanged)
 
 __all__ = ["AuthBridge", "connect", "PROTOCOL_VERSION"]
 
@@ -305,6 +305,8 @@ class AuthBridge(Listeners):
     def events(self, method: Literal["session/changed"], /) -> EventStream[SessionChanged]: ...
     @overload
     def events(self, method: Literal["signIn/progress"], /) -> EventStream[SignInProgress]: ...
+    @overload
+    def events(self, method: Literal["profiles/changed"], /) -> EventStream[ProfilesChanged]: ...
     @overload
     def events(self, *methods: str) -> EventStream[Event]: ...
 

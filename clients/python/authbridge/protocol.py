@@ -22,7 +22,7 @@ from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 from .errors import AuthBridgeError, BridgeClosed, FrameTooLarge, HostExited, RequestTimeout, error_from_wire
 from .transport import AgentSocket, HostProcess, OversizeLine
-from .types import Event, SessionChanged, SignInProgress, event_from_wire
+from .types import Event, ProfilesChanged, SessionChanged, SignInProgress, event_from_wire
 
 __all__ = ["Connection", "EventStream", "Listeners", "FrameTap", "EventCallback", "ProgressCallback", "SessionCallback"]
 
@@ -38,6 +38,7 @@ FrameTap = Callable[[str, bytes, Any | None], None]
 # event by the notification's name.
 EventCallback = Callable[[Event], object]
 SessionCallback = Callable[[SessionChanged], object]
+ProfilesCallback = Callable[[ProfilesChanged], object]
 ProgressCallback = Callable[[SignInProgress], object]
 _Listener = Callable[[Any], object]   # as stored: the type was checked where it was registered
 
@@ -112,11 +113,14 @@ class Listeners:
     @overload
     def on(self, method: Literal["signIn/progress"], callback: ProgressCallback) -> Callable[[], None]: ...
     @overload
+    def on(self, method: Literal["profiles/changed"], callback: ProfilesCallback) -> Callable[[], None]: ...
+    @overload
     def on(self, method: str | None, callback: EventCallback) -> Callable[[], None]: ...
 
     def on(self, method: str | None, callback: _Listener) -> Callable[[], None]:
         """Calls `callback(event)` for every notification `method` ("session/changed" gives a
-        `SessionChanged`, "signIn/progress" a `SignInProgress`; None: all). It runs in the reader
+        `SessionChanged`, "signIn/progress" a `SignInProgress`, "profiles/changed" a
+        `ProfilesChanged`; None: all). It runs in the reader
         (the blocking wrapper's event-loop thread), in order, before the answer of the request
         that caused it; a coroutine it returns runs as a task. Returns a function that
         unsubscribes. Survives `restart()`."""

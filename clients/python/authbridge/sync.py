@@ -24,7 +24,7 @@ from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overl
 from .client import AuthBridge
 from .errors import BridgeClosed
 from .protocol import E_co, EventStream, Listeners
-from .types import Event, InitializeResult, SessionChanged, SignInProgress
+from .types import Event, InitializeResult, ProfilesChanged, SessionChanged, SignInProgress
 
 __all__ = ["SyncAuthBridge", "SyncEventStream", "connect"]
 
@@ -190,6 +190,8 @@ class SyncAuthBridge(Listeners):
     def events(self, method: Literal["session/changed"], /) -> SyncEventStream[SessionChanged]: ...
     @overload
     def events(self, method: Literal["signIn/progress"], /) -> SyncEventStream[SignInProgress]: ...
+    @overload
+    def events(self, method: Literal["profiles/changed"], /) -> SyncEventStream[ProfilesChanged]: ...
     @overload
     def events(self, *methods: str) -> SyncEventStream[Event]: ...
 

@@ -21,7 +21,7 @@ __all__ = [
     "Flow", "SignInState", "SessionState", "SignInStage", "Account", "StorageInfo", "SignInStatus",
     "Cookie", "CookieRef", "AccessTokenResult", "FetchResult", "RevocationFailure", "SignOutResult",
     "ProfileInfo", "PluginStatus", "ProvidersList", "ServerInfo", "ServerCapabilities",
-    "InitializeResult", "SessionChanged", "SignInProgress", "Notification", "Event", "event_from_wire",
+    "InitializeResult", "SessionChanged", "SignInProgress", "ProfilesChanged", "Notification", "Event", "event_from_wire",
 ]
 
 Flow = Literal["browser", "external", "device", "session"]
@@ -269,15 +269,18 @@ class PluginStatus:
 
 @dataclass(frozen=True)
 class ProvidersList:
-    """`listProviders`: every plugin manifest found and every profile."""
+    """`listProviders`: every plugin manifest found and every profile; `configuration_problem`:
+    why the host could not use its configuration file when it last read it (None when it could)."""
     plugins: list[PluginStatus]
     profiles: list[ProfileInfo]
+    configuration_problem: str | None = None
 
     @classmethod
     def from_wire(cls, data: Any) -> ProvidersList:
         data = _dict(data)
         return cls(plugins=[PluginStatus.from_wire(p) for p in _list(data.get("plugins"))],
-                   profiles=[ProfileInfo.from_wire(p) for p in _list(data.get("profiles"))])
+                   profiles=[ProfileInfo.from_wire(p) for p in _list(data.get("profiles"))],
+                   configuration_problem=data.get("configurationProblem"))
 
 
 @dataclass(frozen=True)
@@ -297,7 +300,9 @@ class ServerCapabilities:
 @dataclass(frozen=True)
 class InitializeResult:
     """The host's answer to `initialize`: negotiated version, plugins, profiles, storage, and
-    start-up `warnings` (e.g. an unreadable configuration file) worth showing to someone."""
+    start-up `warnings` (e.g. an unreadable configuration file) worth showing to someone;
+    `configuration_problem`: why the configuration file could not be used, while it cannot (the
+    host serves the profiles it last read; the agent says when this changes: `ProfilesChanged`)."""
     protocol_version: str
     server_info: ServerInfo
     capabilities: ServerCapabilities
@@ -305,6 +310,7 @@ class InitializeResult:
     profiles: list[ProfileInfo]
     storage: StorageInfo | None
     warnings: list[str] = field(default_factory=list)
+    configuration_problem: str | None = None
 
     @classmethod
     def from_wire(cls, data: Any) -> InitializeResult:
@@ -319,7 +325,8 @@ class InitializeResult:
                    providers=[PluginStatus.from_wire(p) for p in _list(data.get("providers"))],
                    profiles=[ProfileInfo.from_wire(p) for p in _list(data.get("profiles"))],
                    storage=StorageInfo.from_wire(data.get("storage")),
-                   warnings=[w for w in _list(data.get("warnings")) if isinstance(w, str)])
+                   warnings=[w for w in _list(data.get("warnings")) if isinstance(w, str)],
+                   configuration_problem=data.get("configurationProblem"))
 
 
 # ── Notifications (events) ─────────────────────────────────────────────────
@@ -374,15 +381,36 @@ class SignInProgress:
 
 
 @dataclass(frozen=True)
+class ProfilesChanged:
+    """`profiles/changed`: the host (the agent) read its configuration file again and these
+    profiles were added, changed (their sessions ended) or removed; `configuration_problem` while
+    the file cannot be used (nothing changed then). `list_providers()` gives the profiles now."""
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    configuration_problem: str | None = None
+    method: Literal["profiles/changed"] = field(default="profiles/changed", init=False, repr=False)
+
+    @classmethod
+    def from_wire(cls, data: Any) -> ProfilesChanged:
+        data = _dict(data)
+        return cls(added=[n for n in _list(data.get("added")) if isinstance(n, str)],
+                   changed=[n for n in _list(data.get("changed")) if isinstance(n, str)],
+                   removed=[n for n in _list(data.get("removed")) if isinstance(n, str)],
+                   configuration_problem=data.get("configurationProblem"))
+
+
+@dataclass(frozen=True)
 class Notification:
     """A notification this client does not know (from a newer host), passed on as is."""
     method: str
     params: dict[str, Any] = field(default_factory=dict)
 
 
-Event = SessionChanged | SignInProgress | Notification
+Event = SessionChanged | SignInProgress | ProfilesChanged | Notification
 
-_EVENT_TYPES: Mapping[str, Any] = {"session/changed": SessionChanged, "signIn/progress": SignInProgress}
+_EVENT_TYPES: Mapping[str, Any] = {"session/changed": SessionChanged, "signIn/progress": SignInProgress,
+                                   "profiles/changed": ProfilesChanged}
 
 
 def event_from_wire(method: str, params: Any) -> Event:

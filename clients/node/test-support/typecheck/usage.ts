@@ -12,6 +12,10 @@ export async function typicalUse(): Promise<void> {
     console.log(state, change.account?.id);
   });
   bridge.on('signIn/progress', (progress) => { if (progress.stage === 'openUrl') console.log(progress.url); });
+  bridge.on('profiles/changed', (change) => {
+    const names: string[] = [...change.added, ...change.changed, ...change.removed];
+    console.log(names, change.configurationProblem ?? bridge.initializeResult?.configurationProblem);
+  });
   bridge.on('exit', (info) => console.log(info.code, info.signal, info.stderrTail.length));
 
   const status: SignInStatus = await bridge.requestOAuthTokens({ provider: 'corp', flow: 'browser', timeoutMs: 60_000 },
