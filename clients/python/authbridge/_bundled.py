@@ -40,5 +40,5 @@ def main() -> None:
     if host is None:
         sys.exit("authbridge: this installation of the Python package carries no host (it was installed "
                  "from source); install the platform wheel, or use a host installed another way")
-    # argv[0] is kept: started as `git-credential-authbridge`, the host is git's credential helper.
-    os.execv(host, [sys.argv[0], *sys.argv[1:]])
+    # Not git's name for the helper (the wheel's bin/git-credential-authbridge is the binary itself).
+    os.execv(host, [host, *sys.argv[1:]])
