@@ -67,6 +67,9 @@ def test_the_command_runs_the_host_without_python(installed, tmp_path):
         assert not marker.exists(), f"{name} started Python"
         assert command.read_bytes()[:4] == b"\x7fELF", f"{name} is not the host binary"
     assert loaded_plugins(run([installed / "bin" / "authbridge", "plugins"], env=env).stdout) == BUNDLED_PLUGINS
+    # Started by git's name, the binary is git's helper (as the tarball's symlink is).
+    usage = run([installed / "bin" / "git-credential-authbridge", "--no-such-option", "get"], env=env, check=False)
+    assert usage.returncode == 64 and "Usage: git-credential-authbridge [--profile" in usage.stderr, usage.stderr
 
 
 def test_the_host_searches_its_bundled_plugins_where_they_are(installed, tmp_path):
