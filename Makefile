@@ -240,6 +240,7 @@ demo: deps-build $(VENV)/.ready
 ## bench: the host (its test plugin in-process, then isolated: the hook round trip) next to the C answerer;
 ## then the vaults (bench/VaultBench, bench/postgres.py: the PostgreSQL vault next to the encrypted file);
 ## then the agent under hostile connections (bench/hostile.py: its memory, what a reading app sees);
+## then the start-up of the `authbridge` command the wheel installs next to the tarball's (bench/startup.py, on dist/);
 ## first, what a runner's sandbox costs to set up (bench/sandbox-cost.c).
 BENCH_HOST_ARGS := serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning
 bench: deps-build deps-test
@@ -259,6 +260,8 @@ bench: deps-build deps-test
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
 	$(VPY) bench/postgres.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
 	$(VPY) bench/hostile.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
+	@$(MAKE) --no-print-directory dist
+	$(PYTHON) bench/startup.py --dist $(DIST)
 	@echo "Cross-process refresh (4 hosts sharing one vault: 1 s access tokens for 7 s; then 50 calls each on an expired token; the fake, then django-oauth-toolkit):"
 	@AUTHBRIDGE_VAULT_BENCH_OUT=$(CURDIR)/.build/vault-concurrency.json AUTHBRIDGE_BIN=$(CURDIR)/$(RELEASE_DIR)/authbridge \
 	  AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(RELEASE_DIR) AUTHBRIDGE_PYTHON=$(CURDIR)/$(VPY) $(VPY) -m pytest -q -s Tests/contract/test_vault_concurrency.py -k "shared or expired or storm" 2>&1 | grep -E "processes|passed|failed"

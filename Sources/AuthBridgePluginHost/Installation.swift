@@ -24,8 +24,18 @@ public enum Installation {
     /// `PREFIX/lib/authbridge` for an installed tree.
     public static var libraryFolder: String { HelperLibraryLocation.libraryFolder }
 
-    /// The bundled plugins folder of an installed tree.
-    public static var bundledPluginsFolder: String { libraryFolder + "/plugins" }
+    /// The folder of the plugins that came with this host (see `bundledPluginsFolder(executableFolder:)`).
+    public static var bundledPluginsFolder: String { bundledPluginsFolder(executableFolder: executableFolder) }
+
+    /// The bundled plugins of the executable in `folder`: `PREFIX/lib/authbridge/plugins` when it runs
+    /// from an install tree (`PREFIX/bin`: the host; `PREFIX/lib/authbridge`: authbridge-cli and the
+    /// plugin runner), else `plugins/` next to it (a SwiftPM build folder, `.build/debug`). One or
+    /// the other, never both: a `bin/plugins` in an install tree is no folder AuthBridge installs.
+    static func bundledPluginsFolder(executableFolder folder: String) -> String {
+        if folder.hasSuffix("/lib/authbridge") { return folder + "/plugins" }
+        if folder.hasSuffix("/bin") { return parent(of: folder) + "/lib/authbridge/plugins" }
+        return folder + "/plugins"
+    }
 
     /// `$XDG_DATA_HOME/authbridge` (default `~/.local/share/authbridge`).
     public static var userDataFolder: String? { xdg("XDG_DATA_HOME", fallback: ".local/share").map { $0 + "/authbridge" } }
@@ -33,13 +43,10 @@ public enum Installation {
     /// `$XDG_CONFIG_HOME/authbridge` (default `~/.config/authbridge`).
     public static var userConfigFolder: String? { xdg("XDG_CONFIG_HOME", fallback: ".config").map { $0 + "/authbridge" } }
 
-    /// The default plugin search path: bundled (in an install tree, or next
-    /// to the executable in a build folder), then the user's.
+    /// The default plugin search path: the bundled plugins (of the install tree, or next to the
+    /// executable in a build folder), then the user's.
     public static func defaultPluginFolders() -> [PluginFolder] {
-        var folders = [PluginFolder(bundledPluginsFolder, origin: .installTree)]
-        if libraryFolder != executableFolder { folders.append(PluginFolder(executableFolder + "/plugins", origin: .installTree)) }
-        if let user = userDataFolder { folders.append(PluginFolder(user + "/plugins", origin: .user)) }
-        return folders
+        [PluginFolder(bundledPluginsFolder, origin: .installTree)] + (userDataFolder.map { [PluginFolder($0 + "/plugins", origin: .user)] } ?? [])
     }
 
     /// Candidate paths of a helper library shipped with the host.

@@ -22,4 +22,17 @@ struct HostClockTests {
         #expect(Installation.executableFolder.hasPrefix("/"))
         #expect(Installation.helperLibraryCandidates("libX.so").last == Installation.executableFolder + "/libX.so")
     }
+
+    /// One bundled plugins folder, where the layout puts it: an install tree's `bin/plugins` is not
+    /// searched (the wheel's host looked in `…/_host/bin/plugins`).
+    @Test func bundledPluginsFolderOfEachLayout() {
+        #expect(Installation.bundledPluginsFolder(executableFolder: "/opt/ab/bin") == "/opt/ab/lib/authbridge/plugins")
+        #expect(Installation.bundledPluginsFolder(executableFolder: "/opt/ab/lib/authbridge") == "/opt/ab/lib/authbridge/plugins")
+        #expect(Installation.bundledPluginsFolder(executableFolder: "/usr/bin") == "/usr/lib/authbridge/plugins")
+        #expect(Installation.bundledPluginsFolder(executableFolder: "/src/.build/debug") == "/src/.build/debug/plugins")
+        // The tests run from a build folder: its plugins/, then the user's; nothing else.
+        let folders = Installation.defaultPluginFolders()
+        #expect(folders.first == PluginFolder(Installation.executableFolder + "/plugins", origin: .installTree))
+        #expect(folders.filter { $0.origin == .installTree }.count == 1)
+    }
 }

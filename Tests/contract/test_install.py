@@ -43,6 +43,23 @@ def providers(host: Host) -> dict[str, dict]:
     return {p.get("id"): p for p in host.result("listProviders", {})["plugins"]}
 
 
+def test_installed_host_searches_no_plugin_folder_in_bin(tmp_path):
+    """An install tree's plugins are in lib/authbridge/plugins: the host also searched bin/plugins
+    (the wheel's …/_host/bin/plugins, issue 27), a folder no install makes."""
+    prefix = make_prefix(tmp_path)
+    stray = prefix / "bin" / "plugins"
+    stray.mkdir(mode=0o755)
+    for name in ("ctest.json", "libauthbridge-ctest.so"):
+        shutil.copy2(TEST_PLUGINS_DIR / name, stray / name)
+        (stray / name).chmod(0o644)
+    host = start_installed(tmp_path, prefix, tmp_path / "data-home")
+    try:
+        found = providers(host)
+    finally:
+        host.stop()
+    assert set(found) == {"oidc"}, found
+
+
 def test_installed_host_finds_bundled_and_user_plugins(tmp_path):
     prefix = make_prefix(tmp_path)
     data_home = tmp_path / "data-home"

@@ -11,6 +11,7 @@ Tests/contract/dot_auth.py); the user in the browser is dot_auth's scripted one.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -178,3 +179,34 @@ def loaded_plugins(listing: str) -> set[str]:
 
 def refused_plugins(listing: str) -> list[str]:
     return re.findall(r"^refused.*$", listing, re.M)
+
+
+def serve_providers(host: Path, env: dict[str, str]) -> list[dict]:
+    """initialize's providers from `host serve` (the host process itself, not authbridge-cli): what
+    it loaded and refused from the folders it searched. At the end of its input the host exits."""
+    frame = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "1.0"}}
+    done = subprocess.run([str(host), "serve"], input=json.dumps(frame) + "\n", capture_output=True, text=True,
+                          env=env, timeout=TIMEOUT)
+    answer = json.loads(done.stdout.splitlines()[0])
+    assert answer.get("id") == 1 and "result" in answer, done.stdout + done.stderr
+    return answer["result"]["providers"]
+
+
+def plugin_folder_problems(host: Path, bundled: Path, env: dict[str, str]) -> list[str]:
+    """The host's plugins searched where the distribution put them and nowhere else in its tree: a
+    stray manifest in bin/plugins (the folder the wheel's host once searched) must not be seen, and
+    every bundled plugin loads from `bundled`. [] when all is well."""
+    stray = host.parent / "plugins"
+    stray.mkdir()
+    try:
+        (stray / "stray.json").write_text(json.dumps({"id": "stray", "version": "1", "abi": "1.0",
+                                                      "library": "libstray.so"}))
+        providers = serve_providers(host, env)
+    finally:
+        shutil.rmtree(stray)
+    problems = [f"searched {stray}: {p}" for p in providers if p["id"] == "stray"]
+    loaded = {p["id"]: p.get("path", "") for p in providers if p["status"] == "loaded"}
+    if set(loaded) != BUNDLED_PLUGINS:
+        problems.append(f"loaded {sorted(loaded)}, not the bundled {sorted(BUNDLED_PLUGINS)}")
+    problems += [f"{id} from {path}" for id, path in loaded.items() if Path(path).parent != bundled.resolve()]
+    return problems

@@ -11,8 +11,8 @@ import threading
 
 import pytest
 from conftest import (BUNDLED_PLUGINS, SYSTEM_PATH, TIMEOUT, VERSION, artifact, clean_env, code_blocks, dot_exports,
-                      handed_out_secrets, loaded_plugins, no_toolchain_paths, play_user, run, runpath_problems,
-                      section)
+                      handed_out_secrets, loaded_plugins, no_toolchain_paths, play_user, plugin_folder_problems, run,
+                      runpath_problems, section)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,24 @@ def test_the_package_carries_the_host(app):
                     "import { resolveHostPath } from '@authbridge/client'; console.log(resolveHostPath())"],
                    cwd=folder, env=env).stdout.strip()
     assert resolved == str(host.resolve())
+
+
+def test_the_package_bin_is_the_bundled_host(app):
+    """`npx authbridge` (issue 27: ENOTCACHED, the package had no bin) and node_modules/.bin/authbridge
+    run the host the package carries, with its exit status."""
+    folder, env = app
+    host = folder / "node_modules" / "@authbridge" / "client" / "host" / "linux-x64" / "bin" / "authbridge"
+    assert run(["npx", "--offline", "authbridge", "--version"], cwd=folder, env=env).stdout.strip() == VERSION
+    linked = folder / "node_modules" / ".bin" / "authbridge"
+    assert linked.resolve() == host.resolve()
+    assert loaded_plugins(run([linked, "plugins"], env=env).stdout) == BUNDLED_PLUGINS
+    assert run([linked, "no-such-command"], env=env, check=False).returncode == 64
+
+
+def test_the_host_searches_its_bundled_plugins_where_they_are(app):
+    folder, env = app
+    tree = folder / "node_modules" / "@authbridge" / "client" / "host" / "linux-x64"
+    assert plugin_folder_problems(tree / "bin" / "authbridge", tree / "lib" / "authbridge" / "plugins", env) == []
 
 
 def test_the_node_quick_start_with_the_bundled_host(app, dot):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import (REPO, BUNDLED_PLUGINS, SYSTEM_PATH, TIMEOUT, VERSION, artifact, clean_env, code_blocks, dot_exports,
                       extract_tarball, fake_browser, handed_out_secrets, loaded_plugins, no_toolchain_paths,
-                      refused_plugins, run, runpath_problems,
+                      plugin_folder_problems, refused_plugins, run, runpath_problems,
                       section)
 
 
@@ -84,6 +84,13 @@ def test_version_and_plugins_from_anywhere_by_any_user(unpacked, tmp_path, reque
         done = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", host, "plugins"],
                    env=clean_env(other, SYSTEM_PATH))
         assert loaded_plugins(done.stdout) == BUNDLED_PLUGINS, done.stdout
+
+
+def test_the_host_searches_its_bundled_plugins_where_they_are(unpacked, tmp_path):
+    """lib/authbridge/plugins, and no folder of bin/ (the host once also searched bin/plugins)."""
+    top = extract_tarball(unpacked)
+    env = clean_env(tmp_path / "home", SYSTEM_PATH)
+    assert plugin_folder_problems(top / "bin" / "authbridge", top / "lib" / "authbridge" / "plugins", env) == []
 
 
 def test_the_terminal_quick_start_as_written(unpacked, tmp_path, dot):

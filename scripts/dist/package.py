@@ -4,12 +4,14 @@
     package.py --version V --portable TREE --system TREE --out dist/ [--only NAME...]
 
 - authbridge-V-linux-x86_64.tar.gz   the portable tree under authbridge-V-linux-x86_64/
-- authbridge-V-py3-none-TAG.whl      the Python client with the portable tree in authbridge/_host/
-                                     and an `authbridge` console script; TAG is what `auditwheel
-                                     show` finds the binaries need (the lowest glibc, manylinux)
+- authbridge-V-py3-none-TAG.whl      the Python client, and the portable tree installed beside it
+                                     as the wheel's data: bin/authbridge (and git-credential-authbridge)
+                                     are the tree's binary itself, lib/authbridge/ next to them in the
+                                     environment; TAG is what `auditwheel show` finds the binaries
+                                     need (the lowest glibc, manylinux)
 - authbridge_V_amd64.deb             the system tree under /usr, Depends from dpkg-shlibdeps
 - authbridge-client-V.tgz            `npm pack` of the Node client with the portable tree in
-                                     host/linux-x64/
+                                     host/linux-x64/, whose bin/authbridge is the package's `bin`
 - SHA256SUMS                         for the four, as sha256sum -c reads it
 
 Everything is reproducible from the same trees: entries sorted, owners 0, modes normalised,
@@ -111,12 +113,11 @@ def wheel_tag(wheel: Path) -> str:
 
 
 def write_wheel(target: Path, files: dict[str, tuple[bytes, bool]], dist_info: str, tag: str,
-                metadata: str, entry_points: str) -> None:
+                metadata: str) -> None:
     wheel_text = f"Wheel-Version: 1.0\nGenerator: authbridge scripts/dist/package.py\nRoot-Is-Purelib: false\nTag: {tag}\n"
     contents = dict(files)
     contents[f"{dist_info}/METADATA"] = (metadata.encode(), False)
     contents[f"{dist_info}/WHEEL"] = (wheel_text.encode(), False)
-    contents[f"{dist_info}/entry_points.txt"] = (entry_points.encode(), False)
     contents[f"{dist_info}/licenses/LICENSE"] = ((REPO / "LICENSE").read_bytes(), False)
     record_lines = []
     for name, (data, _) in sorted(contents.items()):
@@ -137,17 +138,34 @@ def write_wheel(target: Path, files: dict[str, tuple[bytes, bool]], dist_info: s
             archive.writestr(info, data, compresslevel=9)
 
 
+def wheel_data(tree: Path, data: str) -> dict[str, tuple[bytes, bool]]:
+    """The portable tree as the wheel's data, so that the command is the tree's own binary (no
+    Python between git or kubectl and the host: bench/startup.py).
+
+    pip installs `.data/data/*` under the environment's root (venv, --user, --prefix, a
+    distribution's /usr/local), executable bits kept: bin/authbridge next to lib/authbridge/, the
+    tarball's layout, so its $ORIGIN RUNPATH, authbridge-cli and the bundled plugins are found as
+    in the tarball — and, in the wheel itself, by auditwheel (which a binary in `.data/scripts`,
+    one folder off, would hide its libraries from). A wheel holds no symlinks:
+    bin/git-credential-authbridge (the host tells the git helper by that name) is a second copy of
+    the binary. The man page and completions land in the environment's share/."""
+    files = {f"{data}/data/{path.relative_to(tree)}": (path.read_bytes(), executable(path)) for path in tree_files(tree)}
+    files[f"{data}/data/bin/git-credential-authbridge"] = files[f"{data}/data/bin/authbridge"]
+    return files
+
+
 def wheel(tree: Path, out: Path, version: str) -> Path:
     project = pyproject()
     if project["version"] != version:
         raise SystemExit(f"package.py: clients/python/pyproject.toml says {project['version']}, the host {version}")
+    if sorted(p.name for p in (tree / "bin").iterdir()) != ["authbridge", "git-credential-authbridge"]:
+        raise SystemExit(f"package.py: wheel_data knows bin/authbridge and its git-credential name, the tree has {sorted((tree / 'bin').iterdir())}")
     package = REPO / "clients" / "python" / "authbridge"
     files: dict[str, tuple[bytes, bool]] = {}
     for path in sorted(package.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".typed"):
             files[f"authbridge/{path.relative_to(package)}"] = (path.read_bytes(), False)
-    for path in tree_files(tree):
-        files[f"authbridge/_host/{path.relative_to(tree)}"] = (path.read_bytes(), executable(path))
+    files |= wheel_data(tree, f"authbridge-{version}.data")
     dist_info = f"authbridge-{version}.dist-info"
     readme = (REPO / "clients" / "python" / "README.md").read_text()
     classifiers = "".join(f"Classifier: {c}\n" for c in project.get("classifiers", []))
@@ -158,16 +176,14 @@ def wheel(tree: Path, out: Path, version: str) -> Path:
                 f"License-Expression: Apache-2.0\nLicense-File: LICENSE\nRequires-Python: {project['requires-python']}\n"
                 f"{extras}{classifiers}Classifier: Operating System :: POSIX :: Linux\n"
                 f"Description-Content-Type: text/markdown\n\n{readme}")
-    # git runs a credential helper named without '!' as `git credential-NAME`: the same command.
-    entry_points = "[console_scripts]\nauthbridge = authbridge._bundled:main\ngit-credential-authbridge = authbridge._bundled:main\n"
     # Tag it once provisionally, ask auditwheel what the binaries really need, then write it
     # again with that tag (the tag is inside the wheel too, in WHEEL).
     with tempfile.TemporaryDirectory() as scratch:
         provisional = Path(scratch) / f"authbridge-{version}-py3-none-linux_x86_64.whl"
-        write_wheel(provisional, files, dist_info, "py3-none-linux_x86_64", metadata, entry_points)
+        write_wheel(provisional, files, dist_info, "py3-none-linux_x86_64", metadata)
         tag = wheel_tag(provisional)
     target = out / f"authbridge-{version}-py3-none-{tag}.whl"
-    write_wheel(target, files, dist_info, f"py3-none-{tag}", metadata, entry_points)
+    write_wheel(target, files, dist_info, f"py3-none-{tag}", metadata)
     return target
 
 
@@ -299,6 +315,8 @@ def npm(tree: Path, out: Path, version: str) -> Path:
         shutil.copy2(REPO / "LICENSE", stage / "LICENSE")
         shutil.copytree(tree, stage / "host" / "linux-x64", symlinks=True)
         manifest["files"] = [*manifest["files"], "host/", "LICENSE"]
+        # `npx authbridge`, node_modules/.bin/authbridge: npm links the host itself (no Node in between).
+        manifest["bin"] = {"authbridge": "host/linux-x64/bin/authbridge"}
         manifest.pop("private", None)
         manifest["license"] = "Apache-2.0"
         (stage / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -331,7 +349,8 @@ def main() -> None:
     portable, system = args.portable.resolve(), args.system.resolve()
     built = [
         (tarball(portable, out, args.version), tree_size(portable)),
-        (wheel(portable, out, args.version), tree_size(portable)),
+        # The wheel installs the binary twice (bin/git-credential-authbridge: wheel_data).
+        (wheel(portable, out, args.version), tree_size(portable) + (portable / "bin" / "authbridge").stat().st_size),
         (deb(system, out, args.version), tree_size(system)),
         (npm(portable, out, args.version), tree_size(portable)),
     ]

@@ -1,14 +1,15 @@
-"""The host bundled in a platform wheel, and the `authbridge` command that runs it.
+"""The host that the platform wheel installed, and `python -m authbridge`, which runs it.
 
-A platform wheel (`make dist`) carries a self-contained host tree in `authbridge/_host/`
-(bin/authbridge, lib/authbridge/ with its runtime and plugins); the pure-Python install from
-source has none. `pip install` of the wheel also writes an `authbridge` console script into the
-environment's bin/, which replaces itself with the bundled host (`os.execv`: same process, its
-exit status, its signals), as the `cmake` and `ninja` wheels do.
+The platform wheel (`make dist`) installs the self-contained host tree beside the package, as the
+wheel's data: bin/authbridge (the host binary itself, the `authbridge` command git and kubectl run:
+no Python starts on that path) and lib/authbridge/ in the environment's root, the tarball's layout.
+The wheel's RECORD names where pip put each file, in every install scheme; the pure-Python install
+from source has no host.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 import sys
 from pathlib import Path
@@ -17,16 +18,27 @@ __all__ = ["bundled_host", "main"]
 
 
 def bundled_host() -> str | None:
-    """The bundled host's path, or None when this install carries none (or it is not executable)."""
-    host = Path(__file__).resolve().parent / "_host" / "bin" / "authbridge"
-    return str(host) if host.is_file() and os.access(host, os.X_OK) else None
+    """The host the platform wheel installed with this package, or None (installed from source, or
+    the file is gone or not executable)."""
+    site = Path(__file__).resolve().parent.parent
+    for record in site.glob("authbridge-*.dist-info/RECORD"):
+        try:
+            with record.open(newline="", encoding="utf-8") as file:
+                paths = [row[0] for row in csv.reader(file) if row]
+        except OSError:
+            continue
+        for path in paths:
+            host = site / path    # RECORD's paths are relative to site-packages (../../../bin/authbridge)
+            if host.name == "authbridge" and host.parent.name == "bin" and host.is_file() and os.access(host, os.X_OK):
+                return os.path.normpath(host)
+    return None
 
 
 def main() -> None:
-    """The `authbridge` console script of the platform wheel."""
+    """`python -m authbridge`: the bundled host, with these arguments."""
     host = bundled_host()
     if host is None:
         sys.exit("authbridge: this installation of the Python package carries no host (it was installed "
                  "from source); install the platform wheel, or use a host installed another way")
-    # argv[0] is kept: started as `git-credential-authbridge`, the host is git's credential helper.
-    os.execv(host, [sys.argv[0], *sys.argv[1:]])
+    # Not git's name for the helper (the wheel's bin/git-credential-authbridge is the binary itself).
+    os.execv(host, [host, *sys.argv[1:]])
