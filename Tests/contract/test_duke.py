@@ -414,8 +414,8 @@ def test_the_simulator_records_a_client_that_breaks_dukes_protocol(duke):
                     reason="needs valgrind and gcc")
 def test_the_plugin_frees_what_it_allocates_under_valgrind(tmp_path):
     # Every hook, on success and failure paths, through a stand-in host that frees what it lent
-    # when the hook returns (plugins/duke/memcheck/): no leak, no invalid access.
-    script = REPO / "plugins" / "duke" / "memcheck" / "run.sh"
+    # when the hook returns (Tests/memcheck/duke/): no leak, no invalid access.
+    script = REPO / "Tests" / "memcheck" / "duke" / "run.sh"
     done = subprocess.run(["sh", str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
     # valgrind exits 3 on any memory error or leak; the harness exits 1 when a hook answered wrongly.
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
