@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import CAuthBridgePlugin
 import Synchronization
 
 // The words of `authbridge/plugin.h` in Swift, once: the hooks (`ab_hook`) and the failure a hook
@@ -6,35 +7,52 @@ import Synchronization
 // session engine; the Swift SDK speaks them to plugin authors. plugin.h stays the source of truth:
 // these types only name what it defines.
 
-/// The ABI's hooks, numbered as `ab_hook` in authbridge/plugin.h (the numbers never change).
-public enum PluginHook: Int32, Sendable, Hashable, CaseIterable, CustomStringConvertible {
-    case describe = 1
-    case configure = 2
-    case beginSignIn = 3
-    case completeSignIn = 4
-    case refresh = 5
-    case revoke = 6
-    case checkSession = 7
-    case authorizeRequest = 8
-    case classifyResponse = 9
+/// The ABI's hooks (`ab_hook`). Their numbers, names and function-table slots are plugin.h's,
+/// taken from the header through one table (`header`), not copied: the numbers never change.
+public enum PluginHook: RawRepresentable, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+    case describe, configure, beginSignIn, completeSignIn, refresh, revoke, checkSession, authorizeRequest, classifyResponse
+
+    /// plugin.h's entry of the hook: its `ab_hook` number, its name in the function table
+    /// (`begin_sign_in`…, as manifests, logs and descriptors spell it) and its slot there.
+    private var header: (number: ab_hook, name: String, slot: WritableKeyPath<ab_plugin_vtable, ab_hook_fn?>) {
+        switch self {
+        case .describe: (AB_HOOK_DESCRIBE, "describe", \.describe)
+        case .configure: (AB_HOOK_CONFIGURE, "configure", \.configure)
+        case .beginSignIn: (AB_HOOK_BEGIN_SIGN_IN, "begin_sign_in", \.begin_sign_in)
+        case .completeSignIn: (AB_HOOK_COMPLETE_SIGN_IN, "complete_sign_in", \.complete_sign_in)
+        case .refresh: (AB_HOOK_REFRESH, "refresh", \.refresh)
+        case .revoke: (AB_HOOK_REVOKE, "revoke", \.revoke)
+        case .checkSession: (AB_HOOK_CHECK_SESSION, "check_session", \.check_session)
+        case .authorizeRequest: (AB_HOOK_AUTHORIZE_REQUEST, "authorize_request", \.authorize_request)
+        case .classifyResponse: (AB_HOOK_CLASSIFY_RESPONSE, "classify_response", \.classify_response)
+        }
+    }
+
+    /// The hook's `ab_hook` number.
+    public var rawValue: Int32 { Int32(truncatingIfNeeded: header.number.rawValue) }
+
+    public init?(rawValue: Int32) {
+        guard let hook = Self.allCases.first(where: { $0.rawValue == rawValue }) else { return nil }
+        self = hook
+    }
+
+    /// The hook named as in plugin.h's function table (`begin_sign_in`…), nil for another name.
+    public init?(name: String) {
+        guard let hook = Self.allCases.first(where: { $0.description == name }) else { return nil }
+        self = hook
+    }
+
+    /// The hook as the C ABI passes it (`ab_host_api.standard`).
+    public var number: ab_hook { header.number }
+
+    /// The hook's function in `ab_plugin_vtable`.
+    public var slot: WritableKeyPath<ab_plugin_vtable, ab_hook_fn?> { header.slot }
 
     /// Hooks that must not perform I/O by the ABI's definition.
     public var isPure: Bool { self == .authorizeRequest || self == .classifyResponse }
 
-    /// The hook's name in plugin.h's table (`begin_sign_in`…), as logs and descriptors spell it.
-    public var description: String {
-        switch self {
-        case .describe: "describe"
-        case .configure: "configure"
-        case .beginSignIn: "begin_sign_in"
-        case .completeSignIn: "complete_sign_in"
-        case .refresh: "refresh"
-        case .revoke: "revoke"
-        case .checkSession: "check_session"
-        case .authorizeRequest: "authorize_request"
-        case .classifyResponse: "classify_response"
-        }
-    }
+    /// The hook's name in plugin.h's function table (`begin_sign_in`…), as logs and descriptors spell it.
+    public var description: String { header.name }
 }
 
 /// A failure a hook, a host service or a standard step classified: the ABI's error JSON
@@ -106,6 +124,11 @@ public struct ProviderFailure: Error, Sendable, Equatable {
             message: "The provider refused to renew the session (HTTP \(status)\(said)); sign in again.", status: status,
             oauthError: oauthError)
     }
+
+    /// A cancelled request (`$/cancelRequest`, `exit`, the end of the input, or a hook that saw
+    /// `is_cancelled`): the one failure, and so the one sentence, the plugin host, the session
+    /// engine and the Swift SDK answer it with.
+    public static let cancelled = ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.")
 
     /// The profile's settings are wrong.
     public static func configuration(_ reason: String, _ message: String) -> ProviderFailure {

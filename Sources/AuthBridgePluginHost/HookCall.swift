@@ -157,7 +157,7 @@ public final class HookCall: Sendable {
         case AB_DEFAULT:
             return .useDefault
         case AB_CANCELLED:
-            return .failure(ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled."))
+            return .failure(ProviderFailure.cancelled)
         default:
             return .failure(misbehaved("returned unknown status \(status.rawValue)"))
         }

@@ -262,11 +262,11 @@ public final class LoadedPlugin: @unchecked Sendable {
         call.cancel()
         pending.guarded(
             by: watchdog.arm(at: .now + deadlines.cancelGrace) { [self] in
-                pending.resume(.failure(Self.cancelledFailure)) { self.backend.abandon(call, because: .cancelled(deadlineAt: pending.deadlineAt)) }
+                pending.resume(.failure(ProviderFailure.cancelled)) {
+                    self.backend.abandon(call, because: .cancelled(deadlineAt: pending.deadlineAt))
+                }
             })
     }
-
-    static let cancelledFailure = ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.")
 
     /// An inline hook, on the caller's thread: it cannot be answered before it
     /// returns (its continuation would be resumed under its own body), so one

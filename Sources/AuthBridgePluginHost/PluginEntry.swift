@@ -80,21 +80,9 @@ enum PluginEntry {
     /// entry past the table's `size` is absent: the table is append-only).
     static func function(for hook: PluginHook, in vtable: UnsafePointer<ab_plugin_vtable>) -> ab_hook_fn? {
         let table = vtable.pointee
-        let keyPath: KeyPath<ab_plugin_vtable, ab_hook_fn?>
-        switch hook {
-        case .describe: keyPath = \.describe
-        case .configure: keyPath = \.configure
-        case .beginSignIn: keyPath = \.begin_sign_in
-        case .completeSignIn: keyPath = \.complete_sign_in
-        case .refresh: keyPath = \.refresh
-        case .revoke: keyPath = \.revoke
-        case .checkSession: keyPath = \.check_session
-        case .authorizeRequest: keyPath = \.authorize_request
-        case .classifyResponse: keyPath = \.classify_response
-        }
-        guard let offset = MemoryLayout<ab_plugin_vtable>.offset(of: keyPath),
+        guard let offset = MemoryLayout<ab_plugin_vtable>.offset(of: hook.slot),
             offset + MemoryLayout<ab_hook_fn?>.size <= Int(table.size)
         else { return nil }
-        return table[keyPath: keyPath]
+        return table[keyPath: hook.slot]
     }
 }

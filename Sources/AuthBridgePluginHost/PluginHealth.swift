@@ -63,10 +63,7 @@ public struct HookDeadlines: Sendable, Equatable {
     /// and the pure ones), 90 s for those that talk to the provider — three
     /// times the transport's 30 s default, for two exchanges plus host work.
     public static func standard(for hook: PluginHook) -> Duration {
-        switch hook {
-        case .describe, .authorizeRequest, .classifyResponse: .seconds(10)
-        case .configure, .beginSignIn, .completeSignIn, .refresh, .revoke, .checkSession: .seconds(90)
-        }
+        hook == .describe || hook.isPure ? .seconds(10) : .seconds(90)
     }
 
     /// "90 s", "1.5 s", "250 ms": a deadline in a message.

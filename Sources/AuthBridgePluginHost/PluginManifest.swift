@@ -65,7 +65,7 @@ public struct PluginManifest: Sendable, Equatable {
                 throw PluginLoadError(.invalidManifest, "manifest \"deadlines\" must be an object of hook names and milliseconds")
             }
             for (name, milliseconds) in members {
-                guard let hook = PluginHook.allCases.first(where: { $0.description == name }) else {
+                guard let hook = PluginHook(name: name) else {
                     throw PluginLoadError(.invalidManifest, "manifest \"deadlines\" names \"\(name)\", which is not a hook")
                 }
                 guard let value = milliseconds.intValue.map(Int.init), Self.deadlineRange.contains(value) else {

@@ -127,7 +127,7 @@ public final class PluginRunnerServer: Sendable {
     }
 
     private func hook(_ id: RequestID, _ params: JSON) {
-        guard let callID = params["call"]?.intValue, let hook = params["hook"]?.stringValue.flatMap(RunnerProtocol.hook(named:)),
+        guard let callID = params["call"]?.intValue, let hook = params["hook"]?.stringValue.flatMap(PluginHook.init(name:)),
             let input = params["input"]
         else {
             return channel.respond(id, .failure(RunnerError(code: RunnerProtocol.invalidParams, message: "hook needs call, hook and input")))

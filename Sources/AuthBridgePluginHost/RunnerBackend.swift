@@ -143,7 +143,7 @@ final class RunnerBackend: PluginBackend {
             return state.queued.remove(at: index)
         }
         if let queued {
-            queued.done(.failure(ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.")))
+            queued.done(.failure(ProviderFailure.cancelled))
             return
         }
         guard let runner = state.withLock({ $0.runner }) else { return }
@@ -489,7 +489,7 @@ final class Runner: Sendable {
             }
             service = { call.environment.http(request, call: call) }
         } else {
-            guard let hook = params["hook"]?.stringValue.flatMap(RunnerProtocol.hook(named:)), let input = params["input"] else {
+            guard let hook = params["hook"]?.stringValue.flatMap(PluginHook.init(name:)), let input = params["input"] else {
                 return violate("sent a malformed standard request")
             }
             service = { call.environment.standard(hook, input: input, call: call) }

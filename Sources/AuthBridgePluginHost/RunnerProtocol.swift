@@ -132,7 +132,7 @@ enum RunnerProtocol {
         guard result["protocol"]?.intValue == version, let names = result["implements"]?.arrayValue else { return nil }
         var hooks: Set<PluginHook> = []
         for name in names {
-            guard let hook = name.stringValue.flatMap(hook(named:)) else { return nil }
+            guard let hook = name.stringValue.flatMap(PluginHook.init(name:)) else { return nil }
             hooks.insert(hook)
         }
         return hooks
@@ -142,10 +142,6 @@ enum RunnerProtocol {
 
     static func hookParams(call: Int64, hook: PluginHook, input: JSON, clockOffsetMs: Int64) -> JSON {
         ["call": .int(call), "hook": .string(hook.description), "input": input, "clockOffsetMs": .int(clockOffsetMs)]
-    }
-
-    static func hook(named name: String) -> PluginHook? {
-        PluginHook.allCases.first { $0.description == name }
     }
 
     /// A hook's outcome as `hook`'s answer.

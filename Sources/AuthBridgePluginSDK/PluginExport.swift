@@ -71,14 +71,7 @@ public enum PluginExport {
             ))
         if let hooks = type.implementedHooks {
             // Hooks the type does not implement stay NULL: the host uses its standard step directly.
-            if !hooks.contains(.configure) { vtable.pointee.configure = nil }
-            if !hooks.contains(.beginSignIn) { vtable.pointee.begin_sign_in = nil }
-            if !hooks.contains(.completeSignIn) { vtable.pointee.complete_sign_in = nil }
-            if !hooks.contains(.refresh) { vtable.pointee.refresh = nil }
-            if !hooks.contains(.revoke) { vtable.pointee.revoke = nil }
-            if !hooks.contains(.checkSession) { vtable.pointee.check_session = nil }
-            if !hooks.contains(.authorizeRequest) { vtable.pointee.authorize_request = nil }
-            if !hooks.contains(.classifyResponse) { vtable.pointee.classify_response = nil }
+            for hook in PluginHook.allCases where hook != .describe && !hooks.contains(hook) { vtable.pointee[keyPath: hook.slot] = nil }
         }
         let created = UnsafeMutablePointer<ab_plugin_info>.allocate(capacity: 1)
         created.initialize(

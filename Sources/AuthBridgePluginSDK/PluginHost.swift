@@ -90,20 +90,20 @@ public struct PluginCall: @unchecked Sendable {
     public func pause(milliseconds: Int) throws(ProviderFailure) {
         var remaining = max(0, milliseconds)
         while remaining > 0 {
-            if isCancelled { throw ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.") }
+            if isCancelled { throw ProviderFailure.cancelled }
             let step = min(remaining, 50)
             var interval = timespec(tv_sec: 0, tv_nsec: step * 1_000_000)
             var left = timespec()
             while nanosleep(&interval, &left) != 0 && errno == EINTR { interval = left }
             remaining -= step
         }
-        if isCancelled { throw ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.") }
+        if isCancelled { throw ProviderFailure.cancelled }
     }
 
     /// The host's standard implementation of `hook` on `input`.
     public func standard(_ hook: PluginHook, _ input: JSON) throws(ProviderFailure) -> JSON {
         try exchange(input) { input, output in
-            host.api.pointee.standard?(call, ab_hook(rawValue: UInt32(hook.rawValue)), input, output)
+            host.api.pointee.standard?(call, hook.number, input, output)
         }
     }
 

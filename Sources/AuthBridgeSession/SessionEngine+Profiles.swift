@@ -192,7 +192,7 @@ extension SessionEngine {
         let result = await work.value()
         if resolving[name]?.work === work, work.isFinished { resolving[name] = nil }
         guard let result else {
-            throw SessionError(.userCancelled, "The request was cancelled.", provider: name, reason: "cancelled")
+            throw SessionError.cancelled(provider: name)
         }
         return Context(profile: profile, plugin: plugin, config: try result.get())
     }

@@ -101,7 +101,7 @@ extension SessionEngine {
             switch await http.perform(outgoing) {
             case .success(let value): response = value
             case .failure(let failure):
-                if Task.isCancelled { throw SessionError(.userCancelled, "The request was cancelled.", provider: profile, reason: "cancelled") }
+                if Task.isCancelled { throw SessionError.cancelled(provider: profile) }
                 throw SessionError(failure, provider: profile)
             }
             let classifyInput: JSON = ["profile": context.profileJSON, "request": outgoing, "response": response]
@@ -168,7 +168,7 @@ extension SessionEngine {
             authorizations[profile] = (input, work)
         }
         guard let result = await work.value() else {
-            throw SessionError(.userCancelled, "The request was cancelled.", provider: profile, reason: "cancelled")
+            throw SessionError.cancelled(provider: profile)
         }
         return try result.get()
     }
@@ -201,7 +201,7 @@ extension SessionEngine {
         }
         let result = await work.value()
         if refreshes[key] === work, work.isFinished { refreshes[key] = nil }
-        return result ?? .failure(ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled."))
+        return result ?? .failure(ProviderFailure.cancelled)
     }
 
     /// One refresh, under the profile's cross-process lock: the session is
@@ -216,7 +216,7 @@ extension SessionEngine {
             let busy = Self.accountBusy(profile: key.profile)
             return .failure(ProviderFailure(.transient, reason: Self.accountBusyReason, message: busy.message))
         } catch is CancellationError {
-            return .failure(ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled."))
+            return .failure(ProviderFailure.cancelled)
         } catch {
             return .failure(ProviderFailure(.transient, reason: "storageError", message: "The session store could not be locked: \(error)"))
         }

@@ -152,7 +152,7 @@ public actor SessionEngine {
         }
         let result = await work.value()
         if sessionReads[lookup]?.work === work, work.isFinished { sessionReads[lookup] = nil }
-        guard let result else { throw SessionError(.userCancelled, "The request was cancelled.", provider: lookup.profile, reason: "cancelled") }
+        guard let result else { throw SessionError.cancelled(provider: lookup.profile) }
         return try result.get()
     }
 
@@ -195,7 +195,7 @@ public actor SessionEngine {
             return Self.accountBusy(profile: profile)
         }
         if error is CancellationError {
-            return SessionError(.userCancelled, "The request was cancelled.", provider: profile, reason: "cancelled")
+            return SessionError.cancelled(provider: profile)
         }
         if let vaultError = error as? VaultError, vaultError.reason == .vaultUnavailable {
             // The shared vault's database is down or restarting: retryable, and nothing ends.

@@ -50,6 +50,11 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
 
     public var description: String { "\(kind.rawValue): \(message)" }
 
+    /// A cancelled request, in `ProviderFailure.cancelled`'s words.
+    static func cancelled(provider: String?) -> SessionError {
+        SessionError(.userCancelled, ProviderFailure.cancelled.message, provider: provider, reason: ProviderFailure.cancelled.reason)
+    }
+
     /// A profile names a plugin that did not load: where the host looked, and how to learn
     /// why (a missing plugin and a refused one look the same from here).
     static func pluginNotLoaded(profile: String, plugin: String, folders: [String]) -> SessionError {

@@ -166,7 +166,7 @@ struct HookDeadlineTests {
         let task = Task { await plugin.invoke(.refresh, input: [:], environment: StubEnvironment()) }
         await backend.waitForStarts(1)
         let started = try #require(backend.started.first)
-        started.call.onCancel { started.done(.failure(LoadedPlugin.cancelledFailure)) }
+        started.call.onCancel { started.done(.failure(ProviderFailure.cancelled)) }
         task.cancel()
         #expect(await task.value.failure?.kind == .cancelled)
         #expect(backend.abandoned.isEmpty)

@@ -98,7 +98,7 @@ struct PluginFaultTests {
     /// A cancelled check (the frontend's `$/cancelRequest`, answered after the grace even when the
     /// hook ignores it) is `-32800`; it answered `offline` "The request was cancelled." before.
     @Test func aCancelledCheckIsCancelledNotOffline() async throws {
-        let cancelled = ProviderFailure(.cancelled, reason: "cancelled", message: "The request was cancelled.")
+        let cancelled = ProviderFailure.cancelled
         try await withEngine({ $0 == .checkSession ? .failure(cancelled) : Self.configure($0) }) { engine, _, events, store async throws in
             do throws(SessionError) {
                 let status = try await engine.checkSignInStatus("work")

@@ -39,3 +39,16 @@ def test_every_error_class_is_exported():
         assert f'"{name}"' in exported, f"errors.py's __all__ lacks {name}"
         node_name = name if name.endswith("Error") else name + "Error"
         assert re.search(rf"^\s+{node_name},$", node_index, re.M), f"clients/node/src/index.js does not export {node_name}"
+
+
+def test_the_specs_hook_table_is_plugin_hs():
+    """plugin.h defines the hooks (`ab_hook`, the function table's slots); bridge-spec's `x-plugin-abi`
+    names and numbers them again for readers of the spec, and must say the same."""
+    header = (REPO / "Sources" / "CAuthBridgePlugin" / "include" / "authbridge" / "plugin.h").read_text(encoding="utf-8")
+    enum = re.search(r"typedef enum ab_hook \{(.*?)\} ab_hook;", header, re.S).group(1)
+    numbers = {name.lower(): int(number) for name, number in re.findall(r"AB_HOOK_(\w+) = (\d+)", enum)}
+    vtable = re.search(r"typedef struct ab_plugin_vtable \{(.*?)\} ab_plugin_vtable;", header, re.S).group(1)
+    slots = re.findall(r"ab_hook_fn (\w+);", vtable)
+    assert slots == sorted(numbers, key=numbers.get), "the function table's hooks are in ab_hook's order"
+    hooks = json.loads(SPEC_PATH.read_text(encoding="utf-8"))["x-plugin-abi"]["hooks"]
+    assert {name: hook["number"] for name, hook in hooks.items()} == numbers

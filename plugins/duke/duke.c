@@ -58,6 +58,8 @@
 
 #define REFRESH_TIMEOUT_MS 15000
 #define REVOKE_TIMEOUT_MS 10000
+/* A call cancelled while it waited on the provider: the host's own words for it. */
+#define CANCELLED_MESSAGE "The request was cancelled."
 
 /* A callback whose query has a broken percent-escape (RFC 3986 §2.1). */
 #define MALFORMED_CALLBACK                                                                                   \
@@ -571,7 +573,7 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
     }
     st = post_with_tokens(host, call, url, access, session, REFRESH_TIMEOUT_MS, &response, &failure);
     if (st == AB_CANCELLED) {
-        st = host->fail(call, "cancelled", "cancelled", "The request was cancelled.", 0);
+        st = host->fail(call, "cancelled", "cancelled", CANCELLED_MESSAGE, 0);
         goto done;
     }
     if (st == AB_ERROR) {
@@ -650,7 +652,7 @@ static ab_status duke_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
     }
     st = post_with_tokens(host, call, url, access, session, REVOKE_TIMEOUT_MS, &response, &failure);
     if (st == AB_CANCELLED) {
-        st = host->fail(call, "cancelled", "cancelled", "The request was cancelled.", 0);
+        st = host->fail(call, "cancelled", "cancelled", CANCELLED_MESSAGE, 0);
         goto done;
     }
     if (st == AB_OK) {
