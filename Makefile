@@ -48,8 +48,8 @@ DIST_PACKAGES  := patchelf
 # make their own sqlite database, so: no configuration (and no service set up).
 GLEWLWYD_DEBCONF := glewlwyd glewlwyd/config_type select No configuration
 TEST_PACKAGES  := gnome-keyring libsecret-tools libsecret-1-dev dbus chromium chromium-driver node-typescript lintian clang-format postgresql
-# The version of every distribution: the host's own (BridgeServer.serverVersion).
-VERSION     := $(shell sed -n 's/.*serverVersion = "\([^"]*\)".*/\1/p' Sources/AuthBridgeHost/BridgeServer.swift)
+# The version of every distribution: the host's own (`hostVersion`, AuthBridgePluginHost).
+VERSION     := $(shell grep -rhoE '^public let hostVersion = "[^"]+"' Sources | cut -d'"' -f2)
 # Builds are reproducible from a commit: every time stamp in dist/ is the commit's.
 export SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 STAGE       := .build/stage

@@ -62,7 +62,7 @@ extension HostConfiguration {
 /// connection's reader thread, in arrival order; methods run concurrently.
 public final class BridgeServer: ConnectionDelegate {
     public static let serverName = "authbridge"
-    public static let serverVersion = "0.1.0"
+    public static let serverVersion = hostVersion
     public static let protocolVersion = (major: 1, minor: 0)
 
     private enum Phase { case uninitialized, initialized, shuttingDown }

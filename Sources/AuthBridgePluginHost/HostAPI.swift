@@ -4,16 +4,18 @@ import AuthBridgeURL
 import CAuthBridgePlugin
 import Logging
 
+/// The host's version, written once: plugins read it (`ab_host_api.host_version`), frontends see it
+/// (`serverInfo.version`, `--version`), and `make dist` names every distribution by it.
+public let hostVersion = "0.1.0"
+
 /// The `ab_host_api` table every plugin receives: C entry points that
 /// forward to the running `HookCall`. Allocated once and never freed, since
 /// plugins may keep the pointer until shutdown.
 enum HostAPI {
-    static let version = "0.1.0"
-
     nonisolated(unsafe) static var pluginLogger = Logger(label: "authbridge.plugin")
 
     nonisolated(unsafe) static let table: UnsafePointer<ab_host_api> = {
-        let versionText = strdupStatic(version)
+        let versionText = strdupStatic(hostVersion)
         let table = UnsafeMutablePointer<ab_host_api>.allocate(capacity: 1)
         table.initialize(
             to: ab_host_api(

@@ -4,10 +4,11 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
-from conftest import DEFAULT_PROFILES, SPEC_PATH, TIMEOUT, begin_sign_in, error_code, host_command, short, sign_in_session
+from conftest import DEFAULT_PROFILES, HOST_BIN, SPEC_PATH, TIMEOUT, begin_sign_in, error_code, host_command, short, sign_in_session
 
 
 def test_initialize_reports_server_providers_profiles_and_storage(host):
@@ -23,6 +24,16 @@ def test_initialize_reports_server_providers_profiles_and_storage(host):
 
     providers = {p["id"]: p for p in result["providers"]}
     assert set(providers) == {"ctest", "swifttest"}
+    # One version: the one frontends see is the one plugins are told (`host_version`) and the one
+    # `authbridge --version` prints.
+    version = result["serverInfo"]["version"]
+    told = f"ctest initialised (host {version}, ABI "
+    deadline = time.monotonic() + TIMEOUT
+    while told not in host.stderr_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert told in host.stderr_text(), host.stderr_text()[-2000:]
+    printed = subprocess.run([str(HOST_BIN), "--version"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert printed.returncode == 0 and printed.stdout.split() == [version], printed.stdout + printed.stderr
     for plugin_id, display in (("ctest", "C test provider"), ("swifttest", "Swift test provider")):
         entry = providers[plugin_id]
         assert entry["status"] == "loaded"

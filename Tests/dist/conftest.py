@@ -33,8 +33,9 @@ TIMEOUT = 120
 #: The plugins every distribution bundles.
 BUNDLED_PLUGINS = {"oidc", "salesforce", "tableau", "marketsharp", "duke"}
 
-VERSION = re.search(r'serverVersion = "([^"]+)"',
-                    (REPO / "Sources" / "AuthBridgeHost" / "BridgeServer.swift").read_text()).group(1)
+#: The host's version (`hostVersion`, written once in Sources), which names every distribution.
+VERSION = next(match.group(1) for source in sorted((REPO / "Sources").rglob("*.swift"))
+               if (match := re.search(r'^public let hostVersion = "([^"]+)"', source.read_text(), re.M)))
 
 
 def artifact(pattern: str) -> Path:
