@@ -11,7 +11,7 @@ import pytest
 
 from authbridge_testkit.isolation import make_plugin_dir
 from authbridge_testkit.paths import PLUGINS_DIR, bundled_files
-from sim_http import simulators
+from simulators.sim_http import simulators
 
 
 def provider_fixtures(plugin: str, simulator: Callable[..., Any], protocol: str, sim: str = "sim"):

@@ -1,5 +1,5 @@
 """The duke plugin (C + jansson) through the real host, against a simulated Duke mobile
-authorizer (sim_duke.py): the external web sign-in whose token URL is read by name, expiry from
+authorizer (simulators/sim_duke.py): the external web sign-in whose token URL is read by name, expiry from
 the access token's JWT `exp`, refresh with X-Access-Token / X-Session-Token (both rotated), a
 dead session (400) ending the session, 5xx and an unreachable server meaning offline, logout at
 /ios/revoke, and the test / production base URLs.
@@ -20,7 +20,7 @@ import pytest
 
 from conftest import REPO, advance_clock, begin_sign_in
 from provider_fixtures import provider_fixtures
-from sim_duke import DEFAULT_ORDER, DukeAuthorizer
+from simulators.sim_duke import DEFAULT_ORDER, DukeAuthorizer
 
 HOUR_MS = 3600 * 1000
 PROFILE = "duke"

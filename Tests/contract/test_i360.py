@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import sign_in_external
-from sim_http import simulators
-from sim_marketsharp import MarketSharpSimulator
-from sim_salesforce import SalesforceSim
+from simulators.sim_http import simulators
+from simulators.sim_marketsharp import MarketSharpSimulator
+from simulators.sim_salesforce import SalesforceSim
 
 SOBJECTS = "/services/data/v60.0/sobjects"
 APPOINTMENTS = "/companies/{companyId}/appointments"

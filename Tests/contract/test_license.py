@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import sign_in_session
-from sim_http import Handler, Served
+from simulators.sim_http import Handler, Served
 
 
 class _LicenseGone(Handler):

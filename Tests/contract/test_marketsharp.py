@@ -16,7 +16,7 @@ import pytest
 
 from authbridge_testkit.host import begin_sign_in, sign_in_external
 from provider_fixtures import provider_fixtures
-from sim_marketsharp import MESSAGE_NO_LICENSE, MESSAGE_NOT_NAMED, MarketSharpSimulator
+from simulators.sim_marketsharp import MESSAGE_NO_LICENSE, MESSAGE_NOT_NAMED, MarketSharpSimulator
 
 DAY_MS = 86_400_000
 ALICE = {"id": "4711:101", "name": "Alice Example", "email": "alice@sharpwindows.example"}

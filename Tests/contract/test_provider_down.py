@@ -18,7 +18,7 @@ import pytest
 from authbridge_testkit import leak_scan
 from conftest import Host, host_command, sign_in_external, stop_cleanly
 from authbridge_testkit.dot_auth import dot_fixture
-from rotating_server import RotatingAuthServer, _Handler
+from simulators.rotating_server import RotatingAuthServer, _Handler
 from test_cli import CLI, NOT_SIGNED_IN
 
 

@@ -1,4 +1,4 @@
-"""The `salesforce` plugin through the real host against the Salesforce simulator (sim_salesforce.py):
+"""The `salesforce` plugin through the real host against the Salesforce simulator (simulators/sim_salesforce.py):
 the scenarios of plugins/salesforce/README.md (a session outliving its 24 hours, an administrator revoking the app, a removed
 server session, an inactive user) and the provider's particulars (login hosts, instance_url, the
 identity URL, the refresh token Salesforce does not resend, revocation, one refresh at a time).
@@ -19,8 +19,8 @@ import pytest
 
 from conftest import advance_clock, begin_sign_in, sign_in_external
 from provider_fixtures import provider_fixtures
-from sim_http import Handler, Served
-from sim_salesforce import CLIENT_ID, EXTERNAL_REDIRECT_URI, SalesforceSim
+from simulators.sim_http import Handler, Served
+from simulators.sim_salesforce import CLIENT_ID, EXTERNAL_REDIRECT_URI, SalesforceSim
 
 DAY_MS = 24 * 3600 * 1000
 NOT_SIGNED_IN, PROVIDER_UNAVAILABLE, CONFIGURATION_ERROR, USER_CANCELLED, CANCELLED = -32001, -32007, -32013, -32005, -32800

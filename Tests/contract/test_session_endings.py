@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from conftest import HostError, make_plugin_dir, sign_in_external, sign_in_session
-from rotating_server import RotatingAuthServer
+from simulators.rotating_server import RotatingAuthServer
 from test_license import api  # noqa: F401 - the fixture: an API that answers "license revoked"
 
 SWIFT_COOKIE = {"name": "swifttest_session", "domain": "swifttest.example", "path": "/"}

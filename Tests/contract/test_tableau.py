@@ -1,4 +1,4 @@
-"""The `tableau` plugin through the real host against the Tableau Server simulator (sim_tableau.py):
+"""The `tableau` plugin through the real host against the Tableau Server simulator (simulators/sim_tableau.py):
 the connected-client session grant from a web sign-in's `workgroup_session_id`, this installation
 as a device (stable id, a name the administrator sees), silent renewal with the site, the session
 check with `X-XSRF-TOKEN`, credentials as Tableau's two cookies, sign-out with `token_hint` that
@@ -19,7 +19,7 @@ from selenium.webdriver.common.by import By
 
 from authbridge_testkit.host import Host, advance_clock, sign_in_session
 from provider_fixtures import provider_fixtures
-from sim_tableau import DAY_MS, REVOKE_PATH, TOKEN_PATH, VIEW_PAGE, VIEWS_PATH, TableauServer
+from simulators.sim_tableau import DAY_MS, REVOKE_PATH, TOKEN_PATH, VIEW_PAGE, VIEWS_PATH, TableauServer
 from test_browser import chromium, evidence_on_failure, wait_for  # noqa: F401 - chromium is a fixture
 
 MAX_AGE = 2_629_743

@@ -1,5 +1,5 @@
 """Several host processes sharing one encrypted-file vault, against an authorization server that
-rotates refresh tokens with reuse protection (rotating_server.py, modelled on django-oauth-toolkit).
+rotates refresh tokens with reuse protection (simulators/rotating_server.py, modelled on django-oauth-toolkit).
 
 * Shared vault: four hosts on one XDG_DATA_HOME call getAccessToken in a loop on 1-second access
   tokens. The per-profile flock and the re-read under it (SessionEngine.refreshLocked) must make
@@ -32,7 +32,7 @@ import pytest
 
 from conftest import BUILD_DIR, TIMEOUT, Host, host_command, session_records, short, sign_in_external, stop_cleanly
 from authbridge_testkit.dot_auth import DotAuthServer
-from rotating_server import RotatingAuthServer
+from simulators.rotating_server import RotatingAuthServer
 
 PROFILE = "r"
 

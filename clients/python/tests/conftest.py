@@ -1,7 +1,7 @@
 """Test harness of the Python client, over the Python test kit (Tests/support/authbridge_testkit):
 the real host, the bundled `oidc` plugin and django-oauth-toolkit (the kit's dot_auth, the
 suites' authorization server); the `tableau` and `marketsharp` plugins against their simulators
-(Tests/contract/sim_*.py).
+(Tests/contract/simulators/sim_*.py).
 
     AUTHBRIDGE_BIN=/path/to/authbridge AUTHBRIDGE_BUILD_DIR=/path/to/.build/debug \\
         .venv/bin/python -m pytest -q clients/python/tests

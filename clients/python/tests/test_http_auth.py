@@ -33,8 +33,8 @@ from authbridge.requests import AuthBridgeAuth as RequestsAuth
 
 sys.path.insert(0, str(REPO / "Tests" / "contract"))
 import test_tableau as tableau_tests  # noqa: E402
-from sim_http import simulators  # noqa: E402
-from sim_salesforce import SalesforceSim  # noqa: E402
+from simulators.sim_http import simulators  # noqa: E402
+from simulators.sim_salesforce import SalesforceSim  # noqa: E402
 
 make_tableau, tableau = tableau_tests.make_tableau, tableau_tests.tableau
 

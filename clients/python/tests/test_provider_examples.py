@@ -22,8 +22,8 @@ import authbridge.sync
 sys.path.insert(0, str(REPO / "Tests" / "contract"))
 import test_marketsharp as marketsharp_tests  # noqa: E402
 import test_tableau as tableau_tests  # noqa: E402
-from sim_duke import DukeAuthorizer  # noqa: E402
-from sim_http import simulators  # noqa: E402
+from simulators.sim_duke import DukeAuthorizer  # noqa: E402
+from simulators.sim_http import simulators  # noqa: E402
 
 make_tableau, tableau = tableau_tests.make_tableau, tableau_tests.tableau
 make_sim, sim = marketsharp_tests.make_sim, marketsharp_tests.sim

@@ -1,5 +1,5 @@
 """Examples/salesforce_requests.py and Examples/salesforce_simple.py against the Salesforce
-simulator (Tests/contract/sim_salesforce.py, its instance over https with a self-signed
+simulator (Tests/contract/simulators/sim_salesforce.py, its instance over https with a self-signed
 certificate: simple-salesforce speaks only https), run as a user runs them: the first run signs
 in through the browser; later runs find the session kept, and renew it once when Salesforce ended
 it in between (Setup > Session Management). (A 401 from the REST API in the middle of a run, and
@@ -22,8 +22,8 @@ from signing_in import run_signing_in
 from authbridge_testkit.tls import self_signed
 
 sys.path.insert(0, str(REPO / "Tests" / "contract"))
-from sim_http import simulators  # noqa: E402
-from sim_salesforce import CLIENT_ID, EXTERNAL_REDIRECT_URI, SalesforceSim  # noqa: E402
+from simulators.sim_http import simulators  # noqa: E402
+from simulators.sim_salesforce import CLIENT_ID, EXTERNAL_REDIRECT_URI, SalesforceSim  # noqa: E402
 
 EXAMPLES = REPO / "Examples"
 TIMEOUT = 60

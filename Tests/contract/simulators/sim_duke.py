@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from authbridge_testkit import leak_scan
-import sim_http
+from . import sim_http
 
 CLIENT = "duke-mobile-test"
 API_PATH = "/api/v1/me"

@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from authbridge_testkit import leak_scan
-import sim_http
+from . import sim_http
 
 CLIENT_ID = "3MVG9simulatedConsumerKey.AuthBridge"
 EXTERNAL_REDIRECT_URI = "sfdc://success"

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from authbridge_testkit import leak_scan
-import sim_http
+from . import sim_http
 
 CLIENT_ID = "rotating-client"
 

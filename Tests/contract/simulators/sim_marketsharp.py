@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from authbridge_testkit import leak_scan
-import sim_http
+from . import sim_http
 
 CLIENT_ID = "authbridge-marketsharp"
 DAY = 86_400

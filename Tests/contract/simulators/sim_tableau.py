@@ -63,7 +63,7 @@ from http.cookies import SimpleCookie
 from typing import Any, Iterator
 
 from authbridge_testkit import leak_scan
-import sim_http
+from . import sim_http
 
 DAY_MS = 86_400_000
 TOKEN_PATH = "/oauth2/v1/token"
