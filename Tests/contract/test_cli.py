@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from authbridge_testkit import leak_scan
+from authbridge_testkit import http_answer, leak_scan
 from authbridge_testkit.spec import schema_problems, spec
 from conftest import HOST_BIN, TIMEOUT, bundled_files, copy_plugins, session_records
 from authbridge_testkit.dot_auth import DotAuthServer, dot_fixture, install_fake_browser
@@ -726,12 +726,7 @@ class HostileProvider:
                                          "verification_uri": "https://example.com/device", "interval": 1}
                 else:
                     status, body = 400, {"error": "invalid_client", "error_description": "denied " + hostile}
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                http_answer.answer_json(self, status, body)
 
             def log_message(self, *args) -> None:
                 pass

@@ -52,8 +52,8 @@ import os
 import shutil
 import sys
 import threading
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import loopback_wsgi  # beside this file
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--state", required=True)
@@ -68,22 +68,9 @@ args = parser.parse_args()
 os.makedirs(args.state, exist_ok=True)
 
 
-class Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class Handler(WSGIRequestHandler):
-    disable_nagle_algorithm = True  # headers and body are separate writes: avoid 40 ms delayed ACKs
-
-    def log_message(self, *arguments):  # quiet
-        pass
-
-
 # Bound before Django is configured: the device grant's verification URI names the port.
-server = make_server("127.0.0.1", args.port, None, server_class=Server, handler_class=Handler)
+server, BASE = loopback_wsgi.bind(args.port)
 PORT = server.server_address[1]
-BASE = f"http://127.0.0.1:{PORT}"
 
 from django.conf import settings  # noqa: E402
 from jwcrypto import jwk, jwt  # noqa: E402

@@ -52,8 +52,8 @@ import threading
 import traceback
 import urllib.parse
 import warnings
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import loopback_wsgi  # beside this file
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--state", required=True)
@@ -70,22 +70,9 @@ os.makedirs(PRIVATE, exist_ok=True)
 os.makedirs(os.path.join(STATE, "templates"), exist_ok=True)
 
 
-class Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class Handler(WSGIRequestHandler):
-    disable_nagle_algorithm = True  # headers and body are separate writes: avoid 40 ms delayed ACKs
-
-    def log_message(self, *arguments):  # quiet
-        pass
-
-
 # Bound before the OP is configured: the issuer names the port.
-httpd = make_server("127.0.0.1", args.port, None, server_class=Server, handler_class=Handler)
+httpd, ISSUER = loopback_wsgi.bind(args.port)
 PORT = httpd.server_address[1]
-ISSUER = f"http://127.0.0.1:{PORT}"
 
 USERS = {"ada": ("lovelace-test", "Ada", "Lovelace"), "grace": ("hopper-test", "Grace", "Hopper")}
 PUBLIC_CLIENT = "authbridge-test"

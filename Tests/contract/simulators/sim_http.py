@@ -21,6 +21,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
+from authbridge_testkit.http_answer import answer
+
 
 def pkce_s256(verifier: str) -> str:
     """The PKCE S256 code challenge of a code verifier (RFC 7636 §4.2)."""
@@ -82,15 +84,7 @@ class Handler(BaseHTTPRequestHandler):
     def send(self, status: int, body: bytes = b"", content_type: str | None = None,
              headers: dict[str, str] | None = None) -> None:
         try:
-            self.send_response(status)
-            if content_type:
-                self.send_header("Content-Type", content_type)
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if body:
-                self.wfile.write(body)
+            answer(self, status, body, [*([("Content-Type", content_type)] if content_type else []), *(headers or {}).items()])
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client went away after its request
 

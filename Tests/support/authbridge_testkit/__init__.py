@@ -23,6 +23,7 @@ Modules:
   glewlwyd    glewlwyd (Debian's package), set up through its admin API in a temporary folder
   idpyoidc_op an OpenID provider of our own on idpyoidc (Tests/support/idpyoidc_server.py)
   tls         a self-signed certificate for https test servers
+  http_answer an answer written on an http.server handler (status, headers, length, body)
   token_gated servers that let in only a token DOT accepts: git's smart HTTP (git http-backend),
               a Kubernetes API server's discovery (https)
 """

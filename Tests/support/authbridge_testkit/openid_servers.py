@@ -20,6 +20,8 @@ from __future__ import annotations
 import socket
 from typing import Any, Protocol
 
+from . import http_answer
+
 USERS = {"ada": "lovelace-test", "grace": "hopper-test"}
 USER, PASSWORD = "ada", USERS["ada"]
 PUBLIC_CLIENT = "authbridge-test"
@@ -127,12 +129,7 @@ class TokenEndpointRecorder:
             def do_POST(self) -> None:  # noqa: N802 - http.server naming
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 status, headers, answer = recorder._relay(body, self.headers)
-                self.send_response(status)
-                for name, value in headers:
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                http_answer.answer(self, status, answer, headers)
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True

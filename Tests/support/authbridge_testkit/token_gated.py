@@ -25,6 +25,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import http_answer
 from .tls import SelfSigned
 
 HTTP_BACKEND = "/usr/lib/git-core/git-http-backend"
@@ -175,12 +176,7 @@ class GitHTTPServer(_Server):
                 status = int(value.strip().split()[0])
             elif name:
                 headers.append((name, value.strip()))
-        handler.send_response(status)
-        for name, value in headers:
-            handler.send_header(name, value)
-        handler.send_header("Content-Length", str(len(payload)))
-        handler.end_headers()
-        handler.wfile.write(payload)
+        http_answer.answer(handler, status, payload, headers)
 
 
 class KubeAPIServer(_Server):
@@ -223,9 +219,4 @@ class KubeAPIServer(_Server):
             status, body = 404, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                                  "message": "the server could not find the requested resource", "reason": "NotFound",
                                  "code": 404}
-        data = json.dumps(body).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(data)))
-        handler.end_headers()
-        handler.wfile.write(data)
+        http_answer.answer_json(handler, status, body)
