@@ -45,6 +45,15 @@ SETUP_LINE = (b'{"jsonrpc":"2.0","id":"setup","method":"requestOAuthTokens",'
               b'"params":{"provider":"bench","flow":"session","sessionId":"bench"}}\n')
 
 
+def status_mb(pid, field):
+    """A memory figure of /proc/PID/status (`VmRSS`, `VmHWM`…), in MB."""
+    with open("/proc/%d/status" % pid) as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise BenchError("no %s for pid %d" % (field, pid))
+
+
 class BenchError(Exception):
     pass
 

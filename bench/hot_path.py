@@ -55,11 +55,7 @@ def warmer(line):
 
 
 def rss_mb(pid):
-    with open("/proc/%d/status" % pid) as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    raise bench.BenchError("no VmRSS for pid %d" % pid)
+    return bench.status_mb(pid, "VmRSS")
 
 
 def p99(values):

@@ -37,11 +37,7 @@ def cpu_seconds(pid):
 
 
 def peak_rss_mb(pid):
-    with open("/proc/%d/status" % pid) as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    raise bench.BenchError("no VmHWM for pid %d" % pid)
+    return bench.status_mb(pid, "VmHWM")
 
 
 def sign_in_starts(proc, count):
