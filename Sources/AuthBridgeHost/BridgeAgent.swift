@@ -90,7 +90,8 @@ public final class BridgeAgent: Sendable {
 
     /// Accepts and serves connections until `stop()`. Then every connection
     /// ends as at end of input — running requests get their grace, then are
-    /// cancelled and answered — and the plugins are shut down.
+    /// cancelled and answered. The plugins are left to the process to shut
+    /// down, after this returns (AuthBridgeLaunch's `HostProcess`).
     public func run() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let started = startThread { [self] in
@@ -105,7 +106,6 @@ public final class BridgeAgent: Sendable {
         let open = state.withLock { Array($0.connections.values) }
         for (connection, _) in open { connection.stopReading() }
         for (_, task) in open { await task.value }
-        await host.shutDown()
     }
 
     deinit {
@@ -118,11 +118,6 @@ public final class BridgeAgent: Sendable {
         guard !stopped.exchange(true, ordering: .acquiringAndReleasing), stopPipe.write >= 0 else { return }
         _ = write(stopPipe.write, "x", 1)
     }
-
-    /// A descriptor that stops the agent when a byte is written to it: what a
-    /// signal handler may do (one `write(2)` is async-signal-safe), so that a
-    /// SIGTERM arriving the moment the agent starts is never lost.
-    public var stopDescriptor: Int32 { stopPipe.write }
 
     // MARK: - Accepting (its own thread)
 

@@ -105,7 +105,8 @@ public final class BridgeHost: Sendable {
         events.deliver("profiles/changed", params)
     }
 
-    /// Shuts the plugins down (after the hooks in flight, within their bound): the process ends.
+    /// Shuts the plugins down (after the hooks in flight, within their bound): step 3 of the
+    /// process's shutdown, which AuthBridgeLaunch's `HostProcess` states and calls.
     public func shutDown() async {
         await runtime.value.engine.shutDownPlugins()
     }

@@ -83,25 +83,9 @@ public final class BridgeServer: ConnectionDelegate {
         self.connection = connection
     }
 
-    /// The stdio bridge: a host of its own, with this one connection.
-    public convenience init(configuration: HostConfiguration, connection: Connection, store: SessionStore, logger: Logger) {
-        self.init(host: BridgeHost(configuration: configuration, store: store, logger: logger), connection: connection)
-    }
-
-    /// Runs the bridge until end of input or `exit`, then shuts the host down
-    /// (stdio: this is its only connection); returns the exit code.
-    public func run() async -> Int32 {
-        let ending = await serve()
-        await host.shutDown()
-        connection.flush()
-        switch ending {
-        case .exit(let code): return code
-        case .endOfInput, .peerGone: return 0
-        }
-    }
-
     /// Serves this connection until its end of input, `exit`, or its peer
-    /// going away; the host goes on (one connection of an agent ends).
+    /// going away; the host goes on (one connection of an agent ends; `serve`'s
+    /// process then shuts the host down: AuthBridgeLaunch's `HostProcess`).
     public func serve() async -> Connection.Ending {
         host.events.attach(self)
         defer { host.events.detach(self) }

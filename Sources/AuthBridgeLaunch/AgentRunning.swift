@@ -2,6 +2,7 @@ import AuthBridgeHost
 import AuthBridgeSystem
 import CAuthBridgeProcess
 import Logging
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -26,28 +27,11 @@ public struct AgentSettings: Sendable, Equatable {
 /// the configuration file again when the file changes, and on SIGHUP (as sshd and nginx do;
 /// `BridgeHost.reloadConfiguration` says what a reload keeps).
 public enum AgentRunning {
-    /// Where the signal handler writes to stop the agent.
-    nonisolated(unsafe) private static var stopFD: Int32 = -1
-
-    /// SIGTERM and SIGINT stop the agent: a plain handler, installed before the agent says it is
-    /// ready (a signal sent as soon as the ready line is read must not be lost).
-    private static func stopOnSignals(_ fd: Int32) {
-        stopFD = fd
-        for number in [SIGTERM, SIGINT] {
-            signal(number) { _ in
-                var byte: UInt8 = 1
-                _ = write(AgentRunning.stopFD, &byte, 1)
-            }
-        }
-    }
-
     /// Runs the agent and exits the process: 0 when stopped, 1 when it could not listen.
     public static func run(_ settings: AgentSettings) async -> Never {
-        // Nothing a plugin prints may reach whoever reads the ready line: fd 1 points at stderr.
-        let readyFD = fcntl(1, F_DUPFD_CLOEXEC, 3)
-        guard readyFD >= 0, dup2(2, 1) >= 0 else { fail("cannot set up stdout") }
-        signal(SIGPIPE, SIG_IGN)
-        let logger = bootstrapLogging(settings.host.logLevel)
+        // Nothing a plugin prints may reach whoever reads the ready line: it goes to the private copy of fd 1.
+        let process = HostProcess.start(logLevel: settings.host.logLevel, failure: "error: cannot set up stdout")
+        let logger = process.logger
         // What a connection held goes back to the system when it ends (issue 26).
         if ab_process_return_freed_blocks() != 0 { logger.warning("cannot set how freed memory is returned (mallopt)") }
 
@@ -70,31 +54,79 @@ public enum AgentRunning {
             }
             listener = bound!.fd
         }
-        let path = bound?.path ?? UnixSocket.boundPath(listener)
 
-        var configuration = settings.host.hostConfiguration(
-            testClock: settings.testClock, browser: settings.openBrowser ? BrowserLauncher() : nil)
-        let store = settings.host.sessionStore(warnings: &configuration.warnings)
-        for warning in configuration.warnings { logger.warning("\(warning)") }
-        configuration.reloadsConfiguration = true
-        let host = BridgeHost(configuration: configuration, store: store, logger: logger)
+        let host = process.makeHost(
+            settings.host, testClock: settings.testClock, openBrowser: settings.openBrowser, reloadsConfiguration: true, logsWarnings: true)
         let agent = BridgeAgent(host: host, listener: listener, logger: logger, policy: .init(allowRoot: settings.allowRoot))
-        stopOnSignals(agent.stopDescriptor)
-        let watcher = watchConfiguration(settings.host, host: host, logger: logger)
-        // SIGHUP reads the file again, as sshd and nginx do; installed before the ready line, as the stop signals are.
+        let service = AgentService(
+            agent: agent, settings: settings.host, host: host, listener: listener, bound: bound, readyFD: process.output, logger: logger)
+        // SIGTERM and SIGINT stop the agent; handled before the ready line (a signal sent as soon
+        // as the ready line is read must not be lost).
+        await process.run(service, host: host, stopSignals: [SIGTERM, SIGINT])
+    }
+
+    private static func fail(_ message: String) -> Never {
+        StandardError.write("error: \(message)")
+        exit(1)
+    }
+}
+
+/// The agent's socket, served until a stop signal: its configuration file watched, and read
+/// again on SIGHUP, as long as it runs.
+private final class AgentService: HostService {
+    private let agent: BridgeAgent
+    private let settings: HostSettings
+    private let host: BridgeHost
+    private let listener: Int32
+    private let bound: AgentSocket.Bound?
+    private let readyFD: Int32
+    private let logger: Logger
+    /// The watcher and the SIGHUP handler, from `start` to `finish`.
+    private let reloading = Mutex<(watcher: ConfigurationWatcher?, hangUp: Interrupt)?>(nil)
+
+    init(
+        agent: BridgeAgent, settings: HostSettings, host: BridgeHost, listener: Int32, bound: AgentSocket.Bound?, readyFD: Int32,
+        logger: Logger
+    ) {
+        self.agent = agent
+        self.settings = settings
+        self.host = host
+        self.listener = listener
+        self.bound = bound
+        self.readyFD = readyFD
+        self.logger = logger
+    }
+
+    /// Watches the configuration, handles SIGHUP (both before the ready line, as the stop
+    /// signals are), then writes the socket's path on the ready line.
+    func start() {
+        let path = bound?.path ?? UnixSocket.boundPath(listener)
+        let watcher = Self.watchConfiguration(settings, host: host, logger: logger)
+        // SIGHUP reads the file again, as sshd and nginx do.
         let hangUp = Interrupt(signals: [SIGHUP]) { watcher?.reloadNow() }
+        reloading.withLock { $0 = (watcher, hangUp) }
         let ready = Array((path + "\n").utf8)
         _ = ready.withUnsafeBytes { write(readyFD, $0.baseAddress, $0.count) }
         close(readyFD)
         logger.debug("agent listening", metadata: ["socket": "\(path)", "pid": "\(getpid())"])
+    }
 
+    func serve() async -> Int32 {
         await agent.run()
-        hangUp.stop()
-        watcher?.stop()
+        return 0
+    }
+
+    func stop() { agent.stop() }
+
+    /// Stops reloading, closes the socket and removes it (and its lock file) if it is still this agent's.
+    func finish() {
+        if let started = reloading.withLock({ $0 }) {
+            started.hangUp.stop()
+            started.watcher?.stop()
+        }
         close(listener)
         bound?.remove()
         logger.debug("agent stopped")
-        exit(0)
     }
 
     /// Watches the configuration file; each change is read and applied before the next one is
@@ -112,10 +144,5 @@ public enum AgentRunning {
         }
         if watcher == nil { logger.warning("cannot watch the configuration file \(path) (inotify); send SIGHUP to read it again") }
         return watcher
-    }
-
-    private static func fail(_ message: String) -> Never {
-        StandardError.write("error: \(message)")
-        exit(1)
     }
 }

@@ -37,7 +37,7 @@ public enum AgentSocket {
     }
 
     /// A socket the agent bound, and what tells it is still the agent's when it ends.
-    public struct Bound {
+    public struct Bound: Sendable {
         public let fd: Int32
         public let path: String
         /// The socket file's identity: removed at the end only if it is still this one.

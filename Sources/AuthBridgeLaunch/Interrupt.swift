@@ -4,9 +4,11 @@ import AuthBridgeSystem
 import Glibc
 #endif
 
-/// Ctrl-C (or, for `serve`, SIGTERM and SIGHUP) runs `action` instead of
-/// killing the process, so the loopback listener closes, plugins' runners
-/// stop and nothing is left half-written.
+/// The processes' one signal path: a signal runs `action` instead of killing the process, so
+/// the loopback listener closes, plugins' runners stop and nothing is left half-written.
+/// `HostProcess` turns the stop signals (`serve`: SIGTERM and SIGHUP; `agent`: SIGTERM and
+/// SIGINT) into its graceful shutdown; the agent's SIGHUP reads the configuration again; the
+/// CLI's Ctrl-C cancels a sign-in.
 ///
 /// A signal handler writes the signal's number to a pipe (write(2) is all a handler may safely
 /// do); a thread of its own reads it and runs `action` there. Not libdispatch's signal sources:

@@ -484,6 +484,18 @@ def test_sigterm_answers_running_requests_closes_every_connection_and_removes_th
     assert third.stop() == 0 and sorted(os.listdir(agent.socket.parent)) == []
 
 
+
+def test_sigint_stops_the_agent_as_sigterm_does(start_agent, plugin_dir):
+    # Ctrl-C on an agent started by hand: the same graceful shutdown (HostProcess), through the
+    # same signal path (Interrupt) — the running request answered, the socket and its lock removed.
+    agent = start_agent([plugin_dir], DEFAULT_PROFILES)
+    client = agent.connect(name="ctrl-c")
+    pending, _ = begin_sign_in(client, "c", flow="external")
+    assert agent.stop(signal.SIGINT) == 0
+    assert client.wait_response(pending)["error"]["code"] == -32800
+    client.wait_closed()
+    assert sorted(os.listdir(agent.socket.parent)) == [], "the socket and its lock file are removed"
+
 # ── The configuration file, read again ────────────────────────────────────────
 
 

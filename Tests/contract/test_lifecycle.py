@@ -2,13 +2,14 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import DEFAULT_PROFILES, HOST_BIN, SPEC_PATH, TIMEOUT, begin_sign_in, error_code, host_command, short, sign_in_session
+from conftest import DEFAULT_PROFILES, HOST_BIN, REPO, SPEC_PATH, TIMEOUT, begin_sign_in, error_code, host_command, short, sign_in_session
 
 
 def test_initialize_reports_server_providers_profiles_and_storage(host):
@@ -329,3 +330,19 @@ def test_rpc_discover_returns_bridge_spec_openrpc_json(host):
         differing = sorted(k for k in set(document) | set(expected) if document.get(k) != expected.get(k))
         raise AssertionError(f"rpc.discover differs from {SPEC_PATH.name} in top-level members {differing} "
                              f"(the embedded copy is stale: `make spec` and rebuild)")
+
+
+def test_signal_handlers_are_installed_only_by_interrupt():
+    # One signal path (issue 28): a handler that does not save errno, or that does more than
+    # write(2), corrupts whatever the signal interrupted. SIG_IGN and SIG_DFL are not handlers.
+    installs = re.compile(r"\bsigaction\(|(?<!func )\bsignal\([^)]*\)\s*\{|\bsignal\(\s*\w+\s*,\s*\{")
+    allowed = {"Sources/AuthBridgeLaunch/Interrupt.swift"}
+    found = sorted(
+        f"{path.relative_to(REPO)}:{number}"
+        for folder in ("Sources", "plugins")
+        for path in (REPO / folder).rglob("*.swift")
+        if str(path.relative_to(REPO)) not in allowed
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if installs.search(line.split("//")[0])
+    )
+    assert found == [], f"signal handlers outside Interrupt: {found}"
