@@ -23,6 +23,8 @@ import PackageDescription
 ///                         │          │
 ///                    authbridge   authbridge-cli          (the host frontends run │ the CLI it hands other commands to)
 ///
+/// authbridge-cli also imports the session, plugin host, RPC, JSON and System modules itself (declared below:
+/// Tests/contract/test_architecture.py holds every target's imports to its declared dependencies).
 /// The vault dlopens libAuthBridgePostgres.so (CAuthBridgePostgres over CLibPQ) for `--vault postgresql`.
 /// AuthBridgeURL depends on nothing; the plugin host, the session, the JWT helper and the SDK use it.
 /// AuthBridgeSystem (threads, ConditionLock, the dlopen'ed helper libraries, POSIX file reading)
@@ -156,7 +158,8 @@ let package = Package(
         .executableTarget(
             name: "authbridge-cli",
             dependencies: [
-                "AuthBridgeLaunch", "AuthBridgeHost", "AuthBridgeURL", "CAuthBridgeProcess",
+                "AuthBridgeLaunch", "AuthBridgeHost", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRPC", "AuthBridgeJSON",
+                "AuthBridgeURL", "AuthBridgeSystem", "CAuthBridgeProcess",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -176,7 +179,7 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "ExtrasBase64", package: "swift-extras-base64"),
             ], exclude: ["exports.map"], linkerSettings: soname("libAuthBridgeJWT.so") + exportsOnly("Sources/AuthBridgeJWT/exports.map")),
-        .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault"], path: "bench/VaultBench"),
+        .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault", "AuthBridgeJSON"], path: "bench/VaultBench"),
 
         .target(
             name: "AuthBridgePluginSDK",
@@ -202,12 +205,18 @@ let package = Package(
                 linkerSettings: soname("libauthbridge-testplugin-swift.so")),
 
             .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"], swiftSettings: testSwiftSettings),
-            .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"], swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC", "AuthBridgeJSON", .product(name: "Logging", package: "swift-log")],
+                swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgePluginABITests", dependencies: ["AuthBridgePluginABI"], swiftSettings: testSwiftSettings),
             // The Swift test kit (temporary folders, files, the test plugins), shared by the test targets.
             .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: testSwiftSettings),
             .testTarget(
-                name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost", "AuthBridgePluginABI", "TestSupport"],
+                name: "AuthBridgePluginHostTests",
+                dependencies: [
+                    "AuthBridgePluginHost", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem", "CAuthBridgeProcess",
+                    "TestSupport", .product(name: "Logging", package: "swift-log"),
+                ],
                 swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"], swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgeURLTests", dependencies: ["AuthBridgeURL"], swiftSettings: testSwiftSettings),
@@ -216,21 +225,32 @@ let package = Package(
                 swiftSettings: testSwiftSettings),
             // The bundled plugins' pure functions (failure mapping, URL rules, license mapping).
             .testTarget(
-                name: "BundledPluginsTests", dependencies: ["SalesforcePlugin", "TableauPlugin", "MarketSharpPlugin"],
+                name: "BundledPluginsTests", dependencies: ["SalesforcePlugin", "TableauPlugin", "MarketSharpPlugin", "AuthBridgePluginSDK"],
                 swiftSettings: testSwiftSettings),
             .testTarget(
                 name: "AuthBridgeSessionTests",
-                dependencies: ["AuthBridgeSession", "AuthBridgeURL", "AuthBridgeSystem", "AuthBridgeCrypto", "TestSupport"],
+                dependencies: [
+                    "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeVault", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
+                    "AuthBridgeCrypto", "TestSupport", .product(name: "Logging", package: "swift-log"),
+                ],
                 swiftSettings: testSwiftSettings),
-            .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "TestSupport"], swiftSettings: testSwiftSettings),
-            .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"], swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "AuthBridgeJSON", "TestSupport"], swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost", "AuthBridgeSession", "AuthBridgeRPC", "AuthBridgeJSON"],
+                swiftSettings: testSwiftSettings),
             // The fast start's command line against the CLI's ArgumentParser declarations.
-            .testTarget(name: "AuthBridgeCLITests", dependencies: ["authbridge-cli", "AuthBridgeLaunch"], swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeCLITests",
+                dependencies: [
+                    "authbridge-cli", "AuthBridgeLaunch", "AuthBridgeSession", "AuthBridgeJSON",
+                    .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                ], swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "TestSupport"], swiftSettings: testSwiftSettings),
             .testTarget(
                 name: "AuthBridgeJWTTests",
                 dependencies: [
-                    "AuthBridgeJWT",
+                    "AuthBridgeJWT", "AuthBridgeJSON",
                     .product(name: "JWTKit", package: "jwt-kit"),
                     .product(name: "CryptoExtras", package: "swift-crypto"),
                 ], swiftSettings: testSwiftSettings),
