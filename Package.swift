@@ -10,6 +10,7 @@ import PackageDescription
 ///            │                         │          │
 ///            │                  AuthBridgeRPC     │       (JSON-RPC 2.0 framing, connection)
 ///            │                         │          │
+///            ├──── AuthBridgeRedaction ──────────┤       (secret hygiene: masking, the known secrets)
 ///            └──────── AuthBridgePluginHost ──────┘       (manifests, loader, host services, plugin runner)
 ///                              │  └── CAuthBridgeProcess  (posix_spawn of the runner, prctl)
 ///                              │
@@ -115,10 +116,13 @@ let package = Package(
                 "AuthBridgeJSON", "AuthBridgeSystem",
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        // Secret hygiene: the patterns that mask what looks like a credential (Redaction) and the exact
+        // values this process holds (KnownSecrets); the plugin host, the session and the host's log use them.
+        .target(name: "AuthBridgeRedaction", dependencies: ["AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL"]),
         .target(
             name: "AuthBridgePluginHost",
             dependencies: [
-                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
+                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem", "AuthBridgeRedaction",
                 // The plugin runner: its channel's framing (RPC), posix_spawn and prctl (Process).
                 "AuthBridgeRPC", "CAuthBridgeProcess",
                 .product(name: "Logging", package: "swift-log"),
@@ -133,14 +137,14 @@ let package = Package(
         .target(
             name: "AuthBridgeSession",
             dependencies: [
-                "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault", "AuthBridgeSystem", "AuthBridgeCrypto",
-                .product(name: "Logging", package: "swift-log"),
+                "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault", "AuthBridgeSystem",
+                "AuthBridgeCrypto", .product(name: "Logging", package: "swift-log"),
             ]),
         .target(
             name: "AuthBridgeHost",
             dependencies: [
-                "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeSystem", "AuthBridgeURL",
-                .product(name: "Logging", package: "swift-log"),
+                "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeJSON", "AuthBridgeSystem",
+                "AuthBridgeURL", .product(name: "Logging", package: "swift-log"),
             ]),
         // Process hardening the executable does first, and the plugin runner's spawn
         // (prctl is variadic, posix_spawn attributes are clumsy in Swift: C).
@@ -208,14 +212,17 @@ let package = Package(
             .testTarget(
                 name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC", "AuthBridgeJSON", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeRedactionTests", dependencies: ["AuthBridgeRedaction", "AuthBridgeJSON", "AuthBridgeURL"],
+                swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgePluginABITests", dependencies: ["AuthBridgePluginABI"], swiftSettings: testSwiftSettings),
             // The Swift test kit (temporary folders, files, the test plugins), shared by the test targets.
             .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: testSwiftSettings),
             .testTarget(
                 name: "AuthBridgePluginHostTests",
                 dependencies: [
-                    "AuthBridgePluginHost", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem", "CAuthBridgeProcess",
-                    "TestSupport", .product(name: "Logging", package: "swift-log"),
+                    "AuthBridgePluginHost", "AuthBridgePluginABI", "AuthBridgeRedaction", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
+                    "CAuthBridgeProcess", "TestSupport", .product(name: "Logging", package: "swift-log"),
                 ],
                 swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"], swiftSettings: testSwiftSettings),
@@ -230,8 +237,8 @@ let package = Package(
             .testTarget(
                 name: "AuthBridgeSessionTests",
                 dependencies: [
-                    "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeVault", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
-                    "AuthBridgeCrypto", "TestSupport", .product(name: "Logging", package: "swift-log"),
+                    "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeVault", "AuthBridgeJSON", "AuthBridgeURL",
+                    "AuthBridgeSystem", "AuthBridgeCrypto", "TestSupport", .product(name: "Logging", package: "swift-log"),
                 ],
                 swiftSettings: testSwiftSettings),
             .testTarget(

@@ -5,6 +5,7 @@
 
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeRedaction
 import AuthBridgeURL
 import Logging
 
