@@ -133,12 +133,17 @@ let package = Package(
         .target(
             name: "SwiftCryptoExports", dependencies: [.product(name: "Crypto", package: "swift-crypto")], exclude: ["exports.map"],
             linkerSettings: soname("libAuthBridgeSwiftCrypto.so") + exportsOnly("Sources/SwiftCryptoExports/exports.map")),
+        // The host's network ends: the HTTP service of plugins and standard steps (over
+        // libAuthBridgeHTTP.so, dlopen'ed) and the browser flow's loopback redirect listener.
+        .target(
+            name: "AuthBridgeNetwork",
+            dependencies: ["AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem", "AuthBridgeCrypto"]),
         .target(name: "AuthBridgeVault", dependencies: ["AuthBridgeJSON", "AuthBridgeSystem", "AuthBridgeCrypto", "AuthBridgeURL"]),
         .target(
             name: "AuthBridgeSession",
             dependencies: [
-                "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault", "AuthBridgeSystem",
-                "AuthBridgeCrypto", .product(name: "Logging", package: "swift-log"),
+                "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeNetwork", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault",
+                "AuthBridgeSystem", "AuthBridgeCrypto", .product(name: "Logging", package: "swift-log"),
             ]),
         .target(
             name: "AuthBridgeHost",
@@ -163,7 +168,7 @@ let package = Package(
             name: "authbridge-cli",
             dependencies: [
                 "AuthBridgeLaunch", "AuthBridgeHost", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRPC", "AuthBridgeJSON",
-                "AuthBridgeURL", "AuthBridgeSystem", "CAuthBridgeProcess",
+                "AuthBridgeURL", "AuthBridgeSystem", "AuthBridgeCrypto", "CAuthBridgeProcess",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -240,6 +245,9 @@ let package = Package(
                     "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeVault", "AuthBridgeJSON", "AuthBridgeURL",
                     "AuthBridgeSystem", "AuthBridgeCrypto", "TestSupport", .product(name: "Logging", package: "swift-log"),
                 ],
+                swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeNetworkTests", dependencies: ["AuthBridgeNetwork", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeSystem"],
                 swiftSettings: testSwiftSettings),
             .testTarget(
                 name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "AuthBridgeJSON", "TestSupport"], swiftSettings: testSwiftSettings),

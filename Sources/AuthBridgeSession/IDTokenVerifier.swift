@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgeNetwork
 import AuthBridgePluginHost
 import AuthBridgeSystem
 import Synchronization

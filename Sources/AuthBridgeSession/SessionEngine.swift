@@ -4,6 +4,7 @@
 // and the license policy in LicensePolicy.swift.
 
 import AuthBridgeJSON
+import AuthBridgeNetwork
 import AuthBridgePluginHost
 import AuthBridgeRedaction
 import AuthBridgeURL

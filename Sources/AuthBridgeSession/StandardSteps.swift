@@ -1,4 +1,6 @@
+import AuthBridgeCrypto
 import AuthBridgeJSON
+import AuthBridgeNetwork
 import AuthBridgePluginHost
 import AuthBridgeRedaction
 import AuthBridgeURL
