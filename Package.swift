@@ -15,6 +15,7 @@ import PackageDescription
 ///                              │  └── CAuthBridgeProcess  (posix_spawn of the runner, prctl)
 ///                              │
 ///                      AuthBridgeSession ── AuthBridgeVault  (profiles, sessions, flows │ token storage)
+///                              ├── AuthBridgeNetwork      (the HTTP service: libAuthBridgeHTTP.so, dlopen'ed; the loopback listener)
 ///                              └──────┬──────────┘
 ///                              AuthBridgeCrypto  (hashes, AES-GCM, HKDF: libAuthBridgeSwiftCrypto.so, dlopen'ed)
 ///                              │
@@ -24,7 +25,7 @@ import PackageDescription
 ///                         │          │
 ///                    authbridge   authbridge-cli          (the host frontends run │ the CLI it hands other commands to)
 ///
-/// authbridge-cli also imports the session, plugin host, RPC, JSON and System modules itself (declared below:
+/// authbridge-cli also imports the session, plugin host, RPC, JSON, Crypto and System modules itself (declared below:
 /// Tests/contract/test_architecture.py holds every target's imports to its declared dependencies).
 /// The vault dlopens libAuthBridgePostgres.so (CAuthBridgePostgres over CLibPQ) for `--vault postgresql`.
 /// AuthBridgeURL depends on nothing; the plugin host, the session, the JWT helper and the SDK use it.
