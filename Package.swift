@@ -10,10 +10,12 @@ import PackageDescription
 ///            │                         │          │
 ///            │                  AuthBridgeRPC     │       (JSON-RPC 2.0 framing, connection)
 ///            │                         │          │
+///            ├──── AuthBridgeRedaction ──────────┤       (secret hygiene: masking, the known secrets)
 ///            └──────── AuthBridgePluginHost ──────┘       (manifests, loader, host services, plugin runner)
 ///                              │  └── CAuthBridgeProcess  (posix_spawn of the runner, prctl)
 ///                              │
 ///                      AuthBridgeSession ── AuthBridgeVault  (profiles, sessions, flows │ token storage)
+///                              ├── AuthBridgeNetwork      (the HTTP service: libAuthBridgeHTTP.so, dlopen'ed; the loopback listener)
 ///                              └──────┬──────────┘
 ///                              AuthBridgeCrypto  (hashes, AES-GCM, HKDF: libAuthBridgeSwiftCrypto.so, dlopen'ed)
 ///                              │
@@ -23,6 +25,8 @@ import PackageDescription
 ///                         │          │
 ///                    authbridge   authbridge-cli          (the host frontends run │ the CLI it hands other commands to)
 ///
+/// authbridge-cli also imports the session, plugin host, RPC, JSON, Crypto and System modules itself (declared below:
+/// Tests/contract/test_architecture.py holds every target's imports to its declared dependencies).
 /// The vault dlopens libAuthBridgePostgres.so (CAuthBridgePostgres over CLibPQ) for `--vault postgresql`.
 /// AuthBridgeURL depends on nothing; the plugin host, the session, the JWT helper and the SDK use it.
 /// AuthBridgeSystem (threads, ConditionLock, the dlopen'ed helper libraries, POSIX file reading)
@@ -113,10 +117,13 @@ let package = Package(
                 "AuthBridgeJSON", "AuthBridgeSystem",
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        // Secret hygiene: the patterns that mask what looks like a credential (Redaction) and the exact
+        // values this process holds (KnownSecrets); the plugin host, the session and the host's log use them.
+        .target(name: "AuthBridgeRedaction", dependencies: ["AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL"]),
         .target(
             name: "AuthBridgePluginHost",
             dependencies: [
-                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
+                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem", "AuthBridgeRedaction",
                 // The plugin runner: its channel's framing (RPC), posix_spawn and prctl (Process).
                 "AuthBridgeRPC", "CAuthBridgeProcess",
                 .product(name: "Logging", package: "swift-log"),
@@ -127,18 +134,23 @@ let package = Package(
         .target(
             name: "SwiftCryptoExports", dependencies: [.product(name: "Crypto", package: "swift-crypto")], exclude: ["exports.map"],
             linkerSettings: soname("libAuthBridgeSwiftCrypto.so") + exportsOnly("Sources/SwiftCryptoExports/exports.map")),
+        // The host's network ends: the HTTP service of plugins and standard steps (over
+        // libAuthBridgeHTTP.so, dlopen'ed) and the browser flow's loopback redirect listener.
+        .target(
+            name: "AuthBridgeNetwork",
+            dependencies: ["AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem", "AuthBridgeCrypto"]),
         .target(name: "AuthBridgeVault", dependencies: ["AuthBridgeJSON", "AuthBridgeSystem", "AuthBridgeCrypto", "AuthBridgeURL"]),
         .target(
             name: "AuthBridgeSession",
             dependencies: [
-                "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault", "AuthBridgeSystem", "AuthBridgeCrypto",
-                .product(name: "Logging", package: "swift-log"),
+                "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeNetwork", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault",
+                "AuthBridgeSystem", "AuthBridgeCrypto", .product(name: "Logging", package: "swift-log"),
             ]),
         .target(
             name: "AuthBridgeHost",
             dependencies: [
-                "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON", "AuthBridgeSystem", "AuthBridgeURL",
-                .product(name: "Logging", package: "swift-log"),
+                "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeJSON", "AuthBridgeSystem",
+                "AuthBridgeURL", .product(name: "Logging", package: "swift-log"),
             ]),
         // Process hardening the executable does first, and the plugin runner's spawn
         // (prctl is variadic, posix_spawn attributes are clumsy in Swift: C).
@@ -156,7 +168,8 @@ let package = Package(
         .executableTarget(
             name: "authbridge-cli",
             dependencies: [
-                "AuthBridgeLaunch", "AuthBridgeHost", "AuthBridgeURL", "CAuthBridgeProcess",
+                "AuthBridgeLaunch", "AuthBridgeHost", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRPC", "AuthBridgeJSON",
+                "AuthBridgeURL", "AuthBridgeSystem", "AuthBridgeCrypto", "CAuthBridgeProcess",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -176,7 +189,7 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "ExtrasBase64", package: "swift-extras-base64"),
             ], exclude: ["exports.map"], linkerSettings: soname("libAuthBridgeJWT.so") + exportsOnly("Sources/AuthBridgeJWT/exports.map")),
-        .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault"], path: "bench/VaultBench"),
+        .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault", "AuthBridgeJSON"], path: "bench/VaultBench"),
 
         .target(
             name: "AuthBridgePluginSDK",
@@ -202,12 +215,21 @@ let package = Package(
                 linkerSettings: soname("libauthbridge-testplugin-swift.so")),
 
             .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"], swiftSettings: testSwiftSettings),
-            .testTarget(name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC"], swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC", "AuthBridgeJSON", .product(name: "Logging", package: "swift-log")],
+                swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeRedactionTests", dependencies: ["AuthBridgeRedaction", "AuthBridgeJSON", "AuthBridgeURL"],
+                swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgePluginABITests", dependencies: ["AuthBridgePluginABI"], swiftSettings: testSwiftSettings),
             // The Swift test kit (temporary folders, files, the test plugins), shared by the test targets.
             .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: testSwiftSettings),
             .testTarget(
-                name: "AuthBridgePluginHostTests", dependencies: ["AuthBridgePluginHost", "AuthBridgePluginABI", "TestSupport"],
+                name: "AuthBridgePluginHostTests",
+                dependencies: [
+                    "AuthBridgePluginHost", "AuthBridgePluginABI", "AuthBridgeRedaction", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
+                    "CAuthBridgeProcess", "TestSupport", .product(name: "Logging", package: "swift-log"),
+                ],
                 swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"], swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgeURLTests", dependencies: ["AuthBridgeURL"], swiftSettings: testSwiftSettings),
@@ -216,21 +238,35 @@ let package = Package(
                 swiftSettings: testSwiftSettings),
             // The bundled plugins' pure functions (failure mapping, URL rules, license mapping).
             .testTarget(
-                name: "BundledPluginsTests", dependencies: ["SalesforcePlugin", "TableauPlugin", "MarketSharpPlugin"],
+                name: "BundledPluginsTests", dependencies: ["SalesforcePlugin", "TableauPlugin", "MarketSharpPlugin", "AuthBridgePluginSDK"],
                 swiftSettings: testSwiftSettings),
             .testTarget(
                 name: "AuthBridgeSessionTests",
-                dependencies: ["AuthBridgeSession", "AuthBridgeURL", "AuthBridgeSystem", "AuthBridgeCrypto", "TestSupport"],
+                dependencies: [
+                    "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeVault", "AuthBridgeJSON", "AuthBridgeURL",
+                    "AuthBridgeSystem", "AuthBridgeCrypto", "TestSupport", .product(name: "Logging", package: "swift-log"),
+                ],
                 swiftSettings: testSwiftSettings),
-            .testTarget(name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "TestSupport"], swiftSettings: testSwiftSettings),
-            .testTarget(name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost"], swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeNetworkTests", dependencies: ["AuthBridgeNetwork", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeSystem"],
+                swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "AuthBridgeJSON", "TestSupport"], swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost", "AuthBridgeSession", "AuthBridgeRPC", "AuthBridgeJSON"],
+                swiftSettings: testSwiftSettings),
             // The fast start's command line against the CLI's ArgumentParser declarations.
-            .testTarget(name: "AuthBridgeCLITests", dependencies: ["authbridge-cli", "AuthBridgeLaunch"], swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeCLITests",
+                dependencies: [
+                    "authbridge-cli", "AuthBridgeLaunch", "AuthBridgeSession", "AuthBridgeJSON",
+                    .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                ], swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "TestSupport"], swiftSettings: testSwiftSettings),
             .testTarget(
                 name: "AuthBridgeJWTTests",
                 dependencies: [
-                    "AuthBridgeJWT",
+                    "AuthBridgeJWT", "AuthBridgeJSON",
                     .product(name: "JWTKit", package: "jwt-kit"),
                     .product(name: "CryptoExtras", package: "swift-crypto"),
                 ], swiftSettings: testSwiftSettings),

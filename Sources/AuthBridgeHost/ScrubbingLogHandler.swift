@@ -1,4 +1,5 @@
 import AuthBridgePluginHost
+import AuthBridgeRedaction
 import Logging
 
 /// A log handler that masks every secret the process knows (`KnownSecrets`)

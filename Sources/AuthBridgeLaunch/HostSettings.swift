@@ -2,6 +2,7 @@ import AuthBridgeHost
 import AuthBridgeJSON
 import AuthBridgePluginHost
 import AuthBridgeSession
+import AuthBridgeSystem
 import AuthBridgeURL
 import AuthBridgeVault
 import Logging
@@ -82,7 +83,7 @@ public struct HostSettings: Sendable, Equatable {
             warnings.append("no home or XDG data folder for the vault: sessions are kept in memory only")
             return .inMemory()
         }
-        let keyring = Keyring(libraryPaths: Installation.helperLibraryCandidates("libAuthBridgeKeyring.so"))
+        let keyring = Keyring(libraryPaths: HelperLibraryLocation.candidates("libAuthBridgeKeyring.so"))
         if vault == "secret-service" {
             return SessionStore(vault: SecretServiceVault(keyring: keyring, lockFolder: folder + "/locks"))
         }
@@ -121,7 +122,7 @@ public struct HostSettings: Sendable, Equatable {
         } else {
             keySource = .unavailable("The PostgreSQL vault needs its key: AUTHBRIDGE_VAULT_KEY, or --vault-key-file FILE.")
         }
-        return PostgresVault(url: url, keySource: keySource, libraryPaths: Installation.helperLibraryCandidates("libAuthBridgePostgres.so"))
+        return PostgresVault(url: url, keySource: keySource, libraryPaths: HelperLibraryLocation.candidates("libAuthBridgePostgres.so"))
     }
 
     /// Whether a connection string carries a password (postgresql://user:secret@… or password=…).

@@ -17,15 +17,12 @@ import Darwin
 ///     PREFIX/lib/authbridge/libAuthBridgeHTTP.so
 ///
 /// In a SwiftPM build folder the libraries and authbridge-cli sit next to the executable.
+///
+/// The executable's folder, the library folder and the helper libraries' paths are
+/// `HelperLibraryLocation`'s (`AuthBridgeSystem`); this adds the plugins' and the user's folders.
 public enum Installation {
-    /// The folder holding the running executable (from /proc/self/exe).
-    public static var executableFolder: String { HelperLibraryLocation.executableFolder }
-
-    /// `PREFIX/lib/authbridge` for an installed tree.
-    public static var libraryFolder: String { HelperLibraryLocation.libraryFolder }
-
     /// The folder of the plugins that came with this host (see `bundledPluginsFolder(executableFolder:)`).
-    public static var bundledPluginsFolder: String { bundledPluginsFolder(executableFolder: executableFolder) }
+    public static var bundledPluginsFolder: String { bundledPluginsFolder(executableFolder: HelperLibraryLocation.executableFolder) }
 
     /// The bundled plugins of the executable in `folder`: `PREFIX/lib/authbridge/plugins` when it runs
     /// from an install tree (`PREFIX/bin`: the host; `PREFIX/lib/authbridge`: authbridge-cli and the
@@ -33,7 +30,7 @@ public enum Installation {
     /// the other, never both: a `bin/plugins` in an install tree is no folder AuthBridge installs.
     static func bundledPluginsFolder(executableFolder folder: String) -> String {
         if folder.hasSuffix("/lib/authbridge") { return folder + "/plugins" }
-        if folder.hasSuffix("/bin") { return parent(of: folder) + "/lib/authbridge/plugins" }
+        if folder.hasSuffix("/bin") { return HelperLibraryLocation.parent(of: folder) + "/lib/authbridge/plugins" }
         return folder + "/plugins"
     }
 
@@ -49,14 +46,9 @@ public enum Installation {
         [PluginFolder(bundledPluginsFolder, origin: .installTree)] + (userDataFolder.map { [PluginFolder($0 + "/plugins", origin: .user)] } ?? [])
     }
 
-    /// Candidate paths of a helper library shipped with the host.
-    public static func helperLibraryCandidates(_ file: String) -> [String] { HelperLibraryLocation.candidates(file) }
-
     static func xdg(_ variable: String, fallback: String) -> String? {
         if let value = getenv(variable).map({ String(cString: $0) }), value.hasPrefix("/") { return value }
         guard let home = getenv("HOME").map({ String(cString: $0) }), !home.isEmpty else { return nil }
         return home + "/" + fallback
     }
-
-    static func parent(of path: String) -> String { HelperLibraryLocation.parent(of: path) }
 }

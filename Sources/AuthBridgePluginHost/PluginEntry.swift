@@ -1,4 +1,5 @@
 import AuthBridgePluginABI
+import AuthBridgeRedaction
 import CAuthBridgePlugin
 
 #if canImport(Glibc)

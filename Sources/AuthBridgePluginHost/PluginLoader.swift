@@ -234,7 +234,7 @@ public struct PluginLoader: Sendable {
         }
         let real = try resolveInside(folder + "/" + manifest.library, folder: folder, what: "library")
         // A library in a subfolder: the folders between are checked too.
-        let libraryFolder = Installation.parent(of: real)
+        let libraryFolder = HelperLibraryLocation.parent(of: real)
         if libraryFolder != folder { try FileSecurity.checkAncestors(libraryFolder) }
         let (fd, info) = try FileSecurity.openVetted(real, what: "library")
         do throws(PluginLoadError) {

@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgeNetwork
 import AuthBridgePluginHost
 import AuthBridgeSystem
 import Synchronization
@@ -23,7 +24,7 @@ public final class IDTokenVerifier: Sendable {
     public static let defaultClockSkewSeconds: Int64 = 60
 
     private let library = HelperLibrary<VerifyFunction>(
-        "The ID-token verifier (libAuthBridgeJWT.so)", candidates: Installation.helperLibraryCandidates("libAuthBridgeJWT.so")
+        "The ID-token verifier (libAuthBridgeJWT.so)", candidates: HelperLibraryLocation.candidates("libAuthBridgeJWT.so")
     ) { symbols in
         symbols.function("authbridge_jwt_verify_v1", as: Verify.self).map(VerifyFunction.init(verify:))
     }

@@ -1,5 +1,5 @@
 import AuthBridgeCrypto
-import AuthBridgePluginHost
+import AuthBridgeRedaction
 import AuthBridgeURL
 
 /// Proof Key for Code Exchange (RFC 7636), S256 only: a fresh verifier for

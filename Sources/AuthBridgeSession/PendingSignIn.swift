@@ -1,3 +1,4 @@
+import AuthBridgeCrypto
 import AuthBridgeURL
 import Synchronization
 

@@ -4,6 +4,7 @@
 import AuthBridgeCrypto
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeRedaction
 import AuthBridgeURL
 
 extension SessionEngine {

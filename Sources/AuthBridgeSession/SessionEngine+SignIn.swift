@@ -2,7 +2,9 @@
 // completeSignIn, and identifying whose tokens a sign-in returned.
 
 import AuthBridgeJSON
+import AuthBridgeNetwork
 import AuthBridgePluginHost
+import AuthBridgeRedaction
 import AuthBridgeURL
 
 extension SessionEngine {
@@ -53,9 +55,8 @@ extension SessionEngine {
             }
             let listener: LoopbackListener
             do { listener = try LoopbackListener(port: UInt16(port), path: path) } catch {
-                var named = error
-                named.provider = profile // bridge-spec §7: every provider error names its profile
-                throw named
+                // bridge-spec §7: every provider error names its profile
+                throw SessionError(.providerUnavailable, error.message, provider: profile, reason: "listener")
             }
             defer { listener.close() }
             do {

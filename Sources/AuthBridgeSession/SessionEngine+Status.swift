@@ -3,6 +3,7 @@
 
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeRedaction
 import AuthBridgeURL
 
 extension SessionEngine {

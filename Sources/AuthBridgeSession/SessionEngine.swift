@@ -4,7 +4,9 @@
 // and the license policy in LicensePolicy.swift.
 
 import AuthBridgeJSON
+import AuthBridgeNetwork
 import AuthBridgePluginHost
+import AuthBridgeRedaction
 import AuthBridgeURL
 import Logging
 

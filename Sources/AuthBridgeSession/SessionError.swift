@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeRedaction
 
 /// Why a session operation failed, in terms the bridge maps to its stable
 /// error codes (bridge-spec, "Error codes"). The message is for people and

@@ -1,5 +1,8 @@
+import AuthBridgeCrypto
 import AuthBridgeJSON
+import AuthBridgeNetwork
 import AuthBridgePluginHost
+import AuthBridgeRedaction
 import AuthBridgeURL
 
 /// The host's standard OAuth 2.0 behaviour for each hook: what runs when a

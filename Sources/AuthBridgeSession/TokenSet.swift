@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeRedaction
 import AuthBridgeURL
 
 /// The credentials of one signed-in session, as plugins exchange them

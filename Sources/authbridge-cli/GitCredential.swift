@@ -1,4 +1,5 @@
 import ArgumentParser
+import AuthBridgeCrypto
 import AuthBridgeHost
 import AuthBridgeJSON
 import AuthBridgeLaunch

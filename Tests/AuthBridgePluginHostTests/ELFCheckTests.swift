@@ -1,5 +1,6 @@
 @testable import AuthBridgePluginHost
 import AuthBridgePluginABI
+import AuthBridgeSystem
 import TestSupport
 import Testing
 
@@ -259,7 +260,7 @@ struct ELFContentsTests {
 /// The bundled plugins and test plugins as `make build` leaves them (next to the test binary).
 func builtLibrary(_ name: String) -> String? {
     [
-        Installation.executableFolder + "/" + name, Installation.executableFolder + "/plugins/" + name,
+        HelperLibraryLocation.executableFolder + "/" + name, HelperLibraryLocation.executableFolder + "/plugins/" + name,
         repositoryRoot() + "/.build/debug/" + name,
     ]
     .first { access($0, R_OK) == 0 }

@@ -1,4 +1,5 @@
 @testable import AuthBridgePluginHost
+import AuthBridgeSystem
 import Testing
 
 /// The only test that moves the process-wide clock: by a few seconds, which
@@ -16,11 +17,11 @@ struct HostClockTests {
     }
 
     @Test func parentFolders() {
-        #expect(Installation.parent(of: "/opt/authbridge/bin/authbridge") == "/opt/authbridge/bin")
-        #expect(Installation.parent(of: "/authbridge") == "/")
-        #expect(Installation.parent(of: "authbridge") == ".")
-        #expect(Installation.executableFolder.hasPrefix("/"))
-        #expect(Installation.helperLibraryCandidates("libX.so").last == Installation.executableFolder + "/libX.so")
+        #expect(HelperLibraryLocation.parent(of: "/opt/authbridge/bin/authbridge") == "/opt/authbridge/bin")
+        #expect(HelperLibraryLocation.parent(of: "/authbridge") == "/")
+        #expect(HelperLibraryLocation.parent(of: "authbridge") == ".")
+        #expect(HelperLibraryLocation.executableFolder.hasPrefix("/"))
+        #expect(HelperLibraryLocation.candidates("libX.so").last == HelperLibraryLocation.executableFolder + "/libX.so")
     }
 
     /// One bundled plugins folder, where the layout puts it: an install tree's `bin/plugins` is not
@@ -32,7 +33,7 @@ struct HostClockTests {
         #expect(Installation.bundledPluginsFolder(executableFolder: "/src/.build/debug") == "/src/.build/debug/plugins")
         // The tests run from a build folder: its plugins/, then the user's; nothing else.
         let folders = Installation.defaultPluginFolders()
-        #expect(folders.first == PluginFolder(Installation.executableFolder + "/plugins", origin: .installTree))
+        #expect(folders.first == PluginFolder(HelperLibraryLocation.executableFolder + "/plugins", origin: .installTree))
         #expect(folders.filter { $0.origin == .installTree }.count == 1)
     }
 }

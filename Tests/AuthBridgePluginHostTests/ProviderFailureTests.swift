@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 @testable import AuthBridgePluginHost
+import AuthBridgeRedaction
 import Testing
 
 @Suite("Provider failures")

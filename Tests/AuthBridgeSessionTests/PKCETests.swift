@@ -34,14 +34,4 @@ struct PKCETests {
         #expect(Set(tokens).count == 8)
         #expect(tokens.allSatisfy { $0.count == 22 && $0.allSatisfy(Self.unreserved.contains) })
     }
-
-    @Test func constantTimeComparison() {
-        #expect(constantTimeEquals("state-123", "state-123"))
-        #expect(constantTimeEquals("", ""))
-        #expect(!constantTimeEquals("state-123", "state-124"))
-        #expect(!constantTimeEquals("abc", "abc\u{0}"))
-        #expect(!constantTimeEquals("abc", "ab"))
-        #expect(!constantTimeEquals("", "a"))
-        #expect(!constantTimeEquals("é", "e\u{301}"))
-    }
 }

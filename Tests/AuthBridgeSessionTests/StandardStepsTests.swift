@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeRedaction
 @testable import AuthBridgeSession
 import AuthBridgeURL
 import Testing

@@ -1,6 +1,6 @@
 /*
  * authbridge_http.h — the host's HTTP transport (libAuthBridgeHTTP.so), dlopen'ed by the host
- * (Sources/AuthBridgeSession/HTTPClient.swift) on its first request.
+ * (Sources/AuthBridgeNetwork/HTTPClient.swift) on its first request.
  *
  * Request (JSON):  {"method","url","headers":{name: value},"body"?: string,"timeoutMs"?: int}
  * Answer (JSON):   {"status": int,"headers":{lower-case name: value},"body": string}

@@ -1,5 +1,5 @@
 import AuthBridgeJSON
-@testable import AuthBridgePluginHost
+@testable import AuthBridgeRedaction
 import AuthBridgeURL
 import Testing
 

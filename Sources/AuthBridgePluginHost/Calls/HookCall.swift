@@ -1,5 +1,6 @@
 @_exported import AuthBridgePluginABI
 import AuthBridgeJSON
+import AuthBridgeRedaction
 import CAuthBridgePlugin
 import Logging
 import Synchronization

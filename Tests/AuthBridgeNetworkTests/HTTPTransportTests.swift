@@ -1,6 +1,6 @@
 import AuthBridgeJSON
-import AuthBridgePluginHost
-@testable import AuthBridgeSession
+@testable import AuthBridgeNetwork
+import AuthBridgePluginABI
 import Foundation
 import Testing
 

@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgeRPC
+import AuthBridgeRedaction
 
 // What the host and a plugin's runner (`authbridge plugin-runner`) say to each other: JSON-RPC 2.0
 // shapes, one compact JSON text per line, requests both ways (the host asks for `load` and `hook`,

@@ -65,7 +65,7 @@ public enum FileSecurity {
                     fix: "chmod go-w \(shellQuoted(folder))")
             }
             if folder == "/" { return }
-            folder = Installation.parent(of: folder)
+            folder = HelperLibraryLocation.parent(of: folder)
         }
     }
 

@@ -1,5 +1,5 @@
 import AuthBridgeJSON
-import AuthBridgePluginHost
+import AuthBridgePluginABI
 import AuthBridgeSystem
 import AuthBridgeURL
 import Synchronization
@@ -27,7 +27,7 @@ public final class HTTPClient: Sendable {
 
     private let transport = HelperLibrary<TransportLibrary>(
         "The HTTP transport library (libAuthBridgeHTTP.so)",
-        candidates: Installation.helperLibraryCandidates("libAuthBridgeHTTP.so")
+        candidates: HelperLibraryLocation.candidates("libAuthBridgeHTTP.so")
     ) { symbols in
         guard let perform = symbols.function("authbridge_http_perform_v1", as: TransportLibrary.Perform.self),
             let cancel = symbols.function("authbridge_http_cancel_v1", as: TransportLibrary.Handle.self),
@@ -38,10 +38,11 @@ public final class HTTPClient: Sendable {
 
     public init() {}
 
-    /// Performs one request; blocks the calling thread (use from hook threads).
-    public func perform(_ request: JSON, call: HookCall?) -> Result<JSON, ProviderFailure> {
+    /// Performs one request; blocks the calling thread (use from hook threads). `onCancel` is
+    /// handed what cancels the request (a hook call registers it: `perform(_:call:)` in the session).
+    public func perform(_ request: JSON, onCancel: (@escaping @Sendable () -> Void) -> Void) -> Result<JSON, ProviderFailure> {
         let answer = Handoff<Result<JSON, ProviderFailure>>()
-        start(request, onCancelRegistration: { cancel in call?.onCancel(cancel) }) { result in answer.put(result) }
+        start(request, onCancelRegistration: onCancel) { result in answer.put(result) }
         return answer.take()
     }
 

@@ -1,5 +1,6 @@
 import AuthBridgePluginABI
 import AuthBridgeJSON
+import AuthBridgeRedaction
 import AuthBridgeURL
 import CAuthBridgePlugin
 import Logging

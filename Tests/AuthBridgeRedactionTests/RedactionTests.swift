@@ -1,4 +1,4 @@
-import AuthBridgePluginHost
+import AuthBridgeRedaction
 import Testing
 
 @Suite("Redaction")

@@ -1,3 +1,4 @@
+import AuthBridgeCrypto
 import AuthBridgeSystem
 import AuthBridgeURL
 import Synchronization
@@ -29,9 +30,15 @@ import Musl
 /// Threading: one thread of its own serves every connection (non-blocking
 /// sockets, one `poll`); `close` may be called from anywhere (cancellation,
 /// timeout), wakes it through a pipe and returns once the port is closed.
-final class LoopbackListener: Sendable {
-    let port: UInt16
-    let path: String
+public final class LoopbackListener: Sendable {
+    /// Why the listener could not be opened (the session reports it as `providerUnavailable`, reason `listener`).
+    public struct Failure: Error {
+        public let message: String
+        init(_ message: String) { self.message = message }
+    }
+
+    public let port: UInt16
+    public let path: String
     private let socket: Int32
     private let stopPipe: (read: Int32, write: Int32)
     /// Whether `awaitCallback` started serving, and whether `close` closed the socket.
@@ -50,9 +57,9 @@ final class LoopbackListener: Sendable {
 
     /// Binds 127.0.0.1 on `port` (0: an ephemeral one, RFC 8252's choice;
     /// a fixed one only for providers that match redirect URIs exactly).
-    init(port requested: UInt16 = 0, path: String = "/callback") throws(SessionError) {
+    public init(port requested: UInt16 = 0, path: String = "/callback") throws(Failure) {
         let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { throw SessionError(.providerUnavailable, "Cannot open the loopback listener.", reason: "listener") }
+        guard fd >= 0 else { throw Failure("Cannot open the loopback listener.") }
         // A pinned port is reused by every sign-in, and the connection the last one served sits in
         // TIME-WAIT on it for a minute. SO_REUSEADDR lets the new listener bind over that; Linux still
         // refuses a second listener on a port someone listens on (that takes SO_REUSEPORT, by the same user).
@@ -71,7 +78,7 @@ final class LoopbackListener: Sendable {
                 ? "port \(requested) is in use by another program (loopbackPort pins it: free it, or pin and register another)"
                 : String(cString: strerror(errno))
             Glibc.close(fd)
-            throw SessionError(.providerUnavailable, "Cannot listen on 127.0.0.1 for the sign-in redirect: \(reason).", reason: "listener")
+            throw Failure("Cannot listen on 127.0.0.1 for the sign-in redirect: \(reason).")
         }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) {
@@ -80,7 +87,7 @@ final class LoopbackListener: Sendable {
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else {
             Glibc.close(fd)
-            throw SessionError(.providerUnavailable, "Cannot open the loopback listener.", reason: "listener")
+            throw Failure("Cannot open the loopback listener.")
         }
         for descriptor in fds { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
         socket = fd
@@ -96,11 +103,11 @@ final class LoopbackListener: Sendable {
     }
 
     /// The redirect URI to register for this attempt (on the IP literal).
-    var redirectURI: String { "http://127.0.0.1:\(port)\(path)" }
+    public var redirectURI: String { "http://127.0.0.1:\(port)\(path)" }
 
     /// Serves until a request on `path` carries `state`; returns its full URL,
     /// or nil once `close` was called (or when called a second time).
-    func awaitCallback(state: String) async -> String? {
+    public func awaitCallback(state: String) async -> String? {
         let start = lifecycle.withLock { current -> Bool in
             guard !current.closed, !current.serving else { return false }
             current.serving = true
@@ -119,7 +126,7 @@ final class LoopbackListener: Sendable {
     /// Stops the listener (idempotent): a pending `awaitCallback` returns nil,
     /// and the port is closed when this returns (a connection attempt made
     /// afterwards is refused).
-    func close() {
+    public func close() {
         answerBrowser(signedIn: nil, message: nil)
         lifecycle.withLock { current in
             guard !current.closed else { return }
@@ -135,7 +142,7 @@ final class LoopbackListener: Sendable {
 
     /// Tells the browser how the sign-in ended (nil: unknown) and closes its
     /// connection; later calls do nothing.
-    func answerBrowser(signedIn: Bool?, message: String?) {
+    public func answerBrowser(signedIn: Bool?, message: String?) {
         guard
             let client = heldClient.withLock({ held -> Int32? in
                 defer { held = nil }

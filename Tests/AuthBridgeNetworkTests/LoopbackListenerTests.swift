@@ -1,4 +1,4 @@
-@testable import AuthBridgeSession
+@testable import AuthBridgeNetwork
 import AuthBridgeSystem
 import Synchronization
 import Testing
@@ -76,7 +76,7 @@ struct LoopbackListenerTests {
         defer { second.close() }
         #expect(second.port == port)
         // Still one listener per port: a third one on a port in use is refused.
-        #expect(throws: SessionError.self) { try LoopbackListener(port: port) }
+        #expect(throws: LoopbackListener.Failure.self) { try LoopbackListener(port: port) }
     }
 
     /// The answer comes after the whole head (before, after its first line: the rest arrived

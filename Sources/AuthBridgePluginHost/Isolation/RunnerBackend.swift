@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgeRPC
+import AuthBridgeRedaction
 import AuthBridgeSystem
 import Logging
 import Synchronization
