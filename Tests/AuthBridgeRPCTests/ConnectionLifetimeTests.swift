@@ -105,6 +105,10 @@ struct ConnectionLifetimeTests {
             #expect(await served.ask(#"{"jsonrpc":"2.0","id":1,"method":"echo","params":{"round":\#(round)}}"#).contains(#""round":\#(round)"#))
             #expect(await served.end() == .endOfInput)
         }
+        // The reader thread holds its connection until its loop returns, a moment after the
+        // connection has ended: wait for that (bounded). A cycle would hold it for good.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while lastConnection != nil, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
         #expect(lastConnection == nil, "a connection whose server holds it is freed once closed")
     }
 

@@ -304,7 +304,8 @@ def test_a_cancel_whose_id_is_a_fraction_cancels_nothing(host):
     # 1e-999 is a fraction, though a double reads it as 0: it must not cancel request 0.
     host.send_line(b'{"jsonrpc":"2.0","id":0,"method":"requestOAuthTokens","params":{"provider":"c","flow":"session","sessionId":"slow"}}')
     frames = answered_next(host, lambda: host.send_line(b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1e-999}}'))
-    assert frames == [], frames
+    # Request 0's own progress may arrive meanwhile (a notification); no answer may.
+    assert [f for f in frames if "id" in f] == [], frames
     host.send_line(b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":0.0}}')
     assert host.wait_response(0)["error"]["code"] == -32800
 
