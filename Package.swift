@@ -224,6 +224,16 @@ let package = Package(
             .testTarget(name: "AuthBridgePluginABITests", dependencies: ["AuthBridgePluginABI"], swiftSettings: testSwiftSettings),
             // The Swift test kit (temporary folders, files, the test plugins), shared by the test targets.
             .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: testSwiftSettings),
+            // A bridge served in-process over a socketpair (memory vault, the Swift test plugin), for tests
+            // of bridge methods without spawning `authbridge`; apart from TestSupport, so that only the
+            // test targets that drive a bridge link the host.
+            .target(
+                name: "BridgeTestSupport",
+                dependencies: [
+                    "AuthBridgeHost", "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeJSON", "TestSupport",
+                    .product(name: "Logging", package: "swift-log"),
+                ],
+                path: "Tests/BridgeTestSupport", swiftSettings: testSwiftSettings),
             .testTarget(
                 name: "AuthBridgePluginHostTests",
                 dependencies: [
@@ -253,7 +263,8 @@ let package = Package(
             .testTarget(
                 name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "AuthBridgeJSON", "TestSupport"], swiftSettings: testSwiftSettings),
             .testTarget(
-                name: "AuthBridgeHostTests", dependencies: ["AuthBridgeHost", "AuthBridgeSession", "AuthBridgeRPC", "AuthBridgeJSON"],
+                name: "AuthBridgeHostTests",
+                dependencies: ["AuthBridgeHost", "AuthBridgeSession", "AuthBridgeRPC", "AuthBridgeJSON", "BridgeTestSupport", "TestSupport"],
                 swiftSettings: testSwiftSettings),
             // The fast start's command line against the CLI's ArgumentParser declarations.
             .testTarget(
