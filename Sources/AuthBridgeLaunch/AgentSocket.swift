@@ -132,9 +132,8 @@ public enum AgentSocket {
             var result: Int32
             repeat { result = flock(fd, LOCK_EX | LOCK_NB) } while result != 0 && errno == EINTR
             guard result == 0 else {
-                let holder = POSIXFiles.readAll(fd, limit: 64).map { String(decoding: $0, as: UTF8.self) }
+                let pid = holderPID(fd)
                 close(fd)
-                let pid = (try? holder.get()).flatMap { Int32(String($0.prefix { $0.isASCII && $0.isNumber })) }
                 throw Problem(message: "another authbridge agent\(pid.map { " (pid \($0))" } ?? "") is already running on \(socket)")
             }
             var held = stat()
@@ -149,6 +148,19 @@ public enum AgentSocket {
             return (fd, (UInt64(held.st_dev), UInt64(held.st_ino)))
         }
         throw Problem(message: "the lock file \(lockPath) keeps being replaced; is another agent starting and stopping on \(socket)?")
+    }
+
+    /// The pid the lock's holder wrote in it. An agent that has just taken the lock writes its
+    /// pid a moment later: an empty file is read again for up to a second before giving up.
+    private static func holderPID(_ fd: Int32) -> Int32? {
+        for attempt in 0..<100 {
+            var bytes = [UInt8](repeating: 0, count: 32)
+            let count = pread(fd, &bytes, bytes.count, 0)
+            let digits = count > 0 ? bytes[..<count].prefix { $0 >= 0x30 && $0 <= 0x39 } : []
+            if !digits.isEmpty, count > digits.count, bytes[digits.count] == 0x0A { return Int32(String(decoding: digits, as: UTF8.self)) }
+            if attempt < 99 { usleep(10_000) }
+        }
+        return nil
     }
 
     /// Removes a socket nothing answers on (its agent died); anything else at the path stays.

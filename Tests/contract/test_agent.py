@@ -664,6 +664,32 @@ def test_two_agents_racing_for_one_socket_one_wins_the_other_says_which(tmp_path
                 agent.stop()
 
 
+def test_an_agent_that_finds_the_lock_taken_names_the_pid_its_holder_writes_a_moment_later(tmp_path):
+    # The race above: the winner takes the lock, then writes its pid; a loser that read the file
+    # in between named no pid. Here the "winner" is this test, which writes its pid only once the
+    # starting agent has the lock file open (and so has found it locked).
+    import fcntl
+
+    lock_path = tmp_path / "agent.sock.lock"
+    holder = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        agent = Agent(tmp_path / "late", extra_args=["--vault", "memory"], socket_path=tmp_path / "agent.sock", wait_ready=False)
+        fd_folder = Path(f"/proc/{agent.pid}/fd")
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and agent.proc.poll() is None:
+            try:
+                if any(os.readlink(fd_folder / fd) == str(lock_path) for fd in os.listdir(fd_folder)):
+                    break
+            except OSError:
+                pass  # a descriptor closed while listed
+        os.pwrite(holder, f"{os.getpid()}\n".encode(), 0)
+        assert agent.proc.wait(TIMEOUT) == 1
+        assert f"another authbridge agent (pid {os.getpid()}) is already running on {tmp_path / 'agent.sock'}" in agent.stderr_text()
+    finally:
+        os.close(holder)
+
+
 def test_a_default_socket_folder_open_to_others_is_refused(tmp_path):
     agent_home = tmp_path / "home"
     runtime = agent_home / "xdg-runtime"
