@@ -117,6 +117,9 @@ let package = Package(
                 "AuthBridgeJSON", "AuthBridgeSystem",
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        // The bridge's messages as Swift types (one per method's params and result, per notification, per
+        // word set; the error codes), written by scripts/spec.py from bridge-spec/openrpc.json.
+        .target(name: "AuthBridgeProtocol", dependencies: ["AuthBridgeJSON"]),
         // Secret hygiene: the patterns that mask what looks like a credential (Redaction) and the exact
         // values this process holds (KnownSecrets); the plugin host, the session and the host's log use them.
         .target(name: "AuthBridgeRedaction", dependencies: ["AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL"]),
@@ -143,14 +146,14 @@ let package = Package(
         .target(
             name: "AuthBridgeSession",
             dependencies: [
-                "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeNetwork", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeVault",
-                "AuthBridgeSystem", "AuthBridgeCrypto", .product(name: "Logging", package: "swift-log"),
+                "AuthBridgeProtocol", "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeNetwork", "AuthBridgeJSON", "AuthBridgeURL",
+                "AuthBridgeVault", "AuthBridgeSystem", "AuthBridgeCrypto", .product(name: "Logging", package: "swift-log"),
             ]),
         .target(
             name: "AuthBridgeHost",
             dependencies: [
-                "AuthBridgeRPC", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeJSON", "AuthBridgeSystem",
-                "AuthBridgeURL", .product(name: "Logging", package: "swift-log"),
+                "AuthBridgeRPC", "AuthBridgeProtocol", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeJSON",
+                "AuthBridgeSystem", "AuthBridgeURL", .product(name: "Logging", package: "swift-log"),
             ]),
         // Process hardening the executable does first, and the plugin runner's spawn
         // (prctl is variadic, posix_spawn attributes are clumsy in Swift: C).
@@ -168,7 +171,8 @@ let package = Package(
         .executableTarget(
             name: "authbridge-cli",
             dependencies: [
-                "AuthBridgeLaunch", "AuthBridgeHost", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRPC", "AuthBridgeJSON",
+                "AuthBridgeLaunch", "AuthBridgeHost", "AuthBridgeProtocol", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRPC",
+                "AuthBridgeJSON",
                 "AuthBridgeURL", "AuthBridgeSystem", "AuthBridgeCrypto", "CAuthBridgeProcess",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -215,6 +219,7 @@ let package = Package(
                 linkerSettings: soname("libauthbridge-testplugin-swift.so")),
 
             .testTarget(name: "AuthBridgeJSONTests", dependencies: ["AuthBridgeJSON"], swiftSettings: testSwiftSettings),
+            .testTarget(name: "AuthBridgeProtocolTests", dependencies: ["AuthBridgeProtocol", "AuthBridgeJSON"], swiftSettings: testSwiftSettings),
             .testTarget(
                 name: "AuthBridgeRPCTests", dependencies: ["AuthBridgeRPC", "AuthBridgeJSON", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: testSwiftSettings),
@@ -253,7 +258,8 @@ let package = Package(
             .testTarget(
                 name: "AuthBridgeSessionTests",
                 dependencies: [
-                    "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeVault", "AuthBridgeJSON", "AuthBridgeURL",
+                    "AuthBridgeSession", "AuthBridgeProtocol", "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeVault", "AuthBridgeJSON",
+                    "AuthBridgeURL",
                     "AuthBridgeSystem", "AuthBridgeCrypto", "TestSupport", .product(name: "Logging", package: "swift-log"),
                 ],
                 swiftSettings: testSwiftSettings),
@@ -270,7 +276,7 @@ let package = Package(
             .testTarget(
                 name: "AuthBridgeCLITests",
                 dependencies: [
-                    "authbridge-cli", "AuthBridgeLaunch", "AuthBridgeSession", "AuthBridgeJSON",
+                    "authbridge-cli", "AuthBridgeLaunch", "AuthBridgeSession", "AuthBridgeProtocol", "AuthBridgeJSON",
                     .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 ], swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "TestSupport"], swiftSettings: testSwiftSettings),

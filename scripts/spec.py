@@ -11,6 +11,8 @@ What it writes:
   * Sources/AuthBridgeHost/OpenRPCDocument.swift: the whole document (for `rpc.discover`) and
     its params schemas alone (what the host reads at start-up, ParamsSchema.swift). Compiled in
     rather than read at run time, so that an installed host answers wherever it is moved;
+  * Sources/AuthBridgeProtocol/Messages.swift: every method's params, result and notification as
+    Swift types, the enums of the wire's words, and every error code (scripts/spec_swift.py);
   * the error catalogue (`components.errors`), between BEGIN/END GENERATED markers in:
     Sources/AuthBridgeHost/BridgeErrors.swift (the application codes; JSON-RPC's and LSP's own
     are in AuthBridgeRPC/RPCError.swift, which --check holds to the catalogue too), the Python
@@ -27,10 +29,13 @@ import pathlib
 import re
 import sys
 
+from spec_swift import swift_messages
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SPEC = ROOT / "bridge-spec" / "openrpc.json"
 SPEC_README = ROOT / "bridge-spec" / "README.md"
 EMBEDDED = ROOT / "Sources" / "AuthBridgeHost" / "OpenRPCDocument.swift"
+MESSAGES = ROOT / "Sources" / "AuthBridgeProtocol" / "Messages.swift"
 SWIFT_ERRORS = ROOT / "Sources" / "AuthBridgeHost" / "BridgeErrors.swift"
 SWIFT_RPC_ERRORS = ROOT / "Sources" / "AuthBridgeRPC" / "RPCError.swift"
 PYTHON_ERRORS = ROOT / "clients" / "python" / "authbridge" / "errors.py"
@@ -188,6 +193,18 @@ def jsdoc(text: str, indent: str = "") -> list[str]:
     return [f"{indent}/**", *wrapped(text.split(" "), f"{indent} * "), f"{indent} */"]
 
 
+def swift_error_codes(errors: list[Error]) -> str:
+    """Every code of the catalogue as one enum: what `SessionError` carries and the host sends."""
+    lines = ["/// Every error code of bridge-spec (README §7): JSON-RPC's and LSP's own and AuthBridge's.",
+             "public enum BridgeErrorCode: Int, Sendable, CaseIterable {"]
+    for error in errors:
+        lines += [*wrapped(error.doc.split(" "), "    /// "), f"    case {error.swift_name} = {error.code}"]
+    lines += ["", "    /// The code's name as bridge-spec spells it (`notSignedIn`).", "    public var name: String {",
+              "        switch self {"]
+    lines += [f'        case .{error.swift_name}: "{error.swift_name}"' for error in errors]
+    return "\n".join(lines + ["        }", "    }", "}"])
+
+
 def swift_errors(errors: list[Error]) -> str:
     lines = ["/// AuthBridge's application error codes (bridge-spec/README.md §7; JSON-RPC's and LSP's own",
              "/// are in AuthBridgeRPC).", "extension RPCError.Code {"]
@@ -330,7 +347,8 @@ def replace_region(text: str, body: str, open_comment: str, close_comment: str =
 def outputs(document: dict) -> dict[pathlib.Path, str]:
     document = params_from_x_params(document)
     errors = catalogue(document)
-    files = {SPEC: spec_text(document), EMBEDDED: embedded_swift(document)}
+    files = {SPEC: spec_text(document), EMBEDDED: embedded_swift(document),
+             MESSAGES: swift_messages(document) + "\n" + swift_error_codes(errors) + "\n"}
     regions = [(SWIFT_ERRORS, swift_errors(errors), "// ", "", ""),
                (PYTHON_ERRORS, python_errors(errors), "# ", "", ""),
                (NODE_ERRORS, node_errors(errors), "// ", "", ""),
@@ -359,7 +377,7 @@ def main(argv: list[str]) -> int:
     document = load()
     problems = protocol_code_problems(catalogue(document))
     for path, text in outputs(document).items():
-        if path.read_text(encoding="utf-8") == text:
+        if path.exists() and path.read_text(encoding="utf-8") == text:
             continue
         if check:
             problems.append(f"{path.relative_to(ROOT)} differs from bridge-spec/openrpc.json: run `make spec`")

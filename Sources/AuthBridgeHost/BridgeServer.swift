@@ -1,5 +1,6 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeProtocol
 import AuthBridgeRPC
 import AuthBridgeSession
 import AuthBridgeSystem
@@ -70,8 +71,8 @@ public final class BridgeServer: ConnectionDelegate {
     private let host: BridgeHost
     private let phase = Mutex(Phase.uninitialized)
     private let connection: Connection
-    /// Per method, the last params `answerAtOnce` saw pass the spec's check.
-    private let lastCheckedParams = Mutex<[String: JSON]>([:])
+    /// Per method, the last params `answerAtOnce` saw pass the spec's check, and what they decoded to.
+    private let lastDecodedParams = Mutex<[String: (raw: JSON, params: any BridgeRequest)]>([:])
 
     private var configuration: HostConfiguration { host.configuration }
     private var logger: Logger { host.logger }
@@ -115,7 +116,7 @@ public final class BridgeServer: ConnectionDelegate {
                 return RPCError.invalidRequest("the server is already initialized")
             case (.initialized, "shutdown"):
                 // Only a valid shutdown starts shutting down; an invalid one is answered by `handle`.
-                if (try? Self.checkedParams(request)) != nil { phase = .shuttingDown }
+                if (try? Self.decodedParams(request)) != nil { phase = .shuttingDown }
                 return nil
             case (.initialized, _):
                 return nil
@@ -150,31 +151,29 @@ public final class BridgeServer: ConnectionDelegate {
     /// A status check reports no progress: what a plugin emits in it is
     /// dropped (`requestID` nil; progress is routed by `EventRoutes`).
     public func answerAtOnce(_ request: Request, ifBlocked: @escaping @Sendable () -> Void) -> [UInt8]? {
-        guard request.method == "getAccessToken" || request.method == "checkSignInStatus",
-            let engine = host.readyEngine.engine.withLock({ $0 }),
-            let params = checkedAtOnce(request)
+        guard request.method == GetAccessTokenParams.method || request.method == CheckSignInStatusParams.method,
+            let engine = host.readyEngine.engine.withLock({ $0 })
         else { return nil }
-        if request.method == "getAccessToken" {
-            guard let call = try? AccessTokenCall(params), !call.forceRefresh else { return nil }
-            return engine.accessTokenAtOnce(call.provider, account: call.account, minimumValidity: call.minimumValidity)?.text
-        }
-        do {
-            return engine.statusAtOnce(
-                try params.string("provider"), account: try params.optionalNonEmptyString("account"), requestID: nil,
-                runningHooks: true, ifBlocked: ifBlocked)?.text
-        } catch {
+        switch decodedAtOnce(request) {
+        case let call as GetAccessTokenParams where !call.forceRefresh:
+            return engine.accessTokenAtOnce(
+                call.provider, account: call.account,
+                minimumValidity: call.minValidityMs ?? SessionEngine.defaultMinimumValidityMilliseconds)?.text
+        case let call as CheckSignInStatusParams:
+            return engine.statusAtOnce(call.provider, account: call.account, requestID: nil, runningHooks: true, ifBlocked: ifBlocked)?.text
+        default:
             return nil
         }
     }
 
-    /// `checkedParams` for `answerAtOnce`, remembering per method the last
+    /// `decodedParams` for `answerAtOnce`, remembering per method the last
     /// params that passed: a frontend sends the same ones again and again, and
     /// the check (the spec's schema) is a pure function of them.
-    private func checkedAtOnce(_ request: Request) -> Params? {
+    private func decodedAtOnce(_ request: Request) -> (any BridgeRequest)? {
         let raw = request.params ?? .null
-        if lastCheckedParams.withLock({ $0[request.method] == raw }) { return try? Params(request) }
-        guard let params = try? Self.checkedParams(request, testClock: configuration.testClock) else { return nil }
-        lastCheckedParams.withLock { $0[request.method] = raw }
+        if let known = lastDecodedParams.withLock({ $0[request.method] }), known.raw == raw { return known.params }
+        guard let params = try? Self.decodedParams(request) else { return nil }
+        lastDecodedParams.withLock { $0[request.method] = (raw, params) }
         return params
     }
 
@@ -189,12 +188,12 @@ public final class BridgeServer: ConnectionDelegate {
     // MARK: - Methods
 
     private func dispatch(_ request: Request) async throws -> JSON {
-        let params = try Self.checkedParams(request, testClock: configuration.testClock)
-        switch request.method {
-        case "initialize": return try await initialize(params)
-        case "shutdown":
-            return .null
-        case "rpc.discover": return try JSON.parse(OpenRPCDocument.text)
+        if request.method == "$/test/advanceClock" && configuration.testClock { return try Self.advanceClock(request) }
+        let params = try Self.decodedParams(request)
+        switch params {
+        case let params as InitializeParams: return try await initialize(params).wire
+        case is ShutdownParams: return .null
+        case is DiscoverParams: return try JSON.parse(OpenRPCDocument.text)
         default: break
         }
         let engine = await runtime.value.engine
@@ -202,86 +201,58 @@ public final class BridgeServer: ConnectionDelegate {
         // goes back to this connection under the request's own id.
         let requestID = host.events.open(request.id.json, from: self)
         defer { host.events.close(requestID) }
-        switch request.method {
-        case "listProviders":
-            return .compactObject([
-                "plugins": .array(await runtime.value.reports.map(\.json)), "profiles": .array(await engine.profileList()),
-                "configurationProblem": host.configurationProblem.map(JSON.string),
-            ])
-        case "configureProfile":
-            let settings = JSON.object(try params.optionalObject("settings") ?? [:])
-            return try await engine.configureProfile(name: try params.string("name"), plugin: try params.string("plugin"), settings: settings)
-        case "removeProfile":
-            return ["removed": .bool(try await engine.removeProfile(try params.string("name")))]
-        case "listAccounts":
-            return ["accounts": .array(try await engine.listAccounts(try params.optionalString("provider")))]
-        case "checkSignInStatus":
+        switch params {
+        case is ListProvidersParams:
+            return ListProvidersResult(
+                plugins: await runtime.value.reports.map(\.json), profiles: await engine.profileList(),
+                configurationProblem: host.configurationProblem
+            ).wire
+        case let params as ConfigureProfileParams: return try await engine.configureProfile(params).wire
+        case let params as RemoveProfileParams: return try await engine.removeProfile(params).wire
+        case let params as ListAccountsParams: return try await engine.listAccounts(params).wire
+        case let params as CheckSignInStatusParams:
             // A session the plugin's inline check_session confirms, when the reader could not
             // run it (the inline slot was taken): answered here without the engine.
-            if let quick = engine.statusAtOnce(
-                try params.string("provider"), account: try params.optionalNonEmptyString("account"), requestID: requestID,
-                runningHooks: true)
-            {
+            if let quick = engine.statusAtOnce(params.provider, account: params.account, requestID: requestID, runningHooks: true) {
                 return quick.json
             }
-            return try await engine.checkSignInStatus(
-                try params.string("provider"), account: try params.optionalNonEmptyString("account"),
-                requestID: requestID)
-        case "requestOAuthTokens":
-            return try await engine.requestOAuthTokens(
-                try params.string("provider"), params: .object(params.members), requestID: requestID,
-                order: request.sequence)
-        case "completeSignIn":
-            return try await engine.completeSignIn(try params.string("provider"), callbackURL: try params.string("callbackUrl"))
-        case "signOut":
-            return try await engine.signOut(
-                try params.string("provider"), account: try params.optionalNonEmptyString("account"),
-                requestID: requestID)
-        case "getAccessToken":
-            let call = try AccessTokenCall(params)
-            return try await engine.getAccessToken(
-                call.provider, account: call.account, minimumValidity: call.minimumValidity, forceRefresh: call.forceRefresh,
-                requestID: requestID)
-        case "fetch":
-            let outgoing: JSON = .compactObject([
-                "method": .string(try params.optionalString("method") ?? "GET"),
-                "url": .string(try params.string("url")),
-                "headers": .object(try params.optionalObject("headers") ?? [:]),
-                "body": try params.optionalString("body").map(JSON.string),
-                "timeoutMs": try params.optionalInt("timeoutMs", in: 1_000...300_000).map(JSON.int),
-            ])
-            return try await engine.fetch(
-                try params.string("provider"), account: try params.optionalNonEmptyString("account"), request: outgoing,
-                requestID: requestID)
-        case "$/test/advanceClock" where configuration.testClock:
-            guard let step = try params.optionalInt("milliseconds", in: -31_536_000_000...31_536_000_000) else {
-                throw RPCError.invalidParams(field: "milliseconds", "is required")
-            }
-            HostClock.shift(by: step)
-            return ["now": .int(HostClock.nowMilliseconds())]
-        default:
-            throw RPCError.methodNotFound(request.method)
+            return try await engine.checkSignInStatus(params, requestID: requestID).wire
+        case let params as RequestOAuthTokensParams:
+            return try await engine.requestOAuthTokens(params, requestID: requestID, order: request.sequence).wire
+        case let params as CompleteSignInParams: return try await engine.completeSignIn(params).wire
+        case let params as SignOutParams: return try await engine.signOut(params, requestID: requestID).wire
+        case let params as GetAccessTokenParams: return try await engine.getAccessToken(params, requestID: requestID).wire
+        case let params as FetchParams: return try await engine.fetch(params, requestID: requestID).wire
+        default: throw RPCError.methodNotFound(request.method)
         }
     }
 
-    /// The request's params, checked against the method's `x-params` schema in
-    /// bridge-spec (`ParamsSchema`): every method's checks come from the spec.
-    /// An unknown method is -32601 whatever its params.
-    static func checkedParams(_ request: Request, testClock: Bool = false) throws(RPCError) -> Params {
-        let schemas = ParamsSchema.shared
-        if request.method == "$/test/advanceClock" && testClock {
-            // Test suites only, not part of the protocol: checked by hand.
-            let params = try Params(request)
-            try params.allowOnly(["milliseconds"])
-            return params
-        }
-        // Notifications a client sends are in the spec too, but are never requests.
-        guard schemas.knows(request.method), !["initialized", "exit", "$/cancelRequest"].contains(request.method) else {
-            throw RPCError.methodNotFound(request.method)
-        }
+    /// `$/test/advanceClock` (test suites only, not part of the protocol): moves the host's clock.
+    private static func advanceClock(_ request: Request) throws(RPCError) -> JSON {
         let params = try Params(request)
-        try schemas.check(method: request.method, params: request.params)
-        return params
+        try params.allowOnly(["milliseconds"])
+        guard let step = try params.optionalInt("milliseconds", in: -31_536_000_000...31_536_000_000) else {
+            throw RPCError.invalidParams(field: "milliseconds", "is required")
+        }
+        HostClock.shift(by: step)
+        return ["now": .int(HostClock.nowMilliseconds())]
+    }
+
+    /// The request's params, checked against the method's `x-params` schema in
+    /// bridge-spec (`ParamsSchema`) and decoded into the method's type
+    /// (`BridgeMethods`, generated from the same spec): one step, whose
+    /// problems are -32602 naming the field. An unknown method is -32601
+    /// whatever its params; so are the notifications a client sends, which are
+    /// never requests.
+    static func decodedParams(_ request: Request) throws(RPCError) -> any BridgeRequest {
+        guard let type = BridgeMethods.requests[request.method] else { throw RPCError.methodNotFound(request.method) }
+        _ = try Params(request)
+        try ParamsSchema.shared.check(method: request.method, params: request.params)
+        do {
+            return try type.init(wire: request.params ?? .object([:]))
+        } catch {
+            throw RPCError.invalidParams(field: error.field.isEmpty ? "params" : error.field, error.message)
+        }
     }
 
     /// Validates `initialize` params. Unknown members are ignored: a newer
@@ -289,8 +260,8 @@ public final class BridgeServer: ConnectionDelegate {
     /// InitializeParams allows them).
     static func checkInitialize(_ request: Request) -> RPCError? {
         do throws(RPCError) {
-            let params = try checkedParams(request)
-            let requested = try params.string("protocolVersion")
+            guard let params = try decodedParams(request) as? InitializeParams else { return RPCError.methodNotFound(request.method) }
+            let requested = params.protocolVersion
             guard negotiatedMinor(requested) != nil else {
                 return RPCError(
                     .unsupportedProtocolVersion, "Protocol version \(requested) is not supported; this host speaks 1.x",
@@ -311,42 +282,17 @@ public final class BridgeServer: ConnectionDelegate {
         return min(minor, protocolVersion.minor)
     }
 
-    private func initialize(_ params: Params) async throws -> JSON {
-        let agreedMinor = Self.negotiatedMinor(try params.string("protocolVersion")) ?? 0
+    private func initialize(_ params: InitializeParams) async throws -> InitializeResult {
+        let agreedMinor = Self.negotiatedMinor(params.protocolVersion) ?? 0
         let runtime = await runtime.value
         let flows = Set(runtime.reports.compactMap(\.plugin).flatMap { $0.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? [] })
-        let result: JSON = [
-            "protocolVersion": .string("\(Self.protocolVersion.major).\(agreedMinor)"),
-            "serverInfo": ["name": .string(Self.serverName), "version": .string(Self.serverVersion)],
-            "capabilities": [
-                "batches": false,
-                "cancellation": true,
-                "flows": .array(flows.sorted().map(JSON.string)),
-                "notifications": .array(
-                    (["session/changed", "signIn/progress"] + (configuration.reloadsConfiguration ? ["profiles/changed"] : [])).map(JSON.string)),
-            ],
-            "providers": .array(runtime.reports.map(\.json)),
-            "profiles": .array(await runtime.engine.profileList()),
-            "storage": runtime.engine.storageInfo,
-            "warnings": .array(
-                (configuration.warnings + (await runtime.engine.configurationSettingsWarnings()).map { "configuration file \($0)" })
-                    .map(JSON.string)),
-        ]
-        return host.configurationProblem.map { result.setting("configurationProblem", .string($0)) } ?? result
-    }
-}
-
-/// `getAccessToken`'s params, read alike by `handle` and `answerAtOnce`.
-private struct AccessTokenCall {
-    var provider: String
-    var account: String?
-    var minimumValidity: Int64
-    var forceRefresh: Bool
-
-    init(_ params: Params) throws(RPCError) {
-        provider = try params.string("provider")
-        account = try params.optionalNonEmptyString("account")
-        minimumValidity = try params.optionalInt("minValidityMs", in: 0...86_400_000) ?? SessionEngine.defaultMinimumValidityMilliseconds
-        forceRefresh = try params.optionalBool("forceRefresh") ?? false
+        let notifications: [ServerCapabilities.NotificationMethod] =
+            [.sessionChanged, .signInProgress] + (configuration.reloadsConfiguration ? [.profilesChanged] : [])
+        return InitializeResult(
+            protocolVersion: "\(Self.protocolVersion.major).\(agreedMinor)", serverInfo: .init(version: Self.serverVersion),
+            capabilities: ServerCapabilities(flows: flows.sorted().compactMap(Flow.init(rawValue:)), notifications: notifications),
+            providers: runtime.reports.map(\.json), profiles: await runtime.engine.profileList(), storage: runtime.engine.storageInfo,
+            warnings: configuration.warnings + (await runtime.engine.configurationSettingsWarnings()).map { "configuration file \($0)" },
+            configurationProblem: host.configurationProblem)
     }
 }

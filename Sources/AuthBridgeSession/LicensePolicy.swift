@@ -4,6 +4,7 @@
 
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeProtocol
 
 /// A license revoked while signed in: the session is marked (its tokens
 /// kept, so that signOut can still revoke them, but never handed out), the
@@ -65,7 +66,7 @@ extension SessionEngine {
     func markLicenseRevoked(
         _ key: SessionKey, session: StoredSession, context: Context, message: String?,
         holdingLock: Bool = false
-    ) async throws(SessionError) -> JSON {
+    ) async throws(SessionError) -> SignInStatus {
         let profile = key.profile
         let gracePeriod = LicensePolicy.gracePeriod(context.profile.settings)
         let mark: () async throws -> (StoredSession, Bool)? = {
@@ -84,7 +85,7 @@ extension SessionEngine {
             // Signed out meanwhile: nothing is left to hold back.
             return status(profile, state: .notSignedIn, session: nil, reason: .licenseRevoked, message: message)
         }
-        if marked { announce(.licenseRevoked, profile: profile, message: message, account: updated.account) }
+        if marked { announce(.licenseRevoked, profile: profile, message: message, account: updated.wireAccount) }
         scheduleLicenseSignOut(key, context: context, at: updated.licenseSignOutAt ?? HostClock.nowMilliseconds())
         return status(profile, state: .licenseRevoked, session: updated, reason: .licenseRevoked, message: updated.licenseMessage)
     }

@@ -1,9 +1,11 @@
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgePluginHost
 
 /// A named configuration of one plugin: what bridge methods call `provider`.
 public struct Profile: Sendable, Equatable {
-    public enum Source: String, Sendable { case config, runtime }
+    /// Whence the profile came: the configuration file or `configureProfile` (bridge-spec ProfileInfo.source).
+    public typealias Source = ProfileInfo.Source
 
     public var name: String
     public var plugin: String

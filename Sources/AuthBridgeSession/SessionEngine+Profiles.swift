@@ -4,16 +4,17 @@
 import AuthBridgeCrypto
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeProtocol
 import AuthBridgeRedaction
 import AuthBridgeURL
 
 extension SessionEngine {
     /// Every profile with its readiness (bridge-spec: ProfileInfo).
-    public func profileList() -> [JSON] {
+    public func profileList() -> [ProfileInfo] {
         profiles.values.sorted(by: { $0.name < $1.name }).map(profileInfo)
     }
 
-    func profileInfo(_ profile: Profile) -> JSON {
+    func profileInfo(_ profile: Profile) -> ProfileInfo {
         let plugin = plugins[profile.plugin]
         var problem: String?
         if plugin == nil {
@@ -24,12 +25,10 @@ extension SessionEngine {
             problem = "\(issue.field) \(issue.message)"
         }
         let warnings = settingsWarnings(profile)
-        return .compactObject([
-            "name": .string(profile.name), "plugin": .string(profile.plugin),
-            "status": .string(problem == nil ? "ready" : "error"), "message": problem.map(JSON.string),
-            "flows": plugin?.descriptor["flows"] ?? [], "source": .string(profile.source.rawValue),
-            "warnings": warnings.isEmpty ? nil : .array(warnings.map(JSON.string)),
-        ])
+        return ProfileInfo(
+            name: profile.name, plugin: profile.plugin, status: problem == nil ? .ready : .error, message: problem,
+            flows: plugin?.descriptor["flows"]?.arrayValue?.compactMap { $0.stringValue.flatMap(Flow.init(rawValue:)) } ?? [],
+            source: profile.source, warnings: warnings.isEmpty ? nil : warnings)
     }
 
     /// Settings of `profile` that neither its plugin nor the host reads (see `SettingsValidator`).
@@ -46,7 +45,8 @@ extension SessionEngine {
 
     /// Adds or replaces a profile at run time; configuration runs at once so
     /// that mistakes are reported to the caller.
-    public func configureProfile(name: String, plugin pluginID: String, settings: JSON) async throws(SessionError) -> JSON {
+    public func configureProfile(_ params: ConfigureProfileParams) async throws(SessionError) -> ProfileInfo {
+        let (name, pluginID, settings) = (params.name, params.plugin, JSON.object(params.settings ?? [:]))
         if let problem = Profile.problem(withName: name) {
             throw SessionError(.invalidParams, "The profile name \(problem).", provider: nil, reason: "invalidName", field: "name")
         }
@@ -61,7 +61,7 @@ extension SessionEngine {
         return info
     }
 
-    private func replaceProfile(_ profile: Profile) async throws(SessionError) -> JSON {
+    private func replaceProfile(_ profile: Profile) async throws(SessionError) -> ProfileInfo {
         let name = profile.name
         let previous = profiles[name]
         let previousConfig = configs[name]
@@ -85,8 +85,10 @@ extension SessionEngine {
 
     /// Removes a profile and the session stored for it (nothing is revoked:
     /// call signOut first to revoke).
-    public func removeProfile(_ name: String) async throws(SessionError) -> Bool {
-        try await changingProfile(name) { engine async throws(SessionError) in try await engine.forgetProfile(name) }
+    public func removeProfile(_ params: RemoveProfileParams) async throws(SessionError) -> RemoveProfileResult {
+        let name = params.name
+        return RemoveProfileResult(
+            removed: try await changingProfile(name) { engine async throws(SessionError) in try await engine.forgetProfile(name) })
     }
 
     /// Removes profile `name` and ends its sessions; false when there was none.

@@ -2,6 +2,7 @@
 // and their `session/changed` events reach this host's frontend.
 
 import AuthBridgeJSON
+import AuthBridgeProtocol
 
 extension SessionEngine {
     /// Follows the changes other hosts make to a shared vault (one that hears of them; the
@@ -28,21 +29,10 @@ extension SessionEngine {
     /// over only events sealed with its key, once and fresh: anyone who may connect to the
     /// database can NOTIFY its channel.
     private func relay(_ params: JSON) {
-        guard let profile = params["provider"]?.stringValue, profiles[profile] != nil,
-            let change = params["state"]?.stringValue.flatMap(SessionChange.init(rawValue:)),
-            let reason = params["reason"]?.stringValue,
-            change == .signedOut ? EndReason(rawValue: reason) != nil : reason == change.rawValue
+        guard let event = try? SessionChangedParams(wire: params), profiles[event.provider] != nil,
+            event.state == .signedOut ? EndReason(rawValue: event.reason) != nil : event.reason == event.state.rawValue
         else { return }
-        let account = params["account"]?.objectValue.map { members in
-            JSON.object(members.filter { ["id", "name", "email"].contains($0.key) && $0.value.stringValue != nil })
-        }
-        let cookies = params["clearCookies"]?.arrayValue.map { Self.cookieRefs(.array($0)) } ?? []
-        emit(
-            "session/changed",
-            .compactObject([
-                "provider": .string(profile), "state": .string(change.rawValue), "reason": .string(reason),
-                "message": params["message"]?.stringValue.map(JSON.string), "account": account,
-                "clearCookies": cookies.isEmpty ? nil : .array(cookies),
-            ]))
+        // Read into the spec's types: what another host added beyond them is not relayed.
+        send(event)
     }
 }

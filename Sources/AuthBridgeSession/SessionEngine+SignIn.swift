@@ -4,17 +4,20 @@
 import AuthBridgeJSON
 import AuthBridgeNetwork
 import AuthBridgePluginHost
+import AuthBridgeProtocol
 import AuthBridgeRedaction
 import AuthBridgeURL
 
 extension SessionEngine {
-    /// Interactive sign-in. `params` are the bridge params (flow, sessionId,
-    /// scopes, loginHint, redirectUri, timeoutMs). `order` is the request's
-    /// arrival order (0: unknown), which decides which of two sign-ins is newer.
-    public func requestOAuthTokens(_ profile: String, params: JSON, requestID: JSON?, order: UInt64 = 0) async throws(SessionError) -> JSON {
+    /// Interactive sign-in. `order` is the request's arrival order (0:
+    /// unknown), which decides which of two sign-ins is newer.
+    public func requestOAuthTokens(
+        _ params: RequestOAuthTokensParams, requestID: JSON?, order: UInt64 = 0
+    ) async throws(SessionError) -> SignInStatus {
+        let profile = params.provider
         let context = try await context(for: profile)
         let flows = context.plugin.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        let flow = params["flow"]?.stringValue ?? flows.first ?? "browser"
+        let flow = params.flow?.rawValue ?? flows.first ?? Flow.browser.rawValue
         guard flows.contains(flow) else {
             let supported =
                 flows.isEmpty
@@ -27,22 +30,22 @@ extension SessionEngine {
         let tokens: JSON
         // OIDC: binds the ID token to this attempt (checked when the authorization URL carried it).
         var nonce: String? = PKCE.randomToken()
-        switch flow {
-        case "session":
+        switch Flow(rawValue: flow) {
+        case .session:
             nonce = nil
-            guard let sessionID = params["sessionId"]?.stringValue, !sessionID.isEmpty else {
+            guard let sessionID = params.sessionId, !sessionID.isEmpty else {
                 throw SessionError(
                     .invalidParams, "The session flow needs \"sessionId\" (e.g. Tableau's workgroup_session_id).", provider: profile,
                     field: "sessionId")
             }
             KnownSecrets.shared.remember(sessionID)
-            progress(profile, requestID: requestID, ["stage": "exchanging"])
+            send(SignInProgressParams(provider: profile, requestId: requestID ?? .null, stage: .exchanging))
             let input: JSON = ["profile": context.profileJSON, "flow": "session", "sessionId": .string(sessionID)]
             tokens = try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID)
-        case "external":
+        case .external:
             tokens = try await externalSignIn(
                 profile, context: context, params: params, requestID: requestID, listener: nil, nonce: &nonce, order: order)
-        case "browser":
+        case .browser:
             // RFC 8252: the redirect comes back to a one-shot listener on 127.0.0.1,
             // which holds the browser's request until the outcome is known.
             let settings = context.profile.settings
@@ -69,10 +72,10 @@ extension SessionEngine {
                 listener.answerBrowser(signedIn: false, message: error.message)
                 throw error
             }
-        case "device":
+        case .device:
             nonce = nil
             tokens = try await deviceSignIn(profile, context: context, params: params, requestID: requestID)
-        default:
+        case nil:
             throw SessionError(
                 .unsupported, "The \"\(flow)\" flow is not available in this build of AuthBridge yet.", provider: profile, reason: "unsupportedFlow",
                 field: "flow")
@@ -81,7 +84,8 @@ extension SessionEngine {
     }
 
     /// Hands the callback URL of an external sign-in to the waiting request.
-    public func completeSignIn(_ profile: String, callbackURL: String) throws(SessionError) -> JSON {
+    public func completeSignIn(_ params: CompleteSignInParams) throws(SessionError) -> CompleteSignInResult {
+        let (profile, callbackURL) = (params.provider, params.callbackUrl)
         guard profiles[profile] != nil else { throw unknownProfile(profile) }
         guard let pending = pendingSignIns[profile] else {
             throw SessionError(
@@ -98,11 +102,11 @@ extension SessionEngine {
         }
         pendingSignIns[profile] = nil
         pending.deliver(callbackURL)
-        return ["accepted": true]
+        return CompleteSignInResult()
     }
 
     /// Verifies what a sign-in returned, stores it and announces it.
-    private func storeSignIn(_ tokens: JSON, context: Context, nonce: String?, profile: String) async throws(SessionError) -> JSON {
+    private func storeSignIn(_ tokens: JSON, context: Context, nonce: String?, profile: String) async throws(SessionError) -> SignInStatus {
         if let problem = TokenSet.sizeProblem(tokens["tokens"], account: tokens["account"]) {
             throw SessionError(
                 .providerRefused, "The provider's sign-in answer was refused: \(problem). Nothing was stored.",
@@ -131,7 +135,7 @@ extension SessionEngine {
         } catch {
             throw storageError(error, profile: profile)
         }
-        announce(.signedIn, profile: profile, account: session.account)
+        announce(.signedIn, profile: profile, account: session.wireAccount)
         return status(profile, state: .signedIn, session: session, reason: .signedIn)
     }
 
@@ -142,16 +146,16 @@ extension SessionEngine {
     /// `nonce` goes into the authorization request; it is cleared when the
     /// plugin's URL does not carry it (the ID token cannot then be bound to it).
     private func externalSignIn(
-        _ profile: String, context: Context, params: JSON, requestID: JSON?,
+        _ profile: String, context: Context, params: RequestOAuthTokensParams, requestID: JSON?,
         listener: LoopbackListener?, nonce: inout String?, order: UInt64 = 0
     ) async throws(SessionError) -> JSON {
         let pkce = PKCE()
         let state = PKCE.randomToken()
-        let redirectURI = listener?.redirectURI ?? params["redirectUri"]?.stringValue ?? context.config["redirectUri"]?.stringValue
+        let redirectURI = listener?.redirectURI ?? params.redirectUri ?? context.config["redirectUri"]?.stringValue
         let begin: JSON = .compactObject([
             "profile": context.profileJSON, "flow": "external", "state": .string(state),
             "redirectUri": redirectURI.map(JSON.string), "codeChallenge": .string(pkce.challenge),
-            "codeChallengeMethod": "S256", "nonce": nonce.map(JSON.string), "scopes": params["scopes"], "loginHint": params["loginHint"],
+            "codeChallengeMethod": "S256", "nonce": nonce.map(JSON.string), "scopes": params.scopes?.wire, "loginHint": params.loginHint?.wire,
         ])
         let started = try await runOrThrow(.beginSignIn, input: begin, context: context, requestID: requestID)
         guard let url = started["url"]?.stringValue, let parsed = ParsedURL(url), parsed.isSecureTransport else {
@@ -170,27 +174,25 @@ extension SessionEngine {
         let callbackState = context.plugin.descriptor["callbackState"]?.boolValue != false
         let pending = PendingSignIn(callbackPrefix: callbackPrefix, expectedState: callbackState ? state : nil)
         pendingSignIns[profile] = pending
-        var openURL: [String: JSON] = ["stage": "openUrl", "url": .string(url)]
-        if let callbackPrefix { openURL["callbackPrefix"] = .string(callbackPrefix) }
-        progress(profile, requestID: requestID, openURL)
+        send(
+            SignInProgressParams(provider: profile, requestId: requestID ?? .null, stage: .openUrl, url: url, callbackPrefix: callbackPrefix))
         if let listener {
-            openBrowser?(url) { [emit] reason in
+            openBrowser?(url) { [self] reason in
                 // The frontend (or person) waiting for a browser that never appeared is told.
-                emit(
-                    "signIn/progress",
-                    [
-                        "provider": .string(profile), "requestId": requestID ?? .null, "stage": "waiting",
-                        "message": .string("The browser could not be opened (\(reason)); open the sign-in URL yourself."),
-                    ])
+                send(
+                    SignInProgressParams(
+                        provider: profile, requestId: requestID ?? .null, stage: .waiting,
+                        message: "The browser could not be opened (\(reason)); open the sign-in URL yourself."))
             }
             // Whatever reaches the listener with the right state completes the sign-in.
             Task { if let url = await listener.awaitCallback(state: state) { pending.deliver(url) } }
-            progress(
-                profile, requestID: requestID,
-                ["stage": "waiting", "message": .string("Waiting for the browser to come back to \(listener.redirectURI).")])
+            send(
+                SignInProgressParams(
+                    provider: profile, requestId: requestID ?? .null, stage: .waiting,
+                    message: "Waiting for the browser to come back to \(listener.redirectURI)."))
         }
 
-        let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 300_000, 3_600_000))
+        let timeout = max(1_000, min(params.timeoutMs ?? 300_000, 3_600_000))
         let timedOut = SessionError(
             .timeout,
             Self.noCallbackMessage(
@@ -223,7 +225,7 @@ extension SessionEngine {
                 throw SessionError(mismatch, provider: profile)
             }
         }
-        progress(profile, requestID: requestID, ["stage": "exchanging"])
+        send(SignInProgressParams(provider: profile, requestId: requestID ?? .null, stage: .exchanging))
         let input: JSON = .compactObject([
             "profile": context.profileJSON, "flow": "external", "callbackUrl": .string(callbackURL),
             "state": .string(state), "codeVerifier": .string(pkce.verifier), "redirectUri": redirectURI.map(JSON.string),
@@ -263,9 +265,11 @@ extension SessionEngine {
 
     /// RFC 8628: the user types a code on another device while the host polls
     /// the token endpoint, honouring `interval` and `slow_down`.
-    private func deviceSignIn(_ profile: String, context: Context, params: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
+    private func deviceSignIn(
+        _ profile: String, context: Context, params: RequestOAuthTokensParams, requestID: JSON?
+    ) async throws(SessionError) -> JSON {
         let begin: JSON = .compactObject([
-            "profile": context.profileJSON, "flow": "device", "state": .string(PKCE.randomToken()), "scopes": params["scopes"],
+            "profile": context.profileJSON, "flow": "device", "state": .string(PKCE.randomToken()), "scopes": params.scopes?.wire,
         ])
         let started = try await runOrThrow(.beginSignIn, input: begin, context: context, requestID: requestID)
         guard let deviceCode = started["deviceCode"]?.stringValue, let userCode = started["userCode"]?.stringValue,
@@ -277,21 +281,20 @@ extension SessionEngine {
                 provider: profile, reason: "pluginError")
         }
         KnownSecrets.shared.remember(deviceCode)
-        let timeout = max(1_000, min(params["timeoutMs"]?.intValue ?? 900_000, 3_600_000))
+        let timeout = max(1_000, min(params.timeoutMs ?? 900_000, 3_600_000))
         let deadline = min(started["expiresAt"]?.intValue ?? Int64.max, HostClock.nowMilliseconds() + timeout)
-        var shown: [String: JSON] = [
-            "stage": "deviceCode", "userCode": .string(userCode), "verificationUri": .string(verification),
-            "expiresAt": .int(deadline), "message": .string("Open \(verification) and enter the code \(userCode)."),
-        ]
-        shown["verificationUriComplete"] = started["verificationUriComplete"]
-        progress(profile, requestID: requestID, shown)
+        send(
+            SignInProgressParams(
+                provider: profile, requestId: requestID ?? .null, stage: .deviceCode, userCode: userCode, verificationUri: verification,
+                verificationUriComplete: started["verificationUriComplete"]?.stringValue, expiresAt: deadline,
+                message: "Open \(verification) and enter the code \(userCode)."))
         let poll: DevicePolling.Poll = { [self] in
             let input: JSON = ["profile": context.profileJSON, "flow": "device", "code": .string(deviceCode)]
             return await self.run(.completeSignIn, input: input, plugin: context.plugin, profile: profile, requestID: requestID)
         }
         let polling = DevicePolling(intervalMilliseconds: started["intervalMs"]?.intValue ?? 5_000, deadline: deadline)
         let answer = try await polling.run(profile: profile, poll: poll)
-        progress(profile, requestID: requestID, ["stage": "exchanging"])
+        send(SignInProgressParams(provider: profile, requestId: requestID ?? .null, stage: .exchanging))
         return answer
     }
 

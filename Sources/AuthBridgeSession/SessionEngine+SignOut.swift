@@ -3,6 +3,7 @@
 
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeProtocol
 import AuthBridgeURL
 
 extension SessionEngine {
@@ -11,7 +12,8 @@ extension SessionEngine {
     /// configuration cannot be resolved (provider unreachable with nothing
     /// kept, plugin missing) is still signed out locally; the revocation is
     /// listed among the failures.
-    public func signOut(_ profile: String, account: String? = nil, requestID: JSON?) async throws(SessionError) -> JSON {
+    public func signOut(_ params: SignOutParams, requestID: JSON?) async throws(SessionError) -> SignOutResult {
+        let (profile, account) = (params.provider, params.account)
         guard profiles[profile] != nil else { throw unknownProfile(profile) }
         let context: Context?
         var unresolved: SessionError?
@@ -27,24 +29,22 @@ extension SessionEngine {
                 key, context: context, unresolved: unresolved, reason: .userSignedOut,
                 requestID: requestID)
         else {
-            return ["provider": .string(profile), "signedOut": true, "revoked": [], "failures": []]
+            return SignOutResult(provider: profile, revoked: [], failures: [])
         }
-        return .compactObject([
-            "provider": .string(profile), "signedOut": true, "account": ended.account,
-            "revoked": outcome.revoked, "failures": outcome.failures,
-            "clearCookies": outcome.clearCookies.isEmpty ? nil : .array(outcome.clearCookies),
-        ])
+        return SignOutResult(
+            provider: profile, account: ended.wireAccount, revoked: outcome.revoked, failures: outcome.failures,
+            clearCookies: outcome.clearCookies.isEmpty ? nil : outcome.clearCookies)
     }
 
     /// What a sign-out revoked at the provider (bridge-spec SignOutResult).
     struct Revocation {
-        var revoked: JSON
-        var failures: JSON
-        var clearCookies: [JSON]
+        var revoked: [String]
+        var failures: [RevocationFailure]
+        var clearCookies: [CookieRef]
 
         /// Nothing was revoked, for `reason`.
         static func failed(reason: String, message: String) -> Revocation {
-            Revocation(revoked: [], failures: [["token": "all", "reason": .string(reason), "message": .string(message)]], clearCookies: [])
+            Revocation(revoked: [], failures: [RevocationFailure(token: "all", reason: reason, message: message)], clearCookies: [])
         }
     }
 
@@ -85,7 +85,7 @@ extension SessionEngine {
             outcome.clearCookies = await cookiesToClear(ended: session, key: key, context: context, named: outcome.clearCookies)
         }
         announce(
-            .signedOut, profile: key.profile, endedBecause: reason, message: message(session), account: session.account,
+            .signedOut, profile: key.profile, endedBecause: reason, message: message(session), account: session.wireAccount,
             clearCookies: outcome.clearCookies)
         return (session, outcome)
     }
@@ -96,8 +96,10 @@ extension SessionEngine {
         let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json]
         switch await run(.revoke, input: input, plugin: context.plugin, profile: context.profile.name, requestID: requestID) {
         case .success(let answer):
+            // The plugin's lists, as far as they are what the spec says (a word, a message; never a value).
             return Revocation(
-                revoked: answer["revoked"] ?? [], failures: answer["failures"] ?? [],
+                revoked: answer["revoked"]?.arrayValue?.compactMap(\.stringValue).filter { !$0.isEmpty } ?? [],
+                failures: answer["failures"]?.arrayValue?.compactMap { try? RevocationFailure(wire: $0) } ?? [],
                 clearCookies: Self.cookieRefs(answer["clearCookies"]))
         case .failure(let failure):
             return .failed(reason: failure.reason, message: failure.message)
@@ -125,9 +127,9 @@ extension SessionEngine {
             throw storageError(error, profile: key.profile)
         }
         guard let wiped else { return false }
-        var cookies: [JSON] = []
+        var cookies: [CookieRef] = []
         if let context { cookies = await cookiesToClear(ended: wiped, key: key, context: context) }
-        announce(.signedOut, profile: key.profile, endedBecause: reason, message: message, account: wiped.account, clearCookies: cookies)
+        announce(.signedOut, profile: key.profile, endedBecause: reason, message: message, account: wiped.wireAccount, clearCookies: cookies)
         return true
     }
 
@@ -145,7 +147,7 @@ extension SessionEngine {
     /// account was not the current one, cookies the current one also uses
     /// (same name, domain and path — Tableau's, for two users of one server)
     /// are left alone.
-    private func cookiesToClear(ended: StoredSession, key: SessionKey, context: Context, named: [JSON] = []) async -> [JSON] {
+    private func cookiesToClear(ended: StoredSession, key: SessionKey, context: Context, named: [CookieRef] = []) async -> [CookieRef] {
         let cookies = named.isEmpty ? await attachedCookies(ended, context: context) : named
         guard !cookies.isEmpty, let (currentKey, current) = try? await selectSession(key.profile, account: nil),
             currentKey != key, (current.signedInAt ?? 0) > (ended.signedInAt ?? 0)
@@ -155,7 +157,7 @@ extension SessionEngine {
     }
 
     /// The name, domain and path of each cookie the plugin attaches for these tokens.
-    private func attachedCookies(_ session: StoredSession, context: Context) async -> [JSON] {
+    private func attachedCookies(_ session: StoredSession, context: Context) async -> [CookieRef] {
         let input: JSON = ["profile": context.profileJSON, "tokens": session.tokens.json, "request": ["method": "GET", "headers": [:]]]
         guard
             case .success(let answer) = await run(
@@ -166,10 +168,10 @@ extension SessionEngine {
     }
 
     /// Cookie references (bridge-spec CookieRef) from a plugin's cookie list.
-    static func cookieRefs(_ cookies: JSON?) -> [JSON] {
+    static func cookieRefs(_ cookies: JSON?) -> [CookieRef] {
         (cookies?.arrayValue ?? []).compactMap { cookie in
             guard let name = cookie["name"]?.stringValue, let domain = cookie["domain"]?.stringValue else { return nil }
-            return ["name": .string(name), "domain": .string(domain), "path": .string(cookie["path"]?.stringValue ?? "/")]
+            return CookieRef(name: name, domain: domain, path: cookie["path"]?.stringValue ?? "/")
         }
     }
 }

@@ -3,6 +3,7 @@
 
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeProtocol
 import AuthBridgeRedaction
 import AuthBridgeURL
 
@@ -12,7 +13,8 @@ extension SessionEngine {
     /// not signed in on a definitive refusal. Transient failures answer
     /// `offline` and keep the tokens; a plugin fault (it crashed or hung) is
     /// an error (`-32008`) and keeps them too.
-    public func checkSignInStatus(_ profile: String, account: String? = nil, requestID: JSON? = nil) async throws(SessionError) -> JSON {
+    public func checkSignInStatus(_ params: CheckSignInStatusParams, requestID: JSON? = nil) async throws(SessionError) -> SignInStatus {
+        let (profile, account) = (params.provider, params.account)
         let lookup = AnswerCache.Lookup(profile: profile, account: account)
         let observation = store.answers.observe(observation(lookup))
         let context = try await context(for: profile)
@@ -100,11 +102,11 @@ extension SessionEngine {
 
     /// Keeps a `signedIn` answer given from what was read (see `AnswerCache`).
     private func keepStatus(
-        _ answer: JSON, _ lookup: AnswerCache.Lookup, _ observation: AnswerCache.Observation?, session: StoredSession, context: Context,
+        _ answer: SignInStatus, _ lookup: AnswerCache.Lookup, _ observation: AnswerCache.Observation?, session: StoredSession, context: Context,
         check: AnswerCache.StatusCheck
     ) {
         guard let observation, configs[lookup.profile] != nil else { return }
-        store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.status = (Answer(answer), check) }
+        store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.status = (Answer(answer.wire), check) }
     }
 
     /// `checkSignInStatus`'s answer for a session that is still valid, without
@@ -134,7 +136,8 @@ extension SessionEngine {
     }
 
     /// Stored sessions as seen locally, without contacting any provider.
-    public func listAccounts(_ profile: String?) async throws(SessionError) -> [JSON] {
+    public func listAccounts(_ params: ListAccountsParams) async throws(SessionError) -> ListAccountsResult {
+        let profile = params.provider
         if let profile, profiles[profile] == nil { throw unknownProfile(profile) }
         let keys: [SessionKey]
         do { keys = try await store.keys() } catch { throw storageError(error, profile: profile) }
@@ -151,20 +154,23 @@ extension SessionEngine {
             }
         }
         var current: Set<String> = []
-        return found.map { key, session in
-            // Local knowledge only: an expired access token with a refresh
-            // token is still a signed-in account (`expiresAt` tells the age).
-            let entry =
-                session.licenseRevoked
-                ? status(key.profile, state: .licenseRevoked, session: session, reason: .licenseRevoked, message: session.licenseMessage)
-                : status(key.profile, state: .signedIn, session: session, reason: .valid)
-            return entry.setting("current", .bool(current.insert(key.profile).inserted))
-        }
+        return ListAccountsResult(
+            accounts: found.map { key, session in
+                // Local knowledge only: an expired access token with a refresh
+                // token is still a signed-in account (`expiresAt` tells the age).
+                let entry =
+                    session.licenseRevoked
+                    ? status(key.profile, state: .licenseRevoked, session: session, reason: .licenseRevoked, message: session.licenseMessage)
+                    : status(key.profile, state: .signedIn, session: session, reason: .valid)
+                var listed = entry
+                listed.current = current.insert(key.profile).inserted
+                return listed
+            })
     }
 
     /// After evidence ended a session: not signed in — unless a newer session
     /// (refreshed or signed in meanwhile) took its place, which stands.
-    private func statusAfterEnding(_ key: SessionKey, reason: StatusReason, message: String?) async throws(SessionError) -> JSON {
+    private func statusAfterEnding(_ key: SessionKey, reason: StatusReason, message: String?) async throws(SessionError) -> SignInStatus {
         if let newer = try await loadSession(key), !newer.licenseRevoked {
             return status(key.profile, state: .signedIn, session: newer, reason: .valid)
         }
@@ -172,15 +178,11 @@ extension SessionEngine {
     }
 
     /// A SignInStatus (bridge-spec); provider details only while signed in.
-    func status(_ profile: String, state: SessionState, session: StoredSession?, reason: StatusReason, message: String? = nil) -> JSON {
+    func status(_ profile: String, state: SessionState, session: StoredSession?, reason: StatusReason, message: String? = nil) -> SignInStatus {
         let details = state == .notSignedIn ? [:] : session?.tokens.details ?? [:]
-        return .compactObject([
-            "provider": .string(profile), "state": .string(state.rawValue),
-            "account": session?.account ?? .null,
-            "expiresAt": session?.tokens.expiresAt.map(JSON.int) ?? .null,
-            "details": details.isEmpty ? nil : .object(details),
-            "reason": .string(reason.rawValue), "message": message.map { .string(KnownSecrets.shared.scrub($0)) },
-            "storage": storageInfo,
-        ])
+        return SignInStatus(
+            provider: profile, state: state, account: session?.wireAccount, expiresAt: session?.tokens.expiresAt,
+            details: details.isEmpty ? nil : details, reason: reason.rawValue, message: message.map { KnownSecrets.shared.scrub($0) },
+            storage: storageInfo)
     }
 }

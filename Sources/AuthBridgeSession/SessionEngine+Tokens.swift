@@ -3,17 +3,17 @@
 
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeProtocol
 import AuthBridgeURL
 
 extension SessionEngine {
     /// A valid access token and what to attach to a request, refreshing first
-    /// when the token expires within `minimumValidity`.
-    /// `forceRefresh`: the caller saw the provider reject the token (a 401
-    /// where no expiry is known, e.g. Salesforce): renew it now.
-    public func getAccessToken(
-        _ profile: String, account: String? = nil, minimumValidity: Int64 = defaultMinimumValidityMilliseconds,
-        forceRefresh: Bool = false, requestID: JSON? = nil
-    ) async throws(SessionError) -> JSON {
+    /// when the token expires within `minValidityMs`. `forceRefresh`: the
+    /// caller saw the provider reject the token (a 401 where no expiry is
+    /// known, e.g. Salesforce): renew it now.
+    public func getAccessToken(_ params: GetAccessTokenParams, requestID: JSON? = nil) async throws(SessionError) -> AccessTokenResult {
+        let (profile, account, forceRefresh) = (params.provider, params.account, params.forceRefresh)
+        let minimumValidity = params.minValidityMs ?? Self.defaultMinimumValidityMilliseconds
         let lookup = AnswerCache.Lookup(profile: profile, account: account)
         let observation = store.answers.observe(observation(lookup))
         let (context, key, current) = try await usableSession(lookup, observation: observation)
@@ -40,7 +40,7 @@ extension SessionEngine {
         let answer = Self.accessTokenAnswer(profile, session: session, authorized: authorized)
         // Kept for the next calls only when it came straight from what was read (no refresh, none started).
         if let observation, freshness == .usable, session == current, configs[profile] != nil {
-            store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.accessToken = Answer(answer) }
+            store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.accessToken = Answer(answer.wire) }
         }
         return answer
     }
@@ -60,24 +60,26 @@ extension SessionEngine {
         return store.changeProbe(SessionKey(profile: lookup.profile, account: account))
     }
 
-    private static func accessTokenAnswer(_ profile: String, session: StoredSession, authorized: JSON) -> JSON {
-        .compactObject([
-            "provider": .string(profile),
-            "account": session.account,
-            "accessToken": .string(session.tokens.accessToken),
-            "tokenType": .string(session.tokens.tokenType),
-            "expiresAt": session.tokens.expiresAt.map(JSON.int) ?? .null,
-            "headers": authorized["request"]?["headers"] ?? [:],
-            "cookies": authorized["cookies"] ?? [],
-            "details": session.tokens.details.isEmpty ? nil : .object(session.tokens.details),
-        ])
+    /// The answer, with the headers and cookies the plugin's `authorize_request` attaches (those the
+    /// spec can carry: string headers, cookies with a name, value, domain and path).
+    private static func accessTokenAnswer(_ profile: String, session: StoredSession, authorized: JSON) -> AccessTokenResult {
+        AccessTokenResult(
+            provider: profile, account: session.wireAccount, accessToken: session.tokens.accessToken, tokenType: session.tokens.tokenType,
+            expiresAt: session.tokens.expiresAt, headers: (authorized["request"]?["headers"]?.objectValue ?? [:]).compactMapValues(\.stringValue),
+            cookies: authorized["cookies"]?.arrayValue?.compactMap { try? Cookie(wire: $0) } ?? [],
+            details: session.tokens.details.isEmpty ? nil : session.tokens.details)
     }
 
     /// An authorized request through the provider plugin. A "session expired"
     /// answer (as the plugin classifies it) refreshes and replays once; a
     /// revocation signs the profile out.
-    public func fetch(_ profile: String, account: String? = nil, request: JSON, requestID: JSON?) async throws(SessionError) -> JSON {
-        let lookup = AnswerCache.Lookup(profile: profile, account: account)
+    public func fetch(_ params: FetchParams, requestID: JSON?) async throws(SessionError) -> FetchResult {
+        let profile = params.provider
+        let request: JSON = .compactObject([
+            "method": .string(params.method.rawValue), "url": .string(params.url), "headers": .object((params.headers ?? [:]).mapValues(JSON.string)),
+            "body": params.body.map(JSON.string), "timeoutMs": params.timeoutMs.map(JSON.int),
+        ])
+        let lookup = AnswerCache.Lookup(profile: profile, account: params.account)
         let (context, key, current) = try await usableSession(lookup, observation: store.answers.observe(observation(lookup)))
         var session = current
         // A token known to be expired is renewed first rather than spending a 401.
@@ -126,7 +128,9 @@ extension SessionEngine {
             default:
                 break
             }
-            return .compactObject(["status": response["status"] ?? 0, "headers": response["headers"] ?? [:], "body": response["body"] ?? ""])
+            return FetchResult(
+                status: response["status"]?.intValue ?? 0, headers: (response["headers"]?.objectValue ?? [:]).compactMapValues(\.stringValue),
+                body: response["body"]?.stringValue ?? "")
         }
     }
 
@@ -258,7 +262,7 @@ extension SessionEngine {
             do { try await store.save(session, for: key) } catch {
                 return .failure(ProviderFailure(.transient, reason: "storageError", message: "The refreshed session could not be stored."))
             }
-            announce(.refreshed, profile: profile, account: session.account)
+            announce(.refreshed, profile: profile, account: session.wireAccount)
             return .success(session)
         case .failure(let failure) where failure.kind == .definitive && StatusReason(refusal: failure.reason) == .licenseRevoked:
             // Like a license lost on an API call: announced, then signed out after the grace period.

@@ -6,6 +6,7 @@
 import AuthBridgeJSON
 import AuthBridgeNetwork
 import AuthBridgePluginHost
+import AuthBridgeProtocol
 import AuthBridgeRedaction
 import AuthBridgeURL
 import Logging
@@ -110,8 +111,10 @@ public actor SessionEngine {
     /// The plugins the engine runs (one per id).
     nonisolated var loadedPlugins: [LoadedPlugin] { Array(plugins.values) }
 
-    public nonisolated var storageInfo: JSON {
-        ["backend": .string(store.backend), "protection": .string(store.protection)]
+    /// Where this engine keeps tokens, as `initialize` and every status say. The vaults' own
+    /// words are bridge-spec's (`Vault.backend`, `protection`).
+    public nonisolated var storageInfo: StorageInfo {
+        StorageInfo(backend: .init(rawValue: store.backend) ?? .memory, protection: .init(rawValue: store.protection) ?? .unprotected)
     }
 
     // MARK: - Stored sessions
@@ -220,11 +223,9 @@ public actor SessionEngine {
     static let accountBusyReason = "accountBusy"
 
     /// A sign-in's `signIn/progress` notification.
-    func progress(_ profile: String, requestID: JSON?, _ fields: [String: JSON]) {
-        var params = fields
-        params["provider"] = .string(profile)
-        params["requestId"] = requestID ?? .null
-        emit("signIn/progress", .object(params))
+    /// Sends a notification to this host's frontends.
+    nonisolated func send<Notification: BridgeNotification>(_ notification: Notification) {
+        emit(Notification.method, notification.wire)
     }
 
     /// A `session/changed` notification, to this host's frontend and (through a
@@ -232,15 +233,14 @@ public actor SessionEngine {
     /// own (why the session ended); the others' reason is their state's word.
     func announce(
         _ change: SessionChange, profile: String, endedBecause reason: EndReason? = nil, message: String? = nil,
-        account: JSON?, clearCookies: [JSON] = []
+        account: Account?, clearCookies: [CookieRef] = []
     ) {
-        let params = JSON.compactObject([
-            "provider": .string(profile), "state": .string(change.rawValue), "reason": .string(reason?.rawValue ?? change.rawValue),
-            "message": message.map(JSON.string), "account": account,
-            "clearCookies": clearCookies.isEmpty ? nil : .array(clearCookies),
-        ])
-        emit("session/changed", params)
-        store.vault.publish(params.setting("message", message.map { .string(KnownSecrets.shared.scrub($0)) }))
+        var params = SessionChangedParams(
+            provider: profile, state: change, reason: reason?.rawValue ?? change.rawValue, message: message, account: account,
+            clearCookies: clearCookies.isEmpty ? nil : clearCookies)
+        send(params)
+        params.message = message.map { KnownSecrets.shared.scrub($0) }
+        store.vault.publish(params.wire)
     }
 
     // MARK: - Shutdown
@@ -329,23 +329,20 @@ struct EngineEnvironment: HookEnvironment {
     let http: HTTPClient
     let emit: SessionEngine.EventSink
 
-    static let stages: Set<String> = ["openUrl", "deviceCode", "waiting", "exchanging", "plugin"]
-
-    /// Forwards a plugin's progress event with only the spec's fields, and
+    /// Forwards a plugin's progress event (the ABI's `emit`) with only the spec's fields, and
     /// only while it serves a request (the event names the request).
     func emit(_ event: JSON, from call: HookCall) {
         guard let requestID else {
             call.logger.debug("dropped a plugin event outside a request", metadata: ["plugin": "\(call.pluginID)"])
             return
         }
-        var params: [String: JSON] = ["provider": .string(profile), "requestId": requestID]
-        let stage = event["stage"]?.stringValue ?? "plugin"
-        params["stage"] = .string(Self.stages.contains(stage) ? stage : "plugin")
-        for key in ["url", "callbackPrefix", "userCode", "verificationUri", "verificationUriComplete", "message"] {
-            if let text = event[key]?.stringValue, !text.isEmpty { params[key] = .string(key == "message" ? Redaction.redact(text) : text) }
-        }
-        if let expiresAt = event["expiresAt"]?.intValue { params["expiresAt"] = .int(expiresAt) }
-        emit("signIn/progress", .object(params))
+        let text = { (key: String) -> String? in event[key]?.stringValue.flatMap { $0.isEmpty ? nil : $0 } }
+        let progress = SignInProgressParams(
+            provider: profile, requestId: requestID, stage: event["stage"]?.stringValue.flatMap(SignInStage.init(rawValue:)) ?? .plugin,
+            url: text("url"), callbackPrefix: text("callbackPrefix"), userCode: text("userCode"), verificationUri: text("verificationUri"),
+            verificationUriComplete: text("verificationUriComplete"), expiresAt: event["expiresAt"]?.intValue,
+            message: text("message").map(Redaction.redact))
+        emit(SignInProgressParams.method, progress.wire)
     }
 
     func http(_ request: JSON, call: HookCall) -> Result<JSON, ProviderFailure> {

@@ -1,28 +1,17 @@
 import AuthBridgeJSON
 import AuthBridgePluginHost
+import AuthBridgeProtocol
 import AuthBridgeRedaction
 
-/// Why a session operation failed, in terms the bridge maps to its stable
-/// error codes (bridge-spec, "Error codes"). The message is for people and
-/// never contains a token.
+/// Why a session operation failed, with the stable error code the bridge
+/// sends (bridge-spec, "Error codes"). The message is for people and never
+/// contains a token.
 public struct SessionError: Error, Sendable, CustomStringConvertible {
-    public enum Kind: String, Sendable {
-        case notSignedIn
-        case providerUnknown
-        /// The provider definitively refused (sign-in denied, grant invalid).
-        case providerRefused
-        case userCancelled
-        case timeout
-        /// Network, 5xx, garbage: try again later; nothing was lost.
-        case providerUnavailable
-        case pluginError
-        case unsupported
-        case storageError
-        case noPendingSignIn
-        case configurationError
-        /// A parameter is wrong; `field` names it.
-        case invalidParams
-    }
+    /// The codes are bridge-spec's own, generated (`BridgeErrorCode`): the engine raises
+    /// `notSignedIn`, `providerRefused` (the provider refused for good), `providerUnavailable`
+    /// (network, 5xx, garbage: try again later; nothing was lost), `invalidParams` (`field`
+    /// names the parameter)… and the bridge sends the code as it is.
+    public typealias Kind = BridgeErrorCode
 
     public var kind: Kind
     public var message: String
@@ -49,7 +38,7 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
         self.oauthError = oauthError
     }
 
-    public var description: String { "\(kind.rawValue): \(message)" }
+    public var description: String { "\(kind.name): \(message)" }
 
     /// A cancelled request, in `ProviderFailure.cancelled`'s words.
     static func cancelled(provider: String?) -> SessionError {

@@ -1,19 +1,17 @@
 // The words of session states and reasons, spelled as bridge-spec spells
 // them on the wire. The engine compares and sends these only through the
-// types below, so each word is written once.
+// types below, so each word is written once: the states are the generated
+// enums of AuthBridgeProtocol (from bridge-spec), the reasons are here.
 
 import AuthBridgePluginHost
+import AuthBridgeProtocol
 
 /// The state a status reports (bridge-spec SignInStatus.state).
-public enum SessionState: String, Sendable {
-    case signedIn, notSignedIn, offline, licenseRevoked
-}
+public typealias SessionState = SignInStatus.State
 
 /// What happened to a session, as `session/changed` tells it (bridge-spec
 /// SessionChangedParams.state).
-enum SessionChange: String, Sendable {
-    case signedIn, refreshed, signedOut, licenseRevoked
-}
+typealias SessionChange = SessionChangedParams.State
 
 /// Why a status has its state (bridge-spec SignInStatus.reason). An open
 /// set: a session ended by a provider's definitive refusal carries the

@@ -3,6 +3,7 @@
 // configuration (ResolvedProfile), both through SessionStore.
 
 import AuthBridgeJSON
+import AuthBridgeProtocol
 @_exported import AuthBridgeVault
 
 /// One stored session: tokens plus who they belong to.
@@ -24,6 +25,8 @@ struct StoredSession: Sendable, Equatable {
 
     /// The account's key among the profile's sessions ("" when the provider names no account).
     var accountKey: String { account?["id"]?.stringValue ?? "" }
+    /// The account as bridge-spec's `Account` (the engine keeps only its members: `SessionEngine.account`).
+    var wireAccount: Account? { account.flatMap { try? Account(wire: $0) } }
 
     init(tokens: TokenSet, account: JSON?) {
         self.tokens = tokens

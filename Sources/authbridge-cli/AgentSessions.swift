@@ -1,5 +1,6 @@
 import AuthBridgeHost
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgeRPC
 import AuthBridgeSession
 import AuthBridgeSystem
@@ -18,7 +19,7 @@ final class AgentSessions: Sessions {
     private let client: RPCClient
     private let fd: Int32
     /// The agent's `initialize` answer: its plugins, profiles and storage.
-    private let initialized: JSON
+    private let initialized: InitializeResult
     /// Whether the sign-in under way is a browser flow, whose page this process opens.
     private let browserSignIn = Mutex(false)
 
@@ -29,7 +30,7 @@ final class AgentSessions: Sessions {
         let worthTelling: Bool
     }
 
-    private init(path: String, fd: Int32, client: RPCClient, initialized: JSON) {
+    private init(path: String, fd: Int32, client: RPCClient, initialized: InitializeResult) {
         self.path = path
         self.fd = fd
         self.client = client
@@ -86,18 +87,26 @@ final class AgentSessions: Sessions {
         // A wedged agent must not hang the command: initialize is bounded (a live one answers in milliseconds).
         let initialized = await firstOf(within: initializeBound) { () async -> Result<JSON, RPCClient.Failure> in
             do throws(RPCClient.Failure) {
-                return .success(
-                    try await client.call(
-                        "initialize",
-                        ["protocolVersion": "1.0", "clientInfo": ["name": "authbridge-cli", "version": .string(BridgeServer.serverVersion)]]))
+                let params = InitializeParams(
+                    protocolVersion: "1.0", clientInfo: .init(name: "authbridge-cli", version: BridgeServer.serverVersion))
+                return .success(try await client.call(InitializeParams.method, params.wire))
             } catch {
                 return .failure(error)
             }
         }
-        let answer: JSON
+        let answer: InitializeResult
         switch initialized {
         case .success(let result)?:
-            answer = result
+            do throws(WireError) {
+                answer = try InitializeResult(wire: result)
+            } catch {
+                client.close()
+                close(fd)
+                return .failure(
+                    ConnectFailure(
+                        message: "the authbridge agent on \(path) answered initialize with what this command cannot read (\(error))",
+                        worthTelling: true))
+            }
         case .failure(let failure)?:
             client.close()
             close(fd)
@@ -121,51 +130,37 @@ final class AgentSessions: Sessions {
 
     // MARK: - Sessions
 
-    func profiles() async throws(SessionError) -> [JSON] {
-        try await call("listProviders")["profiles"]?.arrayValue ?? []
+    func profiles() async throws(SessionError) -> [ProfileInfo] {
+        try await call(ListProvidersParams()).profiles
     }
 
-    func signIn(_ profile: String, params: [String: JSON]) async throws(SessionError) -> JSON {
-        let flow = params["flow"]?.stringValue ?? flows(ofProfile: profile).first
-        browserSignIn.withLock { $0 = flow == "browser" }
+    func signIn(_ params: RequestOAuthTokensParams) async throws(SessionError) -> SignInStatus {
+        let flow = params.flow?.rawValue ?? flows(ofProfile: params.provider).first
+        browserSignIn.withLock { $0 = flow == Flow.browser.rawValue }
         defer { browserSignIn.withLock { $0 = false } }
-        return try await call("requestOAuthTokens", .object(params.merging(["provider": .string(profile)]) { _, new in new }))
+        return try await call(params)
     }
 
-    func status(_ profile: String, account: String?) async throws(SessionError) -> JSON {
-        try await call("checkSignInStatus", .compactObject(["provider": .string(profile), "account": account.map(JSON.string)]))
-    }
+    func status(_ params: CheckSignInStatusParams) async throws(SessionError) -> SignInStatus { try await call(params) }
 
-    func accounts(_ profile: String?) async throws(SessionError) -> [JSON] {
-        try await call("listAccounts", .compactObject(["provider": profile.map(JSON.string)]))["accounts"]?.arrayValue ?? []
-    }
+    func accounts(_ params: ListAccountsParams) async throws(SessionError) -> [SignInStatus] { try await call(params).accounts }
 
-    func accessToken(_ profile: String, account: String?, minimumValidity: Int64?, forceRefresh: Bool) async throws(SessionError) -> JSON {
-        try await call(
-            "getAccessToken",
-            .compactObject([
-                "provider": .string(profile), "account": account.map(JSON.string), "minValidityMs": minimumValidity.map(JSON.int),
-                "forceRefresh": forceRefresh ? true : nil,
-            ]))
-    }
+    func accessToken(_ params: GetAccessTokenParams) async throws(SessionError) -> AccessTokenResult { try await call(params) }
 
-    func signOut(_ profile: String, account: String?) async throws(SessionError) -> JSON {
-        try await call("signOut", .compactObject(["provider": .string(profile), "account": account.map(JSON.string)]))
-    }
+    func signOut(_ params: SignOutParams) async throws(SessionError) -> SignOutResult { try await call(params) }
 
     func plugins() async throws(SessionError) -> [PluginEntry] {
-        (try await call("listProviders")["plugins"]?.arrayValue ?? []).map { PluginEntry(status: $0, fix: nil) }
+        try await call(ListProvidersParams()).plugins.map { PluginEntry(status: $0, fix: nil) }
     }
 
-    var storage: JSON { initialized["storage"] ?? .null }
+    var storage: StorageInfo { initialized.storage }
 
     /// Why the agent could not use the configuration file when it last read it (it names the file).
-    var configurationProblem: String? { initialized["configurationProblem"]?.stringValue }
+    var configurationProblem: String? { initialized.configurationProblem }
 
     func explained(_ error: SessionError) -> SessionError {
-        guard error.reason == "pluginNotLoaded", let name = error.provider, let profile = profile(name),
-            let plugin = profile["plugin"]?.stringValue,
-            let refused = initialized["providers"]?.arrayValue?.first(where: {
+        guard error.reason == "pluginNotLoaded", let name = error.provider, let plugin = profile(name)?.plugin,
+            let refused = initialized.providers.first(where: {
                 $0["id"]?.stringValue == plugin && $0["status"]?.stringValue == "refused"
             })
         else { return explainedForCommandLine(error) }
@@ -177,25 +172,27 @@ final class AgentSessions: Sessions {
     }
 
     var profileSource: String { "the agent at \(path)" }
-    var profileNames: [String] { initialized["profiles"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? [] }
+    var profileNames: [String] { initialized.profiles.map(\.name) }
     var loadedPlugins: [String] {
-        initialized["providers"]?.arrayValue?.filter { $0["status"]?.stringValue == "loaded" }.compactMap { $0["id"]?.stringValue } ?? []
+        initialized.providers.filter { $0["status"]?.stringValue == "loaded" }.compactMap { $0["id"]?.stringValue }
     }
     /// The agent's vault and key are its own, whatever this process's environment holds.
     var keyFromEnvironment: Bool { false }
 
     func flows(ofProfile name: String) -> [String] {
-        profile(name)?["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        profile(name)?.flows.map(\.rawValue) ?? []
     }
 
-    private func profile(_ name: String) -> JSON? {
-        initialized["profiles"]?.arrayValue?.first { $0["name"]?.stringValue == name }
+    private func profile(_ name: String) -> ProfileInfo? {
+        initialized.profiles.first { $0.name == name }
     }
 
-    /// One bridge call; the agent's error, or its going away, as a `SessionError`.
-    private func call(_ method: String, _ params: JSON = [:]) async throws(SessionError) -> JSON {
+    /// One bridge call; the agent's error, an answer that is not the method's result, or the
+    /// agent's going away, as a `SessionError`.
+    private func call<Request: BridgeRequest>(_ params: Request) async throws(SessionError) -> Request.Result {
+        let answer: JSON
         do {
-            return try await client.call(method, params)
+            answer = try await client.call(Request.method, params.wire)
         } catch {
             switch error {
             case .error(let refusal): throw SessionError(refusal)
@@ -204,6 +201,13 @@ final class AgentSessions: Sessions {
                     .providerUnavailable, "The authbridge agent on \(path) closed the connection (it stopped or was killed).",
                     reason: "agentGone")
             }
+        }
+        do throws(WireError) {
+            return try Request.Result(wire: answer)
+        } catch {
+            throw SessionError(
+                .pluginError, "The authbridge agent on \(path) answered \(Request.method) with what this command cannot read (\(error)).",
+                reason: "badResponse")
         }
     }
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgeSession
 
 /// The sessions as the credential commands (`git-credential`, `exec-credential`, `exec`) use
@@ -10,12 +11,14 @@ protocol CredentialSessions: Sendable {
     /// `getAccessToken`'s answer (AccessTokenResult in bridge-spec): a token valid for at least
     /// `minimumValidity` more milliseconds (refreshed first when it is not), or a renewed one
     /// whatever its expiry says when `forceRefresh` (the caller saw it rejected).
-    func accessToken(_ profile: String, account: String?, minimumValidity: Int64, forceRefresh: Bool) async throws(SessionError) -> JSON
+    func accessToken(
+        _ profile: String, account: String?, minimumValidity: Int64, forceRefresh: Bool
+    ) async throws(SessionError) -> AccessTokenResult
 
     /// An interactive sign-in with the browser flow, shown on stderr as `authbridge login` shows
     /// it (the browser opened with xdg-open, Ctrl-C cancels); SignInStatus. A failure is
     /// reported on stderr and thrown as the command's exit.
-    func signIn(_ profile: String, timeoutSeconds: Int64) async throws -> JSON
+    func signIn(_ profile: String, timeoutSeconds: Int64) async throws -> SignInStatus
 
     /// Ends the command for `error`: its message on stderr, the exit code (`CommandExit`).
     func report(_ error: SessionError) -> ExitCode
@@ -35,12 +38,15 @@ struct SessionCredentials: CredentialSessions {
     let sessions: any Sessions
     let stage: LastStage
 
-    func accessToken(_ profile: String, account: String?, minimumValidity: Int64, forceRefresh: Bool) async throws(SessionError) -> JSON {
+    func accessToken(
+        _ profile: String, account: String?, minimumValidity: Int64, forceRefresh: Bool
+    ) async throws(SessionError) -> AccessTokenResult {
         let notice = WaitNotice.forProvider(of: profile)
-        let result: Result<JSON, SessionError>
+        let result: Result<AccessTokenResult, SessionError>
         do throws(SessionError) {
             result = .success(
-                try await sessions.accessToken(profile, account: account, minimumValidity: minimumValidity, forceRefresh: forceRefresh))
+                try await sessions.accessToken(
+                    GetAccessTokenParams(provider: profile, account: account, minValidityMs: minimumValidity, forceRefresh: forceRefresh)))
         } catch {
             result = .failure(sessions.explained(error))
         }
@@ -48,7 +54,7 @@ struct SessionCredentials: CredentialSessions {
         return try result.get()
     }
 
-    func signIn(_ profile: String, timeoutSeconds: Int64) async throws -> JSON {
+    func signIn(_ profile: String, timeoutSeconds: Int64) async throws -> SignInStatus {
         try await Login.signIn(profile, sessions: sessions, device: false, timeout: timeoutSeconds, stage: stage)
     }
 

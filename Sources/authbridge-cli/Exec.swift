@@ -1,5 +1,6 @@
 import ArgumentParser
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgePluginHost
 import AuthBridgeSession
 import CAuthBridgeProcess
@@ -56,7 +57,7 @@ struct Exec: HumanCommand {
 
     func execute() async throws {
         let sessions = try await openCredentialSessions(options: options, agent: agent, interactive: false)
-        let answer: JSON
+        let answer: AccessTokenResult
         do throws(SessionError) {
             answer = try await sessions.accessToken(
                 profile, account: account, minimumValidity: (minValidity ?? MinimumValidity.defaultSeconds) * 1000, forceRefresh: false)
@@ -64,7 +65,8 @@ struct Exec: HumanCommand {
             throw sessions.report(error)
         }
         MinimumValidity.warnIfShort(answer, asked: minValidity)
-        guard let token = answer["accessToken"]?.stringValue, !token.isEmpty, !token.contains("\0") else {
+        let token = answer.accessToken
+        guard !token.isEmpty, !token.contains("\0") else {
             Terminal.standardError.error("the provider gave no access token")
             throw ExitCode(CommandExit.failure)
         }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgeSession
 
 #if canImport(Glibc)
@@ -40,7 +41,7 @@ struct ExecCredential: HumanCommand {
     func execute() async throws {
         let info = try ExecInfo.fromEnvironment()
         let sessions = try await openCredentialSessions(options: options, agent: agent, interactive: info.interactive)
-        var token: JSON
+        var token: AccessTokenResult
         do throws(SessionError) {
             token = try await fetch(sessions)
         } catch {
@@ -61,7 +62,7 @@ struct ExecCredential: HumanCommand {
         Terminal.standardOutput.line(try info.credential(for: token).serializedString(sortKeys: true))
     }
 
-    private func fetch(_ sessions: any CredentialSessions) async throws(SessionError) -> JSON {
+    private func fetch(_ sessions: any CredentialSessions) async throws(SessionError) -> AccessTokenResult {
         try await sessions.accessToken(
             profile, account: account, minimumValidity: SessionEngine.defaultMinimumValidityMilliseconds, forceRefresh: false)
     }
@@ -105,13 +106,14 @@ struct ExecInfo: Equatable {
     }
 
     /// The ExecCredential for a getAccessToken answer.
-    func credential(for token: JSON) throws -> JSON {
-        guard let accessToken = token["accessToken"]?.stringValue, !accessToken.isEmpty else {
+    func credential(for token: AccessTokenResult) throws -> JSON {
+        let accessToken = token.accessToken
+        guard !accessToken.isEmpty else {
             Terminal.standardError.error("the provider gave no access token")
             throw ExitCode(CommandExit.failure)
         }
         var status: [String: JSON] = ["token": .string(accessToken)]
-        if let expiresAt = token["expiresAt"]?.intValue { status["expirationTimestamp"] = .string(rfc3339(milliseconds: expiresAt)) }
+        if let expiresAt = token.expiresAt { status["expirationTimestamp"] = .string(rfc3339(milliseconds: expiresAt)) }
         return [
             "apiVersion": .string(apiVersion), "kind": "ExecCredential", "spec": ["interactive": .bool(interactive)],
             "status": .object(status),

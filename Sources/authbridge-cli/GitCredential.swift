@@ -2,6 +2,7 @@ import ArgumentParser
 import AuthBridgeCrypto
 import AuthBridgeHost
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgeLaunch
 import AuthBridgeSession
 import AuthBridgeURL
@@ -153,7 +154,7 @@ struct GitCredentialArguments: ParsableArguments {
 
     /// `get`: the username and the token, or nothing (git then asks its next helper).
     private func answer(profile: String, username: String, sessions: any CredentialSessions) async throws {
-        let token: JSON
+        let token: AccessTokenResult
         do throws(SessionError) {
             token = try await sessions.accessToken(
                 profile, account: account, minimumValidity: SessionEngine.defaultMinimumValidityMilliseconds, forceRefresh: false)
@@ -166,7 +167,8 @@ struct GitCredentialArguments: ParsableArguments {
             throw sessions.report(error)
         }
         // A token is visible ASCII (RFC 6750 b64token): anything else would break git's lines.
-        guard let accessToken = token["accessToken"]?.stringValue, !accessToken.isEmpty,
+        let accessToken = token.accessToken
+        guard !accessToken.isEmpty,
             accessToken.unicodeScalars.allSatisfy({ (0x21...0x7E).contains($0.value) })
         else {
             Terminal.standardError.line("authbridge: the provider's access token for \(Terminal.clean(profile)) cannot be given to git.")
@@ -174,7 +176,7 @@ struct GitCredentialArguments: ParsableArguments {
         }
         var lines = ["username=\(username)", "password=\(accessToken)"]
         // git 2.41+ drops a credential past this time; older versions ignore keys they do not know.
-        if let expiresAt = token["expiresAt"]?.intValue { lines.append("password_expiry_utc=\(expiresAt / 1000)") }
+        if let expiresAt = token.expiresAt { lines.append("password_expiry_utc=\(expiresAt / 1000)") }
         Terminal.standardOutput.line(lines.joined(separator: "\n"))
     }
 
@@ -185,7 +187,7 @@ struct GitCredentialArguments: ParsableArguments {
         do throws(SessionError) {
             if let rejected {
                 let current = try await sessions.accessToken(profile, account: account, minimumValidity: 0, forceRefresh: false)
-                guard let token = current["accessToken"]?.stringValue, constantTimeEquals(token, rejected) else { return }
+                guard constantTimeEquals(current.accessToken, rejected) else { return }
             }
             _ = try await sessions.accessToken(profile, account: account, minimumValidity: 0, forceRefresh: true)
         } catch {

@@ -3,6 +3,7 @@ import AuthBridgeHost
 import AuthBridgeJSON
 import AuthBridgeLaunch
 import AuthBridgePluginHost
+import AuthBridgeProtocol
 import AuthBridgeSession
 import AuthBridgeURL
 import Logging
@@ -75,26 +76,26 @@ struct LocalEngine: Sessions {
 
     // MARK: - Sessions
 
-    func profiles() async -> [JSON] { await engine.profileList() }
+    func profiles() async -> [ProfileInfo] { await engine.profileList() }
 
-    func signIn(_ profile: String, params: [String: JSON]) async throws(SessionError) -> JSON {
-        try await engine.requestOAuthTokens(profile, params: .object(params), requestID: "cli")
+    func signIn(_ params: RequestOAuthTokensParams) async throws(SessionError) -> SignInStatus {
+        try await engine.requestOAuthTokens(params, requestID: "cli")
     }
 
-    func status(_ profile: String, account: String?) async throws(SessionError) -> JSON {
-        try await engine.checkSignInStatus(profile, account: account)
+    func status(_ params: CheckSignInStatusParams) async throws(SessionError) -> SignInStatus {
+        try await engine.checkSignInStatus(params)
     }
 
-    func accounts(_ profile: String?) async throws(SessionError) -> [JSON] { try await engine.listAccounts(profile) }
-
-    func accessToken(_ profile: String, account: String?, minimumValidity: Int64?, forceRefresh: Bool) async throws(SessionError) -> JSON {
-        try await engine.getAccessToken(
-            profile, account: account, minimumValidity: minimumValidity ?? SessionEngine.defaultMinimumValidityMilliseconds,
-            forceRefresh: forceRefresh)
+    func accounts(_ params: ListAccountsParams) async throws(SessionError) -> [SignInStatus] {
+        try await engine.listAccounts(params).accounts
     }
 
-    func signOut(_ profile: String, account: String?) async throws(SessionError) -> JSON {
-        try await engine.signOut(profile, account: account, requestID: nil)
+    func accessToken(_ params: GetAccessTokenParams) async throws(SessionError) -> AccessTokenResult {
+        try await engine.getAccessToken(params)
+    }
+
+    func signOut(_ params: SignOutParams) async throws(SessionError) -> SignOutResult {
+        try await engine.signOut(params, requestID: nil)
     }
 
     func plugins() -> [PluginEntry] { Self.entries(reports) }
@@ -108,7 +109,7 @@ struct LocalEngine: Sessions {
         }
     }
 
-    var storage: JSON { engine.storageInfo }
+    var storage: StorageInfo { engine.storageInfo }
 
     /// Engines opened by this command, shut down when it ends.
     private static let opened = Mutex<[SessionEngine]>([])
@@ -239,13 +240,12 @@ func relativeTime(_ milliseconds: Int64?, now: Int64 = HostClock.nowMilliseconds
 }
 
 /// The account as people name it (the provider's words, cleaned for the terminal).
-func accountLabel(_ account: JSON?) -> String { Terminal.clean(rawAccountLabel(account)) }
+func accountLabel(_ account: Account?) -> String { Terminal.clean(rawAccountLabel(account)) }
 
-private func rawAccountLabel(_ account: JSON?) -> String {
-    guard let account, case .object = account else { return "-" }
-    let name = account["email"]?.stringValue ?? account["name"]?.stringValue
-    let id = account["id"]?.stringValue
-    switch (name, id) {
+private func rawAccountLabel(_ account: Account?) -> String {
+    guard let account else { return "-" }
+    let name = account.email ?? account.name
+    switch (name, account.id) {
     case let (name?, id?) where name != id: return "\(name) (\(id))"
     case let (name?, _): return name
     case let (nil, id?): return id

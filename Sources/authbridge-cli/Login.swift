@@ -1,6 +1,7 @@
 import ArgumentParser
 import AuthBridgeHost
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgeLaunch
 import AuthBridgeSession
 import Dispatch
@@ -43,7 +44,7 @@ struct Login: HumanCommand {
         let sessions = try await Login.sessions(options: options, agent: agent, openBrowser: !(noBrowser || device), stage: stage)
         let status = try await Login.signIn(profile, sessions: sessions, device: device, timeout: wait.seconds, stage: stage)
         let out = Terminal.standardOutput
-        out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status["account"]))")
+        out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status.account))")
     }
 
     /// The sessions for an interactive sign-in (the running agent's, or this process's):
@@ -52,21 +53,22 @@ struct Login: HumanCommand {
     static func sessions(options: HostOptions, agent: AgentChoice, openBrowser: Bool, stage: LastStage) async throws -> any Sessions {
         let err = Terminal.standardError
         return try await SessionAccess.open(options, agent, openBrowser: openBrowser ? Login.browser(err) : nil) { method, params in
-            guard method == "signIn/progress" else { return }
-            stage.set(params["stage"]?.stringValue)
-            Login.show(params, terminal: err, browserOpened: openBrowser)
+            guard method == SignInProgressParams.method, let progress = try? SignInProgressParams(wire: params) else { return }
+            stage.set(progress.stage)
+            Login.show(progress, terminal: err, browserOpened: openBrowser)
         }
     }
 
     /// Signs in to `profile` (Ctrl-C cancels) and returns its SignInStatus; a failure is
     /// reported on stderr and thrown as the exit code (a sign-in the user did not finish in
     /// `timeout` seconds: exit 1, not "provider unreachable").
-    static func signIn(_ profile: String, sessions: any Sessions, device: Bool, timeout: Int64, stage: LastStage) async throws -> JSON {
+    static func signIn(
+        _ profile: String, sessions: any Sessions, device: Bool, timeout: Int64, stage: LastStage
+    ) async throws -> SignInStatus {
         let err = Terminal.standardError
-        var params: [String: JSON] = ["timeoutMs": .int(timeout * 1000)]
-        if device { params["flow"] = "device" }
-        let signIn = Task { () async throws -> JSON in
-            try await sessions.signIn(profile, params: params)
+        let params = RequestOAuthTokensParams(provider: profile, flow: device ? .device : nil, timeoutMs: timeout * 1000)
+        let signIn = Task { () async throws -> SignInStatus in
+            try await sessions.signIn(params)
         }
         let interrupt = Interrupt { signIn.cancel() }
         defer { interrupt.stop() }
@@ -96,27 +98,27 @@ struct Login: HumanCommand {
         }
     }
 
-    static func show(_ progress: JSON, terminal err: Terminal, browserOpened: Bool) {
-        switch progress["stage"]?.stringValue {
-        case "openUrl":
-            guard let url = progress["url"]?.stringValue else { return }
+    static func show(_ progress: SignInProgressParams, terminal err: Terminal, browserOpened: Bool) {
+        switch progress.stage {
+        case .openUrl:
+            guard let url = progress.url else { return }
             err.line("Open this URL in a browser to sign in:")
             err.line("  " + err.styled(url, .cyan))
             if browserOpened { err.line(err.styled("(opening it in your browser…)", .dim)) }
-        case "waiting":
+        case .waiting:
             err.line(err.styled("Waiting for the browser to come back… (Ctrl-C cancels)", .dim))
-        case "deviceCode":
-            let code = progress["userCode"]?.stringValue ?? "?"
-            let uri = progress["verificationUri"]?.stringValue ?? "?"
+        case .deviceCode:
+            let code = progress.userCode ?? "?"
+            let uri = progress.verificationUri ?? "?"
             err.line("First copy your one-time code: " + err.styled(code, .bold))
             err.line("Then open " + err.styled(uri, .cyan) + " on any device and enter it.")
-            if let complete = progress["verificationUriComplete"]?.stringValue { err.line("Or open: " + Terminal.clean(complete)) }
-            let expiry = progress["expiresAt"]?.intValue.map { " (the code expires \(relativeTime($0)))" } ?? ""
+            if let complete = progress.verificationUriComplete { err.line("Or open: " + Terminal.clean(complete)) }
+            let expiry = progress.expiresAt.map { " (the code expires \(relativeTime($0)))" } ?? ""
             err.line(err.styled("Waiting for you to finish\(expiry)… (Ctrl-C cancels)", .dim))
-        case "exchanging":
+        case .exchanging:
             err.line(err.styled("Signing in…", .dim))
-        default:
-            if let message = progress["message"]?.stringValue { err.line(Terminal.clean(message)) }
+        case .plugin:
+            if let message = progress.message { err.line(Terminal.clean(message)) }
         }
     }
 }
@@ -134,10 +136,10 @@ struct SignInWait: ParsableArguments {
 /// The sign-in's latest progress stage, so a timeout can be told apart:
 /// while the user is being waited for, or while talking to the provider.
 final class LastStage: Sendable {
-    private let stage = Mutex<String?>(nil)
+    private let stage = Mutex<SignInStage?>(nil)
 
-    func set(_ value: String?) { stage.withLock { $0 = value } }
+    func set(_ value: SignInStage?) { stage.withLock { $0 = value } }
 
     /// The URL or code was shown and the provider has not been asked for tokens yet.
-    var waitingForUser: Bool { stage.withLock { ["openUrl", "waiting", "deviceCode"].contains($0 ?? "") } }
+    var waitingForUser: Bool { stage.withLock { [.openUrl, .waiting, .deviceCode].contains($0) } }
 }

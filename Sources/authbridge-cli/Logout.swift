@@ -1,5 +1,6 @@
 import ArgumentParser
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgeSession
 
 /// `authbridge logout PROFILE`: revoke at the provider and forget the session.
@@ -18,20 +19,19 @@ struct Logout: HumanCommand {
     func execute() async throws {
         let sessions = try await SessionAccess.open(options, agent)
         let result = try await sessions.waitingForProvider(of: selection.profile) { sessions throws(SessionError) in
-            try await sessions.signOut(selection.profile, account: selection.account)
+            try await sessions.signOut(SignOutParams(provider: selection.profile, account: selection.account))
         }
         let out = Terminal.standardOutput
-        let revoked = (result["revoked"]?.arrayValue ?? []).compactMap(\.stringValue)
-        let failures = result["failures"]?.arrayValue ?? []
-        guard result["account"] != nil || !revoked.isEmpty || !failures.isEmpty else {
+        let (revoked, failures) = (result.revoked, result.failures)
+        guard result.account != nil || !revoked.isEmpty || !failures.isEmpty else {
             out.line("\(selection.profile) was not signed in.")
             return
         }
         out.line(
-            out.styled("✓", .green) + " Signed out of \(selection.profile) (\(accountLabel(result["account"])))"
+            out.styled("✓", .green) + " Signed out of \(selection.profile) (\(accountLabel(result.account)))"
                 + (revoked.isEmpty ? "" : "; revoked: \(Terminal.clean(revoked.joined(separator: ", ")))"))
         for failure in failures {
-            Terminal.standardError.warn("could not revoke \(failure["token"]?.stringValue ?? "?"): \(failure["message"]?.stringValue ?? "")")
+            Terminal.standardError.warn("could not revoke \(failure.token): \(failure.message)")
         }
     }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import AuthBridgeJSON
 import AuthBridgeLaunch
+import AuthBridgeProtocol
 import AuthBridgeSession
 
 /// How a command for people reaches the sessions: in this process
@@ -9,25 +10,25 @@ import AuthBridgeSession
 /// the agent at once (it gets `session/changed`). Every command goes through
 /// this seam (`SessionAccess.open`), and so does one added later.
 ///
-/// The methods are the bridge's, in the engine's terms: results are the
-/// spec's JSON, failures `SessionError`s.
+/// The methods are the bridge's, with its params and results (AuthBridgeProtocol,
+/// generated from bridge-spec); failures are `SessionError`s.
 protocol Sessions: Sendable {
-    /// The configured profiles (bridge-spec ProfileInfo).
-    func profiles() async throws(SessionError) -> [JSON]
+    /// The configured profiles.
+    func profiles() async throws(SessionError) -> [ProfileInfo]
     /// `requestOAuthTokens`; progress goes to the events sink the sessions were opened with.
-    func signIn(_ profile: String, params: [String: JSON]) async throws(SessionError) -> JSON
+    func signIn(_ params: RequestOAuthTokensParams) async throws(SessionError) -> SignInStatus
     /// `checkSignInStatus`.
-    func status(_ profile: String, account: String?) async throws(SessionError) -> JSON
+    func status(_ params: CheckSignInStatusParams) async throws(SessionError) -> SignInStatus
     /// `listAccounts`.
-    func accounts(_ profile: String?) async throws(SessionError) -> [JSON]
-    /// `getAccessToken` (`minimumValidity` nil: the bridge's default).
-    func accessToken(_ profile: String, account: String?, minimumValidity: Int64?, forceRefresh: Bool) async throws(SessionError) -> JSON
+    func accounts(_ params: ListAccountsParams) async throws(SessionError) -> [SignInStatus]
+    /// `getAccessToken`.
+    func accessToken(_ params: GetAccessTokenParams) async throws(SessionError) -> AccessTokenResult
     /// `signOut`.
-    func signOut(_ profile: String, account: String?) async throws(SessionError) -> JSON
+    func signOut(_ params: SignOutParams) async throws(SessionError) -> SignOutResult
     /// The plugins found, as `initialize` lists them, with the fix for a refused one when known.
     func plugins() async throws(SessionError) -> [PluginEntry]
-    /// Where tokens are kept (`{backend, protection}`).
-    var storage: JSON { get }
+    /// Where tokens are kept.
+    var storage: StorageInfo { get }
     /// `error` as a person needs it: a profile whose plugin was refused says why.
     func explained(_ error: SessionError) -> SessionError
     /// The sign-in flows the plugin of profile `name` declares (none when it is not loaded).
@@ -79,9 +80,9 @@ extension Sessions {
 
     /// Runs one call for `profile`, saying on stderr that the command waits for its provider
     /// when the call takes longer than a second; an error becomes the command's exit.
-    func waitingForProvider(of profile: String, _ call: (Self) async throws(SessionError) -> JSON) async throws -> JSON {
+    func waitingForProvider<Answer>(of profile: String, _ call: (Self) async throws(SessionError) -> Answer) async throws -> Answer {
         let notice = WaitNotice.forProvider(of: profile)
-        let result: Result<JSON, SessionError>
+        let result: Result<Answer, SessionError>
         do throws(SessionError) {
             result = .success(try await call(self))
         } catch {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgeLaunch
 import AuthBridgeSession
 
@@ -54,7 +55,7 @@ struct Status: HumanCommand {
         if let profile {
             names = [profile]
         } else {
-            do throws(SessionError) { names = try await sessions.profiles().compactMap { $0["name"]?.stringValue } } catch {
+            do throws(SessionError) { names = try await sessions.profiles().map(\.name) } catch {
                 throw sessions.report(error)
             }
         }
@@ -63,8 +64,8 @@ struct Status: HumanCommand {
         let progress = WaitNotice(after: .seconds(1)) { waiting in
             "waiting for the provider of \(waiting.sorted().joined(separator: ", ")) (at most \(timeout) s)…"
         }
-        var found: [String: Result<[JSON], SessionError>] = [:]
-        await withTaskGroup(of: (String, Result<[JSON], SessionError>).self) { group in
+        var found: [String: Result<[SignInStatus], SessionError>] = [:]
+        await withTaskGroup(of: (String, Result<[SignInStatus], SessionError>).self) { group in
             for name in names {
                 progress.started(name)
                 group.addTask {
@@ -83,41 +84,37 @@ struct Status: HumanCommand {
             }
         }
         await progress.finish()
-        var rows: [JSON] = []
+        var rows: [Row] = []
         for name in names {
             switch found[name] {
-            case .success(let statuses)?: rows += statuses
+            case .success(let statuses)?: rows += statuses.map(Row.checked)
             case .failure(let error)?:
                 // One profile's trouble (a provider unreachable, a bad setting) is a row, not the end.
                 if profile != nil { throw sessions.report(error) }
-                let state = error.retryable ? SessionState.offline.rawValue : "error"
-                rows.append([
-                    "provider": .string(name), "state": .string(state), "account": .null, "expiresAt": .null,
-                    "reason": .string(error.reason ?? state), "message": .string(sessions.explained(error).message),
-                ])
+                rows.append(.failed(profile: name, error: error, message: sessions.explained(error).message))
             case nil: break
             }
         }
         if json {
-            print(Terminal.cleanJSON(JSON.array(rows).prettyPrinted()))
+            print(Terminal.cleanJSON(JSON.array(rows.map(\.json)).prettyPrinted()))
         } else {
             printTable(rows, storage: sessions.storage, keyFromEnvironment: sessions.keyFromEnvironment)
         }
-        if let profile, !rows.contains(where: { Self.state($0) == .signedIn }) {
-            let offline = rows.contains { Self.state($0) == .offline }
+        if let profile, !rows.contains(where: { $0.state == .signedIn }) {
+            let offline = rows.contains { $0.state == .offline }
             if rows.isEmpty { Terminal.standardError.error("no profile is named \"\(profile)\"") }
             throw ExitCode(offline ? CommandExit.unavailable : CommandExit.notSignedIn)
         }
     }
 
     /// The statuses of one profile's accounts (one row when none is signed in).
-    private static func check(_ name: String, sessions: any Sessions) async -> Result<[JSON], SessionError> {
+    private static func check(_ name: String, sessions: any Sessions) async -> Result<[SignInStatus], SessionError> {
         do throws(SessionError) {
-            let accounts = try await sessions.accounts(name)
-            if accounts.isEmpty { return .success([try await sessions.status(name, account: nil)]) }
-            var rows: [JSON] = []
+            let accounts = try await sessions.accounts(ListAccountsParams(provider: name))
+            if accounts.isEmpty { return .success([try await sessions.status(CheckSignInStatusParams(provider: name))]) }
+            var rows: [SignInStatus] = []
             for account in accounts {
-                rows.append(try await sessions.status(name, account: account["account"]?["id"]?.stringValue))
+                rows.append(try await sessions.status(CheckSignInStatusParams(provider: name, account: account.account?.id)))
             }
             return .success(rows)
         } catch {
@@ -125,10 +122,51 @@ struct Status: HumanCommand {
         }
     }
 
-    /// A row's state; nil for a profile that could not be checked ("error").
-    private static func state(_ row: JSON) -> SessionState? { row["state"]?.stringValue.flatMap(SessionState.init(rawValue:)) }
+    /// One row of the answer: an account's status as the bridge gave it, or a profile that
+    /// could not be checked.
+    private enum Row {
+        case checked(SignInStatus)
+        case failed(profile: String, error: SessionError, message: String)
 
-    private func printTable(_ rows: [JSON], storage: JSON, keyFromEnvironment: Bool) {
+        /// The row's state; nil for a profile that could not be checked ("error").
+        var state: SessionState? {
+            switch self {
+            case .checked(let status): status.state
+            case .failed(_, let error, _): error.retryable ? .offline : nil
+            }
+        }
+
+        /// The state's word: the spec's, or "error".
+        var stateWord: String { state?.rawValue ?? "error" }
+
+        var provider: String {
+            switch self {
+            case .checked(let status): status.provider
+            case .failed(let profile, _, _): profile
+            }
+        }
+
+        var message: String? {
+            switch self {
+            case .checked(let status): status.message
+            case .failed(_, _, let message): message
+            }
+        }
+
+        /// `--json`'s form: the SignInStatus, or one of its shape for a profile not checked.
+        var json: JSON {
+            switch self {
+            case .checked(let status): return status.wire
+            case .failed(let profile, let error, let message):
+                return [
+                    "provider": .string(profile), "state": .string(stateWord), "account": .null, "expiresAt": .null,
+                    "reason": .string(error.reason ?? stateWord), "message": .string(message),
+                ]
+            }
+        }
+    }
+
+    private func printTable(_ rows: [Row], storage: StorageInfo, keyFromEnvironment: Bool) {
         let out = Terminal.standardOutput
         if rows.isEmpty {
             out.line("No profiles are configured (see --config, or configureProfile from a frontend).")
@@ -136,19 +174,20 @@ struct Status: HumanCommand {
         }
         let header = ["PROFILE", "ACCOUNT", "STATE", "EXPIRES", "STORAGE"]
         let cells: [[String]] = rows.map { row in
-            let state = row["state"]?.stringValue ?? "?"
-            let reason = row["reason"]?.stringValue.map { $0 == "valid" || $0 == "refreshed" && Self.state(row) == .signedIn ? "" : " (\($0))" } ?? ""
+            let status: SignInStatus? = if case .checked(let status) = row { status } else { nil }
+            let reasonWord = status?.reason ?? { if case .failed(_, let error, _) = row { error.reason ?? row.stateWord } else { nil } }()
+            let reason = reasonWord.map { $0 == "valid" || $0 == "refreshed" && row.state == .signedIn ? "" : " (\($0))" } ?? ""
             return [
-                row["provider"]?.stringValue ?? "?", accountLabel(row["account"]), state + reason,
-                Self.state(row) == .notSignedIn ? "-" : relativeTime(row["expiresAt"]?.intValue),
-                Status.storageLabel(row["storage"] ?? storage, keyFromEnvironment: keyFromEnvironment),
+                row.provider, accountLabel(status?.account), row.stateWord + reason,
+                row.state == .notSignedIn ? "-" : relativeTime(status?.expiresAt),
+                Status.storageLabel(status?.storage ?? storage, keyFromEnvironment: keyFromEnvironment),
             ].map(Terminal.clean)
         }
         let table = TextTable([header] + cells)
         out.line(table.line(header, on: out) { _ in .bold })
         for (row, line) in zip(rows, cells) {
             let colour: Terminal.Style =
-                switch Self.state(row) {
+                switch row.state {
                 case .signedIn: .green
                 case .offline, .licenseRevoked: .yellow
                 case .notSignedIn, nil: .red
@@ -156,8 +195,8 @@ struct Status: HumanCommand {
             out.line(table.line(line, on: out) { $0 == 2 ? colour : nil })
         }
         for row in rows {
-            if let message = row["message"]?.stringValue, Self.state(row) != .signedIn {
-                Terminal.standardError.line(Terminal.clean("\(row["provider"]?.stringValue ?? "?"): \(message)"))
+            if let message = row.message, row.state != .signedIn {
+                Terminal.standardError.line(Terminal.clean("\(row.provider): \(message)"))
             }
         }
     }
@@ -167,17 +206,15 @@ extension Status {
     /// Where the tokens are and what protects them, as people ask it: is the vault key in the
     /// keyring or in a file next to the vault? (The row's own StorageInfo once the vault is
     /// open: a missing keyring means a key file.)
-    static func storageLabel(_ storage: JSON, keyFromEnvironment: Bool) -> String {
-        let protection = storage["protection"]?.stringValue
-        switch storage["backend"]?.stringValue {
-        case "encrypted-file":
-            if protection == "keyring" { return "encrypted file (key in keyring)" }
+    static func storageLabel(_ storage: StorageInfo, keyFromEnvironment: Bool) -> String {
+        switch storage.backend {
+        case .encryptedFile:
+            if storage.protection == .keyring { return "encrypted file (key in keyring)" }
             return keyFromEnvironment ? "encrypted file (key from AUTHBRIDGE_VAULT_KEY)" : "encrypted file (key file)"
-        case "secret-service": return "keyring"
-        case "postgresql":
+        case .secretService: return "keyring"
+        case .postgresql:
             return keyFromEnvironment ? "PostgreSQL, sealed (key from AUTHBRIDGE_VAULT_KEY)" : "PostgreSQL, sealed (key file)"
-        case "memory": return "memory (not kept)"
-        case let backend: return "\(backend ?? "?") (\(protection ?? "?"))"
+        case .memory: return "memory (not kept)"
         }
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgeSession
 import AuthBridgePluginHost
 
@@ -36,15 +37,15 @@ struct Token: HumanCommand {
         let sessions = try await SessionAccess.open(options, agent)
         let answer = try await sessions.waitingForProvider(of: selection.profile) { sessions throws(SessionError) in
             try await sessions.accessToken(
-                selection.profile, account: selection.account, minimumValidity: minValidity.map { $0 * 1000 }, forceRefresh: false)
+                GetAccessTokenParams(provider: selection.profile, account: selection.account, minValidityMs: minValidity.map { $0 * 1000 }))
         }
         MinimumValidity.warnIfShort(answer, asked: minValidity)
         if json {
-            print(Terminal.cleanJSON(answer.prettyPrinted()))
+            print(Terminal.cleanJSON(answer.wire.prettyPrinted()))
             return
         }
         // A token is visible ASCII (RFC 6750 b64token): cleaning changes nothing but a hostile provider's.
-        Terminal.standardOutput.line(Terminal.clean(answer["accessToken"]?.stringValue ?? ""))
+        Terminal.standardOutput.line(Terminal.clean(answer.accessToken))
     }
 }
 
@@ -67,7 +68,7 @@ enum MinimumValidity {
 
     /// Says once on stderr (without the token) when `answer`'s token expires sooner than the
     /// `asked` seconds given with --min-validity.
-    static func warnIfShort(_ answer: JSON, asked seconds: Int64?, now: Int64 = HostClock.nowMilliseconds()) {
+    static func warnIfShort(_ answer: AccessTokenResult, asked seconds: Int64?, now: Int64 = HostClock.nowMilliseconds()) {
         guard let seconds, let left = shortfall(answer, asked: seconds, now: now) else { return }
         Terminal.standardError.warn(
             "the token is valid for \(left) s more, less than the \(seconds) s asked with --min-validity: it is renewed only when less than half its lifetime is left, and the provider's tokens may not last that long"
@@ -75,8 +76,8 @@ enum MinimumValidity {
     }
 
     /// The seconds `answer`'s token has left when that is less than `asked`; nil otherwise (or no expiry known).
-    static func shortfall(_ answer: JSON, asked: Int64, now: Int64) -> Int64? {
-        guard let expiresAt = answer["expiresAt"]?.intValue else { return nil }
+    static func shortfall(_ answer: AccessTokenResult, asked: Int64, now: Int64) -> Int64? {
+        guard let expiresAt = answer.expiresAt else { return nil }
         let left = max(0, (expiresAt - now) / 1000)
         return left < asked ? left : nil
     }

@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import Testing
 
 @testable import authbridge_cli
@@ -16,8 +17,11 @@ struct CommandTextTests {
     @Test("A token valid for less than --min-validity asks is a shortfall; enough, or no expiry, is none")
     func shortfall() {
         let now: Int64 = 1_000_000
-        #expect(MinimumValidity.shortfall(["expiresAt": .int(now + 3_600_000)], asked: 7_200, now: now) == 3_600)
-        #expect(MinimumValidity.shortfall(["expiresAt": .int(now + 3_600_000)], asked: 600, now: now) == nil)
-        #expect(MinimumValidity.shortfall(["accessToken": "t"], asked: 7_200, now: now) == nil)
+        let token = { (expiresAt: Int64?) in
+            AccessTokenResult(provider: "p", accessToken: "t", tokenType: "Bearer", expiresAt: expiresAt, headers: [:], cookies: [])
+        }
+        #expect(MinimumValidity.shortfall(token(now + 3_600_000), asked: 7_200, now: now) == 3_600)
+        #expect(MinimumValidity.shortfall(token(now + 3_600_000), asked: 600, now: now) == nil)
+        #expect(MinimumValidity.shortfall(token(nil), asked: 7_200, now: now) == nil)
     }
 }

@@ -170,7 +170,7 @@ struct ParamsSchemaTests {
     @Test func unknownMethodsAreMethodNotFoundWhateverTheirParams() {
         for method in ["nope", "initialized", "exit", "$/cancelRequest", "session/changed"] {
             do {
-                _ = try BridgeServer.checkedParams(Request(id: .int(1), method: method, params: ["x": 1]))
+                _ = try BridgeServer.decodedParams(Request(id: .int(1), method: method, params: ["x": 1]))
                 Issue.record("\(method) was accepted")
             } catch {
                 #expect(error.code == .methodNotFound, "\(method)")

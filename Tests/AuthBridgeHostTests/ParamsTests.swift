@@ -31,27 +31,6 @@ struct ParamsTests {
         #expect(field { _ = try Params(Request(id: .int(1), method: "m", params: value)) } == "params")
     }
 
-    @Test func requiredStrings() throws {
-        let params = try params(["provider": "work", "empty": "", "number": 3])
-        #expect(try params.string("provider") == "work")
-        #expect(field { _ = try params.string("missing") } == "missing")
-        #expect(field { _ = try params.string("empty") } == "empty")
-        #expect(field { _ = try params.string("number") } == "number")
-        do throws(RPCError) {
-            _ = try params.string("number")
-        } catch {
-            #expect(error.message == "Invalid params: number: must be a non-empty string, not integer")
-        }
-    }
-
-    @Test func optionalStringsAcceptNullAndAbsence() throws {
-        let params = try params(["a": "x", "b": .null, "c": false])
-        #expect(try params.optionalString("a") == "x")
-        #expect(try params.optionalString("b") == nil)
-        #expect(try params.optionalString("z") == nil)
-        #expect(field { _ = try params.optionalString("c") } == "c")
-    }
-
     @Test(
         arguments: [
             (1_000, true), (3_600_000, true), (999, false), (3_600_001, false), (-1, false),
@@ -77,21 +56,5 @@ struct ParamsTests {
         #expect(field { try params.allowOnly(["provider"]) } == "alpha")
         #expect(field { try params.allowOnly(["provider", "alpha", "zeta"]) } == nil)
         #expect(field { try Params(Request(id: .int(0), method: "m", params: nil)).allowOnly([]) } == nil)
-    }
-
-    @Test func optionalStringArraysNameTheBadElement() throws {
-        let params = try params(["scopes": ["openid", 2, "email"], "good": ["a", "b"], "notArray": "openid"])
-        #expect(field { _ = try params.optionalStringArray("scopes") } == "scopes[1]")
-        #expect(try params.optionalStringArray("good") == ["a", "b"])
-        #expect(try params.optionalStringArray("missing") == nil)
-        #expect(field { _ = try params.optionalStringArray("notArray") } == "notArray")
-    }
-
-    @Test func optionalObjectsAndEnums() throws {
-        let params = try params(["settings": ["clientId": "c"], "flow": "device", "bad": "fax", "list": []])
-        #expect(try params.optionalObject("settings") == ["clientId": "c"])
-        #expect(field { _ = try params.optionalObject("list") } == "list")
-        #expect(try params.optionalEnum("flow", ["browser", "device"]) == "device")
-        #expect(field { _ = try params.optionalEnum("bad", ["browser", "device"]) } == "bad")
     }
 }

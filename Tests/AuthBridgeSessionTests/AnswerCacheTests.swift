@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgePluginHost
 @testable import AuthBridgeSession
 import Logging
@@ -17,35 +18,35 @@ struct AnswerCacheTests {
 
     @Test func aValidSessionIsAnsweredAtOnceAsTheEngineAnsweredIt() async throws {
         try await withEngine { engine, _, _ in
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 1)
             #expect(atOnce(engine) == nil, "nothing is answered before the engine answered once")
-            let answer = try await engine.getAccessToken("work")
-            #expect(answer["accessToken"] == "sat-x")
-            #expect(atOnce(engine) == answer)
+            let answer = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
+            #expect(answer.accessToken == "sat-x")
+            #expect(atOnce(engine) == answer.wire)
             #expect(atOnce(engine, account: "x") == nil, "a call naming the account is another entry")
-            #expect(try await engine.getAccessToken("work", account: "x") == answer)
-            #expect(atOnce(engine, account: "x") == answer)
+            #expect(try await engine.getAccessToken(GetAccessTokenParams(provider: "work", account: "x")) == answer)
+            #expect(atOnce(engine, account: "x") == answer.wire)
         }
     }
 
     @Test func aRefreshHereInvalidatesAndTheNewTokenIsAnsweredNext() async throws {
         try await withEngine { engine, _, _ in
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
-            _ = try await engine.getAccessToken("work")
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 1)
+            _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
             #expect(atOnce(engine)?["accessToken"] == "sat-x")
-            #expect(try await engine.getAccessToken("work", forceRefresh: true)["accessToken"] == "sat2-x")
+            #expect(try await engine.getAccessToken(GetAccessTokenParams(provider: "work", forceRefresh: true)).accessToken == "sat2-x")
             #expect(atOnce(engine) == nil)
-            #expect(try await engine.getAccessToken("work")["accessToken"] == "sat2-x")
+            #expect(try await engine.getAccessToken(GetAccessTokenParams(provider: "work")).accessToken == "sat2-x")
             #expect(atOnce(engine)?["accessToken"] == "sat2-x")
         }
     }
 
     @Test func aSignOutHereInvalidates() async throws {
         try await withEngine { engine, _, _ in
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
-            _ = try await engine.getAccessToken("work")
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 1)
+            _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
             #expect(atOnce(engine) != nil)
-            _ = try await engine.signOut("work", requestID: nil)
+            _ = try await engine.signOut(SignOutParams(provider: "work"), requestID: nil)
             #expect(atOnce(engine) == nil)
             #expect(engine.statusAtOnce("work", account: nil, requestID: 2, runningHooks: true) == nil)
         }
@@ -53,24 +54,24 @@ struct AnswerCacheTests {
 
     @Test func aProfileChangeInvalidates() async throws {
         try await withEngine { engine, _, _ in
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
-            _ = try await engine.getAccessToken("work")
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 1)
+            _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
             #expect(atOnce(engine) != nil)
-            _ = try await engine.configureProfile(name: "work", plugin: "swifttest", settings: ["clientId": "other"])
+            _ = try await engine.configureProfile(ConfigureProfileParams(name: "work", plugin: "swifttest", settings: ["clientId": "other"]))
             #expect(atOnce(engine) == nil)
         }
     }
 
     @Test func aRevokedLicenseInvalidatesAndIsNeverKept() async throws {
         try await withEngine { engine, _, store in
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
-            _ = try await engine.getAccessToken("work")
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 1)
+            _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
             #expect(atOnce(engine) != nil)
             let key = SessionKey(profile: "work", account: "x")
             let session = try #require(try await store.load(key))
             _ = try await engine.markLicenseRevoked(key, session: session, context: try await engine.context(for: "work"), message: "gone")
             #expect(atOnce(engine) == nil)
-            await #expect(throws: SessionError.self) { try await engine.getAccessToken("work") }
+            await #expect(throws: SessionError.self) { try await engine.getAccessToken(GetAccessTokenParams(provider: "work")) }
             #expect(atOnce(engine) == nil)
         }
     }
@@ -78,9 +79,9 @@ struct AnswerCacheTests {
     @Test func aTokenPastTheCallersMinimumValidityIsLeftToTheEngine() async throws {
         try await withEngine { engine, _, store in
             // "short" lives 1 s: usable at once while half its life remains, then the engine refreshes.
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "short"], requestID: 1)
-            let first = try await engine.getAccessToken("work")
-            let expiresAt = try #require(first["expiresAt"]?.intValue)
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "short"), requestID: 1)
+            let first = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
+            let expiresAt = try #require(first.expiresAt)
             // Half of the life the engine recorded (expiry minus the moment it stored the
             // tokens): under load that moment comes later than the plugin's, so it is under 500 ms.
             let stored = try #require(try await store.load(SessionKey(profile: "work", account: "short")))
@@ -95,15 +96,15 @@ struct AnswerCacheTests {
                 return answer == nil
             }
             #expect(passed)
-            #expect(try await engine.getAccessToken("work")["accessToken"] == "sat2-short")
+            #expect(try await engine.getAccessToken(GetAccessTokenParams(provider: "work")).accessToken == "sat2-short")
         }
     }
 
     @Test func aCheckSessionThatDoesNotRunInlineIsLeftToTheEngine() async throws {
         try await withEngine { engine, _, _ in
             // The Swift test plugin's check_session runs on a worker thread (not in its inlineHooks).
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
-            #expect(try await engine.checkSignInStatus("work")["reason"] == "valid")
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 1)
+            #expect(try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work")).reason == "valid")
             #expect(engine.statusAtOnce("work", account: nil, requestID: 2, runningHooks: true) == nil)
         }
     }
@@ -119,15 +120,15 @@ struct AnswerCacheTests {
         let there = SessionStore(vault: EncryptedFileVault(folder: folder.path + "/vault", keySource: key))
         try await withEngine(store: here) { engine, _, _ in
             try await withEngine(store: there) { other, _, _ in
-                _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
+                _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 1)
                 // A record written moments ago is not vouched for (its times may not have settled): ask until it is.
                 #expect(try await answeredAtOnce(engine)?["accessToken"] == "sat-x")
-                #expect(try await other.getAccessToken("work", forceRefresh: true)["accessToken"] == "sat2-x")
+                #expect(try await other.getAccessToken(GetAccessTokenParams(provider: "work", forceRefresh: true)).accessToken == "sat2-x")
                 #expect(atOnce(engine) == nil, "another process refreshed")
                 #expect(try await answeredAtOnce(engine)?["accessToken"] == "sat2-x")
-                _ = try await other.signOut("work", requestID: nil)
+                _ = try await other.signOut(SignOutParams(provider: "work"), requestID: nil)
                 #expect(atOnce(engine) == nil, "another process signed out")
-                await #expect(throws: SessionError.self) { try await engine.getAccessToken("work") }
+                await #expect(throws: SessionError.self) { try await engine.getAccessToken(GetAccessTokenParams(provider: "work")) }
             }
         }
     }
@@ -137,9 +138,9 @@ struct AnswerCacheTests {
     private func answeredAtOnce(_ engine: SessionEngine) async throws -> JSON? {
         let end = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < end {
-            let answer = try await engine.getAccessToken("work")
+            let answer = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
             if let quick = atOnce(engine) {
-                #expect(quick == answer)
+                #expect(quick == answer.wire)
                 return quick
             }
         }

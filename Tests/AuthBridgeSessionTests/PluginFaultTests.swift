@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgeProtocol
 @testable import AuthBridgePluginHost
 @testable import AuthBridgeSession
 @testable import AuthBridgeVault
@@ -68,7 +69,7 @@ struct PluginFaultTests {
         try await withEngine(Self.configure) { engine, _, events, store async throws in
             let outcome = await answered(within: .seconds(20)) { () -> SessionError? in
                 do throws(SessionError) {
-                    _ = try await engine.checkSignInStatus("work")
+                    _ = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
                     return nil
                 } catch {
                     return error
@@ -86,7 +87,7 @@ struct PluginFaultTests {
         let crashed = ProviderFailure.pluginCrashed(plugin: "fake", hook: .checkSession, detail: "killed by signal 11 (SIGSEGV)")
         try await withEngine({ $0 == .checkSession ? .failure(crashed) : Self.configure($0) }) { engine, _, _, store async throws in
             do throws(SessionError) {
-                let status = try await engine.checkSignInStatus("work")
+                let status = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
                 Issue.record("answered \(status)")
             } catch {
                 #expect(error.kind == .pluginError && error.reason == "pluginCrashed")
@@ -101,7 +102,7 @@ struct PluginFaultTests {
         let cancelled = ProviderFailure.cancelled
         try await withEngine({ $0 == .checkSession ? .failure(cancelled) : Self.configure($0) }) { engine, _, events, store async throws in
             do throws(SessionError) {
-                let status = try await engine.checkSignInStatus("work")
+                let status = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
                 Issue.record("answered \(status)")
             } catch {
                 #expect(error.kind == .userCancelled)
@@ -115,7 +116,7 @@ struct PluginFaultTests {
     @Test func aTransientFailureIsStillOffline() async throws {
         let offline = ProviderFailure.transient("timeout", "no answer")
         try await withEngine({ $0 == .checkSession ? .failure(offline) : Self.configure($0) }) { engine, _, _, _ async throws in
-            #expect(try await engine.checkSignInStatus("work")["state"] == "offline")
+            #expect(try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work")).state == .offline)
         }
     }
 
@@ -124,13 +125,13 @@ struct PluginFaultTests {
         try await withEngine({ $0 == .checkSession ? .result(["state": "expired"]) : Self.configure($0) }, expiresIn: -1000) {
             engine, _, _, store async throws in
             do throws(SessionError) {
-                _ = try await engine.getAccessToken("work")
+                _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
                 Issue.record("a hung refresh handed out a token")
             } catch {
                 #expect(error.kind == .pluginError && error.reason == "pluginTimeout")
             }
             do throws(SessionError) {
-                _ = try await engine.checkSignInStatus("work")
+                _ = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
                 Issue.record("a hung refresh answered a status")
             } catch {
                 #expect(error.reason == "pluginTimeout")
@@ -143,8 +144,8 @@ struct PluginFaultTests {
     @Test func signOutWipesLocallyWhenRevokeCrashes() async throws {
         let crashed = ProviderFailure.pluginCrashed(plugin: "fake", hook: .revoke, detail: "exited with status 3")
         try await withEngine({ $0 == .revoke ? .failure(crashed) : Self.configure($0) }) { engine, _, events, store async throws in
-            let answer = try await engine.signOut("work", requestID: 1)
-            #expect(answer["failures"]?.serializedString().contains("pluginCrashed") == true, "\(answer)")
+            let answer = try await engine.signOut(SignOutParams(provider: "work"), requestID: 1)
+            #expect(answer.failures.map(\.reason).contains("pluginCrashed"), "\(answer)")
             #expect(try await store.load(Self.key) == nil)
             #expect(events.changes.last?["state"] == "signedOut")
         }
@@ -155,10 +156,10 @@ struct PluginFaultTests {
             let start = ContinuousClock.now
             for second in 0..<3 { plugin.health.record(.crashed(detail: "killed by signal 6 (SIGABRT)"), at: start + .seconds(second)) }
             let info = try #require(await engine.profileList().first)
-            #expect(info["status"] == "error")
-            #expect(info["message"]?.stringValue?.contains("stopped after 3 failures") == true)
+            #expect(info.status == .error)
+            #expect(info.message?.contains("stopped after 3 failures") == true)
             do throws(SessionError) {
-                _ = try await engine.checkSignInStatus("work")
+                _ = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
                 Issue.record("a refused plugin answered")
             } catch {
                 #expect(error.kind == .pluginError && error.reason == "pluginCrashed")
@@ -182,7 +183,7 @@ struct PluginFaultTests {
             for await _ in holding.stream { break }
             let error = await ProfileFileLock.$maximumWait.withValue(.milliseconds(100)) { () -> SessionError? in
                 do throws(SessionError) {
-                    _ = try await engine.getAccessToken("work")
+                    _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
                     return nil
                 } catch {
                     return error

@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgePluginHost
 @testable import AuthBridgeSession
 import Logging
@@ -17,21 +18,21 @@ import Glibc
 struct SessionEngineTests {
     @Test func sessionSignInStoresTokensAndNotifies() async throws {
         try await withEngine { engine, events, store in
-            let status = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 7)
-            #expect(status["state"] == "signedIn" && status["reason"] == "signedIn")
-            #expect(status["account"] == ["id": "x", "name": "Swift Test User"])
-            #expect(status["storage"] == ["backend": "memory", "protection": "none"])
-            #expect(status.serializedString().contains("sat-x") == false)
+            let status = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 7)
+            #expect(status.state == .signedIn && status.reason == "signedIn")
+            #expect(status.account == Account(id: "x", name: "Swift Test User"))
+            #expect(status.storage == StorageInfo(backend: .memory, protection: .unprotected))
+            #expect(status.wire.serializedString().contains("sat-x") == false)
             #expect(try await store.load(SessionKey(profile: "work", account: "x"))?.tokens.refreshToken == "srt-x")
             #expect(events.methods == ["signIn/progress", "session/changed"])
             #expect(events.all.first?.1["requestId"] == 7)
             #expect(events.changes.map { $0["state"] } == ["signedIn"])
 
-            #expect(try await engine.checkSignInStatus("work")["reason"] == "valid")
-            let token = try await engine.getAccessToken("work")
-            #expect(token["accessToken"] == "sat-x")
-            #expect(token["headers"]?["Authorization"] == "Bearer sat-x")
-            #expect(token["headers"]?["X-SwiftTest"] == "1")
+            #expect(try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work")).reason == "valid")
+            let token = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
+            #expect(token.accessToken == "sat-x")
+            #expect(token.headers["Authorization"] == "Bearer sat-x")
+            #expect(token.headers["X-SwiftTest"] == "1")
             #expect(events.changes.count == 1)
         }
     }
@@ -39,10 +40,10 @@ struct SessionEngineTests {
     @Test func concurrentCallersShareOneRefresh() async throws {
         try await withEngine { engine, events, _ in
             // An expired token: every caller wants a refresh.
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "expired"], requestID: 1)
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "expired"), requestID: 1)
             let tokens = try await withThrowingTaskGroup(of: String?.self) { group in
                 for _ in 0..<20 {
-                    group.addTask { try await engine.getAccessToken("work")["accessToken"]?.stringValue }
+                    group.addTask { try await engine.getAccessToken(GetAccessTokenParams(provider: "work")).accessToken }
                 }
                 return try await group.reduce(into: [String?]()) { $0.append($1) }
             }
@@ -60,15 +61,15 @@ struct SessionEngineTests {
         try await withEngine { engine, _, _ in
             for round in 0..<100 {
                 let name = "rt\(round % 3)"
-                async let configured = engine.configureProfile(name: name, plugin: "swifttest", settings: ["clientId": "c"])
-                async let removed = engine.removeProfile(name)
+                async let configured = engine.configureProfile(ConfigureProfileParams(name: name, plugin: "swifttest", settings: ["clientId": "c"]))
+                async let removed = engine.removeProfile(RemoveProfileParams(name: name)).removed
                 let info = try await configured
-                #expect(info["name"] == .string(name) && info["status"] == "ready")
+                #expect(info.name == name && info.status == .ready)
                 _ = try await removed
             }
             // Every profile configured and removed in the same breath is gone or present, never half-made.
             for profile in await engine.profileList() {
-                #expect(profile["status"] == "ready")
+                #expect(profile.status == .ready)
             }
         }
     }
@@ -77,10 +78,10 @@ struct SessionEngineTests {
     /// refreshed while it is younger than half its lifetime.
     @Test func aShortLivedTokenIsNotRefreshedOnEveryCall() async throws {
         try await withEngine { engine, events, _ in
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "brief"], requestID: 1)
-            for _ in 0..<5 { #expect(try await engine.getAccessToken("work")["accessToken"] == "sat-brief") }
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "brief"), requestID: 1)
+            for _ in 0..<5 { #expect(try await engine.getAccessToken(GetAccessTokenParams(provider: "work")).accessToken == "sat-brief") }
             #expect(events.changes.filter { $0["state"] == "refreshed" }.isEmpty)
-            #expect(try await engine.getAccessToken("work", forceRefresh: true)["accessToken"] == "sat2-brief")
+            #expect(try await engine.getAccessToken(GetAccessTokenParams(provider: "work", forceRefresh: true)).accessToken == "sat2-brief")
             #expect(events.changes.filter { $0["state"] == "refreshed" }.count == 1)
         }
     }
@@ -90,7 +91,9 @@ struct SessionEngineTests {
     @Test func shutdownWaitsForHooksInFlightAndSparesABusyPlugin() async throws {
         try await withEngine { engine, events, _ in
             let plugin = try #require(engine.loadedPlugins.first)
-            let signIn = Task { try? await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "slow"], requestID: 1) }
+            let signIn = Task {
+                try? await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "slow"), requestID: 1)
+            }
             await events.wait { method, params in method == "signIn/progress" && params["stage"] == "exchanging" }
             await engine.shutDownPlugins(drainingFor: .milliseconds(200))
             #expect(!plugin.hasShutDown, "the plugin is inside complete_sign_in")
@@ -104,10 +107,10 @@ struct SessionEngineTests {
     @Test func aDefinitiveRefusalIsProviderRefused() async throws {
         try await withEngine { engine, events, store in
             await #expect(throws: SessionError.self) {
-                try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "bad"], requestID: 2)
+                try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "bad"), requestID: 2)
             }
             do throws(SessionError) {
-                _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "bad"], requestID: 3)
+                _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "bad"), requestID: 3)
             } catch {
                 #expect(error.kind == .providerRefused)
                 #expect(error.reason == "invalid_grant")
@@ -121,13 +124,13 @@ struct SessionEngineTests {
     @Test func unsupportedFlowsAndMissingSessionIds() async throws {
         try await withEngine { engine, _, _ in
             do throws(SessionError) {
-                _ = try await engine.requestOAuthTokens("work", params: ["flow": "device"], requestID: 1)
+                _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .device), requestID: 1)
                 Issue.record("the device flow was accepted")
             } catch {
                 #expect(error.kind == .unsupported && error.field == "flow")
             }
             do throws(SessionError) {
-                _ = try await engine.requestOAuthTokens("work", params: ["flow": "session"], requestID: 1)
+                _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session), requestID: 1)
                 Issue.record("a session sign-in without sessionId was accepted")
             } catch {
                 #expect(error.kind == .invalidParams && error.field == "sessionId")
@@ -138,41 +141,41 @@ struct SessionEngineTests {
     @Test func settingsAreValidatedAgainstThePluginsSchema() async throws {
         try await withEngine(settings: ["authorizationEndpoint": "https://idp.example/a"]) { engine, _, _ in
             let profiles = await engine.profileList()
-            #expect(profiles.first?["status"] == "error")
-            #expect(profiles.first?["message"] == "settings.clientId is required by this plugin")
+            #expect(profiles.first?.status == .error)
+            #expect(profiles.first?.message == "settings.clientId is required by this plugin")
             do throws(SessionError) {
-                _ = try await engine.getAccessToken("work")
+                _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
                 Issue.record("a profile without clientId was used")
             } catch {
                 #expect(error.kind == .configurationError && error.field == "settings.clientId")
             }
             do throws(SessionError) {
-                _ = try await engine.configureProfile(name: "typo", plugin: "swifttest", settings: ["clientId": 5])
+                _ = try await engine.configureProfile(ConfigureProfileParams(name: "typo", plugin: "swifttest", settings: ["clientId": 5]))
                 Issue.record("a numeric clientId was accepted")
             } catch {
                 #expect(error.kind == .configurationError && error.field == "settings.clientId")
             }
-            let ready = try await engine.configureProfile(name: "fixed", plugin: "swifttest", settings: ["clientId": "c"])
-            #expect(ready["status"] == "ready" && ready["source"] == "runtime")
-            #expect(await engine.profileList().map { $0["name"] } == ["fixed", "work"])
+            let ready = try await engine.configureProfile(ConfigureProfileParams(name: "fixed", plugin: "swifttest", settings: ["clientId": "c"]))
+            #expect(ready.status == .ready && ready.source == .runtime)
+            #expect(await engine.profileList().map { $0.name } == ["fixed", "work"])
         }
     }
 
     @Test func unknownProfilesAndSignedOutProfiles() async throws {
         try await withEngine { engine, events, _ in
             do throws(SessionError) {
-                _ = try await engine.getAccessToken("nobody")
+                _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "nobody"))
                 Issue.record("an unknown profile answered")
             } catch {
                 #expect(error.kind == .providerUnknown && error.field == "provider")
             }
-            #expect(try await engine.checkSignInStatus("work")["state"] == "notSignedIn")
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "y"], requestID: 1)
-            let signedOut = try await engine.signOut("work", requestID: 2)
-            #expect(signedOut["revoked"] == ["access_token", "refresh_token"])
+            #expect(try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work")).state == .notSignedIn)
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "y"), requestID: 1)
+            let signedOut = try await engine.signOut(SignOutParams(provider: "work"), requestID: 2)
+            #expect(signedOut.revoked == ["access_token", "refresh_token"])
             #expect(events.changes.last?["state"] == "signedOut" && events.changes.last?["reason"] == "userSignedOut")
             do throws(SessionError) {
-                _ = try await engine.getAccessToken("work")
+                _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
                 Issue.record("a signed-out profile handed out a token")
             } catch {
                 #expect(error.kind == .notSignedIn && error.reason == "noTokens")
@@ -186,16 +189,16 @@ struct SessionEngineTests {
     @Test func aSessionOfAnotherClientIdIsEndedWhereverItIsRead() async throws {
         let store = SessionStore.inMemory()
         try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 1)
             #expect(try await store.load(SessionKey(profile: "work", account: "x"))?.client == SessionClient(config: ["clientId": "c1"]))
         }
         try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
-            let status = try await engine.checkSignInStatus("work")
-            #expect(status["state"] == "signedIn", "the same client keeps its session")
+            let status = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
+            #expect(status.state == .signedIn, "the same client keeps its session")
         }
         try await withEngine(settings: ["clientId": "c2"], store: store) { engine, events, _ in
             do throws(SessionError) {
-                _ = try await engine.getAccessToken("work")
+                _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
                 Issue.record("a token issued to client c1 was handed out as c2's")
             } catch {
                 #expect(error.kind == .notSignedIn && error.reason == "profileChanged")
@@ -204,15 +207,15 @@ struct SessionEngineTests {
             #expect(events.changes.map { $0["reason"] } == ["profileChanged"])
             let discarded = try await store.load(SessionKey(profile: "work", account: "x"))
             #expect(discarded == nil, "discarded, not hidden")
-            #expect(try await engine.checkSignInStatus("work")["reason"] == "noTokens")
+            #expect(try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work")).reason == "noTokens")
         }
         // checkSignInStatus finds it too, and says why.
         try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "y"], requestID: 1)
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "y"), requestID: 1)
         }
         try await withEngine(settings: ["clientId": "c3"], store: store) { engine, _, _ in
-            let status = try await engine.checkSignInStatus("work")
-            #expect(status["state"] == "notSignedIn" && status["reason"] == "profileChanged")
+            let status = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
+            #expect(status.state == .notSignedIn && status.reason == "profileChanged")
         }
     }
 
@@ -220,15 +223,15 @@ struct SessionEngineTests {
     @Test func aSessionThatNamesNoClientIsKept() async throws {
         let store = SessionStore.inMemory()
         try await withEngine(settings: ["clientId": "c1"], store: store) { engine, _, _ in
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 1)
             let key = SessionKey(profile: "work", account: "x")
             var old = try #require(try await store.load(key))
             old.client = nil
             try await store.save(old, for: key)
         }
         try await withEngine(settings: ["clientId": "c2"], store: store) { engine, _, _ in
-            let status = try await engine.checkSignInStatus("work")
-            #expect(status["state"] == "signedIn")
+            let status = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
+            #expect(status.state == .signedIn)
         }
     }
 
@@ -253,28 +256,28 @@ struct SessionEngineTests {
             func file(_ profiles: [String: JSON]) -> [Profile] {
                 profiles.map { Profile(name: $0.key, plugin: "swifttest", settings: $0.value, source: .config) }
             }
-            _ = try await engine.requestOAuthTokens("work", params: ["flow": "session", "sessionId": "x"], requestID: 1)
-            _ = try await engine.configureProfile(name: "mine", plugin: "swifttest", settings: ["clientId": "m"])
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 1)
+            _ = try await engine.configureProfile(ConfigureProfileParams(name: "mine", plugin: "swifttest", settings: ["clientId": "m"]))
 
             var changes = await engine.reloadConfiguration(file(["work": ["clientId": "c1"], "extra": ["clientId": "e"]]))
             #expect(changes == ProfileChanges(added: ["extra"]))
-            #expect(try await engine.checkSignInStatus("work")["state"] == "signedIn", "unchanged: its session stays")
-            _ = try await engine.requestOAuthTokens("extra", params: ["flow": "session", "sessionId": "y"], requestID: 2)
+            #expect(try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work")).state == .signedIn, "unchanged: its session stays")
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "extra", flow: .session, sessionId: "y"), requestID: 2)
 
             // The file names the frontend's profile too: the frontend's stays.
             changes = await engine.reloadConfiguration(file(["work": ["clientId": "c1"], "extra": ["clientId": "e2"], "mine": ["clientId": "f"]]))
             #expect(changes == ProfileChanges(changed: ["extra"]))
             #expect(events.changes.last?["provider"] == "extra" && events.changes.last?["reason"] == "profileChanged")
             #expect(try await store.load(SessionKey(profile: "extra", account: "y")) == nil)
-            #expect(try await engine.checkSignInStatus("work")["state"] == "signedIn")
-            let mine = await engine.profileList().first { $0["name"] == "mine" }
-            #expect(mine?["source"] == "runtime")
+            #expect(try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work")).state == .signedIn)
+            let mine = await engine.profileList().first { $0.name == "mine" }
+            #expect(mine?.source == .runtime)
 
             // Removed from the file: removed, with its session; the frontend's profile stays.
             changes = await engine.reloadConfiguration(file(["extra": ["clientId": "e2"]]))
             #expect(changes == ProfileChanges(removed: ["work"]))
             #expect(try await store.load(SessionKey(profile: "work", account: "x")) == nil)
-            #expect(await engine.profileList().compactMap { $0["name"]?.stringValue } == ["extra", "mine"])
+            #expect(await engine.profileList().compactMap { $0.name } == ["extra", "mine"])
         }
     }
 }

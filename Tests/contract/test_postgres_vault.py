@@ -313,6 +313,9 @@ def test_a_role_that_may_only_connect_cannot_speak_for_the_fleet(fleet, hour_dot
     hosts = [fleet.start(f"m{i}") for i in range(2)]
     sign_in_external(hosts[0], hour_dot, PROFILE)
     token = hosts[1].result("getAccessToken", {"provider": PROFILE})["accessToken"]
+    # The sign-in's own event reaches the other machine by NOTIFY, in its own time: heard before
+    # the marks, so that the only event after them is the sign-out's.
+    hosts[1].wait_for_notification("session/changed", lambda p: p["state"] == "signedIn")
     marks = [host.mark() for host in hosts]
     fleet_db.add_role("intruder", [f"GRANT CONNECT ON DATABASE {fleet_db.name} TO intruder"])
     forged = {"provider": PROFILE, "state": "signedOut", "reason": "userSignedOut",
