@@ -199,7 +199,9 @@ let package = Package(
         .target(
             name: "AuthBridgePluginSDK",
             dependencies: [
-                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL",
+                // AuthBridgeSystem: threads are started in one place (http(concurrently:)); like the
+                // other modules here it is linked into each Swift plugin's library.
+                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
             ]),
     ]
         + bundledSwiftPlugins.flatMap { plugin -> [Target] in
