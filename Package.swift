@@ -32,7 +32,7 @@ import PackageDescription
 /// a `C*` target is a C shim or a system library, linked at build time.
 /// AuthBridgeURL depends on nothing; the plugin host, the session, the JWT helper and the SDK use it.
 /// AuthBridgeSystem (threads, ConditionLock, the dlopen'ed helper libraries, POSIX file reading)
-/// depends on nothing; the RPC, plugin host, vault, session and host modules use it.
+/// depends on nothing; the RPC, plugin host, vault, session and host modules and the plugin SDK use it.
 /// Plugin authors use AuthBridgePluginSDK (Swift, over AuthBridgePluginABI and AuthBridgeURL) or the
 /// C header directly. A Swift plugin is two targets: its provider logic (unit-tested) and its entry
 /// point (`Entry/`), the one `authbridge_plugin_v1` of its library.
