@@ -27,10 +27,12 @@ import PackageDescription
 ///
 /// authbridge-cli also imports the session, plugin host, RPC, JSON, Crypto and System modules itself (declared below:
 /// Tests/contract/test_architecture.py holds every target's imports to its declared dependencies).
-/// The vault dlopens libAuthBridgePostgres.so (CAuthBridgePostgres over CLibPQ) for `--vault postgresql`.
+/// The vault dlopens libAuthBridgePostgres.so (HelperPostgres over CLibPQ) for `--vault postgresql`.
+/// The helper libraries opened with dlopen on first use are the `Helper*` targets, in Sources/Helpers/;
+/// a `C*` target is a C shim or a system library, linked at build time.
 /// AuthBridgeURL depends on nothing; the plugin host, the session, the JWT helper and the SDK use it.
 /// AuthBridgeSystem (threads, ConditionLock, the dlopen'ed helper libraries, POSIX file reading)
-/// depends on nothing; the RPC, plugin host, vault, session and host modules use it.
+/// depends on nothing; the RPC, plugin host, vault, session and host modules and the plugin SDK use it.
 /// Plugin authors use AuthBridgePluginSDK (Swift, over AuthBridgePluginABI and AuthBridgeURL) or the
 /// C header directly. A Swift plugin is two targets: its provider logic (unit-tested) and its entry
 /// point (`Entry/`), the one `authbridge_plugin_v1` of its library.
@@ -64,18 +66,18 @@ let package = Package(
         .library(name: "AuthBridgePluginSDK", targets: ["AuthBridgePluginSDK"]),
         // The HTTP transport (libcurl), dlopen'ed by the host on the first request, so that
         // libcurl and TLS stay off the start-up path.
-        .library(name: "AuthBridgeHTTP", type: .dynamic, targets: ["CAuthBridgeHTTP"]),
+        .library(name: "AuthBridgeHTTP", type: .dynamic, targets: ["HelperHTTP"]),
         // swift-crypto: the host's AES-GCM and HKDF (AuthBridgeCrypto calls them), for the host to
         // dlopen on first use, so that neither it nor the FoundationEssentials it needs weighs on
         // the host's start-up.
-        .library(name: "AuthBridgeSwiftCrypto", type: .dynamic, targets: ["SwiftCryptoExports"]),
+        .library(name: "AuthBridgeSwiftCrypto", type: .dynamic, targets: ["HelperSwiftCrypto"]),
         // ID-token verification (jwt-kit, swift-crypto): likewise, on the first ID token. Apart from
         // the above, so that a host that only seals records does not load jwt-kit and X.509 too.
-        .library(name: "AuthBridgeJWT", type: .dynamic, targets: ["AuthBridgeJWT"]),
+        .library(name: "AuthBridgeJWT", type: .dynamic, targets: ["HelperJWT"]),
         // Likewise for the Secret Service (glib, gio, D-Bus): dlopen'ed on first use.
-        .library(name: "AuthBridgeKeyring", type: .dynamic, targets: ["CAuthBridgeKeyring"]),
+        .library(name: "AuthBridgeKeyring", type: .dynamic, targets: ["HelperKeyring"]),
         // And for the PostgreSQL vault (libpq): dlopen'ed the first time a `--vault postgresql` host uses it.
-        .library(name: "AuthBridgePostgres", type: .dynamic, targets: ["CAuthBridgePostgres"]),
+        .library(name: "AuthBridgePostgres", type: .dynamic, targets: ["HelperPostgres"]),
         // Bundled provider plugins (installed into lib/authbridge/plugins).
     ] + bundledSwiftPlugins.map { Product.library(name: "authbridge-\($0.id)", type: .dynamic, targets: [$0.target + "Entry"]) } + [
         // Test plugins: built for the test suites, never installed.
@@ -108,7 +110,7 @@ let package = Package(
         // the dlopen'ed helper-library loader, POSIX file reading; the set of locking primitives.
         .target(name: "AuthBridgeSystem"),
         // Opens libsecret-1.so.0 with dlopen itself: the keyring is optional at run time.
-        .target(name: "CAuthBridgeKeyring", linkerSettings: soname("libAuthBridgeKeyring.so")),
+        .target(name: "HelperKeyring", path: "Sources/Helpers/Keyring", linkerSettings: soname("libAuthBridgeKeyring.so")),
 
         .target(name: "AuthBridgeJSON", dependencies: ["CJansson"]),
         .target(
@@ -135,8 +137,8 @@ let package = Package(
         .target(name: "AuthBridgeCrypto", dependencies: ["AuthBridgeSystem"]),
         // … whose C entry points over swift-crypto are these.
         .target(
-            name: "SwiftCryptoExports", dependencies: [.product(name: "Crypto", package: "swift-crypto")], exclude: ["exports.map"],
-            linkerSettings: soname("libAuthBridgeSwiftCrypto.so") + exportsOnly("Sources/SwiftCryptoExports/exports.map")),
+            name: "HelperSwiftCrypto", dependencies: [.product(name: "Crypto", package: "swift-crypto")], path: "Sources/Helpers/SwiftCrypto",
+            exclude: ["exports.map"], linkerSettings: soname("libAuthBridgeSwiftCrypto.so") + exportsOnly("Sources/Helpers/SwiftCrypto/exports.map")),
         // The host's network ends: the HTTP service of plugins and standard steps (over
         // libAuthBridgeHTTP.so, dlopen'ed) and the browser flow's loopback redirect listener.
         .target(
@@ -179,12 +181,14 @@ let package = Package(
             ]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .target(
-            name: "CAuthBridgeHTTP", dependencies: ["CCurl", "CJansson"],
+            name: "HelperHTTP", dependencies: ["CCurl", "CJansson"], path: "Sources/Helpers/HTTP",
             linkerSettings: soname("libAuthBridgeHTTP.so")),
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
-        .target(name: "CAuthBridgePostgres", dependencies: ["CLibPQ"], linkerSettings: soname("libAuthBridgePostgres.so")),
         .target(
-            name: "AuthBridgeJWT",
+            name: "HelperPostgres", dependencies: ["CLibPQ"], path: "Sources/Helpers/Postgres",
+            linkerSettings: soname("libAuthBridgePostgres.so")),
+        .target(
+            name: "HelperJWT",
             dependencies: [
                 "AuthBridgeJSON", "AuthBridgeURL",
                 .product(name: "JWTKit", package: "jwt-kit"),
@@ -192,13 +196,16 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "ExtrasBase64", package: "swift-extras-base64"),
-            ], exclude: ["exports.map"], linkerSettings: soname("libAuthBridgeJWT.so") + exportsOnly("Sources/AuthBridgeJWT/exports.map")),
+            ], path: "Sources/Helpers/JWT", exclude: ["exports.map"],
+            linkerSettings: soname("libAuthBridgeJWT.so") + exportsOnly("Sources/Helpers/JWT/exports.map")),
         .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault", "AuthBridgeJSON"], path: "bench/VaultBench"),
 
         .target(
             name: "AuthBridgePluginSDK",
             dependencies: [
-                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL",
+                // AuthBridgeSystem: threads are started in one place (http(concurrently:)); like the
+                // other modules here it is linked into each Swift plugin's library.
+                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
             ]),
     ]
         + bundledSwiftPlugins.flatMap { plugin -> [Target] in
@@ -281,9 +288,9 @@ let package = Package(
                 ], swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "TestSupport"], swiftSettings: testSwiftSettings),
             .testTarget(
-                name: "AuthBridgeJWTTests",
+                name: "HelperJWTTests",
                 dependencies: [
-                    "AuthBridgeJWT", "AuthBridgeJSON",
+                    "HelperJWT", "AuthBridgeJSON",
                     .product(name: "JWTKit", package: "jwt-kit"),
                     .product(name: "CryptoExtras", package: "swift-crypto"),
                 ], swiftSettings: testSwiftSettings),

@@ -91,7 +91,7 @@ public enum HKDF {
     }
 }
 
-/// libAuthBridgeSwiftCrypto.so's entry points (Sources/SwiftCryptoExports: their contract).
+/// libAuthBridgeSwiftCrypto.so's entry points (Sources/Helpers/SwiftCrypto: their contract).
 enum CryptoLibrary {
     typealias AEAD =
         @convention(c) (

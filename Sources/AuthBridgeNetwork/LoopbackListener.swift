@@ -65,13 +65,7 @@ public final class LoopbackListener: Sendable {
         // refuses a second listener on a port someone listens on (that takes SO_REUSEPORT, by the same user).
         var reuse: Int32 = 1
         _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = requested.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
+        let bound = withLoopbackAddress(port: requested) { bind(fd, $0, $1) }
         guard bound == 0, listen(fd, 16) == 0 else {
             let reason =
                 errno == EADDRINUSE
@@ -80,6 +74,7 @@ public final class LoopbackListener: Sendable {
             Glibc.close(fd)
             throw Failure("Cannot listen on 127.0.0.1 for the sign-in redirect: \(reason).")
         }
+        var address = sockaddr_in() // the port the system chose when `requested` is 0
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
@@ -309,4 +304,16 @@ public final class LoopbackListener: Sendable {
 
 extension Duration {
     fileprivate var milliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
+}
+
+/// `body` with the socket address of `127.0.0.1:port` and its length: what the listener binds (and
+/// its tests connect to).
+func withLoopbackAddress<Result>(port: UInt16, _ body: (UnsafePointer<sockaddr>, socklen_t) -> Result) -> Result {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = port.bigEndian
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
 }

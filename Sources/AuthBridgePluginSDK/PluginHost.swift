@@ -1,6 +1,6 @@
 import AuthBridgePluginABI
+import AuthBridgeSystem
 import CAuthBridgePlugin
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -70,18 +70,19 @@ public struct PluginCall: @unchecked Sendable {
     /// server that does not answer wait one timeout, not two. Answers are in
     /// the order of `requests`.
     public func http(concurrently requests: [JSON]) -> [Result<HTTPResponse, ProviderFailure>] {
-        let answers = Answers(count: requests.count)
         let call = self
-        var threads: [pthread_t] = []
-        for index in requests.indices.dropFirst() {
-            let work = ThreadWork { answers.set(index, Result { () throws(ProviderFailure) in try call.http(requests[index]) }) }
-            if let thread = work.start() { threads.append(thread) } else { work.run() } // no thread: in turn
+        // All but the first on threads of their own (AuthBridgeSystem's; in turn, on this thread, when
+        // none can be started) …
+        let others = requests.dropFirst().map { request in
+            let answer = Handoff<Result<HTTPResponse, ProviderFailure>>()
+            detachThread { answer.put(Result { () throws(ProviderFailure) in try call.http(request) }) }
+            return answer
         }
-        if let first = requests.indices.first {
-            answers.set(first, Result { () throws(ProviderFailure) in try http(requests[first]) })
-        }
-        for thread in threads { pthread_join(thread, nil) }
-        return answers.all
+        guard let first = requests.first else { return [] }
+        // … the first on this one; every answer is in before the hook goes on (host services serve a
+        // call only while its hook runs; the plugin's library is never unmapped, so a thread may
+        // still be ending after its answer).
+        return [Result { () throws(ProviderFailure) in try http(first) }] + others.map { $0.take() }
     }
 
     /// Waits `milliseconds` (real time) unless the request is cancelled first;
@@ -127,46 +128,5 @@ public struct PluginCall: @unchecked Sendable {
         return bytes.withUnsafeBytes { buffer in
             body(ab_json(data: buffer.baseAddress?.assumingMemoryBound(to: CChar.self), length: buffer.count))
         }
-    }
-}
-
-/// The answers of `http(concurrently:)`, each written by its own thread.
-private final class Answers: Sendable {
-    private let slots: Mutex<[Result<HTTPResponse, ProviderFailure>?]>
-
-    init(count: Int) { slots = Mutex(Array(repeating: nil, count: count)) }
-
-    func set(_ index: Int, _ answer: Result<HTTPResponse, ProviderFailure>) { slots.withLock { $0[index] = answer } }
-
-    var all: [Result<HTTPResponse, ProviderFailure>] {
-        slots.withLock { $0.map { $0 ?? .failure(ProviderFailure(.internal, reason: "hostError", message: "An HTTP exchange did not run.")) } }
-    }
-}
-
-/// A closure run on a thread of its own (pthreads: no Foundation in plugins).
-private final class ThreadWork: @unchecked Sendable {
-    let run: () -> Void
-
-    init(_ run: @escaping () -> Void) { self.run = run }
-
-    /// The started thread, or nil when none could be started.
-    func start() -> pthread_t? {
-        let context = Unmanaged.passRetained(self).toOpaque()
-        #if canImport(Glibc)
-        var thread = pthread_t()
-        #else
-        var thread: pthread_t?
-        #endif
-        let started = pthread_create(
-            &thread, nil,
-            { context in
-                Unmanaged<ThreadWork>.fromOpaque(context!).takeRetainedValue().run()
-                return nil
-            }, context)
-        guard started == 0 else {
-            Unmanaged<ThreadWork>.fromOpaque(context).release()
-            return nil
-        }
-        return thread
     }
 }

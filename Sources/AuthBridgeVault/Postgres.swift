@@ -7,7 +7,7 @@ import Glibc
 import Musl
 #endif
 
-/// PostgreSQL through libpq, in `libAuthBridgePostgres.so` (Sources/CAuthBridgePostgres), which
+/// PostgreSQL through libpq, in `libAuthBridgePostgres.so` (Sources/Helpers/Postgres), which
 /// the host dlopens the first time a `--vault postgresql` host uses its vault: libpq never
 /// loads into hosts that keep their tokens elsewhere.
 ///

@@ -41,33 +41,36 @@ struct LockWaitTests {
         func release() { close(fd) }
     }
 
-    @Test func aWaitEndsWithLockTimeoutAfterTheMaximumWait() async throws {
+    /// A lock file in a private folder of its own, held by a `Holder`: `body` gets its path and the holder.
+    private static func withHeldLock(_ body: (_ path: String, _ holder: Holder) async throws -> Void) async throws {
         let scratch = Scratch()
         defer { scratch.remove() }
         let path = scratch.path + "/locks/p.lock"
         try makePrivateFolder(scratch.path + "/locks")
-        let holder = Holder(path)
-        let outcome = await answered(within: .seconds(20)) {
-            await ProfileFileLock.$maximumWait.withValue(.milliseconds(100)) { await Self.lockOnce(path) }
+        try await body(path, Holder(path))
+    }
+
+    @Test func aWaitEndsWithLockTimeoutAfterTheMaximumWait() async throws {
+        try await Self.withHeldLock { path, holder in
+            let outcome = await answered(within: .seconds(20)) {
+                await ProfileFileLock.$maximumWait.withValue(.milliseconds(100)) { await Self.lockOnce(path) }
+            }
+            #expect(outcome == .timedOut, "the wait for a held lock never ended")
+            holder.release()
+            // Nothing leaked: the abandoned waiter released what it got, and the lock is free again.
+            #expect(await answered(within: .seconds(20)) { await Self.lockOnce(path) } == .ran)
         }
-        #expect(outcome == .timedOut, "the wait for a held lock never ended")
-        holder.release()
-        // Nothing leaked: the abandoned waiter released what it got, and the lock is free again.
-        #expect(await answered(within: .seconds(20)) { await Self.lockOnce(path) } == .ran)
     }
 
     @Test func aCancelledWaiterStopsWaiting() async throws {
-        let scratch = Scratch()
-        defer { scratch.remove() }
-        let path = scratch.path + "/locks/p.lock"
-        try makePrivateFolder(scratch.path + "/locks")
-        let holder = Holder(path)
-        let waiter = Task { await Self.lockOnce(path) }
-        try await waitForLockWaiter(path)
-        waiter.cancel()
-        #expect(await answered(within: .seconds(20)) { await waiter.value } == .cancelled, "a cancelled wait went on")
-        holder.release()
-        #expect(await answered(within: .seconds(20)) { await Self.lockOnce(path) } == .ran)
+        try await Self.withHeldLock { path, holder in
+            let waiter = Task { await Self.lockOnce(path) }
+            try await waitForLockWaiter(path)
+            waiter.cancel()
+            #expect(await answered(within: .seconds(20)) { await waiter.value } == .cancelled, "a cancelled wait went on")
+            holder.release()
+            #expect(await answered(within: .seconds(20)) { await Self.lockOnce(path) } == .ran)
+        }
     }
 
     @Test func aFreeLockIsTakenAndReentrantWithinTheTask() async throws {

@@ -1,12 +1,12 @@
 /*
- * Compile-time proof that Sources/CAuthBridgeKeyring/secret_abi.h (the types
+ * Compile-time proof that Sources/Helpers/Keyring/secret_abi.h (the types
  * the keyring helper declares itself, because it dlopens libsecret) matches
  * the real glib and libsecret headers. `make test` compiles it with
  * `pkg-config --cflags libsecret-1`; nothing runs.
  */
 #include <libsecret/secret.h>
 #include <stddef.h>
-#include "../../Sources/CAuthBridgeKeyring/secret_abi.h"
+#include "../../Sources/Helpers/Keyring/secret_abi.h"
 
 #define SAME_SIZE(ours, theirs) _Static_assert(sizeof(ours) == sizeof(theirs), #ours " differs from " #theirs)
 #define SAME_FIELD(ours, theirs, ofield, tfield)                                                    \

@@ -608,9 +608,23 @@ def test_a_reload_keeps_the_sessions_and_sign_ins_of_unchanged_profiles_and_ends
 # ── Starting: stale sockets, live ones, two agents at once ────────────────────
 
 
-def test_a_stale_socket_is_removed_and_a_live_one_never(start_agent, tmp_path):
+def socket_folder(tmp_path: Path) -> Path:
+    """A private folder for the sockets a test makes itself."""
     folder = tmp_path / "sockets"
     folder.mkdir(mode=0o700)
+    return folder
+
+
+def listening_at(path: Path) -> socket.socket:
+    """A Unix socket listening at `path`: connections are accepted by the kernel and wait in its backlog."""
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen()
+    return listener
+
+
+def test_a_stale_socket_is_removed_and_a_live_one_never(start_agent, tmp_path):
+    folder = socket_folder(tmp_path)
     # A socket file nothing listens on (its agent died): removed, and the agent starts.
     stale = folder / "stale.sock"
     dead = socket.socket(socket.AF_UNIX)
@@ -620,9 +634,7 @@ def test_a_stale_socket_is_removed_and_a_live_one_never(start_agent, tmp_path):
     agent.connect(name="after-stale").close()
     # A socket something answers on: left alone, the new agent says so and exits 1.
     live = folder / "live.sock"
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(live))
-    listener.listen()
+    listener = listening_at(live)
     try:
         refused = subprocess.run([str(HOST_BIN), "agent", "--vault", "memory", "--no-default-plugins", "--socket", str(live)],
                                  capture_output=True, text=True, timeout=TIMEOUT, env=agent.env)
@@ -1002,12 +1014,8 @@ def test_options_of_a_host_of_its_own_bypass_a_running_agent_and_say_so(start_ag
 
 def test_an_agent_that_refuses_the_command_is_reported_and_the_command_goes_on(start_agent, tmp_path):
     # The socket answers but closes every connection: the command says so and is its own host.
-    folder = tmp_path / "sockets"
-    folder.mkdir(mode=0o700)
-    path = folder / "agent.sock"
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(path))
-    listener.listen()
+    path = socket_folder(tmp_path) / "agent.sock"
+    listener = listening_at(path)
     closer = threading.Thread(target=lambda: listener.accept()[0].close(), daemon=True)
     closer.start()
     agent = start_agent(extra_args=["--vault", "memory"], socket_path=tmp_path / "unused.sock")
@@ -1021,12 +1029,8 @@ def test_an_agent_that_refuses_the_command_is_reported_and_the_command_goes_on(s
 
 
 def test_an_agent_that_never_answers_does_not_hang_the_command(start_agent, tmp_path):
-    folder = tmp_path / "sockets"
-    folder.mkdir(mode=0o700)
-    path = folder / "agent.sock"
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(path))
-    listener.listen()   # connections wait in the backlog: accepted by the kernel, never answered
+    path = socket_folder(tmp_path) / "agent.sock"
+    listener = listening_at(path)   # connections wait in the backlog: accepted by the kernel, never answered
     agent = start_agent(extra_args=["--vault", "memory"], socket_path=tmp_path / "unused.sock")
     env = dict(agent.env, AUTHBRIDGE_AGENT_SOCKET=str(path))
     try:

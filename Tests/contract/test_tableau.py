@@ -118,8 +118,13 @@ def test_sign_in_with_a_session_id_registers_this_installation_and_hands_out_the
     assert answer["status"] == 200 and '"Overview"' in answer["body"]
 
 
-def test_sign_out_revokes_both_tokens_with_token_hint_and_clears_only_its_cookies(start_host, tableau_plugin_dir, tableau):
-    host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)})
+# Both isolations: the two revocations go out at once on the SDK's threads (AuthBridgeSystem's,
+# linked into the plugin's library), in a runner and inside the host.
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_sign_out_revokes_both_tokens_with_token_hint_and_clears_only_its_cookies(start_host, tableau_plugin_dir, tableau,
+                                                                                isolation):
+    host = start_host([tableau_plugin_dir], profiles={"tab": profile(tableau)},
+                      extra_args=["--plugin-isolation", f"tableau={isolation}"])
     sign_in(host, tableau)
     mark = host.mark()
     result = host.result("signOut", {"provider": "tab"})

@@ -24,6 +24,16 @@ def start(tmp_path: Path, plugin_dir: Path, name: str, data_home: Path, *extra: 
 stop = stop_cleanly
 
 
+def one_stored_session(tmp_path: Path, plugin_dir: Path, data_home: Path, name: str) -> tuple[Path, Path]:
+    """A first host signs profile c in as `name` and stops: the vault folder and the one record in it."""
+    host = start(tmp_path, plugin_dir, "first", data_home)
+    sign_in_session(host, "c", name)
+    stop(host)
+    vault = data_home / "authbridge" / "vault"
+    (record,) = session_records(vault)
+    return vault, record
+
+
 def test_sessions_survive_a_restart_and_files_are_private(tmp_path, plugin_dir):
     data_home = tmp_path / "data"
     host = start(tmp_path, plugin_dir, "first", data_home)
@@ -57,11 +67,7 @@ def test_sessions_survive_a_restart_and_files_are_private(tmp_path, plugin_dir):
 
 def test_a_damaged_record_signs_out_only_its_profile(tmp_path, plugin_dir):
     data_home = tmp_path / "data"
-    host = start(tmp_path, plugin_dir, "first", data_home)
-    sign_in_session(host, "c", "victim")
-    stop(host)
-    vault = data_home / "authbridge" / "vault"
-    (victim,) = session_records(vault)
+    vault, victim = one_stored_session(tmp_path, plugin_dir, data_home, "victim")
     victim.write_bytes(victim.read_bytes()[:40])        # a torn write
 
     host = start(tmp_path, plugin_dir, "second", data_home)
@@ -79,11 +85,7 @@ def test_without_the_cryptography_library_a_stored_session_is_an_error_and_is_ke
     """A host whose libAuthBridgeSwiftCrypto.so is missing (a broken installation) cannot open
     records: that is an error naming the library, never a damaged record set aside or a sign-out."""
     data_home = tmp_path / "data"
-    host = start(tmp_path, plugin_dir, "first", data_home)
-    sign_in_session(host, "c", "kept")
-    stop(host)
-    vault = data_home / "authbridge" / "vault"
-    (record,) = session_records(vault)
+    vault, record = one_stored_session(tmp_path, plugin_dir, data_home, "kept")
     before = record.read_bytes()
 
     lone = tmp_path / "lone" / "bin"

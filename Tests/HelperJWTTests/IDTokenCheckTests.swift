@@ -1,6 +1,6 @@
 import AuthBridgeJSON
-@testable import AuthBridgeJWT
 import Foundation
+@testable import HelperJWT
 import JWTKit
 import Testing
 
@@ -280,7 +280,7 @@ func collectAnswer(_ context: UnsafeMutableRawPointer?, _ bytes: UnsafePointer<U
 func callEntryPoint(_ request: [UInt8]) async throws -> JSON {
     let answer = await withCheckedContinuation { continuation in
         let context = Unmanaged.passRetained(AnswerBox(continuation)).toOpaque()
-        request.withUnsafeBufferPointer { AuthBridgeJWT.verify($0.baseAddress!, $0.count, context, collectAnswer) }
+        request.withUnsafeBufferPointer { HelperJWT.verify($0.baseAddress!, $0.count, context, collectAnswer) }
     }
     return try JSON.parse(answer)
 }
