@@ -13,10 +13,10 @@ What it writes:
     rather than read at run time, so that an installed host answers wherever it is moved;
   * Sources/AuthBridgeProtocol/Messages.swift: every method's params, result and notification as
     Swift types, the enums of the wire's words, and every error code (scripts/spec_swift.py);
-  * the error catalogue (`components.errors`), between BEGIN/END GENERATED markers in:
-    Sources/AuthBridgeHost/BridgeErrors.swift (the application codes; JSON-RPC's and LSP's own
-    are in AuthBridgeRPC/RPCError.swift, which --check holds to the catalogue too), the Python
-    client's errors.py, the Node client's protocol.js and index.d.ts, and bridge-spec/README.md §7;
+  * the error catalogue (`components.errors`): in Messages.swift above (`BridgeErrorCode`; JSON-RPC's
+    and LSP's own codes are also constants of AuthBridgeRPC/RPCError.swift, which --check holds to the
+    catalogue), and between BEGIN/END GENERATED markers in the Python client's errors.py, the Node
+    client's protocol.js and index.d.ts, and bridge-spec/README.md §7;
   * bridge-spec/README.md §4's method table (params, result, further errors).
 
 A test (Tests/contract/test_spec_copies.py, also `make lint`) runs --check, so a copy edited by
@@ -36,7 +36,6 @@ SPEC = ROOT / "bridge-spec" / "openrpc.json"
 SPEC_README = ROOT / "bridge-spec" / "README.md"
 EMBEDDED = ROOT / "Sources" / "AuthBridgeHost" / "OpenRPCDocument.swift"
 MESSAGES = ROOT / "Sources" / "AuthBridgeProtocol" / "Messages.swift"
-SWIFT_ERRORS = ROOT / "Sources" / "AuthBridgeHost" / "BridgeErrors.swift"
 SWIFT_RPC_ERRORS = ROOT / "Sources" / "AuthBridgeRPC" / "RPCError.swift"
 PYTHON_ERRORS = ROOT / "clients" / "python" / "authbridge" / "errors.py"
 NODE_ERRORS = ROOT / "clients" / "node" / "src" / "protocol.js"
@@ -205,15 +204,6 @@ def swift_error_codes(errors: list[Error]) -> str:
     return "\n".join(lines + ["        }", "    }", "}"])
 
 
-def swift_errors(errors: list[Error]) -> str:
-    lines = ["/// AuthBridge's application error codes (bridge-spec/README.md §7; JSON-RPC's and LSP's own",
-             "/// are in AuthBridgeRPC).", "extension RPCError.Code {"]
-    for error in errors:
-        if error.code not in PROTOCOL_CODES:
-            lines += [*wrapped(error.doc.split(" "), "    /// "), f"    public static let {error.swift_name} = RPCError.Code({error.code})"]
-    return "\n".join(lines + ["}"])
-
-
 PY_TYPES = {"integer": ("int | None", 'self.data.get("{member}")'),
             "array": ("Sequence[str]", 'tuple(self.data.get("{member}") or ())')}
 
@@ -349,8 +339,7 @@ def outputs(document: dict) -> dict[pathlib.Path, str]:
     errors = catalogue(document)
     files = {SPEC: spec_text(document), EMBEDDED: embedded_swift(document),
              MESSAGES: swift_messages(document) + "\n" + swift_error_codes(errors) + "\n"}
-    regions = [(SWIFT_ERRORS, swift_errors(errors), "// ", "", ""),
-               (PYTHON_ERRORS, python_errors(errors), "# ", "", ""),
+    regions = [(PYTHON_ERRORS, python_errors(errors), "# ", "", ""),
                (NODE_ERRORS, node_errors(errors), "// ", "", ""),
                (NODE_TYPES, node_types(errors), "// ", "", ""),
                (SPEC_README, readme_methods(document), "<!-- ", " -->", "methods"),

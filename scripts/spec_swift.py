@@ -238,6 +238,37 @@ class Generator:
         lines.append("    }")
         lines.append("}")
         self.add(lines, nested_in, slot)
+        self.reason_words(name, schema)
+
+    def reason_words(self, name: str, schema: dict) -> None:
+        """The words of `reason` the schema's per-state conditions name: an enum of a closed set
+        (`SessionChangedParams.SignedOutReason`), or — where a state's reason is open (any word, a
+        provider's own) — the known words as constants of an open set (`SignInStatus.Reason`)."""
+        branches = []
+        for condition in schema.get("allOf", []):
+            state = condition.get("if", {}).get("properties", {}).get("state", {}).get("const")
+            reason = condition.get("then", {}).get("properties", {}).get("reason")
+            if state is not None and reason is not None:
+                branches.append((state, reason))
+        if not branches:
+            return
+        if any("anyOf" in reason or "$ref" in reason for _, reason in branches):
+            words: list[str] = []
+            for _, reason in branches:
+                for word in reason.get("enum", []) + [reason.get("const")] + reason.get("examples", []):
+                    if word is not None and word not in words:
+                        words.append(word)
+            lines = [f"/// The reasons bridge-spec names for a `{name}`'s states. An open set: a state may carry",
+                     "/// another word (a provider's own refusal, camelCased).",
+                     "public struct Reason: RawRepresentable, Hashable, Sendable {",
+                     "    public let rawValue: String", "", "    public init(rawValue: String) { self.rawValue = rawValue }", ""]
+            lines += [f'    public static let {case_name(name, w)} = Reason(rawValue: "{w}")' for w in words]
+            self.add(lines + ["}"], name)
+            return
+        for state, reason in branches:
+            if len(reason.get("enum", [])) > 1:
+                enum = f"{name}.{state[0].upper() + state[1:]}Reason"
+                self.enum_block(enum, reason["enum"], f"Why a `{name}` is `{state}`: the spec's closed set.", nested_in=name)
 
     @staticmethod
     def wrapped_signature(head: str, items: list[str], tail: str, empty: str | None = None) -> list[str]:

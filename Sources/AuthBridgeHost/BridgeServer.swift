@@ -264,7 +264,7 @@ public final class BridgeServer: ConnectionDelegate {
             let requested = params.protocolVersion
             guard negotiatedMinor(requested) != nil else {
                 return RPCError(
-                    .unsupportedProtocolVersion, "Protocol version \(requested) is not supported; this host speaks 1.x",
+                    RPCError.Code(.unsupportedProtocolVersion), "Protocol version \(requested) is not supported; this host speaks 1.x",
                     data: ["reason": "unsupportedProtocolVersion", "retryable": false, "supported": ["1.0"]])
             }
             return nil

@@ -616,6 +616,28 @@ public struct Account: WireCodable {
     }
 }
 
+extension SignInStatus {
+    /// The reasons bridge-spec names for a `SignInStatus`'s states. An open set: a state may carry
+    /// another word (a provider's own refusal, camelCased).
+    public struct Reason: RawRepresentable, Hashable, Sendable {
+        public let rawValue: String
+
+        public init(rawValue: String) { self.rawValue = rawValue }
+
+        public static let valid = Reason(rawValue: "valid")
+        public static let refreshed = Reason(rawValue: "refreshed")
+        public static let signedIn = Reason(rawValue: "signedIn")
+        public static let noTokens = Reason(rawValue: "noTokens")
+        public static let revoked = Reason(rawValue: "revoked")
+        public static let refreshRefused = Reason(rawValue: "refreshRefused")
+        public static let expired = Reason(rawValue: "expired")
+        public static let profileChanged = Reason(rawValue: "profileChanged")
+        public static let licenseRevoked = Reason(rawValue: "licenseRevoked")
+        public static let invalidClient = Reason(rawValue: "invalidClient")
+        public static let transient = Reason(rawValue: "transient")
+    }
+}
+
 /// The params of `listAccounts`: the sessions the host holds.
 public struct ListAccountsParams: BridgeRequest {
     public static let method = "listAccounts"
@@ -1143,6 +1165,19 @@ extension SessionChangedParams {
         case refreshed
         case signedOut
         case licenseRevoked
+    }
+}
+
+extension SessionChangedParams {
+    /// Why a `SessionChangedParams` is `signedOut`: the spec's closed set.
+    public enum SignedOutReason: String, WireWord {
+        case userSignedOut
+        case revoked
+        case invalidGrant
+        case licenseRevoked
+        case expired
+        case profileChanged
+        case refreshRefused
     }
 }
 

@@ -13,28 +13,14 @@ public typealias SessionState = SignInStatus.State
 /// SessionChangedParams.state).
 typealias SessionChange = SessionChangedParams.State
 
-/// Why a status has its state (bridge-spec SignInStatus.reason). An open
-/// set: a session ended by a provider's definitive refusal carries the
-/// provider's word (see `init(refusal:)`).
-struct StatusReason: RawRepresentable, Hashable, Sendable {
-    let rawValue: String
-    init(rawValue: String) { self.rawValue = rawValue }
+/// Why a status has its state (bridge-spec SignInStatus.reason): the generated open set,
+/// whose words are the spec's; a session ended by a provider's definitive refusal carries
+/// the provider's word (see `init(refusal:)`).
+typealias StatusReason = SignInStatus.Reason
 
-    // signedIn
-    static let valid = StatusReason(rawValue: "valid")
-    static let refreshed = StatusReason(rawValue: "refreshed")
-    static let signedIn = StatusReason(rawValue: "signedIn")
-    // offline
-    static let transient = StatusReason(rawValue: "transient")
-    // notSignedIn and licenseRevoked
-    static let noTokens = StatusReason(rawValue: "noTokens")
+extension SignInStatus.Reason {
+    /// `getAccessToken`'s `forceRefresh` without a refresh token (an error's reason, -32001).
     static let noRefreshToken = StatusReason(rawValue: "noRefreshToken")
-    static let expired = StatusReason(rawValue: "expired")
-    static let revoked = StatusReason(rawValue: "revoked")
-    static let licenseRevoked = StatusReason(rawValue: "licenseRevoked")
-    static let refreshRefused = StatusReason(rawValue: ProviderFailure.refreshRefusedReason)
-    /// The session was issued to another client than the profile names now.
-    static let profileChanged = StatusReason(rawValue: EndReason.profileChanged.rawValue)
 
     /// Why a definitive refusal ended the session. RFC 6749 §5.2:
     /// `invalid_grant` on a refresh means the grant is no longer valid
@@ -55,14 +41,13 @@ struct StatusReason: RawRepresentable, Hashable, Sendable {
     }
 }
 
-/// Why a session ended: `session/changed` `signedOut`'s reason, a closed
-/// set (bridge-spec).
-enum EndReason: String, Sendable {
-    case userSignedOut, revoked, invalidGrant, licenseRevoked, expired, profileChanged
-    /// The provider answered a refresh 400 or 401 without `invalid_grant` (a bodyless 400,
-    /// `invalid_request`…): it refused, but did not say the grant was revoked.
-    case refreshRefused
+/// Why a session ended: `session/changed` `signedOut`'s reason, the spec's closed set
+/// (generated). `refreshRefused`: the provider answered a refresh 400 or 401 without
+/// `invalid_grant` (a bodyless 400, `invalid_request`…): it refused, but did not say the
+/// grant was revoked.
+typealias EndReason = SessionChangedParams.SignedOutReason
 
+extension SessionChangedParams.SignedOutReason {
     /// The closed set's word for a provider's definitive refusal.
     init(refusal reason: String) {
         switch StatusReason(refusal: reason) {

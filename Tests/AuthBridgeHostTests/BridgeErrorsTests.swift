@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import AuthBridgeProtocol
 @testable import AuthBridgeHost
 import AuthBridgeRPC
 import AuthBridgeSession
@@ -28,13 +29,23 @@ struct BridgeErrorsTests {
     }
 
     @Test func applicationCodesAreDistinctAndOutsideJSONRPCs() {
-        let codes: [RPCError.Code] = [
-            .notSignedIn, .providerUnknown, .providerRefused, .userCancelled, .timeout,
-            .providerUnavailable, .pluginError, .unsupported, .unsupportedProtocolVersion,
-            .storageError, .noPendingSignIn, .configurationError,
-        ]
+        let protocolCodes: Set<Int> = [-32700, -32600, -32601, -32602, -32603, -32002, -32800]
+        let codes = BridgeErrorCode.allCases.map(\.rawValue).filter { !protocolCodes.contains($0) }
+        #expect(codes.count == 12)
         #expect(Set(codes).count == codes.count)
-        #expect(!codes.contains(.serverNotInitialized))
-        #expect(codes.allSatisfy { (-32099 ... -32000).contains($0.rawValue) })
+        #expect(codes.allSatisfy { (-32099 ... -32000).contains($0) })
+        #expect(!codes.contains(RPCError.Code.serverNotInitialized.rawValue))
+    }
+
+    /// What the agent answers comes back to the command line as the engine raised it.
+    @Test(arguments: BridgeErrorCode.allCases)
+    func aCodeComesBackAsTheKindThatSentIt(_ code: BridgeErrorCode) {
+        let back = SessionError(RPCError(RPCError.Code(code), "m", data: ["provider": "work", "reason": "why"]))
+        switch code {
+        case .requestCancelled: #expect(back.kind == .userCancelled)
+        case .parseError, .invalidRequest, .methodNotFound, .internalError, .serverNotInitialized, .unsupportedProtocolVersion:
+            #expect(back.kind == .pluginError)
+        default: #expect(back.kind == code && back.provider == "work" && back.reason == "why")
+        }
     }
 }

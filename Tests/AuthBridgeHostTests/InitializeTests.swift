@@ -19,7 +19,7 @@ struct InitializeTests {
     @Test(arguments: ["2.0", "0.9", "3.1"])
     func anotherMajorIsUnsupportedAndListsWhatIsSupported(_ version: String) {
         let error = check(["protocolVersion": .string(version)])
-        #expect(error?.code == .unsupportedProtocolVersion)
+        #expect(error?.code.rawValue == -32010, "unsupportedProtocolVersion")
         #expect(error?.code.rawValue == -32010)
         #expect(error?.data?["supported"] == ["1.0"])
         #expect(error?.data?["retryable"] == false)
