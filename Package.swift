@@ -277,7 +277,10 @@ let package = Package(
                 name: "AuthBridgeVaultTests", dependencies: ["AuthBridgeVault", "AuthBridgeJSON", "TestSupport"], swiftSettings: testSwiftSettings),
             .testTarget(
                 name: "AuthBridgeHostTests",
-                dependencies: ["AuthBridgeHost", "AuthBridgeProtocol", "AuthBridgeSession", "AuthBridgeRPC", "AuthBridgeJSON", "BridgeTestSupport", "TestSupport"],
+                dependencies: [
+                    "AuthBridgeHost", "AuthBridgeProtocol", "AuthBridgeSession", "AuthBridgeRPC", "AuthBridgeJSON", "BridgeTestSupport",
+                    "TestSupport",
+                ],
                 swiftSettings: testSwiftSettings),
             // The fast start's command line against the CLI's ArgumentParser declarations.
             .testTarget(
