@@ -16,6 +16,9 @@ import re
 # Schemas that are not messages (the envelope, the error object, the ABI) or whose shape stays open.
 SKIPPED = {"Envelope", "ErrorObject", "ErrorData", "PluginABI"}
 KEPT_AS_JSON = {"PluginStatus", "OpenRPCDocument", "JSONSchema", "RequestId"}
+# Members of these types are carried as JSON (the plugin host writes them, with members of its own
+# the spec allows), but a type is written to read one: `PluginStatus(wire:)`.
+READ_ONLY_TYPES = {"PluginStatus"}
 # Swift names where the word alone would mislead: `.none` reads as Optional's.
 CASE_NAMES = {("StorageInfo.Protection", "none"): "unprotected"}
 NESTED_NAMES = {("ServerCapabilities", "notifications"): "NotificationMethod", ("FetchParams", "method"): "HTTPMethod"}
@@ -337,9 +340,36 @@ class Generator:
         lines += self.wrapped_signature("    public static let notifications: [String: any BridgeNotification.Type] = [", notifications, "]")
         self.blocks.append("\n".join(lines + ["}"]))
 
+    def tagged_union(self, name: str, schema: dict) -> None:
+        """A `oneOf` of objects told apart by a constant member (PluginStatus's `status`): an enum
+        with a case, and a struct, per alternative."""
+        self.written.add(name)
+        slot = self.reserve()
+        alternatives = []
+        for option in schema["oneOf"]:
+            tag, word = next((member, value["const"]) for member, value in option["properties"].items() if "const" in value)
+            case = case_name(name, word)
+            self.struct_block(f"{name}.{case[0].upper() + case[1:]}", {**option, "description": option.get("title", "")}, nested_in=name)
+            alternatives.append((tag, word, case, case[0].upper() + case[1:]))
+        tag = alternatives[0][0]
+        words = ", ".join(f'\\"{word}\\"' for _, word, _, _ in alternatives)
+        lines = doc_lines(first_sentence(schema.get("description", "")) or f"bridge-spec's `{name}`.", "")
+        lines.append(f"public enum {name}: WireCodable {{")
+        lines += [f"    case {case}({name}.{type_name})" for _, _, case, type_name in alternatives]
+        lines += ["", "    public init(wire: JSON) throws(WireError) {", f'        switch wire["{tag}"]?.stringValue {{']
+        for _, word, case, type_name in alternatives:
+            lines.append(f'        case "{word}": self = .{case}(try {type_name}(wire: wire))')
+        lines += [f'        default: throw WireError(field: "{tag}", "must be one of {words}")', "        }", "    }", "",
+                  "    public var wire: JSON {", "        switch self {"]
+        lines += [f"        case .{case}(let value): value.wire" for _, _, case, _ in alternatives]
+        lines += ["        }", "    }", "}"]
+        self.blocks[slot] = "\n".join(lines)
+
     def source(self) -> str:
         self.method_table()
         self.methods()
+        for name in sorted(READ_ONLY_TYPES):
+            self.tagged_union(name, self.schemas[name])
         for name in self.schemas:
             if name not in SKIPPED and name not in KEPT_AS_JSON and name not in self.written:
                 self.named_type(name)

@@ -1292,6 +1292,224 @@ public enum SignInStage: String, WireWord {
     case plugin
 }
 
+/// One plugin manifest the host found: loaded, or refused with a reason.
+public enum PluginStatus: WireCodable {
+    case loaded(PluginStatus.Loaded)
+    case refused(PluginStatus.Refused)
+
+    public init(wire: JSON) throws(WireError) {
+        switch wire["status"]?.stringValue {
+        case "loaded": self = .loaded(try Loaded(wire: wire))
+        case "refused": self = .refused(try Refused(wire: wire))
+        default: throw WireError(field: "status", "must be one of \"loaded\", \"refused\"")
+        }
+    }
+
+    public var wire: JSON {
+        switch self {
+        case .loaded(let value): value.wire
+        case .refused(let value): value.wire
+        }
+    }
+}
+
+extension PluginStatus {
+    /// LoadedPlugin
+    public struct Loaded: WireCodable {
+        public var id: String
+        public var version: String
+        public var displayName: String
+        public var description: String
+        public var flows: [Flow]
+        public var capabilities: [String]
+        /// JSON Schema of a profile's `settings` for this plugin.
+        public var settings: JSON?
+        /// Resolved path of the shared library.
+        public var path: String
+        /// Where the plugin's code runs. process: in its own runner process (`authbridge plugin-runner`), where a crash, a hang or stray output
+        /// cannot take the host down, confined (see confinement); none: inside the host.
+        public var isolation: PluginStatus.Loaded.Isolation
+        /// Isolation process only: how the plugin's runner is confined, as the runner reported it before any plugin code ran (the README,
+        /// Isolation).
+        public var confinement: PluginStatus.Loaded.Confinement?
+        /// What loading noticed without refusing the plugin, for the plugin's author (e.g. describe gives another description than the
+        /// manifest: the manifest's is shown).
+        public var warnings: [String]?
+
+        public init(
+            id: String, version: String, displayName: String, description: String, flows: [Flow], capabilities: [String], settings: JSON? = nil,
+            path: String, isolation: PluginStatus.Loaded.Isolation, confinement: PluginStatus.Loaded.Confinement? = nil, warnings: [String]? = nil
+        ) {
+            self.id = id
+            self.version = version
+            self.displayName = displayName
+            self.description = description
+            self.flows = flows
+            self.capabilities = capabilities
+            self.settings = settings
+            self.path = path
+            self.isolation = isolation
+            self.confinement = confinement
+            self.warnings = warnings
+        }
+
+        public init(wire: JSON) throws(WireError) {
+            let object = try WireObject(wire)
+            self.id = try object.required("id")
+            self.version = try object.required("version")
+            self.displayName = try object.required("displayName")
+            self.description = try object.required("description")
+            self.flows = try object.required("flows")
+            self.capabilities = try object.required("capabilities")
+            self.settings = try object.optional("settings")
+            self.path = try object.required("path")
+            self.isolation = try object.required("isolation")
+            self.confinement = try object.optional("confinement")
+            self.warnings = try object.optional("warnings")
+        }
+
+        public var wire: JSON {
+            var members: [String: JSON] = [
+                "id": id.wire, "status": .string("loaded"), "version": version.wire, "displayName": displayName.wire, "description": description.wire,
+                "flows": flows.wire, "capabilities": capabilities.wire, "path": path.wire, "isolation": isolation.wire,
+            ]
+            if let settings { members["settings"] = settings.wire }
+            if let confinement { members["confinement"] = confinement.wire }
+            if let warnings { members["warnings"] = warnings.wire }
+            return .object(members)
+        }
+    }
+}
+
+extension PluginStatus.Loaded {
+    /// Where the plugin's code runs. process: in its own runner process (`authbridge plugin-runner`), where a crash, a hang or stray output
+    /// cannot take the host down, confined (see confinement); none: inside the host.
+    public enum Isolation: String, WireWord {
+        case process
+        case none
+    }
+}
+
+extension PluginStatus.Loaded {
+    /// Isolation process only: how the plugin's runner is confined, as the runner reported it before any plugin code ran (the README,
+    /// Isolation).
+    public struct Confinement: WireCodable {
+        /// no_new_privs and no capabilities: nothing the plugin runs gains a privilege.
+        public var noNewPrivileges: Bool
+        /// The system-call filter: no new socket of any kind (the plugin reaches the network through the host's http service), no ptrace or
+        /// other process's memory, no program run, no setsid or setpgid, no namespace, mount, keyring, io_uring, BPF or terminal input
+        /// (TIOCSTI).
+        public var seccomp: Bool
+        /// The Landlock ABI in force, 0 for none.
+        public var landlock: Int64
+        /// The runner's children live in a PID namespace that ends with the runner: whatever the plugin starts is killed when the runner ends,
+        /// however it ends (the host killed too).
+        public var pidNamespace: Bool
+        /// What the runner lacks on this kernel and what that leaves open, in words.
+        public var warnings: [String]?
+
+        public init(noNewPrivileges: Bool, seccomp: Bool, landlock: Int64, pidNamespace: Bool, warnings: [String]? = nil) {
+            self.noNewPrivileges = noNewPrivileges
+            self.seccomp = seccomp
+            self.landlock = landlock
+            self.pidNamespace = pidNamespace
+            self.warnings = warnings
+        }
+
+        public init(wire: JSON) throws(WireError) {
+            let object = try WireObject(wire)
+            self.noNewPrivileges = try object.required("noNewPrivileges")
+            self.seccomp = try object.required("seccomp")
+            self.landlock = try object.required("landlock")
+            self.pidNamespace = try object.required("pidNamespace")
+            self.warnings = try object.optional("warnings")
+        }
+
+        public var wire: JSON {
+            var members: [String: JSON] = [
+                "noNewPrivileges": noNewPrivileges.wire, "seccomp": seccomp.wire, "landlock": landlock.wire, "pidNamespace": pidNamespace.wire,
+            ]
+            if let warnings { members["warnings"] = warnings.wire }
+            return .object(members)
+        }
+    }
+}
+
+extension PluginStatus {
+    /// RefusedPlugin
+    public struct Refused: WireCodable {
+        /// The manifest's id when it could be read (else the manifest file name without .json).
+        public var id: String?
+        /// Why (see the README, Loader refusal reasons). pluginCrashed, pluginTimeout: the plugin's code crashed or did not finish in time
+        /// while loading, or failed 3 times within 5 minutes after it loaded (then refused until the host restarts); libraryChanged: the
+        /// library file was replaced between its checks and its loading, and nothing of the replacement ran.
+        public var reason: PluginStatus.Refused.Reason
+        /// Why, for people.
+        public var message: String
+        /// Path of the manifest.
+        public var path: String
+        /// Where the plugin's code ran or was to run (as in a loaded entry), when the host had decided that before refusing it.
+        public var isolation: PluginStatus.Refused.Isolation?
+
+        public init(
+            id: String? = nil, reason: PluginStatus.Refused.Reason, message: String, path: String, isolation: PluginStatus.Refused.Isolation? = nil
+        ) {
+            self.id = id
+            self.reason = reason
+            self.message = message
+            self.path = path
+            self.isolation = isolation
+        }
+
+        public init(wire: JSON) throws(WireError) {
+            let object = try WireObject(wire)
+            self.id = try object.optional("id")
+            self.reason = try object.required("reason")
+            self.message = try object.required("message")
+            self.path = try object.required("path")
+            self.isolation = try object.optional("isolation")
+        }
+
+        public var wire: JSON {
+            var members: [String: JSON] = ["status": .string("refused"), "reason": reason.wire, "message": message.wire, "path": path.wire]
+            if let id { members["id"] = id.wire }
+            if let isolation { members["isolation"] = isolation.wire }
+            return .object(members)
+        }
+    }
+}
+
+extension PluginStatus.Refused {
+    /// Why (see the README, Loader refusal reasons). pluginCrashed, pluginTimeout: the plugin's code crashed or did not finish in time while
+    /// loading, or failed 3 times within 5 minutes after it loaded (then refused until the host restarts); libraryChanged: the library file was
+    /// replaced between its checks and its loading, and nothing of the replacement ran.
+    public enum Reason: String, WireWord {
+        case invalidManifest
+        case insecurePermissions
+        case symlinkEscapes
+        case duplicateId
+        case abiMismatch
+        case loadFailed
+        case missingSymbol
+        case badEntry
+        case initFailed
+        case describeFailed
+        case swiftRuntimeMismatch
+        case metadataMismatch
+        case pluginCrashed
+        case pluginTimeout
+        case libraryChanged
+    }
+}
+
+extension PluginStatus.Refused {
+    /// Where the plugin's code ran or was to run (as in a loaded entry), when the host had decided that before refusing it.
+    public enum Isolation: String, WireWord {
+        case process
+        case none
+    }
+}
+
 /// Every error code of bridge-spec (README §7): JSON-RPC's and LSP's own and AuthBridge's.
 public enum BridgeErrorCode: Int, Sendable, CaseIterable {
     /// -32700: the host could not parse a frame: invalid JSON or UTF-8, or duplicate keys (a client bug).

@@ -77,8 +77,8 @@ final class AgentSessions: Sessions {
         }
         let opened = Mutex<AgentSessions?>(nil)
         let client = RPCClient(fd: fd, logger: Logger(label: "authbridge.agent-client")) { method, params in
-            if method == "signIn/progress", params["stage"]?.stringValue == "openUrl", let url = params["url"]?.stringValue,
-                let sessions = opened.withLock({ $0 }), sessions.browserSignIn.withLock({ $0 })
+            if method == SignInProgressParams.method, let progress = try? SignInProgressParams(wire: params), progress.stage == .openUrl,
+                let url = progress.url, let sessions = opened.withLock({ $0 }), sessions.browserSignIn.withLock({ $0 })
             {
                 openBrowser?(url) { _ in }
             }
@@ -160,22 +160,25 @@ final class AgentSessions: Sessions {
 
     func explained(_ error: SessionError) -> SessionError {
         guard error.reason == "pluginNotLoaded", let name = error.provider, let plugin = profile(name)?.plugin,
-            let refused = initialized.providers.first(where: {
-                $0["id"]?.stringValue == plugin && $0["status"]?.stringValue == "refused"
-            })
+            let refused = plugins.lazy.compactMap({ status -> PluginStatus.Refused? in
+                if case .refused(let refused) = status, refused.id == plugin { refused } else { nil }
+            }).first
         else { return explainedForCommandLine(error) }
         var explained = error
         explained.message =
-            "Profile \"\(name)\" uses plugin \"\(plugin)\", which the agent refused (\(refused["reason"]?.stringValue ?? "?")): "
-            + "\(refused["message"]?.stringValue ?? ""). Run `authbridge plugins` to see every plugin's state."
+            "Profile \"\(name)\" uses plugin \"\(plugin)\", which the agent refused (\(refused.reason.rawValue)): "
+            + "\(refused.message). Run `authbridge plugins` to see every plugin's state."
         return explained
     }
 
     var profileSource: String { "the agent at \(path)" }
     var profileNames: [String] { initialized.profiles.map(\.name) }
     var loadedPlugins: [String] {
-        initialized.providers.filter { $0["status"]?.stringValue == "loaded" }.compactMap { $0["id"]?.stringValue }
+        plugins.compactMap { if case .loaded(let plugin) = $0 { plugin.id } else { nil } }
     }
+
+    /// The plugins the agent listed in `initialize`, as far as they read as the spec's.
+    private var plugins: [PluginStatus] { initialized.providers.compactMap { try? PluginStatus(wire: $0) } }
     /// The agent's vault and key are its own, whatever this process's environment holds.
     var keyFromEnvironment: Bool { false }
 

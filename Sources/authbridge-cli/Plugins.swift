@@ -1,6 +1,7 @@
 import ArgumentParser
 import AuthBridgeHost
 import AuthBridgeJSON
+import AuthBridgeProtocol
 import AuthBridgeLaunch
 import AuthBridgePluginHost
 import AuthBridgeSession
@@ -50,15 +51,16 @@ struct Plugins: AsyncParsableCommand {
         }
         let header = ["STATE", "PLUGIN", "VERSION", "PATH OR REASON"]
         let rows: [[String]] = entries.map { entry in
-            let status = entry.status
-            let id = status["id"]?.stringValue ?? "?"
-            if status["status"]?.stringValue == "loaded" {
-                let isolated = status["isolation"]?.stringValue == "process" ? "  (isolated)" : ""
-                return ["loaded", id, status["version"]?.stringValue ?? "?", (status["path"]?.stringValue ?? "") + isolated].map(Terminal.clean)
+            switch entry.plugin {
+            case .loaded(let plugin):
+                let isolated = plugin.isolation == .process ? "  (isolated)" : ""
+                return ["loaded", plugin.id, plugin.version, plugin.path + isolated].map(Terminal.clean)
+            case .refused(let plugin):
+                let fix = entry.fix.map { " (fix: \($0))" } ?? ""
+                return ["refused", plugin.id ?? "?", "-", "\(plugin.reason.rawValue): \(plugin.message)" + fix].map(Terminal.clean)
+            case nil:
+                return ["?", entry.status["id"]?.stringValue ?? "?", "-", "not a plugin status this command can read"].map(Terminal.clean)
             }
-            let fix = entry.fix.map { " (fix: \($0))" } ?? ""
-            let reason = "\(status["reason"]?.stringValue ?? "?"): \(status["message"]?.stringValue ?? "")" + fix
-            return ["refused", id, "-", reason].map(Terminal.clean)
         }
         let table = TextTable([header] + rows)
         out.line(table.line(header, on: out) { _ in .bold })
@@ -66,7 +68,8 @@ struct Plugins: AsyncParsableCommand {
             out.line(table.line(row, on: out))
             // What its runner's sandbox lacks on this kernel, under its path.
             let indent = String(repeating: " ", count: table.widths.dropLast().reduce(0) { $0 + $1 + 2 })
-            for warning in entry.status["confinement"]?["warnings"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
+            guard case .loaded(let plugin) = entry.plugin else { continue }
+            for warning in plugin.confinement?.warnings ?? [] {
                 out.line(indent + Terminal.clean("less confined: \(warning)"))
             }
         }

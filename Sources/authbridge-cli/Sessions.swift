@@ -44,10 +44,14 @@ protocol Sessions: Sendable {
     var keyFromEnvironment: Bool { get }
 }
 
-/// One plugin as `authbridge plugins` shows it: its PluginStatus, and how to fix a refusal.
+/// One plugin as `authbridge plugins` shows it: its PluginStatus (as the plugin host wrote it,
+/// members of its own included), and how to fix a refusal.
 struct PluginEntry: Sendable {
     var status: JSON
     var fix: String?
+
+    /// The status read as the spec's `PluginStatus`; nil when it is not one.
+    var plugin: PluginStatus? { try? PluginStatus(wire: status) }
 }
 
 extension Sessions {

@@ -88,6 +88,25 @@ struct WireTests {
         }
     }
 
+    @Test func aPluginStatusIsLoadedOrRefusedByItsStatus() throws {
+        let loaded: JSON = [
+            "id": "oidc", "status": "loaded", "version": "1.0.0", "displayName": "OpenID Connect", "description": "d",
+            "flows": ["browser"], "capabilities": [], "path": "/p", "isolation": "process", "manifest": ["extra": true],
+        ]
+        guard case .loaded(let plugin) = try PluginStatus(wire: loaded) else {
+            Issue.record("not loaded")
+            return
+        }
+        #expect(plugin.id == "oidc" && plugin.isolation == .process && plugin.flows == [.browser])
+        let refused: JSON = ["status": "refused", "reason": "abiMismatch", "message": "m", "path": "/p"]
+        guard case .refused(let why) = try PluginStatus(wire: refused) else {
+            Issue.record("not refused")
+            return
+        }
+        #expect(why.reason == .abiMismatch && why.id == nil)
+        #expect(problem(PluginStatus.self, ["status": "asleep"]) == WireError(field: "status", "must be one of \"loaded\", \"refused\""))
+    }
+
     @Test func errorCodesHaveTheSpecsNumbersAndNames() {
         #expect(BridgeErrorCode.notSignedIn.rawValue == -32001 && BridgeErrorCode.notSignedIn.name == "notSignedIn")
         #expect(BridgeErrorCode.invalidParams.rawValue == -32602)
