@@ -37,13 +37,16 @@ struct WireTests {
         #expect(
             problem(RequestOAuthTokensParams.self, ["provider": "p", "scopes": ["openid", 2]])
                 == WireError(field: "scopes[1]", "must be a string, not integer"))
-        #expect(problem(SessionChangedParams.self, ["provider": "p", "state": "signedIn", "reason": "signedIn", "account": ["id": 1]])?.field == "account.id")
+        #expect(
+            problem(SessionChangedParams.self, ["provider": "p", "state": "signedIn", "reason": "signedIn", "account": ["id": 1]])?.field
+                == "account.id")
         #expect(problem(FetchParams.self, ["provider": "p", "url": "/", "headers": ["Accept": 1]])?.field == "headers.Accept")
     }
 
     @Test func wordsKeepTheSpecsSpellingBothWays() throws {
-        #expect(problem(RequestOAuthTokensParams.self, ["provider": "p", "flow": "fax"])
-            == WireError(field: "flow", "must be one of \"browser\", \"external\", \"device\", \"session\""))
+        #expect(
+            problem(RequestOAuthTokensParams.self, ["provider": "p", "flow": "fax"])
+                == WireError(field: "flow", "must be one of \"browser\", \"external\", \"device\", \"session\""))
         let storage = try StorageInfo(wire: ["backend": "encrypted-file", "protection": "none"])
         #expect(storage == StorageInfo(backend: .encryptedFile, protection: .unprotected))
         #expect(storage.wire == ["backend": "encrypted-file", "protection": "none"])
