@@ -627,6 +627,13 @@ done:
     return st;
 }
 
+/* revoke's answer when nothing was revoked: one failure for all tokens. */
+static json_t *nothing_revoked(const char *reason, const char *message)
+{
+    return json_pack("{s:[], s:[{s:s, s:s, s:s}]}", "revoked", "failures", "token", "all", "reason", reason, "message",
+                     message);
+}
+
 static ab_status duke_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     const ab_host_api *host = plugin->host;
@@ -643,10 +650,9 @@ static ab_status duke_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
     ab_status st;
 
     if (url == NULL || access == NULL || session == NULL) {
-        result = json_pack("{s:[], s:[{s:s, s:s, s:s}]}", "revoked", "failures", "token", "all", "reason",
-                           url == NULL ? "missingSetting" : "noRefreshToken", "message",
-                           url == NULL ? "The duke profile is not configured (no revoke URL)."
-                                       : "The Duke session has no session token to log out with.");
+        result = url == NULL
+                     ? nothing_revoked("missingSetting", "The duke profile is not configured (no revoke URL).")
+                     : nothing_revoked("noRefreshToken", "The Duke session has no session token to log out with.");
         st = ab_reply_json(host, call, result);
         goto done;
     }
@@ -661,15 +667,13 @@ static ab_status duke_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
             result = json_pack("{s:[s,s]}", "revoked", "access_token", "session_token");
         } else {
             snprintf(message, sizeof message, "The Duke mobile authorizer answered the logout with HTTP %d.", status);
-            result = json_pack("{s:[], s:[{s:s, s:s, s:s}]}", "revoked", "failures", "token", "all", "reason",
-                               "httpStatus", "message", message);
+            result = nothing_revoked("httpStatus", message);
         }
     } else {
         const char *reason = st == AB_ERROR ? ab_string_at(failure, "reason") : NULL;
         snprintf(message, sizeof message, "The Duke mobile authorizer could not be reached for the logout (%s).",
                  reason ? reason : "network");
-        result = json_pack("{s:[], s:[{s:s, s:s, s:s}]}", "revoked", "failures", "token", "all", "reason",
-                           reason ? reason : "network", "message", message);
+        result = nothing_revoked(reason ? reason : "network", message);
     }
     st = ab_reply_json(host, call, result);
 done:
