@@ -105,17 +105,6 @@ var shortDeadlines: HookDeadlines {
 
 let valid: HookOutcome = .result(["state": "valid"])
 
-extension HookOutcome {
-    var result: JSON? {
-        if case .result(let value) = self { return value }
-        return nil
-    }
-    var failure: ProviderFailure? {
-        if case .failure(let failure) = self { return failure }
-        return nil
-    }
-}
-
 @Suite("Hook deadlines, cancellation and health", .serialized)
 struct HookDeadlineTests {
     /// Issue 14: a hook that never returns left its request unanswered for good.

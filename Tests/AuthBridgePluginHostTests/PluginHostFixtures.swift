@@ -25,6 +25,18 @@ extension PluginReport {
     }
 }
 
+/// A hook's outcome, read in one expression: its result or its failure (nil when it is the other).
+extension HookOutcome {
+    var result: JSON? {
+        if case .result(let value) = self { return value }
+        return nil
+    }
+    var failure: ProviderFailure? {
+        if case .failure(let failure) = self { return failure }
+        return nil
+    }
+}
+
 /// Host services for hooks run directly from tests: no network, and the
 /// standard step answers what `standard` returns.
 struct StubEnvironment: HookEnvironment {

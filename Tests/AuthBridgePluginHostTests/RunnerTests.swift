@@ -118,24 +118,26 @@ private func threadRunnerBackend(logger: Logger = quietLogger, clockOffsets: Rec
     }
 }
 
+/// A `threadRunnerBackend`, loaded, for the length of `body`; shut down after it.
+private func withLoadedThreadRunner(clockOffsets: Recorded<Int64>? = nil, _ body: (RunnerBackend) throws -> Void) throws {
+    let backend = try threadRunnerBackend(clockOffsets: clockOffsets)
+    defer { backend.shutdown(within: .seconds(5)) }
+    try backend.load()
+    try body(backend)
+}
+
 extension RunnerBackend {
+    /// A call of `hook` as the host makes it (a pure hook may not block).
+    func call(_ hook: PluginHook, environment: HookEnvironment) -> HookCall {
+        HookCall(pluginID: library.manifest.id, hook: hook, logger: quietLogger, environment: environment, mayBlock: !hook.isPure)
+    }
+
     /// Starts a call and waits (bounded) for its outcome.
     func run(_ hook: PluginHook, _ input: JSON, environment: HookEnvironment, call: HookCall? = nil) -> HookOutcome? {
-        let call = call ?? HookCall(pluginID: library.manifest.id, hook: hook, logger: quietLogger, environment: environment, mayBlock: !hook.isPure)
+        let call = call ?? self.call(hook, environment: environment)
         let outcome = Delivered<HookOutcome>()
         start(hook, input: input, call: call, inline: false) { outcome.put($0) }
         return outcome.take()
-    }
-}
-
-extension HookOutcome {
-    var resultValue: JSON? {
-        if case .result(let value) = self { return value }
-        return nil
-    }
-    var failureValue: ProviderFailure? {
-        if case .failure(let failure) = self { return failure }
-        return nil
     }
 }
 
@@ -194,71 +196,62 @@ private func fakeRunnerBackend(logger: Logger = quietLogger) throws -> (RunnerBa
 @Suite("Plugin runner over a socketpair")
 struct RunnerTests {
     @Test func loadReportsTheHooksAndHooksAnswer() throws {
-        let backend = try threadRunnerBackend()
-        defer { backend.shutdown(within: .seconds(5)) }
-        try backend.load()
-        #expect(PluginHook.allCases.allSatisfy(backend.implements))
-        let now = HostClock.nowMilliseconds()
-        let outcome = backend.run(.checkSession, ["tokens": ["expiresAt": .int(now + 86_400_000)]], environment: RecordingEnvironment())
-        #expect(outcome?.resultValue == ["state": "valid"])
-        let failure = backend.run(.completeSignIn, ["flow": "session", "sessionId": "bad"], environment: RecordingEnvironment())?.failureValue
-        #expect(failure?.kind == .definitive && failure?.reason == "invalid_grant" && failure?.message == "session id refused")
+        try withLoadedThreadRunner { backend in
+            #expect(PluginHook.allCases.allSatisfy(backend.implements))
+            let now = HostClock.nowMilliseconds()
+            let outcome = backend.run(.checkSession, ["tokens": ["expiresAt": .int(now + 86_400_000)]], environment: RecordingEnvironment())
+            #expect(outcome?.result == ["state": "valid"])
+            let failure = backend.run(.completeSignIn, ["flow": "session", "sessionId": "bad"], environment: RecordingEnvironment())?.failure
+            #expect(failure?.kind == .definitive && failure?.reason == "invalid_grant" && failure?.message == "session id refused")
+        }
     }
 
     @Test func httpGoesThroughTheHostsEnvironment() throws {
-        let backend = try threadRunnerBackend()
-        defer { backend.shutdown(within: .seconds(5)) }
-        try backend.load()
-        let environment = RecordingEnvironment()
-        let input: JSON = ["flow": "session", "sessionId": "http", "profile": ["config": ["probeUrl": "https://probe.example/x"]]]
-        let outcome = backend.run(.completeSignIn, input, environment: environment)
-        #expect(outcome?.resultValue?["tokens"]?["extras"]?["probeStatus"] == 204)
-        #expect(environment.requests.withLock { $0 } == [["method": "GET", "url": "https://probe.example/x"]])
+        try withLoadedThreadRunner { backend in
+            let environment = RecordingEnvironment()
+            let input: JSON = ["flow": "session", "sessionId": "http", "profile": ["config": ["probeUrl": "https://probe.example/x"]]]
+            let outcome = backend.run(.completeSignIn, input, environment: environment)
+            #expect(outcome?.result?["tokens"]?["extras"]?["probeStatus"] == 204)
+            #expect(environment.requests.withLock { $0 } == [["method": "GET", "url": "https://probe.example/x"]])
+        }
     }
 
     @Test func standardStepsRunInTheHost() throws {
-        let backend = try threadRunnerBackend()
-        defer { backend.shutdown(within: .seconds(5)) }
-        try backend.load()
-        let outcome = backend.run(.configure, ["settings": ["clientId": "c1"]], environment: RecordingEnvironment())
-        #expect(outcome?.resultValue == ["clientId": "c1", "configuredBy": "swifttest"])
+        try withLoadedThreadRunner { backend in
+            let outcome = backend.run(.configure, ["settings": ["clientId": "c1"]], environment: RecordingEnvironment())
+            #expect(outcome?.result == ["clientId": "c1", "configuredBy": "swifttest"])
+        }
     }
 
     @Test func anEventArrivesBeforeItsCallsAnswer() throws {
-        let backend = try threadRunnerBackend()
-        defer { backend.shutdown(within: .seconds(5)) }
-        try backend.load()
-        let environment = RecordingEnvironment()
-        let call = HookCall(pluginID: "swifttest", hook: .beginSignIn, logger: quietLogger, environment: environment)
-        let eventsAtAnswer = Delivered<[JSON]>()
-        backend.start(.beginSignIn, input: ["state": "s1"], call: call, inline: false) { _ in
-            eventsAtAnswer.put(environment.events.withLock { $0 })
+        try withLoadedThreadRunner { backend in
+            let environment = RecordingEnvironment()
+            let eventsAtAnswer = Delivered<[JSON]>()
+            backend.start(.beginSignIn, input: ["state": "s1"], call: backend.call(.beginSignIn, environment: environment), inline: false) { _ in
+                eventsAtAnswer.put(environment.events.withLock { $0 })
+            }
+            #expect(eventsAtAnswer.take() == [["stage": "plugin", "message": "Swift plugin began sign-in"]])
         }
-        #expect(eventsAtAnswer.take() == [["stage": "plugin", "message": "Swift plugin began sign-in"]])
     }
 
     @Test func cancellingTheHostsCallSetsIsCancelledInTheRunner() throws {
-        let backend = try threadRunnerBackend()
-        defer { backend.shutdown(within: .seconds(5)) }
-        try backend.load()
-        let environment = RecordingEnvironment()
-        let call = HookCall(pluginID: "swifttest", hook: .completeSignIn, logger: quietLogger, environment: environment)
-        let outcome = Delivered<HookOutcome>()
-        // "slow" polls is_cancelled every 10 ms for 30 s.
-        backend.start(.completeSignIn, input: ["flow": "session", "sessionId": "slow"], call: call, inline: false) { outcome.put($0) }
-        call.cancel()
-        let failure = outcome.take()?.failureValue
-        #expect(failure?.kind == .cancelled)
+        try withLoadedThreadRunner { backend in
+            let call = backend.call(.completeSignIn, environment: RecordingEnvironment())
+            let outcome = Delivered<HookOutcome>()
+            // "slow" polls is_cancelled every 10 ms for 30 s.
+            backend.start(.completeSignIn, input: ["flow": "session", "sessionId": "slow"], call: call, inline: false) { outcome.put($0) }
+            call.cancel()
+            #expect(outcome.take()?.failure?.kind == .cancelled)
+        }
     }
 
     @Test func everyHookCarriesTheHostClocksOffset() throws {
         let offsets = Recorded<Int64>()
-        let backend = try threadRunnerBackend(clockOffsets: offsets)
-        defer { backend.shutdown(within: .seconds(5)) }
-        try backend.load()
-        _ = backend.run(.checkSession, ["tokens": [:]], environment: RecordingEnvironment())
-        let expected = HostClock.offsetMilliseconds
-        #expect(offsets.values.withLock { $0 } == [expected, expected], "load's and the hook's")
+        try withLoadedThreadRunner(clockOffsets: offsets) { backend in
+            _ = backend.run(.checkSession, ["tokens": [:]], environment: RecordingEnvironment())
+            let expected = HostClock.offsetMilliseconds
+            #expect(offsets.values.withLock { $0 } == [expected, expected], "load's and the hook's")
+        }
     }
 
     @Test func aRunnersLogGoesToTheCallsLoggerRedacted() throws {
@@ -292,7 +285,7 @@ struct RunnerTests {
         backend.start(.checkSession, input: [:], call: call, inline: false) { outcome.put($0) }
         _ = fake.read()
         fake.write("this is not JSON")
-        let failure = try #require(outcome.take()?.failureValue)
+        let failure = try #require(outcome.take()?.failure)
         #expect(failure.kind == .internal && failure.reason == "pluginCrashed")
         #expect(failure.message.contains("malformed message"))
     }
@@ -307,7 +300,7 @@ struct RunnerTests {
         #expect(fake.read()?["method"] == "hook" && fake.read()?["method"] == "hook")
         fake.close()
         for _ in 0..<2 {
-            let failure = try #require(outcomes.take()?.failureValue)
+            let failure = try #require(outcomes.take()?.failure)
             #expect(failure.reason == "pluginCrashed" && failure.message.contains("closed its channel"))
         }
     }
@@ -333,7 +326,7 @@ struct RunnerTests {
         // The runner never answers; the first call's deadline passes (its caller was answered).
         backend.abandon(calls[0], because: .deadline)
         #expect(endings.take() == .killedAfterTimeout(hook: .checkSession))
-        for _ in 0..<2 { #expect(outcomes.take()?.failureValue?.reason == "pluginTimeout") }
+        for _ in 0..<2 { #expect(outcomes.take()?.failure?.reason == "pluginTimeout") }
     }
 
     @Test func theThirtyThirdConcurrentHTTPRequestIsRefused() throws {
@@ -368,7 +361,7 @@ struct RunnerTests {
         }
         #expect(answered.count == limit)
         fake.write(["jsonrpc": "2.0", "id": hook["id"]!, "result": ["outcome": "result", "value": ["ok": true]]])
-        #expect(outcome.take()?.resultValue == ["ok": true])
+        #expect(outcome.take()?.result == ["ok": true])
     }
 
     @Test func aRunnersEndNeverShutsDownTheNumberItsChannelClosed() throws {
@@ -486,7 +479,7 @@ struct RunnerProcessTests {
         try backend.load()
         let first = try #require(backend.runnerProcessID)
         #expect(first != getpid() && processExists(first))
-        #expect(backend.run(.checkSession, ["tokens": [:]], environment: RecordingEnvironment())?.resultValue == ["state": "valid"])
+        #expect(backend.run(.checkSession, ["tokens": [:]], environment: RecordingEnvironment())?.result == ["state": "valid"])
 
         // A segfault under a call: the call is answered, with how the runner ended.
         let environment = RecordingEnvironment()
@@ -494,13 +487,13 @@ struct RunnerProcessTests {
         let outcome = Delivered<HookOutcome>()
         backend.start(.completeSignIn, input: ["flow": "session", "sessionId": "slow"], call: call, inline: false) { outcome.put($0) }
         kill(first, SIGSEGV)
-        let failure = try #require(outcome.take()?.failureValue)
+        let failure = try #require(outcome.take()?.failure)
         #expect(failure.reason == "pluginCrashed" && failure.message.contains("killed by signal 11 (SIGSEGV)"), "\(failure.message)")
         #expect(endings.take() == .crashed(detail: "killed by signal 11 (SIGSEGV)"))
         #expect(!processExists(first), "reaped")
 
         // The next call starts another runner.
-        #expect(backend.run(.checkSession, ["tokens": [:]], environment: RecordingEnvironment())?.resultValue == ["state": "valid"])
+        #expect(backend.run(.checkSession, ["tokens": [:]], environment: RecordingEnvironment())?.result == ["state": "valid"])
         let second = try #require(backend.runnerProcessID)
         #expect(second != first)
 

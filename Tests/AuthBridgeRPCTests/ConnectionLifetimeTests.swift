@@ -1,6 +1,5 @@
 import AuthBridgeJSON
 import AuthBridgeRPC
-import Dispatch
 import Logging
 import Synchronization
 import Testing
@@ -55,31 +54,13 @@ private struct Served {
         run = Task { await connection.run(delegate: server, drainGrace: .zero) }
     }
 
-    /// Sends one request and returns its answer's line. The blocking reads run on a Dispatch
-    /// thread, never on the cooperative pool the connection's own tasks need.
+    /// Sends one request and returns its answer's line ("" if none came), passing over notifications.
     func ask(_ frame: String) async -> String {
-        let peerFD = peerFD
-        let bytes = Array((frame + "\n").utf8)
-        bytes.withUnsafeBytes { _ = write(peerFD, $0.baseAddress, $0.count) }
-        return await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                var line: [UInt8] = []
-                var byte: UInt8 = 0
-                var ready = pollfd(fd: peerFD, events: Int16(POLLIN), revents: 0)
-                while poll(&ready, 1, 10_000) == 1, read(peerFD, &byte, 1) == 1 {
-                    if byte == 0x0A {
-                        if line.contains(Array(#""id""#.utf8)) {
-                            continuation.resume(returning: String(decoding: line, as: UTF8.self))
-                            return
-                        }
-                        line = [] // a notification
-                        continue
-                    }
-                    line.append(byte)
-                }
-                continuation.resume(returning: "")
-            }
+        writeLine(frame, to: peerFD)
+        while let line = await readLine(from: peerFD) {
+            if line.contains(Array(#""id""#.utf8)) { return String(decoding: line, as: UTF8.self) }
         }
+        return ""
     }
 
     /// The peer goes away; the connection ends and is released as the agent does it.

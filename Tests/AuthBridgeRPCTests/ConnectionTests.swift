@@ -101,31 +101,11 @@ private struct Harness {
         run = Task { await connection.run(delegate: delegate, drainGrace: .milliseconds(200)) }
     }
 
-    func send(_ line: String) {
-        let bytes = Array((line + "\n").utf8)
-        bytes.withUnsafeBytes { _ = write(toHost, $0.baseAddress, $0.count) }
-    }
+    func send(_ line: String) { writeLine(line, to: toHost) }
 
-    /// Reads one frame, waiting at most 10 s. The blocking read runs on a
-    /// Dispatch thread, never on the cooperative pool the connection's own tasks need.
+    /// Reads one frame, waiting at most 10 s.
     func next() async throws -> JSON {
-        let fd = fromHost
-        let line: [UInt8]? = await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                var line: [UInt8] = []
-                var byte: UInt8 = 0
-                var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                while poll(&ready, 1, 10_000) == 1, read(fd, &byte, 1) == 1 {
-                    if byte == 0x0A {
-                        continuation.resume(returning: line)
-                        return
-                    }
-                    line.append(byte)
-                }
-                continuation.resume(returning: nil)
-            }
-        }
-        guard let line else { throw RPCError.internalError }
+        guard let line = await readLine(from: fromHost) else { throw RPCError.internalError }
         return try JSON.parse(line)
     }
 

@@ -86,12 +86,10 @@ struct PluginFaultTests {
     @Test func aCrashedCheckSessionIsAPluginErrorNotOffline() async throws {
         let crashed = ProviderFailure.pluginCrashed(plugin: "fake", hook: .checkSession, detail: "killed by signal 11 (SIGSEGV)")
         try await withEngine({ $0 == .checkSession ? .failure(crashed) : Self.configure($0) }) { engine, _, _, store async throws in
-            do throws(SessionError) {
-                let status = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
-                Issue.record("answered \(status)")
-            } catch {
-                #expect(error.kind == .pluginError && error.reason == "pluginCrashed")
+            let error = await #expect(throws: SessionError.self, "answered a status") {
+                try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
             }
+            #expect(error?.kind == .pluginError && error?.reason == "pluginCrashed")
             #expect(try await store.load(Self.key) != nil)
         }
     }
@@ -101,12 +99,10 @@ struct PluginFaultTests {
     @Test func aCancelledCheckIsCancelledNotOffline() async throws {
         let cancelled = ProviderFailure.cancelled
         try await withEngine({ $0 == .checkSession ? .failure(cancelled) : Self.configure($0) }) { engine, _, events, store async throws in
-            do throws(SessionError) {
-                let status = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
-                Issue.record("answered \(status)")
-            } catch {
-                #expect(error.kind == .userCancelled)
+            let error = await #expect(throws: SessionError.self, "answered a status") {
+                try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
             }
+            #expect(error?.kind == .userCancelled)
             #expect(try await store.load(Self.key) != nil)
             #expect(events.changes.isEmpty)
         }
@@ -124,18 +120,14 @@ struct PluginFaultTests {
     @Test func aHungRefreshIsAPluginErrorAndTheSessionIsKept() async throws {
         try await withEngine({ $0 == .checkSession ? .result(["state": "expired"]) : Self.configure($0) }, expiresIn: -1000) {
             engine, _, _, store async throws in
-            do throws(SessionError) {
-                _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
-                Issue.record("a hung refresh handed out a token")
-            } catch {
-                #expect(error.kind == .pluginError && error.reason == "pluginTimeout")
+            let tokenError = await #expect(throws: SessionError.self, "a hung refresh handed out a token") {
+                try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
             }
-            do throws(SessionError) {
-                _ = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
-                Issue.record("a hung refresh answered a status")
-            } catch {
-                #expect(error.reason == "pluginTimeout")
+            #expect(tokenError?.kind == .pluginError && tokenError?.reason == "pluginTimeout")
+            let statusError = await #expect(throws: SessionError.self, "a hung refresh answered a status") {
+                try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
             }
+            #expect(statusError?.reason == "pluginTimeout")
             #expect(try await store.load(Self.key)?.tokens.refreshToken == "rt-fault")
         }
     }
@@ -158,12 +150,10 @@ struct PluginFaultTests {
             let info = try #require(await engine.profileList().first)
             #expect(info.status == .error)
             #expect(info.message?.contains("stopped after 3 failures") == true)
-            do throws(SessionError) {
-                _ = try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
-                Issue.record("a refused plugin answered")
-            } catch {
-                #expect(error.kind == .pluginError && error.reason == "pluginCrashed")
+            let error = await #expect(throws: SessionError.self, "a refused plugin answered") {
+                try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work"))
             }
+            #expect(error?.kind == .pluginError && error?.reason == "pluginCrashed")
             #expect(try await store.load(Self.key) != nil)
         }
     }

@@ -109,13 +109,12 @@ struct SessionEngineTests {
             await #expect(throws: SessionError.self) {
                 try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "bad"), requestID: 2)
             }
-            do throws(SessionError) {
-                _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "bad"), requestID: 3)
-            } catch {
-                #expect(error.kind == .providerRefused)
-                #expect(error.reason == "invalid_grant")
-                #expect(error.provider == "work")
+            let error = await #expect(throws: SessionError.self) {
+                try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "bad"), requestID: 3)
             }
+            #expect(error?.kind == .providerRefused)
+            #expect(error?.reason == "invalid_grant")
+            #expect(error?.provider == "work")
             #expect((try? await store.keys(of: "work"))?.isEmpty == true)
             #expect(events.changes.isEmpty)
         }
@@ -123,18 +122,14 @@ struct SessionEngineTests {
 
     @Test func unsupportedFlowsAndMissingSessionIds() async throws {
         try await withEngine { engine, _, _ in
-            do throws(SessionError) {
-                _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .device), requestID: 1)
-                Issue.record("the device flow was accepted")
-            } catch {
-                #expect(error.kind == .unsupported && error.field == "flow")
+            let deviceError = await #expect(throws: SessionError.self, "the device flow was accepted") {
+                try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .device), requestID: 1)
             }
-            do throws(SessionError) {
-                _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session), requestID: 1)
-                Issue.record("a session sign-in without sessionId was accepted")
-            } catch {
-                #expect(error.kind == .invalidParams && error.field == "sessionId")
+            #expect(deviceError?.kind == .unsupported && deviceError?.field == "flow")
+            let sessionError = await #expect(throws: SessionError.self, "a session sign-in without sessionId was accepted") {
+                try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session), requestID: 1)
             }
+            #expect(sessionError?.kind == .invalidParams && sessionError?.field == "sessionId")
         }
     }
 
@@ -143,18 +138,14 @@ struct SessionEngineTests {
             let profiles = await engine.profileList()
             #expect(profiles.first?.status == .error)
             #expect(profiles.first?.message == "settings.clientId is required by this plugin")
-            do throws(SessionError) {
-                _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
-                Issue.record("a profile without clientId was used")
-            } catch {
-                #expect(error.kind == .configurationError && error.field == "settings.clientId")
+            let tokenError = await #expect(throws: SessionError.self, "a profile without clientId was used") {
+                try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
             }
-            do throws(SessionError) {
-                _ = try await engine.configureProfile(ConfigureProfileParams(name: "typo", plugin: "swifttest", settings: ["clientId": 5]))
-                Issue.record("a numeric clientId was accepted")
-            } catch {
-                #expect(error.kind == .configurationError && error.field == "settings.clientId")
+            #expect(tokenError?.kind == .configurationError && tokenError?.field == "settings.clientId")
+            let configureError = await #expect(throws: SessionError.self, "a numeric clientId was accepted") {
+                try await engine.configureProfile(ConfigureProfileParams(name: "typo", plugin: "swifttest", settings: ["clientId": 5]))
             }
+            #expect(configureError?.kind == .configurationError && configureError?.field == "settings.clientId")
             let ready = try await engine.configureProfile(ConfigureProfileParams(name: "fixed", plugin: "swifttest", settings: ["clientId": "c"]))
             #expect(ready.status == .ready && ready.source == .runtime)
             #expect(await engine.profileList().map { $0.name } == ["fixed", "work"])
@@ -163,23 +154,19 @@ struct SessionEngineTests {
 
     @Test func unknownProfilesAndSignedOutProfiles() async throws {
         try await withEngine { engine, events, _ in
-            do throws(SessionError) {
-                _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "nobody"))
-                Issue.record("an unknown profile answered")
-            } catch {
-                #expect(error.kind == .providerUnknown && error.field == "provider")
+            let unknown = await #expect(throws: SessionError.self, "an unknown profile answered") {
+                try await engine.getAccessToken(GetAccessTokenParams(provider: "nobody"))
             }
+            #expect(unknown?.kind == .providerUnknown && unknown?.field == "provider")
             #expect(try await engine.checkSignInStatus(CheckSignInStatusParams(provider: "work")).state == .notSignedIn)
             _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "y"), requestID: 1)
             let signedOut = try await engine.signOut(SignOutParams(provider: "work"), requestID: 2)
             #expect(signedOut.revoked == ["access_token", "refresh_token"])
             #expect(events.changes.last?["state"] == "signedOut" && events.changes.last?["reason"] == "userSignedOut")
-            do throws(SessionError) {
-                _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
-                Issue.record("a signed-out profile handed out a token")
-            } catch {
-                #expect(error.kind == .notSignedIn && error.reason == "noTokens")
+            let signedOutError = await #expect(throws: SessionError.self, "a signed-out profile handed out a token") {
+                try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
             }
+            #expect(signedOutError?.kind == .notSignedIn && signedOutError?.reason == "noTokens")
         }
     }
 
@@ -197,13 +184,11 @@ struct SessionEngineTests {
             #expect(status.state == .signedIn, "the same client keeps its session")
         }
         try await withEngine(settings: ["clientId": "c2"], store: store) { engine, events, _ in
-            do throws(SessionError) {
-                _ = try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
-                Issue.record("a token issued to client c1 was handed out as c2's")
-            } catch {
-                #expect(error.kind == .notSignedIn && error.reason == "profileChanged")
-                #expect(error.message.contains("client id changed from \"c1\" to \"c2\""))
+            let error = await #expect(throws: SessionError.self, "a token issued to client c1 was handed out as c2's") {
+                try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))
             }
+            #expect(error?.kind == .notSignedIn && error?.reason == "profileChanged")
+            #expect(error?.message.contains("client id changed from \"c1\" to \"c2\"") == true)
             #expect(events.changes.map { $0["reason"] } == ["profileChanged"])
             let discarded = try await store.load(SessionKey(profile: "work", account: "x"))
             #expect(discarded == nil, "discarded, not hidden")

@@ -34,24 +34,30 @@ struct SharedWorkTests {
         func release() { released.withLock { $0.take() }?.resume() }
     }
 
-    @Test func everyWaiterGetsTheOneValue() async {
+    /// Gated work with `waiters` tasks waiting for its value, once the work has started.
+    func startedWork(
+        waiters: Int, cancelsWhenAbandoned: Bool = true
+    ) async
+        -> (gate: Gate, work: SharedWork<Int>, waiters: [Task<Int?, Never>])
+    {
         let gate = Gate()
-        let work = SharedWork(cancelsWhenAbandoned: true) { await gate.run() }
-        let first = Task { await work.value() }
-        let second = Task { await work.value() }
+        let work = SharedWork(cancelsWhenAbandoned: cancelsWhenAbandoned) { await gate.run() }
+        let tasks = (0..<waiters).map { _ in Task { await work.value() } }
         await gate.waitUntilStarted()
+        return (gate, work, tasks)
+    }
+
+    @Test func everyWaiterGetsTheOneValue() async {
+        let (gate, work, waiters) = await startedWork(waiters: 2)
         gate.release()
-        let values = [await first.value, await second.value]
+        let values = [await waiters[0].value, await waiters[1].value]
         #expect(values == [42, 42])
         #expect(work.isFinished && gate.outcome.withLock { $0 } == "finished")
     }
 
     @Test func aCancelledWaiterLeavesAtOnceAndTheOthersStillGetTheValue() async {
-        let gate = Gate()
-        let work = SharedWork(cancelsWhenAbandoned: true) { await gate.run() }
-        let leaving = Task { await work.value() }
-        let staying = Task { await work.value() }
-        await gate.waitUntilStarted()
+        let (gate, _, waiters) = await startedWork(waiters: 2)
+        let (leaving, staying) = (waiters[0], waiters[1])
         leaving.cancel()
         #expect(await leaving.value == nil)
         #expect(gate.outcome.withLock { $0 } == nil, "someone still waits: the work goes on")
@@ -61,10 +67,8 @@ struct SharedWorkTests {
 
     @Test func abandonedWorkIsCancelledOnlyWhenItMayBe() async {
         for cancels in [true, false] {
-            let gate = Gate()
-            let work = SharedWork(cancelsWhenAbandoned: cancels) { await gate.run() }
-            let only = Task { await work.value() }
-            await gate.waitUntilStarted()
+            let (gate, _, waiters) = await startedWork(waiters: 1, cancelsWhenAbandoned: cancels)
+            let only = waiters[0]
             only.cancel()
             #expect(await only.value == nil)
             if cancels {

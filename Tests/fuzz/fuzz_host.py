@@ -57,6 +57,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "support"))
 
 from authbridge_testkit import copy_plugins, frame_problems, host_command, spec  # noqa: E402  (the test kit)
+from authbridge_testkit.agent import end_input  # noqa: E402
 from authbridge_testkit.agent import Agent  # noqa: E402
 from authbridge_testkit.host import DEFAULT_PROFILES  # noqa: E402
 from authbridge_testkit.paths import TEST_PLUGIN_FILES, TEST_PLUGINS_DIR  # noqa: E402
@@ -638,10 +639,7 @@ class AgentLink:
         self.sock.sendall(data)
 
     def end_input(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
+        end_input(self.sock)
 
     def finish(self, bound: float) -> tuple[bool, int | None, int | None]:
         """(the agent closed the connection: the reader's end; exit status -signal if the agent died, else None;

@@ -337,34 +337,46 @@ static ab_status duke_describe(ab_plugin *plugin, ab_call *call, ab_json input)
     return ab_reply_json(plugin->host, call, d);
 }
 
-/* ── configure ──────────────────────────────────────────────────────────── */
+/* ── Hooks that read their input ────────────────────────────────────────── */
 
-static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
+/* The body of a hook that reads its input as a JSON object: `in` is owned by
+ * with_input, borrowed here until the body returns. */
+typedef ab_status (*hook_body)(const ab_host_api *host, ab_call *call, json_t *in);
+
+/* Runs a hook's body on its input, parsed (the host is answered badInput when
+ * it is not an object), and lets go of the input once the body has answered.
+ * The hooks' entry points, at the end, are one line each. */
+static ab_status with_input(ab_plugin *plugin, ab_call *call, ab_json input, hook_body body)
 {
-    const ab_host_api *host = plugin->host;
-    json_t *in = ab_input_object(host, call, input);
+    json_t *in = ab_input_object(plugin->host, call, input);
     if (in == NULL)
         return AB_ERROR;
+    ab_status st = body(plugin->host, call, in);
+    json_decref(in);
+    return st;
+}
+
+/* ── configure ──────────────────────────────────────────────────────────── */
+
+static ab_status configure(const ab_host_api *host, ab_call *call, json_t *in)
+{
     json_t *settings = json_object_get(in, "settings");
     const char *client = ab_string_at(settings, "clientName");
     const char *environment = ab_string_at(settings, "environment");
     const char *base_setting = ab_string_at(settings, "baseUrl");
     json_t *api = json_object_get(settings, "apiBaseUrl");
-    ab_status st;
 
     if (client == NULL) {
-        st = host->fail(call, "configuration", "missingSetting", "The duke profile needs the setting \"clientName\".",
-                        0);
-        goto done;
+        return host->fail(call, "configuration", "missingSetting", "The duke profile needs the setting \"clientName\".",
+                          0);
     }
     if (!is_path_segment(client)) {
-        st = host->fail(call, "configuration", "invalidSettings",
-                        "The setting \"clientName\" must be a path segment: letters, digits, '-', '.', '_' or '~'.", 0);
-        goto done;
+        return host->fail(call, "configuration", "invalidSettings",
+                          "The setting \"clientName\" must be a path segment: letters, digits, '-', '.', '_' or '~'.",
+                          0);
     }
     if (json_object_get(settings, "environment") != NULL && environment == NULL) {
-        st = host->fail(call, "configuration", "invalidSettings", "The setting \"environment\" must be a string.", 0);
-        goto done;
+        return host->fail(call, "configuration", "invalidSettings", "The setting \"environment\" must be a string.", 0);
     }
     if (environment == NULL)
         environment = "production";
@@ -374,23 +386,20 @@ static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
     } else if (strcmp(environment, "test") == 0) {
         base = DUKE_TEST_BASE;
     } else {
-        st = host->fail(call, "configuration", "invalidSettings",
-                        "The setting \"environment\" must be \"production\" or \"test\".", 0);
-        goto done;
+        return host->fail(call, "configuration", "invalidSettings",
+                          "The setting \"environment\" must be \"production\" or \"test\".", 0);
     }
     if (base_setting != NULL) {
         if (!is_secure_base(base_setting) || strpbrk(base_setting, "?#") != NULL) {
-            st = host->fail(call, "configuration", "insecureUrl",
-                            "The setting \"baseUrl\" must be an https URL without user name or query (http only on a "
-                            "loopback IP address).",
-                            0);
-            goto done;
+            return host->fail(call, "configuration", "insecureUrl",
+                              "The setting \"baseUrl\" must be an https URL without user name or query (http only on a "
+                              "loopback IP address).",
+                              0);
         }
         base = base_setting;
     }
     if (api != NULL && !json_is_string(api)) {
-        st = host->fail(call, "configuration", "invalidSettings", "The setting \"apiBaseUrl\" must be a string.", 0);
-        goto done;
+        return host->fail(call, "configuration", "invalidSettings", "The setting \"apiBaseUrl\" must be a string.", 0);
     }
 
     /* {base}{client}/ios/…: the base always ends with one '/'. */
@@ -406,36 +415,25 @@ static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
                                json_sprintf("%.*s/%s/ios/revoke", blen, base, client));
     if (config != NULL && api != NULL)
         json_object_set(config, "apiBaseUrl", api); /* the host's standard authorize_request reads it */
-    st = ab_reply_json(host, call, config);
-done:
-    json_decref(in);
-    return st;
+    return ab_reply_json(host, call, config);
 }
 
 /* ── begin_sign_in ──────────────────────────────────────────────────────── */
 
 /* The web view opens {base}{client}/ios/login and is caught when it reaches
  * {base}{client}/ios/token. Duke's login takes no state, PKCE or nonce. */
-static ab_status duke_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
+static ab_status begin_sign_in(const ab_host_api *host, ab_call *call, json_t *in)
 {
-    const ab_host_api *host = plugin->host;
-    json_t *in = ab_input_object(host, call, input);
-    if (in == NULL)
-        return AB_ERROR;
     const char *flow = ab_string_at(in, "flow");
     const char *url = config_str(in, "loginUrl");
     const char *prefix = config_str(in, "callbackPrefix");
-    ab_status st;
     if (flow == NULL || strcmp(flow, "external") != 0)
-        st = host->fail(call, "configuration", "unsupported",
-                        "Duke's sign-in is a web page that ends at its own token URL: use the external flow.", 0);
-    else if (url == NULL || prefix == NULL)
-        st = host->fail(call, "configuration", "missingSetting", "The duke profile is not configured (no login URL).",
-                        0);
-    else
-        st = ab_reply_json(host, call, json_pack("{s:s, s:s}", "url", url, "callbackPrefix", prefix));
-    json_decref(in);
-    return st;
+        return host->fail(call, "configuration", "unsupported",
+                          "Duke's sign-in is a web page that ends at its own token URL: use the external flow.", 0);
+    if (url == NULL || prefix == NULL)
+        return host->fail(call, "configuration", "missingSetting", "The duke profile is not configured (no login URL).",
+                          0);
+    return ab_reply_json(host, call, json_pack("{s:s, s:s}", "url", url, "callbackPrefix", prefix));
 }
 
 /* ── complete_sign_in ───────────────────────────────────────────────────── */
@@ -467,45 +465,38 @@ static ab_status callback_token(const ab_host_api *host, ab_call *call, const ch
     return AB_OK;
 }
 
-static ab_status duke_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
+static ab_status complete_sign_in(const ab_host_api *host, ab_call *call, json_t *in)
 {
-    const ab_host_api *host = plugin->host;
-    json_t *in = ab_input_object(host, call, input);
-    if (in == NULL)
-        return AB_ERROR;
     const char *url = ab_string_at(in, "callbackUrl");
     const char *prefix = config_str(in, "callbackPrefix");
     const char *access = NULL, *session = NULL;
     ab_status st;
 
     if (url == NULL) {
-        st = host->fail(call, "definitive", "missingToken", "The Duke sign-in ended without a token URL.", 0);
-        goto done;
+        return host->fail(call, "definitive", "missingToken", "The Duke sign-in ended without a token URL.", 0);
     }
     /* The host checked the prefix already; here the path must END there:
      * …/ios/token?… (not …/ios/tokenX). */
     if (prefix == NULL || !starts_with(url, prefix) || url[strlen(prefix)] != '?') {
-        st = host->fail(call, "definitive", "invalidCallback",
-                        "The Duke sign-in did not end at the mobile authorizer's token URL.", 0);
-        goto done;
+        return host->fail(call, "definitive", "invalidCallback",
+                          "The Duke sign-in did not end at the mobile authorizer's token URL.", 0);
     }
     /* query_value refuses a query broken anywhere, not only in the values
      * read: a URL broken anywhere is not the page Duke redirected to. */
     if ((st = callback_token(host, call, url, "access_token", &access)) != AB_OK)
-        goto done;
+        return st;
     if ((st = callback_token(host, call, url, "session_token", &session)) != AB_OK)
-        goto done;
-    st = ab_reply_json(host, call, token_result(host, call, access, session));
-done:
-    json_decref(in);
-    return st;
+        return st;
+    return ab_reply_json(host, call, token_result(host, call, access, session));
 }
 
 /* ── refresh and revoke: POST with X-Access-Token and X-Session-Token ───── */
 
 /* POSTs to `url` with both token headers and no body. On AB_OK *response is
  * the parsed HTTPResponse (new reference, to release); on AB_ERROR or
- * AB_CANCELLED *failure is the host's Failure (new reference; may be NULL). */
+ * AB_CANCELLED *failure is the host's Failure (new reference; may be NULL).
+ * A cancelled request has answered the call already (cancelled): the hook
+ * returns AB_CANCELLED as it is. */
 static ab_status post_with_tokens(const ab_host_api *host, ab_call *call, const char *url, const char *access,
                                   const char *session, int timeout_ms, json_t **response, json_t **failure)
 {
@@ -530,7 +521,7 @@ static ab_status post_with_tokens(const ab_host_api *host, ab_call *call, const 
     }
     if (st == AB_ERROR || st == AB_CANCELLED) {
         *failure = parsed;
-        return st;
+        return st == AB_CANCELLED ? host->fail(call, "cancelled", "cancelled", CANCELLED_MESSAGE, 0) : st;
     }
     json_decref(parsed);
     return AB_INVALID;
@@ -548,12 +539,8 @@ static ab_status http_failure(const ab_host_api *host, ab_call *call, json_t *fa
     return host->fail(call, kind ? kind : "transient", reason ? reason : "network", message, 0);
 }
 
-static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
+static ab_status refresh(const ab_host_api *host, ab_call *call, json_t *in)
 {
-    const ab_host_api *host = plugin->host;
-    json_t *in = ab_input_object(host, call, input);
-    if (in == NULL)
-        return AB_ERROR;
     json_t *tokens = json_object_get(in, "tokens");
     const char *access = ab_string_at(tokens, "accessToken");
     const char *session = ab_string_at(tokens, "refreshToken");
@@ -572,10 +559,8 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
         goto done;
     }
     st = post_with_tokens(host, call, url, access, session, REFRESH_TIMEOUT_MS, &response, &failure);
-    if (st == AB_CANCELLED) {
-        st = host->fail(call, "cancelled", "cancelled", CANCELLED_MESSAGE, 0);
+    if (st == AB_CANCELLED)
         goto done;
-    }
     if (st == AB_ERROR) {
         st = http_failure(host, call, failure, "a refresh");
         goto done;
@@ -623,16 +608,18 @@ static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
 done:
     json_decref(response);
     json_decref(failure);
-    json_decref(in);
     return st;
 }
 
-static ab_status duke_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
+/* revoke's answer when nothing was revoked: one failure for all tokens. */
+static json_t *nothing_revoked(const char *reason, const char *message)
 {
-    const ab_host_api *host = plugin->host;
-    json_t *in = ab_input_object(host, call, input);
-    if (in == NULL)
-        return AB_ERROR;
+    return json_pack("{s:[], s:[{s:s, s:s, s:s}]}", "revoked", "failures", "token", "all", "reason", reason, "message",
+                     message);
+}
+
+static ab_status revoke(const ab_host_api *host, ab_call *call, json_t *in)
+{
     json_t *tokens = json_object_get(in, "tokens");
     const char *access = ab_string_at(tokens, "accessToken");
     const char *session = ab_string_at(tokens, "refreshToken");
@@ -643,43 +630,63 @@ static ab_status duke_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
     ab_status st;
 
     if (url == NULL || access == NULL || session == NULL) {
-        result = json_pack("{s:[], s:[{s:s, s:s, s:s}]}", "revoked", "failures", "token", "all", "reason",
-                           url == NULL ? "missingSetting" : "noRefreshToken", "message",
-                           url == NULL ? "The duke profile is not configured (no revoke URL)."
-                                       : "The Duke session has no session token to log out with.");
+        result = url == NULL
+                     ? nothing_revoked("missingSetting", "The duke profile is not configured (no revoke URL).")
+                     : nothing_revoked("noRefreshToken", "The Duke session has no session token to log out with.");
         st = ab_reply_json(host, call, result);
         goto done;
     }
     st = post_with_tokens(host, call, url, access, session, REVOKE_TIMEOUT_MS, &response, &failure);
-    if (st == AB_CANCELLED) {
-        st = host->fail(call, "cancelled", "cancelled", CANCELLED_MESSAGE, 0);
+    if (st == AB_CANCELLED)
         goto done;
-    }
     if (st == AB_OK) {
         int status = (int)json_integer_value(json_object_get(response, "status"));
         if (status >= 200 && status <= 299) {
             result = json_pack("{s:[s,s]}", "revoked", "access_token", "session_token");
         } else {
             snprintf(message, sizeof message, "The Duke mobile authorizer answered the logout with HTTP %d.", status);
-            result = json_pack("{s:[], s:[{s:s, s:s, s:s}]}", "revoked", "failures", "token", "all", "reason",
-                               "httpStatus", "message", message);
+            result = nothing_revoked("httpStatus", message);
         }
     } else {
         const char *reason = st == AB_ERROR ? ab_string_at(failure, "reason") : NULL;
         snprintf(message, sizeof message, "The Duke mobile authorizer could not be reached for the logout (%s).",
                  reason ? reason : "network");
-        result = json_pack("{s:[], s:[{s:s, s:s, s:s}]}", "revoked", "failures", "token", "all", "reason",
-                           reason ? reason : "network", "message", message);
+        result = nothing_revoked(reason ? reason : "network", message);
     }
     st = ab_reply_json(host, call, result);
 done:
     json_decref(response);
     json_decref(failure);
-    json_decref(in);
     return st;
 }
 
 /* ── Entry ──────────────────────────────────────────────────────────────── */
+
+/* The hooks' entry points: each runs its body through with_input. */
+static ab_status duke_configure(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    return with_input(plugin, call, input, configure);
+}
+
+static ab_status duke_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    return with_input(plugin, call, input, begin_sign_in);
+}
+
+static ab_status duke_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    return with_input(plugin, call, input, complete_sign_in);
+}
+
+static ab_status duke_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    return with_input(plugin, call, input, refresh);
+}
+
+static ab_status duke_revoke(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    return with_input(plugin, call, input, revoke);
+}
 
 static const ab_plugin_vtable duke_vtable = {
     .size = sizeof(ab_plugin_vtable),

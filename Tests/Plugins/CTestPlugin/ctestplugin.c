@@ -387,6 +387,25 @@ static void ctest_shutdown(ab_plugin *plugin)
 
 /* ── Hooks ──────────────────────────────────────────────────────────────── */
 
+/* The body of a hook that reads its input as a JSON object: `in` is owned by
+ * with_input, borrowed until the body returns. */
+typedef ab_status (*hook_body)(const ab_host_api *host, ab_call *call, json_t *in);
+
+/* Runs the body of `hook` on its input, parsed (the host is answered badInput
+ * when it is not an object), and releases the input once the body has
+ * answered. The entry points, by the vtable, are one line each. */
+static ab_status with_input(const char *hook, ab_plugin *plugin, ab_call *call, ab_json input, hook_body body)
+{
+    (void)hook; /* TRACE reads it only in the CTEST_PRINT_STDOUT variant */
+    TRACE(hook);
+    json_t *in = ab_input_object(plugin->host, call, input);
+    if (in == NULL)
+        return AB_ERROR;
+    ab_status st = body(plugin->host, call, in);
+    json_decref(in);
+    return st;
+}
+
 static ab_status ctest_describe(ab_plugin *plugin, ab_call *call, ab_json input)
 {
     (void)input;
@@ -417,49 +436,34 @@ static ab_status ctest_describe(ab_plugin *plugin, ab_call *call, ab_json input)
     return ab_reply_json(plugin->host, call, d);
 }
 
-static ab_status ctest_configure(ab_plugin *plugin, ab_call *call, ab_json input)
+static ab_status configure(const ab_host_api *host, ab_call *call, json_t *in)
 {
-    TRACE("configure");
-    const ab_host_api *host = plugin->host;
-    json_t *in = ab_input_object(host, call, input);
-    if (in == NULL)
-        return AB_ERROR;
     json_t *settings = json_object_get(in, "settings");
     if (!json_is_string(json_object_get(settings, "server"))) {
-        json_decref(in);
         return host->fail(call, "configuration", "missingSetting", "setting \"server\" is required", 0);
     }
     json_t *config = json_deep_copy(settings);
-    json_decref(in);
     if (config == NULL)
         return host->fail(call, "internal", "outOfMemory", "out of memory", 0);
     json_object_set_new(config, "configuredBy", json_string("ctest"));
     return ab_reply_json(host, call, config);
 }
 
-static ab_status ctest_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
+static ab_status begin_sign_in(const ab_host_api *host, ab_call *call, json_t *in)
 {
-    TRACE("begin_sign_in");
-    const ab_host_api *host = plugin->host;
-    json_t *in = ab_input_object(host, call, input);
-    if (in == NULL)
-        return AB_ERROR;
     const char *server = profile_str(in, "server");
     if (server == NULL) {
-        json_decref(in);
         return host->fail(call, "configuration", "missingSetting", "setting \"server\" is required", 0);
     }
     const char *state = ab_string_at(in, "state");
     char *enc = percent_encode(state ? state : "");
     if (enc == NULL) {
-        json_decref(in);
         return host->fail(call, "internal", "outOfMemory", "out of memory", 0);
     }
     int n = trimmed_len(server);
     json_t *url = json_sprintf("%.*s/login?state=%s", n, server, enc);
     json_t *prefix = json_sprintf("%.*s/callback", n, server);
     free(enc);
-    json_decref(in);
     json_t *out = NULL;
     if (url != NULL && prefix != NULL)
         out = json_pack("{s:O, s:O}", "url", url, "callbackPrefix", prefix);
@@ -584,13 +588,8 @@ static ab_status complete_external(const ab_host_api *host, ab_call *call, json_
     return ab_reply_json(host, call, token_result(access, session, 0, NULL, NULL));
 }
 
-static ab_status ctest_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
+static ab_status complete_sign_in(const ab_host_api *host, ab_call *call, json_t *in)
 {
-    TRACE("complete_sign_in");
-    const ab_host_api *host = plugin->host;
-    json_t *in = ab_input_object(host, call, input);
-    if (in == NULL)
-        return AB_ERROR;
     const char *flow = ab_string_at(in, "flow");
     ab_log_text(host, call, AB_LOG_DEBUG, "ctest: completing sign-in");
     ab_status st;
@@ -600,20 +599,14 @@ static ab_status ctest_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_jso
         st = complete_external(host, call, in);
     else
         st = host->fail(call, "definitive", "unsupportedFlow", "ctest supports the external and session flows", 0);
-    json_decref(in);
     return st;
 }
 
-static ab_status ctest_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
+static ab_status refresh(const ab_host_api *host, ab_call *call, json_t *in)
 {
-    TRACE("refresh");
 #ifdef CTEST_HANG_IN_REFRESH
     hang_forever();
 #endif
-    const ab_host_api *host = plugin->host;
-    json_t *in = ab_input_object(host, call, input);
-    if (in == NULL)
-        return AB_ERROR;
     json_t *tokens = json_object_get(in, "tokens");
     const char *rt = ab_string_at(tokens, "refreshToken");
     ab_status st;
@@ -631,7 +624,6 @@ static ab_status ctest_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
                                         host->now_ms() + HOUR_MS,
                                         json_is_object(extras) ? json_deep_copy(extras) : NULL, NULL));
     }
-    json_decref(in);
     return st;
 }
 
@@ -732,13 +724,8 @@ static ab_status ctest_authorize_request(ab_plugin *plugin, ab_call *call, ab_js
     return ab_reply_json(host, call, out);
 }
 
-static ab_status ctest_classify_response(ab_plugin *plugin, ab_call *call, ab_json input)
+static ab_status classify_response(const ab_host_api *host, ab_call *call, json_t *in)
 {
-    TRACE("classify_response");
-    const ab_host_api *host = plugin->host;
-    json_t *in = ab_input_object(host, call, input);
-    if (in == NULL)
-        return AB_ERROR;
     json_t *response = json_object_get(in, "response");
     json_int_t status = json_integer_value(json_object_get(response, "status"));
     const char *body = ab_string_at(response, "body");
@@ -747,11 +734,36 @@ static ab_status ctest_classify_response(ab_plugin *plugin, ab_call *call, ab_js
         answer = "{\"outcome\":\"sessionExpired\"}";
     else if (status == 403 && body != NULL && strstr(body, "LICENSE") != NULL)
         answer = "{\"outcome\":\"licenseRevoked\",\"message\":\"license removed\"}";
-    json_decref(in);
     return reply_static(host, call, answer);
 }
 
 /* ── Entry ──────────────────────────────────────────────────────────────── */
+
+/* The entry points of the hooks that read their input. */
+static ab_status ctest_configure(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    return with_input("configure", plugin, call, input, configure);
+}
+
+static ab_status ctest_begin_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    return with_input("begin_sign_in", plugin, call, input, begin_sign_in);
+}
+
+static ab_status ctest_complete_sign_in(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    return with_input("complete_sign_in", plugin, call, input, complete_sign_in);
+}
+
+static ab_status ctest_refresh(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    return with_input("refresh", plugin, call, input, refresh);
+}
+
+static ab_status ctest_classify_response(ab_plugin *plugin, ab_call *call, ab_json input)
+{
+    return with_input("classify_response", plugin, call, input, classify_response);
+}
 
 static const ab_plugin_vtable ctest_vtable = {
     .size = sizeof(ab_plugin_vtable),

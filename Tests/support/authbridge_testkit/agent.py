@@ -24,6 +24,15 @@ from .isolation import isolated_environment
 from .paths import HOST_BIN
 
 
+def end_input(sock: socket.socket) -> None:
+    """Ends what a client sends on `sock` (its write side), as a frontend that is done does; the agent
+    may have closed the connection already."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
 class Agent:
     """One `authbridge agent` process. The socket is the default one under the agent's own
     XDG_RUNTIME_DIR (`env` holds it, for the command line and clients run in that
@@ -152,10 +161,7 @@ class AgentClient(FrameLink):
 
     def close(self) -> None:
         """Ends this connection as a frontend does (end of input) and waits for the agent to close it."""
-        try:
-            self.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
+        end_input(self.sock)
         self.wait_closed()
         self.sock.close()
         self._count_answers()
