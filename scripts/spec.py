@@ -11,10 +11,9 @@ What it writes:
   * Sources/AuthBridgeHost/OpenRPCDocument.swift: the whole document (for `rpc.discover`) and
     its params schemas alone (what the host reads at start-up, ParamsSchema.swift). Compiled in
     rather than read at run time, so that an installed host answers wherever it is moved;
-  * Sources/AuthBridgeProtocol/Generated/: every method's params, result and notification as
-    Swift types (a file per method, `Types.swift` for what several share), the enums of the wire's
-    words, the method table and every error code (scripts/spec_swift.py);
-  * the error catalogue (`components.errors`): in Generated/BridgeErrorCode.swift (`BridgeErrorCode`; JSON-RPC's
+  * Sources/AuthBridgeProtocol/Messages.swift: every method's params, result and notification as
+    Swift types, the enums of the wire's words, and every error code (scripts/spec_swift.py);
+  * the error catalogue (`components.errors`): in Messages.swift above (`BridgeErrorCode`; JSON-RPC's
     and LSP's own codes are also constants of AuthBridgeRPC/RPCError.swift, which --check holds to the
     catalogue), and between BEGIN/END GENERATED markers in the Python client's errors.py, the Node
     client's protocol.js and index.d.ts, and bridge-spec/README.md §7;
@@ -30,14 +29,13 @@ import pathlib
 import re
 import sys
 
-import spec_swift
 from spec_swift import swift_messages
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SPEC = ROOT / "bridge-spec" / "openrpc.json"
 SPEC_README = ROOT / "bridge-spec" / "README.md"
 EMBEDDED = ROOT / "Sources" / "AuthBridgeHost" / "OpenRPCDocument.swift"
-GENERATED_SWIFT = ROOT / "Sources" / "AuthBridgeProtocol" / "Generated"
+MESSAGES = ROOT / "Sources" / "AuthBridgeProtocol" / "Messages.swift"
 SWIFT_RPC_ERRORS = ROOT / "Sources" / "AuthBridgeRPC" / "RPCError.swift"
 PYTHON_ERRORS = ROOT / "clients" / "python" / "authbridge" / "errors.py"
 NODE_ERRORS = ROOT / "clients" / "node" / "src" / "protocol.js"
@@ -339,10 +337,8 @@ def replace_region(text: str, body: str, open_comment: str, close_comment: str =
 def outputs(document: dict) -> dict[pathlib.Path, str]:
     document = params_from_x_params(document)
     errors = catalogue(document)
-    files = {SPEC: spec_text(document), EMBEDDED: embedded_swift(document)}
-    messages = swift_messages(document)
-    messages["BridgeErrorCode.swift"] = spec_swift.HEAD + "\n" + swift_error_codes(errors) + "\n"
-    files.update({GENERATED_SWIFT / name: text for name, text in messages.items()})
+    files = {SPEC: spec_text(document), EMBEDDED: embedded_swift(document),
+             MESSAGES: swift_messages(document) + "\n" + swift_error_codes(errors) + "\n"}
     regions = [(PYTHON_ERRORS, python_errors(errors), "# ", "", ""),
                (NODE_ERRORS, node_errors(errors), "// ", "", ""),
                (NODE_TYPES, node_types(errors), "// ", "", ""),
@@ -369,21 +365,12 @@ def main(argv: list[str]) -> int:
         return 2
     document = load()
     problems = protocol_code_problems(catalogue(document))
-    written = outputs(document)
-    # A generated file of a method the spec no longer has.
-    for stale in sorted(set(GENERATED_SWIFT.glob("*.swift")) - set(written)):
-        if check:
-            problems.append(f"{stale.relative_to(ROOT)} is not written from bridge-spec/openrpc.json any more: run `make spec`")
-        else:
-            stale.unlink()
-            print(f"removed {stale.relative_to(ROOT)}")
-    for path, text in written.items():
+    for path, text in outputs(document).items():
         if path.exists() and path.read_text(encoding="utf-8") == text:
             continue
         if check:
             problems.append(f"{path.relative_to(ROOT)} differs from bridge-spec/openrpc.json: run `make spec`")
         else:
-            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path.relative_to(ROOT)}")
     for problem in problems:

@@ -10,7 +10,6 @@ shapes of a plugin's status are written by the plugin host and stay `JSON` too.
 """
 from __future__ import annotations
 
-import json
 import keyword
 import re
 
@@ -72,19 +71,7 @@ class Generator:
     def __init__(self, document: dict):
         self.document = document
         self.schemas = document["components"]["schemas"]
-        # (file, text) of each type, in order; `file` is where what is written now goes.
-        self.blocks: list[tuple[str, str]] = []
-        self.file = "Types"
-        # A result type that only one method returns lives in that method's file.
-        returned: dict[str, list[str]] = {}
-        for method in document["methods"]:
-            ref = (method.get("result") or {}).get("schema", {}).get("$ref")
-            if ref:
-                returned.setdefault(component(ref), []).append(self.method_file(method))
-        # … and no schema names it (else it is shared: Types.swift).
-        named = json.dumps(self.schemas)
-        self.result_files = {name: files[0] for name, files in returned.items()
-                             if len(files) == 1 and f'"#/components/schemas/{name}"' not in named}
+        self.blocks: list[str] = []
         self.written: set[str] = set()
 
     # ── Types ────────────────────────────────────────────────────────────────
@@ -128,25 +115,10 @@ class Generator:
             return "[String: JSON]"
         return {"string": "String", "integer": "Int64", "boolean": "Bool", "number": "Double"}.get(kinds, "JSON")
 
-    @staticmethod
-    def method_file(method: dict) -> str:
-        """The file of a method's types: its params type's name without `Params`."""
-        name = component(method["x-params"]["$ref"])
-        return name[:-len("Params")] if name.endswith("Params") else name
-
     def named_type(self, name: str) -> str:
         schema = self.schemas[name]
         if name in KEPT_AS_JSON:
             return "JSON"
-        if name not in self.written:
-            outer, self.file = self.file, self.result_files.get(name, "Types")
-            try:
-                return self.named_type_here(name, schema)
-            finally:
-                self.file = outer
-        return self.named_type_here(name, schema)
-
-    def named_type_here(self, name: str, schema: dict) -> str:
         if "enum" in schema and schema.get("type") == "string":
             self.enum_block(name, schema["enum"], schema.get("description", ""))
             return name
@@ -172,16 +144,16 @@ class Generator:
 
     def reserve(self) -> int:
         """A place for a type whose members name types of their own: it goes before them."""
-        self.blocks.append((self.file, ""))
+        self.blocks.append("")
         return len(self.blocks) - 1
 
     def add(self, lines: list[str], nested_in: str | None, slot: int | None = None) -> None:
         if nested_in:
             lines = [f"extension {nested_in} {{"] + ["    " + line if line else line for line in lines] + ["}"]
         if slot is None:
-            self.blocks.append((self.file, "\n".join(lines)))
+            self.blocks.append("\n".join(lines))
         else:
-            self.blocks[slot] = (self.blocks[slot][0], "\n".join(lines))
+            self.blocks[slot] = "\n".join(lines)
 
     def struct_block(self, name: str, schema: dict, conformance: str = "WireCodable", members_of_type: list[str] | None = None,
                      nested_in: str | None = None) -> None:
@@ -340,24 +312,21 @@ class Generator:
 
     def methods(self) -> None:
         for method in self.document["methods"]:
-            self.file = self.method_file(method)
             params = component(method["x-params"]["$ref"])
             result = method.get("result")
-            result_name = component(result["schema"].get("$ref", "")) if result else None
-            if result is None:
+            notification = result is None
+            if notification:
                 members = [f'    public static let method = "{method["name"]}"', ""]
                 conformance = "BridgeNotification"
             else:
-                result_type = result_name if result_name and result_name not in KEPT_AS_JSON else "JSON"
+                schema = result["schema"]
+                result_type = self.named_type(component(schema["$ref"])) if "$ref" in schema else "JSON"
                 members = [f'    public static let method = "{method["name"]}"', f"    public typealias Result = {result_type}", ""]
                 conformance = "BridgeRequest"
             summary = method.get("summary") or first_sentence(method.get("description", ""))
             name = method["name"]
             described = {**self.schemas[params], "description": f"The params of `{name}`: {summary[0].lower() + summary[1:]}"}
             self.struct_block(params, described, conformance, members)
-            if result_name:
-                self.named_type(result_name)
-        self.file = "Types"
 
     def method_table(self) -> None:
         requests, notifications = [], []
@@ -369,13 +338,12 @@ class Generator:
         lines += self.wrapped_signature("    public static let requests: [String: any BridgeRequest.Type] = [", requests, "]")
         lines += ["", "    /// The notifications either side sends."]
         lines += self.wrapped_signature("    public static let notifications: [String: any BridgeNotification.Type] = [", notifications, "]")
-        self.blocks.append(("BridgeMethods", "\n".join(lines + ["}"])))
+        self.blocks.append("\n".join(lines + ["}"]))
 
     def tagged_union(self, name: str, schema: dict) -> None:
         """A `oneOf` of objects told apart by a constant member (PluginStatus's `status`): an enum
         with a case, and a struct, per alternative."""
         self.written.add(name)
-        self.file = name
         slot = self.reserve()
         alternatives = []
         for option in schema["oneOf"]:
@@ -395,10 +363,9 @@ class Generator:
                   "    public var wire: JSON {", "        switch self {"]
         lines += [f"        case .{case}(let value): value.wire" for _, _, case, _ in alternatives]
         lines += ["        }", "    }", "}"]
-        self.blocks[slot] = (name, "\n".join(lines))
-        self.file = "Types"
+        self.blocks[slot] = "\n".join(lines)
 
-    def files(self) -> dict[str, str]:
+    def source(self) -> str:
         self.method_table()
         self.methods()
         for name in sorted(READ_ONLY_TYPES):
@@ -406,18 +373,11 @@ class Generator:
         for name in self.schemas:
             if name not in SKIPPED and name not in KEPT_AS_JSON and name not in self.written:
                 self.named_type(name)
-        texts: dict[str, list[str]] = {}
-        for file, text in self.blocks:
-            texts.setdefault(file, []).append(text)
-        return {f"{file}.swift": HEAD + "\n" + "\n\n".join(blocks) + "\n" for file, blocks in texts.items()}
+        head = ("// Generated by scripts/spec.py (`make spec`) from bridge-spec/openrpc.json. Do not edit.\n"
+                "// swift-format-ignore-file\n\n"
+                "import AuthBridgeJSON\n")
+        return head + "\n" + "\n\n".join(self.blocks) + "\n"
 
 
-HEAD = ("// Generated by scripts/spec.py (`make spec`) from bridge-spec/openrpc.json. Do not edit.\n"
-        "// swift-format-ignore-file\n\n"
-        "import AuthBridgeJSON\n")
-
-
-def swift_messages(document: dict) -> dict[str, str]:
-    """File name → text: a file per method (its params, and its result when no other method
-    returns it), `Types.swift` (what several share), `PluginStatus.swift`, `BridgeMethods.swift`."""
-    return Generator(document).files()
+def swift_messages(document: dict) -> str:
+    return Generator(document).source()

@@ -2,7 +2,7 @@ import AuthBridgeJSON
 
 /// A part of a bridge message with a wire form: read from and written to the
 /// JSON the bridge carries. The types `scripts/spec.py` writes from
-/// bridge-spec/openrpc.json (`Generated/`) conform, and so do the scalars,
+/// bridge-spec/openrpc.json (`Messages.swift`) conform, and so do the scalars,
 /// arrays, optionals and maps they are made of.
 ///
 /// Reading assumes nothing about the source: a request's params were checked
