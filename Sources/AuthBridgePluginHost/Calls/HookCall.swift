@@ -84,37 +84,35 @@ public final class HookCall: Sendable {
     }
 
     func setResult(_ text: UnsafeRawBufferPointer) -> Bool {
-        do {
-            let value = try ShortAnswers.shared.parse(text)
-            state.withLock {
-                $0.result = value
-                $0.error = nil
-                $0.invalidAnswer = nil
-            }
-            return true
-        } catch {
-            state.withLock { $0.invalidAnswer = "set_result with invalid JSON: \(error)" }
-            return false
-        }
+        keep(text, from: "set_result", as: \.result) { text throws(JSONParseError) in try ShortAnswers.shared.parse(text) }
     }
 
     func setError(_ text: UnsafeRawBufferPointer) -> Bool {
+        keep(text, from: "set_error", as: \.error, objectOnly: true) { text throws(JSONParseError) in try JSON.parse(text) }
+    }
+
+    /// The hook's answer (`set_result` or `set_error`): the last one given stands, and one that
+    /// does not parse (or is not the object `set_error` needs) is recorded as the plugin's fault.
+    private func keep(
+        _ text: UnsafeRawBufferPointer, from function: String, as answer: WritableKeyPath<State, JSON?>, objectOnly: Bool = false,
+        parse: (UnsafeRawBufferPointer) throws(JSONParseError) -> JSON
+    ) -> Bool {
+        let value: JSON
         do {
-            let value = try JSON.parse(text)
-            guard case .object = value else {
-                state.withLock { $0.invalidAnswer = "set_error needs a JSON object" }
-                return false
-            }
-            state.withLock {
-                $0.error = value
-                $0.result = nil
-                $0.invalidAnswer = nil
-            }
-            return true
+            value = try parse(text)
         } catch {
-            state.withLock { $0.invalidAnswer = "set_error with invalid JSON: \(error)" }
+            state.withLock { $0.invalidAnswer = "\(function) with invalid JSON: \(error)" }
             return false
         }
+        if objectOnly, value.objectValue == nil {
+            state.withLock { $0.invalidAnswer = "\(function) needs a JSON object" }
+            return false
+        }
+        state.withLock {
+            ($0.result, $0.error, $0.invalidAnswer) = (nil, nil, nil)
+            $0[keyPath: answer] = value
+        }
+        return true
     }
 
     /// Copies `value`'s text into a buffer that stays valid until the hook returns.
