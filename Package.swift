@@ -106,9 +106,12 @@ let package = Package(
         .target(name: "AuthBridgePluginABI", dependencies: ["CAuthBridgePlugin", "AuthBridgeJSON"], swiftSettings: symbolLinkageMarkers),
         // The URL and text toolkit of the host and the Swift SDK (no dependencies, no Foundation).
         .target(name: "AuthBridgeURL"),
-        // The low-level parts (no dependencies, no Foundation): the thread spawner, ConditionLock,
-        // the dlopen'ed helper-library loader, POSIX file reading; the set of locking primitives.
-        .target(name: "AuthBridgeSystem"),
+        // The low-level parts (no Foundation): the thread spawner and ConditionLock (AuthBridgeThreads,
+        // re-exported), the dlopen'ed helper-library loader, POSIX files, Unix sockets; the locking primitives.
+        .target(name: "AuthBridgeSystem", dependencies: ["AuthBridgeThreads"]),
+        // The one thread spawner and blocking between threads (ConditionLock, Handoff): AuthBridgeSystem
+        // re-exports it; the plugin SDK uses it alone (it is linked into every Swift plugin).
+        .target(name: "AuthBridgeThreads"),
         // Opens libsecret-1.so.0 with dlopen itself: the keyring is optional at run time.
         .target(name: "HelperKeyring", path: "Sources/Helpers/Keyring", linkerSettings: soname("libAuthBridgeKeyring.so")),
 
@@ -203,9 +206,10 @@ let package = Package(
         .target(
             name: "AuthBridgePluginSDK",
             dependencies: [
-                // AuthBridgeSystem: threads are started in one place (http(concurrently:)); like the
-                // other modules here it is linked into each Swift plugin's library.
-                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
+                // AuthBridgeThreads: threads are started in one place (http(concurrently:)); like the
+                // other modules here it is linked into each Swift plugin's library (so: it alone, not
+                // all of AuthBridgeSystem).
+                "CAuthBridgePlugin", "AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeThreads",
             ]),
     ]
         + bundledSwiftPlugins.flatMap { plugin -> [Target] in
@@ -250,7 +254,7 @@ let package = Package(
                 name: "AuthBridgePluginHostTests",
                 dependencies: [
                     "AuthBridgePluginHost", "AuthBridgePluginABI", "AuthBridgeRedaction", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem",
-                    "CAuthBridgeProcess", "TestSupport", .product(name: "Logging", package: "swift-log"),
+                    "CAuthBridgePlugin", "CAuthBridgeProcess", "TestSupport", .product(name: "Logging", package: "swift-log"),
                 ],
                 swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"], swiftSettings: testSwiftSettings),

@@ -1,5 +1,5 @@
 import AuthBridgePluginABI
-import AuthBridgeSystem
+import AuthBridgeThreads
 import CAuthBridgePlugin
 #if canImport(Glibc)
 import Glibc

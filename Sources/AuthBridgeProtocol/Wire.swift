@@ -8,7 +8,7 @@ import AuthBridgeJSON
 /// Reading assumes nothing about the source: a request's params were checked
 /// against the spec before (`ParamsSchema`, whose errors name the same
 /// fields), but an agent's answer read by the command line was not.
-public protocol WireCodable: Sendable, Hashable {
+public protocol WireCodable: Sendable, Equatable {
     /// Reads the value; a `WireError` names the member at fault.
     init(wire: JSON) throws(WireError)
     /// The value as the wire carries it.

@@ -152,7 +152,7 @@ extension SessionEngine {
         guard !cookies.isEmpty, let (currentKey, current) = try? await selectSession(key.profile, account: nil),
             currentKey != key, (current.signedInAt ?? 0) > (ended.signedInAt ?? 0)
         else { return cookies }
-        let live = Set(await attachedCookies(current, context: context))
+        let live = await attachedCookies(current, context: context)
         return cookies.filter { !live.contains($0) }
     }
 

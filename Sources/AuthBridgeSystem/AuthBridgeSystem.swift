@@ -2,8 +2,8 @@
 // only (no Foundation, no libdispatch on the start-up path), in the spirit of
 // NIOConcurrencyHelpers / NIOPosix:
 //
-//   startThread, detachThread   (Threads.swift)        the one thread spawner
-//   ConditionLock, Handoff      (ConditionLock.swift)  blocking a thread until state changes
+//   startThread, detachThread   (AuthBridgeThreads)    the one thread spawner
+//   ConditionLock, Handoff      (AuthBridgeThreads)    blocking a thread until state changes
 //   HelperLibrary               (HelperLibrary.swift)  a helper .so dlopen'ed once, on first use
 //   POSIXFiles                  (POSIXFiles.swift)     listing a folder, reading a bounded file
 //   UnixSocket                  (UnixSocket.swift)     the agent's socket: listen, accept, connect,
@@ -23,3 +23,8 @@
 //
 // Nothing else: no NSLock, no DispatchSemaphore, no pthread mutex outside ConditionLock.
 // (The vault's per-profile flock is between processes, not threads.)
+//
+// The threads and the blocking are a module of their own, AuthBridgeThreads, re-exported here:
+// the Swift plugin SDK links it into every plugin, which needs nothing else of this module.
+
+@_exported import AuthBridgeThreads

@@ -1,6 +1,6 @@
 import AuthBridgeJSON
-@testable import AuthBridgePluginHost
 import CAuthBridgePlugin
+@testable import AuthBridgePluginHost
 import Testing
 
 /// What a hook hands back through `set_result` and `set_error`, as its outcome: the last
@@ -20,24 +20,42 @@ struct HookAnswerTests {
         let call = call()
         #expect(give(#"{"state":"valid"}"#, HookCall.setResult, to: call))
         #expect(give(#"{"reason":"x","message":"m"}"#, HookCall.setError, to: call))
-        guard case .failure = call.outcome(status: AB_ERROR) else { Issue.record("the error given last stands"); return }
+        guard case .failure = call.outcome(status: AB_ERROR) else {
+            Issue.record("the error given last stands")
+            return
+        }
         #expect(give(#"{"state":"expired"}"#, HookCall.setResult, to: call))
-        guard case .result(let result) = call.outcome(status: AB_OK) else { Issue.record("the result given last stands"); return }
+        guard case .result(let result) = call.outcome(status: AB_OK) else {
+            Issue.record("the result given last stands")
+            return
+        }
         #expect(result == ["state": "expired"])
-        guard case .failure(let failure) = call.outcome(status: AB_ERROR) else { Issue.record("no error is left"); return }
+        guard case .failure(let failure) = call.outcome(status: AB_ERROR) else {
+            Issue.record("no error is left")
+            return
+        }
         #expect(failure.message.contains("returned AB_ERROR without set_error"))
     }
 
     @Test func anAnswerThatDoesNotParseIsThePluginsFault() {
         let call = call()
         #expect(!give("{not json", HookCall.setResult, to: call))
-        guard case .failure(let failure) = call.outcome(status: AB_OK) else { Issue.record("no result"); return }
+        guard case .failure(let failure) = call.outcome(status: AB_OK) else {
+            Issue.record("no result")
+            return
+        }
         #expect(failure.message.contains("set_result with invalid JSON"))
         #expect(!give("[1]", HookCall.setError, to: call))
-        guard case .failure(let refused) = call.outcome(status: AB_ERROR) else { Issue.record("no error"); return }
+        guard case .failure(let refused) = call.outcome(status: AB_ERROR) else {
+            Issue.record("no error")
+            return
+        }
         #expect(refused.message.contains("set_error needs a JSON object"))
         #expect(!give("{", HookCall.setError, to: call))
-        guard case .failure(let broken) = call.outcome(status: AB_ERROR) else { Issue.record("no error"); return }
+        guard case .failure(let broken) = call.outcome(status: AB_ERROR) else {
+            Issue.record("no error")
+            return
+        }
         #expect(broken.message.contains("set_error with invalid JSON"))
     }
 }
