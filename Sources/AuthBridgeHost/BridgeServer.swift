@@ -72,7 +72,8 @@ public final class BridgeServer: ConnectionDelegate {
     private let phase = Mutex(Phase.uninitialized)
     private let connection: Connection
     /// Per method, the last params `answerAtOnce` saw pass the spec's check, and what they decoded to.
-    private let lastDecodedParams = Mutex<[String: (raw: JSON, params: any BridgeRequest)]>([:])
+    private let lastTokenCall = Mutex<(raw: JSON, params: GetAccessTokenParams)?>(nil)
+    private let lastStatusCall = Mutex<(raw: JSON, params: CheckSignInStatusParams)?>(nil)
 
     private var configuration: HostConfiguration { host.configuration }
     private var logger: Logger { host.logger }
@@ -151,29 +152,32 @@ public final class BridgeServer: ConnectionDelegate {
     /// A status check reports no progress: what a plugin emits in it is
     /// dropped (`requestID` nil; progress is routed by `EventRoutes`).
     public func answerAtOnce(_ request: Request, ifBlocked: @escaping @Sendable () -> Void) -> [UInt8]? {
-        guard request.method == GetAccessTokenParams.method || request.method == CheckSignInStatusParams.method,
-            let engine = host.readyEngine.engine.withLock({ $0 })
-        else { return nil }
-        switch decodedAtOnce(request) {
-        case let call as GetAccessTokenParams where !call.forceRefresh:
+        guard let engine = host.readyEngine.engine.withLock({ $0 }) else { return nil }
+        switch request.method {
+        case GetAccessTokenParams.method:
+            guard let call = decodedAtOnce(request, remembering: lastTokenCall), !call.forceRefresh else { return nil }
             return engine.accessTokenAtOnce(
                 call.provider, account: call.account,
                 minimumValidity: call.minValidityMs ?? SessionEngine.defaultMinimumValidityMilliseconds)?.text
-        case let call as CheckSignInStatusParams:
+        case CheckSignInStatusParams.method:
+            guard let call = decodedAtOnce(request, remembering: lastStatusCall) else { return nil }
             return engine.statusAtOnce(call.provider, account: call.account, requestID: nil, runningHooks: true, ifBlocked: ifBlocked)?.text
         default:
             return nil
         }
     }
 
-    /// `decodedParams` for `answerAtOnce`, remembering per method the last
-    /// params that passed: a frontend sends the same ones again and again, and
-    /// the check (the spec's schema) is a pure function of them.
-    private func decodedAtOnce(_ request: Request) -> (any BridgeRequest)? {
+    /// `decodedParams` for `answerAtOnce`, remembering the last params of the
+    /// method that passed: a frontend sends the same ones again and again, and
+    /// the check (the spec's schema) and the decoding are pure functions of
+    /// them. Typed per method: no existential to box and cast on the hot path.
+    private func decodedAtOnce<Params: BridgeRequest>(
+        _ request: Request, remembering last: borrowing Mutex<(raw: JSON, params: Params)?>
+    ) -> Params? {
         let raw = request.params ?? .null
-        if let known = lastDecodedParams.withLock({ $0[request.method] }), known.raw == raw { return known.params }
-        guard let params = try? Self.decodedParams(request) else { return nil }
-        lastDecodedParams.withLock { $0[request.method] = (raw, params) }
+        if let known = last.withLock({ $0.flatMap { $0.raw == raw ? $0.params : nil } }) { return known }
+        guard let params = try? Self.decodedParams(request) as? Params else { return nil }
+        last.withLock { $0 = (raw, params) }
         return params
     }
 
