@@ -1,7 +1,8 @@
 """bridge-spec/openrpc.json is the source of its copies (scripts/spec.py, `make spec`): each
-method's `params` list, the embedded document, the error tables of the Swift host, the Python and
-Node clients and the README, and the README's method table. These tests fail when a copy was
-edited by hand or the spec without `make spec`."""
+method's `params` list, the embedded document, the host's message types and error codes, the error
+tables of the Python and Node clients and the README, and the README's method table. These tests
+fail when a copy was edited by hand or the spec without `make spec`; and when the host writes a
+reason the spec does not name."""
 
 from __future__ import annotations
 
@@ -52,3 +53,41 @@ def test_the_specs_hook_table_is_plugin_hs():
     assert slots == sorted(numbers, key=numbers.get), "the function table's hooks are in ab_hook's order"
     hooks = json.loads(SPEC_PATH.read_text(encoding="utf-8"))["x-plugin-abi"]["hooks"]
     assert {name: hook["number"] for name, hook in hooks.items()} == numbers
+
+
+# The host's own words that never reach a frontend as `data.reason`, and why.
+HOST_INTERNAL_REASONS = {
+    "unknownKey": "the ID-token helper's answer to the host (a key id the JWKS lacks: fetched again once)",
+    "agentGone": "the command line's own failure when the agent goes away: printed, never sent",
+}
+
+
+def spec_reason_words(document: dict) -> set[str]:
+    """Every word bridge-spec gives as an error's reason, or as a status or ending's reason."""
+    words: set[str] = set()
+    for entry in document["components"]["errors"].values():
+        for quoted in re.findall(r"`([^`]+)`", entry.get("x-reasons", "") + " " + entry.get("x-summary", "")):
+            words.update(quoted.split())
+    schemas = document["components"]["schemas"]
+    for name in ("SignInStatus", "SessionChangedParams"):
+        for condition in schemas[name].get("allOf", []):
+            reason = condition.get("then", {}).get("properties", {}).get("reason", {})
+            words.update(reason.get("enum", []) + reason.get("examples", []) + [reason.get("const", "")])
+    return words
+
+
+def test_every_reason_the_host_gives_is_in_the_spec():
+    """A frontend branches on `data.reason`; each word the host writes (Swift and the HTTP helper)
+    is one bridge-spec names, so none is a surprise. Plugins' own words are open (-32008: "the
+    reason of an internal Failure"), so the plugin SDK's are not held here."""
+    documented = spec_reason_words(json.loads(SPEC_PATH.read_text(encoding="utf-8")))
+    written: dict[str, list[str]] = {}
+    sources = [p for p in (REPO / "Sources").rglob("*.swift") if "AuthBridgePluginSDK" not in p.parts]
+    sources += [REPO / "Sources" / "Helpers" / "HTTP" / "http.c"]
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        for word in re.findall(r'\breason(?: =|:) "([A-Za-z_]+)"', text):
+            written.setdefault(word, []).append(str(path.relative_to(REPO)))
+    missing = {word: places for word, places in written.items() if word not in documented and word not in HOST_INTERNAL_REASONS}
+    assert not missing, f"reasons the host writes that bridge-spec does not name: {missing}"
+    assert len(written) > 40, "the scan found the host's reasons"
