@@ -107,10 +107,17 @@ enum CryptoLibrary {
     static let authenticationFailed: Int32 = 1
     static let invalidInput: Int32 = 2
 
+    typealias Generate = @convention(c) (UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt8>?) -> Int32
+    typealias Sign = @convention(c) (UnsafePointer<UInt8>?, Int, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt8>?) -> Int32
+
     struct Functions: @unchecked Sendable {
         let seal: AEAD
         let open: AEAD
         let hkdf: KDF
+        let p256Generate: Generate
+        let p256Sign: Sign
+        let ed25519Generate: Generate
+        let ed25519Sign: Sign
     }
 
     static let file = "libAuthBridgeSwiftCrypto.so"
@@ -119,9 +126,15 @@ enum CryptoLibrary {
         symbols in
         guard let seal = symbols.function("authbridge_crypto_aes_gcm_seal_v1", as: AEAD.self),
             let open = symbols.function("authbridge_crypto_aes_gcm_open_v1", as: AEAD.self),
-            let hkdf = symbols.function("authbridge_crypto_hkdf_sha256_v1", as: KDF.self)
+            let hkdf = symbols.function("authbridge_crypto_hkdf_sha256_v1", as: KDF.self),
+            let p256Generate = symbols.function("authbridge_crypto_p256_generate_v1", as: Generate.self),
+            let p256Sign = symbols.function("authbridge_crypto_p256_sign_v1", as: Sign.self),
+            let ed25519Generate = symbols.function("authbridge_crypto_ed25519_generate_v1", as: Generate.self),
+            let ed25519Sign = symbols.function("authbridge_crypto_ed25519_sign_v1", as: Sign.self)
         else { return nil }
-        return Functions(seal: seal, open: open, hkdf: hkdf)
+        return Functions(
+            seal: seal, open: open, hkdf: hkdf, p256Generate: p256Generate, p256Sign: p256Sign, ed25519Generate: ed25519Generate,
+            ed25519Sign: ed25519Sign)
     }
 
     static func functions() throws(CryptoFailure) -> Functions {

@@ -14,9 +14,15 @@ public enum HostClock {
     private static let offset = Atomic<Int64>(0)
 
     public static func nowMilliseconds() -> Int64 {
+        systemMilliseconds() + offset.load(ordering: .relaxed)
+    }
+
+    /// The system's clock, which a test shift does not move: for what a server compares with its
+    /// own clock as it receives it (a DPoP proof's `iat`), not for the expiry of what is kept.
+    public static func systemMilliseconds() -> Int64 {
         var spec = timespec()
         clock_gettime(CLOCK_REALTIME, &spec)
-        return Int64(spec.tv_sec) * 1000 + Int64(spec.tv_nsec) / 1_000_000 + offset.load(ordering: .relaxed)
+        return Int64(spec.tv_sec) * 1000 + Int64(spec.tv_nsec) / 1_000_000
     }
 
     /// The current offset from the system clock, in milliseconds (sent to plugin runners).

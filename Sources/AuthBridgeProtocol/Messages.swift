@@ -526,6 +526,9 @@ public struct SignInStatus: WireCodable {
     public var account: Account?
     /// Access-token expiry; null when unknown or not signed in.
     public var expiresAt: Int64?
+    /// The signed-in session's token type: "DPoP" when its tokens are bound to the session's key (sender-constrained, RFC 9449), else
+    /// "Bearer" (or the provider's own word).
+    public var tokenType: String?
     /// Only while signed in, and only when the plugin reports any.
     public var details: [String: JSON]?
     public var reason: String?
@@ -536,13 +539,14 @@ public struct SignInStatus: WireCodable {
     public var current: Bool?
 
     public init(
-        provider: String, state: SignInStatus.State, account: Account? = nil, expiresAt: Int64? = nil, details: [String: JSON]? = nil,
-        reason: String? = nil, message: String? = nil, storage: StorageInfo? = nil, current: Bool? = nil
+        provider: String, state: SignInStatus.State, account: Account? = nil, expiresAt: Int64? = nil, tokenType: String? = nil,
+        details: [String: JSON]? = nil, reason: String? = nil, message: String? = nil, storage: StorageInfo? = nil, current: Bool? = nil
     ) {
         self.provider = provider
         self.state = state
         self.account = account
         self.expiresAt = expiresAt
+        self.tokenType = tokenType
         self.details = details
         self.reason = reason
         self.message = message
@@ -556,6 +560,7 @@ public struct SignInStatus: WireCodable {
         self.state = try object.required("state")
         self.account = try object.required("account") as Account?
         self.expiresAt = try object.required("expiresAt") as Int64?
+        self.tokenType = try object.optional("tokenType")
         self.details = try object.optional("details")
         self.reason = try object.required("reason") as String?
         self.message = try object.optional("message")
@@ -567,6 +572,7 @@ public struct SignInStatus: WireCodable {
         var members: [String: JSON] = [
             "provider": provider.wire, "state": state.wire, "account": account.wire, "expiresAt": expiresAt.wire, "reason": reason.wire,
         ]
+        if let tokenType { members["tokenType"] = tokenType.wire }
         if let details { members["details"] = details.wire }
         if let message { members["message"] = message.wire }
         if let storage { members["storage"] = storage.wire }
@@ -902,10 +908,13 @@ public struct AccessTokenResult: WireCodable {
     /// Whose tokens these are (absent when the provider names no account).
     public var account: Account?
     public var accessToken: String
-    /// e.g. "Bearer".
+    /// The access token's type: "Bearer", or "DPoP" for a sender-constrained token (RFC 9449), which a server accepts only with a proof of
+    /// the session's key: send headers as they are (Authorization: DPoP …, and DPoP when url was given), and ask for new headers for every
+    /// request.
     public var tokenType: String
     public var expiresAt: Int64?
-    /// Header fields to add to API requests (e.g. Authorization).
+    /// Header fields to add to the API request (e.g. Authorization; for a DPoP-bound token asked for with url, also DPoP, the proof for
+    /// exactly that method and URL).
     public var headers: [String: String]
     public var cookies: [Cookie]
     public var details: [String: JSON]?
@@ -1002,12 +1011,21 @@ public struct GetAccessTokenParams: BridgeRequest {
     /// Renew first, whatever the expiry says: the caller saw the provider reject this token (e.g. a 401 from a provider that gives no
     /// expiry).
     public var forceRefresh: Bool
+    /// The method of the request the frontend will make with the token (DPoP's htm).
+    public var method: String
+    /// The URL of the request the frontend will make with the token (DPoP's htu: its query and fragment are left out of the proof): an
+    /// absolute URL, or a path resolved against the profile's API base URL.
+    public var url: String?
 
-    public init(provider: String, account: String? = nil, minValidityMs: Int64? = nil, forceRefresh: Bool = false) {
+    public init(
+        provider: String, account: String? = nil, minValidityMs: Int64? = nil, forceRefresh: Bool = false, method: String = "GET", url: String? = nil
+    ) {
         self.provider = provider
         self.account = account
         self.minValidityMs = minValidityMs
         self.forceRefresh = forceRefresh
+        self.method = method
+        self.url = url
     }
 
     public init(wire: JSON) throws(WireError) {
@@ -1016,12 +1034,15 @@ public struct GetAccessTokenParams: BridgeRequest {
         self.account = try object.optional("account")
         self.minValidityMs = try object.optional("minValidityMs")
         self.forceRefresh = try object.optional("forceRefresh") ?? false
+        self.method = try object.optional("method") ?? "GET"
+        self.url = try object.optional("url")
     }
 
     public var wire: JSON {
-        var members: [String: JSON] = ["provider": provider.wire, "forceRefresh": forceRefresh.wire]
+        var members: [String: JSON] = ["provider": provider.wire, "forceRefresh": forceRefresh.wire, "method": method.wire]
         if let account { members["account"] = account.wire }
         if let minValidityMs { members["minValidityMs"] = minValidityMs.wire }
+        if let url { members["url"] = url.wire }
         return .object(members)
     }
 }

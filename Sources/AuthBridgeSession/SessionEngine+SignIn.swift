@@ -1,6 +1,7 @@
 // Sign-in: requestOAuthTokens's flows (session, external, browser, device),
 // completeSignIn, and identifying whose tokens a sign-in returned.
 
+import AuthBridgeCrypto
 import AuthBridgeJSON
 import AuthBridgeNetwork
 import AuthBridgePluginHost
@@ -30,6 +31,8 @@ extension SessionEngine {
         let tokens: JSON
         // OIDC: binds the ID token to this attempt (checked when the authorization URL carried it).
         var nonce: String? = PKCE.randomToken()
+        // RFC 9449: the session's key, made for this sign-in, proves every token request of it.
+        let dpop = flow == Flow.session.rawValue ? nil : try dpopKey(for: context)
         switch Flow(rawValue: flow) {
         case .session:
             nonce = nil
@@ -44,7 +47,7 @@ extension SessionEngine {
             tokens = try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID)
         case .external:
             tokens = try await externalSignIn(
-                profile, context: context, params: params, requestID: requestID, listener: nil, nonce: &nonce, order: order)
+                profile, context: context, params: params, requestID: requestID, listener: nil, nonce: &nonce, dpop: dpop, order: order)
         case .browser:
             // RFC 8252: the redirect comes back to a one-shot listener on 127.0.0.1,
             // which holds the browser's request until the outcome is known.
@@ -64,8 +67,9 @@ extension SessionEngine {
             defer { listener.close() }
             do {
                 tokens = try await externalSignIn(
-                    profile, context: context, params: params, requestID: requestID, listener: listener, nonce: &nonce, order: order)
-                let result = try await storeSignIn(tokens, context: context, nonce: nonce, profile: profile)
+                    profile, context: context, params: params, requestID: requestID, listener: listener, nonce: &nonce, dpop: dpop,
+                    order: order)
+                let result = try await storeSignIn(tokens, context: context, nonce: nonce, dpop: dpop, profile: profile)
                 listener.answerBrowser(signedIn: true, message: nil)
                 return result
             } catch {
@@ -74,13 +78,25 @@ extension SessionEngine {
             }
         case .device:
             nonce = nil
-            tokens = try await deviceSignIn(profile, context: context, params: params, requestID: requestID)
+            tokens = try await deviceSignIn(profile, context: context, params: params, requestID: requestID, dpop: dpop)
         case nil:
             throw SessionError(
                 .unsupported, "The \"\(flow)\" flow is not available in this build of AuthBridge yet.", provider: profile, reason: "unsupportedFlow",
                 field: "flow")
         }
-        return try await storeSignIn(tokens, context: context, nonce: nonce, profile: profile)
+        return try await storeSignIn(tokens, context: context, nonce: nonce, dpop: dpop, profile: profile)
+    }
+
+    /// A new DPoP key when the profile's configuration uses DPoP (`dpopAlgorithm`, chosen at configure time).
+    private func dpopKey(for context: Context) throws(SessionError) -> DPoPKey? {
+        guard let algorithm = context.config["dpopAlgorithm"]?.stringValue.flatMap(SignatureAlgorithm.init(rawValue:)) else { return nil }
+        do {
+            return try DPoPKey.generate(algorithm)
+        } catch {
+            throw SessionError(
+                .pluginError, "No DPoP key could be made for the sign-in: \(error.message).", provider: context.profile.name,
+                reason: "dpopUnavailable")
+        }
     }
 
     /// Hands the callback URL of an external sign-in to the waiting request.
@@ -106,7 +122,9 @@ extension SessionEngine {
     }
 
     /// Verifies what a sign-in returned, stores it and announces it.
-    private func storeSignIn(_ tokens: JSON, context: Context, nonce: String?, profile: String) async throws(SessionError) -> SignInStatus {
+    private func storeSignIn(
+        _ tokens: JSON, context: Context, nonce: String?, dpop: DPoPKey?, profile: String
+    ) async throws(SessionError) -> SignInStatus {
         if let problem = TokenSet.sizeProblem(tokens["tokens"], account: tokens["account"]) {
             throw SessionError(
                 .providerRefused, "The provider's sign-in answer was refused: \(problem). Nothing was stored.",
@@ -120,12 +138,13 @@ extension SessionEngine {
         // Nothing is stored before the ID token has passed every check.
         var (tokenSet, account) = try await identify(
             received, account: Self.account(tokens["account"]), context: context,
-            nonce: nonce, profile: profile)
+            nonce: nonce, dpop: dpop, profile: profile)
         if tokenSet.idToken != nil { await keepSigningKeys(context) }
         tokenSet.obtainedAt = HostClock.nowMilliseconds()
         var session = StoredSession(tokens: tokenSet, account: account)
         session.signedInAt = tokenSet.obtainedAt
         session.client = SessionClient(config: context.config)
+        session.dpopKey = dpop
         // Another account of the profile stays signed in; the same account is replaced — under
         // its lock, so that a refresh of the old session in flight (here or in another process)
         // cannot write its tokens over the new ones.
@@ -147,7 +166,7 @@ extension SessionEngine {
     /// plugin's URL does not carry it (the ID token cannot then be bound to it).
     private func externalSignIn(
         _ profile: String, context: Context, params: RequestOAuthTokensParams, requestID: JSON?,
-        listener: LoopbackListener?, nonce: inout String?, order: UInt64 = 0
+        listener: LoopbackListener?, nonce: inout String?, dpop: DPoPKey?, order: UInt64 = 0
     ) async throws(SessionError) -> JSON {
         let pkce = PKCE()
         let state = PKCE.randomToken()
@@ -156,6 +175,7 @@ extension SessionEngine {
             "profile": context.profileJSON, "flow": "external", "state": .string(state),
             "redirectUri": redirectURI.map(JSON.string), "codeChallenge": .string(pkce.challenge),
             "codeChallengeMethod": "S256", "nonce": nonce.map(JSON.string), "scopes": params.scopes?.wire, "loginHint": params.loginHint?.wire,
+            "dpopJkt": dpop.map { .string($0.thumbprint) },
         ])
         let started = try await runOrThrow(.beginSignIn, input: begin, context: context, requestID: requestID)
         guard let url = started["url"]?.stringValue, let parsed = ParsedURL(url), parsed.isSecureTransport else {
@@ -232,7 +252,7 @@ extension SessionEngine {
             "nonce": nonce.map(JSON.string), "issuer": issuer.map(JSON.string),
             "expectedIssuer": issuerRequired ? issuer.map(JSON.string) : nil,
         ])
-        return try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID)
+        return try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID, dpop: dpop)
     }
 
     /// Why a redirect sign-in may never have come back, for its timeout. A provider that does not
@@ -266,7 +286,7 @@ extension SessionEngine {
     /// RFC 8628: the user types a code on another device while the host polls
     /// the token endpoint, honouring `interval` and `slow_down`.
     private func deviceSignIn(
-        _ profile: String, context: Context, params: RequestOAuthTokensParams, requestID: JSON?
+        _ profile: String, context: Context, params: RequestOAuthTokensParams, requestID: JSON?, dpop: DPoPKey?
     ) async throws(SessionError) -> JSON {
         let begin: JSON = .compactObject([
             "profile": context.profileJSON, "flow": "device", "state": .string(PKCE.randomToken()), "scopes": params.scopes?.wire,
@@ -290,7 +310,7 @@ extension SessionEngine {
                 message: "Open \(verification) and enter the code \(userCode)."))
         let poll: DevicePolling.Poll = { [self] in
             let input: JSON = ["profile": context.profileJSON, "flow": "device", "code": .string(deviceCode)]
-            return await self.run(.completeSignIn, input: input, plugin: context.plugin, profile: profile, requestID: requestID)
+            return await self.run(.completeSignIn, input: input, plugin: context.plugin, profile: profile, requestID: requestID, dpop: dpop)
         }
         let polling = DevicePolling(intervalMilliseconds: started["intervalMs"]?.intValue ?? 5_000, deadline: deadline)
         let answer = try await polling.run(profile: profile, poll: poll)
@@ -305,7 +325,7 @@ extension SessionEngine {
     /// the userinfo endpoint. An ID token that cannot be verified (no JWKS
     /// known) is not kept: nothing unverified is trusted or stored.
     private func identify(
-        _ received: TokenSet, account: JSON?, context: Context, nonce: String?,
+        _ received: TokenSet, account: JSON?, context: Context, nonce: String?, dpop: DPoPKey?,
         profile: String
     ) async throws(SessionError) -> (TokenSet, JSON?) {
         var tokens = received
@@ -326,7 +346,7 @@ extension SessionEngine {
             }
         }
         if account == nil, let endpoint = context.config["userinfoEndpoint"]?.stringValue {
-            account = await userinfoAccount(endpoint, tokens: tokens)
+            account = await userinfoAccount(endpoint, tokens: tokens, dpop: dpop)
         }
         return (tokens, account)
     }
@@ -342,12 +362,12 @@ extension SessionEngine {
     }
 
     /// OIDC Core §5.3: who the access token belongs to. Failure leaves the account unknown.
-    private func userinfoAccount(_ endpoint: String, tokens: TokenSet) async -> JSON? {
+    private func userinfoAccount(_ endpoint: String, tokens: TokenSet, dpop: DPoPKey?) async -> JSON? {
         let request: JSON = [
             "method": "GET", "url": .string(endpoint), "timeoutMs": 15_000,
             "headers": ["Authorization": .string("\(StandardSteps.normalisedTokenType(tokens.tokenType)) \(tokens.accessToken)")],
         ]
-        guard case .success(let response) = await http.perform(request), response["status"]?.intValue == 200,
+        guard case .success(let response) = await resourceRequest(request, dpop: dpop), response["status"]?.intValue == 200,
             let claims = try? JSON.parse(response["body"]?.stringValue ?? "")
         else {
             logger.notice("the userinfo endpoint did not name the account")

@@ -125,7 +125,7 @@ extension SessionEngine {
         case .inlineHook where !runningHooks:
             return nil
         case .inlineHook(let plugin, let input, let text):
-            let environment = EngineEnvironment(profile: profile, requestID: requestID, http: http, emit: emit)
+            let environment = EngineEnvironment(profile: profile, requestID: requestID, http: HookHTTP(http), emit: emit)
             guard
                 case .result(let checked) = plugin.invokeInlineNow(
                     .checkSession, input: input, inputText: text, environment: environment, ifBlocked: ifBlocked),
@@ -182,6 +182,7 @@ extension SessionEngine {
         let details = state == .notSignedIn ? [:] : session?.tokens.details ?? [:]
         return SignInStatus(
             provider: profile, state: state, account: session?.wireAccount, expiresAt: session?.tokens.expiresAt,
+            tokenType: state == .notSignedIn ? nil : session.map { $0.sessionTokenType },
             details: details.isEmpty ? nil : details, reason: reason.rawValue, message: message.map { KnownSecrets.shared.scrub($0) },
             storage: storageInfo)
     }

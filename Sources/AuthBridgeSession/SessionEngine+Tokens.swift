@@ -1,6 +1,7 @@
 // Tokens: getAccessToken, fetch (the authorized request proxy) and the
 // single-flight refresh behind both.
 
+import AuthBridgeCrypto
 import AuthBridgeJSON
 import AuthBridgePluginHost
 import AuthBridgeProtocol
@@ -37,7 +38,15 @@ extension SessionEngine {
         var request: JSON = ["method": "GET", "headers": [:]]
         if let base = context.config["apiBaseUrl"]?.stringValue { request = request.setting("url", .string(base)) }
         let authorized = try await authorize(request, session: session, context: context, requestID: requestID)
-        let answer = Self.accessTokenAnswer(profile, session: session, authorized: authorized)
+        var answer = Self.accessTokenAnswer(profile, session: session, authorized: authorized)
+        if let key = session.dpopKey, answer.tokenType == "DPoP" || answer.headers["Authorization"]?.hasPrefix("DPoP ") == true {
+            // The frontend's own request needs a proof for its method and URL, made here: the key stays in the host.
+            answer.tokenType = "DPoP"
+            if let url = params.url {
+                answer.headers["DPoP"] = try Self.proof(key, method: params.method ?? "GET", url: url, session: session, context: context)
+            }
+            return answer
+        }
         // Kept for the next calls only when it came straight from what was read (no refresh, none started).
         if let observation, freshness == .usable, session == current, configs[profile] != nil {
             store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.accessToken = Answer(answer.wire) }
@@ -100,7 +109,7 @@ extension SessionEngine {
                 outgoing = outgoing.setting("headers", .object(headers))
             }
             let response: JSON
-            switch await http.perform(outgoing) {
+            switch await resourceRequest(outgoing, dpop: session.dpopKey) {
             case .success(let value): response = value
             case .failure(let failure):
                 if Task.isCancelled { throw SessionError.cancelled(provider: profile) }
@@ -132,6 +141,38 @@ extension SessionEngine {
                 status: response["status"]?.intValue ?? 0, headers: (response["headers"]?.objectValue ?? [:]).compactMapValues(\.stringValue),
                 body: response["body"]?.stringValue ?? "")
         }
+    }
+
+    /// A DPoP proof for a frontend's request (`getAccessToken` with `url`): `htu` the URL (a relative
+    /// one joined to `apiBaseUrl`), `ath` the access token, the server's last nonce.
+    private static func proof(
+        _ key: DPoPKey, method: String, url: String, session: StoredSession, context: Context
+    ) throws(SessionError) -> String {
+        var target = url
+        if ParsedURL(url) == nil {
+            guard let base = context.config["apiBaseUrl"]?.stringValue else {
+                throw SessionError(
+                    .invalidParams, "A relative url needs the profile setting \"apiBaseUrl\".", provider: context.profile.name, field: "url")
+            }
+            target = StandardSteps.joinURL(base, url)
+        }
+        do {
+            return try key.proof(
+                method: method, url: target, accessToken: session.tokens.accessToken, nonce: DPoPNonces.shared.nonce(for: target),
+                now: HostClock.systemMilliseconds())
+        } catch {
+            throw SessionError(
+                .pluginError, "No DPoP proof could be made: \(error.message).", provider: context.profile.name, reason: "dpopUnavailable")
+        }
+    }
+
+    /// A request to a resource (or userinfo) with the session's tokens: with a DPoP key and a DPoP
+    /// access token, it leaves with a proof, and a server's nonce request is answered once.
+    func resourceRequest(_ request: JSON, dpop: DPoPKey?) async -> Result<JSON, ProviderFailure> {
+        let authorization = request["headers"]?.objectValue?.first { $0.key.lowercased() == "authorization" }?.value.stringValue
+        guard let dpop, authorization?.lowercased().hasPrefix("dpop ") == true else { return await http.perform(request) }
+        let http = self.http
+        return await DPoPBinding(key: dpop).perform(request) { await http.perform($0) }
     }
 
     /// The session a token call means, with its profile's context; none is
@@ -237,7 +278,7 @@ extension SessionEngine {
         }
         if current.tokens != stale.tokens { return .success(current) }
         let input: JSON = ["profile": context.profileJSON, "tokens": stale.tokens.json]
-        switch await run(.refresh, input: input, plugin: context.plugin, profile: profile, requestID: nil) {
+        switch await run(.refresh, input: input, plugin: context.plugin, profile: profile, requestID: nil, dpop: stale.dpopKey) {
         case .success(let answer):
             if let problem = TokenSet.sizeProblem(answer["tokens"], account: answer["account"]) {
                 // Too big to keep: the grant cannot go on (a rotated refresh token is spent).

@@ -284,10 +284,14 @@ public actor SessionEngine {
     }
 
     /// Runs a hook, or the host's standard step when the plugin leaves it to the host.
-    func run(_ hook: PluginHook, input: JSON, plugin: LoadedPlugin, profile: String, requestID: JSON?) async -> Result<JSON, ProviderFailure> {
+    /// `dpop`: the session's DPoP key, which signs the proofs of the hook's requests that ask for one.
+    func run(
+        _ hook: PluginHook, input: JSON, plugin: LoadedPlugin, profile: String, requestID: JSON?, dpop: DPoPKey? = nil
+    ) async -> Result<JSON, ProviderFailure> {
         hookStarted(plugin.manifest.id)
         defer { hookEnded(plugin.manifest.id) }
         let input = hookInput(input, profile: profile)
+        let http = HookHTTP(self.http, dpop: dpop.map { DPoPBinding(key: $0) })
         let environment = EngineEnvironment(profile: profile, requestID: requestID, http: http, emit: emit)
         let result: Result<JSON, ProviderFailure>
         switch await plugin.invoke(hook, input: input, environment: environment) {
@@ -295,7 +299,6 @@ public actor SessionEngine {
         case .failure(let failure): result = .failure(failure)
         case .useDefault:
             if hook == .checkSession { return .success(StandardSteps.checkSession(input)) }
-            let http = self.http
             result = await plugin.runHostStep(hook, environment: environment) { call in
                 StandardSteps.run(hook, input: input, call: call, http: http)
             }
@@ -314,8 +317,10 @@ public actor SessionEngine {
     }
 
     /// A hook of the profile's plugin whose failure fails the call.
-    func runOrThrow(_ hook: PluginHook, input: JSON, context: Context, requestID: JSON?) async throws(SessionError) -> JSON {
-        switch await run(hook, input: input, plugin: context.plugin, profile: context.profile.name, requestID: requestID) {
+    func runOrThrow(
+        _ hook: PluginHook, input: JSON, context: Context, requestID: JSON?, dpop: DPoPKey? = nil
+    ) async throws(SessionError) -> JSON {
+        switch await run(hook, input: input, plugin: context.plugin, profile: context.profile.name, requestID: requestID, dpop: dpop) {
         case .success(let value): return value
         case .failure(let failure): throw SessionError(failure, provider: context.profile.name)
         }
@@ -326,7 +331,8 @@ public actor SessionEngine {
 struct EngineEnvironment: HookEnvironment {
     let profile: String
     let requestID: JSON?
-    let http: HTTPClient
+    /// The host's HTTP for this call, with the session's DPoP key where it has one.
+    let http: HookHTTP
     let emit: SessionEngine.EventSink
 
     /// Forwards a plugin's progress event (the ABI's `emit`) with only the spec's fields, and

@@ -22,6 +22,11 @@ struct StoredSession: Sendable, Equatable {
     var signedInAt: Int64?
     /// The client the tokens were issued to; nil in records made before it was kept.
     var client: SessionClient?
+    /// The key the tokens are bound to (RFC 9449 DPoP): kept only here, in the sealed record.
+    var dpopKey: DPoPKey?
+
+    /// The token type frontends are told: "DPoP" when the access token is bound to the session's key.
+    var sessionTokenType: String { StandardSteps.normalisedTokenType(tokens.tokenType) }
 
     /// The account's key among the profile's sessions ("" when the provider names no account).
     var accountKey: String { account?["id"]?.stringValue ?? "" }
@@ -127,6 +132,7 @@ public struct SessionStore: Sendable {
         session.licenseSignOutAt = record.secret["licenseSignOutAt"]?.intValue
         session.signedInAt = record.secret["signedInAt"]?.intValue
         session.client = record.secret["client"].flatMap(SessionClient.init(json:))
+        session.dpopKey = record.secret["dpopKey"].flatMap(DPoPKey.init(json:))
         return session
     }
 
@@ -139,6 +145,7 @@ public struct SessionStore: Sendable {
             "licenseSignOutAt": session.licenseSignOutAt.map(JSON.int),
             "signedInAt": session.signedInAt.map(JSON.int),
             "client": session.client?.json,
+            "dpopKey": session.dpopKey?.json,
         ])
         let record = VaultRecord(profile: key.vaultKey, account: label, secret: secret)
         try await answers.invalidating { try await vault.save(record) }

@@ -12,7 +12,7 @@ import AuthBridgeURL
 /// Every step reads the hook's input JSON (bridge-spec, "Plugin ABI") and
 /// blocks on HTTP, so it runs on a plugin worker thread.
 public enum StandardSteps {
-    public static func run(_ hook: PluginHook, input: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+    public static func run(_ hook: PluginHook, input: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
         let config = input["profile"]?["config"] ?? [:]
         switch hook {
         case .describe:
@@ -43,10 +43,10 @@ public enum StandardSteps {
     /// endpoints come from the issuer's discovery document (OpenID Connect
     /// Discovery, falling back to RFC 8414), whose `issuer` must match exactly.
     /// Explicit settings win over discovered values.
-    static func configure(_ settings: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+    static func configure(_ settings: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
         guard case .object(var config) = settings else { return .success(settings) }
         guard let issuer = config["issuer"]?.stringValue, config["authorizationEndpoint"] == nil || config["tokenEndpoint"] == nil else {
-            return .success(settings)
+            return choosingDPoP(config, advertised: nil, discovered: false)
         }
         guard let issuerURL = ParsedURL(issuer), issuerURL.isSecureTransport else { return .failure(insecure("issuer")) }
         let trimmed = issuer.hasSuffix("/") ? String(issuer.dropLast()) : issuer
@@ -56,6 +56,7 @@ public enum StandardSteps {
         ]
         var lastFailure = ProviderFailure(.transient, reason: "discovery", message: "The issuer's discovery document could not be read.")
         var found = false
+        var dpopAlgorithms: [String]?
         // OpenID Connect Discovery first; RFC 8414 metadata fills what it lacks (e.g. revocation).
         documents: for url in candidates {
             let answer: JSON
@@ -90,9 +91,49 @@ public enum StandardSteps {
             if config["issuerInCallback"] == nil, document["authorization_response_iss_parameter_supported"]?.boolValue == true {
                 config["issuerInCallback"] = true
             }
+            if dpopAlgorithms == nil { dpopAlgorithms = document["dpop_signing_alg_values_supported"]?.arrayValue?.compactMap(\.stringValue) }
             if config["revocationEndpoint"] != nil { break }
         }
-        return found ? .success(.object(config)) : .failure(lastFailure)
+        return found ? choosingDPoP(config, advertised: dpopAlgorithms, discovered: true) : .failure(lastFailure)
+    }
+
+    /// The profile setting `dpop` ("auto", the default: when the server advertises it; true:
+    /// required; false) against what the server advertises (RFC 9449 §5.1,
+    /// `dpop_signing_alg_values_supported`), as the configuration's `dpopAlgorithm`: the
+    /// algorithm of the session keys, or absent (bearer tokens). Explicit endpoints without
+    /// discovery say nothing of DPoP: only `true` turns it on there, with ES256.
+    static func choosingDPoP(_ settings: [String: JSON], advertised: [String]?, discovered: Bool) -> Result<JSON, ProviderFailure> {
+        var config = settings
+        config["dpopAlgorithm"] = nil
+        let setting = config["dpop"] ?? "auto"
+        guard setting != false else { return .success(.object(config)) }
+        guard setting == true || setting == "auto" else {
+            return .failure(
+                ProviderFailure(.configuration, reason: "invalidSettings", message: "The setting \"dpop\" must be \"auto\", true or false."))
+        }
+        let supported = SignatureAlgorithm.allCases.map(\.rawValue).joined(separator: ", ")
+        if let advertised {
+            if let algorithm = SignatureAlgorithm.preferred(among: advertised) {
+                config["dpopAlgorithm"] = .string(algorithm.rawValue)
+            } else if setting == true {
+                return .failure(
+                    ProviderFailure(
+                        .configuration, reason: "dpopUnsupported",
+                        message: "The profile requires DPoP (\"dpop\": true), but the server signs proofs only with "
+                            + "\(advertised.map { "\"\(providerText($0))\"" }.joined(separator: ", ")), none of which AuthBridge makes (\(supported))."
+                    ))
+            }
+        } else if setting == true {
+            guard !discovered else {
+                return .failure(
+                    ProviderFailure(
+                        .configuration, reason: "dpopUnsupported",
+                        message: "The profile requires DPoP (\"dpop\": true), but the server's metadata does not advertise it "
+                            + "(no dpop_signing_alg_values_supported)."))
+            }
+            config["dpopAlgorithm"] = .string(SignatureAlgorithm.es256.rawValue)
+        }
+        return .success(.object(config))
     }
 
     // MARK: - Sign-in
@@ -115,6 +156,8 @@ public enum StandardSteps {
             pairs.append(("code_challenge_method", input["codeChallengeMethod"]?.stringValue ?? "S256"))
         }
         if let hint = input["loginHint"]?.stringValue { pairs.append(("login_hint", hint)) }
+        // RFC 9449 §10: binds the code to the session's DPoP key.
+        if let thumbprint = input["dpopJkt"]?.stringValue { pairs.append(("dpop_jkt", thumbprint)) }
         for (key, value) in (config["extraAuthorizationParams"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
             // PKCE, state and the redirect are the host's: a setting must not weaken or replace them.
             guard !reservedAuthorizationParams.contains(key) else {
@@ -139,10 +182,11 @@ public enum StandardSteps {
     /// §4.1.1, RFC 7636 §4.3, OpenID Connect Core §3.1.2.1).
     public static let reservedAuthorizationParams: Set<String> = [
         "response_type", "client_id", "redirect_uri", "scope", "state", "nonce", "code_challenge", "code_challenge_method", "login_hint",
+        "dpop_jkt",
     ]
 
     /// RFC 8628 §3.1–3.2: asks for a device code and a user code.
-    static func beginDeviceAuthorization(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+    static func beginDeviceAuthorization(_ input: JSON, config: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
         guard let endpoint = config["deviceAuthorizationEndpoint"]?.stringValue, let url = ParsedURL(endpoint) else {
             return .failure(
                 ProviderFailure(
@@ -190,7 +234,7 @@ public enum StandardSteps {
             ]))
     }
 
-    static func completeSignIn(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+    static func completeSignIn(_ input: JSON, config: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
         if input["flow"]?.stringValue == "device" {
             guard let deviceCode = input["code"]?.stringValue else {
                 return .failure(ProviderFailure(.internal, reason: "missingCode", message: "The device flow needs the device code."))
@@ -310,7 +354,7 @@ public enum StandardSteps {
         return String(folded.prefix(providerTextLimit - 1)) + "…"
     }
 
-    static func refresh(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+    static func refresh(_ input: JSON, config: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
         guard let refreshToken = input["tokens"]?["refreshToken"]?.stringValue else {
             return .failure(ProviderFailure(.definitive, reason: "noRefreshToken", message: "The session has no refresh token; sign in again."))
         }
@@ -320,11 +364,12 @@ public enum StandardSteps {
         return tokenRequest(form: form, config: config, call: call, http: http).mapError(\.asRefreshRefusal)
     }
 
-    static func tokenRequest(form: [String: JSON], config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+    static func tokenRequest(form: [String: JSON], config: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
         guard let endpoint = config["tokenEndpoint"]?.stringValue else { return .failure(missingSetting("tokenEndpoint")) }
+        // With a DPoP key (RFC 9449 §5), the host's HTTP adds the proof and answers a nonce request.
         let request: JSON = [
             "method": "POST", "url": .string(endpoint), "form": .object(form),
-            "headers": ["Accept": "application/json"],
+            "headers": ["Accept": "application/json"], "dpop": true,
         ]
         return http.perform(request, call: call).flatMap { parseTokenResponse($0) }
     }
@@ -382,7 +427,7 @@ public enum StandardSteps {
 
     // MARK: - Revocation, session checks, requests
 
-    static func revoke(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+    static func revoke(_ input: JSON, config: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
         guard let endpoint = config["revocationEndpoint"]?.stringValue else {
             return .success([
                 "revoked": [],
@@ -457,9 +502,15 @@ public enum StandardSteps {
         return base + path
     }
 
+    /// The token type as the Authorization scheme is written: token types are case-insensitive
+    /// (RFC 6749 §5.1), and servers send "bearer", "dpop".
     static func normalisedTokenType(_ type: String?) -> String {
         guard let type, !type.isEmpty else { return "Bearer" }
-        return type.lowercased() == "bearer" ? "Bearer" : type
+        switch type.lowercased() {
+        case "bearer": return "Bearer"
+        case "dpop": return "DPoP"
+        default: return type
+        }
     }
 
     static func missingSetting(_ name: String) -> ProviderFailure {

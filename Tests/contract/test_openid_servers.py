@@ -67,6 +67,11 @@ def recorder(op):
 
 
 def profile(op, **settings) -> dict:
+    """A profile of `op`. Through the recorder (an explicit tokenEndpoint), DPoP is off: a proof
+    names the URL it was made for (RFC 9449 `htu`), which is the relay's, not the server's; DPoP
+    itself is proven in test_dpop.py."""
+    if "tokenEndpoint" in settings:
+        settings.setdefault("dpop", False)
     return {"p": {"plugin": "oidc", "settings": op.settings(**settings)}}
 
 

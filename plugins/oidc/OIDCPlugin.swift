@@ -37,6 +37,11 @@ struct OIDCPlugin: ProviderPlugin {
                     "redirectUri": ["type": "string", "description": "Where the server sends the browser back (external flow)"],
                     "scopes": ["type": "array", "items": ["type": "string"]],
                     "apiBaseUrl": ["type": "string", "description": "Base for relative URLs given to fetch"],
+                    "dpop": [
+                        "enum": ["auto", true, false], "default": "auto",
+                        "description":
+                            "Sender-constrained tokens (RFC 9449 DPoP): \"auto\" when the server advertises it, true to require it, false for bearer tokens",
+                    ],
                 ],
             ],
         ]

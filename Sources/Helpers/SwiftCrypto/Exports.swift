@@ -70,3 +70,47 @@ public func hkdf(
         info: bytes(info, infoCount), outputByteCount: outputCount)
     return key.withUnsafeBytes { write($0, to: output, count: outputCount) }
 }
+
+// Signing keys for proofs of possession (RFC 9449 DPoP): made, kept and used by the host, never
+// handed out. Raw representations: P-256 private 32 bytes, public x ‖ y 64 bytes, signature r ‖ s
+// 64 bytes (JWS ES256, RFC 7518 §3.4); Ed25519 private 32, public 32, signature 64 (RFC 8037).
+
+/// A new P-256 key pair: the private scalar (32 bytes) to `privateKey`, x ‖ y (64 bytes) to `publicKey`.
+@_cdecl("authbridge_crypto_p256_generate_v1")
+public func p256Generate(_ privateKey: UnsafeMutablePointer<UInt8>?, _ publicKey: UnsafeMutablePointer<UInt8>?) -> Int32 {
+    let key = P256.Signing.PrivateKey()
+    let status = write(key.rawRepresentation, to: privateKey, count: 32)
+    return status == done ? write(key.publicKey.rawRepresentation, to: publicKey, count: 64) : status
+}
+
+/// ES256: the P-256 signature over SHA-256 of `message` as r ‖ s (64 bytes) to `signature`.
+@_cdecl("authbridge_crypto_p256_sign_v1")
+public func p256Sign(
+    _ privateKey: UnsafePointer<UInt8>?, _ privateCount: Int, _ message: UnsafePointer<UInt8>?, _ messageCount: Int,
+    _ signature: UnsafeMutablePointer<UInt8>?
+) -> Int32 {
+    guard privateCount == 32, let key = try? P256.Signing.PrivateKey(rawRepresentation: bytes(privateKey, privateCount)),
+        let signed = try? key.signature(for: bytes(message, messageCount))
+    else { return invalidInput }
+    return write(signed.rawRepresentation, to: signature, count: 64)
+}
+
+/// A new Ed25519 key pair: the private seed (32 bytes) to `privateKey`, the public key (32 bytes) to `publicKey`.
+@_cdecl("authbridge_crypto_ed25519_generate_v1")
+public func ed25519Generate(_ privateKey: UnsafeMutablePointer<UInt8>?, _ publicKey: UnsafeMutablePointer<UInt8>?) -> Int32 {
+    let key = Curve25519.Signing.PrivateKey()
+    let status = write(key.rawRepresentation, to: privateKey, count: 32)
+    return status == done ? write(key.publicKey.rawRepresentation, to: publicKey, count: 32) : status
+}
+
+/// EdDSA (Ed25519): the signature of `message` (64 bytes) to `signature`.
+@_cdecl("authbridge_crypto_ed25519_sign_v1")
+public func ed25519Sign(
+    _ privateKey: UnsafePointer<UInt8>?, _ privateCount: Int, _ message: UnsafePointer<UInt8>?, _ messageCount: Int,
+    _ signature: UnsafeMutablePointer<UInt8>?
+) -> Int32 {
+    guard privateCount == 32, let key = try? Curve25519.Signing.PrivateKey(rawRepresentation: bytes(privateKey, privateCount)),
+        let signed = try? key.signature(for: bytes(message, messageCount))
+    else { return invalidInput }
+    return write(signed, to: signature, count: 64)
+}

@@ -157,8 +157,10 @@ class GlewlwydServer:
     name = "glewlwyd"
     has_device_flow = True
 
-    def __init__(self, state: Path, access_lifetime: int = 3600) -> None:
+    def __init__(self, state: Path, access_lifetime: int = 3600, oidc_overrides: dict[str, Any] | None = None) -> None:
         self.state = state
+        #: Parameters of the OIDC plugin instance that differ from the kit's (e.g. oauth-dpop-nonce-mandatory).
+        self.oidc_overrides = dict(oidc_overrides or {})
         self.access_lifetime = max(1, int(access_lifetime))  # glewlwyd wants a positive integer
         self.binary = ""
         self.process: subprocess.Popen | None = None
@@ -380,6 +382,7 @@ log_file="{self.log}"
             "oauth-par-request_uri-prefix": "urn:ietf:params:oauth:request_uri:",   # required once PAR is on
             "resource-allowed": True, "resource-scope": {READ_SCOPE: [RESOURCE]},
             "request-parameter-allow": True,
+            **self.oidc_overrides,
         }
 
     # ── OpenIDServer ─────────────────────────────────────────────────────────

@@ -1,0 +1,199 @@
+"""DPoP (RFC 9449, issue 29 §1) end to end against the two real servers of the test kit that
+advertise it: glewlwyd (Debian's package, C) and the idpyoidc OP (PyPI). Both list
+`dpop_signing_alg_values_supported`, so an `oidc` profile with the default `"dpop": "auto"` signs
+in with a key of its own: every token request carries a proof, the tokens come back bound
+(`token_type` DPoP, the access token's `cnf.jkt`), and the host's own requests (`fetch`, userinfo)
+and a frontend's (the headers of `getAccessToken` with `method` and `url`) carry proofs too.
+
+Before issue 29 the host sent no proof: the same scenarios got Bearer tokens, and the token a
+thief copied from a frontend worked anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import begin_sign_in, sign_in_external
+
+DPOP_SERVERS = ["glewlwyd", "idpyoidc"]
+
+
+def make_server(name: str, state: Path, **options: Any):
+    if name == "glewlwyd":
+        from authbridge_testkit.glewlwyd import GlewlwydServer
+        return GlewlwydServer(state, **options)
+    from authbridge_testkit.idpyoidc_op import IdpyOIDCServer
+    return IdpyOIDCServer(state)
+
+
+@pytest.fixture(scope="module", params=DPOP_SERVERS)
+def op(request, tmp_path_factory):
+    server = make_server(request.param, tmp_path_factory.mktemp(request.param)).start()
+    yield server
+    server.stop()
+
+
+def discovery(op) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{op.issuer.rstrip('/')}/.well-known/openid-configuration", timeout=30) as response:
+        return json.load(response)
+
+
+def profile(op, **settings) -> dict:
+    return {"p": {"plugin": "oidc", "settings": op.settings(**settings)}}
+
+
+def b64decode(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def jwt_parts(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    head, payload, _ = token.split(".")
+    return json.loads(b64decode(head)), json.loads(b64decode(payload))
+
+
+def thumbprint(jwk: dict[str, Any]) -> str:
+    """RFC 7638 of an EC or OKP key."""
+    members = {key: jwk[key] for key in (("crv", "kty", "x", "y") if jwk["kty"] == "EC" else ("crv", "kty", "x"))}
+    canonical = json.dumps(members, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(hashlib.sha256(canonical).digest()).rstrip(b"=").decode()
+
+
+def call(url: str, headers: dict[str, str], method: str = "GET") -> int:
+    request = urllib.request.Request(url, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def access_claims(token: str) -> dict[str, Any] | None:
+    """The claims of a JWT access token (both servers issue them), else None."""
+    return jwt_parts(token)[1] if token.count(".") == 2 else None
+
+
+def test_sign_in_binds_the_tokens_to_a_key_the_host_keeps(start_host, oidc_plugin_dir, op):
+    """The servers issue DPoP tokens only for a code grant that came with a valid proof; the
+    proofs the host hands a frontend are of the same key, which never leaves the host."""
+    host = start_host([oidc_plugin_dir], profiles=profile(op))
+    status = sign_in_external(host, op, "p")
+    assert status["tokenType"] == "DPoP", status
+    userinfo = discovery(op)["userinfo_endpoint"]
+    token = host.result("getAccessToken", {"provider": "p"})
+    assert token["tokenType"] == "DPoP" and token["headers"]["Authorization"] == f"DPoP {token['accessToken']}"
+    assert "DPoP" not in token["headers"], "no proof without the request's URL"
+    with_proof = host.result("getAccessToken", {"provider": "p", "method": "GET", "url": userinfo})
+    header, claims = jwt_parts(with_proof["headers"]["DPoP"])
+    assert header["typ"] == "dpop+jwt" and header["alg"] == "ES256" and set(header["jwk"]) == {"kty", "crv", "x", "y"}, header
+    assert claims["htm"] == "GET" and claims["htu"] == userinfo and claims["jti"] and isinstance(claims["iat"], int)
+    bound = access_claims(token["accessToken"])
+    if bound is not None:
+        assert bound["cnf"]["jkt"] == thumbprint(header["jwk"]), "the token is bound to the key of the proofs"
+    assert host.result("checkSignInStatus", {"provider": "p"})["tokenType"] == "DPoP"
+
+
+def test_the_key_proves_every_refresh_and_a_stolen_token_is_useless(start_host, oidc_plugin_dir, op):
+    host = start_host([oidc_plugin_dir], profiles=profile(op))
+    sign_in_external(host, op, "p")
+    stolen = host.result("getAccessToken", {"provider": "p"})["accessToken"]
+    userinfo = discovery(op)["userinfo_endpoint"]
+    # A thief with the token and no key: refused whichever scheme it tries.
+    assert call(userinfo, {"Authorization": f"DPoP {stolen}"}) in (400, 401)
+    assert call(userinfo, {"Authorization": f"Bearer {stolen}"}) in (400, 401)
+    # The refresh token is bound too: the server renews it only with a proof of the same key.
+    refreshed = host.result("getAccessToken", {"provider": "p", "forceRefresh": True})
+    assert refreshed["accessToken"] != stolen and refreshed["tokenType"] == "DPoP"
+    if access_claims(stolen) is not None:
+        assert access_claims(refreshed["accessToken"])["cnf"] == access_claims(stolen)["cnf"]
+    answer = host.result("fetch", {"provider": "p", "url": userinfo})
+    assert answer["status"] == 200, answer
+
+
+def test_fetch_sends_a_proof_with_the_token(start_host, oidc_plugin_dir, op):
+    host = start_host([oidc_plugin_dir], profiles=profile(op))
+    status = sign_in_external(host, op, "p")
+    answer = host.result("fetch", {"provider": "p", "url": discovery(op)["userinfo_endpoint"]})
+    assert answer["status"] == 200, answer
+    assert json.loads(answer["body"])["sub"] == status["account"]["id"]
+
+
+def test_a_frontends_own_request_with_the_headers_of_getAccessToken(start_host, oidc_plugin_dir, op):
+    host = start_host([oidc_plugin_dir], profiles=profile(op))
+    sign_in_external(host, op, "p")
+    userinfo = discovery(op)["userinfo_endpoint"]
+    token = host.result("getAccessToken", {"provider": "p", "method": "GET", "url": userinfo + "?schema=openid#top"})
+    assert set(token["headers"]) == {"Authorization", "DPoP"}, token["headers"].keys()
+    claims = jwt_parts(token["headers"]["DPoP"])[1]
+    assert claims["htu"] == userinfo, "htu without query and fragment"
+    assert claims["ath"] == base64.urlsafe_b64encode(hashlib.sha256(token["accessToken"].encode()).digest()).rstrip(b"=").decode()
+    assert call(userinfo, token["headers"]) == 200
+    # A proof made for another request is refused: another method, another URL.
+    post = host.result("getAccessToken", {"provider": "p", "method": "DELETE", "url": userinfo})
+    assert call(userinfo, post["headers"]) in (400, 401)
+    other = host.result("getAccessToken", {"provider": "p", "method": "GET", "url": op.token_endpoint})
+    assert call(userinfo, other["headers"]) in (400, 401)
+    # Each answer has its own proof.
+    again = host.result("getAccessToken", {"provider": "p", "method": "GET", "url": userinfo})
+    assert jwt_parts(again["headers"]["DPoP"])[1]["jti"] != claims["jti"]
+    assert call(userinfo, again["headers"]) == 200
+
+
+def test_dpop_false_keeps_bearer_tokens(start_host, oidc_plugin_dir, op):
+    host = start_host([oidc_plugin_dir], profiles=profile(op, dpop=False))
+    status = sign_in_external(host, op, "p")
+    assert status["tokenType"] == "Bearer"
+    token = host.result("getAccessToken", {"provider": "p", "method": "GET", "url": discovery(op)["userinfo_endpoint"]})
+    assert token["headers"] == {"Authorization": f"Bearer {token['accessToken']}"}
+
+
+def test_the_authorization_request_names_the_key(start_host, oidc_plugin_dir, op):
+    """RFC 9449 §10: dpop_jkt binds the code to the key that will redeem it."""
+    host = start_host([oidc_plugin_dir], profiles=profile(op))
+    pending, opened = begin_sign_in(host, "p", flow="external")
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))
+    host.result("completeSignIn", {"provider": "p", "callbackUrl": op.browse(opened["url"])})
+    assert "result" in host.wait_response(pending)
+    proof = host.result("getAccessToken", {"provider": "p", "url": discovery(op)["userinfo_endpoint"]})["headers"]["DPoP"]
+    if "request_uri" not in query:  # pushed (PAR): the pushed request carries it
+        assert query["dpop_jkt"] == thumbprint(jwt_parts(proof)[0]["jwk"])
+
+
+def test_dpop_required_is_refused_by_a_server_without_it(start_host, oidc_plugin_dir, tmp_path):
+    from authbridge_testkit.dot_auth import DotOpenIDServer
+    server = DotOpenIDServer(tmp_path / "dot").start()
+    try:
+        host = start_host([oidc_plugin_dir], profiles={"p": {"plugin": "oidc", "settings": server.settings(dpop=True)}})
+        error = host.error("requestOAuthTokens", {"provider": "p", "flow": "external"})
+        assert error["data"]["reason"] == "dpopUnsupported", error
+        assert "dpop_signing_alg_values_supported" in error["message"]
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def nonce_server(tmp_path_factory):
+    """glewlwyd that demands a server nonce in every proof (RFC 9449 §8)."""
+    from authbridge_testkit.glewlwyd import GlewlwydServer
+    server = GlewlwydServer(tmp_path_factory.mktemp("glewlwyd-nonce"), oidc_overrides={"oauth-dpop-nonce-mandatory": True, "oauth-dpop-nonce-counter": 5}).start()
+    yield server
+    server.stop()
+
+
+def test_a_server_nonce_is_fetched_and_kept(start_host, oidc_plugin_dir, nonce_server):
+    """Every token request of this glewlwyd needs the server's nonce: the first is refused with
+    use_dpop_nonce and a DPoP-Nonce; the host asks once more with it, and keeps it for the next."""
+    host = start_host([oidc_plugin_dir], profiles=profile(nonce_server))
+    assert sign_in_external(host, nonce_server, "p")["tokenType"] == "DPoP"
+    token = host.result("getAccessToken", {"provider": "p", "forceRefresh": True})
+    assert token["tokenType"] == "DPoP"
+    answer = host.result("fetch", {"provider": "p", "url": discovery(nonce_server)["userinfo_endpoint"]})
+    assert answer["status"] == 200, answer
