@@ -1016,9 +1016,13 @@ public struct GetAccessTokenParams: BridgeRequest {
     /// The URL of the request the frontend will make with the token (DPoP's htu: its query and fragment are left out of the proof): an
     /// absolute URL, or a path resolved against the profile's API base URL.
     public var url: String?
+    /// The DPoP-Nonce the server of url answered a use_dpop_nonce refusal with (RFC 9449 §9: 401, WWW-Authenticate: DPoP
+    /// error="use_dpop_nonce"): the proof in this answer carries it, and so do the host's next proofs to that server.
+    public var dpopNonce: String?
 
     public init(
-        provider: String, account: String? = nil, minValidityMs: Int64? = nil, forceRefresh: Bool = false, method: String = "GET", url: String? = nil
+        provider: String, account: String? = nil, minValidityMs: Int64? = nil, forceRefresh: Bool = false, method: String = "GET",
+        url: String? = nil, dpopNonce: String? = nil
     ) {
         self.provider = provider
         self.account = account
@@ -1026,6 +1030,7 @@ public struct GetAccessTokenParams: BridgeRequest {
         self.forceRefresh = forceRefresh
         self.method = method
         self.url = url
+        self.dpopNonce = dpopNonce
     }
 
     public init(wire: JSON) throws(WireError) {
@@ -1036,6 +1041,7 @@ public struct GetAccessTokenParams: BridgeRequest {
         self.forceRefresh = try object.optional("forceRefresh") ?? false
         self.method = try object.optional("method") ?? "GET"
         self.url = try object.optional("url")
+        self.dpopNonce = try object.optional("dpopNonce")
     }
 
     public var wire: JSON {
@@ -1043,6 +1049,7 @@ public struct GetAccessTokenParams: BridgeRequest {
         if let account { members["account"] = account.wire }
         if let minValidityMs { members["minValidityMs"] = minValidityMs.wire }
         if let url { members["url"] = url.wire }
+        if let dpopNonce { members["dpopNonce"] = dpopNonce.wire }
         return .object(members)
     }
 }

@@ -86,16 +86,18 @@ final class DPoPNonces: Sendable {
         return nonces.withLock { $0[origin] }
     }
 
-    /// Keeps the nonce of `response` (if any) for `url`'s server; true when it is a new one.
-    @discardableResult
-    func keep(from response: JSON, for url: String) -> Bool {
-        guard let nonce = response["headers"]?["dpop-nonce"]?.stringValue, !nonce.isEmpty, nonce.utf8.count <= 1024,
+    /// Keeps the nonce of `response` (if any) for `url`'s server.
+    func keep(from response: JSON, for url: String) {
+        guard let nonce = response["headers"]?["dpop-nonce"]?.stringValue else { return }
+        keep(nonce, for: url)
+    }
+
+    /// Keeps `nonce` for `url`'s server (RFC 9449 §8: visible ASCII, kept short).
+    func keep(_ nonce: String, for url: String) {
+        guard !nonce.isEmpty, nonce.utf8.count <= 1024, nonce.unicodeScalars.allSatisfy({ (0x21...0x7E).contains($0.value) }),
             let origin = ParsedURL(url)?.origin
-        else { return false }
-        return nonces.withLock { table in
-            defer { table[origin] = nonce }
-            return table[origin] != nonce
-        }
+        else { return }
+        nonces.withLock { $0[origin] = nonce }
     }
 }
 

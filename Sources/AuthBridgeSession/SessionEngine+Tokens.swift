@@ -43,7 +43,8 @@ extension SessionEngine {
             // The frontend's own request needs a proof for its method and URL, made here: the key stays in the host.
             answer.tokenType = "DPoP"
             if let url = params.url {
-                answer.headers["DPoP"] = try Self.proof(key, method: params.method ?? "GET", url: url, session: session, context: context)
+                answer.headers["DPoP"] = try Self.proof(
+                    key, method: params.method, url: url, nonce: params.dpopNonce, session: session, context: context)
             }
             return answer
         }
@@ -144,9 +145,10 @@ extension SessionEngine {
     }
 
     /// A DPoP proof for a frontend's request (`getAccessToken` with `url`): `htu` the URL (a relative
-    /// one joined to `apiBaseUrl`), `ath` the access token, the server's last nonce.
+    /// one joined to `apiBaseUrl`), `ath` the access token, the server's last nonce (`nonce`, when
+    /// the frontend brings one).
     private static func proof(
-        _ key: DPoPKey, method: String, url: String, session: StoredSession, context: Context
+        _ key: DPoPKey, method: String, url: String, nonce: String?, session: StoredSession, context: Context
     ) throws(SessionError) -> String {
         var target = url
         if ParsedURL(url) == nil {
@@ -156,6 +158,8 @@ extension SessionEngine {
             }
             target = StandardSteps.joinURL(base, url)
         }
+        // A nonce the frontend's request was refused for (RFC 9449 §9) is the server's latest.
+        if let nonce { DPoPNonces.shared.keep(nonce, for: target) }
         do {
             return try key.proof(
                 method: method, url: target, accessToken: session.tokens.accessToken, nonce: DPoPNonces.shared.nonce(for: target),

@@ -60,3 +60,17 @@ struct SessionCredentials: CredentialSessions {
 
     func report(_ error: SessionError) -> ExitCode { sessions.report(error) }
 }
+
+extension AccessTokenResult {
+    /// Refuses a sender-constrained token (RFC 9449 DPoP) to a `consumer` that sends whatever it
+    /// gets as a bearer token (git, kubectl, a program's environment): the server would refuse
+    /// it without a proof, and only the host holds the key that makes one.
+    func refuseIfSenderConstrained(for consumer: String, profile: String) throws {
+        guard tokenType.lowercased() == "dpop" else { return }
+        Terminal.standardError.error(
+            "the session of \(Terminal.clean(profile)) holds a DPoP-bound token (RFC 9449): \(consumer) cannot send the proof each request needs. "
+                + "Set the profile's \"dpop\": false for bearer tokens, or use `authbridge token \(Terminal.clean(profile)) --header METHOD URL` for the headers of one request."
+        )
+        throw ExitCode(CommandExit.failure)
+    }
+}

@@ -65,6 +65,7 @@ struct Exec: HumanCommand {
             throw sessions.report(error)
         }
         MinimumValidity.warnIfShort(answer, asked: minValidity)
+        try answer.refuseIfSenderConstrained(for: "a program given the token in \(variable)", profile: profile)
         let token = answer.accessToken
         guard !token.isEmpty, !token.contains("\0") else {
             Terminal.standardError.error("the provider gave no access token")

@@ -59,6 +59,7 @@ struct ExecCredential: HumanCommand {
                 throw sessions.report(error)
             }
         }
+        try token.refuseIfSenderConstrained(for: "kubectl", profile: profile)
         Terminal.standardOutput.line(try info.credential(for: token).serializedString(sortKeys: true))
     }
 

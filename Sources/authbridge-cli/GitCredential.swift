@@ -166,6 +166,7 @@ struct GitCredentialArguments: ParsableArguments {
             }
             throw sessions.report(error)
         }
+        try token.refuseIfSenderConstrained(for: "git", profile: profile)
         // A token is visible ASCII (RFC 6750 b64token): anything else would break git's lines.
         let accessToken = token.accessToken
         guard !accessToken.isEmpty,

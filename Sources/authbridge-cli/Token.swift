@@ -14,6 +14,12 @@ struct Token: HumanCommand {
             $(authbridge token work)". Exits 2 when the profile is not signed in. Refresh tokens \
             never leave AuthBridge. A token valid for less than --min-validity asks is still \
             printed (exit 0), with a warning on stderr.
+
+            A DPoP-bound token (RFC 9449: the server lists DPoP, or the profile sets "dpop": true) \
+            is good only with a proof of a key that stays in AuthBridge, made for one request: \
+            --header METHOD URL prints the header lines that request needs (Authorization: DPoP … \
+            and DPoP: …), e.g. curl -H @<(authbridge token work --header GET "$URL") "$URL". \
+            Ask again for every request.
             """)
 
     @OptionGroup var selection: AccountSelection
@@ -27,22 +33,47 @@ struct Token: HumanCommand {
     @Option(help: MinimumValidity.help)
     var minValidity: Int64?
 
+    @Option(
+        name: .customLong("header"), parsing: .upToNextOption,
+        help: ArgumentHelp(
+            "Print the header lines of one request instead of the token (with a DPoP-bound token: its proof for this method and URL).",
+            valueName: "METHOD URL"))
+    var request: [String] = []
+
     @OptionGroup(title: "Host options") var options: HostOptions
 
     @OptionGroup(title: "Host options") var agent: AgentChoice
 
-    func validate() throws { try MinimumValidity.validate(minValidity) }
+    func validate() throws {
+        try MinimumValidity.validate(minValidity)
+        guard request.isEmpty || request.count == 2 else {
+            throw ValidationError("--header takes a method and a URL, e.g. --header GET https://api.example/v1/me")
+        }
+    }
 
     func execute() async throws {
         let sessions = try await SessionAccess.open(options, agent)
         let answer = try await sessions.waitingForProvider(of: selection.profile) { sessions throws(SessionError) in
             try await sessions.accessToken(
-                GetAccessTokenParams(provider: selection.profile, account: selection.account, minValidityMs: minValidity.map { $0 * 1000 }))
+                GetAccessTokenParams(
+                    provider: selection.profile, account: selection.account, minValidityMs: minValidity.map { $0 * 1000 },
+                    method: request.first ?? "GET", url: request.last))
         }
         MinimumValidity.warnIfShort(answer, asked: minValidity)
         if json {
             print(Terminal.cleanJSON(answer.wire.prettyPrinted()))
             return
+        }
+        if !request.isEmpty {
+            // One "Name: value" line per header, as curl -H @FILE reads them.
+            let lines = answer.headers.sorted { $0.key < $1.key }.map { "\(Terminal.clean($0.key)): \(Terminal.clean($0.value))" }
+            Terminal.standardOutput.line(lines.joined(separator: "\n"))
+            return
+        }
+        if answer.tokenType.lowercased() == "dpop" {
+            Terminal.standardError.warn(
+                "this token is DPoP-bound (RFC 9449): a server accepts it only with a proof made for each request; use --header METHOD URL for the headers of one request"
+            )
         }
         // A token is visible ASCII (RFC 6750 b64token): cleaning changes nothing but a hostile provider's.
         Terminal.standardOutput.line(Terminal.clean(answer.accessToken))

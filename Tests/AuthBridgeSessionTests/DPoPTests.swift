@@ -12,13 +12,18 @@ struct DPoPTests {
     static func parts(_ jwt: String) throws -> (header: JSON, claims: JSON, signingInput: String, signature: [UInt8]) {
         let segments = jwt.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         try #require(segments.count == 3)
-        let decode = { (text: String) throws -> JSON in try JSON.parse(String(decoding: try #require(Base64URL.decode(Array(text.utf8))), as: UTF8.self)) }
-        return (try decode(segments[0]), try decode(segments[1]), segments[0] + "." + segments[1], try #require(Base64URL.decode(Array(segments[2].utf8))))
+        let decode = { (text: String) throws -> JSON in
+            try JSON.parse(String(decoding: try #require(Base64URL.decode(Array(text.utf8))), as: UTF8.self))
+        }
+        return (
+            try decode(segments[0]), try decode(segments[1]), segments[0] + "." + segments[1], try #require(Base64URL.decode(Array(segments[2].utf8)))
+        )
     }
 
     @Test func aProofNamesItsRequestAndCarriesOnlyThePublicKey() throws {
         let key = try DPoPKey.generate(.es256)
-        let proof = try key.proof(method: "get", url: "https://api.example/v1/me?x=1#frag", accessToken: "at-123", nonce: "n-1", now: 1_700_000_000_123)
+        let proof = try key.proof(
+            method: "get", url: "https://api.example/v1/me?x=1#frag", accessToken: "at-123", nonce: "n-1", now: 1_700_000_000_123)
         let (header, claims, _, signature) = try Self.parts(proof)
         #expect(header["typ"] == "dpop+jwt" && header["alg"] == "ES256")
         #expect(header["jwk"]?.objectValue?.keys.sorted() == ["crv", "kty", "x", "y"], "the public key only")
@@ -66,7 +71,13 @@ struct DPoPTests {
         let resource: JSON = ["method": "GET", "url": "https://rs.example/me", "headers": ["Authorization": "DPoP at"]]
         let count = Mutex(0)
         let refused = binding.perform(resource) { _ in
-            let nonce = "rs-" + String(count.withLock { $0 += 1; return $0 })
+            let nonce =
+                "rs-"
+                + String(
+                    count.withLock {
+                        $0 += 1
+                        return $0
+                    })
             return .success([
                 "status": 401, "headers": ["dpop-nonce": .string(nonce), "www-authenticate": "DPoP error=\"use_dpop_nonce\""],
                 "body": "",
@@ -86,7 +97,8 @@ struct DPoPTests {
     @Test func hookRequestsAskForTheirProof() throws {
         let binding = DPoPBinding(key: try DPoPKey.generate(.es256), nonces: DPoPNonces())
         let signed = try binding.signed(["method": "GET", "url": "https://rs.example/x", "headers": ["authorization": "DPoP tok"]]).get()
-        #expect(try Self.parts(signed["headers"]!["DPoP"]!.stringValue!).claims["ath"]?.stringValue == Base64URL.encode(SHA256.hash(Array("tok".utf8))))
+        #expect(
+            try Self.parts(signed["headers"]!["DPoP"]!.stringValue!).claims["ath"]?.stringValue == Base64URL.encode(SHA256.hash(Array("tok".utf8))))
         let bearer = try binding.signed(["method": "GET", "url": "https://rs.example/x", "headers": ["Authorization": "Bearer tok"]]).get()
         #expect(try Self.parts(bearer["headers"]!["DPoP"]!.stringValue!).claims["ath"] == nil)
     }

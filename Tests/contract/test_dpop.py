@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from conftest import begin_sign_in, sign_in_external
+from authbridge_testkit.isolation import isolated_environment
 
 DPOP_SERVERS = ["glewlwyd", "idpyoidc"]
 
@@ -197,3 +199,31 @@ def test_a_server_nonce_is_fetched_and_kept(start_host, oidc_plugin_dir, nonce_s
     assert token["tokenType"] == "DPoP"
     answer = host.result("fetch", {"provider": "p", "url": discovery(nonce_server)["userinfo_endpoint"]})
     assert answer["status"] == 200, answer
+
+
+def cli(host_workdir: Path, plugin_dir: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`authbridge …` on the vault and configuration of a host that has stopped, without an agent."""
+    from conftest import HOST_BIN
+    command, rest = args[0], list(args[1:])
+    argv = [str(HOST_BIN), command, "--no-default-plugins", "--plugins", str(plugin_dir),
+            "--config", str(host_workdir / "config.json"), "--no-agent", *rest]
+    return subprocess.run(argv, env=isolated_environment(host_workdir), input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def test_the_command_line_gives_one_requests_headers_and_bearer_only_consumers_a_clear_no(start_host, oidc_plugin_dir, op):
+    host = start_host([oidc_plugin_dir], profiles=profile(op))
+    sign_in_external(host, op, "p")
+    host.stop()
+    userinfo = discovery(op)["userinfo_endpoint"]
+    done = cli(host.workdir, oidc_plugin_dir, "token", "p", "--header", "GET", userinfo)
+    assert done.returncode == 0, done.stderr
+    headers = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert set(headers) == {"Authorization", "DPoP"} and headers["Authorization"].startswith("DPoP ")
+    assert call(userinfo, headers) == 200, "the printed headers are what the server needs"
+    plain = cli(host.workdir, oidc_plugin_dir, "token", "p")
+    assert plain.returncode == 0 and "--header METHOD URL" in plain.stderr
+    # git, kubectl and `exec` would send the token alone: refused, and said why.
+    git = cli(host.workdir, oidc_plugin_dir, "git-credential", "--profile", "p", "get", stdin="protocol=https\nhost=git.example\n\n")
+    assert git.returncode == 1 and "DPoP-bound" in git.stderr and "password=" not in git.stdout, git
+    run = cli(host.workdir, oidc_plugin_dir, "exec", "p", "--", "env")
+    assert run.returncode == 1 and "DPoP-bound" in run.stderr and headers["Authorization"][5:] not in run.stdout, run.stderr

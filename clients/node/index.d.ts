@@ -110,6 +110,8 @@ export interface SignInStatus {
   account: Account | null;
   /** Access-token expiry; null when unknown or not signed in. */
   expiresAt: Timestamp | null;
+  /** "DPoP" when the session's tokens are bound to its key (RFC 9449), else "Bearer"; absent when not signed in. */
+  tokenType?: string;
   /** Non-secret provider facts while signed in (e.g. Salesforce `instanceUrl`); see each plugin's README. */
   details?: SessionDetails;
   reason: Reason | null;
@@ -208,6 +210,12 @@ export interface GetAccessTokenParams {
   minValidityMs?: number;
   /** Renew first whatever the expiry says: the provider just rejected this token. */
   forceRefresh?: boolean;
+  /** The method of the request the token is for (default GET): a DPoP-bound session's answer carries its proof (RFC 9449). */
+  method?: string;
+  /** The URL of the request the token is for: with it, a DPoP-bound session's `headers` include `DPoP`, good for that one request. */
+  url?: string;
+  /** The `DPoP-Nonce` the server refused that request for (401 `use_dpop_nonce`), for the proof of its retry. */
+  dpopNonce?: string;
 }
 
 export interface FetchParams {

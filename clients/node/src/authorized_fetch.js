@@ -92,6 +92,16 @@ function renewalFailed(error, profile, request) {
 }
 
 /**
+ * The server's nonce when a 401 asks for one (RFC 9449 §9: `WWW-Authenticate: DPoP
+ * error="use_dpop_nonce"` with a `DPoP-Nonce`), else undefined.
+ * @param {Response} response
+ */
+function dpopNonceRequested(response) {
+  const nonce = response.headers.get('dpop-nonce');
+  return nonce && /use_dpop_nonce/.test(response.headers.get('www-authenticate') ?? '') ? nonce : undefined;
+}
+
+/**
  * The function behind `bridge.authorizedFetch(profile, options)` (see index.d.ts and the README).
  * @param {import('./client.js').AuthBridge} bridge
  * @param {string} profile
@@ -99,11 +109,16 @@ function renewalFailed(error, profile, request) {
  */
 export function authorizedFetch(bridge, profile, { account, minValidityMs } = {}) {
   if (typeof profile !== 'string' || profile === '') throw new TypeError('authorizedFetch(profile): a profile name is needed');
-  const params = (forceRefresh) => ({
+  // The request's method and URL: a DPoP-bound session's answer carries the proof for exactly
+  // that request (RFC 9449); a bearer session's ignores them.
+  const params = (forceRefresh, request, dpopNonce) => ({
     provider: profile,
     ...(account !== undefined && { account }),
     ...(minValidityMs !== undefined && { minValidityMs }),
     ...(forceRefresh && { forceRefresh: true }),
+    method: request.method,
+    url: request.url,
+    ...(dpopNonce && { dpopNonce }),
   });
   // Renewals take turns, and each first asks for the current token: when 401s for one token come
   // back at once, the first renewal forces the refresh and the others find the new token.
@@ -112,9 +127,9 @@ export function authorizedFetch(bridge, profile, { account, minValidityMs } = {}
     const signal = request.signal;
     const turn = renewals.then(async () => {
       try {
-        const current = await bridge.getAccessToken(params(false), { signal });
+        const current = await bridge.getAccessToken(params(false, request), { signal });
         if (current.accessToken !== rejected.accessToken) return current;
-        return await bridge.getAccessToken(params(true), { signal });
+        return await bridge.getAccessToken(params(true, request), { signal });
       } catch (error) {
         throw renewalFailed(error, profile, request);
       }
@@ -130,9 +145,16 @@ export function authorizedFetch(bridge, profile, { account, minValidityMs } = {}
     const again = replayable(input, init);
     // A dispatcher (undici's, e.g. a proxy) is not part of a Request: it is handed on as it came.
     const extra = init?.dispatcher === undefined ? undefined : { dispatcher: init.dispatcher };
-    const token = await bridge.getAccessToken(params(false), { signal: request.signal });
+    const token = await bridge.getAccessToken(params(false, request), { signal: request.signal });
     const response = await fetch(authorize(request, token), extra);
     if (response.status !== 401 || new URL(response.url || url.href).origin !== url.origin) return response;
+    const nonce = dpopNonceRequested(response);
+    if (nonce && again) {
+      // The token is fine; the server wants its nonce in the proof (RFC 9449 §9): once more with it.
+      await response.body?.cancel();
+      const proved = await bridge.getAccessToken(params(false, request, nonce), { signal: request.signal });
+      return fetch(authorize(new Request(input, init), proved), extra);
+    }
     const fresh = await renewed(token, request);
     if (!again) return response; // the body was a stream: the 401 is the answer; the token is renewed for a retry
     await response.body?.cancel();

@@ -22,7 +22,7 @@ from .errors import AuthBridgeError, InsecureURL, NotSignedIn
 from .sync import SyncAuthBridge
 from .types import AccessTokenResult, Cookie
 
-__all__ = ["TokenSource", "authorize", "check_url", "origin", "same_origin", "where"]
+__all__ = ["TokenSource", "authorize", "check_url", "dpop_nonce_requested", "origin", "same_origin", "where"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -104,6 +104,16 @@ def authorize(headers: MutableMapping[str, str], token: AccessTokenResult, url: 
     headers["Cookie"] = "; ".join([*kept, *(f"{cookie.name}={cookie.value}" for cookie in cookies)])
 
 
+def dpop_nonce_requested(status: int, headers: Any) -> str | None:
+    """The server's nonce when a 401 asks for one (RFC 9449 §9: `WWW-Authenticate: DPoP
+    error="use_dpop_nonce"` with a `DPoP-Nonce`); None otherwise. `headers`: the response's
+    (a case-insensitive mapping)."""
+    nonce = headers.get("DPoP-Nonce")
+    if status == 401 and isinstance(nonce, str) and nonce and "use_dpop_nonce" in str(headers.get("WWW-Authenticate") or ""):
+        return nonce
+    return None
+
+
 class TokenSource:
     """One profile (and account) of a bridge, as an auth object asks it for tokens.
 
@@ -130,8 +140,11 @@ class TokenSource:
     def __repr__(self) -> str:
         return f"{self.owner}(profile={self.profile!r}, account={self.account!r})"
 
-    def _params(self, force: bool) -> dict[str, Any]:
-        return {"account": self.account, "min_validity_ms": self.min_validity_ms, "force_refresh": True if force else None}
+    def _params(self, force: bool, method: str, url: str, dpop_nonce: str | None = None) -> dict[str, Any]:
+        """The request's method and URL go along: a DPoP-bound session's answer carries the proof
+        for exactly that request (RFC 9449); a bearer session's ignores them."""
+        return {"account": self.account, "min_validity_ms": self.min_validity_ms, "force_refresh": True if force else None,
+                "method": method, "url": url, "dpop_nonce": dpop_nonce}
 
     # ── Blocking (requests, httpx.Client) ────────────────────────────────────
 
@@ -141,8 +154,9 @@ class TokenSource:
                             "give it a bridge from authbridge.sync.connect(), or use httpx.AsyncClient")
         return self.bridge
 
-    def token(self) -> AccessTokenResult:
-        return self._blocking().get_access_token(self.profile, **self._params(False))
+    def token(self, method: str, url: str, dpop_nonce: str | None = None) -> AccessTokenResult:
+        """The token for one request (`dpop_nonce`: the server's, when it refused the last proof for want of it)."""
+        return self._blocking().get_access_token(self.profile, **self._params(False, method, url, dpop_nonce))
 
     def _renewal_failed(self, error: AuthBridgeError, request: str) -> AuthBridgeError:
         """The bridge's error, of the same class and data, with a message that says what happened
@@ -155,37 +169,38 @@ class TokenSource:
                    f"{error.message}{advice}")
         return type(error)(message, code=error.code, data=error.data, request_method=error.request_method)
 
-    def renewed(self, rejected: AccessTokenResult, request: str) -> AccessTokenResult:
-        """`request`: what was refused (`where()`), for the error when the renewal fails."""
+    def renewed(self, rejected: AccessTokenResult, method: str, url: str) -> AccessTokenResult:
+        """The token to replay `method url` with after it was refused."""
         bridge = self._blocking()
         with self._lock:
             try:
-                current = bridge.get_access_token(self.profile, **self._params(False))
+                current = bridge.get_access_token(self.profile, **self._params(False, method, url))
                 if current.access_token != rejected.access_token:
                     return current
-                return bridge.get_access_token(self.profile, **self._params(True))
+                return bridge.get_access_token(self.profile, **self._params(True, method, url))
             except AuthBridgeError as error:
-                raise self._renewal_failed(error, request) from error
+                raise self._renewal_failed(error, where(method, url)) from error
 
     # ── asyncio (httpx.AsyncClient) ──────────────────────────────────────────
 
-    async def _ask(self, force: bool) -> AccessTokenResult:
+    async def _ask(self, force: bool, method: str, url: str, dpop_nonce: str | None = None) -> AccessTokenResult:
+        params = self._params(force, method, url, dpop_nonce)
         if isinstance(self.bridge, SyncAuthBridge):
             # Runs on the blocking bridge's own loop; this loop goes on meanwhile.
-            call = self.bridge._bridge.get_access_token(self.profile, **self._params(force))
+            call = self.bridge._bridge.get_access_token(self.profile, **params)
             return await self.bridge._await_from(call)
-        return await self.bridge.get_access_token(self.profile, **self._params(force))
+        return await self.bridge.get_access_token(self.profile, **params)
 
-    async def token_async(self) -> AccessTokenResult:
-        return await self._ask(False)
+    async def token_async(self, method: str, url: str, dpop_nonce: str | None = None) -> AccessTokenResult:
+        return await self._ask(False, method, url, dpop_nonce)
 
-    async def renewed_async(self, rejected: AccessTokenResult, request: str) -> AccessTokenResult:
+    async def renewed_async(self, rejected: AccessTokenResult, method: str, url: str) -> AccessTokenResult:
         lock = self._loop_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
         async with lock:
             try:
-                current = await self._ask(False)
+                current = await self._ask(False, method, url)
                 if current.access_token != rejected.access_token:
                     return current
-                return await self._ask(True)
+                return await self._ask(True, method, url)
             except AuthBridgeError as error:
-                raise self._renewal_failed(error, request) from error
+                raise self._renewal_failed(error, where(method, url)) from error

@@ -435,12 +435,18 @@ class AuthBridge(Listeners):
 
     async def get_access_token(self, provider: str, *, account: str | None = None,
                                min_validity_ms: int | None = None, force_refresh: bool | None = None,
+                               method: str | None = None, url: str | None = None, dpop_nonce: str | None = None,
                                timeout: float | None = None) -> AccessTokenResult:
         """A valid access token (renewed first when it has less than `min_validity_ms` left,
         default 60 s, or when `force_refresh` says the provider just rejected it) and the
-        headers/cookies to attach. Prefer `fetch`, which never exposes it."""
+        headers/cookies to attach. Prefer `fetch`, which never exposes it.
+
+        `method` and `url`: the request the token is for. A DPoP-bound session's answer
+        (`token_type` "DPoP", RFC 9449) then carries the proof for exactly that request in its
+        headers; ask again for every request. `dpop_nonce`: the `DPoP-Nonce` that request was
+        refused for (401 `use_dpop_nonce`), for the proof of its retry."""
         params = _drop_none(provider=provider, account=account, minValidityMs=min_validity_ms,
-                            forceRefresh=force_refresh)
+                            forceRefresh=force_refresh, method=method, url=url, dpopNonce=dpop_nonce)
         return AccessTokenResult.from_wire(await self.request("getAccessToken", params, timeout=timeout))
 
     async def fetch(self, provider: str, url: str, *, method: str | None = None,

@@ -26,7 +26,7 @@ try:
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ImportError("authbridge.httpx needs the httpx package: pip install httpx") from missing
 
-from ._httpauth import TokenSource, authorize, check_url, same_origin, where
+from ._httpauth import TokenSource, authorize, check_url, dpop_nonce_requested, same_origin
 from .client import AuthBridge
 from .sync import SyncAuthBridge
 from .types import AccessTokenResult
@@ -36,10 +36,12 @@ __all__ = ["AuthBridgeAuth"]
 
 @dataclass(frozen=True)
 class _Token:
-    """A step of the flow: the token to authorize with (`rejected`: the one a 401 refused, by the
-    request `refused_by` names)."""
+    """A step of the flow: the token to authorize the request `method url` with (`rejected`: the
+    one a 401 refused; `dpop_nonce`: the nonce a 401 asked the next DPoP proof to carry)."""
+    method: str
+    url: str
     rejected: AccessTokenResult | None = None
-    refused_by: str = ""
+    dpop_nonce: str | None = None
 
 
 class AuthBridgeAuth(httpx.Auth):
@@ -87,12 +89,15 @@ class AuthBridgeAuth(httpx.Auth):
         responses) and `_Token` steps (and is sent the token)."""
         url = str(request.url)
         check_url(url)
-        token: AccessTokenResult = yield _Token()
+        token: AccessTokenResult = yield _Token(request.method, url)
         authorize(request.headers, token, url)
         response: httpx.Response = yield request
         if response.status_code != 401 or not same_origin(str(response.request.url), url):
             return
-        fresh: AccessTokenResult = yield _Token(rejected=token, refused_by=where(request.method, url))
+        # A DPoP server that wants its nonce in the proof (RFC 9449 §9) gets a new proof, not a refresh.
+        nonce = dpop_nonce_requested(response.status_code, response.headers)
+        fresh: AccessTokenResult = yield (_Token(request.method, url, dpop_nonce=nonce) if nonce
+                                          else _Token(request.method, url, rejected=token))
         if not isinstance(request.stream, httpx.ByteStream):   # streamed: it cannot be sent again
             return
         authorize(request.headers, fresh, url)
@@ -109,7 +114,8 @@ class AuthBridgeAuth(httpx.Auth):
             if isinstance(step, httpx.Request):
                 answer = yield step
             else:
-                answer = self._source.renewed(step.rejected, step.refused_by) if step.rejected else self._source.token()
+                answer = (self._source.renewed(step.rejected, step.method, step.url) if step.rejected
+                          else self._source.token(step.method, step.url, step.dpop_nonce))
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         steps = self._flow(request)
@@ -122,6 +128,6 @@ class AuthBridgeAuth(httpx.Auth):
             if isinstance(step, httpx.Request):
                 answer = yield step
             elif step.rejected:
-                answer = await self._source.renewed_async(step.rejected, step.refused_by)
+                answer = await self._source.renewed_async(step.rejected, step.method, step.url)
             else:
-                answer = await self._source.token_async()
+                answer = await self._source.token_async(step.method, step.url, step.dpop_nonce)

@@ -28,7 +28,7 @@ try:
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ImportError("authbridge.requests needs the requests package: pip install requests") from missing
 
-from ._httpauth import TokenSource, authorize, check_url, same_origin, where
+from ._httpauth import TokenSource, authorize, check_url, dpop_nonce_requested, same_origin
 from .sync import SyncAuthBridge
 from .types import AccessTokenResult
 
@@ -90,7 +90,7 @@ class AuthBridgeAuth(requests.auth.AuthBase):
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
         url = request.url or ""
         check_url(url)
-        token = self._source.token()
+        token = self._source.token(request.method or "GET", url)
         authorize(request.headers, token, url)
         hook = functools.partial(self._on_response, sent=token, url=url)
         request.register_hook("response", hook)  # type: ignore[no-untyped-call]  # untyped in types-requests
@@ -102,8 +102,11 @@ class AuthBridgeAuth(requests.auth.AuthBase):
         request = response.request
         if response.status_code != 401 or not same_origin(str(request.url), url):
             return response
+        method = request.method or "GET"
+        # A DPoP server that wants its nonce in the proof (RFC 9449 §9) gets a new proof, not a refresh.
+        nonce = dpop_nonce_requested(response.status_code, response.headers)
         try:
-            fresh = self._source.renewed(sent, where(request.method or "GET", url))
+            fresh = self._source.token(method, url, nonce) if nonce else self._source.renewed(sent, method, url)
         except BaseException:
             response.close()
             raise

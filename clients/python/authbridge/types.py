@@ -84,6 +84,8 @@ class SignInStatus:
     storage: StorageInfo | None = None
     current: bool | None = None
     details: dict[str, str | int | float | bool | None] | None = None
+    #: "DPoP" when the session's tokens are bound to its key (RFC 9449), else "Bearer"; None when signed out.
+    token_type: str | None = None
 
     @property
     def signed_in(self) -> bool:
@@ -96,7 +98,7 @@ class SignInStatus:
                    reason=data.get("reason"), account=Account.from_wire(data.get("account")),
                    expires_at=data.get("expiresAt"), message=data.get("message"),
                    storage=StorageInfo.from_wire(data.get("storage")), current=data.get("current"),
-                   details=_details(data.get("details")))
+                   details=_details(data.get("details")), token_type=data.get("tokenType"))
 
 
 @dataclass(frozen=True)

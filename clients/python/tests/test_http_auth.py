@@ -176,7 +176,8 @@ def test_an_account_of_the_profile_and_a_minimum_validity(host_options, dot, fra
         with httpx.Client(auth=HttpxAuth(bridge, "dot", account=ada, min_validity_ms=45_000)) as client:
             assert client.get(userinfo(dot)).json()["sub"] == ada
         asked = [f["params"] for f in frames.sent_frames if f.get("method") == "getAccessToken"]
-        assert asked[-2:] == [{"provider": "dot", "account": ada, "minValidityMs": 45_000}] * 2
+        # The request's method and URL go along (a DPoP-bound session's proof is for them).
+        assert asked[-2:] == [{"provider": "dot", "account": ada, "minValidityMs": 45_000, "method": "GET", "url": userinfo(dot)}] * 2
         assert repr(auth) == f"authbridge.requests.AuthBridgeAuth(profile='dot', account={ada!r})"
 
 
