@@ -16,6 +16,10 @@
  *
  * and exits 0, or 1 with a message when a program failed or answered an error.
  *
+ * ROUND_TRIP_PARAMS (a JSON object, default {"provider":"bench"}) replaces getAccessToken's
+ * params, and ROUND_TRIP_SETUP=0 leaves out the setup sign-in (programs whose vault already holds
+ * a session: bench/dpop.py).
+ *
  * Usage: round-trip N PROGRAM [ARG...] [-- PROGRAM [ARG...]]...
  * Build: gcc -O2 -o round-trip bench/round-trip.c
  */
@@ -163,21 +167,28 @@ int main(int argc, char **argv)
     static const char initialized[] = "{\"jsonrpc\":\"2.0\",\"method\":\"initialized\",\"params\":{}}\n";
     static const char setup[] = "{\"jsonrpc\":\"2.0\",\"id\":\"setup\",\"method\":\"requestOAuthTokens\","
                                 "\"params\":{\"provider\":\"bench\",\"flow\":\"session\",\"sessionId\":\"bench\"}}\n";
+    const char *params = getenv("ROUND_TRIP_PARAMS");
+    if (params == NULL)
+        params = "{\"provider\":\"bench\"}";
+    if (strlen(params) > 2048)
+        fail("ROUND_TRIP_PARAMS", "over 2048 bytes");
+    const char *setting_up = getenv("ROUND_TRIP_SETUP");
     for (int k = 0; k < count; k++) {
         send_line(&programs[k], init, sizeof init - 1);
         read_answer(&programs[k], "0");
         send_line(&programs[k], initialized, sizeof initialized - 1);
+        if (setting_up != NULL && strcmp(setting_up, "0") == 0)
+            continue;
         send_line(&programs[k], setup, sizeof setup - 1);
         read_answer(&programs[k], "\"setup\"");
     }
 
-    char line[256], id[32];
+    char line[4096], id[32];
     for (long i = 1; i <= WARMUP + n; i++) {
         snprintf(id, sizeof id, "%ld", i);
-        int length = snprintf(line, sizeof line,
-                              "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"getAccessToken\","
-                              "\"params\":{\"provider\":\"bench\"}}\n",
-                              i);
+        int length =
+            snprintf(line, sizeof line,
+                     "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"getAccessToken\",\"params\":%s}\n", i, params);
         for (int turn = 0; turn < count; turn++) {
             program *p = &programs[(i + turn) % count];
             double t0 = now_us();

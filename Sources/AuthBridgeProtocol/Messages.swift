@@ -1011,8 +1011,8 @@ public struct GetAccessTokenParams: BridgeRequest {
     /// Renew first, whatever the expiry says: the caller saw the provider reject this token (e.g. a 401 from a provider that gives no
     /// expiry).
     public var forceRefresh: Bool
-    /// The method of the request the frontend will make with the token (DPoP's htm).
-    public var method: String
+    /// The method of the request the frontend will make with the token (DPoP's htm; GET when absent).
+    public var method: String?
     /// The URL of the request the frontend will make with the token (DPoP's htu: its query and fragment are left out of the proof): an
     /// absolute URL, or a path resolved against the profile's API base URL.
     public var url: String?
@@ -1021,8 +1021,8 @@ public struct GetAccessTokenParams: BridgeRequest {
     public var dpopNonce: String?
 
     public init(
-        provider: String, account: String? = nil, minValidityMs: Int64? = nil, forceRefresh: Bool = false, method: String = "GET",
-        url: String? = nil, dpopNonce: String? = nil
+        provider: String, account: String? = nil, minValidityMs: Int64? = nil, forceRefresh: Bool = false, method: String? = nil, url: String? = nil,
+        dpopNonce: String? = nil
     ) {
         self.provider = provider
         self.account = account
@@ -1039,15 +1039,16 @@ public struct GetAccessTokenParams: BridgeRequest {
         self.account = try object.optional("account")
         self.minValidityMs = try object.optional("minValidityMs")
         self.forceRefresh = try object.optional("forceRefresh") ?? false
-        self.method = try object.optional("method") ?? "GET"
+        self.method = try object.optional("method")
         self.url = try object.optional("url")
         self.dpopNonce = try object.optional("dpopNonce")
     }
 
     public var wire: JSON {
-        var members: [String: JSON] = ["provider": provider.wire, "forceRefresh": forceRefresh.wire, "method": method.wire]
+        var members: [String: JSON] = ["provider": provider.wire, "forceRefresh": forceRefresh.wire]
         if let account { members["account"] = account.wire }
         if let minValidityMs { members["minValidityMs"] = minValidityMs.wire }
+        if let method { members["method"] = method.wire }
         if let url { members["url"] = url.wire }
         if let dpopNonce { members["dpopNonce"] = dpopNonce.wire }
         return .object(members)

@@ -44,7 +44,7 @@ extension SessionEngine {
             answer.tokenType = "DPoP"
             if let url = params.url {
                 answer.headers["DPoP"] = try Self.proof(
-                    key, method: params.method, url: url, nonce: params.dpopNonce, session: session, context: context)
+                    key, method: params.method ?? "GET", url: url, nonce: params.dpopNonce, session: session, context: context)
             }
             return answer
         }

@@ -57,7 +57,7 @@ struct Token: HumanCommand {
             try await sessions.accessToken(
                 GetAccessTokenParams(
                     provider: selection.profile, account: selection.account, minValidityMs: minValidity.map { $0 * 1000 },
-                    method: request.first ?? "GET", url: request.last))
+                    method: request.first, url: request.last))
         }
         MinimumValidity.warnIfShort(answer, asked: minValidity)
         if json {

@@ -361,7 +361,7 @@ def test_plugin_printing_to_stdout_cannot_corrupt_the_stream(start_host, tmp_pat
 
 
 def test_settings_nothing_reads_are_warned_about_not_refused(start_host, oidc_plugin_dir):
-    """Issue 25 §2.4: configureProfile with settings.dpop (a key no plugin reads) answered ready in
+    """Issue 25 §2.4: configureProfile with settings.dpop (then a key no plugin read) answered ready in
     silence, so a typo went unnoticed. Such settings are ignored and named — in the result's
     warnings, on stderr, and for the configuration file's profiles in initialize's warnings — with
     the profile, the key and the closest known key."""
@@ -372,13 +372,13 @@ def test_settings_nothing_reads_are_warned_about_not_refused(start_host, oidc_pl
     assert len(filed) == 1 and '"scope"' in filed[0] and 'did you mean "scopes"' in filed[0], host.init_result["warnings"]
 
     info = host.result("configureProfile", {"name": "dev", "plugin": "oidc",
-                                            "settings": {**endpoints, "dpop": True, "clientID": "app", "loopbackPort": 4596}})
+                                            "settings": {**endpoints, "mtlsBinding": True, "clientID": "app", "loopbackPort": 4596}})
     assert info["status"] == "ready"
     assert len(info["warnings"]) == 2, info
-    client, dpop = info["warnings"]
+    client, unknown = info["warnings"]
     assert '"dev"' in client and '"clientID"' in client and 'did you mean "clientId"' in client
-    assert '"dev"' in dpop and '"dpop"' in dpop and "did you mean" not in dpop
-    assert '"dpop"' in host.stderr_text() and '"dev"' in host.stderr_text()
+    assert '"dev"' in unknown and '"mtlsBinding"' in unknown and "did you mean" not in unknown
+    assert '"mtlsBinding"' in host.stderr_text() and '"dev"' in host.stderr_text()
     # Settings the plugin and the host read carry no warnings.
     clean = host.result("configureProfile", {"name": "clean", "plugin": "oidc", "settings": {**endpoints, "loopbackPort": 4596}})
     assert clean["status"] == "ready" and "warnings" not in clean

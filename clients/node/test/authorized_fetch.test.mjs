@@ -145,7 +145,8 @@ test('an account of the profile: its token, whoever is the current account', { t
   assert.equal(await subOf(bridge.authorizedFetch('dot')), grace, 'the current account: the latest to sign in');
   assert.equal(await subOf(bridge.authorizedFetch('dot', { account: ada })), ada);
   const [last] = bridge.tap.sent.filter((f) => f.method === 'getAccessToken').slice(-1);
-  assert.deepEqual(last.params, { provider: 'dot', account: ada });
+  // The request's method and URL go along (a DPoP-bound session's proof is for exactly them).
+  assert.deepEqual(last.params, { provider: 'dot', account: ada, method: 'GET', url: userinfo() });
 });
 
 test('no token over plain http to a named host; nothing is asked of the host', { timeout: 30_000 }, async () => {
