@@ -108,16 +108,19 @@ enum CryptoLibrary {
     static let invalidInput: Int32 = 2
 
     typealias Generate = @convention(c) (UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt8>?) -> Int32
-    typealias Sign = @convention(c) (UnsafePointer<UInt8>?, Int, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt8>?) -> Int32
+    typealias KeyOpen = @convention(c) (Int32, UnsafePointer<UInt8>?, Int) -> UnsafeMutableRawPointer?
+    typealias KeySign = @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt8>?) -> Int32
+    typealias KeyClose = @convention(c) (UnsafeMutableRawPointer?) -> Void
 
     struct Functions: @unchecked Sendable {
         let seal: AEAD
         let open: AEAD
         let hkdf: KDF
         let p256Generate: Generate
-        let p256Sign: Sign
         let ed25519Generate: Generate
-        let ed25519Sign: Sign
+        let keyOpen: KeyOpen
+        let keySign: KeySign
+        let keyClose: KeyClose
     }
 
     static let file = "libAuthBridgeSwiftCrypto.so"
@@ -128,13 +131,14 @@ enum CryptoLibrary {
             let open = symbols.function("authbridge_crypto_aes_gcm_open_v1", as: AEAD.self),
             let hkdf = symbols.function("authbridge_crypto_hkdf_sha256_v1", as: KDF.self),
             let p256Generate = symbols.function("authbridge_crypto_p256_generate_v1", as: Generate.self),
-            let p256Sign = symbols.function("authbridge_crypto_p256_sign_v1", as: Sign.self),
             let ed25519Generate = symbols.function("authbridge_crypto_ed25519_generate_v1", as: Generate.self),
-            let ed25519Sign = symbols.function("authbridge_crypto_ed25519_sign_v1", as: Sign.self)
+            let keyOpen = symbols.function("authbridge_crypto_key_open_v1", as: KeyOpen.self),
+            let keySign = symbols.function("authbridge_crypto_key_sign_v1", as: KeySign.self),
+            let keyClose = symbols.function("authbridge_crypto_key_close_v1", as: KeyClose.self)
         else { return nil }
         return Functions(
-            seal: seal, open: open, hkdf: hkdf, p256Generate: p256Generate, p256Sign: p256Sign, ed25519Generate: ed25519Generate,
-            ed25519Sign: ed25519Sign)
+            seal: seal, open: open, hkdf: hkdf, p256Generate: p256Generate, ed25519Generate: ed25519Generate, keyOpen: keyOpen,
+            keySign: keySign, keyClose: keyClose)
     }
 
     static func functions() throws(CryptoFailure) -> Functions {

@@ -2,6 +2,8 @@
 // pair is made and used here, through libAuthBridgeSwiftCrypto.so (swift-crypto); the private
 // key's bytes are kept only in the session's sealed vault record.
 
+import Synchronization
+
 /// A JWS signature algorithm the host can sign with (RFC 7518 §3.4, RFC 8037 §3.1).
 public enum SignatureAlgorithm: String, Sendable, CaseIterable {
     /// ECDSA on P-256 with SHA-256: the default (RFC 9449 §5 names it as the one to support).
@@ -49,18 +51,48 @@ public struct SigningKey: Sendable, Equatable, CustomStringConvertible {
     /// The JWS signature of `message`: r ‖ s for ES256, the Ed25519 signature for EdDSA (64 bytes).
     public func sign(_ message: [UInt8]) throws(CryptoFailure) -> [UInt8] {
         let functions = try CryptoLibrary.functions()
-        let sign = algorithm == .es256 ? functions.p256Sign : functions.ed25519Sign
         var signature = [UInt8](repeating: 0, count: 64)
-        let status = privateKey.withUnsafeBufferPointer { secret in
-            message.withUnsafeBufferPointer { message in
-                signature.withUnsafeMutableBufferPointer {
-                    sign(secret.baseAddress, secret.count, message.baseAddress, message.count, $0.baseAddress)
-                }
+        let status: Int32
+        if let prepared = try prepared.key(self, functions) {
+            status = message.withUnsafeBufferPointer { message in
+                signature.withUnsafeMutableBufferPointer { functions.keySign(prepared, message.baseAddress, message.count, $0.baseAddress) }
             }
+        } else {
+            status = CryptoLibrary.invalidInput
         }
         try CryptoLibrary.check(status, "\(algorithm.rawValue) signing")
         return signature
     }
 
+    /// The key opened once in the library, for every signature (shared by copies of the key).
+    private let prepared = PreparedKey()
+
+    public static func == (lhs: SigningKey, rhs: SigningKey) -> Bool {
+        lhs.algorithm == rhs.algorithm && lhs.privateKey == rhs.privateKey && lhs.publicKey == rhs.publicKey
+    }
+
     public var description: String { "SigningKey(\(algorithm.rawValue), private key: [REDACTED])" }
+}
+
+/// A private key opened in libAuthBridgeSwiftCrypto.so, opened on first use and closed with the
+/// last copy of its `SigningKey`.
+private final class PreparedKey: Sendable {
+    private let handle = Mutex<(pointer: UnsafeMutableRawPointer, close: CryptoLibrary.KeyClose)?>(nil)
+
+    func key(_ key: SigningKey, _ functions: CryptoLibrary.Functions) throws(CryptoFailure) -> UnsafeMutableRawPointer? {
+        handle.withLock { handle in
+            if let handle { return handle.pointer }
+            let opened = key.privateKey.withUnsafeBufferPointer {
+                functions.keyOpen(key.algorithm == .es256 ? 1 : 2, $0.baseAddress, $0.count)
+            }
+            if let opened { handle = (opened, functions.keyClose) }
+            return opened
+        }
+    }
+
+    deinit {
+        handle.withLock { handle in
+            if let handle { handle.close(handle.pointer) }
+        }
+    }
 }

@@ -158,7 +158,8 @@ public final class BridgeServer: ConnectionDelegate {
             guard let call = decodedAtOnce(request, remembering: lastTokenCall), !call.forceRefresh else { return nil }
             return engine.accessTokenAtOnce(
                 call.provider, account: call.account,
-                minimumValidity: call.minValidityMs ?? SessionEngine.defaultMinimumValidityMilliseconds)?.text
+                minimumValidity: call.minValidityMs ?? SessionEngine.defaultMinimumValidityMilliseconds,
+                request: call.url.map { (call.method ?? "GET", $0, call.dpopNonce) })
         case CheckSignInStatusParams.method:
             guard let call = decodedAtOnce(request, remembering: lastStatusCall) else { return nil }
             return engine.statusAtOnce(call.provider, account: call.account, requestID: nil, runningHooks: true, ifBlocked: ifBlocked)?.text

@@ -72,6 +72,9 @@ final class AnswerCache: Sendable {
         let tokens: TokenSet
         let plugin: LoadedPlugin
         var accessToken: Answer?
+        /// A DPoP-bound session's answer: `accessToken` is kept without a proof, and every call
+        /// that names its request gets a new one spliced in (a proof is good for one request).
+        var dpop: DPoPAnswer?
         var status: (answer: Answer, check: StatusCheck)?
     }
 

@@ -17,6 +17,8 @@ struct DPoPKey: Sendable, Equatable, CustomStringConvertible {
     let jwk: String
     /// The JWK SHA-256 thumbprint (RFC 7638), base64url: `dpop_jkt` (RFC 9449 §10).
     let thumbprint: String
+    /// The proof header (RFC 9449 §4.2), base64url: the same for every proof of the key.
+    private let encodedHeader: String
 
     init(_ key: SigningKey) {
         self.key = key
@@ -29,6 +31,7 @@ struct DPoPKey: Sendable, Equatable, CustomStringConvertible {
             jwk = #"{"crv":"Ed25519","kty":"OKP","x":"\#(Base64URL.encode(key.publicKey))"}"#
         }
         thumbprint = Base64URL.encode(SHA256.hash(Array(jwk.utf8)))
+        encodedHeader = Base64URL.encode(Array(#"{"typ":"dpop+jwt","alg":"\#(key.algorithm.rawValue)","jwk":\#(jwk)}"#.utf8))
         KnownSecrets.shared.remember(Base64URL.encode(key.privateKey))
     }
 
@@ -57,14 +60,32 @@ struct DPoPKey: Sendable, Equatable, CustomStringConvertible {
     /// A proof for one request (RFC 9449 §4.2): `htm` the method, `htu` the URL without its query
     /// and fragment, `ath` the access token's hash on a resource request, `nonce` the server's.
     func proof(method: String, url: String, accessToken: String? = nil, nonce: String? = nil, now: Int64) throws(CryptoFailure) -> String {
-        let header = #"{"typ":"dpop+jwt","alg":"\#(key.algorithm.rawValue)","jwk":\#(jwk)}"#
-        let claims: JSON = .compactObject([
-            "jti": .string(PKCE.randomToken()), "htm": .string(method.uppercased()), "htu": .string(Self.target(url)),
-            "iat": .int(now / 1000), "ath": accessToken.map { .string(Base64URL.encode(SHA256.hash(Array($0.utf8)))) },
-            "nonce": nonce.map(JSON.string),
-        ])
-        let signingInput = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(claims.serializedString().utf8))
+        try proof(method: method, url: url, ath: accessToken.map(Self.ath), nonce: nonce, now: now)
+    }
+
+    /// `proof` with the access token's hash (`ath`) made before: the answer cache keeps it.
+    func proof(method: String, url: String, ath: String?, nonce: String?, now: Int64) throws(CryptoFailure) -> String {
+        // Written out rather than built as JSON and serialised: this runs once per request a frontend makes.
+        var claims = #"{"jti":""# + PKCE.randomToken() + #"","htm":"# + Self.quoted(method.uppercased())
+        claims += #","htu":"# + Self.quoted(Self.target(url)) + #","iat":"# + String(now / 1000)
+        if let ath { claims += #","ath":"# + Self.quoted(ath) }
+        if let nonce { claims += #","nonce":"# + Self.quoted(nonce) }
+        claims += "}"
+        let signingInput = encodedHeader + "." + Base64URL.encode(Array(claims.utf8))
         return signingInput + "." + Base64URL.encode(try key.sign(Array(signingInput.utf8)))
+    }
+
+    /// `text` as a JSON string: as it is when nothing in it needs escaping (URLs, nonces, base64url
+    /// almost always), else by the JSON serialiser.
+    static func quoted(_ text: String) -> String {
+        let plain = text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
+        return plain ? "\"" + text + "\"" : JSON.string(text).serializedString()
+    }
+
+
+    /// `ath`: the access token's SHA-256, base64url (RFC 9449 §4.2).
+    static func ath(_ accessToken: String) -> String {
+        Base64URL.encode(SHA256.hash(Array(accessToken.utf8)))
     }
 
     /// The `htu` of a URL: without query and fragment (RFC 9449 §4.2).
@@ -75,6 +96,39 @@ struct DPoPKey: Sendable, Equatable, CustomStringConvertible {
     var description: String { "DPoPKey(\(key.algorithm.rawValue), jkt \(thumbprint))" }
 }
 
+/// A DPoP-bound session's `getAccessToken` answer as the answer cache keeps it: its JSON text cut
+/// where `headers.DPoP` goes, so that each call's answer is the text with a new proof spliced in,
+/// without building or serialising the answer again; and the token's `ath`, hashed once.
+struct DPoPAnswer: Sendable {
+    let key: DPoPKey
+    let ath: String
+    private let head: [UInt8]
+    private let tail: [UInt8]
+
+    /// `answer`: the answer without a proof. Nil if it cannot be cut (it always can: the marker is new).
+    init?(_ answer: JSON, key: DPoPKey, accessToken: String) {
+        let marker = "dpop-proof-" + PKCE.randomToken()
+        var headers = answer["headers"]?.objectValue ?? [:]
+        headers["DPoP"] = .string(marker)
+        let text = answer.setting("headers", .object(headers)).serialized()
+        let needle = Array(marker.utf8)
+        guard let start = text.indices.first(where: { text[$0...].starts(with: needle) }) else { return nil }
+        self.key = key
+        ath = DPoPKey.ath(accessToken)
+        head = Array(text[..<start])
+        tail = Array(text[(start + needle.count)...])
+    }
+
+    /// The answer's text with `proof` as `headers.DPoP` (a proof is base64url and dots: nothing to escape).
+    func text(with proof: String) -> [UInt8] {
+        var text = head
+        text.reserveCapacity(head.count + proof.utf8.count + tail.count)
+        text.append(contentsOf: proof.utf8)
+        text.append(contentsOf: tail)
+        return text
+    }
+}
+
 /// The last `DPoP-Nonce` each server sent (RFC 9449 §8–9), by origin: the next proof to that
 /// server carries it. Shared by every session of the process.
 final class DPoPNonces: Sendable {
@@ -82,8 +136,12 @@ final class DPoPNonces: Sendable {
     private let nonces = Mutex<[String: String]>([:])
 
     func nonce(for url: String) -> String? {
-        guard let origin = ParsedURL(url)?.origin else { return nil }
-        return nonces.withLock { $0[origin] }
+        ParsedURL(url).flatMap { nonce(origin: $0.origin) }
+    }
+
+    /// The nonce of the server at `origin` (`ParsedURL.origin`).
+    func nonce(origin: String) -> String? {
+        nonces.withLock { $0[origin] }
     }
 
     /// Keeps the nonce of `response` (if any) for `url`'s server.

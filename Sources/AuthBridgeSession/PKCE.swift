@@ -19,7 +19,9 @@ public struct PKCE: Sendable {
 
     /// A random URL-safe value for `state` and `nonce` (128 bits).
     public static func randomToken() -> String {
+        // Two 64-bit draws, not sixteen of one byte: each draw is a getrandom call (a DPoP proof's jti is on the hot path).
         var generator = SystemRandomNumberGenerator()
-        return Base64URL.encode((0..<16).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
+        let (high, low) = (generator.next(), generator.next())
+        return Base64URL.encode((0..<16).map { UInt8(truncatingIfNeeded: ($0 < 8 ? high : low) >> (UInt64($0 % 8) * 8)) })
     }
 }

@@ -39,29 +39,43 @@ extension SessionEngine {
         if let base = context.config["apiBaseUrl"]?.stringValue { request = request.setting("url", .string(base)) }
         let authorized = try await authorize(request, session: session, context: context, requestID: requestID)
         var answer = Self.accessTokenAnswer(profile, session: session, authorized: authorized)
-        if let key = session.dpopKey, answer.tokenType == "DPoP" || answer.headers["Authorization"]?.hasPrefix("DPoP ") == true {
-            // The frontend's own request needs a proof for its method and URL, made here: the key stays in the host.
-            answer.tokenType = "DPoP"
-            if let url = params.url {
-                answer.headers["DPoP"] = try Self.proof(
-                    key, method: params.method ?? "GET", url: url, nonce: params.dpopNonce, session: session, context: context)
-            }
-            return answer
-        }
-        // Kept for the next calls only when it came straight from what was read (no refresh, none started).
+        // A DPoP-bound token (RFC 9449): the frontend's own request needs a proof for its method and URL.
+        let dpop = session.dpopKey.flatMap { answer.tokenType == "DPoP" || answer.headers["Authorization"]?.hasPrefix("DPoP ") == true ? $0 : nil }
+        if dpop != nil { answer.tokenType = "DPoP" }
+        // Kept for the next calls only when it came straight from what was read (no refresh, none
+        // started); a DPoP answer without its proof, which each call gets anew.
         if let observation, freshness == .usable, session == current, configs[profile] != nil {
-            store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) { $0.accessToken = Answer(answer.wire) }
+            store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) {
+                $0.accessToken = Answer(answer.wire)
+                $0.dpop = dpop.flatMap { DPoPAnswer(answer.wire, key: $0, accessToken: session.tokens.accessToken) }
+            }
+        }
+        if let dpop, let url = params.url {
+            answer.headers["DPoP"] = try Self.proof(
+                dpop, method: params.method ?? "GET", url: url, nonce: params.dpopNonce, session: session, context: context)
         }
         return answer
     }
 
-    /// `getAccessToken`'s answer when it needs no refresh, without the actor
-    /// (see `AnswerCache`); nil when only the engine can answer.
-    public nonisolated func accessTokenAtOnce(_ profile: String, account: String?, minimumValidity: Int64) -> Answer? {
+    /// `getAccessToken`'s answer (its JSON text) when it needs no refresh, without the actor (see
+    /// `AnswerCache`); nil when only the engine can answer. `request`: the method, absolute URL and
+    /// server nonce of the frontend's request, for a DPoP-bound session's proof, made here.
+    public nonisolated func accessTokenAtOnce(
+        _ profile: String, account: String?, minimumValidity: Int64, request: (method: String, url: String, nonce: String?)? = nil
+    ) -> [UInt8]? {
         guard let entry = store.answers.current(AnswerCache.Lookup(profile: profile, account: account)), let answer = entry.accessToken,
             entry.tokens.freshness(at: HostClock.nowMilliseconds(), minimumValidity: minimumValidity) == .usable
         else { return nil }
-        return answer
+        guard let dpop = entry.dpop, let request else { return answer.text }
+        // A relative URL needs the profile's apiBaseUrl: the engine joins it.
+        guard let origin = ParsedURL(request.url)?.origin else { return nil }
+        if let nonce = request.nonce { DPoPNonces.shared.keep(nonce, for: request.url) }
+        guard
+            let proof = try? dpop.key.proof(
+                method: request.method, url: request.url, ath: dpop.ath, nonce: DPoPNonces.shared.nonce(origin: origin),
+                now: HostClock.systemMilliseconds())
+        else { return nil }
+        return dpop.text(with: proof)
     }
 
     /// How to tell whether the session a call means changed since it was read.

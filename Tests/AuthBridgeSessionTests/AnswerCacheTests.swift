@@ -13,7 +13,7 @@ import Testing
 @Suite("Answers at once")
 struct AnswerCacheTests {
     private func atOnce(_ engine: SessionEngine, account: String? = nil, minimumValidity: Int64 = 60_000) -> JSON? {
-        engine.accessTokenAtOnce("work", account: account, minimumValidity: minimumValidity)?.json
+        engine.accessTokenAtOnce("work", account: account, minimumValidity: minimumValidity).flatMap { try? JSON.parse($0) }
     }
 
     @Test func aValidSessionIsAnsweredAtOnceAsTheEngineAnsweredIt() async throws {
@@ -91,7 +91,7 @@ struct AnswerCacheTests {
             // The clock is read before the call, so a pause after it cannot fail a correct answer.
             let passed = await eventually(within: .seconds(10)) {
                 let before = HostClock.nowMilliseconds()
-                let answer = engine.accessTokenAtOnce("work", account: nil, minimumValidity: 60_000)?.json
+                let answer = engine.accessTokenAtOnce("work", account: nil, minimumValidity: 60_000).flatMap { try? JSON.parse($0) }
                 if answer != nil { #expect(expiresAt - before >= minimum) }
                 return answer == nil
             }

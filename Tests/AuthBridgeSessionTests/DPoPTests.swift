@@ -127,3 +127,14 @@ struct DPoPTests {
         #expect(failure.reason == "invalidSettings")
     }
 }
+
+extension DPoPTests {
+    /// The claims are written out by hand: whatever a URL or nonce holds, they stay one JSON object.
+    @Test func claimsStayJSONWhateverTheURLAndNonceHold() throws {
+        let key = try DPoPKey.generate(.es256)
+        let url = "https://api.example/a\"b\\c/\u{e9}"
+        let claims = try Self.parts(try key.proof(method: "post", url: url + "?q", ath: "x", nonce: "n\"1\\", now: 5_000)).claims
+        #expect(claims["htu"]?.stringValue == url && claims["nonce"] == "n\"1\\" && claims["htm"] == "POST" && claims["iat"] == 5)
+        #expect(claims.objectValue?.keys.sorted() == ["ath", "htm", "htu", "iat", "jti", "nonce"])
+    }
+}

@@ -74,6 +74,8 @@ public func hkdf(
 // Signing keys for proofs of possession (RFC 9449 DPoP): made, kept and used by the host, never
 // handed out. Raw representations: P-256 private 32 bytes, public x ‖ y 64 bytes, signature r ‖ s
 // 64 bytes (JWS ES256, RFC 7518 §3.4); Ed25519 private 32, public 32, signature 64 (RFC 8037).
+// A key signs through a handle (`authbridge_crypto_key_open_v1`): opened once, it signs without
+// computing its public point again.
 
 /// A new P-256 key pair: the private scalar (32 bytes) to `privateKey`, x ‖ y (64 bytes) to `publicKey`.
 @_cdecl("authbridge_crypto_p256_generate_v1")
@@ -81,18 +83,6 @@ public func p256Generate(_ privateKey: UnsafeMutablePointer<UInt8>?, _ publicKey
     let key = P256.Signing.PrivateKey()
     let status = write(key.rawRepresentation, to: privateKey, count: 32)
     return status == done ? write(key.publicKey.rawRepresentation, to: publicKey, count: 64) : status
-}
-
-/// ES256: the P-256 signature over SHA-256 of `message` as r ‖ s (64 bytes) to `signature`.
-@_cdecl("authbridge_crypto_p256_sign_v1")
-public func p256Sign(
-    _ privateKey: UnsafePointer<UInt8>?, _ privateCount: Int, _ message: UnsafePointer<UInt8>?, _ messageCount: Int,
-    _ signature: UnsafeMutablePointer<UInt8>?
-) -> Int32 {
-    guard privateCount == 32, let key = try? P256.Signing.PrivateKey(rawRepresentation: bytes(privateKey, privateCount)),
-        let signed = try? key.signature(for: bytes(message, messageCount))
-    else { return invalidInput }
-    return write(signed.rawRepresentation, to: signature, count: 64)
 }
 
 /// A new Ed25519 key pair: the private seed (32 bytes) to `privateKey`, the public key (32 bytes) to `publicKey`.
@@ -103,14 +93,57 @@ public func ed25519Generate(_ privateKey: UnsafeMutablePointer<UInt8>?, _ public
     return status == done ? write(key.publicKey.rawRepresentation, to: publicKey, count: 32) : status
 }
 
-/// EdDSA (Ed25519): the signature of `message` (64 bytes) to `signature`.
-@_cdecl("authbridge_crypto_ed25519_sign_v1")
-public func ed25519Sign(
-    _ privateKey: UnsafePointer<UInt8>?, _ privateCount: Int, _ message: UnsafePointer<UInt8>?, _ messageCount: Int,
-    _ signature: UnsafeMutablePointer<UInt8>?
+/// A private key made ready to sign (its public point computed once), held by the host across
+/// proofs: opening a raw key costs as much as the signature itself.
+private enum PreparedKey {
+    case p256(P256.Signing.PrivateKey)
+    case ed25519(Curve25519.Signing.PrivateKey)
+}
+
+private final class PreparedKeyBox {
+    let key: PreparedKey
+    init(_ key: PreparedKey) { self.key = key }
+}
+
+/// Opens a raw private key for signing: `algorithm` 1 P-256 (ES256), 2 Ed25519 (EdDSA). The handle
+/// is released with `authbridge_crypto_key_close_v1`; null for a key that does not open.
+@_cdecl("authbridge_crypto_key_open_v1")
+public func keyOpen(_ algorithm: Int32, _ privateKey: UnsafePointer<UInt8>?, _ privateCount: Int) -> UnsafeMutableRawPointer? {
+    let raw = bytes(privateKey, privateCount)
+    let key: PreparedKey
+    switch algorithm {
+    case 1:
+        guard let opened = try? P256.Signing.PrivateKey(rawRepresentation: raw) else { return nil }
+        key = .p256(opened)
+    case 2:
+        guard let opened = try? Curve25519.Signing.PrivateKey(rawRepresentation: raw) else { return nil }
+        key = .ed25519(opened)
+    default:
+        return nil
+    }
+    return Unmanaged.passRetained(PreparedKeyBox(key)).toOpaque()
+}
+
+/// Signs `message` with an opened key: 64 bytes to `signature` (r ‖ s for P-256). Any thread.
+@_cdecl("authbridge_crypto_key_sign_v1")
+public func keySign(
+    _ handle: UnsafeMutableRawPointer?, _ message: UnsafePointer<UInt8>?, _ messageCount: Int, _ signature: UnsafeMutablePointer<UInt8>?
 ) -> Int32 {
-    guard privateCount == 32, let key = try? Curve25519.Signing.PrivateKey(rawRepresentation: bytes(privateKey, privateCount)),
-        let signed = try? key.signature(for: bytes(message, messageCount))
-    else { return invalidInput }
-    return write(signed, to: signature, count: 64)
+    guard let handle else { return invalidInput }
+    let box = Unmanaged<PreparedKeyBox>.fromOpaque(handle).takeUnretainedValue()
+    switch box.key {
+    case .p256(let key):
+        guard let signed = try? key.signature(for: bytes(message, messageCount)) else { return invalidInput }
+        return write(signed.rawRepresentation, to: signature, count: 64)
+    case .ed25519(let key):
+        guard let signed = try? key.signature(for: bytes(message, messageCount)) else { return invalidInput }
+        return write(signed, to: signature, count: 64)
+    }
+}
+
+/// Releases an opened key.
+@_cdecl("authbridge_crypto_key_close_v1")
+public func keyClose(_ handle: UnsafeMutableRawPointer?) {
+    guard let handle else { return }
+    Unmanaged<PreparedKeyBox>.fromOpaque(handle).release()
 }
