@@ -66,7 +66,7 @@ struct DPoPKey: Sendable, Equatable, CustomStringConvertible {
     /// `proof` with the access token's hash (`ath`) made before: the answer cache keeps it.
     func proof(method: String, url: String, ath: String?, nonce: String?, now: Int64) throws(CryptoFailure) -> String {
         // Written out rather than built as JSON and serialised: this runs once per request a frontend makes.
-        var claims = #"{"jti":""# + PKCE.randomToken() + #"","htm":"# + Self.quoted(method.uppercased())
+        var claims = #"{"jti":""# + PKCE.randomToken() + #"","htm":"# + Self.quoted(method.utf8.contains { (97...122).contains($0) } ? method.uppercased() : method)
         claims += #","htu":"# + Self.quoted(Self.target(url)) + #","iat":"# + String(now / 1000)
         if let ath { claims += #","ath":"# + Self.quoted(ath) }
         if let nonce { claims += #","nonce":"# + Self.quoted(nonce) }
@@ -90,7 +90,8 @@ struct DPoPKey: Sendable, Equatable, CustomStringConvertible {
 
     /// The `htu` of a URL: without query and fragment (RFC 9449 §4.2).
     static func target(_ url: String) -> String {
-        String(url.prefix { $0 != "?" && $0 != "#" })
+        guard let end = url.utf8.firstIndex(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) else { return url }
+        return String(url[..<end])
     }
 
     var description: String { "DPoPKey(\(key.algorithm.rawValue), jkt \(thumbprint))" }
