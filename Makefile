@@ -255,6 +255,7 @@ bench: deps-build deps-test
 	$(PYTHON) bench/hot_path.py --host $(RELEASE_DIR)/authbridge --answerer .build/c-answerer \
 	  --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --hook-cost .build/hook-cost \
 	  --round-trip-client .build/round-trip
+	$(VPY) bench/dpop.py --host $(RELEASE_DIR)/authbridge --round-trip-client .build/round-trip
 	$(PYTHON) bench/redaction.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
 	scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
