@@ -140,7 +140,9 @@ let package = Package(
         .target(name: "AuthBridgeCrypto", dependencies: ["AuthBridgeSystem"]),
         // … whose C entry points over swift-crypto are these.
         .target(
-            name: "HelperSwiftCrypto", dependencies: [.product(name: "Crypto", package: "swift-crypto")], path: "Sources/Helpers/SwiftCrypto",
+            name: "HelperSwiftCrypto",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto"), .product(name: "CryptoExtras", package: "swift-crypto")],
+            path: "Sources/Helpers/SwiftCrypto",
             exclude: ["exports.map"], linkerSettings: soname("libAuthBridgeSwiftCrypto.so") + exportsOnly("Sources/Helpers/SwiftCrypto/exports.map")),
         // The host's network ends: the HTTP service of plugins and standard steps (over
         // libAuthBridgeHTTP.so, dlopen'ed) and the browser flow's loopback redirect listener.
@@ -260,7 +262,10 @@ let package = Package(
             .testTarget(name: "AuthBridgePluginSDKTests", dependencies: ["AuthBridgePluginSDK"], swiftSettings: testSwiftSettings),
             .testTarget(name: "AuthBridgeURLTests", dependencies: ["AuthBridgeURL"], swiftSettings: testSwiftSettings),
             .testTarget(
-                name: "AuthBridgeCryptoTests", dependencies: ["AuthBridgeCrypto", .product(name: "Crypto", package: "swift-crypto")],
+                name: "AuthBridgeCryptoTests",
+                dependencies: [
+                    "AuthBridgeCrypto", .product(name: "Crypto", package: "swift-crypto"), .product(name: "CryptoExtras", package: "swift-crypto"),
+                ],
                 swiftSettings: testSwiftSettings),
             // The bundled plugins' pure functions (failure mapping, URL rules, license mapping).
             .testTarget(

@@ -107,17 +107,21 @@ enum CryptoLibrary {
     static let authenticationFailed: Int32 = 1
     static let invalidInput: Int32 = 2
 
-    typealias Generate = @convention(c) (UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt8>?) -> Int32
+    typealias KeyGenerate =
+        @convention(c) (
+            Int32, UnsafeMutablePointer<UInt8>?, Int, UnsafeMutablePointer<Int>?, UnsafeMutablePointer<UInt8>?, Int, UnsafeMutablePointer<Int>?
+        )
+        -> Int32
     typealias KeyOpen = @convention(c) (Int32, UnsafePointer<UInt8>?, Int) -> UnsafeMutableRawPointer?
-    typealias KeySign = @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt8>?) -> Int32
+    typealias KeySign =
+        @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt8>?, Int, UnsafeMutablePointer<Int>?) -> Int32
     typealias KeyClose = @convention(c) (UnsafeMutableRawPointer?) -> Void
 
     struct Functions: @unchecked Sendable {
         let seal: AEAD
         let open: AEAD
         let hkdf: KDF
-        let p256Generate: Generate
-        let ed25519Generate: Generate
+        let keyGenerate: KeyGenerate
         let keyOpen: KeyOpen
         let keySign: KeySign
         let keyClose: KeyClose
@@ -130,15 +134,13 @@ enum CryptoLibrary {
         guard let seal = symbols.function("authbridge_crypto_aes_gcm_seal_v1", as: AEAD.self),
             let open = symbols.function("authbridge_crypto_aes_gcm_open_v1", as: AEAD.self),
             let hkdf = symbols.function("authbridge_crypto_hkdf_sha256_v1", as: KDF.self),
-            let p256Generate = symbols.function("authbridge_crypto_p256_generate_v1", as: Generate.self),
-            let ed25519Generate = symbols.function("authbridge_crypto_ed25519_generate_v1", as: Generate.self),
+            let keyGenerate = symbols.function("authbridge_crypto_key_generate_v1", as: KeyGenerate.self),
             let keyOpen = symbols.function("authbridge_crypto_key_open_v1", as: KeyOpen.self),
             let keySign = symbols.function("authbridge_crypto_key_sign_v1", as: KeySign.self),
             let keyClose = symbols.function("authbridge_crypto_key_close_v1", as: KeyClose.self)
         else { return nil }
         return Functions(
-            seal: seal, open: open, hkdf: hkdf, p256Generate: p256Generate, ed25519Generate: ed25519Generate, keyOpen: keyOpen,
-            keySign: keySign, keyClose: keyClose)
+            seal: seal, open: open, hkdf: hkdf, keyGenerate: keyGenerate, keyOpen: keyOpen, keySign: keySign, keyClose: keyClose)
     }
 
     static func functions() throws(CryptoFailure) -> Functions {

@@ -4,68 +4,89 @@
 
 import Synchronization
 
-/// A JWS signature algorithm the host can sign with (RFC 7518 §3.4, RFC 8037 §3.1).
+/// A JWS signature algorithm the host can sign with (RFC 7518 §3.3–3.4, RFC 8037 §3.1).
 public enum SignatureAlgorithm: String, Sendable, CaseIterable {
     /// ECDSA on P-256 with SHA-256: the default (RFC 9449 §5 names it as the one to support).
     case es256 = "ES256"
-    /// Ed25519, for servers that list only it.
+    /// Ed25519, for servers that list it and not ES256.
     case edDSA = "EdDSA"
+    /// RSA 2048 with PKCS #1 v1.5 and SHA-256, for servers that list only it among these.
+    case rs256 = "RS256"
 
-    /// The first of `advertised` (a server's list, in its order of preference) the host can
-    /// sign with, ES256 first whenever it is listed; nil when none is.
+    /// The library's number for the algorithm (Sources/Helpers/SwiftCrypto).
+    var code: Int32 {
+        switch self {
+        case .es256: 1
+        case .edDSA: 2
+        case .rs256: 3
+        }
+    }
+
+    /// The first of `advertised` (a server's list) the host can sign with, by the host's order of
+    /// preference: ES256 (small and fast), EdDSA, then RS256 (its keys take a moment to make and
+    /// its proofs are larger); nil when none is listed.
     public static func preferred(among advertised: [String]) -> SignatureAlgorithm? {
-        if advertised.contains(es256.rawValue) { return .es256 }
-        return advertised.lazy.compactMap(SignatureAlgorithm.init(rawValue:)).first
+        allCases.first { advertised.contains($0.rawValue) }
     }
 }
 
 /// A signing key pair. `description` never shows the private key.
 public struct SigningKey: Sendable, Equatable, CustomStringConvertible {
     public let algorithm: SignatureAlgorithm
-    /// The raw private key: the P-256 scalar or the Ed25519 seed (32 bytes).
+    /// The private key: the P-256 scalar or the Ed25519 seed (32 bytes), RSA's PKCS #1 DER.
     public let privateKey: [UInt8]
-    /// The raw public key: x ‖ y for P-256 (64 bytes), the Ed25519 point (32 bytes).
+    /// The public key: x ‖ y for P-256 (64 bytes), the Ed25519 point (32), RSA's modulus (256
+    /// bytes) ‖ public exponent.
     public let publicKey: [UInt8]
 
     /// A key read back from storage; nil when the sizes do not fit the algorithm.
     public init?(algorithm: SignatureAlgorithm, privateKey: [UInt8], publicKey: [UInt8]) {
-        guard privateKey.count == 32, publicKey.count == (algorithm == .es256 ? 64 : 32) else { return nil }
+        switch algorithm {
+        case .es256: guard privateKey.count == 32, publicKey.count == 64 else { return nil }
+        case .edDSA: guard privateKey.count == 32, publicKey.count == 32 else { return nil }
+        case .rs256: guard (600...4096).contains(privateKey.count), (257...264).contains(publicKey.count) else { return nil }
+        }
         self.algorithm = algorithm
         self.privateKey = privateKey
         self.publicKey = publicKey
     }
 
-    /// A new random key pair.
+    /// A new random key pair (RS256: a 2048-bit key, which takes tens of milliseconds to make).
     public static func generate(_ algorithm: SignatureAlgorithm) throws(CryptoFailure) -> SigningKey {
         let functions = try CryptoLibrary.functions()
-        var privateKey = [UInt8](repeating: 0, count: 32)
-        var publicKey = [UInt8](repeating: 0, count: algorithm == .es256 ? 64 : 32)
-        let generate = algorithm == .es256 ? functions.p256Generate : functions.ed25519Generate
+        var privateKey = [UInt8](repeating: 0, count: 4096)
+        var publicKey = [UInt8](repeating: 0, count: 512)
+        var lengths = (0, 0)
         let status = privateKey.withUnsafeMutableBufferPointer { secret in
-            publicKey.withUnsafeMutableBufferPointer { generate(secret.baseAddress, $0.baseAddress) }
+            publicKey.withUnsafeMutableBufferPointer { key in
+                functions.keyGenerate(algorithm.code, secret.baseAddress, secret.count, &lengths.0, key.baseAddress, key.count, &lengths.1)
+            }
         }
         try CryptoLibrary.check(status, "\(algorithm.rawValue) key generation")
-        return SigningKey(algorithm: algorithm, privateKey: privateKey, publicKey: publicKey)!
+        guard let key = SigningKey(algorithm: algorithm, privateKey: Array(privateKey[..<lengths.0]), publicKey: Array(publicKey[..<lengths.1]))
+        else { throw CryptoFailure(reason: .invalidInput, message: "\(algorithm.rawValue) key generation: a key of an unexpected size") }
+        return key
     }
 
-    /// The JWS signature of `message`: r ‖ s for ES256, the Ed25519 signature for EdDSA (64 bytes).
+    /// The JWS signature of `message`: r ‖ s for ES256 (64 bytes), Ed25519's for EdDSA (64), RSA's for RS256 (256).
     public func sign(_ message: [UInt8]) throws(CryptoFailure) -> [UInt8] {
         let functions = try CryptoLibrary.functions()
-        var signature = [UInt8](repeating: 0, count: 64)
-        let status: Int32
-        if let prepared = try prepared.key(self, functions) {
-            status = message.withUnsafeBufferPointer { message in
-                signature.withUnsafeMutableBufferPointer { functions.keySign(prepared, message.baseAddress, message.count, $0.baseAddress) }
+        guard let handle = prepared.handle(self, functions) else {
+            throw CryptoFailure(reason: .invalidInput, message: "\(algorithm.rawValue) signing: the key does not open")
+        }
+        var signature = [UInt8](repeating: 0, count: 512)
+        var length = 0
+        let status = message.withUnsafeBufferPointer { message in
+            signature.withUnsafeMutableBufferPointer {
+                functions.keySign(handle, message.baseAddress, message.count, $0.baseAddress, $0.count, &length)
             }
-        } else {
-            status = CryptoLibrary.invalidInput
         }
         try CryptoLibrary.check(status, "\(algorithm.rawValue) signing")
-        return signature
+        return Array(signature[..<length])
     }
 
     /// The key opened once in the library, for every signature (shared by copies of the key).
-    private let prepared = PreparedKey()
+    private let prepared = OpenedKey()
 
     public static func == (lhs: SigningKey, rhs: SigningKey) -> Bool {
         lhs.algorithm == rhs.algorithm && lhs.privateKey == rhs.privateKey && lhs.publicKey == rhs.publicKey
@@ -74,25 +95,23 @@ public struct SigningKey: Sendable, Equatable, CustomStringConvertible {
     public var description: String { "SigningKey(\(algorithm.rawValue), private key: [REDACTED])" }
 }
 
-/// A private key opened in libAuthBridgeSwiftCrypto.so, opened on first use and closed with the
-/// last copy of its `SigningKey`.
-private final class PreparedKey: Sendable {
-    private let handle = Mutex<(pointer: UnsafeMutableRawPointer, close: CryptoLibrary.KeyClose)?>(nil)
+/// A private key opened in libAuthBridgeSwiftCrypto.so on first use, closed with the last copy of
+/// its `SigningKey`.
+private final class OpenedKey: Sendable {
+    private let opened = Mutex<(pointer: UnsafeMutableRawPointer, close: CryptoLibrary.KeyClose)?>(nil)
 
-    func key(_ key: SigningKey, _ functions: CryptoLibrary.Functions) throws(CryptoFailure) -> UnsafeMutableRawPointer? {
-        handle.withLock { handle in
-            if let handle { return handle.pointer }
-            let opened = key.privateKey.withUnsafeBufferPointer {
-                functions.keyOpen(key.algorithm == .es256 ? 1 : 2, $0.baseAddress, $0.count)
-            }
-            if let opened { handle = (opened, functions.keyClose) }
-            return opened
+    func handle(_ key: SigningKey, _ functions: CryptoLibrary.Functions) -> UnsafeMutableRawPointer? {
+        opened.withLock { opened in
+            if let opened { return opened.pointer }
+            let pointer = key.privateKey.withUnsafeBufferPointer { functions.keyOpen(key.algorithm.code, $0.baseAddress, $0.count) }
+            if let pointer { opened = (pointer, functions.keyClose) }
+            return pointer
         }
     }
 
     deinit {
-        handle.withLock { handle in
-            if let handle { handle.close(handle.pointer) }
+        opened.withLock { opened in
+            if let opened { opened.close(opened.pointer) }
         }
     }
 }

@@ -29,6 +29,9 @@ struct DPoPKey: Sendable, Equatable, CustomStringConvertible {
             jwk = #"{"crv":"P-256","kty":"EC","x":"\#(x)","y":"\#(y)"}"#
         case .edDSA:
             jwk = #"{"crv":"Ed25519","kty":"OKP","x":"\#(Base64URL.encode(key.publicKey))"}"#
+        case .rs256:
+            let n = Base64URL.encode(key.publicKey[0..<256]), e = Base64URL.encode(key.publicKey[256...])
+            jwk = #"{"e":"\#(e)","kty":"RSA","n":"\#(n)"}"#
         }
         thumbprint = Base64URL.encode(SHA256.hash(Array(jwk.utf8)))
         encodedHeader = Base64URL.encode(Array(#"{"typ":"dpop+jwt","alg":"\#(key.algorithm.rawValue)","jwk":\#(jwk)}"#.utf8))
@@ -66,7 +69,9 @@ struct DPoPKey: Sendable, Equatable, CustomStringConvertible {
     /// `proof` with the access token's hash (`ath`) made before: the answer cache keeps it.
     func proof(method: String, url: String, ath: String?, nonce: String?, now: Int64) throws(CryptoFailure) -> String {
         // Written out rather than built as JSON and serialised: this runs once per request a frontend makes.
-        var claims = #"{"jti":""# + PKCE.randomToken() + #"","htm":"# + Self.quoted(method.utf8.contains { (97...122).contains($0) } ? method.uppercased() : method)
+        var claims =
+            #"{"jti":""# + PKCE.randomToken() + #"","htm":"#
+            + Self.quoted(method.utf8.contains { (97...122).contains($0) } ? method.uppercased() : method)
         claims += #","htu":"# + Self.quoted(Self.target(url)) + #","iat":"# + String(now / 1000)
         if let ath { claims += #","ath":"# + Self.quoted(ath) }
         if let nonce { claims += #","nonce":"# + Self.quoted(nonce) }
@@ -81,7 +86,6 @@ struct DPoPKey: Sendable, Equatable, CustomStringConvertible {
         let plain = text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
         return plain ? "\"" + text + "\"" : JSON.string(text).serializedString()
     }
-
 
     /// `ath`: the access token's SHA-256, base64url (RFC 9449 §4.2).
     static func ath(_ accessToken: String) -> String {

@@ -1,5 +1,6 @@
 import AuthBridgeCrypto
 import Crypto
+import CryptoExtras
 import Testing
 
 /// The DPoP signing keys through libAuthBridgeSwiftCrypto.so, checked by swift-crypto's own verifiers.
@@ -26,6 +27,21 @@ struct SigningTests {
         #expect(publicKey.isValidSignature(try key.sign(message), for: message))
     }
 
+    @Test func rs256SignaturesVerifyWithThePublicKey() throws {
+        let key = try SigningKey.generate(.rs256)
+        let (modulus, exponent) = (key.publicKey[0..<256], key.publicKey[256...])
+        #expect(modulus.first != 0 && exponent.elementsEqual([1, 0, 1]), "a 2048-bit modulus and e = 65537")
+        let message = Array("header.claims".utf8)
+        let signature = try key.sign(message)
+        #expect(signature.count == 256)
+        let publicKey = try _RSA.Signing.PublicKey(n: Array(modulus), e: Array(exponent))
+        #expect(publicKey.isValidSignature(_RSA.Signing.RSASignature(rawRepresentation: signature), for: message, padding: .insecurePKCS1v1_5))
+        let stored = try #require(SigningKey(algorithm: .rs256, privateKey: key.privateKey, publicKey: key.publicKey))
+        #expect(
+            publicKey.isValidSignature(
+                _RSA.Signing.RSASignature(rawRepresentation: try stored.sign(message)), for: message, padding: .insecurePKCS1v1_5))
+    }
+
     @Test func everyKeyIsNewAndNeverPrinted() throws {
         let (first, second) = (try SigningKey.generate(.es256), try SigningKey.generate(.es256))
         #expect(first.privateKey != second.privateKey)
@@ -33,11 +49,12 @@ struct SigningTests {
         #expect(SigningKey(algorithm: .es256, privateKey: [1], publicKey: first.publicKey) == nil)
     }
 
-    /// RFC 9449 §5.1: ES256 whenever the server lists it, else the first the host can make.
+    /// RFC 9449 §5.1: ES256 whenever the server lists it, then EdDSA, then RS256.
     @Test func theAlgorithmIsChosenFromTheServersList() {
         #expect(SignatureAlgorithm.preferred(among: ["RS256", "PS256", "ES256", "EdDSA"]) == .es256)
         #expect(SignatureAlgorithm.preferred(among: ["RS256", "EdDSA"]) == .edDSA)
-        #expect(SignatureAlgorithm.preferred(among: ["RS256", "PS256"]) == nil)
+        #expect(SignatureAlgorithm.preferred(among: ["RS256", "PS256"]) == .rs256)
+        #expect(SignatureAlgorithm.preferred(among: ["PS256", "ES384"]) == nil)
         #expect(SignatureAlgorithm.preferred(among: []) == nil)
     }
 }

@@ -43,6 +43,10 @@ struct DPoPTests {
         #expect(key.thumbprint == Base64URL.encode(SHA256.hash(Array(canonical.utf8))))
         let ed = try DPoPKey.generate(.edDSA)
         #expect(ed.jwk == "{\"crv\":\"Ed25519\",\"kty\":\"OKP\",\"x\":\"\(Base64URL.encode(ed.key.publicKey))\"}")
+        let rsa = try DPoPKey.generate(.rs256)
+        let n = Base64URL.encode(rsa.key.publicKey[0..<256])
+        #expect(rsa.jwk == "{\"e\":\"AQAB\",\"kty\":\"RSA\",\"n\":\"\(n)\"}")
+        #expect(rsa.thumbprint == Base64URL.encode(SHA256.hash(Array(rsa.jwk.utf8))))
     }
 
     @Test func theKeyReadsBackFromItsRecordAndIsNeverPrinted() throws {
@@ -109,10 +113,11 @@ struct DPoPTests {
         }
         #expect(try discovered([:], ["RS256", "ES256"]).get()["dpopAlgorithm"] == "ES256")
         #expect(try discovered([:], ["EdDSA"]).get()["dpopAlgorithm"] == "EdDSA")
+        #expect(try discovered([:], ["PS256", "RS256"]).get()["dpopAlgorithm"] == "RS256")
         #expect(try discovered([:], nil).get()["dpopAlgorithm"] == nil, "auto: off where not advertised")
         #expect(try discovered(["dpop": false], ["ES256"]).get()["dpopAlgorithm"] == nil)
-        #expect(try discovered(["dpop": "auto"], ["RS256"]).get()["dpopAlgorithm"] == nil, "auto: none the host can make")
-        for (settings, algorithms) in [(["dpop": true], nil), (["dpop": true], ["RS256"])] as [([String: JSON], [String]?)] {
+        #expect(try discovered(["dpop": "auto"], ["PS256"]).get()["dpopAlgorithm"] == nil, "auto: none the host can make")
+        for (settings, algorithms) in [(["dpop": true], nil), (["dpop": true], ["PS256", "ES512"])] as [([String: JSON], [String]?)] {
             guard case .failure(let failure) = discovered(settings, algorithms) else {
                 Issue.record("required DPoP accepted without it")
                 continue

@@ -63,8 +63,9 @@ def jwt_parts(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def thumbprint(jwk: dict[str, Any]) -> str:
-    """RFC 7638 of an EC or OKP key."""
-    members = {key: jwk[key] for key in (("crv", "kty", "x", "y") if jwk["kty"] == "EC" else ("crv", "kty", "x"))}
+    """RFC 7638 of an EC, OKP or RSA key."""
+    required = {"EC": ("crv", "kty", "x", "y"), "OKP": ("crv", "kty", "x"), "RSA": ("e", "kty", "n")}[jwk["kty"]]
+    members = {key: jwk[key] for key in required}
     canonical = json.dumps(members, separators=(",", ":"), sort_keys=True).encode()
     return base64.urlsafe_b64encode(hashlib.sha256(canonical).digest()).rstrip(b"=").decode()
 
@@ -262,3 +263,23 @@ def test_the_key_lives_in_the_vault_with_the_session(start_host, oidc_plugin_dir
     assert second.result("fetch", {"provider": "p", "url": discovery(op)["userinfo_endpoint"]})["status"] == 200
     stored = b"".join(path.read_bytes() for path in shared.rglob("*") if path.is_file())
     assert b"dpopKey" not in stored and b'"d":' not in stored, "nothing of the key in the clear on disk"
+
+
+@pytest.mark.parametrize("algorithm", ["EdDSA", "RS256"])
+def test_a_server_that_lists_only_another_algorithm_gets_proofs_in_it(start_host, oidc_plugin_dir, tmp_path, algorithm):
+    """RFC 9449 §5.1: the key is made for an algorithm the server lists — ES256 unless it lists
+    only others; then EdDSA, then RS256."""
+    from authbridge_testkit.idpyoidc_op import IdpyOIDCServer
+    server = IdpyOIDCServer(tmp_path / "op", dpop_algs=[algorithm, "PS256"]).start()
+    try:
+        host = start_host([oidc_plugin_dir], profiles=profile(server))
+        assert sign_in_external(host, server, "p")["tokenType"] == "DPoP"
+        userinfo = discovery(server)["userinfo_endpoint"]
+        token = host.result("getAccessToken", {"provider": "p", "method": "GET", "url": userinfo})
+        header = jwt_parts(token["headers"]["DPoP"])[0]
+        assert header["alg"] == algorithm and header["jwk"]["kty"] == ("OKP" if algorithm == "EdDSA" else "RSA"), header
+        assert call(userinfo, token["headers"]) == 200
+        assert host.result("getAccessToken", {"provider": "p", "forceRefresh": True})["tokenType"] == "DPoP"
+        assert host.result("fetch", {"provider": "p", "url": userinfo})["status"] == 200
+    finally:
+        server.stop()

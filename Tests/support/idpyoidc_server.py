@@ -58,6 +58,8 @@ import loopback_wsgi  # beside this file
 parser = argparse.ArgumentParser()
 parser.add_argument("--state", required=True)
 parser.add_argument("--access-lifetime", type=int, default=3600)
+parser.add_argument("--dpop-algs", default="ES256 RS256 PS256 EdDSA",
+                    help="dpop_signing_alg_values_supported, space-separated (a client must choose from it)")
 parser.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
 parser.add_argument("--loopback-port", type=int, default=0,
                     help="the port of the second redirect URI, http://127.0.0.1:P/callback")
@@ -81,7 +83,7 @@ CONFIDENTIAL_SECRET = "authbridge-confidential-secret-0123456789"
 REDIRECT_URIS = ["http://127.0.0.1:53682/callback"]
 if args.loopback_port:
     REDIRECT_URIS.append(f"http://127.0.0.1:{args.loopback_port}/callback")
-DPOP_ALGS = ["ES256", "RS256", "PS256", "EdDSA"]
+DPOP_ALGS = args.dpop_algs.split()
 
 # The user db of the password page and the claims of userinfo and ID tokens.
 with open(os.path.join(STATE, "passwd.json"), "w") as handle:

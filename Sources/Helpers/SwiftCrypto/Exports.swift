@@ -1,4 +1,5 @@
 import Crypto
+import CryptoExtras
 
 // The host's AES-GCM and HKDF as C entry points of libAuthBridgeSwiftCrypto.so, over swift-crypto
 // (Sources/AuthBridgeCrypto calls them; it opens the library on first use).
@@ -72,78 +73,116 @@ public func hkdf(
 }
 
 // Signing keys for proofs of possession (RFC 9449 DPoP): made, kept and used by the host, never
-// handed out. Raw representations: P-256 private 32 bytes, public x ‖ y 64 bytes, signature r ‖ s
-// 64 bytes (JWS ES256, RFC 7518 §3.4); Ed25519 private 32, public 32, signature 64 (RFC 8037).
-// A key signs through a handle (`authbridge_crypto_key_open_v1`): opened once, it signs without
-// computing its public point again.
+// handed out. `algorithm`: 1 P-256 (ES256), 2 Ed25519 (EdDSA), 3 RSA 2048 with PKCS #1 v1.5 and
+// SHA-256 (RS256, for servers that list nothing else). Private keys: the P-256 scalar or the
+// Ed25519 seed (32 bytes), RSA's PKCS #1 DER. Public keys: P-256 x ‖ y (64 bytes), the Ed25519
+// point (32), RSA's modulus (256 bytes) ‖ public exponent. Signatures: r ‖ s (64 bytes, RFC 7518
+// §3.4), Ed25519's (64), RSA's (256). A key signs through a handle (`authbridge_crypto_key_open_v1`):
+// opened once, it signs without parsing the key or computing its public point again.
 
-/// A new P-256 key pair: the private scalar (32 bytes) to `privateKey`, x ‖ y (64 bytes) to `publicKey`.
-@_cdecl("authbridge_crypto_p256_generate_v1")
-public func p256Generate(_ privateKey: UnsafeMutablePointer<UInt8>?, _ publicKey: UnsafeMutablePointer<UInt8>?) -> Int32 {
-    let key = P256.Signing.PrivateKey()
-    let status = write(key.rawRepresentation, to: privateKey, count: 32)
-    return status == done ? write(key.publicKey.rawRepresentation, to: publicKey, count: 64) : status
-}
-
-/// A new Ed25519 key pair: the private seed (32 bytes) to `privateKey`, the public key (32 bytes) to `publicKey`.
-@_cdecl("authbridge_crypto_ed25519_generate_v1")
-public func ed25519Generate(_ privateKey: UnsafeMutablePointer<UInt8>?, _ publicKey: UnsafeMutablePointer<UInt8>?) -> Int32 {
-    let key = Curve25519.Signing.PrivateKey()
-    let status = write(key.rawRepresentation, to: privateKey, count: 32)
-    return status == done ? write(key.publicKey.rawRepresentation, to: publicKey, count: 32) : status
-}
-
-/// A private key made ready to sign (its public point computed once), held by the host across
-/// proofs: opening a raw key costs as much as the signature itself.
-private enum PreparedKey {
+private enum SigningKey {
     case p256(P256.Signing.PrivateKey)
     case ed25519(Curve25519.Signing.PrivateKey)
+    case rsa(_RSA.Signing.PrivateKey)
+
+    static func generate(_ algorithm: Int32) -> SigningKey? {
+        switch algorithm {
+        case 1: return .p256(P256.Signing.PrivateKey())
+        case 2: return .ed25519(Curve25519.Signing.PrivateKey())
+        case 3: return (try? _RSA.Signing.PrivateKey(keySize: .bits2048)).map(SigningKey.rsa)
+        default: return nil
+        }
+    }
+
+    static func open(_ algorithm: Int32, _ raw: UnsafeRawBufferPointer) -> SigningKey? {
+        switch algorithm {
+        case 1: return (try? P256.Signing.PrivateKey(rawRepresentation: raw)).map(SigningKey.p256)
+        case 2: return (try? Curve25519.Signing.PrivateKey(rawRepresentation: raw)).map(SigningKey.ed25519)
+        case 3:
+            guard let key = try? _RSA.Signing.PrivateKey(derRepresentation: raw), key.keySizeInBits == 2048 else { return nil }
+            return .rsa(key)
+        default: return nil
+        }
+    }
+
+    var privateBytes: [UInt8] {
+        switch self {
+        case .p256(let key): Array(key.rawRepresentation)
+        case .ed25519(let key): Array(key.rawRepresentation)
+        case .rsa(let key): Array(key.derRepresentation)
+        }
+    }
+
+    var publicBytes: [UInt8]? {
+        switch self {
+        case .p256(let key): return Array(key.publicKey.rawRepresentation)
+        case .ed25519(let key): return Array(key.publicKey.rawRepresentation)
+        case .rsa(let key):
+            guard let primitives = try? key.publicKey.getKeyPrimitives() else { return nil }
+            // A 2048-bit modulus is 256 bytes, its first one not zero; the exponent follows.
+            let modulus = Array(primitives.modulus.drop { $0 == 0 })
+            return modulus.count == 256 ? modulus + Array(primitives.publicExponent.drop { $0 == 0 }) : nil
+        }
+    }
+
+    func sign(_ message: UnsafeRawBufferPointer) -> [UInt8]? {
+        switch self {
+        case .p256(let key): return (try? key.signature(for: message)).map { Array($0.rawRepresentation) }
+        case .ed25519(let key): return (try? key.signature(for: message)).map { Array($0) }
+        case .rsa(let key): return (try? key.signature(for: message, padding: .insecurePKCS1v1_5)).map { Array($0.rawRepresentation) }
+        }
+    }
 }
 
-private final class PreparedKeyBox {
-    let key: PreparedKey
-    init(_ key: PreparedKey) { self.key = key }
+/// Writes `source` to `output` (at most `capacity` bytes) and its length to `length`.
+private func write(_ source: [UInt8], to output: UnsafeMutablePointer<UInt8>?, capacity: Int, length: UnsafeMutablePointer<Int>?) -> Int32 {
+    guard source.count <= capacity, let output, let length else { return invalidInput }
+    source.withUnsafeBufferPointer { output.update(from: $0.baseAddress!, count: source.count) }
+    length.pointee = source.count
+    return done
 }
 
-/// Opens a raw private key for signing: `algorithm` 1 P-256 (ES256), 2 Ed25519 (EdDSA). The handle
-/// is released with `authbridge_crypto_key_close_v1`; null for a key that does not open.
+/// A new key pair for `algorithm`: the private key to `privateKey` (its length to `privateLength`),
+/// the public key to `publicKey` (`publicLength`). 2 when a capacity is too small.
+@_cdecl("authbridge_crypto_key_generate_v1")
+public func keyGenerate(
+    _ algorithm: Int32, _ privateKey: UnsafeMutablePointer<UInt8>?, _ privateCapacity: Int, _ privateLength: UnsafeMutablePointer<Int>?,
+    _ publicKey: UnsafeMutablePointer<UInt8>?, _ publicCapacity: Int, _ publicLength: UnsafeMutablePointer<Int>?
+) -> Int32 {
+    guard let key = SigningKey.generate(algorithm), let publicBytes = key.publicBytes else { return invalidInput }
+    let status = write(key.privateBytes, to: privateKey, capacity: privateCapacity, length: privateLength)
+    return status == done ? write(publicBytes, to: publicKey, capacity: publicCapacity, length: publicLength) : status
+}
+
+private final class OpenedKey {
+    let key: SigningKey
+    init(_ key: SigningKey) { self.key = key }
+}
+
+/// Opens a private key of `algorithm` for signing; null for one that does not open. Released with
+/// `authbridge_crypto_key_close_v1`.
 @_cdecl("authbridge_crypto_key_open_v1")
 public func keyOpen(_ algorithm: Int32, _ privateKey: UnsafePointer<UInt8>?, _ privateCount: Int) -> UnsafeMutableRawPointer? {
-    let raw = bytes(privateKey, privateCount)
-    let key: PreparedKey
-    switch algorithm {
-    case 1:
-        guard let opened = try? P256.Signing.PrivateKey(rawRepresentation: raw) else { return nil }
-        key = .p256(opened)
-    case 2:
-        guard let opened = try? Curve25519.Signing.PrivateKey(rawRepresentation: raw) else { return nil }
-        key = .ed25519(opened)
-    default:
-        return nil
-    }
-    return Unmanaged.passRetained(PreparedKeyBox(key)).toOpaque()
+    guard let key = SigningKey.open(algorithm, bytes(privateKey, privateCount)) else { return nil }
+    return Unmanaged.passRetained(OpenedKey(key)).toOpaque()
 }
 
-/// Signs `message` with an opened key: 64 bytes to `signature` (r ‖ s for P-256). Any thread.
+/// Signs `message` with an opened key: the signature to `signature` (at most `capacity` bytes),
+/// its length to `length`. Any thread.
 @_cdecl("authbridge_crypto_key_sign_v1")
 public func keySign(
-    _ handle: UnsafeMutableRawPointer?, _ message: UnsafePointer<UInt8>?, _ messageCount: Int, _ signature: UnsafeMutablePointer<UInt8>?
+    _ handle: UnsafeMutableRawPointer?, _ message: UnsafePointer<UInt8>?, _ messageCount: Int, _ signature: UnsafeMutablePointer<UInt8>?,
+    _ capacity: Int, _ length: UnsafeMutablePointer<Int>?
 ) -> Int32 {
     guard let handle else { return invalidInput }
-    let box = Unmanaged<PreparedKeyBox>.fromOpaque(handle).takeUnretainedValue()
-    switch box.key {
-    case .p256(let key):
-        guard let signed = try? key.signature(for: bytes(message, messageCount)) else { return invalidInput }
-        return write(signed.rawRepresentation, to: signature, count: 64)
-    case .ed25519(let key):
-        guard let signed = try? key.signature(for: bytes(message, messageCount)) else { return invalidInput }
-        return write(signed, to: signature, count: 64)
-    }
+    let opened = Unmanaged<OpenedKey>.fromOpaque(handle).takeUnretainedValue()
+    guard let signed = opened.key.sign(bytes(message, messageCount)) else { return invalidInput }
+    return write(signed, to: signature, capacity: capacity, length: length)
 }
 
 /// Releases an opened key.
 @_cdecl("authbridge_crypto_key_close_v1")
 public func keyClose(_ handle: UnsafeMutableRawPointer?) {
     guard let handle else { return }
-    Unmanaged<PreparedKeyBox>.fromOpaque(handle).release()
+    Unmanaged<OpenedKey>.fromOpaque(handle).release()
 }

@@ -57,9 +57,11 @@ class IdpyOIDCServer:
     name = "idpyoidc"
     has_device_flow = False
 
-    def __init__(self, state: Path, access_lifetime: int = 3600) -> None:
+    def __init__(self, state: Path, access_lifetime: int = 3600, dpop_algs: list[str] | None = None) -> None:
         self.state = state
         self.access_lifetime = access_lifetime
+        #: What the OP advertises as dpop_signing_alg_values_supported (None: its default list).
+        self.dpop_algs = dpop_algs
         self.process: subprocess.Popen | None = None
         self.port = 0                      # chosen by the first start, kept by restarts
         self.loopback_port = free_port()   # registered as http://127.0.0.1:<it>/callback
@@ -78,7 +80,8 @@ class IdpyOIDCServer:
         log = open(self.state / "server.log", "ab")  # appended: a restart keeps the earlier runs' log
         self.process = subprocess.Popen(
             [sys.executable, str(SERVER), "--state", str(self.state), "--access-lifetime", str(int(self.access_lifetime)),
-             "--port", str(self.port), "--loopback-port", str(self.loopback_port)],
+             "--port", str(self.port), "--loopback-port", str(self.loopback_port),
+             *(["--dpop-algs", " ".join(self.dpop_algs)] if self.dpop_algs else [])],
             stdout=subprocess.PIPE, stderr=log)
         log.close()
         line = self._ready_line()
