@@ -104,8 +104,11 @@ def test_sign_in_binds_the_tokens_to_a_key_the_host_keeps(start_host, oidc_plugi
     assert host.result("checkSignInStatus", {"provider": "p"})["tokenType"] == "DPoP"
 
 
-def test_the_key_proves_every_refresh_and_a_stolen_token_is_useless(start_host, oidc_plugin_dir, op):
-    host = start_host([oidc_plugin_dir], profiles=profile(op))
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_the_key_proves_every_refresh_and_a_stolen_token_is_useless(start_host, oidc_plugin_dir, op, isolation):
+    """The plugin in its runner (a user's folder: the default) or inside the host (as the bundled
+    plugins run): either way its standard steps' requests get their proofs from the host."""
+    host = start_host([oidc_plugin_dir], profiles=profile(op), extra_args=["--plugin-isolation", isolation])
     sign_in_external(host, op, "p")
     stolen = host.result("getAccessToken", {"provider": "p"})["accessToken"]
     userinfo = discovery(op)["userinfo_endpoint"]
@@ -283,3 +286,16 @@ def test_a_server_that_lists_only_another_algorithm_gets_proofs_in_it(start_host
         assert host.result("fetch", {"provider": "p", "url": userinfo})["status"] == 200
     finally:
         server.stop()
+
+
+def test_sign_out_revokes_a_bound_session(start_host, oidc_plugin_dir, op):
+    """RFC 7009 revocation needs no proof: a DPoP-bound grant is revoked like a bearer one (as the
+    confidential client: glewlwyd refuses a public client's revocation)."""
+    host = start_host([oidc_plugin_dir], profiles=profile(op, confidential=True))
+    assert sign_in_external(host, op, "p")["tokenType"] == "DPoP"
+    access = host.result("getAccessToken", {"provider": "p"})["accessToken"]
+    assert op.introspect(access)
+    result = host.result("signOut", {"provider": "p"})
+    assert "refresh_token" in result["revoked"] and not result["failures"], result
+    assert not op.introspect(access), "the access token is revoked at the server"
+    assert host.result("checkSignInStatus", {"provider": "p"})["state"] == "notSignedIn"
