@@ -56,7 +56,8 @@ public struct PluginCall: @unchecked Sendable {
     }
 
     /// One HTTP exchange through the host (https only, except loopback IPs).
-    /// Request: {method, url, headers, form | json | body, timeoutMs}.
+    /// Request: {method, url, headers, form | json | body, timeoutMs, dpop}; `"dpop": true` gets a
+    /// DPoP proof of the session's key (which stays in the host) where the session has one.
     public func http(_ request: JSON) throws(ProviderFailure) -> HTTPResponse {
         let answer = try exchange(request) { input, output in host.api.pointee.http?(call, input, output) }
         var headers: [String: String] = [:]

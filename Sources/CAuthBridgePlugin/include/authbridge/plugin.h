@@ -216,6 +216,10 @@ typedef struct ab_host_api {
      * never logs bodies. Request JSON:
      *   {"method":"POST","url":"...","headers":{...},
      *    "form":{...} | "json":{...} | "body":"...", "timeoutMs":15000}
+     * "dpop":true asks for a DPoP proof (RFC 9449) of the session's key, which
+     * the host keeps: where the session has one it adds the DPoP header ("ath"
+     * when the Authorization is "DPoP ...") and sends the request once more
+     * with the server's nonce if asked (use_dpop_nonce); elsewhere it is ignored.
      * On AB_OK *response is {"status":200,"headers":{lower-case names},
      * "body":"..."} whatever the status. On AB_ERROR it is a failure JSON
      * (a hook may pass it on as its own):
