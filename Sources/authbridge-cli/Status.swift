@@ -177,8 +177,10 @@ struct Status: HumanCommand {
             let status: SignInStatus? = if case .checked(let status) = row { status } else { nil }
             let reasonWord = status?.reason ?? { if case .failed(_, let error, _) = row { error.reason ?? row.stateWord } else { nil } }()
             let reason = reasonWord.map { $0 == "valid" || $0 == "refreshed" && row.state == .signedIn ? "" : " (\($0))" } ?? ""
+            // A sender-constrained session (RFC 9449) is worth knowing: git and kubectl cannot use its tokens.
+            let bound = status?.tokenType == "DPoP" && row.state != .notSignedIn ? ", DPoP-bound" : ""
             return [
-                row.provider, accountLabel(status?.account), row.stateWord + reason,
+                row.provider, accountLabel(status?.account), row.stateWord + reason + bound,
                 row.state == .notSignedIn ? "-" : relativeTime(status?.expiresAt),
                 Status.storageLabel(status?.storage ?? storage, keyFromEnvironment: keyFromEnvironment),
             ].map(Terminal.clean)

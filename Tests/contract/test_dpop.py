@@ -240,6 +240,8 @@ def test_the_command_line_gives_one_requests_headers_and_bearer_only_consumers_a
     headers = dict(line.split(": ", 1) for line in done.stdout.splitlines())
     assert set(headers) == {"Authorization", "DPoP"} and headers["Authorization"].startswith("DPoP ")
     assert call(userinfo, headers) == 200, "the printed headers are what the server needs"
+    status = cli(host.workdir, oidc_plugin_dir, "status")
+    assert status.returncode == 0 and "signedIn, DPoP-bound" in status.stdout, status.stdout
     plain = cli(host.workdir, oidc_plugin_dir, "token", "p")
     assert plain.returncode == 0 and "--header METHOD URL" in plain.stderr
     # git, kubectl and `exec` would send the token alone: refused, and said why.
