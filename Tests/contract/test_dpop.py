@@ -25,16 +25,9 @@ import pytest
 
 from conftest import begin_sign_in, sign_in_external
 from authbridge_testkit.isolation import isolated_environment
+from authbridge_testkit.openid_servers import make_server
 
 DPOP_SERVERS = ["glewlwyd", "idpyoidc"]
-
-
-def make_server(name: str, state: Path, **options: Any):
-    if name == "glewlwyd":
-        from authbridge_testkit.glewlwyd import GlewlwydServer
-        return GlewlwydServer(state, **options)
-    from authbridge_testkit.idpyoidc_op import IdpyOIDCServer
-    return IdpyOIDCServer(state)
 
 
 @pytest.fixture(scope="module", params=DPOP_SERVERS)
@@ -190,8 +183,7 @@ def test_the_authorization_request_names_the_key(start_host, oidc_plugin_dir, op
 
 
 def test_dpop_required_is_refused_by_a_server_without_it(start_host, oidc_plugin_dir, tmp_path):
-    from authbridge_testkit.dot_auth import DotOpenIDServer
-    server = DotOpenIDServer(tmp_path / "dot").start()
+    server = make_server("dot", tmp_path / "dot").start()
     try:
         host = start_host([oidc_plugin_dir], profiles={"p": {"plugin": "oidc", "settings": server.settings(dpop=True)}})
         error = host.error("requestOAuthTokens", {"provider": "p", "flow": "external"})
@@ -204,8 +196,8 @@ def test_dpop_required_is_refused_by_a_server_without_it(start_host, oidc_plugin
 @pytest.fixture(scope="module")
 def nonce_server(tmp_path_factory):
     """glewlwyd that demands a server nonce in every proof (RFC 9449 §8)."""
-    from authbridge_testkit.glewlwyd import GlewlwydServer
-    server = GlewlwydServer(tmp_path_factory.mktemp("glewlwyd-nonce"), oidc_overrides={"oauth-dpop-nonce-mandatory": True, "oauth-dpop-nonce-counter": 5}).start()
+    server = make_server("glewlwyd", tmp_path_factory.mktemp("glewlwyd-nonce"),
+                         oidc_overrides={"oauth-dpop-nonce-mandatory": True, "oauth-dpop-nonce-counter": 5}).start()
     yield server
     server.stop()
 
@@ -274,8 +266,7 @@ def test_the_key_lives_in_the_vault_with_the_session(start_host, oidc_plugin_dir
 def test_a_server_that_lists_only_another_algorithm_gets_proofs_in_it(start_host, oidc_plugin_dir, tmp_path, algorithm):
     """RFC 9449 §5.1: the key is made for an algorithm the server lists — ES256 unless it lists
     only others; then EdDSA, then RS256."""
-    from authbridge_testkit.idpyoidc_op import IdpyOIDCServer
-    server = IdpyOIDCServer(tmp_path / "op", dpop_algs=[algorithm, "PS256"]).start()
+    server = make_server("idpyoidc", tmp_path / "op", dpop_algs=[algorithm, "PS256"]).start()
     try:
         host = start_host([oidc_plugin_dir], profiles=profile(server))
         assert sign_in_external(host, server, "p")["tokenType"] == "DPoP"

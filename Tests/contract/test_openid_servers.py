@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import begin_sign_in, sign_in_external
-from authbridge_testkit.openid_servers import TokenEndpointRecorder
+from authbridge_testkit.openid_servers import TokenEndpointRecorder, make_server
 
 #: Every server of the scenarios; the device flow only where the server has it.
 SERVERS = ["dot", "glewlwyd", "idpyoidc"]
@@ -38,17 +38,6 @@ DEVICE_SERVERS = ["dot", "glewlwyd"]
 #: host reports, and the OAuth error the server sent (None: none, e.g. glewlwyd's bodyless 400).
 ADMIN_REVOCATION = {"dot": ("revoked", "invalid_grant"), "glewlwyd": ("refreshRefused", None),
                     "idpyoidc": ("refreshRefused", "invalid_request")}
-
-
-def make_server(name: str, state: Path):
-    if name == "dot":
-        from authbridge_testkit.dot_auth import DotOpenIDServer
-        return DotOpenIDServer(state)
-    if name == "glewlwyd":
-        from authbridge_testkit.glewlwyd import GlewlwydServer
-        return GlewlwydServer(state)
-    from authbridge_testkit.idpyoidc_op import IdpyOIDCServer
-    return IdpyOIDCServer(state)
 
 
 @pytest.fixture(scope="module", params=SERVERS)

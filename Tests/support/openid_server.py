@@ -17,13 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def main() -> int:
     name, state = sys.argv[1], Path(sys.argv[2])
-    if name == "glewlwyd":
-        from authbridge_testkit.glewlwyd import GlewlwydServer
-        overrides = {"oauth-dpop-nonce-mandatory": True, "oauth-dpop-nonce-counter": 2} if "--nonce" in sys.argv else {}
-        server = GlewlwydServer(state, oidc_overrides=overrides)
-    else:
-        from authbridge_testkit.idpyoidc_op import IdpyOIDCServer
-        server = IdpyOIDCServer(state)
+    from authbridge_testkit.openid_servers import make_server
+    nonce = {"oidc_overrides": {"oauth-dpop-nonce-mandatory": True, "oauth-dpop-nonce-counter": 2}} if "--nonce" in sys.argv else {}
+    server = make_server(name, state, **nonce)
     server.start()
     try:
         with urllib.request.urlopen(f"{server.issuer.rstrip('/')}/.well-known/openid-configuration", timeout=30) as answer:

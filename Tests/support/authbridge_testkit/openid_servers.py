@@ -18,6 +18,7 @@ Clients (registered by the kit at start-up):
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Any, Protocol
 
 from . import http_answer
@@ -36,6 +37,21 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def make_server(name: str, state: Path, **options: Any) -> "OpenIDServer":
+    """A server of the kit by its name ("dot", "glewlwyd", "idpyoidc"), its files in `state`, not
+    started; `options` go to its constructor (e.g. glewlwyd's `oidc_overrides`, idpyoidc's `dpop_algs`)."""
+    if name == "dot":
+        from .dot_auth import DotOpenIDServer
+        return DotOpenIDServer(state, **options)
+    if name == "glewlwyd":
+        from .glewlwyd import GlewlwydServer
+        return GlewlwydServer(state, **options)
+    if name == "idpyoidc":
+        from .idpyoidc_op import IdpyOIDCServer
+        return IdpyOIDCServer(state, **options)
+    raise ValueError(f"no server named {name!r} in the test kit")
 
 
 class OpenIDServer(Protocol):

@@ -24,11 +24,8 @@ from authbridge.requests import AuthBridgeAuth as RequestsAuth
 
 
 def start(name: str, state, **options):
-    if name == "glewlwyd":
-        from authbridge_testkit.glewlwyd import GlewlwydServer
-        return GlewlwydServer(state, **options).start()
-    from authbridge_testkit.idpyoidc_op import IdpyOIDCServer
-    return IdpyOIDCServer(state).start()
+    from authbridge_testkit.openid_servers import make_server
+    return make_server(name, state, **options).start()
 
 
 @pytest.fixture(scope="module", params=["glewlwyd", "idpyoidc"])
