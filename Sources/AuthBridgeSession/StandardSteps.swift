@@ -107,7 +107,9 @@ public enum StandardSteps {
 
     // MARK: - Sign-in
 
-    static func beginSignIn(_ input: JSON, config: JSON, call: HookCall, http: HTTPClient) -> Result<JSON, ProviderFailure> {
+    /// The authorization request: a URL with every parameter, or (RFC 9126) the parameters pushed
+    /// with `http` and a URL that names them. Without `http`, a pushed request cannot be made.
+    static func beginSignIn(_ input: JSON, config: JSON, call: HookCall? = nil, http: HTTPClient? = nil) -> Result<JSON, ProviderFailure> {
         guard let endpoint = config["authorizationEndpoint"]?.stringValue, let url = ParsedURL(endpoint) else {
             return .failure(missingSetting("authorizationEndpoint"))
         }
@@ -146,6 +148,9 @@ public enum StandardSteps {
         case .failure(let failure): return .failure(failure)
         case .success(nil): return .success(["url": .string(endpoint + separator + FormEncoding.encode(pairs))])
         case .success(let pushEndpoint?):
+            guard let http else {
+                return .failure(ProviderFailure(.internal, reason: "unavailable", message: "A pushed authorization request needs HTTP."))
+            }
             // RFC 9126 §2.1: the same parameters (and client authentication), by the back channel.
             var form = [String: JSON](pairs.map { ($0.0, JSON.string($0.1)) }, uniquingKeysWith: { first, _ in first })
             form["client_secret"] = config["clientSecret"]
