@@ -1,5 +1,6 @@
 import ArgumentParser
 import AuthBridgeJSON
+import AuthBridgeHost
 import AuthBridgeProtocol
 import AuthBridgeSession
 
@@ -38,7 +39,7 @@ struct Logout: HumanCommand {
 
     func execute() async throws {
         let err = Terminal.standardError
-        let browser = endSession && !noBrowser ? Login.browser(err) : nil
+        let browser = endSession && !noBrowser ? Logout.browser(err) : nil
         let sessions = try await SessionAccess.open(options, agent, openBrowser: browser) { method, params in
             guard method == SignOutProgressParams.method, let progress = try? SignOutProgressParams(wire: params) else { return }
             Logout.show(progress, terminal: err, browserOpened: browser != nil)
@@ -74,13 +75,28 @@ struct Logout: HumanCommand {
         }
     }
 
+    /// Opens the end-session page with xdg-open. Its URL carries the ID token, so it is printed
+    /// only when no browser could open it.
+    static func browser(_ err: Terminal) -> SessionEngine.BrowserOpener {
+        let launcher = BrowserLauncher()
+        return { url, _ in
+            launcher.open(url) { reason in
+                err.warn("could not open a browser (\(reason)). Open this URL in the browser you signed in with:")
+                err.line("  " + err.styled(url, .cyan))
+            }
+        }
+    }
+
     static func show(_ progress: SignOutProgressParams, terminal err: Terminal, browserOpened: Bool) {
         switch progress.stage {
         case .openUrl:
             guard let url = progress.url else { return }
-            err.line("Open this URL in the browser you signed in with, to end your session at the provider:")
-            err.line("  " + err.styled(url, .cyan))
-            if browserOpened { err.line(err.styled("(opening it in your browser…)", .dim)) }
+            if browserOpened {
+                err.line("Opening the provider's end-session page in your browser…")
+            } else {
+                err.line("Open this URL in the browser you signed in with, to end your session at the provider:")
+                err.line("  " + err.styled(url, .cyan))
+            }
         case .waiting:
             if let message = progress.message, message.hasPrefix("The browser could not") { err.line(Terminal.clean(message)) }
             err.line(err.styled("Waiting for the provider to come back… (Ctrl-C stops waiting)", .dim))

@@ -21,6 +21,9 @@ and the "revocation alone" answers are shown against.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import threading
 import urllib.error
 import urllib.parse
@@ -279,3 +282,54 @@ def test_a_server_without_end_session_gets_the_revocation_alone(start_host, oidc
     assert result["endSession"]["state"] == "unsupported" and "url" not in result["endSession"], result
     assert result["revoked"], "revoked all the same"
     assert host.result("listAccounts", {"provider": "p"}) == {"accounts": []}
+
+
+# ── authbridge logout --end-session ─────────────────────────────────────────
+
+
+def read_until(stream, pattern: str, seen: list[str]) -> re.Match:
+    """Lines of a command's stderr until one matches `pattern` (the command blocks meanwhile, so
+    a bounded wait is its own timeout)."""
+    regex = re.compile(pattern)
+    for line in stream:
+        seen.append(line)
+        if found := regex.search(line):
+            return found
+    pytest.fail(f"{pattern!r} never appeared:\n{''.join(seen)}")
+
+
+def test_logout_end_session_on_the_command_line(op, tmp_path, oidc_plugin_dir):
+    """`authbridge logout PROFILE --end-session`: the end-session page (printed with --no-browser),
+    the provider's redirect back to the loopback listener, and what happened, said."""
+    from authbridge_testkit.paths import HOST_BIN
+    for name in ("config/authbridge", "data", "home"):
+        (tmp_path / name).mkdir(parents=True)
+    settings = op.settings(confidential=True, loopbackPort=op.loopback_port)
+    (tmp_path / "config/authbridge/config.json").write_text(json.dumps({"profiles": {"p": {"plugin": "oidc", "settings": settings}}}))
+    env = {k: v for k, v in os.environ.items() if k not in ("DBUS_SESSION_BUS_ADDRESS", "AUTHBRIDGE_VAULT_KEY", "NO_COLOR")}
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"), HOME=str(tmp_path / "home"))
+    common = ["--no-default-plugins", "--plugins", str(oidc_plugin_dir), "--no-agent"]
+    tab = op.new_tab()
+
+    def run(*args: str) -> tuple[subprocess.Popen, list[str]]:
+        return subprocess.Popen([str(HOST_BIN), *args, *common], env=env, text=True, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE), []
+
+    login, seen = run("login", "p", "--no-browser", "--timeout", "60")
+    url = read_until(login.stderr, r"^\s+(http\S+)", seen).group(1)
+    assert get_status(op.browse(url, tab=tab)) == 200, "the browser comes back to the login's listener"
+    out, err = login.communicate(timeout=60)
+    assert login.returncode == 0 and out.startswith("✓ Signed in to p"), "".join(seen) + err
+
+    logout, seen = run("logout", "p", "--end-session", "--no-browser", "--timeout", "60")
+    url = read_until(logout.stderr, r"^\s+(http\S+end_session\S+)", seen).group(1)
+    assert get_status(op.end_session(url, tab)) == 200, "the provider sends the browser back to the listener"
+    out, err = logout.communicate(timeout=60)
+    assert logout.returncode == 0, "".join(seen) + err
+    assert out.splitlines()[0].startswith("✓ Signed out of p") and out.splitlines()[1] == "✓ The provider ended its session too", out
+    id_token = query_of(url)["id_token_hint"]
+    assert id_token not in out + err, "the ID token is printed only in the URL a person opens"
+
+    again, seen = run("logout", "p", "--end-session", "--no-browser")
+    out, err = again.communicate(timeout=60)
+    assert again.returncode == 0 and out.strip() == "p was not signed in.", out + err
