@@ -29,6 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -333,3 +334,41 @@ def test_logout_end_session_on_the_command_line(op, tmp_path, oidc_plugin_dir):
     again, seen = run("logout", "p", "--end-session", "--no-browser")
     out, err = again.communicate(timeout=60)
     assert again.returncode == 0 and out.strip() == "p was not signed in.", out + err
+
+
+def test_through_the_agent_the_progress_goes_only_to_the_connection_that_signs_out(op, oidc_plugin_dir):
+    """signOut/progress is routed as signIn/progress: to the connection whose signOut it serves,
+    under that connection's id; the signedOut event reaches every connection."""
+    import shutil
+    import tempfile
+    from authbridge_testkit.agent import Agent
+    folder = Path(tempfile.mkdtemp(prefix="ab-par-"))   # a socket path must stay short
+    agent = Agent(folder / "agent", [oidc_plugin_dir], profile(op, confidential=True, loopbackPort=op.loopback_port))
+    try:
+        a, b = agent.connect(name="a"), agent.connect(name="b")
+        tab = op.new_tab()
+        sign_in_in(tab, a, op)
+        a.send_request("signOut", {"provider": "p", "endSession": True, "flow": "browser"}, id=7)
+        opened = a.wait_for_notification("signOut/progress", lambda p: p["stage"] == "openUrl")
+        assert opened["requestId"] == 7
+        assert get_status(op.end_session(opened["url"], tab)) == 200
+        assert a.wait_response(7)["result"]["endSession"] == {"state": "confirmed"}
+        b.wait_for_notification("session/changed", lambda p: p["state"] == "signedOut")
+        assert not b.notifications("signOut/progress"), "only the connection that signs out hears its progress"
+        for client in (a, b):
+            assert not client.violations, client.violations
+            client.close()
+    finally:
+        agent.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_session_without_an_id_token_gets_the_revocation_alone(start_host, oidc_plugin_dir, op):
+    """No `openid` scope, no ID token: nothing can name the session to the provider (id_token_hint)."""
+    if op.name != "glewlwyd":
+        pytest.skip("idpyoidc is an OpenID provider only: it refuses a request without openid")
+    host = start_host([oidc_plugin_dir], profiles=profile(op, confidential=True, scopes=["read"]))
+    sign_in_external(host, op, "p")
+    result = host.result("signOut", {"provider": "p", "endSession": True, "flow": "external"})
+    assert result["endSession"]["state"] == "noIdToken" and "url" not in result["endSession"], result
+    assert result["revoked"] and host.result("listAccounts", {"provider": "p"}) == {"accounts": []}
