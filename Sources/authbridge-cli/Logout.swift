@@ -99,7 +99,7 @@ struct Logout: HumanCommand {
             }
         case .waiting:
             if let message = progress.message, message.hasPrefix("The browser could not") { err.line(Terminal.clean(message)) }
-            err.line(err.styled("Waiting for the provider to come back… (Ctrl-C stops waiting)", .dim))
+            err.line(err.styled("Waiting for the provider to come back… (you are signed out here already; Ctrl-C stops waiting)", .dim))
         }
     }
 }
