@@ -160,7 +160,7 @@ final class EventRoutes: Sendable {
     /// (`Connection.maxUnreadEventBytes`): one app that never reads must not
     /// grow the agent that every app shares.
     func deliver(_ method: String, _ params: JSON) {
-        if method == "signIn/progress" {
+        if method == "signIn/progress" || method == "signOut/progress" {
             guard let key = params["requestId"]?.intValue, let route = state.withLock({ $0.requests[key] }) else {
                 // Its request has been answered (a hook given up on, still reporting).
                 logger.debug("dropped a progress event of a request that has ended")

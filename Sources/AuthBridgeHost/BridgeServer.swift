@@ -292,7 +292,7 @@ public final class BridgeServer: ConnectionDelegate {
         let runtime = await runtime.value
         let flows = Set(runtime.reports.compactMap(\.plugin).flatMap { $0.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? [] })
         let notifications: [ServerCapabilities.NotificationMethod] =
-            [.sessionChanged, .signInProgress] + (configuration.reloadsConfiguration ? [.profilesChanged] : [])
+            [.sessionChanged, .signInProgress, .signOutProgress] + (configuration.reloadsConfiguration ? [.profilesChanged] : [])
         return InitializeResult(
             protocolVersion: "\(Self.protocolVersion.major).\(agreedMinor)", serverInfo: .init(version: Self.serverVersion),
             capabilities: ServerCapabilities(flows: flows.sorted().compactMap(Flow.init(rawValue:)), notifications: notifications),

@@ -138,19 +138,29 @@ public final class LoopbackListener: Sendable {
     /// Tells the browser how the sign-in ended (nil: unknown) and closes its
     /// connection; later calls do nothing.
     public func answerBrowser(signedIn: Bool?, message: String?) {
+        switch signedIn {
+        case true?: answerBrowser(saying: "Signed in. You can close this window and return to the application.")
+        case false?:
+            let said = message ?? "see the application"
+            answerBrowser(saying: "The sign-in did not complete: \(said)\(said.hasSuffix(".") ? "" : ".")")
+        case nil: answerBrowser(saying: "The sign-in has ended. Return to the application.")
+        }
+    }
+
+    /// Tells the browser that the provider's session has ended (RP-initiated logout's redirect
+    /// came back) and closes its connection; later calls do nothing.
+    public func answerBrowserSignedOut() {
+        answerBrowser(saying: "Signed out, at the provider too. You can close this window.")
+    }
+
+    private func answerBrowser(saying body: String) {
         guard
             let client = heldClient.withLock({ held -> Int32? in
                 defer { held = nil }
                 return held
             })
         else { return }
-        switch signedIn {
-        case true?: respond(client, status: "200 OK", body: "Signed in. You can close this window and return to the application.")
-        case false?:
-            let said = message ?? "see the application"
-            respond(client, status: "200 OK", body: "The sign-in did not complete: \(said)\(said.hasSuffix(".") ? "" : ".")")
-        case nil: respond(client, status: "200 OK", body: "The sign-in has ended. Return to the application.")
-        }
+        respond(client, status: "200 OK", body: body)
         Glibc.close(client)
     }
 

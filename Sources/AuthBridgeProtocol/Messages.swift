@@ -19,6 +19,7 @@ public enum BridgeMethods {
     public static let notifications: [String: any BridgeNotification.Type] = [
         "initialized": InitializedParams.self, "exit": ExitParams.self, "$/cancelRequest": CancelParams.self,
         "session/changed": SessionChangedParams.self, "profiles/changed": ProfilesChangedParams.self, "signIn/progress": SignInProgressParams.self,
+        "signOut/progress": SignOutProgressParams.self,
     ]
 }
 
@@ -133,6 +134,7 @@ extension ServerCapabilities {
         case sessionChanged = "session/changed"
         case signInProgress = "signIn/progress"
         case profilesChanged = "profiles/changed"
+        case signOutProgress = "signOut/progress"
     }
 }
 
@@ -799,13 +801,19 @@ public struct SignOutResult: WireCodable {
     /// Cookies of this provider to delete from the frontend's web view (e.g. Tableau's tableau_access_token and XSRF-TOKEN for the server's
     /// host): only these, never other sites'.
     public var clearCookies: [CookieRef]?
+    /// What the provider did with the end of its own session; present when endSession was asked for.
+    public var endSession: EndSessionOutcome?
 
-    public init(provider: String, account: Account? = nil, revoked: [String], failures: [RevocationFailure], clearCookies: [CookieRef]? = nil) {
+    public init(
+        provider: String, account: Account? = nil, revoked: [String], failures: [RevocationFailure], clearCookies: [CookieRef]? = nil,
+        endSession: EndSessionOutcome? = nil
+    ) {
         self.provider = provider
         self.account = account
         self.revoked = revoked
         self.failures = failures
         self.clearCookies = clearCookies
+        self.endSession = endSession
     }
 
     public init(wire: JSON) throws(WireError) {
@@ -815,12 +823,14 @@ public struct SignOutResult: WireCodable {
         self.revoked = try object.required("revoked")
         self.failures = try object.required("failures")
         self.clearCookies = try object.optional("clearCookies")
+        self.endSession = try object.optional("endSession")
     }
 
     public var wire: JSON {
         var members: [String: JSON] = ["provider": provider.wire, "signedOut": .bool(true), "revoked": revoked.wire, "failures": failures.wire]
         if let account { members["account"] = account.wire }
         if let clearCookies { members["clearCookies"] = clearCookies.wire }
+        if let endSession { members["endSession"] = endSession.wire }
         return .object(members)
     }
 }
@@ -875,6 +885,48 @@ public struct CookieRef: WireCodable {
     }
 }
 
+/// The end of the provider's session.
+public struct EndSessionOutcome: WireCodable {
+    public var state: EndSessionState
+    /// requested (external flow): the end-session URL for the frontend to open in the browser (or web view) that holds the provider's
+    /// session.
+    public var url: String?
+    public var message: String?
+
+    public init(state: EndSessionState, url: String? = nil, message: String? = nil) {
+        self.state = state
+        self.url = url
+        self.message = message
+    }
+
+    public init(wire: JSON) throws(WireError) {
+        let object = try WireObject(wire)
+        self.state = try object.required("state")
+        self.url = try object.optional("url")
+        self.message = try object.optional("message")
+    }
+
+    public var wire: JSON {
+        var members: [String: JSON] = ["state": state.wire]
+        if let url { members["url"] = url.wire }
+        if let message { members["message"] = message.wire }
+        return .object(members)
+    }
+}
+
+/// What the provider did when asked to end its session (OpenID Connect RP-Initiated Logout 1.0). confirmed: the provider redirected back to
+/// the post-logout redirect URI with this sign-out's state. requested: the end-session page was opened (browser) or handed out (external,
+/// in url) but no redirect was seen. unsupported: the provider has no end_session_endpoint (revocation alone). noIdToken: the session kept
+/// no ID token to send as id_token_hint (revocation alone). failed: the page could not be offered (the profile's configuration could not be
+/// resolved, the loopback listener could not be opened, an insecure endpoint); message says why.
+public enum EndSessionState: String, WireWord {
+    case confirmed
+    case requested
+    case unsupported
+    case noIdToken
+    case failed
+}
+
 /// The params of `signOut`: sign out and revoke.
 public struct SignOutParams: BridgeRequest {
     public static let method = "signOut"
@@ -883,21 +935,38 @@ public struct SignOutParams: BridgeRequest {
     public var provider: String
     /// Which signed-in account of the profile (Account.id); default: the current one.
     public var account: String?
+    /// Also end the user's session at the provider (OpenID Connect RP-Initiated Logout 1.0), after the revocation and the local wipe.
+    public var endSession: Bool?
+    /// With endSession, who opens the provider's end-session page. browser: the host opens it and waits (timeoutMs) for the provider's
+    /// redirect to its loopback listener (signOut/progress says the URL and the wait). external: the host opens nothing; the result's
+    /// endSession.url is for the frontend to open.
+    public var flow: Flow?
+    /// browser flow: how long to wait for the provider's redirect; default 120000.
+    public var timeoutMs: Int64?
 
-    public init(provider: String, account: String? = nil) {
+    public init(provider: String, account: String? = nil, endSession: Bool? = nil, flow: Flow? = nil, timeoutMs: Int64? = nil) {
         self.provider = provider
         self.account = account
+        self.endSession = endSession
+        self.flow = flow
+        self.timeoutMs = timeoutMs
     }
 
     public init(wire: JSON) throws(WireError) {
         let object = try WireObject(wire)
         self.provider = try object.required("provider")
         self.account = try object.optional("account")
+        self.endSession = try object.optional("endSession")
+        self.flow = try object.optional("flow")
+        self.timeoutMs = try object.optional("timeoutMs")
     }
 
     public var wire: JSON {
         var members: [String: JSON] = ["provider": provider.wire]
         if let account { members["account"] = account.wire }
+        if let endSession { members["endSession"] = endSession.wire }
+        if let flow { members["flow"] = flow.wire }
+        if let timeoutMs { members["timeoutMs"] = timeoutMs.wire }
         return .object(members)
     }
 }
@@ -1319,6 +1388,49 @@ public enum SignInStage: String, WireWord {
     case waiting
     case exchanging
     case plugin
+}
+
+/// The params of `signOut/progress`: a step of a running sign-out's end-session (browser flow).
+public struct SignOutProgressParams: BridgeNotification {
+    public static let method = "signOut/progress"
+
+    public var provider: String
+    /// The id of the signOut request.
+    public var requestId: JSON
+    public var stage: SignOutStage
+    /// openUrl: the end-session page the host opened (or tried to): a frontend without a browser shows it.
+    public var url: String?
+    public var message: String?
+
+    public init(provider: String, requestId: JSON, stage: SignOutStage, url: String? = nil, message: String? = nil) {
+        self.provider = provider
+        self.requestId = requestId
+        self.stage = stage
+        self.url = url
+        self.message = message
+    }
+
+    public init(wire: JSON) throws(WireError) {
+        let object = try WireObject(wire)
+        self.provider = try object.required("provider")
+        self.requestId = try object.required("requestId")
+        self.stage = try object.required("stage")
+        self.url = try object.optional("url")
+        self.message = try object.optional("message")
+    }
+
+    public var wire: JSON {
+        var members: [String: JSON] = ["provider": provider.wire, "requestId": requestId.wire, "stage": stage.wire]
+        if let url { members["url"] = url.wire }
+        if let message { members["message"] = message.wire }
+        return .object(members)
+    }
+}
+
+/// The words of `SignOutStage` on the wire.
+public enum SignOutStage: String, WireWord {
+    case openUrl
+    case waiting
 }
 
 /// One plugin manifest the host found: loaded, or refused with a reason.

@@ -93,7 +93,9 @@ enum SettingsValidator {
     }
 
     /// Profile settings the host itself reads, whatever the plugin (bridge-spec, "Method rules").
-    static let hostLevelKeys: Set<String> = ["loopbackPort", "loopbackPath", "licenseGracePeriodMs", "clockSkewSeconds"]
+    static let hostLevelKeys: Set<String> = [
+        "loopbackPort", "loopbackPath", "licenseGracePeriodMs", "clockSkewSeconds", "endSession", "postLogoutRedirectUri",
+    ]
 
     /// Warnings about settings that nothing reads: keys outside the plugin's schema (and not
     /// host-level), each named with its profile and, when one is close, the key probably meant.

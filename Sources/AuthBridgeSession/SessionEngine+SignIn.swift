@@ -181,7 +181,8 @@ extension SessionEngine {
         guard let url = started["url"]?.stringValue, let parsed = ParsedURL(url), parsed.isSecureTransport else {
             throw SessionError(.pluginError, "The sign-in URL is missing or not https.", provider: profile, reason: "insecureUrl")
         }
-        if let sent = nonce, parsed.queryValue("nonce") != sent { nonce = nil }
+        // A pushed request (RFC 9126) carries the nonce by reference: it stays expected (fail-closed).
+        if let sent = nonce, parsed.queryValue("request_uri") == nil, parsed.queryValue("nonce") != sent { nonce = nil }
         // Supersede an earlier sign-in for this profile rather than losing its answer. Earlier means
         // arrived earlier: two sign-ins may get here in either order (each awaited begin_sign_in).
         let superseded = SessionError(.userCancelled, "A newer sign-in for this profile replaced this one.", provider: profile, reason: "superseded")
@@ -195,7 +196,16 @@ extension SessionEngine {
         let pending = PendingSignIn(callbackPrefix: callbackPrefix, expectedState: callbackState ? state : nil)
         pendingSignIns[profile] = pending
         send(
-            SignInProgressParams(provider: profile, requestId: requestID ?? .null, stage: .openUrl, url: url, callbackPrefix: callbackPrefix))
+            SignInProgressParams(
+                provider: profile, requestId: requestID ?? .null, stage: .openUrl, url: url, callbackPrefix: callbackPrefix,
+                expiresAt: started["expiresAt"]?.intValue))
+        let renewal = started["expiresAt"]?.intValue.map { expiresAt in
+            Task {
+                await renewPushedRequest(
+                    begin, expiresAt: expiresAt, context: context, requestID: requestID, callbackPrefix: callbackPrefix, pending: pending)
+            }
+        }
+        defer { renewal?.cancel() }
         if let listener {
             openBrowser?(url) { [self] reason in
                 // The frontend (or person) waiting for a browser that never appeared is told.
@@ -253,6 +263,36 @@ extension SessionEngine {
             "expectedIssuer": issuerRequired ? issuer.map(JSON.string) : nil,
         ])
         return try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID, dpop: dpop)
+    }
+
+    /// RFC 9126 §2.2: a pushed request's `request_uri` works for `expires_in` only. While the
+    /// sign-in still waits, an expired one is pushed again (same state, PKCE and nonce, so the
+    /// callback still matches) and the new URL announced (`openUrl`, with its `expiresAt`): a
+    /// frontend that has not opened the page yet opens a live one, never a stale one.
+    private func renewPushedRequest(
+        _ begin: JSON, expiresAt first: Int64, context: Context, requestID: JSON?, callbackPrefix: String?, pending: PendingSignIn
+    ) async {
+        let profile = context.profile.name
+        var expiresAt = first
+        while pendingSignIns[profile] === pending {
+            // A deadline, not synchronisation; at least a second between pushes whatever the server says.
+            do { try await Task.sleep(for: .milliseconds(max(expiresAt - HostClock.nowMilliseconds(), 1_000))) } catch { return }
+            guard pendingSignIns[profile] === pending else { return }
+            let started: JSON
+            do { started = try await runOrThrow(.beginSignIn, input: begin, context: context, requestID: requestID) } catch {
+                logger.notice(
+                    "could not push the authorization request again", metadata: ["provider": "\(profile)", "reason": "\(error.reason ?? "")"])
+                return
+            }
+            guard let url = started["url"]?.stringValue, ParsedURL(url)?.isSecureTransport == true, let next = started["expiresAt"]?.intValue,
+                pendingSignIns[profile] === pending
+            else { return }
+            send(
+                SignInProgressParams(
+                    provider: profile, requestId: requestID ?? .null, stage: .openUrl, url: url, callbackPrefix: callbackPrefix,
+                    expiresAt: next, message: "The pushed authorization request expired: this is a new sign-in URL."))
+            expiresAt = next
+        }
     }
 
     /// Why a redirect sign-in may never have come back, for its timeout. A provider that does not

@@ -22,6 +22,8 @@ extension SessionEngine {
             context = nil
             unresolved = error
         }
+        // RP-initiated logout: its flow is checked before anything is revoked; it runs after the wipe.
+        let endSessionFlow = wantsEndSession(params) ? try endSessionFlow(params, context: context) : nil
         pendingSignIns.removeValue(forKey: profile)?.fail(
             SessionError(.userCancelled, "The profile was signed out.", provider: profile, reason: "signedOut"))
         guard let (key, _) = try await selectSession(profile, account: account),
@@ -29,11 +31,19 @@ extension SessionEngine {
                 key, context: context, unresolved: unresolved, reason: .userSignedOut,
                 requestID: requestID)
         else {
-            return SignOutResult(provider: profile, revoked: [], failures: [])
+            let endSession = endSessionFlow.map { _ in
+                EndSessionOutcome(state: .noIdToken, message: "No session was signed in: there is no ID token to name the provider's session.")
+            }
+            return SignOutResult(provider: profile, revoked: [], failures: [], endSession: endSession)
+        }
+        var endSession: EndSessionOutcome?
+        if let endSessionFlow {
+            endSession = await endProviderSession(
+                ended, context: context, unresolved: unresolved, flow: endSessionFlow, params: params, requestID: requestID)
         }
         return SignOutResult(
             provider: profile, account: ended.wireAccount, revoked: outcome.revoked, failures: outcome.failures,
-            clearCookies: outcome.clearCookies.isEmpty ? nil : outcome.clearCookies)
+            clearCookies: outcome.clearCookies.isEmpty ? nil : outcome.clearCookies, endSession: endSession)
     }
 
     /// What a sign-out revoked at the provider (bridge-spec SignOutResult).

@@ -21,7 +21,7 @@ public enum StandardSteps {
             return configure(input["settings"] ?? [:], call: call, http: http)
         case .beginSignIn:
             if input["flow"]?.stringValue == "device" { return beginDeviceAuthorization(input, config: config, call: call, http: http) }
-            return beginSignIn(input, config: config)
+            return beginSignIn(input, config: config, call: call, http: http)
         case .completeSignIn:
             return completeSignIn(input, config: config, call: call, http: http)
         case .refresh:
@@ -44,6 +44,12 @@ public enum StandardSteps {
     /// Discovery, falling back to RFC 8414), whose `issuer` must match exactly.
     /// Explicit settings win over discovered values.
     static func configure(_ settings: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
+        discover(settings, call: call, http: http).flatMap { config in
+            pushedAuthorizationProblem(config).map { .failure($0) } ?? .success(config)
+        }
+    }
+
+    static func discover(_ settings: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
         guard case .object(var config) = settings else { return .success(settings) }
         guard let issuer = config["issuer"]?.stringValue, config["authorizationEndpoint"] == nil || config["tokenEndpoint"] == nil else {
             return choosingDPoP(config, advertised: nil, discovered: false)
@@ -82,6 +88,7 @@ public enum StandardSteps {
                 ("authorizationEndpoint", "authorization_endpoint"), ("tokenEndpoint", "token_endpoint"),
                 ("revocationEndpoint", "revocation_endpoint"), ("userinfoEndpoint", "userinfo_endpoint"),
                 ("deviceAuthorizationEndpoint", "device_authorization_endpoint"), ("jwksUri", "jwks_uri"),
+                ("pushedAuthorizationRequestEndpoint", "pushed_authorization_request_endpoint"), ("endSessionEndpoint", "end_session_endpoint"),
             ]
             for (key, member) in mapping where config[key] == nil {
                 guard let value = document[member]?.stringValue else { continue }
@@ -92,6 +99,9 @@ public enum StandardSteps {
                 config["issuerInCallback"] = true
             }
             if dpopAlgorithms == nil { dpopAlgorithms = document["dpop_signing_alg_values_supported"]?.arrayValue?.compactMap(\.stringValue) }
+            if config["requirePushedAuthorizationRequests"] == nil, document["require_pushed_authorization_requests"]?.boolValue == true {
+                config["requirePushedAuthorizationRequests"] = true
+            }
             if config["revocationEndpoint"] != nil { break }
         }
         return found ? choosingDPoP(config, advertised: dpopAlgorithms, discovered: true) : .failure(lastFailure)
@@ -138,7 +148,9 @@ public enum StandardSteps {
 
     // MARK: - Sign-in
 
-    static func beginSignIn(_ input: JSON, config: JSON) -> Result<JSON, ProviderFailure> {
+    /// The authorization request: a URL with every parameter, or (RFC 9126) the parameters pushed
+    /// with `http` and a URL that names them. Without `http`, a pushed request cannot be made.
+    static func beginSignIn(_ input: JSON, config: JSON, call: HookCall? = nil, http: HookHTTP? = nil) -> Result<JSON, ProviderFailure> {
         guard let endpoint = config["authorizationEndpoint"]?.stringValue, let url = ParsedURL(endpoint) else {
             return .failure(missingSetting("authorizationEndpoint"))
         }
@@ -175,7 +187,81 @@ public enum StandardSteps {
             pairs.append(("prompt", "consent"))
         }
         let separator = endpoint.contains("?") ? "&" : "?"
-        return .success(["url": .string(endpoint + separator + FormEncoding.encode(pairs))])
+        switch pushedAuthorizationEndpoint(config) {
+        case .failure(let failure): return .failure(failure)
+        case .success(nil): return .success(["url": .string(endpoint + separator + FormEncoding.encode(pairs))])
+        case .success(let pushEndpoint?):
+            guard let http else {
+                return .failure(ProviderFailure(.internal, reason: "unavailable", message: "A pushed authorization request needs HTTP."))
+            }
+            // RFC 9126 §2.1: the same parameters (and client authentication), by the back channel.
+            var form = [String: JSON](pairs.map { ($0.0, JSON.string($0.1)) }, uniquingKeysWith: { first, _ in first })
+            form["client_secret"] = config["clientSecret"]
+            let request: JSON = [
+                "method": "POST", "url": .string(pushEndpoint), "form": .object(form), "timeoutMs": 15_000,
+                "headers": ["Accept": "application/json"],
+            ]
+            return http.perform(request, call: call).flatMap { response in
+                parsePushedAuthorization(response).map { pushed in
+                    // RFC 9126 §4: the browser carries only client_id and the request_uri.
+                    let query = FormEncoding.encode([("client_id", clientID), ("request_uri", pushed.requestURI)])
+                    return ["url": .string(endpoint + separator + query), "expiresAt": .int(pushed.expiresAt)]
+                }
+            }
+        }
+    }
+
+    /// Where to push authorization requests (RFC 9126), nil for the classic URL: setting `par`
+    /// `true` (required), `false`, or `"auto"` (the default: whenever the server has the endpoint).
+    static func pushedAuthorizationEndpoint(_ config: JSON) -> Result<String?, ProviderFailure> {
+        if let problem = pushedAuthorizationProblem(config) { return .failure(problem) }
+        guard config["par"]?.boolValue != false, let endpoint = config["pushedAuthorizationRequestEndpoint"]?.stringValue else {
+            return .success(nil)
+        }
+        guard ParsedURL(endpoint)?.isSecureTransport == true else { return .failure(insecure("pushedAuthorizationRequestEndpoint")) }
+        return .success(endpoint)
+    }
+
+    /// A `par` setting that cannot be honoured, found at configure time rather than at the first sign-in.
+    static func pushedAuthorizationProblem(_ config: JSON) -> ProviderFailure? {
+        let par = config["par"]
+        guard par == nil || par?.boolValue != nil || par?.stringValue == "auto" else {
+            return ProviderFailure(.configuration, reason: "invalidSettings", message: "The setting \"par\" must be \"auto\", true or false.")
+        }
+        let endpoint = config["pushedAuthorizationRequestEndpoint"]?.stringValue
+        if par?.boolValue == true, endpoint == nil {
+            return ProviderFailure(
+                .configuration, reason: "missingSetting",
+                message: "\"par\" is true but the provider has no pushed authorization request endpoint (RFC 9126): its discovery "
+                    + "document names none. Set \"pushedAuthorizationRequestEndpoint\", or \"par\" to \"auto\" or false.")
+        }
+        if par?.boolValue == false, config["requirePushedAuthorizationRequests"]?.boolValue == true {
+            return ProviderFailure(
+                .configuration, reason: "invalidSettings",
+                message: "\"par\" is false but the provider requires pushed authorization requests "
+                    + "(require_pushed_authorization_requests): remove the setting or set it to \"auto\".")
+        }
+        if let endpoint, ParsedURL(endpoint)?.isSecureTransport != true { return insecure("pushedAuthorizationRequestEndpoint") }
+        return nil
+    }
+
+    /// Reads an RFC 9126 §2.2 answer (201 with `request_uri` and `expires_in`); a refusal is
+    /// classified as the token endpoint's are (§2.3 uses the same error codes).
+    static func parsePushedAuthorization(
+        _ response: JSON, now: Int64 = HostClock.nowMilliseconds()
+    ) -> Result<(requestURI: String, expiresAt: Int64), ProviderFailure> {
+        let status = Int(response["status"]?.intValue ?? 0)
+        let body = (try? JSON.parse(response["body"]?.stringValue ?? "")) ?? .null
+        guard (200..<300).contains(status) else { return .failure(classifyTokenError(status: status, body: body)) }
+        guard let requestURI = body["request_uri"]?.stringValue, !requestURI.isEmpty, let expiresIn = body["expires_in"]?.intValue, expiresIn > 0
+        else {
+            return .failure(
+                ProviderFailure(
+                    .transient, reason: "badResponse", message: "The pushed authorization answer lacks request_uri or expires_in.",
+                    status: status))
+        }
+        // Clamped to a day: a broken server must not overflow the clock.
+        return .success((requestURI, now + min(expiresIn, 86_400) * 1000))
     }
 
     /// Parameters the host itself puts in the authorization URL (RFC 6749

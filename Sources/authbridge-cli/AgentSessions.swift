@@ -82,6 +82,12 @@ final class AgentSessions: Sessions {
             {
                 openBrowser?(url) { _ in }
             }
+            // A sign-out's end-session page (browser flow): the agent opens no browser, its caller does.
+            if method == SignOutProgressParams.method, let progress = try? SignOutProgressParams(wire: params), progress.stage == .openUrl,
+                let url = progress.url
+            {
+                openBrowser?(url) { _ in }
+            }
             events(method, params)
         }
         // A wedged agent must not hang the command: initialize is bounded (a live one answers in milliseconds).

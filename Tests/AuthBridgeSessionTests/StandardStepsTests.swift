@@ -458,3 +458,106 @@ struct NoCallbackMessageTests {
         #expect(!odd.unicodeScalars.contains { $0.value == 0x1B })
     }
 }
+
+@Suite("Standard steps: pushed authorization requests (RFC 9126)")
+struct PushedAuthorizationTests {
+    private let now: Int64 = 1_700_000_000_000
+    private let config: JSON = [
+        "authorizationEndpoint": "https://idp.example/authorize", "clientId": "app",
+        "pushedAuthorizationRequestEndpoint": "https://idp.example/par",
+    ]
+
+    private func response(_ status: Int64, _ body: String) -> JSON {
+        ["status": .int(status), "headers": ["content-type": "application/json"], "body": .string(body)]
+    }
+
+    @Test func aPushedAnswerGivesTheRequestURIAndWhenItExpires() throws {
+        let body = #"{"request_uri":"urn:ietf:params:oauth:request_uri:abc","expires_in":90}"#
+        let pushed = try StandardSteps.parsePushedAuthorization(response(201, body), now: now).get()
+        #expect(pushed.requestURI == "urn:ietf:params:oauth:request_uri:abc" && pushed.expiresAt == now + 90_000)
+    }
+
+    @Test(arguments: [#"{"expires_in":90}"#, #"{"request_uri":"","expires_in":90}"#, #"{"request_uri":"u"}"#, #"{"request_uri":"u","expires_in":0}"#])
+    func anAnswerWithoutARequestURIOrLifetimeIsRefused(_ body: String) {
+        guard case .failure(let failure) = StandardSteps.parsePushedAuthorization(response(201, body), now: now) else {
+            Issue.record("accepted \(body)")
+            return
+        }
+        #expect(failure.kind == .transient && failure.reason == "badResponse")
+    }
+
+    @Test func aRefusalIsClassifiedAsTheTokenEndpointsAre() {
+        let refused = StandardSteps.parsePushedAuthorization(response(401, #"{"error":"invalid_client"}"#), now: now)
+        let busy = StandardSteps.parsePushedAuthorization(response(503, ""), now: now)
+        guard case .failure(let client) = refused, case .failure(let server) = busy else {
+            Issue.record("accepted a refusal")
+            return
+        }
+        #expect(client.kind == .definitive && client.reason == "invalid_client")
+        #expect(server.kind == .transient && server.reason == "serverError")
+    }
+
+    @Test func aLongLifetimeIsClampedToADay() throws {
+        let body = #"{"request_uri":"u","expires_in":99999999999}"#
+        #expect(try StandardSteps.parsePushedAuthorization(response(201, body), now: now).get().expiresAt == now + 86_400_000)
+    }
+
+    @Test(arguments: [(nil, true), ("auto", true), (true, true), (false, false)] as [(JSON?, Bool)])
+    func parDecidesWhetherToPush(_ par: JSON?, _ pushes: Bool) throws {
+        let settings = par.map { config.setting("par", $0) } ?? config
+        #expect(try StandardSteps.pushedAuthorizationEndpoint(settings).get() == (pushes ? "https://idp.example/par" : nil))
+    }
+
+    @Test func autoWithoutAnEndpointSendsTheClassicURL() throws {
+        let classic = config.setting("pushedAuthorizationRequestEndpoint", .null)
+        #expect(try StandardSteps.pushedAuthorizationEndpoint(classic).get() == nil)
+        let url = try #require(try StandardSteps.beginSignIn(["state": "s"], config: classic).get()["url"]?.stringValue)
+        #expect(url == "https://idp.example/authorize?response_type=code&client_id=app&state=s")
+    }
+
+    @Test func parTrueWithoutAnEndpointIsAConfigurationError() throws {
+        let problem = try #require(
+            StandardSteps.pushedAuthorizationProblem(config.setting("pushedAuthorizationRequestEndpoint", .null).setting("par", true)))
+        #expect(problem.kind == .configuration && problem.reason == "missingSetting" && problem.message.contains("RFC 9126"))
+    }
+
+    @Test func parFalseWhereTheServerRequiresPushesIsAConfigurationError() throws {
+        let problem = try #require(
+            StandardSteps.pushedAuthorizationProblem(config.setting("par", false).setting("requirePushedAuthorizationRequests", true)))
+        #expect(problem.kind == .configuration && problem.reason == "invalidSettings")
+    }
+
+    @Test(arguments: ["always", "yes"])
+    func parIsAutoTrueOrFalse(_ word: String) throws {
+        let problem = try #require(StandardSteps.pushedAuthorizationProblem(config.setting("par", .string(word))))
+        #expect(problem.reason == "invalidSettings")
+    }
+
+    @Test func anInsecurePushEndpointIsRefused() throws {
+        let problem = try #require(
+            StandardSteps.pushedAuthorizationProblem(config.setting("pushedAuthorizationRequestEndpoint", "http://idp.example/par")))
+        #expect(problem.reason == "insecureUrl")
+    }
+}
+
+@Suite("RP-initiated logout: the end-session URL")
+struct EndSessionURLTests {
+    @Test func itCarriesTheIDTokenClientRedirectAndState() throws {
+        let text = SessionEngine.endSessionURL(
+            "https://idp.example/logout?tenant=a", idToken: "h.p.s", clientID: "app one", redirectURI: "http://127.0.0.1:8400/callback",
+            state: "st")
+        let url = try #require(ParsedURL(text))
+        #expect(text.hasPrefix("https://idp.example/logout?tenant=a&id_token_hint=h.p.s&"))
+        #expect(
+            Dictionary(url.queryItems.map { ($0.name, $0.value) }, uniquingKeysWith: { first, _ in first }) == [
+                "tenant": "a", "id_token_hint": "h.p.s", "client_id": "app one", "post_logout_redirect_uri": "http://127.0.0.1:8400/callback",
+                "state": "st",
+            ])
+    }
+
+    /// OpenID Connect RP-Initiated Logout 1.0 §2: state is only for the post-logout redirect.
+    @Test func withoutARedirectThereIsNoState() {
+        let text = SessionEngine.endSessionURL("https://idp.example/logout", idToken: "h.p.s", clientID: nil, redirectURI: nil, state: "st")
+        #expect(text == "https://idp.example/logout?id_token_hint=h.p.s")
+    }
+}

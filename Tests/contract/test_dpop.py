@@ -170,16 +170,25 @@ def test_dpop_false_keeps_bearer_tokens(start_host, oidc_plugin_dir, op):
     assert token["headers"] == {"Authorization": f"Bearer {token['accessToken']}"}
 
 
-def test_the_authorization_request_names_the_key(start_host, oidc_plugin_dir, op):
-    """RFC 9449 §10: dpop_jkt binds the code to the key that will redeem it."""
-    host = start_host([oidc_plugin_dir], profiles=profile(op))
-    pending, opened = begin_sign_in(host, "p", flow="external")
-    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))
-    host.result("completeSignIn", {"provider": "p", "callbackUrl": op.browse(opened["url"])})
-    assert "result" in host.wait_response(pending)
-    proof = host.result("getAccessToken", {"provider": "p", "url": discovery(op)["userinfo_endpoint"]})["headers"]["DPoP"]
-    if "request_uri" not in query:  # pushed (PAR): the pushed request carries it
-        assert query["dpop_jkt"] == thumbprint(jwt_parts(proof)[0]["jwk"])
+@pytest.mark.parametrize("pushed", [False, True], ids=["url", "par"])
+def test_the_authorization_request_names_the_key(start_host, oidc_plugin_dir, op, pushed):
+    """RFC 9449 §10: dpop_jkt binds the code to the key that will redeem it — in the browser URL,
+    or with PAR (RFC 9126, the servers' default here) in the pushed request."""
+    from test_par_and_logout import PushRelay
+    relay = PushRelay(discovery(op)["pushed_authorization_request_endpoint"], expires_in=600)
+    try:
+        settings = {"pushedAuthorizationRequestEndpoint": relay.url} if pushed else {"par": False}
+        host = start_host([oidc_plugin_dir], profiles=profile(op, **settings))
+        pending, opened = begin_sign_in(host, "p", flow="external")
+        query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))
+        host.result("completeSignIn", {"provider": "p", "callbackUrl": op.browse(opened["url"])})
+        assert host.wait_response(pending)["result"]["tokenType"] == "DPoP"
+        proof = host.result("getAccessToken", {"provider": "p", "url": discovery(op)["userinfo_endpoint"]})["headers"]["DPoP"]
+        sent = relay.pushes[0] if pushed else query
+        assert ("request_uri" in query) == pushed and "dpop_jkt" not in (query if pushed else {})
+        assert sent["dpop_jkt"] == thumbprint(jwt_parts(proof)[0]["jwk"])
+    finally:
+        relay.close()
 
 
 def test_dpop_required_is_refused_by_a_server_without_it(start_host, oidc_plugin_dir, tmp_path):

@@ -20,7 +20,7 @@ def test_initialize_reports_server_providers_profiles_and_storage(host):
     caps = result["capabilities"]
     assert caps["batches"] is False
     assert caps["cancellation"] is True
-    assert set(caps["notifications"]) == {"session/changed", "signIn/progress"}
+    assert set(caps["notifications"]) == {"session/changed", "signIn/progress", "signOut/progress"}
     assert {"external", "session"} <= set(caps["flows"])
 
     providers = {p["id"]: p for p in result["providers"]}

@@ -133,7 +133,7 @@ export interface ServerCapabilities {
   cancellation: true;
   flows: Flow[];
   /** profiles/changed: only a host that re-reads its configuration file (the agent). */
-  notifications: Array<'session/changed' | 'signIn/progress' | 'profiles/changed'>;
+  notifications: Array<'session/changed' | 'signIn/progress' | 'signOut/progress' | 'profiles/changed'>;
 }
 
 export interface InitializeParams {
@@ -201,6 +201,12 @@ export interface CompleteSignInParams {
 export interface SignOutParams {
   provider: string;
   account?: string;
+  /** Also end the provider's own session (RP-Initiated Logout); default: the profile's `endSession`. */
+  endSession?: boolean;
+  /** endSession: "browser" (the host waits for the provider's redirect; signOut/progress names the page) or "external" (the result's endSession.url). */
+  flow?: 'browser' | 'external';
+  /** browser flow: how long to wait for the provider's redirect (default 120 000). */
+  timeoutMs?: number;
 }
 
 export interface GetAccessTokenParams {
@@ -261,6 +267,26 @@ export interface SignOutResult {
   failures: RevocationFailure[];
   /** Cookies of this provider to delete from the frontend's web view. */
   clearCookies?: CookieRef[];
+  /** What the provider did with its own session, when endSession was asked for. */
+  endSession?: EndSessionOutcome;
+}
+
+/** confirmed: the provider's redirect came back; requested: opened or handed out (url), not confirmed; unsupported: no end-session endpoint; noIdToken: nothing to name the session with; failed: see message. */
+export interface EndSessionOutcome {
+  state: 'confirmed' | 'requested' | 'unsupported' | 'noIdToken' | 'failed';
+  /** external flow: the page to open in the browser that holds the provider's session. Carries the ID token: never log it. */
+  url?: string;
+  message?: string;
+}
+
+export interface SignOutProgressParams {
+  provider: string;
+  /** The id of the signOut call. */
+  requestId: RequestId;
+  stage: 'openUrl' | 'waiting';
+  /** openUrl: the provider's end-session page (carries the ID token: open it, never log it). */
+  url?: string;
+  message?: string;
 }
 
 export interface AccessTokenResult {
@@ -339,6 +365,7 @@ export interface ExitInfo {
 export type BridgeEvents = {
   'session/changed': [params: SessionChangedParams];
   'signIn/progress': [params: SignInProgressParams];
+  'signOut/progress': [params: SignOutProgressParams];
   'profiles/changed': [params: ProfilesChangedParams];
   notification: [notification: { method: string; params: unknown }];
   exit: [info: ExitInfo];

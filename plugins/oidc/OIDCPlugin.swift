@@ -31,6 +31,19 @@ struct OIDCPlugin: ProviderPlugin {
                         "description": "RFC 8628 endpoint, when discovery does not list it",
                     ],
                     "userinfoEndpoint": url,
+                    "pushedAuthorizationRequestEndpoint": [
+                        "type": "string", "format": "uri", "description": "RFC 9126 endpoint, when discovery does not list it",
+                    ],
+                    "par": [
+                        "enum": ["auto", true, false],
+                        "description":
+                            "Pushed authorization requests (RFC 9126): \"auto\" (default) when the server has the endpoint, true to require them",
+                    ],
+                    "endSessionEndpoint": [
+                        "type": "string", "format": "uri",
+                        "description":
+                            "Where signOut's endSession ends the provider's session (RP-Initiated Logout), when discovery does not list it",
+                    ],
                     "jwksUri": ["type": "string", "format": "uri", "description": "Keys that sign ID tokens (discovered with the issuer)"],
                     "clockSkewSeconds": ["type": "integer", "description": "Tolerance for ID-token exp and iat (default 60)"],
                     "extraAuthorizationParams": ["type": "object", "description": "Added to the authorization URL (e.g. prompt, audience)"],

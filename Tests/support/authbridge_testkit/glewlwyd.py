@@ -243,6 +243,14 @@ class GlewlwydServer:
         db = sqlite3.connect(self.database)
         try:   # one transaction: statement by statement, each commit's fsync makes it seconds
             db.executescript(f"BEGIN;\n{_schema()}\nCOMMIT;")
+            # The OIDC plugin reads a client's post-logout redirect URIs from the list property
+            # `post_logout_redirect_uris` (RP-initiated logout), which 2.7.5's schema does not
+            # declare (it has a single `post_logout_redirect_uri` nothing reads): declared here.
+            (parameters,) = db.execute("SELECT gcmi_parameters FROM g_client_module_instance WHERE gcmi_name = 'database'").fetchone()
+            parameters = json.loads(parameters)
+            parameters["data-format"]["post_logout_redirect_uris"] = {"multiple": True, "read": True, "write": True}
+            db.execute("UPDATE g_client_module_instance SET gcmi_parameters = ? WHERE gcmi_name = 'database'", (json.dumps(parameters),))
+            db.commit()
         finally:
             db.close()
         self.config.write_text(f"""# Written by the AuthBridge test kit (Tests/support/authbridge_testkit/glewlwyd.py).
@@ -329,14 +337,16 @@ log_file="{self.log}"
                           "scope": ["g_profile", "openid", READ_SCOPE]})
         redirects = [EXTERNAL_REDIRECT, f"http://127.0.0.1:{self.loopback_port}/callback"]
         user_grants = ["code", "refresh_token", "device_authorization", "delete_token"]
+        logout = {"post_logout_redirect_uris": [self.post_logout_redirect_uri]}   # RP-initiated logout
         add("client/", {"client_id": PUBLIC_CLIENT, "name": "AuthBridge tests (public)", "enabled": True,
                         "confidential": False, "redirect_uri": redirects, "authorization_type": user_grants,
-                        "token_endpoint_auth_method": ["none"], "scope": []})
+                        "token_endpoint_auth_method": ["none"], "scope": [], **logout})
         # client_credentials: glewlwyd lets a client introspect and revoke its own tokens only with it.
         add("client/", {"client_id": CONFIDENTIAL_CLIENT, "name": "AuthBridge tests (confidential)", "enabled": True,
                         "confidential": True, "client_secret": CONFIDENTIAL_SECRET, "redirect_uri": redirects,
                         "authorization_type": [*user_grants, "client_credentials"],
-                        "token_endpoint_auth_method": ["client_secret_basic", "client_secret_post"], "scope": [READ_SCOPE]})
+                        "token_endpoint_auth_method": ["client_secret_basic", "client_secret_post"], "scope": [READ_SCOPE],
+                        **logout})
         add("client/", {"client_id": RESOURCE_SERVER, "name": "AuthBridge tests (resource server)", "enabled": True,
                         "confidential": True, "client_secret": RESOURCE_SERVER_SECRET, "redirect_uri": [],
                         "authorization_type": ["client_credentials"], "token_endpoint_auth_method": ["client_secret_basic"],
@@ -397,21 +407,58 @@ log_file="{self.log}"
             settings["clientId"] = PUBLIC_CLIENT
         return {**settings, **extra}
 
-    def browse(self, url: str, user: str = USER, password: str = PASSWORD) -> str:
+    @property
+    def post_logout_redirect_uri(self) -> str:
+        """The post-logout redirect URI both clients have (RP-initiated logout): the browser flow's."""
+        return f"http://127.0.0.1:{self.loopback_port}/callback"
+
+    def new_tab(self) -> _Session:
+        """A browser tab whose cookies (glewlwyd's session) last across `browse`, `authorize_silently`
+        and `end_session` calls given it."""
+        return _Session()
+
+    def browse(self, url: str, user: str = USER, password: str = PASSWORD, tab: _Session | None = None) -> str:
         """What glewlwyd's login page does in a browser: the authorization URL sends it to
         login.html (client_id, scope, callback_url); the user signs in (POST /api/auth/), consents
         (PUT /api/auth/grant/<client>, the scopes shown), and "Continue" opens callback_url with
-        g_continue, which redirects to the app. That redirect's URL is returned, never followed."""
-        browser = _Session()
+        g_continue, which redirects to the app. That redirect's URL is returned, never followed.
+        A pushed request's URL (RFC 9126) names no redirect_uri: the redirect is to 127.0.0.1."""
+        browser = tab or _Session()
         login = self._to_login_page(browser, url, "the authorization URL")
         self._sign_in_and_consent(browser, login, user, password)
         status, location, _ = browser.call("GET", self._continue_url(login))
-        redirect_uri = _query(url).get("redirect_uri", "")
-        assert status == 302 and redirect_uri and location.startswith(redirect_uri), \
+        redirect_uri = _query(url).get("redirect_uri", "http://127.0.0.1:")
+        assert status == 302 and location.startswith(redirect_uri), \
             f"authorize after sign-in answered {status} → {location[:200]}"
         if code := _query(location).get("code"):
             self._seen.append(code)
         return location
+
+    def authorize_silently(self, url: str, tab: _Session) -> str | None:
+        """The authorization URL opened in `tab` by someone who types nothing: the redirect back to
+        the app (with a code) when glewlwyd still knows the tab's user, None when it wants the
+        password (login.html's "Continue" is refused without a session)."""
+        status, location, _ = tab.call("GET", url)
+        assert status == 302 and location.startswith(f"{self.base}/login.html?"), f"the authorization URL answered {status}"
+        status, location, _ = tab.call("GET", self._continue_url(_query(location)))
+        return location if status == 302 and location.startswith("http://127.0.0.1:") and "code=" in location else None
+
+    def end_session(self, url: str, tab: _Session) -> str:
+        """What glewlwyd's login page does with an end-session URL (RP-initiated logout) in `tab`:
+        end_session sends it to login.html (prompt=end_session, sid, callback_url: the post-logout
+        redirect with the state); the user confirms, which deletes the OIDC session and the
+        glewlwyd session (DELETE /api/oidc/session/<sid>, DELETE /api/auth/); the page then opens
+        callback_url, which is returned, never followed."""
+        status, location, body = tab.call("GET", url)
+        assert status == 302 and location.startswith(f"{self.base}/login.html?"), f"end_session answered {status} → {location or body[:200]}"
+        page = _query(location)
+        assert page.get("prompt") == "end_session" and page.get("sid"), f"end_session led to the login page with {sorted(page)}"
+        status, _, body = tab.call("DELETE", f"{self.base}/api/{page['plugin']}/session/{urllib.parse.quote(page['sid'], safe='')}")
+        assert status == 200, f"ending the OIDC session answered {status} {body[:200]}"
+        status, _, body = tab.call("DELETE", f"{self.base}/api/auth/")
+        assert status == 200, f"signing out of glewlwyd answered {status} {body[:200]}"
+        assert page.get("callback_url"), "glewlwyd did not accept the post-logout redirect URI (no callback_url)"
+        return page["callback_url"]
 
     def approve_device(self, user_code: str, verification_uri: str, user: str = USER, password: str = PASSWORD) -> None:
         """The user on another device: the verification URI shows the code form (login.html with

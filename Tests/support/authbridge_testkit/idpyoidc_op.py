@@ -142,11 +142,22 @@ class IdpyOIDCServer:
             settings["clientSecret"] = CONFIDENTIAL_SECRET
         return {**settings, **extra}
 
-    def browse(self, url: str, user: str = USER, password: str = PASSWORD) -> str:
+    @property
+    def post_logout_redirect_uri(self) -> str:
+        """A post-logout redirect URI both clients have (RP-initiated logout): the browser flow's."""
+        return f"http://127.0.0.1:{self.loopback_port}/callback"
+
+    @staticmethod
+    def new_tab():
+        """A browser tab whose cookies (the OP's session) last across `browse`, `authorize_silently`
+        and `end_session` calls given it."""
+        return urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()), _NoRedirect)
+
+    def browse(self, url: str, user: str = USER, password: str = PASSWORD, tab=None) -> str:
         """A browser signing in as `user`: authorization endpoint → password page → its form →
         the redirect to the app's callback, whose URL is returned (never followed). Uses nothing of
         `self`, so a stand-in browser can call it unbound."""
-        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()), _NoRedirect)
+        opener = tab or IdpyOIDCServer.new_tab()
         status, location, page = _open(opener, url)
         assert status == 200, f"the authorization endpoint answered {status} → {location or page[:300]}"
         form = re.search(r'<form[^>]*action="([^"]+)"', page)
@@ -155,6 +166,31 @@ class IdpyOIDCServer:
         fields = urllib.parse.urlencode({"token": unescape(token.group(1)), "username": user, "password": password})
         status, location, page = _open(opener, urllib.parse.urljoin(url, unescape(form.group(1))), fields.encode())
         assert status == 302 and location.startswith("http://127.0.0.1:"), f"the sign-in answered {status} → {location or page[:300]}"
+        return location
+
+    def authorize_silently(self, url: str, tab) -> str | None:
+        """The authorization URL opened in `tab` by someone who types nothing: the redirect back to
+        the app (with a code) when the OP still knows the tab's user, None when it shows its
+        password page."""
+        status, location, page = _open(tab, url)
+        if status == 302 and location.startswith("http://127.0.0.1:") and "code=" in location:
+            return location
+        assert status == 200 and 'name="password"' in page, f"the authorization endpoint answered {status} → {location or page[:300]}"
+        return None
+
+    def end_session(self, url: str, tab) -> str:
+        """An end-session URL (RP-initiated logout) in `tab`: the end-session endpoint sends the
+        browser to its confirmation page, the user confirms (its form), and the OP ends its session
+        and redirects to the post-logout redirect URI, whose URL is returned (never followed)."""
+        status, location, page = _open(tab, url)
+        assert status == 302 and location, f"the end-session endpoint answered {status}: {page[:300]}"
+        status, _, page = _open(tab, urllib.parse.urljoin(url, location))
+        form = re.search(r'<form[^>]*action="([^"]+)"', page)
+        sjwt = re.search(r'name="sjwt" value="([^"]+)"', page)
+        assert status == 200 and form and sjwt, f"no confirmation page after end_session ({status}): {page[:300]}"
+        fields = urllib.parse.urlencode({"sjwt": unescape(sjwt.group(1))}).encode()
+        status, location, page = _open(tab, urllib.parse.urljoin(url, unescape(form.group(1))), fields)
+        assert status == 302 and location, f"confirming the sign-out answered {status}: {page[:300]}"
         return location
 
     def approve_device(self, user_code: str, verification_uri: str, user: str = USER, password: str = PASSWORD) -> None:

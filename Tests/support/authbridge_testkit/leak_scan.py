@@ -25,6 +25,20 @@ def unregister(source: Callable[[], Iterable[str]]) -> None:
         _SOURCES.remove(source)
 
 
+def _without_end_session_urls(frame: dict[str, Any]) -> dict[str, Any]:
+    """The frame without the end-session URLs the contract hands out (signOut's endSession.url,
+    signOut/progress openUrl): they carry the ID token as id_token_hint (OpenID Connect
+    RP-Initiated Logout 1.0), which is how the provider knows whose session to end. The rest
+    of such a frame is scanned as any other."""
+    result = frame.get("result")
+    if isinstance(result, dict) and isinstance(result.get("endSession"), dict) and "url" in result["endSession"]:
+        return {**frame, "result": {**result, "endSession": {**result["endSession"], "url": "(end-session URL)"}}}
+    params = frame.get("params")
+    if frame.get("method") == "signOut/progress" and isinstance(params, dict) and "url" in params:
+        return {**frame, "params": {**params, "url": "(end-session URL)"}}
+    return frame
+
+
 def _carries_token_by_contract(frame: dict[str, Any]) -> bool:
     result = frame.get("result")
     if not isinstance(result, dict):
@@ -53,7 +67,7 @@ def leaks(stderr: str, frames: list[dict[str, Any]]) -> list[str]:
     for index, frame in enumerate(frames):
         if _carries_token_by_contract(frame):
             continue
-        text = json.dumps(frame)
+        text = json.dumps(_without_end_session_urls(frame))
         if any(secret in text for secret in secrets):
             kind = frame.get("method") or ("error" if "error" in frame else "result")
             found.append(f"frame {index} ({kind})")

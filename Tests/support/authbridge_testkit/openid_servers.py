@@ -95,6 +95,13 @@ class OpenIDServer(Protocol):
         where the server asks), and returns the URL of the redirect back to the app (never
         followed). Asserts every step went where it should."""
 
+    # glewlwyd and idpyoidc (PAR and RP-initiated logout, issue 29) also have: `post_logout_redirect_uri`
+    # (registered for both clients: the browser flow's loopback redirect); `new_tab()`, a browser
+    # tab whose cookies last across the calls given it; `browse(url, tab=tab)`;
+    # `authorize_silently(url, tab)`, the redirect back when the server still knows the tab's user
+    # (None when it asks for the password); `end_session(url, tab)`, the user confirming the
+    # provider's end-session page, which returns the post-logout redirect (never followed).
+
     def approve_device(self, user_code: str, verification_uri: str, user: str = USER, password: str = PASSWORD) -> None:
         """The user on another device approves `user_code` (RFC 8628 §3.3). Only where has_device_flow."""
 

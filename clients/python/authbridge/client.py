@@ -460,11 +460,17 @@ class AuthBridge(Listeners):
                             headers=dict(headers) if headers is not None else None, body=body, timeoutMs=timeout_ms)
         return FetchResult.from_wire(await self.request("fetch", params, timeout=timeout))
 
-    async def sign_out(self, provider: str, *, account: str | None = None,
+    async def sign_out(self, provider: str, *, account: str | None = None, end_session: bool | None = None,
+                       flow: Literal["browser", "external"] | None = None, end_session_timeout_ms: int | None = None,
                        timeout: float | None = None) -> SignOutResult:
         """Revokes at the provider (best effort) and deletes the tokens whatever it said. A
-        pending sign-in of that provider ends with `UserCancelled` (reason "signedOut")."""
-        params = _drop_none(provider=provider, account=account)
+        pending sign-in of that provider ends with `UserCancelled` (reason "signedOut").
+        `end_session` also ends the provider's own session (default: the profile's `endSession`
+        setting): with flow "external" the result's `end_session.url` is the page to open; with
+        "browser" the host waits (`end_session_timeout_ms`) for the provider's redirect, after a
+        "signOut/progress" event with the page to open."""
+        params = _drop_none(provider=provider, account=account, endSession=end_session, flow=flow,
+                            timeoutMs=end_session_timeout_ms)
         return SignOutResult.from_wire(await self.request("signOut", params, timeout=timeout))
 
 

@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 __all__ = [
     "Flow", "SignInState", "SessionState", "SignInStage", "Account", "StorageInfo", "SignInStatus",
-    "Cookie", "CookieRef", "AccessTokenResult", "FetchResult", "RevocationFailure", "SignOutResult",
+    "Cookie", "CookieRef", "AccessTokenResult", "FetchResult", "RevocationFailure", "EndSessionState", "EndSessionOutcome",
+    "SignOutResult",
     "ProfileInfo", "PluginStatus", "ProvidersList", "ServerInfo", "ServerCapabilities",
     "InitializeResult", "SessionChanged", "SignInProgress", "ProfilesChanged", "Notification", "Event", "event_from_wire",
 ]
@@ -191,15 +192,36 @@ class RevocationFailure:
         return cls(token=data.get("token", ""), reason=data.get("reason", ""), message=data.get("message", ""))
 
 
+EndSessionState = Literal["confirmed", "requested", "unsupported", "noIdToken", "failed"]
+
+
+@dataclass(frozen=True)
+class EndSessionOutcome:
+    """What the provider did when asked to end its own session (`sign_out(end_session=True)`,
+    OpenID Connect RP-Initiated Logout). `url` (state "requested", external flow) is the page to
+    open in the browser that holds the provider's session: it carries the ID token, never log it."""
+    state: EndSessionState
+    url: str | None = field(default=None, repr=False)
+    message: str | None = None
+
+    @classmethod
+    def from_wire(cls, data: Any) -> EndSessionOutcome | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(state=data.get("state", "failed"), url=data.get("url"), message=data.get("message"))
+
+
 @dataclass(frozen=True)
 class SignOutResult:
-    """Signing out always deletes the tokens; `revoked` / `failures` say what the provider did."""
+    """Signing out always deletes the tokens; `revoked` / `failures` say what the provider did,
+    `end_session` (when asked for) what it did with its own session."""
     provider: str
     signed_out: bool
     revoked: list[str]
     failures: list[RevocationFailure]
     account: Account | None = None
     clear_cookies: list[CookieRef] = field(default_factory=list)
+    end_session: EndSessionOutcome | None = None
 
     @classmethod
     def from_wire(cls, data: Any) -> SignOutResult:
@@ -208,7 +230,8 @@ class SignOutResult:
                    revoked=list(_list(data.get("revoked"))),
                    failures=[RevocationFailure.from_wire(f) for f in _list(data.get("failures"))],
                    account=Account.from_wire(data.get("account")),
-                   clear_cookies=[CookieRef.from_wire(c) for c in _list(data.get("clearCookies"))])
+                   clear_cookies=[CookieRef.from_wire(c) for c in _list(data.get("clearCookies"))],
+                   end_session=EndSessionOutcome.from_wire(data.get("endSession")))
 
 
 @dataclass(frozen=True)

@@ -107,3 +107,15 @@ async def test_progress_stages_reach_every_listener(host_options, dot):
         assert stages[:2] == ["openUrl", "waiting"] and "session/changed" in stages
         assert seen_by_on[:2] == ["openUrl", "waiting"]
         await bridge.sign_out("dot")
+
+
+async def test_sign_out_asking_to_end_the_providers_session(host_options, dot):
+    """django-oauth-toolkit advertises no end_session_endpoint: the revocation alone, and the
+    result says so (glewlwyd and idpyoidc end theirs: Tests/contract/test_par_and_logout.py)."""
+    async with authbridge.connect(**host_options()) as bridge:
+        await bridge.configure_profile("dot", "oidc", dot_settings(dot))
+        await sign_in(bridge, dot)
+        result = await bridge.sign_out("dot", end_session=True, flow="external")
+        assert result.signed_out and sorted(result.revoked) == ["access_token", "refresh_token"]
+        assert result.end_session is not None and result.end_session.state == "unsupported" and result.end_session.url is None
+        assert (await bridge.sign_out("dot")).end_session is None, "not asked, not said"
