@@ -225,6 +225,7 @@ public final class BridgeServer: ConnectionDelegate {
         case let params as RequestOAuthTokensParams:
             return try await engine.requestOAuthTokens(params, requestID: requestID, order: request.sequence).wire
         case let params as CompleteSignInParams: return try await engine.completeSignIn(params).wire
+        case let params as CompleteSignOutParams: return try await engine.completeSignOut(params).wire
         case let params as SignOutParams: return try await engine.signOut(params, requestID: requestID).wire
         case let params as GetAccessTokenParams: return try await engine.getAccessToken(params, requestID: requestID).wire
         case let params as FetchParams: return try await engine.fetch(params, requestID: requestID).wire

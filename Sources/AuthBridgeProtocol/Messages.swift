@@ -12,7 +12,7 @@ public enum BridgeMethods {
         "listProviders": ListProvidersParams.self, "configureProfile": ConfigureProfileParams.self, "removeProfile": RemoveProfileParams.self,
         "listAccounts": ListAccountsParams.self, "checkSignInStatus": CheckSignInStatusParams.self,
         "requestOAuthTokens": RequestOAuthTokensParams.self, "completeSignIn": CompleteSignInParams.self, "signOut": SignOutParams.self,
-        "getAccessToken": GetAccessTokenParams.self, "fetch": FetchParams.self,
+        "completeSignOut": CompleteSignOutParams.self, "getAccessToken": GetAccessTokenParams.self, "fetch": FetchParams.self,
     ]
 
     /// The notifications either side sends.
@@ -888,7 +888,7 @@ public struct CookieRef: WireCodable {
 /// The end of the provider's session.
 public struct EndSessionOutcome: WireCodable {
     public var state: EndSessionState
-    /// requested (external flow): the end-session URL for the frontend to open in the browser (or web view) that holds the provider's
+    /// requested, external flow: the end-session URL the frontend was to open in the browser (or web view) that holds the provider's
     /// session.
     public var url: String?
     public var message: String?
@@ -915,10 +915,11 @@ public struct EndSessionOutcome: WireCodable {
 }
 
 /// What the provider did when asked to end its session (OpenID Connect RP-Initiated Logout 1.0). confirmed: the provider redirected back to
-/// the post-logout redirect URI with this sign-out's state. requested: the end-session page was opened (browser) or handed out (external,
-/// in url) but no redirect was seen. unsupported: the provider has no end_session_endpoint (revocation alone). noIdToken: the session kept
-/// no ID token to send as id_token_hint (revocation alone). failed: the page could not be offered (the profile's configuration could not be
-/// resolved, the loopback listener could not be opened, an insecure endpoint); message says why.
+/// the post-logout redirect URI with this sign-out's state (to the loopback listener, or handed over with completeSignOut). requested: the
+/// end-session page was opened or handed out but no redirect was seen within timeoutMs (or none can come back: no post-logout redirect
+/// URI). unsupported: the provider has no end_session_endpoint (revocation alone). noIdToken: the session kept no ID token to send as
+/// id_token_hint (revocation alone). failed: the page could not be offered (the profile's configuration could not be resolved, the loopback
+/// listener could not be opened, an insecure endpoint); message says why.
 public enum EndSessionState: String, WireWord {
     case confirmed
     case requested
@@ -938,10 +939,11 @@ public struct SignOutParams: BridgeRequest {
     /// Also end the user's session at the provider (OpenID Connect RP-Initiated Logout 1.0), after the revocation and the local wipe.
     public var endSession: Bool?
     /// With endSession, who opens the provider's end-session page. browser: the host opens it and waits (timeoutMs) for the provider's
-    /// redirect to its loopback listener (signOut/progress says the URL and the wait). external: the host opens nothing; the result's
-    /// endSession.url is for the frontend to open.
+    /// redirect to its loopback listener (signOut/progress says the URL and the wait). external: the frontend opens the URL
+    /// (signOut/progress openUrl, with callbackPrefix) in the browser or web view that holds the provider's session and hands the redirect
+    /// back with completeSignOut; the host waits for it (timeoutMs).
     public var flow: Flow?
-    /// browser flow: how long to wait for the provider's redirect; default 120000.
+    /// How long to wait for the provider's redirect (browser: to the loopback listener; external: completeSignOut); default 120000.
     public var timeoutMs: Int64?
 
     public init(provider: String, account: String? = nil, endSession: Bool? = nil, flow: Flow? = nil, timeoutMs: Int64? = nil) {
@@ -968,6 +970,46 @@ public struct SignOutParams: BridgeRequest {
         if let flow { members["flow"] = flow.wire }
         if let timeoutMs { members["timeoutMs"] = timeoutMs.wire }
         return .object(members)
+    }
+}
+
+/// bridge-spec's `CompleteSignOutResult`.
+public struct CompleteSignOutResult: WireCodable {
+
+    public init() {
+    }
+
+    public init(wire: JSON) throws(WireError) {
+        _ = try WireObject(wire)
+    }
+
+    public var wire: JSON {
+        .object(["accepted": .bool(true)])
+    }
+}
+
+/// The params of `completeSignOut`: hand over the post-logout redirect of a pending end-session (external flow).
+public struct CompleteSignOutParams: BridgeRequest {
+    public static let method = "completeSignOut"
+    public typealias Result = CompleteSignOutResult
+
+    public var provider: String
+    /// The full post-logout redirect URL the frontend intercepted (never logged).
+    public var callbackUrl: String
+
+    public init(provider: String, callbackUrl: String) {
+        self.provider = provider
+        self.callbackUrl = callbackUrl
+    }
+
+    public init(wire: JSON) throws(WireError) {
+        let object = try WireObject(wire)
+        self.provider = try object.required("provider")
+        self.callbackUrl = try object.required("callbackUrl")
+    }
+
+    public var wire: JSON {
+        .object(["provider": provider.wire, "callbackUrl": callbackUrl.wire])
     }
 }
 
@@ -1400,13 +1442,16 @@ public struct SignOutProgressParams: BridgeNotification {
     public var stage: SignOutStage
     /// openUrl: the end-session page the host opened (or tried to): a frontend without a browser shows it.
     public var url: String?
+    /// openUrl, external flow: the post-logout redirect URI; the redirect that starts with it goes back with completeSignOut.
+    public var callbackPrefix: String?
     public var message: String?
 
-    public init(provider: String, requestId: JSON, stage: SignOutStage, url: String? = nil, message: String? = nil) {
+    public init(provider: String, requestId: JSON, stage: SignOutStage, url: String? = nil, callbackPrefix: String? = nil, message: String? = nil) {
         self.provider = provider
         self.requestId = requestId
         self.stage = stage
         self.url = url
+        self.callbackPrefix = callbackPrefix
         self.message = message
     }
 
@@ -1416,12 +1461,14 @@ public struct SignOutProgressParams: BridgeNotification {
         self.requestId = try object.required("requestId")
         self.stage = try object.required("stage")
         self.url = try object.optional("url")
+        self.callbackPrefix = try object.optional("callbackPrefix")
         self.message = try object.optional("message")
     }
 
     public var wire: JSON {
         var members: [String: JSON] = ["provider": provider.wire, "requestId": requestId.wire, "stage": stage.wire]
         if let url { members["url"] = url.wire }
+        if let callbackPrefix { members["callbackPrefix"] = callbackPrefix.wire }
         if let message { members["message"] = message.wire }
         return .object(members)
     }
@@ -1690,7 +1737,8 @@ public enum BridgeErrorCode: Int, Sendable, CaseIterable {
     /// -32011: the token vault failed (`insecurePermissions`, `corruptRecord`, `wrongKey`,
     /// `keyringUnavailable`, `accessDenied`…).
     case storageError = -32011
-    /// -32012: `completeSignIn` with no sign-in pending for that provider.
+    /// -32012: `completeSignIn` with no sign-in pending for that provider, `completeSignOut` with no
+    /// end-session pending.
     case noPendingSignIn = -32012
     /// -32013: the profile's settings are wrong (`invalidSettings`, `missingSetting`, `relativeUrl`…).
     case configurationError = -32013

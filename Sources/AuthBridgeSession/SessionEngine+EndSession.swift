@@ -61,10 +61,8 @@ extension SessionEngine {
         let clientID = (context.config["clientId"] ?? context.profile.settings["clientId"])?.stringValue
         let state = PKCE.randomToken()
         guard flow == .browser else {
-            let settings = context.profile.settings
-            let redirect = (settings["postLogoutRedirectUri"] ?? context.config["redirectUri"])?.stringValue
-            let url = Self.endSessionURL(endpoint, idToken: idToken, clientID: clientID, redirectURI: redirect, state: state)
-            return EndSessionOutcome(state: .requested, url: url)
+            return await externalEndSession(
+                endpoint, idToken: idToken, clientID: clientID, state: state, context: context, params: params, requestID: requestID)
         }
         let settings = context.profile.settings
         let port = settings["loopbackPort"]?.intValue ?? 0
@@ -110,6 +108,66 @@ extension SessionEngine {
         }
         listener.answerBrowserSignedOut()
         return EndSessionOutcome(state: .confirmed)
+    }
+
+    /// The external flow: the frontend opens the end-session URL (`signOut/progress` openUrl) in
+    /// the browser or web view that holds the provider's session and hands the redirect back with
+    /// `completeSignOut`, as `completeSignIn` does for a sign-in. Without a post-logout redirect
+    /// URI nothing can come back: the URL is the answer, at once.
+    private func externalEndSession(
+        _ endpoint: String, idToken: String, clientID: String?, state: String, context: Context, params: SignOutParams, requestID: JSON?
+    ) async -> EndSessionOutcome {
+        let profile = params.provider
+        let redirect = (context.profile.settings["postLogoutRedirectUri"] ?? context.config["redirectUri"])?.stringValue
+        let url = Self.endSessionURL(endpoint, idToken: idToken, clientID: clientID, redirectURI: redirect, state: state)
+        guard let redirect else {
+            return EndSessionOutcome(
+                state: .requested, url: url,
+                message:
+                    "No post-logout redirect URI is set (postLogoutRedirectUri, or the profile's redirectUri): the provider cannot say it is done.")
+        }
+        let superseded = SessionError(.userCancelled, "A newer sign-out for this profile replaced this one.", provider: profile, reason: "superseded")
+        pendingSignOuts.removeValue(forKey: profile)?.fail(superseded)
+        let pending = PendingSignIn(callbackPrefix: redirect, expectedState: state)
+        pendingSignOuts[profile] = pending
+        send(SignOutProgressParams(provider: profile, requestId: requestID ?? .null, stage: .openUrl, url: url, callbackPrefix: redirect))
+        let timeout = max(1_000, min(params.timeoutMs ?? Self.endSessionTimeoutMilliseconds, 3_600_000))
+        let timedOut = SessionError(.timeout, "No post-logout redirect came back.", provider: profile, reason: "timeout")
+        let outcome: EndSessionOutcome
+        do {
+            _ = try await pending.wait(timeoutMilliseconds: timeout, profile: profile, timedOut: timedOut)
+            outcome = EndSessionOutcome(state: .confirmed)
+        } catch {
+            outcome = EndSessionOutcome(
+                state: .requested, url: url,
+                message: "The end-session URL was handed out, but no redirect came back with completeSignOut within \(timeout / 1000) s "
+                    + "(\(error.reason ?? "timeout")): the provider's session may still be open.")
+        }
+        if pendingSignOuts[profile] === pending { pendingSignOuts[profile] = nil }
+        return outcome
+    }
+
+    /// Hands the post-logout redirect of an external end-session to the waiting `signOut`.
+    public func completeSignOut(_ params: CompleteSignOutParams) throws(SessionError) -> CompleteSignOutResult {
+        let (profile, callbackURL) = (params.provider, params.callbackUrl)
+        guard profiles[profile] != nil else { throw unknownProfile(profile) }
+        guard let pending = pendingSignOuts[profile] else {
+            throw SessionError(
+                .noPendingSignIn, "No sign-out is waiting for the provider's redirect on profile \"\(profile)\".", provider: profile,
+                reason: "noPendingSignOut")
+        }
+        if let prefix = pending.callbackPrefix, !callbackURL.hasPrefix(prefix) {
+            throw SessionError(.invalidParams, "The redirect URL does not belong to this sign-out.", provider: profile, field: "callbackUrl")
+        }
+        guard pending.isAnswer(callbackURL) else {
+            throw SessionError(
+                .invalidParams,
+                "The redirect's state is not this sign-out's (a stale or forged redirect): it was ignored, and the sign-out is still waiting.",
+                provider: profile, reason: "stateMismatch", field: "callbackUrl")
+        }
+        pendingSignOuts[profile] = nil
+        pending.deliver(callbackURL)
+        return CompleteSignOutResult()
     }
 
     /// OpenID Connect RP-Initiated Logout 1.0 §2: the end-session request, with the ID token

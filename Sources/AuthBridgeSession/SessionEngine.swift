@@ -53,6 +53,8 @@ public actor SessionEngine {
     /// answer, shared by the calls that ask for the same input (see `authorize`).
     var authorizations: [String: (input: JSON, work: SharedWork<Result<JSON, SessionError>>)] = [:]
     var pendingSignIns: [String: PendingSignIn] = [:]
+    /// External end-sessions waiting for `completeSignOut`, by profile.
+    var pendingSignOuts: [String: PendingSignIn] = [:]
     /// Per profile, the arrival order of the newest external/browser sign-in that got as far as waiting.
     var newestSignIn: [String: UInt64] = [:]
     /// The license sign-outs timed in this process.

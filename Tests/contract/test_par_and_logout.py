@@ -201,24 +201,53 @@ def test_an_expired_request_uri_is_pushed_again_not_handed_out(start_host, oidc_
 
 
 def test_sign_out_with_end_session_ends_the_providers_session(start_host, oidc_plugin_dir, op):
-    """External flow: the frontend gets the end-session URL and opens it in the browser that
-    signed in. Before, signOut only revoked: the provider's session stayed and the next sign-in in
-    that browser went straight back as the same user."""
+    """External flow: the frontend gets the end-session URL (signOut/progress openUrl), opens it in
+    the browser that signed in, and hands the provider's redirect back with completeSignOut, as
+    completeSignIn does for a sign-in. Before, signOut only revoked: the provider's session stayed
+    and the next sign-in in that browser went straight back as the same user."""
     host = start_host([oidc_plugin_dir], profiles=profile(op, confidential=True, postLogoutRedirectUri=op.post_logout_redirect_uri))
     tab = op.new_tab()
     sign_in_in(tab, host, op)
     assert signs_in_without_password(host, op, tab), "the provider keeps its session after a sign-in"
-    result = host.result("signOut", {"provider": "p", "endSession": True, "flow": "external"})
-    ended = result["endSession"]
-    assert ended["state"] == "requested", result
-    assert ended["url"].startswith(discovery(op)["end_session_endpoint"] + "?")
-    query = query_of(ended["url"])
+    request = host.send_request("signOut", {"provider": "p", "endSession": True, "flow": "external"})
+    opened = host.wait_for_notification("signOut/progress", lambda p: p["requestId"] == request and p["stage"] == "openUrl")
+    assert opened["url"].startswith(discovery(op)["end_session_endpoint"] + "?")
+    assert opened["callbackPrefix"] == op.post_logout_redirect_uri
+    query = query_of(opened["url"])
     assert query["id_token_hint"].count(".") == 2 and query["client_id"] and query["state"]
     assert query["post_logout_redirect_uri"] == op.post_logout_redirect_uri
     assert host.result("listAccounts", {"provider": "p"}) == {"accounts": []}, "wiped before the provider is asked"
-    back = op.end_session(ended["url"], tab)
+    back = op.end_session(opened["url"], tab)
     assert back.startswith(op.post_logout_redirect_uri) and query_of(back).get("state") == query["state"]
+    # A redirect with another state (stale, or forged by whoever can call the bridge) is refused; the wait goes on.
+    forged = back.replace("state=" + urllib.parse.quote(query["state"], safe=""), "state=forged")
+    error = host.request("completeSignOut", {"provider": "p", "callbackUrl": forged})["error"]
+    assert error["code"] == -32602 and error["data"]["reason"] == "stateMismatch", error
+    assert host.result("completeSignOut", {"provider": "p", "callbackUrl": back}) == {"accepted": True}
+    result = host.wait_response(request)["result"]
+    assert result["endSession"] == {"state": "confirmed"}, result
     assert not signs_in_without_password(host, op, tab), "after the end session, a sign-in needs the password again"
+    error = host.request("completeSignOut", {"provider": "p", "callbackUrl": back})["error"]
+    assert error["code"] == -32012 and error["data"]["reason"] == "noPendingSignOut", error
+
+
+def test_an_external_end_session_nobody_completes_is_requested(start_host, oidc_plugin_dir, op):
+    """No redirect handed back within timeoutMs: asked, not confirmed (the URL in the result). With
+    no post-logout redirect URI at all, nothing can come back: the URL is the answer at once."""
+    host = start_host([oidc_plugin_dir], profiles=profile(op, confidential=True))
+    sign_in_external(host, op, "p")
+    result = host.result("signOut", {"provider": "p", "endSession": True, "flow": "external", "timeoutMs": 1000})
+    assert result["endSession"]["state"] == "requested" and result["endSession"]["url"], result
+    assert "completeSignOut" in result["endSession"]["message"]
+    settings = op.settings(confidential=True)
+    del settings["redirectUri"]
+    host = start_host([oidc_plugin_dir], profiles={"p": {"plugin": "oidc", "settings": settings}})
+    pending, opened = begin_sign_in(host, "p", flow="external", redirectUri=op.redirect_uri)
+    host.result("completeSignIn", {"provider": "p", "callbackUrl": op.browse(opened["url"])})
+    assert host.wait_response(pending)["result"]["state"] == "signedIn"
+    ended = host.result("signOut", {"provider": "p", "endSession": True, "flow": "external"})["endSession"]
+    assert ended["state"] == "requested" and "post_logout_redirect_uri" not in query_of(ended["url"]), ended
+    assert "No post-logout redirect URI" in ended["message"]
 
 
 def test_the_browser_flow_is_confirmed_by_the_providers_redirect(start_host, oidc_plugin_dir, op):
@@ -253,7 +282,7 @@ def test_local_data_is_wiped_when_the_provider_is_down(start_host, oidc_plugin_d
     sign_in_external(host, op, "p")
     op.stop()
     try:
-        result = host.result("signOut", {"provider": "p", "flow": "external"})   # endSession from the profile
+        result = host.result("signOut", {"provider": "p", "flow": "external", "timeoutMs": 1000})   # endSession from the profile
     finally:
         op.start()
     assert result["failures"] and not result["revoked"], result

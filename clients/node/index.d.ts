@@ -198,6 +198,12 @@ export interface CompleteSignInParams {
   callbackUrl: string;
 }
 
+export interface CompleteSignOutParams {
+  provider: string;
+  /** The full post-logout redirect URL the frontend intercepted (external end-session). */
+  callbackUrl: string;
+}
+
 export interface SignOutParams {
   provider: string;
   account?: string;
@@ -258,6 +264,10 @@ export interface CompleteSignInResult {
   accepted: true;
 }
 
+export interface CompleteSignOutResult {
+  accepted: true;
+}
+
 export interface SignOutResult {
   provider: string;
   account?: Account | null;
@@ -271,10 +281,10 @@ export interface SignOutResult {
   endSession?: EndSessionOutcome;
 }
 
-/** confirmed: the provider's redirect came back; requested: opened or handed out (url), not confirmed; unsupported: no end-session endpoint; noIdToken: nothing to name the session with; failed: see message. */
+/** confirmed: the provider's redirect came back (browser listener, or completeSignOut); requested: opened or handed out (url), not confirmed; unsupported: no end-session endpoint; noIdToken: nothing to name the session with; failed: see message. */
 export interface EndSessionOutcome {
   state: 'confirmed' | 'requested' | 'unsupported' | 'noIdToken' | 'failed';
-  /** external flow: the page to open in the browser that holds the provider's session. Carries the ID token: never log it. */
+  /** requested, external flow: the page the frontend was to open in the browser that holds the provider's session. Carries the ID token: never log it. */
   url?: string;
   message?: string;
 }
@@ -286,6 +296,8 @@ export interface SignOutProgressParams {
   stage: 'openUrl' | 'waiting';
   /** openUrl: the provider's end-session page (carries the ID token: open it, never log it). */
   url?: string;
+  /** openUrl, external flow: the post-logout redirect to intercept and pass to completeSignOut. */
+  callbackPrefix?: string;
   message?: string;
 }
 
@@ -485,7 +497,10 @@ export declare class UnsupportedProtocolVersionError extends AuthBridgeError {
  * `accessDenied`…).
  */
 export declare class StorageError extends AuthBridgeError {}
-/** -32012: `completeSignIn` with no sign-in pending for that provider. */
+/**
+ * -32012: `completeSignIn` with no sign-in pending for that provider, `completeSignOut` with no end-session
+ * pending.
+ */
 export declare class NoPendingSignInError extends AuthBridgeError {}
 /** -32013: the profile's settings are wrong (`invalidSettings`, `missingSetting`, `relativeUrl`…). */
 export declare class ConfigurationError extends AuthBridgeError {}
@@ -665,6 +680,8 @@ export declare class AuthBridge extends EventEmitter<BridgeEvents> {
   checkSignInStatus(params: CheckSignInStatusParams | string, options?: CallOptions): Promise<SignInStatus>;
   requestOAuthTokens(params: RequestOAuthTokensParams | string, options?: SignInOptions): Promise<SignInStatus>;
   completeSignIn(params: CompleteSignInParams, options?: CallOptions): Promise<CompleteSignInResult>;
+  /** External end-session: hands the provider's post-logout redirect to the pending signOut (which then answers `confirmed`). */
+  completeSignOut(params: CompleteSignOutParams, options?: CallOptions): Promise<CompleteSignOutResult>;
   getAccessToken(params: GetAccessTokenParams | string, options?: CallOptions): Promise<AccessTokenResult>;
   fetch(params: FetchParams, options?: CallOptions): Promise<FetchResult>;
   signOut(params: SignOutParams | string, options?: CallOptions): Promise<SignOutResult>;

@@ -586,6 +586,7 @@ export class AuthBridge extends EventEmitter {
 
   /** Hands an intercepted redirect (external flow) to the pending sign-in. */
   completeSignIn(params, options) { return this.request('completeSignIn', params, options); }
+  completeSignOut(params, options) { return this.request('completeSignOut', params, options); }
 
   /** An access token (refreshed first when needed) and the headers/cookies to authorize requests with. */
   getAccessToken(params, options) { return this.request('getAccessToken', providerParams(params), options); }

@@ -119,7 +119,10 @@ export class UnsupportedProtocolVersionError extends AuthBridgeError {
  * `accessDenied`…).
  */
 export class StorageError extends AuthBridgeError {}
-/** -32012: `completeSignIn` with no sign-in pending for that provider. */
+/**
+ * -32012: `completeSignIn` with no sign-in pending for that provider, `completeSignOut` with no end-session
+ * pending.
+ */
 export class NoPendingSignInError extends AuthBridgeError {}
 /** -32013: the profile's settings are wrong (`invalidSettings`, `missingSetting`, `relativeUrl`…). */
 export class ConfigurationError extends AuthBridgeError {}

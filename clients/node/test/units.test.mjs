@@ -184,14 +184,15 @@ test('package: an ES module with exports and types, no dependencies; the .d.ts d
   // Every schema the client hands to callers has an interface of the same name.
   for (const schema of ['SignInStatus', 'AccessTokenResult', 'FetchResult', 'SignOutResult', 'Account', 'Cookie', 'CookieRef',
     'PluginStatus', 'ProfileInfo', 'StorageInfo', 'InitializeResult', 'ListProvidersResult', 'ListAccountsResult',
-    'RemoveProfileResult', 'CompleteSignInResult', 'SessionChangedParams', 'SignInProgressParams', 'ProfilesChangedParams', 'ErrorData',
+    'RemoveProfileResult', 'CompleteSignInResult', 'CompleteSignOutResult', 'SessionChangedParams', 'SignInProgressParams', 'ProfilesChangedParams', 'ErrorData',
     'RevocationFailure', 'ServerCapabilities']) {
     assert.ok(spec.components.schemas[schema], `${schema} is a schema of the spec`);
     assert.match(dts, new RegExp(`export (interface|type) ${schema}\\b`), `index.d.ts declares ${schema}`);
   }
   // Every param of every method the client wraps is a member of its params interface.
   const wrapped = { listAccounts: 'ListAccountsParams', checkSignInStatus: 'CheckSignInStatusParams', requestOAuthTokens: 'RequestOAuthTokensParams',
-    completeSignIn: 'CompleteSignInParams', signOut: 'SignOutParams', getAccessToken: 'GetAccessTokenParams', fetch: 'FetchParams',
+    completeSignIn: 'CompleteSignInParams', signOut: 'SignOutParams', completeSignOut: 'CompleteSignOutParams',
+    getAccessToken: 'GetAccessTokenParams', fetch: 'FetchParams',
     configureProfile: 'ConfigureProfileParams', removeProfile: 'RemoveProfileParams' };
   for (const [method, name] of Object.entries(wrapped)) {
     const body = new RegExp(`export interface ${name} \\{([^}]*)\\}`).exec(dts)?.[1];

@@ -22,7 +22,7 @@ from .errors import AgentNotRunning, AuthBridgeError, BridgeClosed, HostExited, 
 from .protocol import Connection, EventStream, FrameTap, Listeners, ProgressCallback
 from .transport import DEFAULT_MAX_FRAME_BYTES, AgentNotYours, AgentSocket, HostProcess, agent_socket_path, find_executable
 from .types import (AccessTokenResult, Event, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList,
-                    SessionChanged, SignInProgress, SignInStatus, SignOutResult, ProfilesChanged)
+                    SessionChanged, SignInProgress, SignInStatus, SignOutProgress, SignOutResult, ProfilesChanged)
 
 __all__ = ["AuthBridge", "connect", "PROTOCOL_VERSION"]
 
@@ -306,6 +306,8 @@ class AuthBridge(Listeners):
     @overload
     def events(self, method: Literal["signIn/progress"], /) -> EventStream[SignInProgress]: ...
     @overload
+    def events(self, method: Literal["signOut/progress"], /) -> EventStream[SignOutProgress]: ...
+    @overload
     def events(self, method: Literal["profiles/changed"], /) -> EventStream[ProfilesChanged]: ...
     @overload
     def events(self, *methods: str) -> EventStream[Event]: ...
@@ -433,6 +435,14 @@ class AuthBridge(Listeners):
                                     timeout=timeout)
         return bool(result.get("accepted")) if isinstance(result, dict) else False
 
+    async def complete_sign_out(self, provider: str, callback_url: str, *, timeout: float | None = None) -> bool:
+        """External end-session: hands the provider's post-logout redirect (the navigation that
+        starts with the "signOut/progress" event's `callback_prefix`) to the pending sign-out.
+        Only acknowledges (True); the outcome is `sign_out`'s `end_session` ("confirmed")."""
+        result = await self.request("completeSignOut", {"provider": provider, "callbackUrl": callback_url},
+                                    timeout=timeout)
+        return bool(result.get("accepted")) if isinstance(result, dict) else False
+
     async def get_access_token(self, provider: str, *, account: str | None = None,
                                min_validity_ms: int | None = None, force_refresh: bool | None = None,
                                method: str | None = None, url: str | None = None, dpop_nonce: str | None = None,
@@ -466,9 +476,10 @@ class AuthBridge(Listeners):
         """Revokes at the provider (best effort) and deletes the tokens whatever it said. A
         pending sign-in of that provider ends with `UserCancelled` (reason "signedOut").
         `end_session` also ends the provider's own session (default: the profile's `endSession`
-        setting): with flow "external" the result's `end_session.url` is the page to open; with
-        "browser" the host waits (`end_session_timeout_ms`) for the provider's redirect, after a
-        "signOut/progress" event with the page to open."""
+        setting), after a "signOut/progress" event with the page to open: with flow "browser" the
+        host waits (`end_session_timeout_ms`) for the provider's redirect to its listener; with
+        "external" the app opens the page and hands the redirect back with `complete_sign_out`
+        (the result's `end_session.state` is then "confirmed"; "requested" with `url` if none came)."""
         params = _drop_none(provider=provider, account=account, endSession=end_session, flow=flow,
                             timeoutMs=end_session_timeout_ms)
         return SignOutResult.from_wire(await self.request("signOut", params, timeout=timeout))

@@ -170,7 +170,8 @@ class StorageError(AuthBridgeError):
 
 
 class NoPendingSignIn(AuthBridgeError):
-    """-32012: `completeSignIn` with no sign-in pending for that provider."""
+    """-32012: `completeSignIn` with no sign-in pending for that provider, `completeSignOut` with no
+    end-session pending."""
     code = -32012
 
 

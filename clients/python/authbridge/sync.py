@@ -24,7 +24,7 @@ from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overl
 from .client import AuthBridge
 from .errors import BridgeClosed
 from .protocol import E_co, EventStream, Listeners
-from .types import Event, InitializeResult, ProfilesChanged, SessionChanged, SignInProgress
+from .types import Event, InitializeResult, ProfilesChanged, SessionChanged, SignInProgress, SignOutProgress
 
 __all__ = ["SyncAuthBridge", "SyncEventStream", "connect"]
 
@@ -191,6 +191,8 @@ class SyncAuthBridge(Listeners):
     @overload
     def events(self, method: Literal["signIn/progress"], /) -> SyncEventStream[SignInProgress]: ...
     @overload
+    def events(self, method: Literal["signOut/progress"], /) -> SyncEventStream[SignOutProgress]: ...
+    @overload
     def events(self, method: Literal["profiles/changed"], /) -> SyncEventStream[ProfilesChanged]: ...
     @overload
     def events(self, *methods: str) -> SyncEventStream[Event]: ...
@@ -213,6 +215,7 @@ class SyncAuthBridge(Listeners):
     check_sign_in_status = _blocking(AuthBridge.check_sign_in_status)
     request_oauth_tokens = _blocking(AuthBridge.request_oauth_tokens)
     complete_sign_in = _blocking(AuthBridge.complete_sign_in)
+    complete_sign_out = _blocking(AuthBridge.complete_sign_out)
     get_access_token = _blocking(AuthBridge.get_access_token)
     fetch = _blocking(AuthBridge.fetch)
     sign_out = _blocking(AuthBridge.sign_out)

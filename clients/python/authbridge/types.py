@@ -22,13 +22,15 @@ __all__ = [
     "Cookie", "CookieRef", "AccessTokenResult", "FetchResult", "RevocationFailure", "EndSessionState", "EndSessionOutcome",
     "SignOutResult",
     "ProfileInfo", "PluginStatus", "ProvidersList", "ServerInfo", "ServerCapabilities",
-    "InitializeResult", "SessionChanged", "SignInProgress", "ProfilesChanged", "Notification", "Event", "event_from_wire",
+    "InitializeResult", "SessionChanged", "SignInProgress", "SignOutStage", "SignOutProgress", "ProfilesChanged", "Notification",
+    "Event", "event_from_wire",
 ]
 
 Flow = Literal["browser", "external", "device", "session"]
 SignInState = Literal["signedIn", "notSignedIn", "offline", "licenseRevoked"]
 SessionState = Literal["signedIn", "refreshed", "signedOut", "licenseRevoked"]
 SignInStage = Literal["openUrl", "deviceCode", "waiting", "exchanging", "plugin"]
+SignOutStage = Literal["openUrl", "waiting"]
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -406,6 +408,27 @@ class SignInProgress:
 
 
 @dataclass(frozen=True)
+class SignOutProgress:
+    """`signOut/progress`: a step of ending the provider's session for the sign-out `request_id`
+    (a `signOut` with `end_session`). `openUrl` → open `url` in the browser that signed in; with
+    the external flow, hand the redirect that starts with `callback_prefix` to
+    `complete_sign_out`. The URL carries the ID token (`id_token_hint`): open it, never log it."""
+    provider: str
+    request_id: int | str
+    stage: SignOutStage
+    url: str | None = field(default=None, repr=False)
+    callback_prefix: str | None = None
+    message: str | None = None
+    method: Literal["signOut/progress"] = field(default="signOut/progress", init=False, repr=False)
+
+    @classmethod
+    def from_wire(cls, data: Any) -> SignOutProgress:
+        data = _dict(data)
+        return cls(provider=data.get("provider", ""), request_id=data.get("requestId", 0), stage=data.get("stage", "waiting"),
+                   url=data.get("url"), callback_prefix=data.get("callbackPrefix"), message=data.get("message"))
+
+
+@dataclass(frozen=True)
 class ProfilesChanged:
     """`profiles/changed`: the host (the agent) read its configuration file again and these
     profiles were added, changed (their sessions ended) or removed; `configuration_problem` while
@@ -432,10 +455,10 @@ class Notification:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-Event = SessionChanged | SignInProgress | ProfilesChanged | Notification
+Event = SessionChanged | SignInProgress | SignOutProgress | ProfilesChanged | Notification
 
 _EVENT_TYPES: Mapping[str, Any] = {"session/changed": SessionChanged, "signIn/progress": SignInProgress,
-                                   "profiles/changed": ProfilesChanged}
+                                   "signOut/progress": SignOutProgress, "profiles/changed": ProfilesChanged}
 
 
 def event_from_wire(method: str, params: Any) -> Event:
