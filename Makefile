@@ -256,6 +256,8 @@ bench: deps-build deps-test
 	  --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --hook-cost .build/hook-cost \
 	  --round-trip-client .build/round-trip
 	$(VPY) bench/dpop.py --host $(RELEASE_DIR)/authbridge --round-trip-client .build/round-trip
+	AUTHBRIDGE_BIN=$(CURDIR)/$(RELEASE_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(RELEASE_DIR) $(VPY) bench/par.py --server idpyoidc --begins 50 --sign-ins 10
+	AUTHBRIDGE_BIN=$(CURDIR)/$(RELEASE_DIR)/authbridge AUTHBRIDGE_BUILD_DIR=$(CURDIR)/$(RELEASE_DIR) $(VPY) bench/par.py --server glewlwyd --begins 50 --sign-ins 10
 	$(PYTHON) bench/redaction.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
 	scripts/with-keyring.sh $(RELEASE_DIR)/authbridge-vault-bench --secret-service \
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'

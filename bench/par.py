@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "Tests" / "support"))
 
 from authbridge_testkit.host import Host, host_command  # noqa: E402
+from authbridge_testkit.openid_servers import make_server  # noqa: E402
 
 
 class QuietHost(Host):
@@ -41,14 +42,6 @@ class QuietHost(Host):
 
     def _validate(self, frame, text) -> None:
         pass
-
-
-def make_server(name: str, state: Path):
-    if name == "glewlwyd":
-        from authbridge_testkit.glewlwyd import GlewlwydServer
-        return GlewlwydServer(state)
-    from authbridge_testkit.idpyoidc_op import IdpyOIDCServer
-    return IdpyOIDCServer(state)
 
 
 def begin(host: Host, profile: str) -> float:

@@ -73,10 +73,14 @@ struct WireTests {
             "initialize": ["protocolVersion": "1.0", "clientInfo": ["name": "app", "version": "2"], "capabilities": [:]],
             "requestOAuthTokens": ["provider": "p", "flow": "session", "sessionId": "s", "scopes": ["a"], "timeoutMs": 5_000],
             "fetch": ["provider": "p", "url": "https://api/x", "method": "POST", "headers": ["A": "b"], "body": "{}", "timeoutMs": 2_000],
-            "getAccessToken": ["provider": "p", "account": "a", "minValidityMs": 0, "forceRefresh": true],
+            "getAccessToken": [
+                "provider": "p", "account": "a", "minValidityMs": 0, "forceRefresh": true, "method": "POST", "url": "https://api/x", "dpopNonce": "n",
+            ],
             "configureProfile": ["name": "p", "plugin": "oidc", "settings": ["issuer": "https://i"]],
             "completeSignIn": ["provider": "p", "callbackUrl": "app:/cb?code=c&state=s"],
-            "checkSignInStatus": ["provider": "p", "account": "a"], "signOut": ["provider": "p"], "listAccounts": [:],
+            "completeSignOut": ["provider": "p", "callbackUrl": "http://127.0.0.1:8400/callback?state=s"],
+            "checkSignInStatus": ["provider": "p", "account": "a"],
+            "signOut": ["provider": "p", "endSession": true, "flow": "external", "timeoutMs": 1_000], "listAccounts": [:],
             "removeProfile": ["name": "p"], "listProviders": [:], "shutdown": [:], "rpc.discover": [:],
         ]
         #expect(Set(samples.keys) == Set(BridgeMethods.requests.keys), "a sample for every method")
