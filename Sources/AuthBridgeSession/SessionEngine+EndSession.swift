@@ -149,24 +149,9 @@ extension SessionEngine {
 
     /// Hands the post-logout redirect of an external end-session to the waiting `signOut`.
     public func completeSignOut(_ params: CompleteSignOutParams) throws(SessionError) -> CompleteSignOutResult {
-        let (profile, callbackURL) = (params.provider, params.callbackUrl)
-        guard profiles[profile] != nil else { throw unknownProfile(profile) }
-        guard let pending = pendingSignOuts[profile] else {
-            throw SessionError(
-                .noPendingSignIn, "No sign-out is waiting for the provider's redirect on profile \"\(profile)\".", provider: profile,
-                reason: "noPendingSignOut")
-        }
-        if let prefix = pending.callbackPrefix, !callbackURL.hasPrefix(prefix) {
-            throw SessionError(.invalidParams, "The redirect URL does not belong to this sign-out.", provider: profile, field: "callbackUrl")
-        }
-        guard pending.isAnswer(callbackURL) else {
-            throw SessionError(
-                .invalidParams,
-                "The redirect's state is not this sign-out's (a stale or forged redirect): it was ignored, and the sign-out is still waiting.",
-                provider: profile, reason: "stateMismatch", field: "callbackUrl")
-        }
-        pendingSignOuts[profile] = nil
-        pending.deliver(callbackURL)
+        try handOver(
+            params.callbackUrl, profile: params.provider, to: &pendingSignOuts, noun: "redirect", waiting: "sign-out", noneWaiting: "noPendingSignOut"
+        )
         return CompleteSignOutResult()
     }
 

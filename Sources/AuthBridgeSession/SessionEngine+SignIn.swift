@@ -101,24 +101,34 @@ extension SessionEngine {
 
     /// Hands the callback URL of an external sign-in to the waiting request.
     public func completeSignIn(_ params: CompleteSignInParams) throws(SessionError) -> CompleteSignInResult {
-        let (profile, callbackURL) = (params.provider, params.callbackUrl)
+        try handOver(
+            params.callbackUrl, profile: params.provider, to: &pendingSignIns, noun: "callback", waiting: "sign-in", noneWaiting: "noPendingSignIn")
+        return CompleteSignInResult()
+    }
+
+    /// Hands a redirect to the external flow of `profile` waiting in `table` (`completeSignIn`,
+    /// `completeSignOut`): one that does not start with its prefix, or carries another `state`, is
+    /// refused and the wait goes on (whoever can call the bridge must not end someone else's).
+    func handOver(
+        _ callbackURL: String, profile: String, to table: inout [String: PendingSignIn], noun: String, waiting: String, noneWaiting: String
+    ) throws(SessionError) {
         guard profiles[profile] != nil else { throw unknownProfile(profile) }
-        guard let pending = pendingSignIns[profile] else {
+        guard let pending = table[profile] else {
             throw SessionError(
-                .noPendingSignIn, "No sign-in is waiting for a callback on profile \"\(profile)\".", provider: profile, reason: "noPendingSignIn")
+                .noPendingSignIn, "No \(waiting) is waiting for a \(noun) on profile \"\(profile)\".", provider: profile,
+                reason: noneWaiting)
         }
         if let prefix = pending.callbackPrefix, !callbackURL.hasPrefix(prefix) {
-            throw SessionError(.invalidParams, "The callback URL does not belong to this sign-in.", provider: profile, field: "callbackUrl")
+            throw SessionError(.invalidParams, "The \(noun) URL does not belong to this \(waiting).", provider: profile, field: "callbackUrl")
         }
         guard pending.isAnswer(callbackURL) else {
             throw SessionError(
                 .invalidParams,
-                "The callback's state is not this sign-in's (a stale or forged redirect): it was ignored, and the sign-in is still waiting.",
+                "The \(noun)'s state is not this \(waiting)'s (a stale or forged redirect): it was ignored, and the \(waiting) is still waiting.",
                 provider: profile, reason: "stateMismatch", field: "callbackUrl")
         }
-        pendingSignIns[profile] = nil
+        table[profile] = nil
         pending.deliver(callbackURL)
-        return CompleteSignInResult()
     }
 
     /// Verifies what a sign-in returned, stores it and announces it.

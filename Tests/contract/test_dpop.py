@@ -25,16 +25,12 @@ import pytest
 
 from conftest import begin_sign_in, sign_in_external
 from authbridge_testkit.isolation import isolated_environment
-from authbridge_testkit.openid_servers import make_server
+from authbridge_testkit.openid_servers import make_server, server_fixture
 
 DPOP_SERVERS = ["glewlwyd", "idpyoidc"]
 
 
-@pytest.fixture(scope="module", params=DPOP_SERVERS)
-def op(request, tmp_path_factory):
-    server = make_server(request.param, tmp_path_factory.mktemp(request.param)).start()
-    yield server
-    server.stop()
+op = server_fixture(DPOP_SERVERS)
 
 
 def discovery(op) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import begin_sign_in, sign_in_external
-from authbridge_testkit.openid_servers import TokenEndpointRecorder, make_server
+from authbridge_testkit.openid_servers import TokenEndpointRecorder, server_fixture
 
 #: Every server of the scenarios; the device flow only where the server has it.
 SERVERS = ["dot", "glewlwyd", "idpyoidc"]
@@ -40,12 +40,8 @@ ADMIN_REVOCATION = {"dot": ("revoked", "invalid_grant"), "glewlwyd": ("refreshRe
                     "idpyoidc": ("refreshRefused", "invalid_request")}
 
 
-@pytest.fixture(scope="module", params=SERVERS)
-def op(request, tmp_path_factory):
-    """One real OpenID provider per parameter, started once for the module."""
-    server = make_server(request.param, tmp_path_factory.mktemp(request.param)).start()
-    yield server
-    server.stop()
+#: One real OpenID provider per parameter, started once for the module.
+op = server_fixture(SERVERS)
 
 
 @pytest.fixture

@@ -35,17 +35,14 @@ from typing import Any
 import pytest
 
 from conftest import begin_sign_in, sign_in_external
-from test_openid_servers import get_status, make_server
+from authbridge_testkit.openid_servers import make_server, server_fixture
+from test_openid_servers import get_status
 
 #: The servers with PAR and an end-session endpoint.
 SERVERS = ["glewlwyd", "idpyoidc"]
 
 
-@pytest.fixture(scope="module", params=SERVERS)
-def op(request, tmp_path_factory):
-    server = make_server(request.param, tmp_path_factory.mktemp(request.param)).start()
-    yield server
-    server.stop()
+op = server_fixture(SERVERS)
 
 
 @pytest.fixture(scope="module")

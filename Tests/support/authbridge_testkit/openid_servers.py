@@ -54,6 +54,20 @@ def make_server(name: str, state: Path, **options: Any) -> "OpenIDServer":
     raise ValueError(f"no server named {name!r} in the test kit")
 
 
+def server_fixture(names: list[str], scope: str = "module", **options: Any):
+    """A pytest fixture (`op` by convention) that starts one server of the kit per parameter —
+    `names`, e.g. ["glewlwyd", "idpyoidc"] — once per `scope`, and stops it at its end. In a test
+    module: `op = server_fixture(["dot", "glewlwyd", "idpyoidc"])`."""
+    import pytest
+
+    @pytest.fixture(scope=scope, params=names)
+    def fixture(request, tmp_path_factory):
+        server = make_server(request.param, tmp_path_factory.mktemp(request.param), **options).start()
+        yield server
+        server.stop()
+    return fixture
+
+
 class OpenIDServer(Protocol):
     """What a scenario needs of a server. Attributes are valid after `start()`."""
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import requests
+from authbridge_testkit.openid_servers import make_server, server_fixture
 from conftest import WAIT, sign_in_external_blocking
 
 import authbridge
@@ -23,16 +24,7 @@ from authbridge.httpx import AuthBridgeAuth as HttpxAuth
 from authbridge.requests import AuthBridgeAuth as RequestsAuth
 
 
-def start(name: str, state, **options):
-    from authbridge_testkit.openid_servers import make_server
-    return make_server(name, state, **options).start()
-
-
-@pytest.fixture(scope="module", params=["glewlwyd", "idpyoidc"])
-def op(request, tmp_path_factory) -> Iterator:
-    server = start(request.param, tmp_path_factory.mktemp(request.param))
-    yield server
-    server.stop()
+op = server_fixture(["glewlwyd", "idpyoidc"])
 
 
 def userinfo(op) -> str:
@@ -76,8 +68,8 @@ async def test_httpx_async_client_against_a_dpop_server(host_options, op):
 @pytest.fixture(scope="module")
 def nonce_op(tmp_path_factory) -> Iterator:
     """glewlwyd that wants its nonce in every proof, a nonce good for 2 uses (RFC 9449 §8–9)."""
-    server = start("glewlwyd", tmp_path_factory.mktemp("glewlwyd-nonce"),
-                   oidc_overrides={"oauth-dpop-nonce-mandatory": True, "oauth-dpop-nonce-counter": 2})
+    server = make_server("glewlwyd", tmp_path_factory.mktemp("glewlwyd-nonce"),
+                         oidc_overrides={"oauth-dpop-nonce-mandatory": True, "oauth-dpop-nonce-counter": 2}).start()
     yield server
     server.stop()
 
