@@ -75,16 +75,19 @@ public final class FrameReader: @unchecked Sendable {
 
     /// Makes room in `line` for `count` bytes (at most `maxFrameBytes`),
     /// growing its capacity by doubling; false when the budget cannot pay
-    /// for the growth past `freeLineBytes`.
+    /// for the bytes past `freeLineBytes`. The budget is charged for the
+    /// bytes the line holds, not for the capacity it reserved: capacity
+    /// never written is never resident, and charging it let one line of
+    /// 48 MiB whose reads doubled it to 64 MiB take the whole 64 MiB budget,
+    /// so that another connection's 300 KiB frame was refused or not
+    /// depending on how the first one's reads had fallen.
     private func reserveLine(_ count: Int) -> Bool {
-        guard count > line.capacity else { return true }
-        let capacity = min(max(count, line.capacity * 2), maxFrameBytes)
-        let charge = max(0, capacity - Self.freeLineBytes)
+        let charge = max(0, count - Self.freeLineBytes)
         if let budget, charge > charged {
             guard budget.take(charge - charged) else { return false }
             charged = charge
         }
-        line.reserveCapacity(capacity)
+        if count > line.capacity { line.reserveCapacity(min(max(count, line.capacity * 2), maxFrameBytes)) }
         return true
     }
 

@@ -63,6 +63,18 @@ struct FrameReaderTests {
         #expect(frames(Array("\(big)\nnext\n".utf8), budget: budget) == [big, "next"])
         #expect(budget.inUse == 0)
     }
+
+    /// A line is charged for the bytes it holds, not for the capacity its growth reserved: a line
+    /// of 650,000 bytes whose reads doubled its capacity to 1 MiB took 960 KiB of the budget, so
+    /// a budget of 700,000 bytes refused it, and what it took was unavailable to other connections
+    /// (test_agent's unfinished-frames scenario failed when reads fell that way).
+    @Test func aLineIsChargedForWhatItHoldsNotForItsCapacity() {
+        let budget = FrameBudget(limit: 700_000)
+        let big = String(repeating: "w", count: 650_000)
+        // Compared by length: a failure must not print 650,000 characters.
+        #expect(frames(Array("\(big)\nnext\n".utf8), budget: budget).map(\.count) == [650_000, 4])
+        #expect(budget.inUse == 0)
+    }
 }
 
 /// A joinable thread for feeding pipes in tests.
