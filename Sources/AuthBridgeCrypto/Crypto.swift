@@ -72,6 +72,21 @@ public enum AESGCM {
 }
 
 /// HKDF (RFC 5869) with SHA-256.
+/// HMAC-SHA256 (RFC 2104), for HS256 client assertions (RFC 7523 client_secret_jwt).
+public enum HMACSHA256 {
+    public static func authenticationCode(_ message: [UInt8], key: [UInt8]) throws(CryptoFailure) -> [UInt8] {
+        let functions = try CryptoLibrary.functions()
+        var code = [UInt8](repeating: 0, count: SHA256.byteCount)
+        let status = key.withUnsafeBufferPointer { key in
+            message.withUnsafeBufferPointer { message in
+                code.withUnsafeMutableBufferPointer { functions.hmacSHA256(key.baseAddress, key.count, message.baseAddress, message.count, $0.baseAddress) }
+            }
+        }
+        try CryptoLibrary.check(status, "HMAC-SHA256")
+        return code
+    }
+}
+
 public enum HKDF {
     public static func sha256(inputKeyMaterial: [UInt8], salt: [UInt8], info: [UInt8], outputByteCount: Int) throws(CryptoFailure) -> SymmetricKey {
         let functions = try CryptoLibrary.functions()
@@ -116,6 +131,12 @@ enum CryptoLibrary {
     typealias KeySign =
         @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt8>?, Int, UnsafeMutablePointer<Int>?) -> Int32
     typealias KeyClose = @convention(c) (UnsafeMutableRawPointer?) -> Void
+    typealias KeyImportPEM =
+        @convention(c) (
+            UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<Int32>?, UnsafeMutablePointer<UInt8>?, Int, UnsafeMutablePointer<Int>?,
+            UnsafeMutablePointer<UInt8>?, Int, UnsafeMutablePointer<Int>?
+        ) -> Int32
+    typealias MAC = @convention(c) (UnsafePointer<UInt8>?, Int, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt8>?) -> Int32
 
     struct Functions: @unchecked Sendable {
         let seal: AEAD
@@ -125,6 +146,8 @@ enum CryptoLibrary {
         let keyOpen: KeyOpen
         let keySign: KeySign
         let keyClose: KeyClose
+        let keyImportPEM: KeyImportPEM
+        let hmacSHA256: MAC
     }
 
     static let file = "libAuthBridgeSwiftCrypto.so"
@@ -137,10 +160,13 @@ enum CryptoLibrary {
             let keyGenerate = symbols.function("authbridge_crypto_key_generate_v1", as: KeyGenerate.self),
             let keyOpen = symbols.function("authbridge_crypto_key_open_v1", as: KeyOpen.self),
             let keySign = symbols.function("authbridge_crypto_key_sign_v1", as: KeySign.self),
-            let keyClose = symbols.function("authbridge_crypto_key_close_v1", as: KeyClose.self)
+            let keyClose = symbols.function("authbridge_crypto_key_close_v1", as: KeyClose.self),
+            let keyImportPEM = symbols.function("authbridge_crypto_key_import_pem_v1", as: KeyImportPEM.self),
+            let hmacSHA256 = symbols.function("authbridge_crypto_hmac_sha256_v1", as: MAC.self)
         else { return nil }
         return Functions(
-            seal: seal, open: open, hkdf: hkdf, keyGenerate: keyGenerate, keyOpen: keyOpen, keySign: keySign, keyClose: keyClose)
+            seal: seal, open: open, hkdf: hkdf, keyGenerate: keyGenerate, keyOpen: keyOpen, keySign: keySign, keyClose: keyClose,
+            keyImportPEM: keyImportPEM, hmacSHA256: hmacSHA256)
     }
 
     static func functions() throws(CryptoFailure) -> Functions {

@@ -44,7 +44,7 @@ public struct SigningKey: Sendable, Equatable, CustomStringConvertible {
         switch algorithm {
         case .es256: guard privateKey.count == 32, publicKey.count == 64 else { return nil }
         case .edDSA: guard privateKey.count == 32, publicKey.count == 32 else { return nil }
-        case .rs256: guard (600...4096).contains(privateKey.count), (257...264).contains(publicKey.count) else { return nil }
+        case .rs256: guard (600...4096).contains(privateKey.count), (257...520).contains(publicKey.count) else { return nil }
         }
         self.algorithm = algorithm
         self.privateKey = privateKey
@@ -66,6 +66,28 @@ public struct SigningKey: Sendable, Equatable, CustomStringConvertible {
         guard let key = SigningKey(algorithm: algorithm, privateKey: Array(privateKey[..<lengths.0]), publicKey: Array(publicKey[..<lengths.1]))
         else { throw CryptoFailure(reason: .invalidInput, message: "\(algorithm.rawValue) key generation: a key of an unexpected size") }
         return key
+    }
+
+    /// The private key in PEM text (PKCS #8, SEC 1 or PKCS #1; P-256, Ed25519, or RSA of 2048 to 4096
+    /// bits): a client's own key for its assertions (RFC 7523). nil for text that holds none of these.
+    public static func importing(pem: String) throws(CryptoFailure) -> SigningKey? {
+        let functions = try CryptoLibrary.functions()
+        var privateKey = [UInt8](repeating: 0, count: 4096)
+        var publicKey = [UInt8](repeating: 0, count: 1024)
+        var lengths = (0, 0)
+        var code: Int32 = 0
+        let text = Array(pem.utf8)
+        let status = text.withUnsafeBufferPointer { text in
+            privateKey.withUnsafeMutableBufferPointer { secret in
+                publicKey.withUnsafeMutableBufferPointer { key in
+                    functions.keyImportPEM(
+                        text.baseAddress, text.count, &code, secret.baseAddress, secret.count, &lengths.0, key.baseAddress, key.count, &lengths.1)
+                }
+            }
+        }
+        defer { for index in privateKey.indices { privateKey[index] = 0 } }
+        guard status == CryptoLibrary.ok, let algorithm = SignatureAlgorithm.allCases.first(where: { $0.code == code }) else { return nil }
+        return SigningKey(algorithm: algorithm, privateKey: Array(privateKey[..<lengths.0]), publicKey: Array(publicKey[..<lengths.1]))
     }
 
     /// The JWS signature of `message`: r ‖ s for ES256 (64 bytes), Ed25519's for EdDSA (64), RSA's for RS256 (256).

@@ -155,7 +155,8 @@ public final class BridgeServer: ConnectionDelegate {
         guard let engine = host.readyEngine.engine.withLock({ $0 }) else { return nil }
         switch request.method {
         case GetAccessTokenParams.method:
-            guard let call = decodedAtOnce(request, remembering: lastTokenCall), !call.forceRefresh else { return nil }
+            guard let call = decodedAtOnce(request, remembering: lastTokenCall), !call.forceRefresh, call.scopes == nil, call.resource == nil
+            else { return nil }
             return engine.accessTokenAtOnce(
                 call.provider, account: call.account,
                 minimumValidity: call.minValidityMs ?? SessionEngine.defaultMinimumValidityMilliseconds,
@@ -229,6 +230,7 @@ public final class BridgeServer: ConnectionDelegate {
         case let params as SignOutParams: return try await engine.signOut(params, requestID: requestID).wire
         case let params as GetAccessTokenParams: return try await engine.getAccessToken(params, requestID: requestID).wire
         case let params as FetchParams: return try await engine.fetch(params, requestID: requestID).wire
+        case let params as ExchangeTokenParams: return try await engine.exchangeToken(params, requestID: requestID).wire
         default: throw RPCError.methodNotFound(request.method)
         }
     }

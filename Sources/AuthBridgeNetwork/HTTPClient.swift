@@ -102,6 +102,12 @@ public final class HTTPClient: Sendable {
                 case .int(let number): pairs.append((key, String(number)))
                 case .bool(let flag): pairs.append((key, flag ? "true" : "false"))
                 case .null: continue
+                case .array(let values):
+                    // A repeated parameter (RFC 8707: one `resource` per protected resource).
+                    for value in values {
+                        guard let text = value.stringValue else { return .failure(invalid("form field \"\(key)\" must hold strings")) }
+                        pairs.append((key, text))
+                    }
                 default: return .failure(invalid("form field \"\(key)\" must be a string"))
                 }
             }

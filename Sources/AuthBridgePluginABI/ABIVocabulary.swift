@@ -10,7 +10,7 @@ import Synchronization
 /// The ABI's hooks (`ab_hook`). Their numbers, names and function-table slots are plugin.h's,
 /// taken from the header through one table (`header`), not copied: the numbers never change.
 public enum PluginHook: RawRepresentable, Sendable, Hashable, CaseIterable, CustomStringConvertible {
-    case describe, configure, beginSignIn, completeSignIn, refresh, revoke, checkSession, authorizeRequest, classifyResponse
+    case describe, configure, beginSignIn, completeSignIn, refresh, revoke, checkSession, authorizeRequest, classifyResponse, exchangeToken
 
     /// plugin.h's entry of the hook: its `ab_hook` number, its name in the function table
     /// (`begin_sign_in`…, as manifests, logs and descriptors spell it) and its slot there.
@@ -25,6 +25,7 @@ public enum PluginHook: RawRepresentable, Sendable, Hashable, CaseIterable, Cust
         case .checkSession: (AB_HOOK_CHECK_SESSION, "check_session", \.check_session)
         case .authorizeRequest: (AB_HOOK_AUTHORIZE_REQUEST, "authorize_request", \.authorize_request)
         case .classifyResponse: (AB_HOOK_CLASSIFY_RESPONSE, "classify_response", \.classify_response)
+        case .exchangeToken: (AB_HOOK_EXCHANGE_TOKEN, "exchange_token", \.exchange_token)
         }
     }
 

@@ -67,6 +67,9 @@ public enum PluginExport {
                 },
                 classify_response: { state, call, input in
                     PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.classifyResponse(input, call) }
+                },
+                exchange_token: { state, call, input in
+                    PluginExport.run(state, call, input) { (plugin, input, call) throws(ProviderFailure) in try plugin.exchangeToken(input, call) }
                 }
             ))
         if let hooks = type.implementedHooks {

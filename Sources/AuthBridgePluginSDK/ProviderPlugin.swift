@@ -52,6 +52,8 @@ public protocol ProviderPlugin: Sendable {
     func checkSession(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
     func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
     func classifyResponse(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
+    /// RFC 8693 token exchange (ABI 1.2); nil: the host's standard exchange at the token endpoint.
+    func exchangeToken(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON?
 }
 
 extension ProviderPlugin {
@@ -66,6 +68,7 @@ extension ProviderPlugin {
     public func checkSession(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
     public func authorizeRequest(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
     public func classifyResponse(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
+    public func exchangeToken(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? { nil }
 }
 
 /// An HTTP answer from the host's HTTP service.

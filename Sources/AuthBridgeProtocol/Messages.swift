@@ -13,6 +13,7 @@ public enum BridgeMethods {
         "listAccounts": ListAccountsParams.self, "checkSignInStatus": CheckSignInStatusParams.self,
         "requestOAuthTokens": RequestOAuthTokensParams.self, "completeSignIn": CompleteSignInParams.self, "signOut": SignOutParams.self,
         "completeSignOut": CompleteSignOutParams.self, "getAccessToken": GetAccessTokenParams.self, "fetch": FetchParams.self,
+        "exchangeToken": ExchangeTokenParams.self,
     ]
 
     /// The notifications either side sends.
@@ -120,12 +121,15 @@ public struct ServerCapabilities: WireCodable {
 
 /// How a sign-in is carried out. browser: the host opens the system browser and receives the redirect on a loopback listener. external: the
 /// frontend opens `url` itself and hands the redirect to `completeSignIn`. device: RFC 8628 device authorization grant. session: the
-/// frontend supplies an existing web session id (`sessionId`) to exchange.
+/// frontend supplies an existing web session id (`sessionId`) to exchange. clientCredentials: no user (RFC 6749 §4.4): the client signs in
+/// as itself with its own credentials (clientSecret or a private key); the token is fetched again before it expires (there is no refresh
+/// token), and the account is the client.
 public enum Flow: String, WireWord {
     case browser
     case external
     case device
     case session
+    case clientCredentials
 }
 
 extension ServerCapabilities {
@@ -706,7 +710,7 @@ public struct RequestOAuthTokensParams: BridgeRequest {
     public var flow: Flow?
     /// The provider's web session id; required by (and only used by) flow "session".
     public var sessionId: String?
-    /// Overrides the profile's scopes.
+    /// The scopes to ask for (default: the profile's).
     public var scopes: [String]?
     public var loginHint: String?
     /// How long to wait for the user; default 300000.
@@ -714,10 +718,13 @@ public struct RequestOAuthTokensParams: BridgeRequest {
     /// external flow: the redirect URI to register in the authorization request (default: the profile's config.redirectUri); the frontend
     /// intercepts it.
     public var redirectUri: String?
+    /// The protected resources the sign-in is for (default: the profile setting resources): sent on the authorization request and on every
+    /// code and refresh grant of the session (RFC 8707 §2).
+    public var resource: JSON?
 
     public init(
         provider: String, flow: Flow? = nil, sessionId: String? = nil, scopes: [String]? = nil, loginHint: String? = nil, timeoutMs: Int64? = nil,
-        redirectUri: String? = nil
+        redirectUri: String? = nil, resource: JSON? = nil
     ) {
         self.provider = provider
         self.flow = flow
@@ -726,6 +733,7 @@ public struct RequestOAuthTokensParams: BridgeRequest {
         self.loginHint = loginHint
         self.timeoutMs = timeoutMs
         self.redirectUri = redirectUri
+        self.resource = resource
     }
 
     public init(wire: JSON) throws(WireError) {
@@ -737,6 +745,7 @@ public struct RequestOAuthTokensParams: BridgeRequest {
         self.loginHint = try object.optional("loginHint")
         self.timeoutMs = try object.optional("timeoutMs")
         self.redirectUri = try object.optional("redirectUri")
+        self.resource = try object.optional("resource")
     }
 
     public var wire: JSON {
@@ -747,6 +756,7 @@ public struct RequestOAuthTokensParams: BridgeRequest {
         if let loginHint { members["loginHint"] = loginHint.wire }
         if let timeoutMs { members["timeoutMs"] = timeoutMs.wire }
         if let redirectUri { members["redirectUri"] = redirectUri.wire }
+        if let resource { members["resource"] = resource.wire }
         return .object(members)
     }
 }
@@ -1130,10 +1140,17 @@ public struct GetAccessTokenParams: BridgeRequest {
     /// The DPoP-Nonce the server of url answered a use_dpop_nonce refusal with (RFC 9449 §9: 401, WWW-Authenticate: DPoP
     /// error="use_dpop_nonce"): the proof in this answer carries it, and so do the host's next proofs to that server.
     public var dpopNonce: String?
+    /// A token for exactly these scopes (a subset of the sign-in's, or others its grant covers): the host asks with a refresh grant
+    /// carrying scope (RFC 6749 §6) and keeps that token per (scopes, resource) beside the session's own, refreshed ahead of expiry and
+    /// single-flight as every refresh.
+    public var scopes: [String]?
+    /// A token for this protected resource (or these): the refresh grant carries resource (RFC 8707 §2.2), so the token's audience is that
+    /// resource; kept per (scopes, resource) like scopes.
+    public var resource: JSON?
 
     public init(
         provider: String, account: String? = nil, minValidityMs: Int64? = nil, forceRefresh: Bool = false, method: String? = nil, url: String? = nil,
-        dpopNonce: String? = nil
+        dpopNonce: String? = nil, scopes: [String]? = nil, resource: JSON? = nil
     ) {
         self.provider = provider
         self.account = account
@@ -1142,6 +1159,8 @@ public struct GetAccessTokenParams: BridgeRequest {
         self.method = method
         self.url = url
         self.dpopNonce = dpopNonce
+        self.scopes = scopes
+        self.resource = resource
     }
 
     public init(wire: JSON) throws(WireError) {
@@ -1153,6 +1172,8 @@ public struct GetAccessTokenParams: BridgeRequest {
         self.method = try object.optional("method")
         self.url = try object.optional("url")
         self.dpopNonce = try object.optional("dpopNonce")
+        self.scopes = try object.optional("scopes")
+        self.resource = try object.optional("resource")
     }
 
     public var wire: JSON {
@@ -1162,6 +1183,8 @@ public struct GetAccessTokenParams: BridgeRequest {
         if let method { members["method"] = method.wire }
         if let url { members["url"] = url.wire }
         if let dpopNonce { members["dpopNonce"] = dpopNonce.wire }
+        if let scopes { members["scopes"] = scopes.wire }
+        if let resource { members["resource"] = resource.wire }
         return .object(members)
     }
 }
@@ -1207,10 +1230,16 @@ public struct FetchParams: BridgeRequest {
     public var body: String?
     /// Whole-request timeout; default 30000.
     public var timeoutMs: Int64?
+    /// A token for exactly these scopes (a subset of the sign-in's, or others its grant covers): the host asks with a refresh grant
+    /// carrying scope (RFC 6749 §6) and keeps that token per (scopes, resource) beside the session's own, refreshed ahead of expiry and
+    /// single-flight as every refresh.
+    public var scopes: [String]?
+    /// Which resource's token authorizes the request (as getAccessToken's resource).
+    public var resource: JSON?
 
     public init(
         provider: String, account: String? = nil, url: String, method: FetchParams.HTTPMethod = .get, headers: [String: String]? = nil,
-        body: String? = nil, timeoutMs: Int64? = nil
+        body: String? = nil, timeoutMs: Int64? = nil, scopes: [String]? = nil, resource: JSON? = nil
     ) {
         self.provider = provider
         self.account = account
@@ -1219,6 +1248,8 @@ public struct FetchParams: BridgeRequest {
         self.headers = headers
         self.body = body
         self.timeoutMs = timeoutMs
+        self.scopes = scopes
+        self.resource = resource
     }
 
     public init(wire: JSON) throws(WireError) {
@@ -1230,6 +1261,8 @@ public struct FetchParams: BridgeRequest {
         self.headers = try object.optional("headers")
         self.body = try object.optional("body")
         self.timeoutMs = try object.optional("timeoutMs")
+        self.scopes = try object.optional("scopes")
+        self.resource = try object.optional("resource")
     }
 
     public var wire: JSON {
@@ -1238,6 +1271,8 @@ public struct FetchParams: BridgeRequest {
         if let headers { members["headers"] = headers.wire }
         if let body { members["body"] = body.wire }
         if let timeoutMs { members["timeoutMs"] = timeoutMs.wire }
+        if let scopes { members["scopes"] = scopes.wire }
+        if let resource { members["resource"] = resource.wire }
         return .object(members)
     }
 }
@@ -1252,6 +1287,74 @@ extension FetchParams {
         case patch = "PATCH"
         case delete = "DELETE"
         case options = "OPTIONS"
+    }
+}
+
+/// The params of `exchangeToken`: a token for another audience in exchange for the session's (RFC 8693).
+public struct ExchangeTokenParams: BridgeRequest {
+    public static let method = "exchangeToken"
+    public typealias Result = AccessTokenResult
+
+    public var provider: String
+    /// Whose session's token is exchanged (Account.id); default: the current account.
+    public var account: String?
+    /// The logical name of the service the new token is for (RFC 8693 §2.1 audience).
+    public var audience: String?
+    /// The resource the new token is for (RFC 8693 §2.1, RFC 8707).
+    public var resource: JSON?
+    /// The scopes the new token should carry.
+    public var scopes: [String]?
+    /// RFC 8693 requested_token_type: a token type URI, or the short names accessToken, idToken, jwt
+    /// (urn:ietf:params:oauth:token-type:access_token, …:id_token, …:jwt).
+    public var requestedTokenType: String?
+    /// Which of the session's tokens is exchanged: its access token (refreshed first when it is about to expire) or its ID token.
+    public var subjectTokenType: ExchangeTokenParams.SubjectTokenType
+    /// As getAccessToken's: a kept exchanged token expiring sooner than this is exchanged again; default 60000.
+    public var minValidityMs: Int64?
+
+    public init(
+        provider: String, account: String? = nil, audience: String? = nil, resource: JSON? = nil, scopes: [String]? = nil,
+        requestedTokenType: String? = nil, subjectTokenType: ExchangeTokenParams.SubjectTokenType = .accessToken, minValidityMs: Int64? = nil
+    ) {
+        self.provider = provider
+        self.account = account
+        self.audience = audience
+        self.resource = resource
+        self.scopes = scopes
+        self.requestedTokenType = requestedTokenType
+        self.subjectTokenType = subjectTokenType
+        self.minValidityMs = minValidityMs
+    }
+
+    public init(wire: JSON) throws(WireError) {
+        let object = try WireObject(wire)
+        self.provider = try object.required("provider")
+        self.account = try object.optional("account")
+        self.audience = try object.optional("audience")
+        self.resource = try object.optional("resource")
+        self.scopes = try object.optional("scopes")
+        self.requestedTokenType = try object.optional("requestedTokenType")
+        self.subjectTokenType = try object.optional("subjectTokenType") ?? .accessToken
+        self.minValidityMs = try object.optional("minValidityMs")
+    }
+
+    public var wire: JSON {
+        var members: [String: JSON] = ["provider": provider.wire, "subjectTokenType": subjectTokenType.wire]
+        if let account { members["account"] = account.wire }
+        if let audience { members["audience"] = audience.wire }
+        if let resource { members["resource"] = resource.wire }
+        if let scopes { members["scopes"] = scopes.wire }
+        if let requestedTokenType { members["requestedTokenType"] = requestedTokenType.wire }
+        if let minValidityMs { members["minValidityMs"] = minValidityMs.wire }
+        return .object(members)
+    }
+}
+
+extension ExchangeTokenParams {
+    /// Which of the session's tokens is exchanged: its access token (refreshed first when it is about to expire) or its ID token.
+    public enum SubjectTokenType: String, WireWord {
+        case accessToken
+        case idToken
     }
 }
 

@@ -17,6 +17,18 @@ extension SessionEngine {
     ) async throws(SessionError) -> SignInStatus {
         let profile = params.provider
         let context = try await context(for: profile)
+        var params = params
+        let resources = TokenPurpose.resources(params.resource)
+        for resource in resources ?? [] where !StandardSteps.isResourceIndicator(resource) {
+            throw SessionError(
+                .invalidParams, "\"resource\" must be an absolute URI without a fragment (RFC 8707).", provider: profile, field: "resource")
+        }
+        // Incremental consent (as `gh auth refresh -s`): scopes asked for on top of what the current
+        // account's sign-in holds, so that signing in again for more loses nothing.
+        if let asked = params.scopes, let (_, current) = try? await selectSession(profile, account: nil), current.grant == nil {
+            let held = current.signInScopes ?? context.config["scopes"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            params.scopes = held + asked.filter { !held.contains($0) }
+        }
         let flows = context.plugin.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? []
         let flow = params.flow?.rawValue ?? flows.first ?? Flow.browser.rawValue
         guard flows.contains(flow) else {
@@ -33,7 +45,12 @@ extension SessionEngine {
         var nonce: String? = PKCE.randomToken()
         // RFC 9449: the session's key, made for this sign-in, proves every token request of it.
         let dpop = flow == Flow.session.rawValue ? nil : try dpopKey(for: context)
+        let grant = SignInGrant(scopes: params.scopes, resources: resources, clientCredentials: flow == Flow.clientCredentials.rawValue)
         switch Flow(rawValue: flow) {
+        case .clientCredentials:
+            nonce = nil
+            send(SignInProgressParams(provider: profile, requestId: requestID ?? .null, stage: .exchanging))
+            tokens = try await runOrThrow(.completeSignIn, input: clientCredentialsInput(context, grant: grant), context: context, requestID: requestID, dpop: dpop)
         case .session:
             nonce = nil
             guard let sessionID = params.sessionId, !sessionID.isEmpty else {
@@ -69,7 +86,7 @@ extension SessionEngine {
                 tokens = try await externalSignIn(
                     profile, context: context, params: params, requestID: requestID, listener: listener, nonce: &nonce, dpop: dpop,
                     order: order)
-                let result = try await storeSignIn(tokens, context: context, nonce: nonce, dpop: dpop, profile: profile)
+                let result = try await storeSignIn(tokens, context: context, nonce: nonce, dpop: dpop, profile: profile, grant: grant)
                 listener.answerBrowser(signedIn: true, message: nil)
                 return result
             } catch {
@@ -84,7 +101,55 @@ extension SessionEngine {
                 .unsupported, "The \"\(flow)\" flow is not available in this build of AuthBridge yet.", provider: profile, reason: "unsupportedFlow",
                 field: "flow")
         }
-        return try await storeSignIn(tokens, context: context, nonce: nonce, dpop: dpop, profile: profile)
+        return try await storeSignIn(tokens, context: context, nonce: nonce, dpop: dpop, profile: profile, grant: grant)
+    }
+
+    /// What a sign-in asked for, kept with its session for the grants that follow.
+    struct SignInGrant {
+        var scopes: [String]?
+        var resources: [String]?
+        var clientCredentials = false
+    }
+
+    /// The client-credentials grant's input (RFC 6749 §4.4).
+    private func clientCredentialsInput(_ context: Context, grant: SignInGrant) -> JSON {
+        .compactObject([
+            "profile": context.profileJSON, "flow": .string(Flow.clientCredentials.rawValue),
+            "scopes": grant.scopes.map { .array($0.map(JSON.string)) }, "resources": grant.resources.map { .array($0.map(JSON.string)) },
+        ])
+    }
+
+    /// The session of a profile whose client signs in as itself (setting `clientCredentials`),
+    /// made on first use with no user: under the session's lock, so that the hosts sharing a vault
+    /// (a PostgreSQL fleet) make one grant, and the others use it.
+    func clientCredentialsSession(_ context: Context) async throws(SessionError) -> (SessionKey, StoredSession) {
+        let profile = context.profile.name
+        guard let clientID = context.config["clientId"]?.stringValue else {
+            throw SessionError(.configurationError, "The profile needs the setting \"clientId\".", provider: profile, reason: "missingSetting")
+        }
+        let key = SessionKey(profile: profile, account: clientID)
+        let dpop = try dpopKey(for: context)
+        let grant = SignInGrant(scopes: nil, resources: nil, clientCredentials: true)
+        let result: Result<(StoredSession, Bool), SessionError>
+        do {
+            result = try await store.withExclusiveAccess(to: key) { () async -> Result<(StoredSession, Bool), SessionError> in
+                do throws(SessionError) {
+                    if let existing = try? await self.store.load(key) { return .success((existing, false)) }
+                    let tokens = try await self.runOrThrow(
+                        .completeSignIn, input: self.clientCredentialsInput(context, grant: grant), context: context, requestID: nil, dpop: dpop)
+                    let session = try await self.newSession(tokens, context: context, nonce: nil, dpop: dpop, profile: profile, grant: grant)
+                    try? await self.store.save(session, for: key)
+                    return .success((session, true))
+                } catch {
+                    return .failure(error)
+                }
+            }
+        } catch {
+            throw storageError(error, profile: profile)
+        }
+        let (session, made) = try result.get()
+        if made { announce(.signedIn, profile: profile, account: session.wireAccount) }
+        return (key, session)
     }
 
     /// A new DPoP key when the profile's configuration uses DPoP (`dpopAlgorithm`, chosen at configure time).
@@ -133,8 +198,26 @@ extension SessionEngine {
 
     /// Verifies what a sign-in returned, stores it and announces it.
     private func storeSignIn(
-        _ tokens: JSON, context: Context, nonce: String?, dpop: DPoPKey?, profile: String
+        _ tokens: JSON, context: Context, nonce: String?, dpop: DPoPKey?, profile: String, grant: SignInGrant
     ) async throws(SessionError) -> SignInStatus {
+        let session = try await newSession(tokens, context: context, nonce: nonce, dpop: dpop, profile: profile, grant: grant)
+        // Another account of the profile stays signed in; the same account is replaced — under
+        // its lock, so that a refresh of the old session in flight (here or in another process)
+        // cannot write its tokens over the new ones.
+        let key = SessionKey(profile: profile, account: session.accountKey)
+        do {
+            try await store.withExclusiveAccess(to: key) { try await self.store.save(session, for: key) }
+        } catch {
+            throw storageError(error, profile: profile)
+        }
+        announce(.signedIn, profile: profile, account: session.wireAccount)
+        return status(profile, state: .signedIn, session: session, reason: .signedIn)
+    }
+
+    /// The session a sign-in's answer makes, verified (ID token) and identified (account).
+    private func newSession(
+        _ tokens: JSON, context: Context, nonce: String?, dpop: DPoPKey?, profile: String, grant: SignInGrant
+    ) async throws(SessionError) -> StoredSession {
         if let problem = TokenSet.sizeProblem(tokens["tokens"], account: tokens["account"]) {
             throw SessionError(
                 .providerRefused, "The provider's sign-in answer was refused: \(problem). Nothing was stored.",
@@ -155,17 +238,10 @@ extension SessionEngine {
         session.signedInAt = tokenSet.obtainedAt
         session.client = SessionClient(config: context.config)
         session.dpopKey = dpop
-        // Another account of the profile stays signed in; the same account is replaced — under
-        // its lock, so that a refresh of the old session in flight (here or in another process)
-        // cannot write its tokens over the new ones.
-        let key = SessionKey(profile: profile, account: session.accountKey)
-        do {
-            try await store.withExclusiveAccess(to: key) { try await self.store.save(session, for: key) }
-        } catch {
-            throw storageError(error, profile: profile)
-        }
-        announce(.signedIn, profile: profile, account: session.wireAccount)
-        return status(profile, state: .signedIn, session: session, reason: .signedIn)
+        session.signInScopes = grant.scopes
+        session.resources = grant.resources
+        if grant.clientCredentials { session.grant = Flow.clientCredentials.rawValue }
+        return session
     }
 
     /// The external flow: the frontend opens the URL (its own web view or
@@ -186,6 +262,7 @@ extension SessionEngine {
             "redirectUri": redirectURI.map(JSON.string), "codeChallenge": .string(pkce.challenge),
             "codeChallengeMethod": "S256", "nonce": nonce.map(JSON.string), "scopes": params.scopes?.wire, "loginHint": params.loginHint?.wire,
             "dpopJkt": dpop.map { .string($0.thumbprint) },
+            "resources": TokenPurpose.resources(params.resource).map { .array($0.map(JSON.string)) },
         ])
         let started = try await runOrThrow(.beginSignIn, input: begin, context: context, requestID: requestID)
         guard let url = started["url"]?.stringValue, let parsed = ParsedURL(url), parsed.isSecureTransport else {
@@ -271,6 +348,7 @@ extension SessionEngine {
             "state": .string(state), "codeVerifier": .string(pkce.verifier), "redirectUri": redirectURI.map(JSON.string),
             "nonce": nonce.map(JSON.string), "issuer": issuer.map(JSON.string),
             "expectedIssuer": issuerRequired ? issuer.map(JSON.string) : nil,
+            "resources": TokenPurpose.resources(params.resource).map { .array($0.map(JSON.string)) },
         ])
         return try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID, dpop: dpop)
     }
@@ -340,6 +418,7 @@ extension SessionEngine {
     ) async throws(SessionError) -> JSON {
         let begin: JSON = .compactObject([
             "profile": context.profileJSON, "flow": "device", "state": .string(PKCE.randomToken()), "scopes": params.scopes?.wire,
+            "resources": TokenPurpose.resources(params.resource).map { .array($0.map(JSON.string)) },
         ])
         let started = try await runOrThrow(.beginSignIn, input: begin, context: context, requestID: requestID)
         guard let deviceCode = started["deviceCode"]?.stringValue, let userCode = started["userCode"]?.stringValue,
@@ -359,7 +438,10 @@ extension SessionEngine {
                 verificationUriComplete: started["verificationUriComplete"]?.stringValue, expiresAt: deadline,
                 message: "Open \(verification) and enter the code \(userCode)."))
         let poll: DevicePolling.Poll = { [self] in
-            let input: JSON = ["profile": context.profileJSON, "flow": "device", "code": .string(deviceCode)]
+            let input: JSON = .compactObject([
+                "profile": context.profileJSON, "flow": "device", "code": .string(deviceCode),
+                "resources": TokenPurpose.resources(params.resource).map { .array($0.map(JSON.string)) },
+            ])
             return await self.run(.completeSignIn, input: input, plugin: context.plugin, profile: profile, requestID: requestID, dpop: dpop)
         }
         let polling = DevicePolling(intervalMilliseconds: started["intervalMs"]?.intValue ?? 5_000, deadline: deadline)

@@ -16,12 +16,19 @@ extension SessionEngine {
         let (profile, account, forceRefresh) = (params.provider, params.account, params.forceRefresh)
         let minimumValidity = params.minValidityMs ?? Self.defaultMinimumValidityMilliseconds
         let lookup = AnswerCache.Lookup(profile: profile, account: account)
+        // A token for other scopes or resources (RFC 6749 §6, RFC 8707): kept per purpose.
+        if params.scopes != nil || params.resource != nil {
+            let purpose = TokenPurpose(scopes: params.scopes, resources: TokenPurpose.resources(params.resource) ?? [])
+            let (context, _, session, token) = try await purposeToken(
+                purpose, lookup: lookup, minimumValidity: minimumValidity, forceRefresh: forceRefresh, requestID: requestID)
+            return try await purposeAnswer(token, session: session, context: context, params: params, requestID: requestID)
+        }
         let observation = store.answers.observe(observation(lookup))
         let (context, key, current) = try await usableSession(lookup, observation: observation)
         var session = current
         let freshness = forceRefresh ? .renew : session.tokens.freshness(at: HostClock.nowMilliseconds(), minimumValidity: minimumValidity)
         if forceRefresh {
-            guard session.tokens.refreshToken != nil else {
+            guard session.tokens.refreshToken != nil || session.grant != nil else {
                 throw SessionError(
                     .notSignedIn, "The session cannot be renewed (no refresh token); sign in again.", provider: profile,
                     reason: StatusReason.noRefreshToken.rawValue)
@@ -35,22 +42,36 @@ extension SessionEngine {
             let stale = session
             Task { _ = await self.refreshed(key, context: context, stale: stale) }
         }
-        var request: JSON = ["method": "GET", "headers": [:]]
-        if let base = context.config["apiBaseUrl"]?.stringValue { request = request.setting("url", .string(base)) }
-        let authorized = try await authorize(request, session: session, context: context, requestID: requestID)
-        var answer = Self.accessTokenAnswer(profile, session: session, authorized: authorized)
-        // A DPoP-bound token (RFC 9449): the frontend's own request needs a proof for its method and URL.
-        let dpop = session.dpopKey.flatMap { answer.tokenType == "DPoP" || answer.headers["Authorization"]?.hasPrefix("DPoP ") == true ? $0 : nil }
-        if dpop != nil { answer.tokenType = "DPoP" }
+        var kept: ((AccessTokenResult, DPoPKey?) -> Void)?
         // Kept for the next calls only when it came straight from what was read (no refresh, none
         // started); a DPoP answer without its proof, which each call gets anew.
         if let observation, freshness == .usable, session == current, configs[profile] != nil {
-            store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) {
-                $0.accessToken = Answer(answer.wire)
-                $0.dpop = dpop.flatMap { DPoPAnswer(answer.wire, key: $0, accessToken: session.tokens.accessToken) }
+            kept = { [store] answer, dpop in
+                store.answers.keep(lookup, observation, tokens: session.tokens, plugin: context.plugin) {
+                    $0.accessToken = Answer(answer.wire)
+                    $0.dpop = dpop.flatMap { DPoPAnswer(answer.wire, key: $0, accessToken: session.tokens.accessToken) }
+                }
             }
         }
-        if let dpop, let url = params.url {
+        return try await accessTokenAnswer(session, context: context, params: params, requestID: requestID, keep: kept)
+    }
+
+    /// `getAccessToken`'s answer for `session`'s tokens: the plugin's headers and cookies for them,
+    /// and for a DPoP-bound token the proof of the frontend's request (`params.method`, `url`).
+    /// `keep` sees the answer before a proof is added (the answer cache's copy).
+    func accessTokenAnswer(
+        _ session: StoredSession, context: Context, params: GetAccessTokenParams?, requestID: JSON?,
+        keep: ((AccessTokenResult, DPoPKey?) -> Void)? = nil
+    ) async throws(SessionError) -> AccessTokenResult {
+        var request: JSON = ["method": "GET", "headers": [:]]
+        if let base = context.config["apiBaseUrl"]?.stringValue { request = request.setting("url", .string(base)) }
+        let authorized = try await authorize(request, session: session, context: context, requestID: requestID)
+        var answer = Self.accessTokenAnswer(context.profile.name, session: session, authorized: authorized)
+        // A DPoP-bound token (RFC 9449): the frontend's own request needs a proof for its method and URL.
+        let dpop = session.dpopKey.flatMap { answer.tokenType == "DPoP" || answer.headers["Authorization"]?.hasPrefix("DPoP ") == true ? $0 : nil }
+        if dpop != nil { answer.tokenType = "DPoP" }
+        keep?(answer, dpop)
+        if let dpop, let params, let url = params.url {
             answer.headers["DPoP"] = try Self.proof(
                 dpop, method: params.method ?? "GET", url: url, nonce: params.dpopNonce, session: session, context: context)
         }
@@ -106,8 +127,16 @@ extension SessionEngine {
         let lookup = AnswerCache.Lookup(profile: profile, account: params.account)
         let (context, key, current) = try await usableSession(lookup, observation: store.answers.observe(observation(lookup)))
         var session = current
-        // A token known to be expired is renewed first rather than spending a 401.
-        if let expiresAt = session.tokens.expiresAt, expiresAt <= HostClock.nowMilliseconds(), session.tokens.refreshToken != nil {
+        // A request for other scopes, or to a configured resource, goes with that purpose's token.
+        let purpose = Self.fetchPurpose(params, resources: grantResources(current, context: context))
+        if let purpose {
+            session.tokens = try await purposeToken(
+                purpose, lookup: lookup, minimumValidity: 0, forceRefresh: false, requestID: requestID
+            ).3
+        } else if let expiresAt = session.tokens.expiresAt, expiresAt <= HostClock.nowMilliseconds(),
+            session.tokens.refreshToken != nil || session.grant != nil
+        {
+            // A token known to be expired is renewed first rather than spending a 401.
             session = try await refreshOrThrow(key, context: context, stale: session)
         }
         var replayed = false
@@ -140,7 +169,13 @@ extension SessionEngine {
             switch outcome["outcome"]?.stringValue.flatMap(ResponseOutcome.init(rawValue:)) {
             case .sessionExpired where !replayed:
                 replayed = true
-                session = try await refreshOrThrow(key, context: context, stale: session)
+                if let purpose {
+                    session.tokens = try await purposeToken(
+                        purpose, lookup: lookup, minimumValidity: 0, forceRefresh: true, requestID: requestID
+                    ).3
+                } else {
+                    session = try await refreshOrThrow(key, context: context, stale: session)
+                }
                 continue
             case .revoked:
                 try await endSession(key, reason: .revoked, message: message, ended: session, context: context)
@@ -156,6 +191,22 @@ extension SessionEngine {
                 status: response["status"]?.intValue ?? 0, headers: (response["headers"]?.objectValue ?? [:]).compactMapValues(\.stringValue),
                 body: response["body"]?.stringValue ?? "")
         }
+    }
+
+    /// Which purpose's token a `fetch` uses: its `scopes` and `resource`, else the configured
+    /// resource its URL is under (the longest), nil for the session's own token.
+    static func fetchPurpose(_ params: FetchParams, resources: [String]) -> TokenPurpose? {
+        if params.scopes != nil || params.resource != nil {
+            return TokenPurpose(scopes: params.scopes, resources: TokenPurpose.resources(params.resource) ?? [])
+        }
+        // Only when the grant is for several: a token for one resource is the session's own.
+        guard resources.count > 1 else { return nil }
+        let matching = resources.filter { resource in
+            params.url == resource || params.url.hasPrefix(resource.hasSuffix("/") ? resource : resource + "/")
+                || (params.url.hasPrefix(resource) && (params.url.dropFirst(resource.count).first.map { "?#".contains($0) } ?? true))
+        }
+        guard let best = matching.max(by: { $0.count < $1.count }) else { return nil }
+        return TokenPurpose(scopes: nil, resources: [best])
     }
 
     /// A DPoP proof for a frontend's request (`getAccessToken` with `url`): `htu` the URL (a relative
@@ -195,11 +246,16 @@ extension SessionEngine {
 
     /// The session a token call means, with its profile's context; none is
     /// handed out while its license is revoked.
-    private func usableSession(
+    func usableSession(
         _ lookup: AnswerCache.Lookup, observation: AnswerCache.Observation?
     ) async throws(SessionError) -> (Context, SessionKey, StoredSession) {
         let context = try await context(for: lookup.profile)
         guard let (key, session) = try await readSession(lookup, observation: observation) else {
+            // A profile of a client that signs in as itself (RFC 6749 §4.4) needs no user: it signs in now.
+            if context.config["clientCredentials"]?.boolValue == true, lookup.account == nil || lookup.account == context.config["clientId"]?.stringValue {
+                let (key, session) = try await clientCredentialsSession(context)
+                return (context, key, session)
+            }
             throw notSignedIn(lookup.profile, account: lookup.account)
         }
         if let discarded = try await endIfIssuedToAnotherClient(key, session: session, context: context) {
@@ -294,9 +350,25 @@ extension SessionEngine {
         guard let current else {
             return .failure(ProviderFailure(.definitive, reason: StatusReason.noTokens.rawValue, message: "The session was signed out meanwhile."))
         }
-        if current.tokens != stale.tokens { return .success(current) }
-        let input: JSON = ["profile": context.profileJSON, "tokens": stale.tokens.json]
-        switch await run(.refresh, input: input, plugin: context.plugin, profile: profile, requestID: nil, dpop: stale.dpopKey) {
+        // Someone else renewed the session's own token meanwhile: use theirs. (A purpose's grant may
+        // have rotated the refresh token alone: the access token is still to be renewed, with it.)
+        if current.tokens.accessToken != stale.tokens.accessToken || current.tokens.expiresAt != stale.tokens.expiresAt {
+            return .success(current)
+        }
+        let hook: PluginHook
+        var input: JSON
+        if current.grant == Flow.clientCredentials.rawValue {
+            // A client's own session has no refresh token: a new client-credentials grant renews it.
+            hook = .completeSignIn
+            input = ["profile": context.profileJSON, "flow": .string(Flow.clientCredentials.rawValue)]
+        } else {
+            hook = .refresh
+            input = ["profile": context.profileJSON, "tokens": current.tokens.json]
+        }
+        if hook == .completeSignIn, let scopes = current.signInScopes { input = input.setting("scopes", .array(scopes.map(JSON.string))) }
+        if let resources = current.resources { input = input.setting("resources", .array(resources.map(JSON.string))) }
+        let stale = current
+        switch await run(hook, input: input, plugin: context.plugin, profile: profile, requestID: nil, dpop: stale.dpopKey) {
         case .success(let answer):
             if let problem = TokenSet.sizeProblem(answer["tokens"], account: answer["account"]) {
                 // Too big to keep: the grant cannot go on (a rotated refresh token is spent).

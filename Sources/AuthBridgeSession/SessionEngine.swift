@@ -45,6 +45,8 @@ public actor SessionEngine {
     var profiles: [String: Profile] = [:] { didSet { store.answers.invalidate() } }
     var configs: [String: JSON] = [:] { didSet { store.answers.invalidate() } }
     var refreshes: [SessionKey: SharedWork<Result<StoredSession, ProviderFailure>>] = [:]
+    /// Grants for tokens beyond a session's own (`TokenPurpose`), single-flight per purpose.
+    var derivedWork: [DerivedKey: SharedWork<Result<TokenSet, SessionError>>] = [:]
     /// Session reads under way, shared by the calls that arrive meanwhile (see `readSession`).
     var sessionReads:
         [AnswerCache.Lookup: (observation: AnswerCache.Observation, work: SharedWork<Result<(SessionKey, StoredSession)?, SessionError>>)] =

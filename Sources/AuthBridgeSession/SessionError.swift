@@ -24,6 +24,8 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
     /// The provider's OAuth error code, when its answer carried one and `reason` is another word
     /// (`refreshRefused` after `invalid_request`, say).
     public var oauthError: String?
+    /// Scopes a token was asked for that the session's grant does not cover (`insufficientScope`).
+    public var missingScopes: [String]?
 
     public init(
         _ kind: Kind, _ message: String, provider: String? = nil, reason: String? = nil, field: String? = nil,
@@ -77,6 +79,7 @@ public struct SessionError: Error, Sendable, CustomStringConvertible {
             "retryable": .bool(retryable),
             "status": status.map { JSON.int(Int64($0)) },
             "oauthError": oauthError == reason ? nil : oauthError.map(JSON.string),
+            "missingScopes": missingScopes.map { .array($0.map(JSON.string)) },
         ])
     }
 

@@ -24,6 +24,19 @@ struct StoredSession: Sendable, Equatable {
     var client: SessionClient?
     /// The key the tokens are bound to (RFC 9449 DPoP): kept only here, in the sealed record.
     var dpopKey: DPoPKey?
+    /// Tokens for other scopes, resources or audiences than the session's own (`TokenPurpose`),
+    /// by the purpose's key: access tokens only, obtained with the session's grant.
+    var derived: [String: TokenSet] = [:]
+    /// How the session was granted: nil for a user's sign-in, "clientCredentials" for a client's own
+    /// (renewed by a new grant, having no refresh token).
+    var grant: String?
+    /// The scopes the sign-in asked for (nil: the profile's), and the protected resources it is for
+    /// (nil: the profile's `resources`): what later refresh grants ask for again.
+    var signInScopes: [String]?
+    var resources: [String]?
+
+    /// The most derived tokens a session keeps; past it, the one obtained first is dropped.
+    static let derivedLimit = 32
 
     /// The token type frontends are told: "DPoP" when the access token is bound to the session's key.
     var sessionTokenType: String { StandardSteps.normalisedTokenType(tokens.tokenType) }
@@ -133,6 +146,10 @@ public struct SessionStore: Sendable {
         session.signedInAt = record.secret["signedInAt"]?.intValue
         session.client = record.secret["client"].flatMap(SessionClient.init(json:))
         session.dpopKey = record.secret["dpopKey"].flatMap(DPoPKey.init(json:))
+        session.derived = (record.secret["derived"]?.objectValue ?? [:]).compactMapValues { TokenSet(json: $0) }
+        session.grant = record.secret["grant"]?.stringValue
+        session.signInScopes = record.secret["signInScopes"]?.arrayValue?.compactMap(\.stringValue)
+        session.resources = record.secret["resources"]?.arrayValue?.compactMap(\.stringValue)
         return session
     }
 
@@ -146,6 +163,10 @@ public struct SessionStore: Sendable {
             "signedInAt": session.signedInAt.map(JSON.int),
             "client": session.client?.json,
             "dpopKey": session.dpopKey?.json,
+            "derived": session.derived.isEmpty ? nil : .object(session.derived.mapValues(\.json)),
+            "grant": session.grant.map(JSON.string),
+            "signInScopes": session.signInScopes.map { .array($0.map(JSON.string)) },
+            "resources": session.resources.map { .array($0.map(JSON.string)) },
         ])
         let record = VaultRecord(profile: key.vaultKey, account: label, secret: secret)
         try await answers.invalidating { try await vault.save(record) }

@@ -23,11 +23,14 @@ public enum StandardSteps {
             if input["flow"]?.stringValue == "device" { return beginDeviceAuthorization(input, config: config, call: call, http: http) }
             return beginSignIn(input, config: config, call: call, http: http)
         case .completeSignIn:
+            if input["flow"]?.stringValue == "clientCredentials" { return clientCredentials(input, config: config, call: call, http: http) }
             return completeSignIn(input, config: config, call: call, http: http)
         case .refresh:
             return refresh(input, config: config, call: call, http: http)
         case .revoke:
             return revoke(input, config: config, call: call, http: http)
+        case .exchangeToken:
+            return exchangeToken(input, config: config, call: call, http: http)
         case .checkSession:
             return .success(checkSession(input))
         case .authorizeRequest:
@@ -45,7 +48,10 @@ public enum StandardSteps {
     /// Explicit settings win over discovered values.
     static func configure(_ settings: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
         discover(settings, call: call, http: http).flatMap { config in
-            pushedAuthorizationProblem(config).map { .failure($0) } ?? .success(config)
+            if let problem = pushedAuthorizationProblem(config) ?? ClientAuthentication.problem(config) ?? resourcesProblem(config) {
+                return .failure(problem)
+            }
+            return .success(config)
         }
     }
 
@@ -97,6 +103,9 @@ public enum StandardSteps {
             }
             if config["issuerInCallback"] == nil, document["authorization_response_iss_parameter_supported"]?.boolValue == true {
                 config["issuerInCallback"] = true
+            }
+            if config["tokenEndpointAuthMethods"] == nil, let methods = document["token_endpoint_auth_methods_supported"]?.arrayValue {
+                config["tokenEndpointAuthMethods"] = .array(methods.filter { $0.stringValue != nil })
             }
             if dpopAlgorithms == nil { dpopAlgorithms = document["dpop_signing_alg_values_supported"]?.arrayValue?.compactMap(\.stringValue) }
             if config["requirePushedAuthorizationRequests"] == nil, document["require_pushed_authorization_requests"]?.boolValue == true {
@@ -168,6 +177,8 @@ public enum StandardSteps {
             pairs.append(("code_challenge_method", input["codeChallengeMethod"]?.stringValue ?? "S256"))
         }
         if let hint = input["loginHint"]?.stringValue { pairs.append(("login_hint", hint)) }
+        // RFC 8707 §2.1: one `resource` per protected resource the sign-in is for.
+        for resource in resources(input, config: config) { pairs.append(("resource", resource)) }
         // RFC 9449 §10: binds the code to the session's DPoP key.
         if let thumbprint = input["dpopJkt"]?.stringValue { pairs.append(("dpop_jkt", thumbprint)) }
         for (key, value) in (config["extraAuthorizationParams"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
@@ -196,12 +207,13 @@ public enum StandardSteps {
             }
             // RFC 9126 §2.1: the same parameters (and client authentication), by the back channel.
             var form = [String: JSON](pairs.map { ($0.0, JSON.string($0.1)) }, uniquingKeysWith: { first, _ in first })
-            form["client_secret"] = config["clientSecret"]
+            let resources = resources(input, config: config)
+            if !resources.isEmpty { form["resource"] = .array(resources.map(JSON.string)) }
             let request: JSON = [
                 "method": "POST", "url": .string(pushEndpoint), "form": .object(form), "timeoutMs": 15_000,
                 "headers": ["Accept": "application/json"],
             ]
-            return http.perform(request, call: call).flatMap { response in
+            return ClientAuthentication.authenticate(request, config: config).flatMap { http.perform($0, call: call) }.flatMap { response in
                 parsePushedAuthorization(response).map { pushed in
                     // RFC 9126 §4: the browser carries only client_id and the request_uri.
                     let query = FormEncoding.encode([("client_id", clientID), ("request_uri", pushed.requestURI)])
@@ -268,7 +280,7 @@ public enum StandardSteps {
     /// §4.1.1, RFC 7636 §4.3, OpenID Connect Core §3.1.2.1).
     public static let reservedAuthorizationParams: Set<String> = [
         "response_type", "client_id", "redirect_uri", "scope", "state", "nonce", "code_challenge", "code_challenge_method", "login_hint",
-        "dpop_jkt",
+        "dpop_jkt", "resource",
     ]
 
     /// RFC 8628 §3.1–3.2: asks for a device code and a user code.
@@ -284,9 +296,12 @@ public enum StandardSteps {
         var form: [String: JSON] = ["client_id": .string(clientID)]
         let scopes = (input["scopes"] ?? config["scopes"])?.arrayValue?.compactMap(\.stringValue) ?? []
         if !scopes.isEmpty { form["scope"] = .string(scopes.joined(separator: " ")) }
-        form["client_secret"] = config["clientSecret"]
+        let resources = resources(input, config: config)
+        if !resources.isEmpty { form["resource"] = .array(resources.map(JSON.string)) }
         let request: JSON = ["method": "POST", "url": .string(endpoint), "form": .object(form), "timeoutMs": 15_000]
-        return http.perform(request, call: call).flatMap { parseDeviceAuthorization($0) }
+        return ClientAuthentication.authenticate(request, config: config).flatMap { http.perform($0, call: call) }.flatMap {
+            parseDeviceAuthorization($0)
+        }
     }
 
     /// Reads an RFC 8628 §3.2 answer into the BeginSignInOutput of the device flow.
@@ -330,7 +345,6 @@ public enum StandardSteps {
                 "grant_type": "urn:ietf:params:oauth:grant-type:device_code",
                 "device_code": .string(deviceCode), "client_id": .string(clientID),
             ]
-            form["client_secret"] = config["clientSecret"]
             return tokenRequest(form: form, config: config, call: call, http: http)
         }
         var code = input["code"]?.stringValue
@@ -360,7 +374,8 @@ public enum StandardSteps {
         var form: [String: JSON] = ["grant_type": "authorization_code", "code": .string(code), "client_id": .string(clientID)]
         form["redirect_uri"] = input["redirectUri"]
         form["code_verifier"] = input["codeVerifier"]
-        form["client_secret"] = config["clientSecret"]
+        let resources = resources(input, config: config)
+        if !resources.isEmpty { form["resource"] = .array(resources.map(JSON.string)) }
         return tokenRequest(form: form, config: config, call: call, http: http)
     }
 
@@ -446,8 +461,102 @@ public enum StandardSteps {
         }
         guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
         var form: [String: JSON] = ["grant_type": "refresh_token", "refresh_token": .string(refreshToken), "client_id": .string(clientID)]
-        form["client_secret"] = config["clientSecret"]
+        // RFC 6749 §6 and RFC 8707 §2.2: a token for other (usually fewer) scopes, or for a resource.
+        if let scopes = input["scopes"]?.arrayValue?.compactMap(\.stringValue), !scopes.isEmpty {
+            form["scope"] = .string(scopes.joined(separator: " "))
+        }
+        let resources = resources(input, config: config)
+        if !resources.isEmpty { form["resource"] = .array(resources.map(JSON.string)) }
         return tokenRequest(form: form, config: config, call: call, http: http).mapError(\.asRefreshRefusal)
+    }
+
+    /// The protected resources a request is for (RFC 8707): the input's `resources` (a per-request
+    /// token's, or the sign-in's), else the profile's setting `resources`.
+    static func resources(_ input: JSON, config: JSON) -> [String] {
+        (input["resources"] ?? config["resources"])?.arrayValue?.compactMap(\.stringValue) ?? []
+    }
+
+    /// A `resources` setting that is not a list of absolute URIs without fragments (RFC 8707 §2).
+    static func resourcesProblem(_ config: JSON) -> ProviderFailure? {
+        guard let setting = config["resources"] else { return nil }
+        guard let list = setting.arrayValue, list.allSatisfy({ $0.stringValue.map(isResourceIndicator) == true }) else {
+            return ProviderFailure(
+                .configuration, reason: "invalidSettings",
+                message: "\"resources\" must be a list of absolute URIs without a fragment (RFC 8707 resource indicators).")
+        }
+        return nil
+    }
+
+    /// An absolute URI without a fragment (RFC 8707 §2).
+    public static func isResourceIndicator(_ text: String) -> Bool {
+        guard let colon = text.firstIndex(of: ":"), colon != text.startIndex, !text.contains("#"),
+            !text.contains(where: { $0.isWhitespace }), text[text.startIndex].isLetter,
+            text[..<colon].allSatisfy({ $0.isLetter || $0.isNumber || "+.-".contains($0) }), text.index(after: colon) != text.endIndex
+        else { return false }
+        return true
+    }
+
+    /// The client credentials grant (RFC 6749 §4.4): the client signs in as itself, no user. Also
+    /// the way such a session is renewed (it has no refresh token).
+    static func clientCredentials(_ input: JSON, config: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
+        guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
+        var form: [String: JSON] = ["grant_type": "client_credentials", "client_id": .string(clientID)]
+        let scopes = (input["scopes"] ?? config["scopes"])?.arrayValue?.compactMap(\.stringValue) ?? []
+        if !scopes.isEmpty { form["scope"] = .string(scopes.joined(separator: " ")) }
+        let resources = resources(input, config: config)
+        if !resources.isEmpty { form["resource"] = .array(resources.map(JSON.string)) }
+        return tokenRequest(form: form, config: config, call: call, http: http).map { answer in
+            // The client is the account (RFC 6749 §4.4.3: no refresh token is expected; one sent is not kept).
+            var tokens = answer["tokens"]?.objectValue ?? [:]
+            tokens["refreshToken"] = nil
+            tokens["idToken"] = nil
+            return ["tokens": .object(tokens), "account": ["id": .string(clientID), "name": .string(clientID)]]
+        }
+    }
+
+    /// Token types of RFC 8693 §3 by their short names on the bridge.
+    static let tokenTypes = [
+        "accessToken": "urn:ietf:params:oauth:token-type:access_token", "idToken": "urn:ietf:params:oauth:token-type:id_token",
+        "jwt": "urn:ietf:params:oauth:token-type:jwt", "refreshToken": "urn:ietf:params:oauth:token-type:refresh_token",
+    ]
+
+    /// Token exchange (RFC 8693 §2.1): the session's access token (or ID token) for a token for
+    /// another audience, resource or scopes, authenticated as the profile's client. A refresh token
+    /// in the answer is not kept (it would be a second grant to look after).
+    static func exchangeToken(_ input: JSON, config: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
+        let subjectType = input["subjectTokenType"]?.stringValue ?? "accessToken"
+        let key = subjectType == "idToken" ? "idToken" : "accessToken"
+        guard let subject = input["tokens"]?[key]?.stringValue else {
+            return .failure(
+                ProviderFailure(.definitive, reason: StatusReason.noTokens.rawValue, message: "The session has no \(key == "idToken" ? "ID token" : "access token") to exchange."))
+        }
+        guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
+        var form: [String: JSON] = [
+            "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange", "client_id": .string(clientID),
+            "subject_token": .string(subject), "subject_token_type": .string(tokenTypes[key]!),
+        ]
+        form["audience"] = input["audience"]
+        if let scopes = input["scopes"]?.arrayValue?.compactMap(\.stringValue), !scopes.isEmpty {
+            form["scope"] = .string(scopes.joined(separator: " "))
+        }
+        if let resources = input["resources"]?.arrayValue?.compactMap(\.stringValue), !resources.isEmpty {
+            form["resource"] = .array(resources.map(JSON.string))
+        }
+        if let requested = input["requestedTokenType"]?.stringValue { form["requested_token_type"] = .string(tokenTypes[requested] ?? requested) }
+        return tokenRequest(form: form, config: config, call: call, http: http).map { answer in
+            var tokens = answer["tokens"]?.objectValue ?? [:]
+            tokens["refreshToken"] = nil
+            // RFC 8693 §2.2.1: issued_token_type says what the access_token member holds.
+            var extras = tokens["extras"]?.objectValue ?? [:]
+            if let issued = extras.removeValue(forKey: "issued_token_type")?.stringValue {
+                var details = tokens["details"]?.objectValue ?? [:]
+                details["issuedTokenType"] = .string(tokenTypes.first { $0.value == issued }?.key ?? issued)
+                tokens["details"] = .object(details)
+            }
+            extras["refresh_token"] = nil
+            tokens["extras"] = extras.isEmpty ? nil : .object(extras)
+            return ["tokens": .object(tokens)]
+        }
     }
 
     static func tokenRequest(form: [String: JSON], config: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
@@ -457,7 +566,9 @@ public enum StandardSteps {
             "method": "POST", "url": .string(endpoint), "form": .object(form),
             "headers": ["Accept": "application/json"], "dpop": true,
         ]
-        return http.perform(request, call: call).flatMap { parseTokenResponse($0) }
+        return ClientAuthentication.authenticate(request, config: config).flatMap { http.perform($0, call: call) }.flatMap {
+            parseTokenResponse($0)
+        }
     }
 
     /// Reads an RFC 6749 §5 token response and classifies failures: only the
@@ -530,10 +641,17 @@ public enum StandardSteps {
         // The refresh token first: revoking it usually ends the whole grant (RFC 7009 §2.1).
         for (key, hint) in [("refreshToken", "refresh_token"), ("accessToken", "access_token")] {
             guard let token = input["tokens"]?[key]?.stringValue else { continue }
-            var form: [String: JSON] = ["token": .string(token), "token_type_hint": .string(hint)]
-            form["client_id"] = config["clientId"]
-            form["client_secret"] = config["clientSecret"]
-            let request: JSON = ["method": "POST", "url": .string(endpoint), "form": .object(form), "timeoutMs": 10_000]
+            let form: [String: JSON] = ["token": .string(token), "token_type_hint": .string(hint)]
+            var request: JSON = ["method": "POST", "url": .string(endpoint), "form": .object(form), "timeoutMs": 10_000]
+            // RFC 7009 §2.1: a confidential client authenticates as at the token endpoint.
+            if config["clientId"] != nil {
+                switch ClientAuthentication.authenticate(request, config: config) {
+                case .success(let authenticated): request = authenticated
+                case .failure(let failure):
+                    failures.append(["token": .string(hint), "reason": .string(failure.reason), "message": .string(failure.message)])
+                    continue
+                }
+            }
             switch http.perform(request, call: call) {
             case .success(let response) where (200..<300).contains(Int(response["status"]?.intValue ?? 0)):
                 revoked.append(.string(hint))

@@ -46,7 +46,7 @@ struct WireTests {
     @Test func wordsKeepTheSpecsSpellingBothWays() throws {
         #expect(
             problem(RequestOAuthTokensParams.self, ["provider": "p", "flow": "fax"])
-                == WireError(field: "flow", "must be one of \"browser\", \"external\", \"device\", \"session\""))
+                == WireError(field: "flow", "must be one of \"browser\", \"external\", \"device\", \"session\", \"clientCredentials\""))
         let storage = try StorageInfo(wire: ["backend": "encrypted-file", "protection": "none"])
         #expect(storage == StorageInfo(backend: .encryptedFile, protection: .unprotected))
         #expect(storage.wire == ["backend": "encrypted-file", "protection": "none"])
@@ -72,9 +72,17 @@ struct WireTests {
         let samples: [String: JSON] = [
             "initialize": ["protocolVersion": "1.0", "clientInfo": ["name": "app", "version": "2"], "capabilities": [:]],
             "requestOAuthTokens": ["provider": "p", "flow": "session", "sessionId": "s", "scopes": ["a"], "timeoutMs": 5_000],
-            "fetch": ["provider": "p", "url": "https://api/x", "method": "POST", "headers": ["A": "b"], "body": "{}", "timeoutMs": 2_000],
+            "fetch": [
+                "provider": "p", "url": "https://api/x", "method": "POST", "headers": ["A": "b"], "body": "{}", "timeoutMs": 2_000, "scopes": ["s"],
+                "resource": "https://api/",
+            ],
             "getAccessToken": [
                 "provider": "p", "account": "a", "minValidityMs": 0, "forceRefresh": true, "method": "POST", "url": "https://api/x", "dpopNonce": "n",
+                "scopes": ["read", "write"], "resource": ["https://a/", "urn:b"],
+            ],
+            "exchangeToken": [
+                "provider": "p", "account": "a", "audience": "svc", "resource": "https://b/", "scopes": ["x"], "requestedTokenType": "jwt",
+                "subjectTokenType": "idToken", "minValidityMs": 0,
             ],
             "configureProfile": ["name": "p", "plugin": "oidc", "settings": ["issuer": "https://i"]],
             "completeSignIn": ["provider": "p", "callbackUrl": "app:/cb?code=c&state=s"],

@@ -14,14 +14,37 @@ struct OIDCPlugin: ProviderPlugin {
         let url: JSON = ["type": "string", "format": "uri"]
         return [
             "displayName": "OpenID Connect / OAuth 2.0",
-            "flows": ["browser", "external", "device"],
-            "capabilities": ["revoke", "fetch"],
+            "flows": ["browser", "external", "device", "clientCredentials"],
+            "capabilities": ["revoke", "fetch", "scopedTokens"],
             "settings": [
                 "type": "object",
                 "required": ["clientId"],
                 "properties": [
                     "clientId": ["type": "string", "description": "The client (application) id registered at the server"],
                     "clientSecret": ["type": "string", "description": "Only for confidential clients; public clients use PKCE alone"],
+                    "clientAuthentication": [
+                        "enum": ["client_secret_basic", "client_secret_post", "client_secret_jwt", "private_key_jwt", "none"],
+                        "description":
+                            "How the client authenticates (RFC 6749 §2.3, RFC 7523). Default: private_key_jwt with privateKeyFile, else with clientSecret client_secret_basic where the server lists it, else client_secret_post; none without either",
+                    ],
+                    "privateKeyFile": [
+                        "type": "string",
+                        "description": "A PEM private key (P-256, Ed25519 or RSA 2048–4096) of mode 0600 that signs private_key_jwt assertions",
+                    ],
+                    "privateKeyId": ["type": "string", "description": "The kid of that key as registered at the server"],
+                    "clientAssertionAudience": [
+                        "type": "string",
+                        "description": "The aud of client assertions: \"tokenEndpoint\" (default, OpenID Connect Core §9), \"issuer\", or a URI",
+                    ],
+                    "clientCredentials": [
+                        "type": "boolean",
+                        "description":
+                            "The client signs in as itself (client credentials grant, no user): getAccessToken works with no sign-in",
+                    ],
+                    "resources": [
+                        "type": "array", "items": ["type": "string", "format": "uri"],
+                        "description": "Protected resources (RFC 8707) sent on the authorization request and every code and refresh grant",
+                    ],
                     "issuer": url,
                     "authorizationEndpoint": url,
                     "tokenEndpoint": url,

@@ -99,10 +99,21 @@ private enum SigningKey {
         case 1: return (try? P256.Signing.PrivateKey(rawRepresentation: raw)).map(SigningKey.p256)
         case 2: return (try? Curve25519.Signing.PrivateKey(rawRepresentation: raw)).map(SigningKey.ed25519)
         case 3:
-            guard let key = try? _RSA.Signing.PrivateKey(derRepresentation: raw), key.keySizeInBits == 2048 else { return nil }
+            guard let key = try? _RSA.Signing.PrivateKey(derRepresentation: raw), rsaSizes.contains(key.keySizeInBits) else { return nil }
             return .rsa(key)
         default: return nil
         }
+    }
+
+    /// RSA key sizes a key may have: 2048 for those made here, up to 4096 for a client's own (RFC 7523 assertions).
+    static let rsaSizes: ClosedRange<Int> = 2048...4096
+
+    /// A private key in PEM (PKCS #8 "PRIVATE KEY", SEC 1 "EC PRIVATE KEY", PKCS #1 "RSA PRIVATE KEY"), with its algorithm code.
+    static func importPEM(_ pem: String) -> (Int32, SigningKey)? {
+        if let key = try? P256.Signing.PrivateKey(pemRepresentation: pem) { return (1, .p256(key)) }
+        if let key = try? Curve25519.Signing.PrivateKey(pemRepresentation: pem) { return (2, .ed25519(key)) }
+        if let key = try? _RSA.Signing.PrivateKey(pemRepresentation: pem), rsaSizes.contains(key.keySizeInBits) { return (3, .rsa(key)) }
+        return nil
     }
 
     var privateBytes: [UInt8] {
@@ -119,9 +130,9 @@ private enum SigningKey {
         case .ed25519(let key): return Array(key.publicKey.rawRepresentation)
         case .rsa(let key):
             guard let primitives = try? key.publicKey.getKeyPrimitives() else { return nil }
-            // A 2048-bit modulus is 256 bytes, its first one not zero; the exponent follows.
+            // A 2048-bit modulus is 256 bytes (4096: 512), its first one not zero; the exponent follows.
             let modulus = Array(primitives.modulus.drop { $0 == 0 })
-            return modulus.count == 256 ? modulus + Array(primitives.publicExponent.drop { $0 == 0 }) : nil
+            return modulus.count * 8 == key.keySizeInBits ? modulus + Array(primitives.publicExponent.drop { $0 == 0 }) : nil
         }
     }
 
@@ -185,4 +196,31 @@ public func keySign(
 public func keyClose(_ handle: UnsafeMutableRawPointer?) {
     guard let handle else { return }
     Unmanaged<OpenedKey>.fromOpaque(handle).release()
+}
+
+/// A private key from PEM text (a client's own key for RFC 7523 assertions): its algorithm code
+/// (1, 2 or 3 as above; RSA 2048 to 4096 bits) to `algorithm`, the private and public keys as
+/// `authbridge_crypto_key_generate_v1` writes them. 2 for text that holds no such key.
+@_cdecl("authbridge_crypto_key_import_pem_v1")
+public func keyImportPEM(
+    _ pem: UnsafePointer<UInt8>?, _ pemCount: Int, _ algorithm: UnsafeMutablePointer<Int32>?,
+    _ privateKey: UnsafeMutablePointer<UInt8>?, _ privateCapacity: Int, _ privateLength: UnsafeMutablePointer<Int>?,
+    _ publicKey: UnsafeMutablePointer<UInt8>?, _ publicCapacity: Int, _ publicLength: UnsafeMutablePointer<Int>?
+) -> Int32 {
+    guard let algorithm, let text = String(validating: bytes(pem, pemCount), as: UTF8.self),
+        let (code, key) = SigningKey.importPEM(text), let publicBytes = key.publicBytes
+    else { return invalidInput }
+    algorithm.pointee = code
+    let status = write(key.privateBytes, to: privateKey, capacity: privateCapacity, length: privateLength)
+    return status == done ? write(publicBytes, to: publicKey, capacity: publicCapacity, length: publicLength) : status
+}
+
+/// HMAC-SHA256 (RFC 2104) of `message` under `key`: 32 bytes to `output` (RFC 7518 HS256, for
+/// client_secret_jwt assertions).
+@_cdecl("authbridge_crypto_hmac_sha256_v1")
+public func hmacSHA256(
+    _ key: UnsafePointer<UInt8>?, _ keyCount: Int, _ message: UnsafePointer<UInt8>?, _ messageCount: Int, _ output: UnsafeMutablePointer<UInt8>?
+) -> Int32 {
+    let code = HMAC<SHA256>.authenticationCode(for: bytes(message, messageCount), using: SymmetricKey(data: bytes(key, keyCount)))
+    return code.withUnsafeBytes { write($0, to: output, count: SHA256.byteCount) }
 }

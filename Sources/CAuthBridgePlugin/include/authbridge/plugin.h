@@ -18,6 +18,8 @@
  *   1.1  ab_host_api gains fail (a Failure from its parts) and query_value
  *        (a URL's query read by the host's own rule), appended after
  *        is_cancelled; ab_plugin_info.version may be NULL (the manifest's).
+ *   1.2  ab_plugin_vtable gains exchange_token (RFC 8693 token exchange),
+ *        appended after classify_response (hook number 10).
  *
  * A plugin declares the ABI it was built for (ab_plugin_info, AB_DEFINE_PLUGIN
  * writes this header's) and its manifest the least ABI it needs: majors equal,
@@ -124,7 +126,7 @@ extern "C" {
 #endif
 
 #define AB_ABI_MAJOR 1
-#define AB_ABI_MINOR 1
+#define AB_ABI_MINOR 2
 
 /* 'ABPL' — first field of ab_plugin_info, guards against a wrong symbol. */
 #define AB_PLUGIN_MAGIC 0x4142504Cu
@@ -170,7 +172,8 @@ typedef enum ab_hook {
     AB_HOOK_REVOKE = 6,
     AB_HOOK_CHECK_SESSION = 7,
     AB_HOOK_AUTHORIZE_REQUEST = 8,
-    AB_HOOK_CLASSIFY_RESPONSE = 9
+    AB_HOOK_CLASSIFY_RESPONSE = 9,
+    AB_HOOK_EXCHANGE_TOKEN = 10 /* ABI 1.2 */
 } ab_hook;
 
 /* Borrowed UTF-8 JSON text with its length. Use the length: the text is not
@@ -320,6 +323,10 @@ typedef struct ab_plugin_vtable {
     /* API response → {"outcome":"ok"|"sessionExpired"|"revoked"|
      * "licenseRevoked", "message":...}. */
     ab_hook_fn classify_response;
+    /* ABI 1.2. token set + {subjectTokenType, audience?, resources?, scopes?,
+     * requestedTokenType?} → a token set for another audience (RFC 8693), or
+     * a classified failure. A table without it (size) gets the standard one. */
+    ab_hook_fn exchange_token;
 } ab_plugin_vtable;
 
 /* What the entry symbol returns: static, constant data only. */
