@@ -15,7 +15,10 @@ access tokens of `access_lifetime` seconds, one-time refresh tokens (`refresh-to
 "always": every refresh rotates, and replaying a rotated token disables the chain), PKCE S256,
 introspection (RFC 7662) and revocation (RFC 7009), the device grant (RFC 8628), `iss` in every
 callback (RFC 9207, `oauth-as-iss-id`), session management with its end_session endpoint, DPoP,
-pushed authorization requests, and resource indicators (RFC 8707: RESOURCE, with the read scope).
+pushed authorization requests, resource indicators (RFC 8707: the kit's `resources` and RESOURCE,
+with the read scope; `resource-change-allowed`), client credentials (CONFIDENTIAL_CLIENT and
+JWT_CLIENT, scope read) and client assertions (client_secret_jwt for CONFIDENTIAL_CLIENT,
+private_key_jwt for JWT_CLIENT, whose JWKS is the client's `jwks` property).
 
 What glewlwyd does that a scenario meets (measured with 2.7.5):
 - redirect URIs are matched exactly, so both clients get EXTERNAL_REDIRECT and
@@ -28,7 +31,21 @@ What glewlwyd does that a scenario meets (measured with 2.7.5):
   the client the token was issued to; a public client is refused (401): it has no secret;
 - a client authenticates at the token endpoint only with a method listed in its
   `token_endpoint_auth_method` property: without one, a confidential client is refused
-  (unauthorized_client, or "client_id invalid" in the log for client_credentials).
+  (unauthorized_client, or "client_id invalid" in the log for client_credentials);
+- a token has ONE resource (`aud` a string): the authorization request may name several, each
+  token request names one of them (two: invalid_target, 403 at the code exchange, 400 at a
+  refresh); a refresh may move to another resource of the sign-in, not to one it did not name
+  (400 invalid_target "Invalid Resource"); without `resource` the aud is the scope string; an
+  unknown resource at the authorization endpoint is redirected back (invalid_target) only after
+  the user signed in and consented;
+- `scope` on a refresh is ignored (wider or narrower: the grant's scopes, 200);
+- client_credentials needs `scope` (none: 403, empty body; one the client lacks: 400
+  {"error":"scope_invalid"}); the introspection of a token names its client_id only when the
+  client authenticated with client_secret_basic (the JWT always has it);
+- a client assertion must have aud == the token endpoint URL (a string: the issuer, or an array
+  holding the endpoint, is refused), a jti not seen before, exp at most about an hour ahead, a kid
+  (private_key_jwt); any fault, a bad signature included, is 403 with an empty body;
+- no token exchange: its grant type is answered 400 with an empty body.
 """
 
 from __future__ import annotations
