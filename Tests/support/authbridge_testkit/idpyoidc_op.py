@@ -27,9 +27,19 @@ What differs from the other servers, as idpyoidc 5.0.0 does it:
   of the client, whatever `scope` asks (`client_credentials_scopes`);
 - client assertions (client_secret_jwt, private_key_jwt): `aud` must contain the issuer or the
   token endpoint URL; a jti, when there is one, is refused the second time;
-- token exchange (RFC 8693) for CONFIDENTIAL_CLIENT and JWT_CLIENT: a subject access token (or
-  refresh or ID token) of any client, `resource` among `resources`, `audience` among `resources`
-  and EXCHANGE_AUDIENCE.
+- a refresh `scope` outside the grant is refused 400 invalid_request "Invalid refresh scopes"; a
+  narrower one narrows the new access token; one without offline_access brings no new refresh
+  token, and the one spent dies all the same (rotation);
+- client assertions: the jti is optional, exp not bounded, the kid optional; any fault (a bad
+  signature, an audience without the token endpoint, an expired or replayed assertion) is 401
+  {"error": "invalid_client", "error_description": "Authorization failed"};
+- token exchange (RFC 8693) for CONFIDENTIAL_CLIENT and JWT_CLIENT (the public client: 400
+  invalid_request "Unsupported grant_type: …"): a subject access token (or refresh or ID token)
+  of any client, `resource` among `resources`, `audience` among `resources` and
+  EXCHANGE_AUDIENCE, `scope` intersected with the subject token's (silently), an access or
+  refresh token requested; refusals are 400 (invalid_target "Unknown audience" / "Unknown
+  resource", invalid_request "Subject token invalid" / "BadSignature" / "Actor token not
+  supported").
 """
 
 from __future__ import annotations
