@@ -17,8 +17,19 @@ used dies when its successor is issued (`revoke_refresh_on_issue`).
 
 Users: ada / lovelace-test and grace / hopper-test. Clients:
 - "authbridge-test": public (token endpoint auth `none`), authorization code + PKCE, refresh;
-- "authbridge-confidential": the same with a secret (client_secret_basic or client_secret_post);
-  it is also the resource server the tests introspect as.
+- "authbridge-confidential": the same with a secret (client_secret_basic, client_secret_post or
+  client_secret_jwt), client credentials and token exchange; it is also the resource server the
+  tests introspect as;
+- "authbridge-jwt" (with --jwt-client-key): private_key_jwt with that key's public half (kid
+  --jwt-client-kid), otherwise as the confidential client.
+
+Resource indicators (RFC 8707): --resources names the URIs the OP knows (the kit's resource
+server). The OP checks `resource` itself (5.0.0's policy wants client ids): unknown at the
+authorization endpoint, invalid_target redirected back; at the token endpoint, a code or refresh
+grant may name only its authorization request's resources (400 invalid_target); access tokens get
+aud = the resources asked for at the token endpoint, else those of the authorization request.
+Token exchange (RFC 8693): subject access, refresh or ID tokens; `resource` among --resources,
+`audience` among them and "authbridge-downstream"; access or refresh token requested.
 Both have the redirect URIs http://127.0.0.1:53682/callback and, with --loopback-port,
 http://127.0.0.1:<loopback-port>/callback (idpyoidc matches them exactly). idpyoidc refuses an
 authorization request for `offline_access` (hence a refresh token) without prompt=consent, and
@@ -63,6 +74,11 @@ parser.add_argument("--dpop-algs", default="ES256 RS256 PS256 EdDSA",
 parser.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
 parser.add_argument("--loopback-port", type=int, default=0,
                     help="the port of the second redirect URI, http://127.0.0.1:P/callback")
+parser.add_argument("--resources", default="",
+                    help="the resource indicators (RFC 8707) the OP knows, space-separated absolute URIs")
+parser.add_argument("--jwt-client-key", default="",
+                    help="PEM private key of the private_key_jwt client (its public half is registered)")
+parser.add_argument("--jwt-client-kid", default="authbridge-jwt-key", help="the kid of that key")
 args = parser.parse_args()
 
 STATE = os.path.abspath(args.state)
@@ -80,6 +96,14 @@ USERS = {"ada": ("lovelace-test", "Ada", "Lovelace"), "grace": ("hopper-test", "
 PUBLIC_CLIENT = "authbridge-test"
 CONFIDENTIAL_CLIENT = "authbridge-confidential"
 CONFIDENTIAL_SECRET = "authbridge-confidential-secret-0123456789"
+JWT_CLIENT = "authbridge-jwt"
+#: RFC 8707: the resources a token can be asked for (an unknown one is refused, invalid_target).
+RESOURCES = args.resources.split()
+#: RFC 8693: besides the resources, the one logical audience a token exchange may name.
+EXCHANGE_AUDIENCES = ["authbridge-downstream"]
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+REFRESH_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:refresh_token"
+ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
 REDIRECT_URIS = ["http://127.0.0.1:53682/callback"]
 if args.loopback_port:
     REDIRECT_URIS.append(f"http://127.0.0.1:{args.loopback_port}/callback")
@@ -152,7 +176,9 @@ CONFIG = {
             "usage_rules": {
                 "authorization_code": {"supports_minting": ["access_token", "refresh_token", "id_token"],
                                        "max_usage": 1, "expires_in": 600},
-                "access_token": {"expires_in": LIFETIME},
+                # Token exchange (RFC 8693) mints from a subject token: access and ID tokens may be one.
+                "access_token": {"supports_minting": ["access_token", "refresh_token"], "expires_in": LIFETIME},
+                "id_token": {"supports_minting": ["access_token", "refresh_token"]},
                 "refresh_token": {"supports_minting": ["access_token", "refresh_token", "id_token"],
                                   "expires_in": REFRESH_LIFETIME},
             },
@@ -195,8 +221,25 @@ CONFIG = {
                                  "kwargs": {"client_authn_method": ["client_secret_basic", "client_secret_post", "public"]}},
         "token": {"path": "token", "class": "idpyoidc.server.oidc.token.Token",
                   # Rotation: a refresh token dies when its successor is issued.
-                  "kwargs": {"client_authn_method": ["client_secret_basic", "client_secret_post", "public"],
-                             "revoke_refresh_on_issue": True}},
+                  "kwargs": {"client_authn_method": ["client_secret_basic", "client_secret_post", "client_secret_jwt",
+                                                     "private_key_jwt", "public"],
+                             "revoke_refresh_on_issue": True,
+                             # Named, so client_credentials (not among oidc.Token's defaults) is there.
+                             "grant_types_helpers": {
+                                 "authorization_code": {"class": "idpyoidc.server.oidc.token_helper.access_token.AccessTokenHelper"},
+                                 "refresh_token": {"class": "idpyoidc.server.oidc.token_helper.refresh_token.RefreshTokenHelper"},
+                                 "client_credentials": {"class": "idpyoidc.server.oauth2.token_helper.client_credentials.ClientCredentials"},  # replaced below
+                                 "urn:ietf:params:oauth:grant-type:token-exchange": {
+                                     "class": "idpyoidc.server.oidc.token_helper.token_exchange.TokenExchangeHelper",
+                                     "kwargs": {
+                                         "subject_token_types_supported": [ACCESS_TOKEN_TYPE, REFRESH_TOKEN_TYPE, ID_TOKEN_TYPE],
+                                         "requested_token_types_supported": [ACCESS_TOKEN_TYPE, REFRESH_TOKEN_TYPE],
+                                         "default_requested_token_type": ACCESS_TOKEN_TYPE,
+                                         "policy": {"": {
+                                             "function": "idpyoidc.server.oauth2.token_helper.validate_token_exchange_policy",
+                                             "kwargs": {"resource": RESOURCES, "audience": [*RESOURCES, *EXCHANGE_AUDIENCES]}}},
+                                     }},
+                             }}},
         "userinfo": {"path": "userinfo", "class": "idpyoidc.server.oidc.userinfo.UserInfo",
                      # Named, with the DPoP add-on's: when all are allowed, `none` (any request) wins
                      # before `dpop` is tried.
@@ -222,6 +265,8 @@ from idpyoidc.server.configure import OPConfiguration  # noqa: E402
 from idpyoidc.server.exception import (ClientAuthenticationError, FailedAuthentication,  # noqa: E402
                                        OnlyForTestingWarning, UnAuthorizedClient)
 from idpyoidc.server.oauth2.add_on import dpop  # noqa: E402
+from idpyoidc.server.oauth2.token_helper.client_credentials import ClientCredentials  # noqa: E402
+from idpyoidc.time_util import utc_time_sans_frac  # noqa: E402
 from idpyoidc.server.session.grant import Grant  # noqa: E402
 
 warnings.simplefilter("ignore", OnlyForTestingWarning)  # UserPassJinja2 says at every sign-in it is for tests
@@ -303,7 +348,10 @@ op.get_endpoint("session").client_authentication = lambda *arguments, **options:
 
 
 def register_clients() -> None:
-    """Both clients, registered at start-up (the client db is configuration, not state)."""
+    """The clients, registered at start-up (the client db is configuration, not state). The keys
+    that verify client assertions (RFC 7523) go in the OP's key jar under the client's id: the
+    JWT client's public key, and the confidential client's secret for client_secret_jwt (what
+    the library's registration endpoint would have put there)."""
     common = {
         "redirect_uris": [(uri, {}) for uri in REDIRECT_URIS],
         "post_logout_redirect_uri": [(uri, {}) for uri in REDIRECT_URIS],
@@ -324,13 +372,31 @@ def register_clients() -> None:
     context.cdb[CONFIDENTIAL_CLIENT] = {
         **common, "client_id": CONFIDENTIAL_CLIENT, "client_secret": CONFIDENTIAL_SECRET,
         "client_secret_expires_at": 0, "token_endpoint_auth_method": "client_secret_basic",
-        "token_endpoint_client_authn_method": secret_methods,
         "revocation_endpoint_client_authn_method": secret_methods,
         "pushed_authorization_request_endpoint_client_authn_method": secret_methods,
         "introspection_endpoint_client_authn_method": secret_methods,
+        # client_secret_jwt as well at the token endpoint; client_credentials and token exchange.
+        "token_endpoint_client_authn_method": [*secret_methods, "client_secret_jwt"],
+        "grant_types_supported": [*common["grant_types_supported"], *SERVICE_GRANTS],
     }
+    op.keyjar.add_symmetric(CONFIDENTIAL_CLIENT, CONFIDENTIAL_SECRET)
+    if args.jwt_client_key:
+        jwt_methods = ["private_key_jwt"]
+        context.cdb[JWT_CLIENT] = {
+            **common, "client_id": JWT_CLIENT, "token_endpoint_auth_method": "private_key_jwt",
+            "token_endpoint_client_authn_method": jwt_methods,
+            "revocation_endpoint_client_authn_method": jwt_methods,
+            "pushed_authorization_request_endpoint_client_authn_method": jwt_methods,
+            "introspection_endpoint_client_authn_method": jwt_methods,
+            "grant_types_supported": [*common["grant_types_supported"], *SERVICE_GRANTS],
+        }
+        from cryptojwt.jwk.rsa import import_private_rsa_key_from_file, RSAKey
+        public = RSAKey(pub_key=import_private_rsa_key_from_file(args.jwt_client_key).public_key(),
+                        kid=args.jwt_client_kid, use="sig")
+        op.keyjar.import_jwks({"keys": [public.serialize()]}, JWT_CLIENT)
 
 
+SERVICE_GRANTS = ["client_credentials", "urn:ietf:params:oauth:grant-type:token-exchange"]
 register_clients()
 
 LOCK = threading.Lock()  # idpyoidc's objects are not thread-safe: one request at a time
@@ -400,6 +466,10 @@ def set_cookies(cookies: list[dict] | None) -> list[tuple[str, str]]:
     return headers
 
 
+#: Parameters that may be repeated: RFC 8707's `resource`, RFC 8693's `audience`.
+MULTIPLE = ("resource", "audience")
+
+
 class Request:
     """What idpyoidc wants of an HTTP request: the arguments, and `http_info` (lower-case headers,
     method, full URL — DPoP's htu — and cookies)."""
@@ -418,8 +488,14 @@ class Request:
         self.cookies = [{"name": name, "value": morsel.value} for name, morsel in jar.items()]
 
     def args(self) -> dict[str, str]:
+        """The arguments; those that may come more than once (MULTIPLE) as lists."""
         text = self.body if self.method == "POST" else self.query
-        return dict(urllib.parse.parse_qsl(text, keep_blank_values=True))
+        pairs = urllib.parse.parse_qsl(text, keep_blank_values=True)
+        arguments: dict = dict(pairs)
+        for name in MULTIPLE:
+            if name in arguments:
+                arguments[name] = [value for key, value in pairs if key == name]
+        return arguments
 
     def http_info(self) -> dict:
         return {"headers": self.headers, "method": self.method, "url": self.url, "cookie": self.cookies}
@@ -482,9 +558,122 @@ def authorization(request: Request) -> Reply:
     arguments = request.args()
     pushed = context.par_db.get(arguments.get("request_uri", ""))
     if pushed is not None and pushed.get("client_id") == arguments.get("client_id"):
-        arguments = {**{key: " ".join(value) if isinstance(value, list) else value for key, value in pushed.to_dict().items()},
+        arguments = {**{key: " ".join(value) if isinstance(value, list) and key not in MULTIPLE else value
+                        for key, value in pushed.to_dict().items()},
                      **arguments}
+    if unknown := [uri for uri in arguments.get("resource", []) if uri not in RESOURCES]:
+        return target_refused(arguments, f"unknown resource: {' '.join(unknown)}")
     return service("authorization", request, arguments)
+
+
+def target_refused(arguments: dict, description: str) -> Reply:
+    """RFC 8707 §2: an authorization request for a resource the OP does not know is refused with
+    invalid_target, redirected back when the redirect URI is the client's (400 otherwise; the
+    library's own policy wants resources to be client ids, so the OP checks them itself)."""
+    client = context.cdb.get(arguments.get("client_id", ""), {})
+    redirect_uri = arguments.get("redirect_uri", "")
+    if redirect_uri not in [uri for uri, _ in client.get("redirect_uris", [])]:
+        return error("invalid_target", description)
+    answer = {"error": "invalid_target", "error_description": description, "iss": ISSUER}
+    if arguments.get("state"):
+        answer["state"] = arguments["state"]
+    return Reply.redirect(f"{redirect_uri}?{urllib.parse.urlencode(answer)}")
+
+
+#: The resources (RFC 8707) the token request in hand asked for: the access token minted for it
+#: has them as its audience (idpyoidc 5.0.0's refresh and client_credentials grants ignore
+#: `resource`, its code grant takes it unchecked). Requests are handled one at a time (LOCK).
+RESOURCES_ASKED: list[str] = []
+RESOURCE_GRANTS = {"authorization_code": "code", "refresh_token": "refresh_token", "client_credentials": None}
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+
+
+def token(request: Request) -> Reply:
+    """The token endpoint, with RFC 8707 §2.2 checked first: a code or refresh grant may name only
+    resources of its authorization request (any of RESOURCES when it named none), a client
+    credentials grant any of RESOURCES; otherwise invalid_target (400). Without `resource`, a code
+    or refresh grant's access token is for all the authorization request's resources (5.0.0 would
+    make it the client's: its JWT tokens take `aud` from the token request only)."""
+    arguments = request.args()
+    grant_type = arguments.get("grant_type", "")
+    resources = arguments.get("resource", []) if grant_type in RESOURCE_GRANTS else []
+    granted = granted_resources(grant_type, arguments)
+    if resources:
+        if outside := [uri for uri in resources if uri not in (granted or RESOURCES)]:
+            return error("invalid_target", f"not a resource of this grant: {' '.join(outside)}")
+    if grant_type == TOKEN_EXCHANGE:   # checked by the exchange's policy (RESOURCES)
+        resources = arguments.get("resource", [])
+    RESOURCES_ASKED[:] = resources or granted
+    try:
+        return service("token", request, arguments)
+    finally:
+        RESOURCES_ASKED.clear()
+
+
+def granted_resources(grant_type: str, arguments: dict) -> list[str]:
+    """The resources the authorization request named, for a code or refresh token ([] when the
+    token is unknown: the library refuses it next)."""
+    parameter = RESOURCE_GRANTS.get(grant_type)
+    if not parameter:
+        return []
+    handler = "authorization_code" if grant_type == "authorization_code" else "refresh_token"
+    try:
+        info = context.session_manager.get_session_info_by_token(arguments.get(parameter, ""), grant=True, handler_key=handler)
+    except Exception:
+        return []
+    grant = info["grant"]
+    named = (grant.authorization_request or {}).get("resource") or grant.resources or []
+    return [uri for uri in ([named] if isinstance(named, str) else named) if uri in RESOURCES]
+
+
+def with_resources_asked(mint):
+    """A token helper's _mint_token that adds RESOURCES_ASKED to the access token's audience (for
+    token exchange: 5.0.0 drops `resource` unless `audience` comes with it)."""
+    def mint_token(*arguments, **options):
+        if options.get("token_class") == "access_token" and RESOURCES_ASKED:
+            token_args = options.get("token_args") or {}
+            audience = list(dict.fromkeys([*(token_args.get("resources") or []), *RESOURCES_ASKED]))
+            options["token_args"] = {**token_args, "resources": audience}
+        return mint(*arguments, **options)
+    return mint_token
+
+
+class ClientCredentialsGrant(ClientCredentials):
+    """5.0.0's client credentials grant, made usable more than once: the library looks the client's
+    earlier grant up as a dict and fails on the object it gets ("'ClientSessionInfo' object is not
+    subscriptable", every grant after a client's first); it answers token_type "access_token";
+    and it grants all the client's allowed scopes whatever `scope` asks. Here: a new grant each
+    time, token_type Bearer, and `scope` (when given) narrows the allowed scopes, a scope outside
+    them being refused with invalid_scope."""
+
+    def process_request(self, req, **kwargs):
+        client_id = req["client_id"]
+        client = context.cdb[client_id]
+        if "client_credentials" not in client.get("grant_types_supported", []):
+            return self.error_cls(error="unauthorized_client", error_description="client_credentials is not this client's")
+        allowed = client.get("allowed_scopes", [])
+        scope = req.get("scope") or allowed
+        if outside := [name for name in scope if name not in allowed]:
+            return self.error_cls(error="invalid_scope", error_description=f"not the client's: {' '.join(outside)}")
+        manager = context.session_manager
+        branch_id = manager.add_grant(["client_credentials", client_id])
+        info = manager.get_session_info(branch_id, grant=True)
+        access_token = self._mint_token(token_class="access_token", grant=info["grant"], session_id=branch_id,
+                                        client_id=client_id, based_on=None, scope=scope, token_type="Bearer")
+        answer = {"access_token": access_token.value, "token_type": "Bearer", "scope": scope}
+        if access_token.expires_at:
+            answer["expires_in"] = access_token.expires_at - utc_time_sans_frac()
+        return answer
+
+
+op.get_endpoint("token").grant_type_helper["client_credentials"] = ClientCredentialsGrant(op.get_endpoint("token"))
+
+# Discovery lists the oidc token endpoint's default grants, not the helpers configured.
+context.provider_info["grant_types_supported"] = list(op.get_endpoint("token").grant_type_helper)
+
+for grant_type in [*RESOURCE_GRANTS, TOKEN_EXCHANGE]:
+    helper = op.get_endpoint("token").grant_type_helper[grant_type]
+    helper._mint_token = with_resources_asked(helper._mint_token)
 
 
 def library_reply(endpoint, parsed, result) -> Reply:
@@ -595,7 +784,7 @@ ROUTES = {
     "/authorization": authorization,
     "/verify/user": sign_in,
     "/par": lambda request: service("pushed_authorization", request),
-    "/token": lambda request: service("token", request),
+    "/token": token,
     "/userinfo": lambda request: service("userinfo", request),
     "/introspection": lambda request: service("introspection", request),
     "/revocation": lambda request: service("token_revocation", request),

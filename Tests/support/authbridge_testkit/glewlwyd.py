@@ -15,7 +15,10 @@ access tokens of `access_lifetime` seconds, one-time refresh tokens (`refresh-to
 "always": every refresh rotates, and replaying a rotated token disables the chain), PKCE S256,
 introspection (RFC 7662) and revocation (RFC 7009), the device grant (RFC 8628), `iss` in every
 callback (RFC 9207, `oauth-as-iss-id`), session management with its end_session endpoint, DPoP,
-pushed authorization requests, and resource indicators (RFC 8707: RESOURCE, with the read scope).
+pushed authorization requests, resource indicators (RFC 8707: the kit's `resources` and RESOURCE,
+with the read scope; `resource-change-allowed`), client credentials (CONFIDENTIAL_CLIENT and
+JWT_CLIENT, scope read) and client assertions (client_secret_jwt for CONFIDENTIAL_CLIENT,
+private_key_jwt for JWT_CLIENT, whose JWKS is the client's `jwks` property).
 
 What glewlwyd does that a scenario meets (measured with 2.7.5):
 - redirect URIs are matched exactly, so both clients get EXTERNAL_REDIRECT and
@@ -28,7 +31,21 @@ What glewlwyd does that a scenario meets (measured with 2.7.5):
   the client the token was issued to; a public client is refused (401): it has no secret;
 - a client authenticates at the token endpoint only with a method listed in its
   `token_endpoint_auth_method` property: without one, a confidential client is refused
-  (unauthorized_client, or "client_id invalid" in the log for client_credentials).
+  (unauthorized_client, or "client_id invalid" in the log for client_credentials);
+- a token has ONE resource (`aud` a string): the authorization request may name several, each
+  token request names one of them (two: invalid_target, 403 at the code exchange, 400 at a
+  refresh); a refresh may move to another resource of the sign-in, not to one it did not name
+  (400 invalid_target "Invalid Resource"); without `resource` the aud is the scope string; an
+  unknown resource at the authorization endpoint is redirected back (invalid_target) only after
+  the user signed in and consented;
+- `scope` on a refresh is ignored (wider or narrower: the grant's scopes, 200);
+- client_credentials needs `scope` (none: 403, empty body; one the client lacks: 400
+  {"error":"scope_invalid"}); the introspection of a token names its client_id only when the
+  client authenticated with client_secret_basic (the JWT always has it);
+- a client assertion must have aud == the token endpoint URL (a string: the issuer, or an array
+  holding the endpoint, is refused), a jti not seen before, exp at most about an hour ahead, a kid
+  (private_key_jwt); any fault, a bad signature included, is 403 with an empty body;
+- no token exchange: its grant type is answered 400 with an empty body.
 """
 
 from __future__ import annotations
@@ -49,8 +66,9 @@ from pathlib import Path
 from typing import Any
 
 from . import leak_scan
-from .openid_servers import (CONFIDENTIAL_CLIENT, CONFIDENTIAL_SECRET, EXTERNAL_REDIRECT, PASSWORD, PUBLIC_CLIENT,
-                             USER, USERS, free_port)
+from .openid_servers import (CONFIDENTIAL_CLIENT, CONFIDENTIAL_SECRET, EXTERNAL_REDIRECT, JWT_CLIENT, JWT_CLIENT_KID,
+                             PASSWORD, PUBLIC_CLIENT, USER, USERS, free_port, jwt_client_key)
+from .resource_server import ResourceServer
 
 #: Where Debian puts the binary (bookworm: /usr/bin); PATH is looked at first.
 BINARIES = ("/usr/bin/glewlwyd", "/usr/sbin/glewlwyd")
@@ -69,8 +87,9 @@ RESOURCE_SERVER, RESOURCE_SERVER_SECRET = "authbridge-resource-server", "authbri
 INTROSPECT_SCOPE = "introspect"
 #: The scope besides openid that the clients ask for (it exists only because the kit creates it).
 READ_SCOPE = "read"
-#: The one resource indicator (RFC 8707) glewlwyd accepts, with READ_SCOPE; any other is refused
-#: (invalid_target). An identifier only: nothing listens there.
+#: A resource indicator (RFC 8707) glewlwyd accepts with READ_SCOPE besides the kit's `resources`
+#: (served by its ResourceServer); any other is refused (invalid_target). An identifier only:
+#: nothing listens there.
 RESOURCE = "https://resource.authbridge.test/api"
 NAMES = {"ada": ("Ada Lovelace", "ada@example.test"), "grace": ("Grace Hopper", "grace@example.test")}
 #: Bound on glewlwyd's start (it listens within ~0.1 s) and on each HTTP call.
@@ -171,6 +190,13 @@ class GlewlwydServer:
         self.loopback_port = 0
         self._set_up = False
         self._seen: list[str] = []   # codes and tokens the kit saw (handed_out)
+        #: Bound now: the OIDC plugin instance is set up with its resource URIs.
+        self.resource_server = ResourceServer(self.introspection)
+        self.resources = self.resource_server.resources
+        self.jwt_client_key_file = jwt_client_key(state)
+        self.jwt_client_key_id = JWT_CLIENT_KID
+        #: What CONFIDENTIAL_CLIENT and JWT_CLIENT get with client_credentials (a client's `scope`).
+        self.client_credentials_scopes = [READ_SCOPE]
 
     # ── Life cycle ───────────────────────────────────────────────────────────
 
@@ -189,6 +215,7 @@ class GlewlwydServer:
     def start(self) -> "GlewlwydServer":
         """The first time: a new database and port, then the set-up through the admin API. After
         `stop()`: the same process command on the same port and database."""
+        self.resource_server.start()
         if self._set_up:
             self._launch()
             return self
@@ -218,7 +245,8 @@ class GlewlwydServer:
 
     def stop(self) -> None:
         """Kills glewlwyd: a SIGTERM costs 1.5 s of its shutdown, and sqlite has committed every
-        request already, so nothing is lost for the next `start()`."""
+        request already, so nothing is lost for the next `start()`. The resource server stops too."""
+        self.resource_server.stop()
         if self.process and self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
@@ -345,12 +373,20 @@ log_file="{self.log}"
         add("client/", {"client_id": CONFIDENTIAL_CLIENT, "name": "AuthBridge tests (confidential)", "enabled": True,
                         "confidential": True, "client_secret": CONFIDENTIAL_SECRET, "redirect_uri": redirects,
                         "authorization_type": [*user_grants, "client_credentials"],
-                        "token_endpoint_auth_method": ["client_secret_basic", "client_secret_post"], "scope": [READ_SCOPE],
+                        "token_endpoint_auth_method": ["client_secret_basic", "client_secret_post", "client_secret_jwt"],
+                        "scope": [READ_SCOPE],
                         **logout})
         add("client/", {"client_id": RESOURCE_SERVER, "name": "AuthBridge tests (resource server)", "enabled": True,
                         "confidential": True, "client_secret": RESOURCE_SERVER_SECRET, "redirect_uri": [],
                         "authorization_type": ["client_credentials"], "token_endpoint_auth_method": ["client_secret_basic"],
                         "scope": [INTROSPECT_SCOPE]})
+        # private_key_jwt (RFC 7523): the public key as a JWKS in the client's `jwks` property
+        # (the plugin's client-jwks-parameter), the only method its token endpoint accepts.
+        add("client/", {"client_id": JWT_CLIENT, "name": "AuthBridge tests (private_key_jwt)", "enabled": True,
+                        "confidential": True, "redirect_uri": redirects,
+                        "authorization_type": [*user_grants, "client_credentials"],
+                        "token_endpoint_auth_method": ["private_key_jwt"], "scope": [READ_SCOPE],
+                        "jwks": {"keys": [_public_jwk(self.jwt_client_key_file, self.jwt_client_key_id)]}, **logout})
         status, _, body = _Session().call("GET", f"{self.issuer}/.well-known/openid-configuration")
         assert status == 200 and json.loads(body)["issuer"] == self.issuer, f"glewlwyd's discovery answered {status}: {body[:300]}"
 
@@ -390,7 +426,9 @@ log_file="{self.log}"
             "oauth-dpop-allowed": True, "oauth-dpop-iat-duration": 60,
             "oauth-par-allowed": True, "oauth-par-required": False, "oauth-par-duration": 90,
             "oauth-par-request_uri-prefix": "urn:ietf:params:oauth:request_uri:",   # required once PAR is on
-            "resource-allowed": True, "resource-scope": {READ_SCOPE: [RESOURCE]},
+            "resource-allowed": True, "resource-scope": {READ_SCOPE: [RESOURCE, *self.resources]},
+            "resource-change-allowed": True,
+            "client-jwks-parameter": "jwks", "client-pubkey-parameter": "pubkey",
             "request-parameter-allow": True,
             **self.oidc_overrides,
         }
@@ -478,12 +516,16 @@ log_file="{self.log}"
         """RFC 7662, asked by the resource server: a client_credentials token with INTROSPECT_SCOPE as
         the bearer (the client's own secret would do only for its own tokens). Access and refresh
         tokens alike (glewlwyd finds the kind without token_type_hint)."""
+        return self.introspection(token).get("active") is True
+
+    def introspection(self, token: str) -> dict[str, Any]:
+        """The whole RFC 7662 answer, asked as `introspect` does (active, sub, scope, aud, client_id...)."""
         self._seen.append(token)
         bearer = self._resource_server_token()
         status, _, body = _Session().call("POST", self.introspection_endpoint, form={"token": token},
                                           headers={"Authorization": f"Bearer {bearer}"})
         assert status == 200, f"glewlwyd's introspection endpoint answered {status}: {body[:200]}"
-        return json.loads(body).get("active") is True
+        return json.loads(body)
 
     def admin_revoke(self, user: str = USER) -> int:
         """What glewlwyd's administrator does on the user's page (profile.html?delegate=<user>,
@@ -549,6 +591,16 @@ log_file="{self.log}"
         token = json.loads(body)["access_token"]
         self._seen.append(token)
         return token
+
+
+def _public_jwk(key_file: Path, kid: str) -> dict[str, str]:
+    """The public half of an RSA PEM key as a JWK (RFC 7517) for RS256 signatures."""
+    from cryptography.hazmat.primitives import serialization
+    numbers = serialization.load_pem_private_key(key_file.read_bytes(), password=None).public_key().public_numbers()
+
+    def b64(number: int) -> str:
+        return base64.urlsafe_b64encode(number.to_bytes((number.bit_length() + 7) // 8, "big")).rstrip(b"=").decode()
+    return {"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256", "n": b64(numbers.n), "e": b64(numbers.e)}
 
 
 def _basic(client_id: str, secret: str) -> str:

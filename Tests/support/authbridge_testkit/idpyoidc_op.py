@@ -18,7 +18,28 @@ What differs from the other servers, as idpyoidc 5.0.0 does it:
   token_endpoint_auth_methods_supported although the public client uses it;
 - DPoP (RFC 9449) is optional: a token request with a proof binds the grant, whose tokens then
   need a proof of that key (the OP's corrections of the library's add-on);
-- no device flow.
+- no device flow;
+- resource indicators (RFC 8707) for `resources` (the kit's ResourceServer): the OP checks them
+  itself (the library's policy wants client ids) and gives the access token aud = the resources
+  asked for at the token endpoint, else those of the authorization request; an unknown resource
+  is refused with invalid_target;
+- client credentials for CONFIDENTIAL_CLIENT and JWT_CLIENT: the library grants every allowed scope
+  of the client, whatever `scope` asks (`client_credentials_scopes`);
+- client assertions (client_secret_jwt, private_key_jwt): `aud` must contain the issuer or the
+  token endpoint URL; a jti, when there is one, is refused the second time;
+- a refresh `scope` outside the grant is refused 400 invalid_request "Invalid refresh scopes"; a
+  narrower one narrows the new access token; one without offline_access brings no new refresh
+  token, and the one spent dies all the same (rotation);
+- client assertions: the jti is optional, exp not bounded, the kid optional; any fault (a bad
+  signature, an audience without the token endpoint, an expired or replayed assertion) is 401
+  {"error": "invalid_client", "error_description": "Authorization failed"};
+- token exchange (RFC 8693) for CONFIDENTIAL_CLIENT and JWT_CLIENT (the public client: 400
+  invalid_request "Unsupported grant_type: …"): a subject access token (or refresh or ID token)
+  of any client, `resource` among `resources`, `audience` among `resources` and
+  EXCHANGE_AUDIENCE, `scope` intersected with the subject token's (silently), an access or
+  refresh token requested; refusals are 400 (invalid_target "Unknown audience" / "Unknown
+  resource", invalid_request "Subject token invalid" / "BadSignature" / "Actor token not
+  supported").
 """
 
 from __future__ import annotations
@@ -38,14 +59,17 @@ from pathlib import Path
 from typing import Any
 
 from . import leak_scan
-from .openid_servers import (CONFIDENTIAL_CLIENT, CONFIDENTIAL_SECRET, EXTERNAL_REDIRECT, PASSWORD, PUBLIC_CLIENT,
-                             USER, free_port)
+from .openid_servers import (CONFIDENTIAL_CLIENT, CONFIDENTIAL_SECRET, EXTERNAL_REDIRECT, JWT_CLIENT_KID, PASSWORD,
+                             PUBLIC_CLIENT, USER, free_port, jwt_client_key)
+from .resource_server import ResourceServer
 from .paths import REPO
 
 SERVER = REPO / "Tests" / "support" / "idpyoidc_server.py"
 #: Start-up takes half a second (key derivations, the first one makes keys); far more means it is stuck.
 START_TIMEOUT = 30
 STOP_TIMEOUT = 10
+#: The logical audience (not a URI) a token exchange may name besides the resources.
+EXCHANGE_AUDIENCE = "authbridge-downstream"
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -70,6 +94,13 @@ class IdpyOIDCServer:
         self.metadata: dict[str, Any] = {}
         self._handed_out: list[str] = []
         self._registered = False
+        #: Bound now: the OP is started with its resource URIs.
+        self.resource_server = ResourceServer(self.introspection)
+        self.resources = self.resource_server.resources
+        self.jwt_client_key_file = jwt_client_key(state)
+        self.jwt_client_key_id = JWT_CLIENT_KID
+        self.client_credentials_scopes = ["openid", "offline_access", "profile", "email"]
+        self.exchange_audience = EXCHANGE_AUDIENCE
 
     # ---- life cycle ---------------------------------------------------------------------------
 
@@ -81,6 +112,8 @@ class IdpyOIDCServer:
         self.process = subprocess.Popen(
             [sys.executable, str(SERVER), "--state", str(self.state), "--access-lifetime", str(int(self.access_lifetime)),
              "--port", str(self.port), "--loopback-port", str(self.loopback_port),
+             "--resources", " ".join(self.resources), "--jwt-client-key", str(self.jwt_client_key_file),
+             "--jwt-client-kid", self.jwt_client_key_id,
              *(["--dpop-algs", " ".join(self.dpop_algs)] if self.dpop_algs else [])],
             stdout=subprocess.PIPE, stderr=log)
         log.close()
@@ -93,6 +126,8 @@ class IdpyOIDCServer:
         self.metadata = self._get_json("/.well-known/openid-configuration")
         self.issuer = self.metadata["issuer"]
         self.token_endpoint = self.metadata["token_endpoint"]
+        self.introspection_endpoint = self.metadata["introspection_endpoint"]
+        self.resource_server.start()
         if not self._registered:
             leak_scan.register(self.handed_out)
             self._registered = True
@@ -110,7 +145,8 @@ class IdpyOIDCServer:
     def stop(self) -> None:
         """SIGTERM: the OP stops accepting, writes its state (what the next start loads) and exits;
         killed if it does not within STOP_TIMEOUT (its state then lost). The port refuses
-        connections after."""
+        connections after (and the resource server's)."""
+        self.resource_server.stop()
         if self.process and self.process.poll() is None:
             try:
                 self._handed_out = self.handed_out()   # kept for scans while the server is down
@@ -201,6 +237,8 @@ class IdpyOIDCServer:
         return self.introspection(token).get("active") is True
 
     def introspection(self, token: str) -> dict[str, Any]:
+        """The whole RFC 7662 answer (active, sub, scope, aud, client_id, exp...), asked as the
+        confidential client."""
         credentials = base64.b64encode(f"{CONFIDENTIAL_CLIENT}:{CONFIDENTIAL_SECRET}".encode()).decode()
         request = urllib.request.Request(self.metadata["introspection_endpoint"],
                                          data=urllib.parse.urlencode({"token": token}).encode(),

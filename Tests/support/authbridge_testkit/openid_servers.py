@@ -12,11 +12,21 @@ Clients (registered by the kit at start-up):
   PUBLIC_CLIENT        authorization code + PKCE S256, refresh; redirect URIs `redirect_uri` and
                        `http://127.0.0.1:<loopback_port>/callback` (servers that match exactly get
                        exactly those two); device authorization where the server has it.
-  CONFIDENTIAL_CLIENT  the same with the secret CONFIDENTIAL_SECRET (client_secret_basic or _post).
+  CONFIDENTIAL_CLIENT  the same with the secret CONFIDENTIAL_SECRET (client_secret_basic or _post;
+                       client_secret_jwt too), and the client credentials grant (glewlwyd and
+                       idpyoidc: the scopes `client_credentials_scopes`).
+  JWT_CLIENT           (glewlwyd and idpyoidc) private_key_jwt (RFC 7523) with an RSA key the kit
+                       makes: PEM at `jwt_client_key_file` (0600), kid `jwt_client_key_id`;
+                       authorization code + PKCE, refresh, client credentials; the same redirect URIs.
+
+Resources (RFC 8707; glewlwyd and idpyoidc): `resources`, two absolute URIs served by the kit's
+`ResourceServer` (resource_server.py) beside the authorization server; `introspection(token)` is
+the full RFC 7662 answer the resource server decides on.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +38,9 @@ USER, PASSWORD = "ada", USERS["ada"]
 PUBLIC_CLIENT = "authbridge-test"
 CONFIDENTIAL_CLIENT = "authbridge-confidential"
 CONFIDENTIAL_SECRET = "authbridge-confidential-secret-0123456789"
+JWT_CLIENT = "authbridge-jwt"
+#: The kid under which JWT_CLIENT's public key is registered (and which its assertions name).
+JWT_CLIENT_KID = "authbridge-jwt-key"
 #: The external flow's redirect URI (the test is the browser and hands the redirect over).
 EXTERNAL_REDIRECT = "http://127.0.0.1:53682/callback"
 
@@ -37,6 +50,56 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def jwt_client_key(state: Path) -> Path:
+    """JWT_CLIENT's RSA private key as PEM (PKCS#8) in `state`, mode 0600: made the first time,
+    read back after (a restarted server has the same public key registered)."""
+    path = state / "jwt-client-key.pem"
+    if not path.exists():
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        state.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(pem)
+    return path
+
+
+def client_assertion(client_id: str, audience: str | list[str], key_file: Path | None = None, secret: str | None = None,
+                     kid: str | None = JWT_CLIENT_KID, lifetime: int = 60, **claims: Any) -> str:
+    """A client assertion (RFC 7523 §3, OpenID Connect Core §9): RS256 with the PEM key in
+    `key_file` (private_key_jwt) or HS256 with `secret` (client_secret_jwt); iss = sub =
+    `client_id`, `aud`, a fresh jti, iat and exp = iat + `lifetime`; `claims` added last (None
+    removes one)."""
+    import base64
+    import json
+    import time
+    import uuid
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    now = int(time.time())
+    payload: dict[str, Any] = {"iss": client_id, "sub": client_id, "aud": audience, "jti": uuid.uuid4().hex,
+                               "iat": now, "exp": now + lifetime, **claims}
+    payload = {name: value for name, value in payload.items() if value is not None}
+    header: dict[str, Any] = {"alg": "HS256" if secret is not None else "RS256", "typ": "JWT"}
+    if kid and secret is None:
+        header["kid"] = kid
+    signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(payload).encode())}".encode()
+    if secret is not None:
+        import hashlib
+        import hmac
+        signature = hmac.new(secret.encode(), signing_input, hashlib.sha256).digest()
+    else:
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import padding
+        key = serialization.load_pem_private_key(Path(key_file).read_bytes(), password=None)
+        signature = key.sign(signing_input, padding.PKCS1v15(), hashes.SHA256())
+    return f"{signing_input.decode()}.{b64(signature)}"
 
 
 def make_server(name: str, state: Path, **options: Any) -> "OpenIDServer":
@@ -122,6 +185,11 @@ class OpenIDServer(Protocol):
     def introspect(self, token: str) -> bool:
         """Whether the server says `token` (access or refresh) is active (RFC 7662), asked by a
         resource server with its own credentials, not by the host."""
+
+    # glewlwyd and idpyoidc (per-request resources, issue 30) also have: `introspection(token)`, the
+    # whole RFC 7662 answer (`aud` as the resource server sees it); `resources` (two URIs, RFC 8707)
+    # and `resource_server` (the kit's ResourceServer serving them); `client_credentials_scopes`;
+    # `jwt_client_key_file` and `jwt_client_key_id` (JWT_CLIENT's key, RFC 7523).
 
     def admin_revoke(self, user: str = USER) -> None:
         """What an administrator does to end `user`'s sessions at this server: afterwards every
