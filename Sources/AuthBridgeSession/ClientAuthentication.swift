@@ -44,7 +44,7 @@ public enum ClientAuthentication: String, Sendable, CaseIterable {
                 return .failure(invalid("\"clientAuthentication\" must be one of \(names)."))
             }
             switch method {
-            case .clientSecretBasic, .clientSecretPost, .clientSecretJWT where secret == nil:
+            case .clientSecretBasic where secret == nil, .clientSecretPost where secret == nil, .clientSecretJWT where secret == nil:
                 return .failure(
                     ProviderFailure(
                         .configuration, reason: "missingSetting",

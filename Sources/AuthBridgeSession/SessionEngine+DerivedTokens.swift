@@ -78,6 +78,13 @@ extension SessionEngine {
             }
         }
         try checkResources(purpose.resources, profile: lookup.profile)
+        try Self.checkScopes(purpose.scopes, profile: lookup.profile)
+        // Scopes beyond what the server said the grant holds are refused here: some servers (glewlwyd)
+        // ignore a refresh's scope and would answer with the grant's own token.
+        if purpose.exchange == nil, session.grant == nil, let asked = purpose.scopes, session.tokens.scope != nil {
+            let missing = missingScopes(asked, session: session, context: context)
+            if !missing.isEmpty { throw insufficientScope(missing, profile: lookup.profile, failure: nil) }
+        }
         let now = HostClock.nowMilliseconds()
         if !forceRefresh, let kept = session.derived[purpose.key], kept.freshness(at: now, minimumValidity: minimumValidity) != .renew {
             return (context, key, session, kept)
@@ -90,6 +97,15 @@ extension SessionEngine {
     /// first when it has no session).
     func usableSessionForPurpose(_ lookup: AnswerCache.Lookup) async throws(SessionError) -> (Context, SessionKey, StoredSession) {
         try await usableSession(lookup, observation: store.answers.observe(observation(lookup)))
+    }
+
+    /// RFC 6749 §3.3: a scope token is printable ASCII without space, double quote or backslash.
+    static func checkScopes(_ scopes: [String]?, profile: String) throws(SessionError) {
+        for scope in scopes ?? [] where scope.isEmpty || !scope.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != 0x22 && $0 != 0x5C }) {
+            throw SessionError(
+                .invalidParams, "\"scopes\" holds a scope that is not an RFC 6749 scope token (printable ASCII without space, \" or \\).",
+                provider: profile, field: "scopes")
+        }
     }
 
     private func checkResources(_ resources: [String], profile: String) throws(SessionError) {
@@ -218,20 +234,13 @@ extension SessionEngine {
         let missing = missingScopes(purpose.scopes ?? [], session: session, context: context)
         let unknownResources = purpose.resources.filter { !grantResources(session, context: context).contains($0) }
         if failure.oauthError == "invalid_scope" || (hook == .refresh && failure.oauthError != "invalid_grant" && !missing.isEmpty) {
-            var error = SessionError(
-                .providerRefused,
-                missing.isEmpty
-                    ? "The provider refused the scopes asked for (\(failure.message)). Ask the user for them: requestOAuthTokens with those scopes."
-                    : "The sign-in does not cover the scopes \(missing.joined(separator: ", ")). Ask the user for them: requestOAuthTokens "
-                        + "with scopes \(missing) (incremental consent).",
-                provider: profile, reason: "insufficientScope", status: failure.status, oauthError: failure.oauthError)
-            error.missingScopes = missing
-            return error
+            return insufficientScope(missing, profile: profile, failure: failure)
         }
         if failure.oauthError == "invalid_target" || (hook == .refresh && failure.oauthError != "invalid_grant" && !unknownResources.isEmpty) {
+            let resource = unknownResources.first ?? purpose.resources.first ?? ""
             return SessionError(
-                .providerRefused, "The provider will not issue a token for the resource \(unknownResources.first ?? purpose.resources.first ?? ""): "
-                    + "\(failure.message)", provider: profile, reason: "invalid_target", status: failure.status, oauthError: failure.oauthError)
+                .providerRefused, "The provider will not issue a token for the resource \(providerSafe(resource)) (\(failure.oauthError ?? "refused")).",
+                provider: profile, reason: "invalid_target", status: failure.status, oauthError: failure.oauthError)
         }
         guard hook == .refresh else { return SessionError(failure, provider: profile) }
         // The refresh token itself was refused: the session ends as on any refused refresh.
@@ -240,6 +249,20 @@ extension SessionEngine {
         return SessionError(
             .notSignedIn, failure.message, provider: profile, reason: StatusReason(refusal: failure.reason).rawValue, status: failure.status,
             oauthError: failure.oauthError)
+    }
+
+    /// `insufficientScope`: which scopes are missing, and how to get them (incremental consent).
+    func insufficientScope(_ missing: [String], profile: String, failure: ProviderFailure?) -> SessionError {
+        let said = failure.map { " (\($0.message))" } ?? ""
+        var error = SessionError(
+            .providerRefused,
+            missing.isEmpty
+                ? "The provider refused the scopes asked for\(said). Ask the user for them: requestOAuthTokens with those scopes."
+                : "The sign-in does not cover the scopes \(missing.joined(separator: ", "))\(said). Ask the user for them: requestOAuthTokens "
+                    + "with those scopes (incremental consent).",
+            provider: profile, reason: "insufficientScope", status: failure?.status, oauthError: failure?.oauthError)
+        error.missingScopes = missing
+        return error
     }
 
     /// Requested scopes the session's grant does not cover: what the server said it granted

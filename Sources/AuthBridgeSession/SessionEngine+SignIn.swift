@@ -111,6 +111,13 @@ extension SessionEngine {
         var clientCredentials = false
     }
 
+    /// A sign-in's resources as its token requests name them: all on the authorization request,
+    /// the first on a token request (see `StandardSteps.tokenResources`).
+    static func tokenRequestResources(_ resources: [String]?) -> JSON? {
+        guard let resources else { return nil }
+        return .array(resources.prefix(1).map(JSON.string))
+    }
+
     /// The client-credentials grant's input (RFC 6749 §4.4).
     private func clientCredentialsInput(_ context: Context, grant: SignInGrant) -> JSON {
         .compactObject([
@@ -348,7 +355,7 @@ extension SessionEngine {
             "state": .string(state), "codeVerifier": .string(pkce.verifier), "redirectUri": redirectURI.map(JSON.string),
             "nonce": nonce.map(JSON.string), "issuer": issuer.map(JSON.string),
             "expectedIssuer": issuerRequired ? issuer.map(JSON.string) : nil,
-            "resources": TokenPurpose.resources(params.resource).map { .array($0.map(JSON.string)) },
+            "resources": Self.tokenRequestResources(TokenPurpose.resources(params.resource)),
         ])
         return try await runOrThrow(.completeSignIn, input: input, context: context, requestID: requestID, dpop: dpop)
     }
@@ -440,7 +447,7 @@ extension SessionEngine {
         let poll: DevicePolling.Poll = { [self] in
             let input: JSON = .compactObject([
                 "profile": context.profileJSON, "flow": "device", "code": .string(deviceCode),
-                "resources": TokenPurpose.resources(params.resource).map { .array($0.map(JSON.string)) },
+                "resources": Self.tokenRequestResources(TokenPurpose.resources(params.resource)),
             ])
             return await self.run(.completeSignIn, input: input, plugin: context.plugin, profile: profile, requestID: requestID, dpop: dpop)
         }

@@ -199,13 +199,13 @@ extension SessionEngine {
         if params.scopes != nil || params.resource != nil {
             return TokenPurpose(scopes: params.scopes, resources: TokenPurpose.resources(params.resource) ?? [])
         }
-        // Only when the grant is for several: a token for one resource is the session's own.
+        // The session's own token is for the first resource (`StandardSteps.tokenResources`).
         guard resources.count > 1 else { return nil }
         let matching = resources.filter { resource in
             params.url == resource || params.url.hasPrefix(resource.hasSuffix("/") ? resource : resource + "/")
                 || (params.url.hasPrefix(resource) && (params.url.dropFirst(resource.count).first.map { "?#".contains($0) } ?? true))
         }
-        guard let best = matching.max(by: { $0.count < $1.count }) else { return nil }
+        guard let best = matching.max(by: { $0.count < $1.count }), best != resources.first else { return nil }
         return TokenPurpose(scopes: nil, resources: [best])
     }
 
@@ -297,6 +297,12 @@ extension SessionEngine {
     private func refreshOrThrow(_ key: SessionKey, context: Context, stale: StoredSession) async throws(SessionError) -> StoredSession {
         switch await refreshed(key, context: context, stale: stale) {
         case .success(let session): return session
+        case .failure(let failure) where failure.oauthError == "invalid_target":
+            // The server refused the resource, not the grant (glewlwyd binds a rotated refresh
+            // token to the resource of the refresh that issued it): the session is kept.
+            throw SessionError(
+                .providerRefused, "The provider will not renew the token for this resource (invalid_target): \(failure.message)",
+                provider: key.profile, reason: "invalid_target", status: failure.status, oauthError: failure.oauthError)
         case .failure(let failure) where failure.kind == .definitive:
             throw SessionError(
                 .notSignedIn, failure.message, provider: key.profile, reason: StatusReason(refusal: failure.reason).rawValue,
@@ -366,7 +372,7 @@ extension SessionEngine {
             input = ["profile": context.profileJSON, "tokens": current.tokens.json]
         }
         if hook == .completeSignIn, let scopes = current.signInScopes { input = input.setting("scopes", .array(scopes.map(JSON.string))) }
-        if let resources = current.resources { input = input.setting("resources", .array(resources.map(JSON.string))) }
+        if let resources = Self.tokenRequestResources(current.resources) { input = input.setting("resources", resources) }
         let stale = current
         switch await run(hook, input: input, plugin: context.plugin, profile: profile, requestID: nil, dpop: stale.dpopKey) {
         case .success(let answer):
@@ -399,7 +405,7 @@ extension SessionEngine {
             // Like a license lost on an API call: announced, then signed out after the grace period.
             _ = try? await markLicenseRevoked(key, session: stale, context: context, message: failure.message, holdingLock: true)
             return .failure(failure)
-        case .failure(let failure) where failure.kind == .definitive:
+        case .failure(let failure) where failure.kind == .definitive && failure.oauthError != "invalid_target":
             _ = try? await endSession(
                 key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: stale, context: context,
                 holdingLock: true)

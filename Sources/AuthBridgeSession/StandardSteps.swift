@@ -374,7 +374,7 @@ public enum StandardSteps {
         var form: [String: JSON] = ["grant_type": "authorization_code", "code": .string(code), "client_id": .string(clientID)]
         form["redirect_uri"] = input["redirectUri"]
         form["code_verifier"] = input["codeVerifier"]
-        let resources = resources(input, config: config)
+        let resources = tokenResources(input, config: config)
         if !resources.isEmpty { form["resource"] = .array(resources.map(JSON.string)) }
         return tokenRequest(form: form, config: config, call: call, http: http)
     }
@@ -465,7 +465,7 @@ public enum StandardSteps {
         if let scopes = input["scopes"]?.arrayValue?.compactMap(\.stringValue), !scopes.isEmpty {
             form["scope"] = .string(scopes.joined(separator: " "))
         }
-        let resources = resources(input, config: config)
+        let resources = tokenResources(input, config: config)
         if !resources.isEmpty { form["resource"] = .array(resources.map(JSON.string)) }
         return tokenRequest(form: form, config: config, call: call, http: http).mapError(\.asRefreshRefusal)
     }
@@ -474,6 +474,16 @@ public enum StandardSteps {
     /// token's, or the sign-in's), else the profile's setting `resources`.
     static func resources(_ input: JSON, config: JSON) -> [String] {
         (input["resources"] ?? config["resources"])?.arrayValue?.compactMap(\.stringValue) ?? []
+    }
+
+    /// The resources a token request names (RFC 8707 §2.2): the input's (what the host asks a token
+    /// for), else the first of the profile's. The authorization request names them all, a token
+    /// request one: servers that issue one audience per token refuse several at once, and refuse
+    /// none after an authorization request that named several (glewlwyd: 403 invalid_target).
+    /// The session's own token is for the first; one for each other comes with its own refresh.
+    static func tokenResources(_ input: JSON, config: JSON) -> [String] {
+        if let explicit = input["resources"]?.arrayValue { return explicit.compactMap(\.stringValue) }
+        return Array((config["resources"]?.arrayValue?.compactMap(\.stringValue) ?? []).prefix(1))
     }
 
     /// A `resources` setting that is not a list of absolute URIs without fragments (RFC 8707 §2).
@@ -503,9 +513,18 @@ public enum StandardSteps {
         var form: [String: JSON] = ["grant_type": "client_credentials", "client_id": .string(clientID)]
         let scopes = (input["scopes"] ?? config["scopes"])?.arrayValue?.compactMap(\.stringValue) ?? []
         if !scopes.isEmpty { form["scope"] = .string(scopes.joined(separator: " ")) }
-        let resources = resources(input, config: config)
+        let resources = tokenResources(input, config: config)
         if !resources.isEmpty { form["resource"] = .array(resources.map(JSON.string)) }
-        return tokenRequest(form: form, config: config, call: call, http: http).map { answer in
+        let request = tokenRequest(form: form, config: config, call: call, http: http).mapError { failure in
+            // No session can be lost here: a 401 or 403 is the server refusing the client (glewlwyd
+            // answers a bad client assertion 403 without a body), not a passing trouble.
+            guard failure.oauthError == nil, let status = failure.status, status == 401 || status == 403 else { return failure }
+            return ProviderFailure(
+                .definitive, reason: "clientRefused",
+                message: "The server refused the client's credentials (HTTP \(status)): check clientSecret or the private key and its registration.",
+                status: status)
+        }
+        return request.map { answer in
             // The client is the account (RFC 6749 §4.4.3: no refresh token is expected; one sent is not kept).
             var tokens = answer["tokens"]?.objectValue ?? [:]
             tokens["refreshToken"] = nil
@@ -543,7 +562,15 @@ public enum StandardSteps {
             form["resource"] = .array(resources.map(JSON.string))
         }
         if let requested = input["requestedTokenType"]?.stringValue { form["requested_token_type"] = .string(tokenTypes[requested] ?? requested) }
-        return tokenRequest(form: form, config: config, call: call, http: http).map { answer in
+        let answer = tokenRequest(form: form, config: config, call: call, http: http).mapError { failure in
+            // RFC 8693 §2.2.2: the server's 400 with an OAuth error is its answer to this exchange
+            // (invalid_target, invalid_request…); nothing else depends on it, so it is final.
+            guard failure.kind == .transient, let error = failure.oauthError, let status = failure.status, (400..<500).contains(status),
+                status != 429
+            else { return failure }
+            return ProviderFailure(.definitive, reason: error, message: failure.message, status: status, oauthError: error)
+        }
+        return answer.map { answer in
             var tokens = answer["tokens"]?.objectValue ?? [:]
             tokens["refreshToken"] = nil
             // RFC 8693 §2.2.1: issued_token_type says what the access_token member holds.

@@ -487,10 +487,11 @@ def begin_sign_in(host: Host, provider: str, **params: Any) -> tuple[Any, dict[s
     return request_id, opened
 
 
-def sign_in_external(host: Host, server: Any, profile: str, **user: str) -> dict[str, Any]:
+def sign_in_external(host: Host, server: Any, profile: str, params: dict[str, Any] | None = None, **user: str) -> dict[str, Any]:
     """The external flow: the test is the browser and hands the redirect over with completeSignIn.
-    `user`/`password` choose who signs in, where the server knows several users."""
-    request_id, progress = begin_sign_in(host, profile, flow="external")
+    `user`/`password` choose who signs in, where the server knows several users; `params` are more
+    of requestOAuthTokens's (scopes, resource…)."""
+    request_id, progress = begin_sign_in(host, profile, flow="external", **(params or {}))
     url = progress["url"]
     assert url.startswith(server.authorize_prefix), "unexpected sign-in URL"
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
