@@ -79,7 +79,9 @@ public enum HMACSHA256 {
         var code = [UInt8](repeating: 0, count: SHA256.byteCount)
         let status = key.withUnsafeBufferPointer { key in
             message.withUnsafeBufferPointer { message in
-                code.withUnsafeMutableBufferPointer { functions.hmacSHA256(key.baseAddress, key.count, message.baseAddress, message.count, $0.baseAddress) }
+                code.withUnsafeMutableBufferPointer {
+                    functions.hmacSHA256(key.baseAddress, key.count, message.baseAddress, message.count, $0.baseAddress)
+                }
             }
         }
         try CryptoLibrary.check(status, "HMAC-SHA256")

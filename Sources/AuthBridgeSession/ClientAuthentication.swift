@@ -155,7 +155,8 @@ public enum ClientAuthentication: String, Sendable, CaseIterable {
                 return .success(input + "." + Base64URL.encode(try key.sign(Array(input.utf8))))
             }
         } catch {
-            return .failure(ProviderFailure(.internal, reason: "cryptoUnavailable", message: "No client assertion could be signed: \(error.message)."))
+            return .failure(
+                ProviderFailure(.internal, reason: "cryptoUnavailable", message: "No client assertion could be signed: \(error.message)."))
         }
     }
 

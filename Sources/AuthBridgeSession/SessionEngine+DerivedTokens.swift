@@ -151,7 +151,8 @@ extension SessionEngine {
         } catch is CancellationError {
             return .failure(.cancelled(provider: key.profile))
         } catch {
-            return .failure(SessionError(.storageError, "The session store could not be locked: \(error)", provider: key.profile, reason: "storageError"))
+            return .failure(
+                SessionError(.storageError, "The session store could not be locked: \(error)", provider: key.profile, reason: "storageError"))
         }
     }
 
@@ -192,7 +193,8 @@ extension SessionEngine {
         switch await run(hook, input: input, plugin: context.plugin, profile: profile, requestID: nil, dpop: current.dpopKey) {
         case .success(let answer):
             if let problem = TokenSet.sizeProblem(answer["tokens"], account: nil) {
-                return .failure(SessionError(.providerRefused, "The provider's answer was refused: \(problem).", provider: profile, reason: "badResponse"))
+                return .failure(
+                    SessionError(.providerRefused, "The provider's answer was refused: \(problem).", provider: profile, reason: "badResponse"))
             }
             guard var fresh = TokenSet(json: answer["tokens"] ?? .null) else {
                 return .failure(
@@ -239,7 +241,8 @@ extension SessionEngine {
         if failure.oauthError == "invalid_target" || (hook == .refresh && failure.oauthError != "invalid_grant" && !unknownResources.isEmpty) {
             let resource = unknownResources.first ?? purpose.resources.first ?? ""
             return SessionError(
-                .providerRefused, "The provider will not issue a token for the resource \(providerSafe(resource)) (\(failure.oauthError ?? "refused")).",
+                .providerRefused,
+                "The provider will not issue a token for the resource \(providerSafe(resource)) (\(failure.oauthError ?? "refused")).",
                 provider: profile, reason: "invalid_target", status: failure.status, oauthError: failure.oauthError)
         }
         guard hook == .refresh else { return SessionError(failure, provider: profile) }

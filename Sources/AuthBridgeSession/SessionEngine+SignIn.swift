@@ -50,7 +50,8 @@ extension SessionEngine {
         case .clientCredentials:
             nonce = nil
             send(SignInProgressParams(provider: profile, requestId: requestID ?? .null, stage: .exchanging))
-            tokens = try await runOrThrow(.completeSignIn, input: clientCredentialsInput(context, grant: grant), context: context, requestID: requestID, dpop: dpop)
+            tokens = try await runOrThrow(
+                .completeSignIn, input: clientCredentialsInput(context, grant: grant), context: context, requestID: requestID, dpop: dpop)
         case .session:
             nonce = nil
             guard let sessionID = params.sessionId, !sessionID.isEmpty else {

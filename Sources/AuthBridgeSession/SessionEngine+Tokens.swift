@@ -252,7 +252,9 @@ extension SessionEngine {
         let context = try await context(for: lookup.profile)
         guard let (key, session) = try await readSession(lookup, observation: observation) else {
             // A profile of a client that signs in as itself (RFC 6749 §4.4) needs no user: it signs in now.
-            if context.config["clientCredentials"]?.boolValue == true, lookup.account == nil || lookup.account == context.config["clientId"]?.stringValue {
+            if context.config["clientCredentials"]?.boolValue == true,
+                lookup.account == nil || lookup.account == context.config["clientId"]?.stringValue
+            {
                 let (key, session) = try await clientCredentialsSession(context)
                 return (context, key, session)
             }

@@ -547,7 +547,9 @@ public enum StandardSteps {
         let key = subjectType == "idToken" ? "idToken" : "accessToken"
         guard let subject = input["tokens"]?[key]?.stringValue else {
             return .failure(
-                ProviderFailure(.definitive, reason: StatusReason.noTokens.rawValue, message: "The session has no \(key == "idToken" ? "ID token" : "access token") to exchange."))
+                ProviderFailure(
+                    .definitive, reason: StatusReason.noTokens.rawValue,
+                    message: "The session has no \(key == "idToken" ? "ID token" : "access token") to exchange."))
         }
         guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
         var form: [String: JSON] = [

@@ -136,10 +136,11 @@ def test_scopes_always_include_refresh_token(start_sf, sim):
     host = start_sf(sim, scopes=["api", "id"])
     sign_in_external(host, sim, "sf")
     assert sim.authorize_requests[-1]["scope"] == "api id refresh_token"
-    # Scopes asked for by one request get it too.
+    # Scopes asked for by one request get it too; signed in, they come on top of the account's
+    # (incremental consent, issue 30: nothing the session held is lost by asking for more).
     request_id, progress = begin_sign_in(host, "sf", flow="external", scopes=["web"])
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(progress["url"]).query))
-    assert query["scope"] == "web refresh_token"
+    assert sorted(query["scope"].split()) == ["api", "id", "refresh_token", "web"]
     host.notify("$/cancelRequest", {"id": request_id})
     assert host.wait_response(request_id)["error"]["code"] == CANCELLED
 
