@@ -11,7 +11,7 @@ export type RequestId = string | number;
 /** Milliseconds since the Unix epoch (UTC). */
 export type Timestamp = number;
 /** How a sign-in is carried out. */
-export type Flow = 'browser' | 'external' | 'device' | 'session';
+export type Flow = 'browser' | 'external' | 'device' | 'session' | 'clientCredentials';
 /** A stable machine word (camelCase, or a provider's own code such as `invalid_grant`). */
 export type Reason = string;
 
@@ -190,6 +190,8 @@ export interface RequestOAuthTokensParams {
   timeoutMs?: number;
   /** external flow: the redirect URI to register (default the profile's). */
   redirectUri?: string;
+  /** The protected resource(s) the sign-in is for (RFC 8707; default: the profile setting `resources`). */
+  resource?: Resources;
 }
 
 export interface CompleteSignInParams {
@@ -228,6 +230,35 @@ export interface GetAccessTokenParams {
   url?: string;
   /** The `DPoP-Nonce` the server refused that request for (401 `use_dpop_nonce`), for the proof of its retry. */
   dpopNonce?: string;
+  /**
+   * A token for exactly these scopes (a subset of the sign-in's, or others its grant covers), kept
+   * by the host per (scopes, resource). Scopes the grant does not cover: ProviderRefusedError
+   * "insufficientScope" with `data.missingScopes`.
+   */
+  scopes?: string[];
+  /** A token for this resource, or these (absolute URIs, RFC 8707). */
+  resource?: Resources;
+}
+
+/** One absolute URI, or several (RFC 8707 resource indicators). */
+export type Resources = string | string[];
+
+export interface ExchangeTokenParams {
+  provider: string;
+  /** Whose session's token is exchanged (Account.id); default: the current account. */
+  account?: string;
+  /** The logical name of the service the new token is for (RFC 8693 audience). */
+  audience?: string;
+  /** The resource(s) the new token is for. */
+  resource?: Resources;
+  /** The scopes the new token should carry. */
+  scopes?: string[];
+  /** A token type URI, or the short names 'accessToken', 'idToken', 'jwt'; default: the server's choice. */
+  requestedTokenType?: string;
+  /** Which of the session's tokens is exchanged (default 'accessToken'). */
+  subjectTokenType?: 'accessToken' | 'idToken';
+  /** A kept exchanged token expiring sooner than this is exchanged again (default 60 000). */
+  minValidityMs?: number;
 }
 
 export interface FetchParams {
@@ -241,6 +272,10 @@ export interface FetchParams {
   body?: string;
   /** Whole-request timeout at the host (1 000–300 000 ms; default 30 000). */
   timeoutMs?: number;
+  /** Authorize with the token for exactly these scopes (as getAccessToken's). */
+  scopes?: string[];
+  /** Authorize with this resource's token (default: the configured resource the URL is under, if any). */
+  resource?: Resources;
 }
 
 // ── Results ─────────────────────────────────────────────────────────────────
@@ -402,6 +437,8 @@ export interface ErrorData {
   /** The provider's OAuth error code, when its refusal carried one and `reason` is another word
    *  (-32001 `refreshRefused` after `invalid_request`). */
   oauthError?: string;
+  /** -32004 `insufficientScope`: the scopes asked for that the sign-in's grant does not cover. */
+  missingScopes?: string[];
 }
 
 export declare const PROTOCOL_VERSION: '1.0';
@@ -637,6 +674,10 @@ export interface AuthorizedFetchOptions {
   account?: string;
   /** Renew the token first when it expires sooner than this (default: the host's, 60 000 ms). */
   minValidityMs?: number;
+  /** Every request gets the token for exactly these scopes (getAccessToken's `scopes`). */
+  scopes?: string[];
+  /** Every request gets the token for this resource, or these (getAccessToken's `resource`). */
+  resource?: Resources;
 }
 
 /** What `bridge.authorizedFetch()` returns: a function with fetch's signature. */
@@ -683,6 +724,8 @@ export declare class AuthBridge extends EventEmitter<BridgeEvents> {
   /** External end-session: hands the provider's post-logout redirect to the pending signOut (which then answers `confirmed`). */
   completeSignOut(params: CompleteSignOutParams, options?: CallOptions): Promise<CompleteSignOutResult>;
   getAccessToken(params: GetAccessTokenParams | string, options?: CallOptions): Promise<AccessTokenResult>;
+  /** Token exchange (RFC 8693): the session's access (or ID) token exchanged for one for another audience, resource or scopes. */
+  exchangeToken(params: ExchangeTokenParams | string, options?: CallOptions): Promise<AccessTokenResult>;
   fetch(params: FetchParams, options?: CallOptions): Promise<FetchResult>;
   signOut(params: SignOutParams | string, options?: CallOptions): Promise<SignOutResult>;
   /** rpc.discover: the OpenRPC document. */

@@ -192,7 +192,7 @@ test('package: an ES module with exports and types, no dependencies; the .d.ts d
   // Every param of every method the client wraps is a member of its params interface.
   const wrapped = { listAccounts: 'ListAccountsParams', checkSignInStatus: 'CheckSignInStatusParams', requestOAuthTokens: 'RequestOAuthTokensParams',
     completeSignIn: 'CompleteSignInParams', signOut: 'SignOutParams', completeSignOut: 'CompleteSignOutParams',
-    getAccessToken: 'GetAccessTokenParams', fetch: 'FetchParams',
+    getAccessToken: 'GetAccessTokenParams', fetch: 'FetchParams', exchangeToken: 'ExchangeTokenParams',
     configureProfile: 'ConfigureProfileParams', removeProfile: 'RemoveProfileParams' };
   for (const [method, name] of Object.entries(wrapped)) {
     const body = new RegExp(`export interface ${name} \\{([^}]*)\\}`).exec(dts)?.[1];
