@@ -220,3 +220,12 @@ test('index.d.ts type-checks (tsc --strict) against typical uses, and rejects wr
       fs.rmSync(app, { recursive: true, force: true });
     }
   });
+
+test('-32004 insufficientScope: missingScopes from data.missingScopes; [] on any other error', () => {
+  const refused = errorFromResponse({ code: -32004, message: 'The grant does not cover these scopes',
+    data: { provider: 'dot', reason: 'insufficientScope', retryable: false, missingScopes: ['write', 'admin'] } }, { method: 'getAccessToken' });
+  assert.ok(refused instanceof client.ProviderRefusedError);
+  assert.equal(refused.reason, 'insufficientScope');
+  assert.deepEqual(refused.missingScopes, ['write', 'admin']);
+  assert.deepEqual(errorFromResponse({ code: -32004, message: 'no', data: { reason: 'invalid_grant' } }).missingScopes, []);
+});

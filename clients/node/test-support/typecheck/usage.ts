@@ -36,7 +36,7 @@ export async function typicalUse(): Promise<void> {
     const out: SignOutResult = await bridge.signOut({ provider: 'corp', account: 'sub-1' });
     console.log(out.revoked);
   } catch (error) {
-    if (error instanceof NotSignedInError) console.log(error.reason, error.retryable, error.data?.provider, error.data?.missingScopes?.length);
+    if (error instanceof NotSignedInError) console.log(error.reason, error.retryable, error.data?.provider, error.data?.missingScopes?.length, error.missingScopes.join(' '));
     if (error instanceof HostNotFoundError) console.log(error.executable, error.message);
     if (error instanceof HostExitedError) console.log(error.exitCode, error.signal, error.stderrTail);
     if (error instanceof AbortError) console.log(error.cause);
