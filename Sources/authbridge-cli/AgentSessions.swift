@@ -153,6 +153,8 @@ final class AgentSessions: Sessions {
 
     func accessToken(_ params: GetAccessTokenParams) async throws(SessionError) -> AccessTokenResult { try await call(params) }
 
+    func exchangeToken(_ params: ExchangeTokenParams) async throws(SessionError) -> AccessTokenResult { try await call(params) }
+
     func signOut(_ params: SignOutParams) async throws(SessionError) -> SignOutResult { try await call(params) }
 
     func plugins() async throws(SessionError) -> [PluginEntry] {

@@ -31,7 +31,8 @@ struct AuthBridgeCommand: AsyncParsableCommand {
             """,
         version: BridgeServer.serverVersion,
         subcommands: [
-            Serve.self, Agent.self, Login.self, Status.self, Token.self, Logout.self, Plugins.self, GitCredential.self, ExecCredential.self,
+            Serve.self, Agent.self, Login.self, Status.self, Token.self, Exchange.self, Logout.self, Plugins.self, GitCredential.self,
+            ExecCredential.self,
             Exec.self, PluginRunner.self,
         ],
         defaultSubcommand: Serve.self

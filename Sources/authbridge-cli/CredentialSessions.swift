@@ -10,9 +10,10 @@ import AuthBridgeSession
 protocol CredentialSessions: Sendable {
     /// `getAccessToken`'s answer (AccessTokenResult in bridge-spec): a token valid for at least
     /// `minimumValidity` more milliseconds (refreshed first when it is not), or a renewed one
-    /// whatever its expiry says when `forceRefresh` (the caller saw it rejected).
+    /// whatever its expiry says when `forceRefresh` (the caller saw it rejected); `purpose`: the
+    /// token for those scopes and resources (`--scope`, `--resource`) rather than the session's own.
     func accessToken(
-        _ profile: String, account: String?, minimumValidity: Int64, forceRefresh: Bool
+        _ profile: String, account: String?, minimumValidity: Int64, forceRefresh: Bool, purpose: TokenFor
     ) async throws(SessionError) -> AccessTokenResult
 
     /// An interactive sign-in with the browser flow, shown on stderr as `authbridge login` shows
@@ -39,14 +40,16 @@ struct SessionCredentials: CredentialSessions {
     let stage: LastStage
 
     func accessToken(
-        _ profile: String, account: String?, minimumValidity: Int64, forceRefresh: Bool
+        _ profile: String, account: String?, minimumValidity: Int64, forceRefresh: Bool, purpose: TokenFor
     ) async throws(SessionError) -> AccessTokenResult {
         let notice = WaitNotice.forProvider(of: profile)
         let result: Result<AccessTokenResult, SessionError>
         do throws(SessionError) {
             result = .success(
                 try await sessions.accessToken(
-                    GetAccessTokenParams(provider: profile, account: account, minValidityMs: minimumValidity, forceRefresh: forceRefresh)))
+                    GetAccessTokenParams(
+                        provider: profile, account: account, minValidityMs: minimumValidity, forceRefresh: forceRefresh,
+                        scopes: purpose.scopes, resource: purpose.resource)))
         } catch {
             result = .failure(sessions.explained(error))
         }

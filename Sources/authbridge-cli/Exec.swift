@@ -40,6 +40,8 @@ struct Exec: HumanCommand {
     @Option(help: MinimumValidity.help)
     var minValidity: Int64?
 
+    @OptionGroup var purpose: PurposeOptions
+
     @OptionGroup(title: "Host options") var options: HostOptions
 
     @OptionGroup(title: "Host options") var agent: AgentChoice
@@ -60,7 +62,8 @@ struct Exec: HumanCommand {
         let answer: AccessTokenResult
         do throws(SessionError) {
             answer = try await sessions.accessToken(
-                profile, account: account, minimumValidity: (minValidity ?? MinimumValidity.defaultSeconds) * 1000, forceRefresh: false)
+                profile, account: account, minimumValidity: (minValidity ?? MinimumValidity.defaultSeconds) * 1000, forceRefresh: false,
+                purpose: purpose.tokenFor)
         } catch {
             throw sessions.report(error)
         }

@@ -32,6 +32,8 @@ struct ExecCredential: HumanCommand {
     @Option(help: ArgumentHelp("Which signed-in account (Account.id); default: the latest sign-in.", valueName: "ID"))
     var account: String?
 
+    @OptionGroup var purpose: PurposeOptions
+
     @OptionGroup var wait: SignInWait
 
     @OptionGroup(title: "Host options") var options: HostOptions
@@ -65,7 +67,8 @@ struct ExecCredential: HumanCommand {
 
     private func fetch(_ sessions: any CredentialSessions) async throws(SessionError) -> AccessTokenResult {
         try await sessions.accessToken(
-            profile, account: account, minimumValidity: SessionEngine.defaultMinimumValidityMilliseconds, forceRefresh: false)
+            profile, account: account, minimumValidity: SessionEngine.defaultMinimumValidityMilliseconds, forceRefresh: false,
+            purpose: purpose.tokenFor)
     }
 }
 

@@ -83,6 +83,8 @@ struct GitCredentialArguments: ParsableArguments {
     @Option(help: ArgumentHelp("The user name given to git (default: the profile's gitUsername, else oauth2).", valueName: "NAME"))
     var username: String?
 
+    @OptionGroup var purpose: PurposeOptions
+
     @OptionGroup(title: "Host options") var options: HostOptions
 
     @OptionGroup(title: "Host options") var agent: AgentChoice
@@ -157,7 +159,8 @@ struct GitCredentialArguments: ParsableArguments {
         let token: AccessTokenResult
         do throws(SessionError) {
             token = try await sessions.accessToken(
-                profile, account: account, minimumValidity: SessionEngine.defaultMinimumValidityMilliseconds, forceRefresh: false)
+                profile, account: account, minimumValidity: SessionEngine.defaultMinimumValidityMilliseconds, forceRefresh: false,
+                purpose: purpose.tokenFor)
         } catch {
             if error.kind == .notSignedIn {
                 // The message says how to sign in (`explained`).
@@ -187,10 +190,12 @@ struct GitCredentialArguments: ParsableArguments {
     private func renew(rejected: String?, profile: String, sessions: any CredentialSessions) async throws {
         do throws(SessionError) {
             if let rejected {
-                let current = try await sessions.accessToken(profile, account: account, minimumValidity: 0, forceRefresh: false)
+                let current = try await sessions.accessToken(
+                    profile, account: account, minimumValidity: 0, forceRefresh: false, purpose: purpose.tokenFor)
                 guard constantTimeEquals(current.accessToken, rejected) else { return }
             }
-            _ = try await sessions.accessToken(profile, account: account, minimumValidity: 0, forceRefresh: true)
+            _ = try await sessions.accessToken(
+                profile, account: account, minimumValidity: 0, forceRefresh: true, purpose: purpose.tokenFor)
         } catch {
             if error.kind == .notSignedIn && error.reason == "noTokens" { return } // not signed in: nothing to renew
             Terminal.standardError.line("authbridge: the token git reported refused could not be renewed: \(Terminal.clean(error.message))")

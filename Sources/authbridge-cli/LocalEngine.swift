@@ -94,6 +94,10 @@ struct LocalEngine: Sessions {
         try await engine.getAccessToken(params)
     }
 
+    func exchangeToken(_ params: ExchangeTokenParams) async throws(SessionError) -> AccessTokenResult {
+        try await engine.exchangeToken(params)
+    }
+
     func signOut(_ params: SignOutParams) async throws(SessionError) -> SignOutResult {
         try await engine.signOut(params, requestID: nil)
     }

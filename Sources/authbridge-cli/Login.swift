@@ -22,6 +22,12 @@ struct Login: HumanCommand {
             --device uses the device authorization grant: type the code shown on any device. \
             Progress goes to stderr; Ctrl-C cancels (exit 4). A sign-in not completed within \
             --timeout exits 1.
+
+            --client-credentials signs the profile's own client in (the client credentials \
+            grant: a machine identity, no user and no browser; the profile needs a client secret \
+            or a private key). --scope asks for these scopes (repeatable; an account already \
+            signed in is asked again for what it lacks, keeping the account); --resource names \
+            the protected resources the sign-in is for (RFC 8707; repeatable).
             """)
 
     @Argument(help: ArgumentHelp("The profile to sign in to.", valueName: "PROFILE"))
@@ -33,16 +39,37 @@ struct Login: HumanCommand {
     @Flag(help: "Print the sign-in URL without opening a browser.")
     var noBrowser = false
 
+    @Flag(help: "Use the client credentials grant: the profile's own client, no user and no browser (a machine identity).")
+    var clientCredentials = false
+
+    @Option(
+        name: .customLong("scope"),
+        help: ArgumentHelp("Ask for these scopes (repeat for several; default: the profile's).", valueName: "SCOPE"))
+    var scopes: [String] = []
+
+    @Option(
+        name: .customLong("resource"),
+        help: ArgumentHelp("The protected resource the sign-in is for (an absolute URI, RFC 8707; repeat for several).", valueName: "URI"))
+    var resources: [String] = []
+
     @OptionGroup var wait: SignInWait
 
     @OptionGroup(title: "Host options") var options: HostOptions
 
     @OptionGroup(title: "Host options") var agent: AgentChoice
 
+    func validate() throws {
+        if clientCredentials && device { throw ValidationError("--client-credentials and --device are two different flows: choose one") }
+    }
+
     func execute() async throws {
         let stage = LastStage()
-        let sessions = try await Login.sessions(options: options, agent: agent, openBrowser: !(noBrowser || device), stage: stage)
-        let status = try await Login.signIn(profile, sessions: sessions, device: device, timeout: wait.seconds, stage: stage)
+        let openBrowser = !(noBrowser || device || clientCredentials)
+        let sessions = try await Login.sessions(options: options, agent: agent, openBrowser: openBrowser, stage: stage)
+        let wanted = TokenFor(scopes: scopes, resources: resources)
+        let status = try await Login.signIn(
+            profile, sessions: sessions, device: device, timeout: wait.seconds, stage: stage,
+            flow: clientCredentials ? .clientCredentials : nil, scopes: wanted.scopes, resource: wanted.resource)
         let out = Terminal.standardOutput
         out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status.account))")
     }
@@ -63,10 +90,12 @@ struct Login: HumanCommand {
     /// reported on stderr and thrown as the exit code (a sign-in the user did not finish in
     /// `timeout` seconds: exit 1, not "provider unreachable").
     static func signIn(
-        _ profile: String, sessions: any Sessions, device: Bool, timeout: Int64, stage: LastStage
+        _ profile: String, sessions: any Sessions, device: Bool, timeout: Int64, stage: LastStage,
+        flow: Flow? = nil, scopes: [String]? = nil, resource: JSON? = nil
     ) async throws -> SignInStatus {
         let err = Terminal.standardError
-        let params = RequestOAuthTokensParams(provider: profile, flow: device ? .device : nil, timeoutMs: timeout * 1000)
+        let params = RequestOAuthTokensParams(
+            provider: profile, flow: flow ?? (device ? .device : nil), scopes: scopes, timeoutMs: timeout * 1000, resource: resource)
         let signIn = Task { () async throws -> SignInStatus in
             try await sessions.signIn(params)
         }

@@ -23,6 +23,8 @@ protocol Sessions: Sendable {
     func accounts(_ params: ListAccountsParams) async throws(SessionError) -> [SignInStatus]
     /// `getAccessToken`.
     func accessToken(_ params: GetAccessTokenParams) async throws(SessionError) -> AccessTokenResult
+    /// `exchangeToken` (RFC 8693): the session's token exchanged for another audience, resource or scopes.
+    func exchangeToken(_ params: ExchangeTokenParams) async throws(SessionError) -> AccessTokenResult
     /// `signOut`.
     func signOut(_ params: SignOutParams) async throws(SessionError) -> SignOutResult
     /// The plugins found, as `initialize` lists them, with the fix for a refused one when known.

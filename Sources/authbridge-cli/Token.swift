@@ -20,6 +20,11 @@ struct Token: HumanCommand {
             --header METHOD URL prints the header lines that request needs (Authorization: DPoP … \
             and DPoP: …), e.g. curl -H @<(authbridge token work --header GET "$URL") "$URL". \
             Ask again for every request.
+
+            --scope and --resource (each repeatable) print a token for exactly those scopes and \
+            protected resources (RFC 8707) rather than the session's own, e.g. authbridge token \
+            work --scope read --resource https://api.example.com/; the host keeps it beside the \
+            session's and refreshes it ahead of expiry.
             """)
 
     @OptionGroup var selection: AccountSelection
@@ -40,6 +45,8 @@ struct Token: HumanCommand {
             valueName: "METHOD URL"))
     var request: [String] = []
 
+    @OptionGroup var purpose: PurposeOptions
+
     @OptionGroup(title: "Host options") var options: HostOptions
 
     @OptionGroup(title: "Host options") var agent: AgentChoice
@@ -53,11 +60,12 @@ struct Token: HumanCommand {
 
     func execute() async throws {
         let sessions = try await SessionAccess.open(options, agent)
+        let purpose = purpose.tokenFor
         let answer = try await sessions.waitingForProvider(of: selection.profile) { sessions throws(SessionError) in
             try await sessions.accessToken(
                 GetAccessTokenParams(
                     provider: selection.profile, account: selection.account, minValidityMs: minValidity.map { $0 * 1000 },
-                    method: request.first, url: request.last))
+                    method: request.first, url: request.last, scopes: purpose.scopes, resource: purpose.resource))
         }
         MinimumValidity.warnIfShort(answer, asked: minValidity)
         if json {
@@ -112,4 +120,60 @@ enum MinimumValidity {
         let left = max(0, (expiresAt - now) / 1000)
         return left < asked ? left : nil
     }
+}
+
+/// What a token is for, beyond the session's own (issue 30): `getAccessToken`'s `scopes` and
+/// `resource` (RFC 8707), as the commands that hand out tokens pass them on.
+struct TokenFor: Sendable, Equatable {
+    var scopes: [String]?
+    /// One URI as a string, several as an array (bridge-spec's Resources).
+    var resource: JSON?
+
+    /// The session's own token.
+    static let session = TokenFor()
+
+    init(scopes: [String]? = nil, resource: JSON? = nil) {
+        (self.scopes, self.resource) = (scopes, resource)
+    }
+
+    /// From repeated `--scope` and `--resource` values (none: nil, the session's own).
+    init(scopes: [String], resources: [String]) {
+        self.scopes = scopes.isEmpty ? nil : scopes
+        switch resources.count {
+        case 0: self.resource = nil
+        case 1: self.resource = .string(resources[0])
+        default: self.resource = .array(resources.map { .string($0) })
+        }
+    }
+}
+
+/// `--scope S` and `--resource URI` (each repeatable) of `token`, `exec`, `exec-credential` and
+/// `git-credential`: a token for exactly those scopes and resources rather than the session's
+/// own (the host asks with a refresh grant carrying them and keeps that token beside it).
+struct PurposeOptions: ParsableArguments {
+    @Option(
+        name: .customLong("scope"),
+        help: ArgumentHelp(
+            "A token for exactly these scopes (repeat for several): a subset of the sign-in's, or others its grant covers. Scopes it does not cover: an error naming them (sign in again with login --scope).",
+            valueName: "SCOPE"))
+    var scopes: [String] = []
+
+    @Option(
+        name: .customLong("resource"),
+        help: ArgumentHelp(
+            "A token for this protected resource (an absolute URI, RFC 8707; repeat for several): its audience is that resource.",
+            valueName: "URI"))
+    var resources: [String] = []
+
+    func validate() throws {
+        if let scope = scopes.first(where: { $0.isEmpty || $0.contains(where: { $0 == " " || $0.isNewline }) }) {
+            throw ValidationError("--scope takes one scope (no spaces; repeat --scope for several), not \"\(Terminal.clean(scope))\"")
+        }
+        if let resource = resources.first(where: { !$0.contains(":") || $0.contains("#") }) {
+            throw ValidationError(
+                "--resource takes an absolute URI without a fragment, e.g. https://api.example.com/, not \"\(Terminal.clean(resource))\"")
+        }
+    }
+
+    var tokenFor: TokenFor { TokenFor(scopes: scopes, resources: resources) }
 }

@@ -396,6 +396,33 @@ def test_token_and_exec_say_when_the_token_is_valid_for_less_than_asked(cli, dot
     assert "half its lifetime" in authbridge("exec", "--help").stdout
 
 
+def test_token_for_scopes_exec_with_them_and_exchange_and_client_credentials_reach_the_host(cli, dot):
+    """Issue 30 from the command line: `token --scope/--resource`, the same on `exec`, `exchange`,
+    `login --client-credentials` (what the provider makes of them is the host's tests')."""
+    assert cli.run("login", "dot").returncode == 0
+    whole = cli.run("token", "dot").stdout.strip()
+    narrow = cli.run("token", "dot", "--scope", "openid", "--scope", "read")
+    assert narrow.returncode == 0 and narrow.stderr == "", narrow.stderr
+    assert dot.is_issued(narrow.stdout.strip()) and narrow.stdout.strip() != whole, "a token of its own for those scopes"
+    again = cli.run("token", "dot", "--scope", "openid", "--scope", "read", "--json")
+    assert json.loads(again.stdout)["accessToken"] == narrow.stdout.strip(), "kept per scopes"
+    ran = cli.run("exec", "dot", "--scope", "openid", "--scope", "read", "--", "sh", "-c", 'test "$AUTHBRIDGE_TOKEN" = "$0"',
+                  narrow.stdout.strip())
+    assert ran.returncode == 0, ran.stderr
+    # Usage errors are the command line's own (exit 64), before any host.
+    for argv in (["token", "dot", "--scope", "read write"], ["token", "dot", "--resource", "api.example.com"],
+                 ["exchange", "dot", "--subject-token-type", "refreshToken"], ["login", "dot", "--client-credentials", "--device"]):
+        done = cli.run(*argv)
+        assert done.returncode == USAGE and done.stdout == "", (argv, done.stderr)
+    # DOT does no token exchange and its test client is public: refusals, never the params check's.
+    exchanged = cli.run("exchange", "dot", "--audience", "billing", "--scope", "read")
+    assert exchanged.returncode not in (0, USAGE) and exchanged.stdout == "" and "Invalid params" not in exchanged.stderr, exchanged.stderr
+    machine = cli.run("login", "dot", "--client-credentials", "--timeout", "5")
+    assert machine.returncode not in (0, USAGE) and "Invalid params" not in machine.stderr, machine.stderr
+    assert "--client-credentials" in authbridge("login", "--help").stdout
+    assert "--scope <SCOPE>" in authbridge("exec-credential", "--help").stdout
+
+
 def test_status_help_says_what_is_checked_and_a_valid_token_is_signed_in_with_the_provider_down(cli, dot, tmp_path):
     # Before: "Checks every signed-in account with its provider", while an unexpired token was
     # reported signedIn without asking it (the provider may be down).
@@ -655,7 +682,8 @@ def test_ctrl_c_during_login_cancels_it_and_leaves_nothing_behind(cli, dot):
     assert not session_records(vault)
 
 
-COMMANDS = ("serve", "agent", "login", "status", "token", "logout", "plugins", "git-credential", "exec-credential", "exec")
+COMMANDS = ("serve", "agent", "login", "status", "token", "exchange", "logout", "plugins", "git-credential", "exec-credential",
+            "exec")
 
 
 def option_entries(help_text: str) -> dict[str, str]:

@@ -105,9 +105,9 @@ function dpopNonceRequested(response) {
  * The function behind `bridge.authorizedFetch(profile, options)` (see index.d.ts and the README).
  * @param {import('./client.js').AuthBridge} bridge
  * @param {string} profile
- * @param {{account?: string, minValidityMs?: number}} [options]
+ * @param {{account?: string, minValidityMs?: number, scopes?: string[], resource?: string | string[]}} [options]
  */
-export function authorizedFetch(bridge, profile, { account, minValidityMs } = {}) {
+export function authorizedFetch(bridge, profile, { account, minValidityMs, scopes, resource } = {}) {
   if (typeof profile !== 'string' || profile === '') throw new TypeError('authorizedFetch(profile): a profile name is needed');
   // The request's method and URL: a DPoP-bound session's answer carries the proof for exactly
   // that request (RFC 9449); a bearer session's ignores them.
@@ -115,6 +115,8 @@ export function authorizedFetch(bridge, profile, { account, minValidityMs } = {}
     provider: profile,
     ...(account !== undefined && { account }),
     ...(minValidityMs !== undefined && { minValidityMs }),
+    ...(scopes !== undefined && { scopes: [...scopes] }),
+    ...(resource !== undefined && { resource: typeof resource === 'string' ? resource : [...resource] }),
     ...(forceRefresh && { forceRefresh: true }),
     method: request.method,
     url: request.url,

@@ -591,6 +591,13 @@ export class AuthBridge extends EventEmitter {
   /** An access token (refreshed first when needed) and the headers/cookies to authorize requests with. */
   getAccessToken(params, options) { return this.request('getAccessToken', providerParams(params), options); }
 
+  /**
+   * Token exchange (RFC 8693): the session's access token (or ID token, `subjectTokenType:
+   * 'idToken'`) exchanged for a token for another `audience`, `resource` or `scopes`; answered
+   * like getAccessToken, and kept by the host until it is about to expire.
+   */
+  exchangeToken(params, options) { return this.request('exchangeToken', providerParams(params), options); }
+
   /** An HTTP request made by the host with the session's authorization; any HTTP status is a result. */
   fetch(params, options) { return this.request('fetch', params, options); }
 
@@ -609,7 +616,7 @@ export class AuthBridge extends EventEmitter {
    * again, unless its body was a stream. Only https, or http to a loopback IP address, gets a
    * token (else InsecureUrlError). See the README ("authorizedFetch").
    * @param {string} profile
-   * @param {{account?: string, minValidityMs?: number}} [options]
+   * @param {{account?: string, minValidityMs?: number, scopes?: string[], resource?: string | string[]}} [options]
    */
   authorizedFetch(profile, options) { return authorizedFetch(this, profile, options); }
 }

@@ -149,6 +149,32 @@ test('an account of the profile: its token, whoever is the current account', { t
   assert.deepEqual(last.params, { provider: 'dot', account: ada, method: 'GET', url: userinfo() });
 });
 
+test('scopes and resource (issue 30): on every getAccessToken of authorizedFetch, on fetch, and exchangeToken\'s names', { timeout: 60_000 }, async () => {
+  const { bridge, sub } = await signedIn();
+  const whole = await bridge.getAccessToken('dot');
+  const narrow = await bridge.getAccessToken({ provider: 'dot', scopes: ['openid', 'read'] });
+  assert.ok(narrow.accessToken && narrow.accessToken !== whole.accessToken, 'a token of its own for those scopes');
+  const scoped = bridge.authorizedFetch('dot', { scopes: ['openid', 'read'] });
+  assert.equal((await (await scoped(userinfo())).json()).sub, sub);
+  const asked = () => bridge.tap.sent.filter((f) => f.method === 'getAccessToken').at(-1).params;
+  assert.deepEqual(asked(), { provider: 'dot', scopes: ['openid', 'read'], method: 'GET', url: userinfo() });
+  const resource = 'https://api.example.test/v1';
+  // What DOT answers to a resource is the host's and DOT's affair: the names must pass the params check.
+  const notInvalidParams = (error) => { assert.notEqual(error.code, -32602, error.message); return true; };
+  // DOT revokes a refresh token's earlier access tokens when it is used again: the token of another
+  // key (the resource's, next) ends this one, so the fetch comes first.
+  const answer = await bridge.fetch({ provider: 'dot', url: userinfo(), scopes: ['openid', 'read'] });
+  assert.equal(answer.status, 200);
+  await bridge.authorizedFetch('dot', { scopes: ['openid', 'read'], resource: [resource] })(userinfo()).catch(notInvalidParams);
+  const withResource = bridge.tap.sent.filter((f) => f.method === 'getAccessToken' && f.params.resource).map((f) => f.params);
+  // (Then, if DOT's userinfo refused that token, its renewal with forceRefresh: the same scopes and resource.)
+  assert.deepEqual(withResource[0], { provider: 'dot', scopes: ['openid', 'read'], resource: [resource], method: 'GET', url: userinfo() });
+  assert.ok(withResource.every((p) => p.resource.length === 1 && p.scopes.length === 2));
+  const exchange = { provider: 'dot', audience: 'billing', resource, scopes: ['read'], requestedTokenType: 'accessToken', subjectTokenType: 'idToken', minValidityMs: 30_000 };
+  await assert.rejects(bridge.exchangeToken(exchange), notInvalidParams, 'DOT does no token exchange');
+  assert.deepEqual(bridge.tap.sent.filter((f) => f.method === 'exchangeToken').at(-1).params, exchange);
+});
+
 test('no token over plain http to a named host; nothing is asked of the host', { timeout: 30_000 }, async () => {
   const bridge = await startBridge(box);
   await bridge.configureProfile({ name: 'dot', plugin: 'oidc', settings: dot.settings() });

@@ -192,7 +192,7 @@ test('package: an ES module with exports and types, no dependencies; the .d.ts d
   // Every param of every method the client wraps is a member of its params interface.
   const wrapped = { listAccounts: 'ListAccountsParams', checkSignInStatus: 'CheckSignInStatusParams', requestOAuthTokens: 'RequestOAuthTokensParams',
     completeSignIn: 'CompleteSignInParams', signOut: 'SignOutParams', completeSignOut: 'CompleteSignOutParams',
-    getAccessToken: 'GetAccessTokenParams', fetch: 'FetchParams',
+    getAccessToken: 'GetAccessTokenParams', fetch: 'FetchParams', exchangeToken: 'ExchangeTokenParams',
     configureProfile: 'ConfigureProfileParams', removeProfile: 'RemoveProfileParams' };
   for (const [method, name] of Object.entries(wrapped)) {
     const body = new RegExp(`export interface ${name} \\{([^}]*)\\}`).exec(dts)?.[1];
@@ -220,3 +220,12 @@ test('index.d.ts type-checks (tsc --strict) against typical uses, and rejects wr
       fs.rmSync(app, { recursive: true, force: true });
     }
   });
+
+test('-32004 insufficientScope: missingScopes from data.missingScopes; [] on any other error', () => {
+  const refused = errorFromResponse({ code: -32004, message: 'The grant does not cover these scopes',
+    data: { provider: 'dot', reason: 'insufficientScope', retryable: false, missingScopes: ['write', 'admin'] } }, { method: 'getAccessToken' });
+  assert.ok(refused instanceof client.ProviderRefusedError);
+  assert.equal(refused.reason, 'insufficientScope');
+  assert.deepEqual(refused.missingScopes, ['write', 'admin']);
+  assert.deepEqual(errorFromResponse({ code: -32004, message: 'no', data: { reason: 'invalid_grant' } }).missingScopes, []);
+});

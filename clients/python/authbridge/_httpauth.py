@@ -14,7 +14,7 @@ import ipaddress
 import threading
 import urllib.parse
 import weakref
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 from .client import AuthBridge
@@ -125,7 +125,8 @@ class TokenSource:
     one refresh."""
 
     def __init__(self, owner: str, bridge: AuthBridge | SyncAuthBridge, profile: str, *, account: str | None,
-                 min_validity_ms: int | None) -> None:
+                 min_validity_ms: int | None, scopes: Sequence[str] | None = None,
+                 resource: str | Sequence[str] | None = None) -> None:
         if not isinstance(bridge, (AuthBridge, SyncAuthBridge)):
             raise TypeError(f"{owner} needs a bridge from authbridge.connect() or authbridge.sync.connect(), "
                             f"not {type(bridge).__name__}")
@@ -134,17 +135,21 @@ class TokenSource:
         self.profile = profile
         self.account = account
         self.min_validity_ms = min_validity_ms
+        self.scopes = tuple(scopes) if scopes is not None else None
+        self.resource = resource if resource is None or isinstance(resource, str) else tuple(resource)
         self._lock = threading.Lock()
         self._loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
-        return f"{self.owner}(profile={self.profile!r}, account={self.account!r})"
+        extra = "".join(f", {name}={value!r}" for name, value in (("scopes", self.scopes), ("resource", self.resource))
+                        if value is not None)
+        return f"{self.owner}(profile={self.profile!r}, account={self.account!r}{extra})"
 
     def _params(self, force: bool, method: str, url: str, dpop_nonce: str | None = None) -> dict[str, Any]:
         """The request's method and URL go along: a DPoP-bound session's answer carries the proof
         for exactly that request (RFC 9449); a bearer session's ignores them."""
         return {"account": self.account, "min_validity_ms": self.min_validity_ms, "force_refresh": True if force else None,
-                "method": method, "url": url, "dpop_nonce": dpop_nonce}
+                "method": method, "url": url, "dpop_nonce": dpop_nonce, "scopes": self.scopes, "resource": self.resource}
 
     # ── Blocking (requests, httpx.Client) ────────────────────────────────────
 

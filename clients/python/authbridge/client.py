@@ -37,6 +37,14 @@ def _drop_none(**params: Any) -> dict[str, Any]:
     return {name: value for name, value in params.items() if value is not None}
 
 
+def _resource(resource: str | Sequence[str] | None) -> str | list[str] | None:
+    """`resource` as the wire takes it: one URI as a string, several as an array (a lone string
+    is never split into characters)."""
+    if resource is None or isinstance(resource, str):
+        return resource
+    return list(resource)
+
+
 class AuthBridge(Listeners):
     """A client of one `authbridge serve` process, or of the user's running `authbridge agent`.
 
@@ -413,7 +421,8 @@ class AuthBridge(Listeners):
     async def request_oauth_tokens(self, provider: str, *, flow: Flow | None = None,
                                    session_id: str | None = None, scopes: Sequence[str] | None = None,
                                    login_hint: str | None = None, redirect_uri: str | None = None,
-                                   timeout_ms: int | None = None, on_progress: ProgressCallback | None = None,
+                                   timeout_ms: int | None = None, resource: str | Sequence[str] | None = None,
+                                   on_progress: ProgressCallback | None = None,
                                    timeout: float | None = None) -> SignInStatus:
         """Signs in and answers when the sign-in has finished.
 
@@ -421,10 +430,15 @@ class AuthBridge(Listeners):
         open `event.url` (browser flow: in the system browser; the redirect comes back to the
         host), at "deviceCode" show `event.user_code`. `timeout_ms` bounds the wait for the user
         at the host (`Timeout` error); `timeout` is the client's own deadline.
+
+        `flow="clientCredentials"`: no user and no browser, the profile's own client (a machine
+        identity). `scopes` beyond those an account holds ask the user again (incremental
+        consent), keeping the account. `resource`: the protected resource(s) the sign-in is for
+        (RFC 8707; default: the profile setting `resources`).
         """
         params = _drop_none(provider=provider, flow=flow, sessionId=session_id,
                             scopes=list(scopes) if scopes is not None else None, loginHint=login_hint,
-                            redirectUri=redirect_uri, timeoutMs=timeout_ms)
+                            redirectUri=redirect_uri, timeoutMs=timeout_ms, resource=_resource(resource))
         result = await self.request("requestOAuthTokens", params, timeout=timeout, on_progress=on_progress)
         return SignInStatus.from_wire(result)
 
@@ -446,6 +460,7 @@ class AuthBridge(Listeners):
     async def get_access_token(self, provider: str, *, account: str | None = None,
                                min_validity_ms: int | None = None, force_refresh: bool | None = None,
                                method: str | None = None, url: str | None = None, dpop_nonce: str | None = None,
+                               scopes: Sequence[str] | None = None, resource: str | Sequence[str] | None = None,
                                timeout: float | None = None) -> AccessTokenResult:
         """A valid access token (renewed first when it has less than `min_validity_ms` left,
         default 60 s, or when `force_refresh` says the provider just rejected it) and the
@@ -454,20 +469,45 @@ class AuthBridge(Listeners):
         `method` and `url`: the request the token is for. A DPoP-bound session's answer
         (`token_type` "DPoP", RFC 9449) then carries the proof for exactly that request in its
         headers; ask again for every request. `dpop_nonce`: the `DPoP-Nonce` that request was
-        refused for (401 `use_dpop_nonce`), for the proof of its retry."""
+        refused for (401 `use_dpop_nonce`), for the proof of its retry.
+
+        `scopes` and `resource` (one absolute URI or several, RFC 8707): a token for exactly
+        those, kept by the host per (scopes, resource) beside the session's own. Scopes the
+        sign-in's grant does not cover raise `ProviderRefused` (reason "insufficientScope") whose
+        `missing_scopes` says which: sign in again with them (`request_oauth_tokens(scopes=...)`)."""
         params = _drop_none(provider=provider, account=account, minValidityMs=min_validity_ms,
-                            forceRefresh=force_refresh, method=method, url=url, dpopNonce=dpop_nonce)
+                            forceRefresh=force_refresh, method=method, url=url, dpopNonce=dpop_nonce,
+                            scopes=list(scopes) if scopes is not None else None, resource=_resource(resource))
         return AccessTokenResult.from_wire(await self.request("getAccessToken", params, timeout=timeout))
+
+    async def exchange_token(self, provider: str, *, account: str | None = None, audience: str | None = None,
+                             resource: str | Sequence[str] | None = None, scopes: Sequence[str] | None = None,
+                             requested_token_type: str | None = None,
+                             subject_token_type: Literal["accessToken", "idToken"] | None = None,
+                             min_validity_ms: int | None = None, timeout: float | None = None) -> AccessTokenResult:
+        """Token exchange (RFC 8693): the session's access token (or, with `subject_token_type`
+        "idToken", its ID token) exchanged at the provider for a token for another `audience`,
+        `resource` or `scopes`; `requested_token_type` a token type URI or one of the short names
+        "accessToken", "idToken", "jwt". The host keeps the result and answers from it until it
+        is about to expire (`min_validity_ms`), as `get_access_token` does."""
+        params = _drop_none(provider=provider, account=account, audience=audience, resource=_resource(resource),
+                            scopes=list(scopes) if scopes is not None else None,
+                            requestedTokenType=requested_token_type, subjectTokenType=subject_token_type,
+                            minValidityMs=min_validity_ms)
+        return AccessTokenResult.from_wire(await self.request("exchangeToken", params, timeout=timeout))
 
     async def fetch(self, provider: str, url: str, *, method: str | None = None,
                     headers: Mapping[str, str] | None = None, body: str | None = None,
                     account: str | None = None, timeout_ms: int | None = None,
+                    scopes: Sequence[str] | None = None, resource: str | Sequence[str] | None = None,
                     timeout: float | None = None) -> FetchResult:
         """An HTTP request made and authorized by the host (refreshing and replaying once on an
         expired session). `url` is absolute, or a path against the profile's `apiBaseUrl`. Any
-        HTTP status is a result."""
+        HTTP status is a result. `scopes` / `resource`: authorize it with the token for exactly
+        those (as `get_access_token`'s; default: the configured resource `url` is under, if any)."""
         params = _drop_none(provider=provider, account=account, url=url, method=method,
-                            headers=dict(headers) if headers is not None else None, body=body, timeoutMs=timeout_ms)
+                            headers=dict(headers) if headers is not None else None, body=body, timeoutMs=timeout_ms,
+                            scopes=list(scopes) if scopes is not None else None, resource=_resource(resource))
         return FetchResult.from_wire(await self.request("fetch", params, timeout=timeout))
 
     async def sign_out(self, provider: str, *, account: str | None = None, end_session: bool | None = None,

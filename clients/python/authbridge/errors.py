@@ -36,7 +36,9 @@ class AuthBridgeError(Exception):
 
     For an error answered by the host, `code`, `message` and `data` are the JSON-RPC error
     object's members; `provider`, `reason`, `retryable`, `field` are copied out of `data`
-    (None when absent). `request_method` is the method of the call that failed. Errors made by
+    (None when absent); `missing_scopes` is `data.missingScopes` (-32004 "insufficientScope": the
+    scopes asked for that the sign-in's grant does not cover; empty otherwise). `request_method`
+    is the method of the call that failed. Errors made by
     the client itself (`HostExited`, `HostNotFound`, `BridgeClosed`, `FrameTooLarge`,
     `InsecureURL`) have `code` None; `RequestTimeout` has the code of `Timeout`.
     """
@@ -55,6 +57,7 @@ class AuthBridgeError(Exception):
         self.reason: str | None = self.data.get("reason")
         self.retryable: bool = bool(self.data.get("retryable", False))
         self.field: str | None = self.data.get("field")
+        self.missing_scopes: tuple[str, ...] = tuple(self.data.get("missingScopes") or ())
 
     def __str__(self) -> str:
         where = f"{self.request_method}: " if self.request_method else ""

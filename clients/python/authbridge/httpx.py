@@ -17,7 +17,7 @@ path match its URL. When the server answers 401, the auth object renews the toke
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,8 @@ class AuthBridgeAuth(httpx.Auth):
       client's cookie jar. Following a redirect, httpx drops the Authorization field when the
       origin changes and rebuilds the Cookie field from its jar: the token does not follow.
     - `min_validity_ms`: renew first when the token expires sooner (the host's default: 60 s).
+    - `scopes`, `resource` (one absolute URI or several): every request gets the token for exactly
+      those (`getAccessToken`'s `scopes` and `resource`), not the session's own.
     - Only https URLs, or plain http to a loopback IP address, get a token: any other URL raises
       `authbridge.InsecureURL` before anything is sent.
     - A 401 from the URL's origin renews the token once (`forceRefresh`, unless another request
@@ -77,9 +79,10 @@ class AuthBridgeAuth(httpx.Auth):
     """
 
     def __init__(self, bridge: AuthBridge | SyncAuthBridge, profile: str, *, account: str | None = None,
-                 min_validity_ms: int | None = None) -> None:
+                 min_validity_ms: int | None = None, scopes: Sequence[str] | None = None,
+                 resource: str | Sequence[str] | None = None) -> None:
         self._source = TokenSource("authbridge.httpx.AuthBridgeAuth", bridge, profile, account=account,
-                                   min_validity_ms=min_validity_ms)
+                                   min_validity_ms=min_validity_ms, scopes=scopes, resource=resource)
 
     def __repr__(self) -> str:
         return repr(self._source)

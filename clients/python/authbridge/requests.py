@@ -18,6 +18,7 @@ once (`forceRefresh`) and sends the request again; see `AuthBridgeAuth` for the 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 try:
@@ -61,6 +62,8 @@ class AuthBridgeAuth(requests.auth.AuthBase):
       session's cookie jar. Following a redirect, requests drops the Authorization field when
       the host changes and rebuilds the Cookie field from its jar: the token does not follow.
     - `min_validity_ms`: renew first when the token expires sooner (the host's default: 60 s).
+    - `scopes`, `resource` (one absolute URI or several): every request gets the token for exactly
+      those (`getAccessToken`'s `scopes` and `resource`), not the session's own.
     - Only https URLs, or plain http to a loopback IP address, get a token: any other URL raises
       `authbridge.InsecureURL` before anything is sent.
     - A 401 from the URL's origin renews the token once (`forceRefresh`, unless another request
@@ -79,9 +82,10 @@ class AuthBridgeAuth(requests.auth.AuthBase):
     """
 
     def __init__(self, bridge: SyncAuthBridge, profile: str, *, account: str | None = None,
-                 min_validity_ms: int | None = None) -> None:
+                 min_validity_ms: int | None = None, scopes: Sequence[str] | None = None,
+                 resource: str | Sequence[str] | None = None) -> None:
         self._source = TokenSource("authbridge.requests.AuthBridgeAuth", bridge, profile, account=account,
-                                   min_validity_ms=min_validity_ms)
+                                   min_validity_ms=min_validity_ms, scopes=scopes, resource=resource)
         self._source._blocking()   # refuse an asyncio bridge now, not at the first request
 
     def __repr__(self) -> str:

@@ -217,6 +217,7 @@ class SyncAuthBridge(Listeners):
     complete_sign_in = _blocking(AuthBridge.complete_sign_in)
     complete_sign_out = _blocking(AuthBridge.complete_sign_out)
     get_access_token = _blocking(AuthBridge.get_access_token)
+    exchange_token = _blocking(AuthBridge.exchange_token)
     fetch = _blocking(AuthBridge.fetch)
     sign_out = _blocking(AuthBridge.sign_out)
 

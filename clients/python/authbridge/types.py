@@ -26,7 +26,7 @@ __all__ = [
     "Event", "event_from_wire",
 ]
 
-Flow = Literal["browser", "external", "device", "session"]
+Flow = Literal["browser", "external", "device", "session", "clientCredentials"]
 SignInState = Literal["signedIn", "notSignedIn", "offline", "licenseRevoked"]
 SessionState = Literal["signedIn", "refreshed", "signedOut", "licenseRevoked"]
 SignInStage = Literal["openUrl", "deviceCode", "waiting", "exchanging", "plugin"]

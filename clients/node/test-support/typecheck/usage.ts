@@ -23,6 +23,12 @@ export async function typicalUse(): Promise<void> {
   console.log(status.account?.email, status.expiresAt);
   const token: AccessTokenResult = await bridge.getAccessToken('corp');
   console.log(token.headers['Authorization'], token.cookies.map((cookie) => cookie.domain));
+  const narrow: AccessTokenResult = await bridge.getAccessToken({ provider: 'corp', scopes: ['read'], resource: 'https://api.example.com/' });
+  const exchanged: AccessTokenResult = await bridge.exchangeToken({ provider: 'corp', audience: 'billing', resource: ['https://a.example/', 'https://b.example/'],
+    scopes: ['read'], requestedTokenType: 'accessToken', subjectTokenType: 'idToken', minValidityMs: 30_000 });
+  console.log(narrow.expiresAt, exchanged.tokenType, (await bridge.exchangeToken('corp')).accessToken);
+  await bridge.requestOAuthTokens({ provider: 'corp', flow: 'clientCredentials', resource: 'https://api.example.com/' });
+  await bridge.fetch({ provider: 'corp', url: '/me', scopes: ['read'], resource: ['https://api.example.com/'] });
   const answer = await bridge.fetch({ provider: 'corp', url: '/me', method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}' });
   const code: number = answer.status;
   console.log(code, (await bridge.listAccounts()).accounts.map((account) => account.current));
@@ -30,13 +36,13 @@ export async function typicalUse(): Promise<void> {
     const out: SignOutResult = await bridge.signOut({ provider: 'corp', account: 'sub-1' });
     console.log(out.revoked);
   } catch (error) {
-    if (error instanceof NotSignedInError) console.log(error.reason, error.retryable, error.data?.provider);
+    if (error instanceof NotSignedInError) console.log(error.reason, error.retryable, error.data?.provider, error.data?.missingScopes?.length, error.missingScopes.join(' '));
     if (error instanceof HostNotFoundError) console.log(error.executable, error.message);
     if (error instanceof HostExitedError) console.log(error.exitCode, error.signal, error.stderrTail);
     if (error instanceof AbortError) console.log(error.cause);
     if (error instanceof UnsupportedProtocolVersionError) console.log(error.supported);
   }
-  const api: AuthorizedFetch = bridge.authorizedFetch('corp', { account: 'sub-1', minValidityMs: 30_000 });
+  const api: AuthorizedFetch = bridge.authorizedFetch('corp', { account: 'sub-1', minValidityMs: 30_000, scopes: ['read'], resource: 'https://api.example.com/' });
   const me: Response = await api('https://api.example.com/me', { headers: { Accept: 'application/json' }, signal: new AbortController().signal });
   console.log(me.status, (await api(new URL('https://api.example.com/x'))).ok, (await bridge.authorizedFetch('corp')(new Request('https://a.example/'))).ok);
   try {
@@ -54,6 +60,8 @@ export async function typicalUse(): Promise<void> {
   await bridge.checkSignInStatus({ provider: 'corp', bogus: 1 });
   // @ts-expect-error a flow the spec does not have
   await bridge.requestOAuthTokens({ provider: 'corp', flow: 'popup' });
+  // @ts-expect-error a subject token type the spec does not have
+  await bridge.exchangeToken({ provider: 'corp', subjectTokenType: 'refreshToken' });
   // @ts-expect-error fetch needs a url
   await bridge.fetch({ provider: 'corp' });
   // @ts-expect-error an event the bridge does not emit
