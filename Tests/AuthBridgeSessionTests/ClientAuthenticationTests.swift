@@ -48,10 +48,16 @@ struct ClientAuthenticationTests {
         let jwt = ClientAuthentication.method(Self.config(["clientAuthentication": "private_key_jwt"]))
         if case .failure(let failure) = jwt { #expect(failure.message.contains("privateKeyFile")) } else { Issue.record("accepted without a key") }
         let unknown = ClientAuthentication.method(Self.config(["clientAuthentication": "tls_client_auth"]))
-        if case .failure(let failure) = unknown { #expect(failure.reason == "invalidSettings") } else { Issue.record("an unknown method was accepted") }
+        if case .failure(let failure) = unknown {
+            #expect(failure.reason == "invalidSettings")
+        } else {
+            Issue.record("an unknown method was accepted")
+        }
         // `where` must hold for each method: with a secret, every secret method is accepted.
         for method in ["client_secret_basic", "client_secret_post", "client_secret_jwt"] {
-            #expect((try? ClientAuthentication.method(Self.config(["clientAuthentication": .string(method), "clientSecret": "s"])).get())?.rawValue == method)
+            #expect(
+                (try? ClientAuthentication.method(Self.config(["clientAuthentication": .string(method), "clientSecret": "s"])).get())?.rawValue
+                    == method)
         }
     }
 
@@ -69,7 +75,8 @@ struct ClientAuthenticationTests {
         let mac = try HMACSHA256.authenticationCode(Array(input.utf8), key: Array("secret".utf8))
         #expect(assertion.hasSuffix("." + Base64URL.encode(mac)))
         let issuer = try ClientAuthentication.authenticate(
-            Self.request, config: Self.config(["clientSecret": "s", "clientAuthentication": "client_secret_jwt", "clientAssertionAudience": "issuer"])
+            Self.request,
+            config: Self.config(["clientSecret": "s", "clientAuthentication": "client_secret_jwt", "clientAssertionAudience": "issuer"])
         ).get()
         #expect(Self.claims(issuer["form"]?["client_assertion"]?.stringValue ?? "")?["aud"] == "https://as.example")
     }
@@ -77,14 +84,18 @@ struct ClientAuthenticationTests {
     /// RFC 4231 test case 2: the HMAC the assertions rest on.
     @Test func hmacSHA256IsRFC4231s() throws {
         let code = try HMACSHA256.authenticationCode(Array("what do ya want for nothing?".utf8), key: Array("Jefe".utf8))
-        #expect(code.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
-            == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        #expect(
+            code.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+                == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
     }
 
     @Test func aPrivateKeyFileMustBePrivateAndHoldAKey() throws {
         let folder = "/tmp/authbridge-client-key-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         #expect(mkdir(folder, 0o700) == 0)
-        defer { _ = unlink(folder + "/key.pem"); _ = rmdir(folder) }
+        defer {
+            _ = unlink(folder + "/key.pem")
+            _ = rmdir(folder)
+        }
         let path = folder + "/key.pem"
         // A P-256 key in SEC 1 PEM, made for this test only.
         let pem = """
@@ -109,14 +120,19 @@ struct ClientAuthenticationTests {
         #expect(key.algorithm == .es256)
         let authenticated = try ClientAuthentication.authenticate(Self.request, config: config).get()
         let assertion = try #require(authenticated["form"]?["client_assertion"]?.stringValue)
-        let header = try #require(Base64URL.decode(Array(assertion.split(separator: ".")[0].utf8)).flatMap { try? JSON.parse(String(decoding: $0, as: UTF8.self)) })
+        let header = try #require(
+            Base64URL.decode(Array(assertion.split(separator: ".")[0].utf8)).flatMap { try? JSON.parse(String(decoding: $0, as: UTF8.self)) })
         #expect(header["alg"] == "ES256" && header["kid"] == "k1")
         #expect(!String(describing: key).contains(Base64URL.encode(key.privateKey)))
         // Not a key: refused as such.
         let other = fopen(path, "w")
         fputs("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", other)
         fclose(other)
-        if case .failure(let failure) = ClientKeys.shared.key(config) { #expect(failure.reason == "invalidSettings") } else { Issue.record("garbage was a key") }
+        if case .failure(let failure) = ClientKeys.shared.key(config) {
+            #expect(failure.reason == "invalidSettings")
+        } else {
+            Issue.record("garbage was a key")
+        }
     }
 
     @Test func aTokenRequestNamesOneResourceAndAPurposeHasOneName() {
@@ -130,7 +146,8 @@ struct ClientAuthenticationTests {
         let same = TokenPurpose(scopes: ["read", "write"], resources: ["https://a/", "https://b/"])
         #expect(one.key == same.key && one.scopes == ["read", "write"])
         #expect(TokenPurpose(scopes: nil, resources: ["https://a/"]).key != TokenPurpose(scopes: [], resources: ["https://a/"]).key)
-        let exchange = TokenPurpose(scopes: nil, resources: ["https://a/"], exchange: .init(audience: nil, requestedTokenType: nil, subjectTokenType: "accessToken"))
+        let exchange = TokenPurpose(
+            scopes: nil, resources: ["https://a/"], exchange: .init(audience: nil, requestedTokenType: nil, subjectTokenType: "accessToken"))
         #expect(exchange.key != TokenPurpose(scopes: nil, resources: ["https://a/"]).key)
         #expect(TokenPurpose.resources("https://a/") == ["https://a/"] && TokenPurpose.resources(["x:y", "z:w"]) == ["x:y", "z:w"])
         #expect(TokenPurpose.resources(nil) == nil)
