@@ -87,6 +87,11 @@ extension SessionEngine {
         }
         let now = HostClock.nowMilliseconds()
         if !forceRefresh, let kept = session.derived[purpose.key], kept.freshness(at: now, minimumValidity: minimumValidity) != .renew {
+            // Refresh ahead, as for the session's own token: past three quarters of its lifetime the
+            // caller gets it at once and the next one is fetched in the background (single-flight).
+            if let ahead = kept.refreshAheadAt, now >= ahead, derivedWork[DerivedKey(session: key, purpose: purpose.key)] == nil {
+                Task { _ = try? await self.derivedOrThrow(purpose, key: key, context: context, stale: session, minimumValidity: minimumValidity) }
+            }
             return (context, key, session, kept)
         }
         let derived = try await derivedOrThrow(purpose, key: key, context: context, stale: session, minimumValidity: minimumValidity)
