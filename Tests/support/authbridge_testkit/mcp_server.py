@@ -81,8 +81,8 @@ What mcp 2.3.0 does (measured, tests in Tests/contract/test_kit_mcp_server.py):
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import os
 import secrets
 import signal
 import socket
@@ -101,7 +101,7 @@ from starlette.routing import Route
 from mcp.server.auth.handlers.revoke import RevocationErrorResponse
 from mcp.server.auth.json_response import PydanticJSONResponse
 from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, RequireAuthMiddleware
 from mcp.server.auth.middleware.client_auth import AuthenticationError, ClientAuthenticator
 from mcp.server.auth.provider import (AccessToken, AuthorizationCode, AuthorizationParams, AuthorizeError,
                                       RefreshToken, TokenError, construct_redirect_uri)
@@ -497,8 +497,8 @@ class McpServer:
         routes = []
         for route in app.router.routes:
             path = getattr(route, "path", None)
-            if path == "/mcp":
-                route = Route("/mcp", endpoint=McpGate(route.endpoint.app, self))   # the SDK's RequireAuthMiddleware's app
+            if path == "/mcp" and isinstance(route, Route) and isinstance(route.endpoint, RequireAuthMiddleware):
+                route = Route("/mcp", endpoint=McpGate(route.endpoint.app, self))   # in place of the SDK's gate, on its app
             elif path == "/.well-known/oauth-authorization-server":
                 route = Route(path, endpoint=cors_middleware(_document(metadata_document), ["GET", "OPTIONS"]),
                               methods=["GET", "OPTIONS"])
@@ -507,6 +507,7 @@ class McpServer:
             elif path == "/revoke" and self.public_revocation:
                 route = Route(path, endpoint=self._revoke, methods=["POST"])
             routes.append(route)
+        assert any(isinstance(route, Route) and isinstance(route.endpoint, McpGate) for route in routes), "the SDK's /mcp route moved"
         app.router.routes[:] = routes
         return Recorder(app, self)
 
@@ -563,8 +564,11 @@ def main(argv: list[str] | None = None) -> int:
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: done.set())
 
-    def watch_stdin() -> None:
-        while sys.stdin.buffer.read1(65536) if hasattr(sys.stdin.buffer, "read1") else sys.stdin.read(1):
+    def watch_stdin() -> None:   # the raw descriptor: a daemon thread in a buffered read aborts the interpreter's exit
+        try:
+            while os.read(sys.stdin.fileno(), 65536):
+                pass
+        except OSError:
             pass
         done.set()
 
