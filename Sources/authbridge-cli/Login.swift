@@ -42,7 +42,7 @@ struct Login: HumanCommand {
 
     @Option(
         name: .customLong("profile"),
-        help: ArgumentHelp("With a URL: the name of the profile it makes (default: the URL's host).", valueName: "NAME"))
+        help: ArgumentHelp("With a URL: the name of the profile it makes (default: the URL's host).", valueName: "PROFILE"))
     var profileName: String?
 
     @Flag(help: "Use the device authorization grant (RFC 8628): for machines without a browser.")

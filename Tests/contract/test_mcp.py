@@ -205,20 +205,29 @@ def test_a_registration_the_server_forgot_is_made_again(start_host, oidc_plugin_
     host = start_host([oidc_plugin_dir], profiles={"a": {"plugin": "oidc", "settings": {"resource": server.url}},
                                                    "b": {"plugin": "oidc", "settings": {"resource": server.url}}})
     sign_in_external(host, McpBrowser(server), "a")
-    (old_client, _), = server.clients.items()
-    server.forget_clients()   # an in-memory server restarted
+    (first_client, _), = server.clients.items()
 
-    # A new sign-in does not send the user to an error page: the host notices and registers again.
-    sign_in_external(host, McpBrowser(server), "b")
-    (new_client, _), = server.clients.items()
-    assert new_client != old_client
-    assert server.token_info(access_token(host, "b"))["client_id"] == new_client
-
-    # The session of the forgotten client ends on the server's invalid_client, and the next sign-in works.
+    # The server restarts (in memory) while the user is signed in: its refresh is answered
+    # invalid_client, which ends the session and forgets the registration…
+    server.forget_clients()
     error = host.error("getAccessToken", {"provider": "a", "forceRefresh": True})
-    assert error["code"] == NOT_SIGNED_IN, error
+    assert error["code"] == NOT_SIGNED_IN and server.grants[-1] == ("refresh_token", 401), (error, server.grants)
+    # …so the next sign-in registers at once, without asking whether the old client is known.
+    before = len(server.grants)
     sign_in_external(host, McpBrowser(server), "a")
-    assert server.token_info(access_token(host, "a"))["client_id"] in server.clients
+    (second_client, _), = server.clients.items()
+    assert second_client != first_client and ("authorization_code", 401) not in server.grants[before:]
+
+    # A stored registration the server forgot while nobody was signed in to it: the sign-in finds
+    # out first (a made-up code answered invalid_client), registers again, and the user never sees
+    # the server's "unknown client" page.
+    server.forget_clients()
+    before = len(server.grants)
+    sign_in_external(host, McpBrowser(server), "b")
+    assert server.grants[before] == ("authorization_code", 401), server.grants[before:]
+    (third_client, _), = server.clients.items()
+    assert third_client != second_client
+    assert server.token_info(access_token(host, "b"))["client_id"] == third_client
 
 
 def test_insufficient_scope_asks_the_user_once_and_replays(start_host, oidc_plugin_dir, mcp):
