@@ -2,6 +2,7 @@
 """An OpenID Provider of the tests' own, built on idpyoidc (IdentityPython), on 127.0.0.1.
 
     idpyoidc_server.py --state DIR [--access-lifetime S] [--port P] [--loopback-port P]
+                       [--registration [--registration-as-is]]
 
 `idpyoidc.server.Server` does the protocol; this file is its configuration and a small WSGI
 wrapper (each endpoint's parse_request / process_request / do_response). It serves on an ephemeral
@@ -35,6 +36,24 @@ http://127.0.0.1:<loopback-port>/callback (idpyoidc matches them exactly). idpyo
 authorization request for `offline_access` (hence a refresh token) without prompt=consent, and
 shows no consent page with it.
 
+Dynamic client registration (RFC 7591), with --registration only: the library's own endpoint
+(idpyoidc.server.oidc.registration.Registration) at /registration, discovery's
+registration_endpoint. What 5.0.0 needs corrected for a public native client (the host's request:
+token_endpoint_auth_method none, application_type native, loopback http redirect URIs, no keys):
+- it logs the new client's key-jar entry before making one (`keyjar.key_summary(client_id)` in an
+  f-string): every registration without jwks/jwks_uri failed, 400 invalid_configuration_request
+  with the client id as the description. The client gets an empty key-jar entry first;
+- it answers with one cookie (a dict), not the list the other endpoints give: set_cookies takes both;
+- `none` is not in token_endpoint_auth_methods_supported, so the registration drops it (the answer
+  names no method: client_secret_basic by RFC 7591 §2), and every client gets a client_secret
+  (30 days). Advertised, and a `none` client registered without a secret (the library's
+  set_secret=False) — unless --registration-as-is, which keeps the library's answers.
+Accepted as the library does it: loopback http redirect URIs for native clients, matched exactly
+(another port or a query is refused at the authorization endpoint); the registration's `scope` is
+dropped (5.0.0 compares the space-separated string with scopes_supported as one value: the client
+gets the OP's default scopes); PKCE is the OP's (essential, S256). Registered clients live in
+memory only: a restart forgets them (the static clients are registered again at start-up).
+
 State (DIR): the signing, token, cookie and session-encryption keys (private/, made on the first
 start), the user db, and op-state.json — idpyoidc's session manager dumped (its `dump()`: every
 user, grant and issued token) with the pushed requests and this file's counters, written when the
@@ -43,10 +62,13 @@ it: codes and tokens issued before a stop work after it.
 
 Test-only endpoints:
 - `GET /test/stats`: refreshes answered and refused, codes redeemed, revocation requests;
-- `GET /test/secrets`: every code and token handed out (the suite scans the hosts' output for them);
+- `GET /test/secrets`: every code, token and client secret handed out (the suite scans the hosts'
+  output for them);
 - `GET /test/user?name=ada`: the `sub` this OP gives that user;
 - `GET /test/admin-revoke?user=ada`: what an administrator does to end a user's sessions — every
-  grant of the user revoked with every token minted from it, so later refreshes are refused.
+  grant of the user revoked with every token minted from it, so later refreshes are refused;
+- `GET /test/clients`: the clients registered dynamically, by id, as the client db keeps them
+  (a secret only as `has_client_secret`).
 """
 
 from __future__ import annotations
@@ -79,6 +101,10 @@ parser.add_argument("--resources", default="",
 parser.add_argument("--jwt-client-key", default="",
                     help="PEM private key of the private_key_jwt client (its public half is registered)")
 parser.add_argument("--jwt-client-kid", default="authbridge-jwt-key", help="the kid of that key")
+parser.add_argument("--registration", action="store_true",
+                    help="dynamic client registration (RFC 7591) at /registration, the library's own endpoint")
+parser.add_argument("--registration-as-is", action="store_true",
+                    help="with --registration: the library's answers unchanged (a secret for every client, `none` not advertised)")
 args = parser.parse_args()
 
 STATE = os.path.abspath(args.state)
@@ -257,6 +283,10 @@ CONFIG = {
                                    "backchannel_logout_supported": False}},
     },
 }
+if args.registration:
+    CONFIG["endpoint"]["registration"] = {
+        "path": "registration", "class": "idpyoidc.server.oidc.registration.Registration",
+        "kwargs": {"client_authn_method": None}}
 
 from idpyoidc.message.oauth2 import ResponseMessage  # noqa: E402
 from idpyoidc.message.oidc import AuthorizationRequest  # noqa: E402
@@ -339,6 +369,30 @@ for name in ("token", "userinfo"):
     endpoint = op.get_endpoint(name)
     endpoint.post_parse_request = [rfc_9449(step) if step is dpop.userinfo_post_parse_request else step
                                    for step in endpoint.post_parse_request]
+
+
+if args.registration:
+    def registering_with_a_key_issuer(library_step):
+        """5.0.0's registration logs the new client's keys (`keyjar.key_summary(client_id)`, an
+        f-string evaluated whatever the log level) before it has put any there: every registration
+        without jwks/jwks_uri failed with IssuerNotFound (400 invalid_configuration_request, the
+        client id as the description). The client gets an (empty) entry in the key jar first."""
+        def do_client_registration(request, client_id, ignore=None):
+            op.keyjar.return_issuer(client_id)
+            return library_step(request, client_id, ignore)
+        return do_client_registration
+
+    registration_endpoint = op.get_endpoint("registration")
+    registration_endpoint.do_client_registration = registering_with_a_key_issuer(registration_endpoint.do_client_registration)
+
+    if not args.registration_as_is:
+        # A public client (RFC 7591 §2 token_endpoint_auth_method "none"): the token endpoint takes
+        # it ("public"), but 5.0.0 leaves `none` out of discovery, and its registration drops a
+        # requested method the discovery list lacks (the answer then names none, which RFC 7591 §2
+        # reads as client_secret_basic). Advertised here, so a registration for `none` keeps it.
+        AUTH_METHODS = [*context.provider_info["token_endpoint_auth_methods_supported"], "none"]
+        context.provider_info["token_endpoint_auth_methods_supported"] = AUTH_METHODS
+        context.claims.set_preference("token_endpoint_auth_methods_supported", AUTH_METHODS)
 
 
 # RP-initiated logout is a browser request that authenticates no client; 5.0.0's end-session
@@ -453,8 +507,11 @@ STATUS_TEXT = {200: "OK", 201: "Created", 302: "Found", 400: "Bad Request", 401:
                403: "Forbidden", 404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
-def set_cookies(cookies: list[dict] | None) -> list[tuple[str, str]]:
-    """The library's cookie contents (name, value, max-age or expires) as Set-Cookie headers."""
+def set_cookies(cookies: list[dict] | dict | None) -> list[tuple[str, str]]:
+    """The library's cookie contents (name, value, max-age or expires) as Set-Cookie headers (the
+    registration endpoint gives one cookie, not a list)."""
+    if isinstance(cookies, dict):
+        cookies = [cookies]
     headers = []
     for cookie in cookies or []:
         text = f"{cookie['name']}={cookie['value']}; Path=/; HttpOnly; SameSite=Lax"
@@ -520,7 +577,7 @@ def error_reply(message, resource: bool = False) -> Reply:
     return reply
 
 
-def service(name: str, request: Request, arguments: dict[str, str] | None = None) -> Reply:
+def service(name: str, request: Request, arguments: dict[str, str] | str | None = None, **process_options) -> Reply:
     """One protocol endpoint: parse (client authentication and the add-ons' checks), process,
     then the library's own response (body, or a redirect for the authorization endpoint)."""
     endpoint = op.get_endpoint(name)
@@ -535,7 +592,7 @@ def service(name: str, request: Request, arguments: dict[str, str] | None = None
     if is_error(parsed):
         return error_reply(parsed, resource)
     try:
-        result = endpoint.process_request(parsed, http_info=http_info)
+        result = endpoint.process_request(parsed, http_info=http_info, **process_options)
     except Exception as failure:
         traceback.print_exc()
         return error("invalid_request", str(failure) or type(failure).__name__)
@@ -549,6 +606,21 @@ def service(name: str, request: Request, arguments: dict[str, str] | None = None
     if "redirect_location" in result:
         return Reply.redirect(result["redirect_location"])
     return library_reply(endpoint, parsed, result)
+
+
+def registration(request: Request) -> Reply:
+    """RFC 7591 §3.1: the body is the client's metadata as JSON (only with --registration)."""
+    if "registration" not in CONFIG["endpoint"]:
+        return error("not_found", request.path, 404)
+    if request.method != "POST":
+        return error("invalid_request", "POST the client metadata as JSON")
+    try:
+        metadata = json.loads(request.body)
+    except ValueError:
+        return error("invalid_client_metadata", "the body is not JSON")
+    # 5.0.0 gives every client a secret (set_secret); a public one has no use for it (RFC 7591 §2 "none").
+    public = isinstance(metadata, dict) and metadata.get("token_endpoint_auth_method") == "none" and not args.registration_as_is
+    return service("registration", request, request.body, set_secret=not public)
 
 
 def authorization(request: Request) -> Reply:
@@ -754,6 +826,18 @@ def user_sub(request: Request) -> Reply:
     return Reply.json({"sub": context.session_manager.sub_func["public"](name, salt=context.session_manager.get_salt())})
 
 
+STATIC_CLIENTS = {PUBLIC_CLIENT, CONFIDENTIAL_CLIENT, JWT_CLIENT}
+
+
+def registered_clients(_: Request) -> Reply:
+    """The clients registered dynamically (RFC 7591), by id: what the client db keeps of each, a
+    secret only as `has_client_secret`."""
+    return Reply.json({"clients": {client_id: {**{key: value for key, value in info.items()
+                                                  if key not in ("client_secret", "registration_access_token")},
+                                               "has_client_secret": bool(info.get("client_secret"))}
+                                   for client_id, info in context.cdb.items() if client_id not in STATIC_CLIENTS}})
+
+
 def count_token_answer(form: dict[str, str], reply: Reply) -> None:
     grant = form.get("grant_type")
     if reply.status == 200:
@@ -789,6 +873,7 @@ ROUTES = {
     "/introspection": lambda request: service("introspection", request),
     "/revocation": lambda request: service("token_revocation", request),
     "/end_session": lambda request: service("session", request),
+    "/registration": registration,
     "/verify_logout": verify_logout,
     "/rp_logout": confirm_logout,
     "/post_logout": lambda request: Reply(200, "Signed out.", "text/plain"),
@@ -796,6 +881,7 @@ ROUTES = {
     "/test/secrets": lambda request: Reply.json({"secrets": sorted(value for value in HANDED_OUT if value)}),
     "/test/user": user_sub,
     "/test/admin-revoke": admin_revoke,
+    "/test/clients": registered_clients,
 }
 
 
@@ -817,6 +903,8 @@ def application(environ, start_response):
             count_token_answer(request.args(), reply)
         elif request.path == "/revocation" and reply.status == 200:
             STATS["revocations"] += 1
+        elif request.path == "/registration" and reply.status == 201:
+            HANDED_OUT.add(json.loads(reply.body).get("client_secret", ""))   # a secret issued (--registration-as-is)
         remember_code(reply)
     start_response(f"{reply.status} {STATUS_TEXT.get(reply.status, '')}",
                    [("Content-Type", reply.content_type), ("Content-Length", str(len(reply.body)))] + reply.headers)

@@ -33,6 +33,12 @@ What differs from the other servers, as idpyoidc 5.0.0 does it:
 - client assertions: the jti is optional, exp not bounded, the kid optional; any fault (a bad
   signature, an audience without the token endpoint, an expired or replayed assertion) is 401
   {"error": "invalid_client", "error_description": "Authorization failed"};
+- dynamic client registration (RFC 7591) only with `registration=True` (idpyoidc_server.py
+  --registration; other suites see no registration_endpoint): the library's endpoint, corrected so
+  that a public native client registers at all (5.0.0 failed every registration without keys) and
+  keeps `none` without a secret; `registration="as-is"` leaves the library's answers (a secret for
+  every client, no method echoed). Redirect URIs match exactly; the requested `scope` is dropped;
+  registrations are forgotten by a restart. `registered_clients()` lists them;
 - token exchange (RFC 8693) for CONFIDENTIAL_CLIENT and JWT_CLIENT (the public client: 400
   invalid_request "Unsupported grant_type: …"): a subject access token (or refresh or ID token)
   of any client, `resource` among `resources`, `audience` among `resources` and
@@ -81,8 +87,13 @@ class IdpyOIDCServer:
     name = "idpyoidc"
     has_device_flow = False
 
-    def __init__(self, state: Path, access_lifetime: int = 3600, dpop_algs: list[str] | None = None) -> None:
+    def __init__(self, state: Path, access_lifetime: int = 3600, dpop_algs: list[str] | None = None,
+                 registration: bool | str = False) -> None:
         self.state = state
+        #: Dynamic client registration (RFC 7591) at the OP's /registration (discovery's
+        #: registration_endpoint): True — a public client gets no secret and keeps `none`; "as-is" —
+        #: the library's answers unchanged (a secret for every client, no method echoed).
+        self.registration = registration
         self.access_lifetime = access_lifetime
         #: What the OP advertises as dpop_signing_alg_values_supported (None: its default list).
         self.dpop_algs = dpop_algs
@@ -114,7 +125,9 @@ class IdpyOIDCServer:
              "--port", str(self.port), "--loopback-port", str(self.loopback_port),
              "--resources", " ".join(self.resources), "--jwt-client-key", str(self.jwt_client_key_file),
              "--jwt-client-kid", self.jwt_client_key_id,
-             *(["--dpop-algs", " ".join(self.dpop_algs)] if self.dpop_algs else [])],
+             *(["--dpop-algs", " ".join(self.dpop_algs)] if self.dpop_algs else []),
+             *(["--registration"] if self.registration else []),
+             *(["--registration-as-is"] if self.registration == "as-is" else [])],
             stdout=subprocess.PIPE, stderr=log)
         log.close()
         line = self._ready_line()
@@ -269,6 +282,11 @@ class IdpyOIDCServer:
     def stats(self) -> dict[str, int]:
         """refreshes (answered), refresh_errors, codes_redeemed, revocations — since the first start."""
         return self._get_json("/test/stats")
+
+    def registered_clients(self) -> dict[str, dict[str, Any]]:
+        """The clients registered dynamically (RFC 7591), by id: what the OP's client db keeps of
+        each (redirect_uris as [uri, query] pairs; no secret, no registration access token)."""
+        return self._get_json("/test/clients")["clients"]
 
     def sub(self, user: str = USER) -> str:
         """The `sub` the OP gives `user` in ID tokens and userinfo."""
