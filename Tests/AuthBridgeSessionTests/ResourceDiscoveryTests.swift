@@ -1,4 +1,6 @@
 import AuthBridgeJSON
+import AuthBridgePluginABI
+import AuthBridgePluginHost
 import Testing
 
 @testable import AuthBridgeSession
