@@ -22,6 +22,7 @@ Modules:
               and clients, and `TokenEndpointRecorder`, a relay that sees what reaches a token endpoint
   glewlwyd    glewlwyd (Debian's package), set up through its admin API in a temporary folder
   idpyoidc_op an OpenID provider of our own on idpyoidc (Tests/support/idpyoidc_server.py)
+  mcp_server  an MCP server of our own (mcp SDK) that is its own OAuth authorization server
   tls         a self-signed certificate for https test servers
   http_answer an answer written on an http.server handler (status, headers, length, body)
   token_gated servers that let in only a token DOT accepts: git's smart HTTP (git http-backend),
