@@ -74,6 +74,9 @@ public final class BridgeServer: ConnectionDelegate {
     /// Per method, the last params `answerAtOnce` saw pass the spec's check, and what they decoded to.
     private let lastTokenCall = Mutex<(raw: JSON, params: GetAccessTokenParams)?>(nil)
     private let lastStatusCall = Mutex<(raw: JSON, params: CheckSignInStatusParams)?>(nil)
+    /// The app's name from `initialize` (`clientInfo.name`): the `client_name` of a client the
+    /// host registers for it (RFC 7591).
+    private let clientName = Mutex<String?>(nil)
 
     private var configuration: HostConfiguration { host.configuration }
     private var logger: Logger { host.logger }
@@ -224,7 +227,9 @@ public final class BridgeServer: ConnectionDelegate {
             }
             return try await engine.checkSignInStatus(params, requestID: requestID).wire
         case let params as RequestOAuthTokensParams:
-            return try await engine.requestOAuthTokens(params, requestID: requestID, order: request.sequence).wire
+            return try await engine.requestOAuthTokens(
+                params, requestID: requestID, order: request.sequence, clientName: clientName.withLock { $0 }
+            ).wire
         case let params as CompleteSignInParams: return try await engine.completeSignIn(params).wire
         case let params as CompleteSignOutParams: return try await engine.completeSignOut(params).wire
         case let params as SignOutParams: return try await engine.signOut(params, requestID: requestID).wire
@@ -291,6 +296,7 @@ public final class BridgeServer: ConnectionDelegate {
     }
 
     private func initialize(_ params: InitializeParams) async throws -> InitializeResult {
+        clientName.withLock { $0 = params.clientInfo?.name }
         let agreedMinor = Self.negotiatedMinor(params.protocolVersion) ?? 0
         let runtime = await runtime.value
         let flows = Set(runtime.reports.compactMap(\.plugin).flatMap { $0.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? [] })

@@ -154,10 +154,18 @@ public struct ProfileInfo: WireCodable {
     /// Settings that neither the plugin (its settings schema) nor the host reads, each named with the profile and, when one is close, the
     /// key probably meant.
     public var warnings: [String]?
+    /// The authorization server the profile signs in at, once its configuration is resolved: the setting issuer, or the one discovered from
+    /// the protected resource (setting resource, RFC 9728).
+    public var issuer: String?
+    /// true when the profile signs in with a client AuthBridge registered itself at the server (RFC 7591, no clientId set); absent while
+    /// none is registered yet or the profile names its client.
+    public var dynamicClient: Bool?
+    /// The protected resource the profile is for (setting resource).
+    public var resource: String?
 
     public init(
         name: String, plugin: String, status: ProfileInfo.Status, message: String? = nil, flows: [Flow], source: ProfileInfo.Source,
-        warnings: [String]? = nil
+        warnings: [String]? = nil, issuer: String? = nil, dynamicClient: Bool? = nil, resource: String? = nil
     ) {
         self.name = name
         self.plugin = plugin
@@ -166,6 +174,9 @@ public struct ProfileInfo: WireCodable {
         self.flows = flows
         self.source = source
         self.warnings = warnings
+        self.issuer = issuer
+        self.dynamicClient = dynamicClient
+        self.resource = resource
     }
 
     public init(wire: JSON) throws(WireError) {
@@ -177,12 +188,18 @@ public struct ProfileInfo: WireCodable {
         self.flows = try object.required("flows")
         self.source = try object.required("source")
         self.warnings = try object.optional("warnings")
+        self.issuer = try object.optional("issuer")
+        self.dynamicClient = try object.optional("dynamicClient")
+        self.resource = try object.optional("resource")
     }
 
     public var wire: JSON {
         var members: [String: JSON] = ["name": name.wire, "plugin": plugin.wire, "status": status.wire, "flows": flows.wire, "source": source.wire]
         if let message { members["message"] = message.wire }
         if let warnings { members["warnings"] = warnings.wire }
+        if let issuer { members["issuer"] = issuer.wire }
+        if let dynamicClient { members["dynamicClient"] = dynamicClient.wire }
+        if let resource { members["resource"] = resource.wire }
         return .object(members)
     }
 }
@@ -543,10 +560,15 @@ public struct SignInStatus: WireCodable {
     public var storage: StorageInfo?
     /// listAccounts only: whether this is the profile's current account (its latest sign-in, used when a call names no account).
     public var current: Bool?
+    /// As ProfileInfo's: the authorization server of the profile, when its configuration is resolved.
+    public var issuer: String?
+    /// As ProfileInfo's: the session's client was registered by AuthBridge (RFC 7591).
+    public var dynamicClient: Bool?
 
     public init(
         provider: String, state: SignInStatus.State, account: Account? = nil, expiresAt: Int64? = nil, tokenType: String? = nil,
-        details: [String: JSON]? = nil, reason: String? = nil, message: String? = nil, storage: StorageInfo? = nil, current: Bool? = nil
+        details: [String: JSON]? = nil, reason: String? = nil, message: String? = nil, storage: StorageInfo? = nil, current: Bool? = nil,
+        issuer: String? = nil, dynamicClient: Bool? = nil
     ) {
         self.provider = provider
         self.state = state
@@ -558,6 +580,8 @@ public struct SignInStatus: WireCodable {
         self.message = message
         self.storage = storage
         self.current = current
+        self.issuer = issuer
+        self.dynamicClient = dynamicClient
     }
 
     public init(wire: JSON) throws(WireError) {
@@ -572,6 +596,8 @@ public struct SignInStatus: WireCodable {
         self.message = try object.optional("message")
         self.storage = try object.optional("storage")
         self.current = try object.optional("current")
+        self.issuer = try object.optional("issuer")
+        self.dynamicClient = try object.optional("dynamicClient")
     }
 
     public var wire: JSON {
@@ -583,6 +609,8 @@ public struct SignInStatus: WireCodable {
         if let message { members["message"] = message.wire }
         if let storage { members["storage"] = storage.wire }
         if let current { members["current"] = current.wire }
+        if let issuer { members["issuer"] = issuer.wire }
+        if let dynamicClient { members["dynamicClient"] = dynamicClient.wire }
         return .object(members)
     }
 }
@@ -1236,10 +1264,14 @@ public struct FetchParams: BridgeRequest {
     public var scopes: [String]?
     /// Which resource's token authorizes the request (as getAccessToken's resource).
     public var resource: JSON?
+    /// When the resource answers 403 with a Bearer challenge error="insufficient_scope" naming scopes the session's sign-in does not hold
+    /// (RFC 6750 §3.1, the MCP step-up), ask the user for them once — a sign-in with those scopes added, as requestOAuthTokens with scopes
+    /// (incremental consent; its signIn/progress carries this request's id) — and replay the request. false: answer the 403 as it is.
+    public var stepUp: Bool
 
     public init(
         provider: String, account: String? = nil, url: String, method: FetchParams.HTTPMethod = .get, headers: [String: String]? = nil,
-        body: String? = nil, timeoutMs: Int64? = nil, scopes: [String]? = nil, resource: JSON? = nil
+        body: String? = nil, timeoutMs: Int64? = nil, scopes: [String]? = nil, resource: JSON? = nil, stepUp: Bool = true
     ) {
         self.provider = provider
         self.account = account
@@ -1250,6 +1282,7 @@ public struct FetchParams: BridgeRequest {
         self.timeoutMs = timeoutMs
         self.scopes = scopes
         self.resource = resource
+        self.stepUp = stepUp
     }
 
     public init(wire: JSON) throws(WireError) {
@@ -1263,10 +1296,11 @@ public struct FetchParams: BridgeRequest {
         self.timeoutMs = try object.optional("timeoutMs")
         self.scopes = try object.optional("scopes")
         self.resource = try object.optional("resource")
+        self.stepUp = try object.optional("stepUp") ?? true
     }
 
     public var wire: JSON {
-        var members: [String: JSON] = ["provider": provider.wire, "url": url.wire, "method": method.wire]
+        var members: [String: JSON] = ["provider": provider.wire, "url": url.wire, "method": method.wire, "stepUp": stepUp.wire]
         if let account { members["account"] = account.wire }
         if let headers { members["headers"] = headers.wire }
         if let body { members["body"] = body.wire }

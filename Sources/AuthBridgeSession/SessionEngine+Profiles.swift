@@ -28,7 +28,8 @@ extension SessionEngine {
         return ProfileInfo(
             name: profile.name, plugin: profile.plugin, status: problem == nil ? .ready : .error, message: problem,
             flows: plugin?.descriptor["flows"]?.arrayValue?.compactMap { $0.stringValue.flatMap(Flow.init(rawValue:)) } ?? [],
-            source: profile.source, warnings: warnings.isEmpty ? nil : warnings)
+            source: profile.source, warnings: warnings.isEmpty ? nil : warnings, issuer: resolvedConfig(profile.name)?["issuer"]?.stringValue,
+            dynamicClient: resolvedConfig(profile.name)?["dynamicClient"]?.boolValue, resource: profile.settings["resource"]?.stringValue)
     }
 
     /// Settings of `profile` that neither its plugin nor the host reads (see `SettingsValidator`).
@@ -215,8 +216,9 @@ extension SessionEngine {
         }
         let now = HostClock.nowMilliseconds()
         if let kept, now - kept.resolvedAt < Self.resolvedConfigurationLifetimeMilliseconds, kept.resolvedAt <= now {
-            adopt(kept.config, for: profile, keys: kept.signingKeys)
-            return .success(kept.config)
+            let config = await withStoredRegistration(kept.config, profile: profile)
+            adopt(config, for: profile, keys: kept.signingKeys)
+            return .success(config)
         }
         let input: JSON = ["profile": .string(name), "settings": profile.settings]
         switch await run(.configure, input: input, plugin: plugin, profile: name, requestID: nil) {
@@ -226,20 +228,23 @@ extension SessionEngine {
                     SessionError(
                         .pluginError, "The \(plugin.manifest.id) plugin's configure answer is not an object.", provider: name, reason: "pluginError"))
             }
-            adopt(config, for: profile, keys: nil)
             let signingKeys = kept?.config["jwksUri"] == config["jwksUri"] ? kept?.signingKeys : nil
+            // Kept without the registered client: that lives in its own record, per server.
             await keep(ResolvedProfile(fingerprint: fingerprint, config: config, signingKeys: signingKeys, resolvedAt: now), for: profile)
-            return .success(config)
+            let merged = await withStoredRegistration(config, profile: profile)
+            adopt(merged, for: profile, keys: nil)
+            return .success(merged)
         case .failure(let failure) where failure.kind == .transient && kept != nil:
             let kept = kept!
             logger.notice(
                 "the provider could not be reached to resolve the profile; using the configuration kept from an earlier run",
                 metadata: ["provider": "\(name)", "reason": "\(failure.reason)"])
+            let config = await withStoredRegistration(kept.config, profile: profile)
             if profiles[name] == profile {
-                fallbackConfigs[name] = (profile, kept.config, HostClock.nowMilliseconds() + Self.resolveRetryMilliseconds)
+                fallbackConfigs[name] = (profile, config, HostClock.nowMilliseconds() + Self.resolveRetryMilliseconds)
             }
             if let uri = kept.config["jwksUri"]?.stringValue, let keys = kept.signingKeys { verifier.remember(keys, for: uri) }
-            return .success(kept.config)
+            return .success(config)
         case .failure(let failure):
             return .failure(SessionError(failure, provider: name))
         }
@@ -280,7 +285,8 @@ extension SessionEngine {
     func keepSigningKeys(_ context: Context) async {
         guard let uri = context.config["jwksUri"]?.stringValue, let keys = verifier.keys(for: uri) else { return }
         let fingerprint = Self.fingerprint(context.profile, plugin: context.plugin)
-        guard var kept = await keptConfiguration(context.profile.name, fingerprint: fingerprint), kept.config == context.config,
+        guard var kept = await keptConfiguration(context.profile.name, fingerprint: fingerprint),
+            kept.config == Self.withoutRegistration(context.config) || kept.config == context.config,
             kept.signingKeys != keys
         else { return }
         kept.signingKeys = keys

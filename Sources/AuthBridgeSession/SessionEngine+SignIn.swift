@@ -12,11 +12,12 @@ import AuthBridgeURL
 extension SessionEngine {
     /// Interactive sign-in. `order` is the request's arrival order (0:
     /// unknown), which decides which of two sign-ins is newer.
+    /// `clientName`: the app's `clientInfo` name, the `client_name` of a dynamic client registration.
     public func requestOAuthTokens(
-        _ params: RequestOAuthTokensParams, requestID: JSON?, order: UInt64 = 0
+        _ params: RequestOAuthTokensParams, requestID: JSON?, order: UInt64 = 0, clientName: String? = nil
     ) async throws(SessionError) -> SignInStatus {
         let profile = params.provider
-        let context = try await context(for: profile)
+        var context = try await context(for: profile)
         var params = params
         let resources = TokenPurpose.resources(params.resource)
         for resource in resources ?? [] where !StandardSteps.isResourceIndicator(resource) {
@@ -39,6 +40,11 @@ extension SessionEngine {
             throw SessionError(
                 .unsupported, "The \(context.plugin.manifest.id) plugin does not support the \"\(flow)\" flow\(supported).",
                 provider: profile, reason: "unsupportedFlow", field: "flow")
+        }
+        if flow == Flow.browser.rawValue || flow == Flow.external.rawValue {
+            // RFC 7591: a profile without a client id signs in with one AuthBridge registers.
+            context = try await registeredContext(
+                context, clientName: clientName, redirectUri: flow == Flow.external.rawValue ? params.redirectUri : nil)
         }
         let tokens: JSON
         // OIDC: binds the ID token to this attempt (checked when the authorization URL carried it).
@@ -78,9 +84,24 @@ extension SessionEngine {
                     provider: profile, reason: "invalidSettings", field: "settings.loopbackPort")
             }
             let listener: LoopbackListener
-            do { listener = try LoopbackListener(port: UInt16(port), path: path) } catch {
-                // bridge-spec §7: every provider error names its profile
-                throw SessionError(.providerUnavailable, error.message, provider: profile, reason: "listener")
+            if context.config["dynamicClient"]?.boolValue == true {
+                // A registered client's redirect URIs are matched exactly: one of their ports, or a new registration.
+                if let free = registeredListener(context) {
+                    listener = free
+                } else {
+                    context = try await registeredContext(context, clientName: clientName, redirectUri: nil, portsTaken: true)
+                    guard let free = registeredListener(context) else {
+                        throw SessionError(
+                            .providerUnavailable, "None of the loopback ports registered for the sign-in is free.", provider: profile,
+                            reason: "listener")
+                    }
+                    listener = free
+                }
+            } else {
+                do { listener = try LoopbackListener(port: UInt16(port), path: path) } catch {
+                    // bridge-spec §7: every provider error names its profile
+                    throw SessionError(.providerUnavailable, error.message, provider: profile, reason: "listener")
+                }
             }
             defer { listener.close() }
             do {
@@ -264,7 +285,9 @@ extension SessionEngine {
     ) async throws(SessionError) -> JSON {
         let pkce = PKCE()
         let state = PKCE.randomToken()
-        let redirectURI = listener?.redirectURI ?? params.redirectUri ?? context.config["redirectUri"]?.stringValue
+        // A registered client's external flow comes back to its first registered redirect URI by default.
+        let registered = context.config["registeredRedirectUris"]?.arrayValue?.first?.stringValue
+        let redirectURI = listener?.redirectURI ?? params.redirectUri ?? context.config["redirectUri"]?.stringValue ?? registered
         let begin: JSON = .compactObject([
             "profile": context.profileJSON, "flow": "external", "state": .string(state),
             "redirectUri": redirectURI.map(JSON.string), "codeChallenge": .string(pkce.challenge),

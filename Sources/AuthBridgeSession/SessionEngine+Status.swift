@@ -184,6 +184,10 @@ extension SessionEngine {
             provider: profile, state: state, account: session?.wireAccount, expiresAt: session?.tokens.expiresAt,
             tokenType: state == .notSignedIn ? nil : session.map { $0.sessionTokenType },
             details: details.isEmpty ? nil : details, reason: reason.rawValue, message: message.map { KnownSecrets.shared.scrub($0) },
-            storage: storageInfo)
+            storage: storageInfo, issuer: resolvedConfig(profile)?["issuer"]?.stringValue,
+            dynamicClient: resolvedConfig(profile)?["dynamicClient"]?.boolValue)
     }
+
+    /// The profile's configuration as resolved in this process (no I/O), or nil.
+    func resolvedConfig(_ profile: String) -> JSON? { configs[profile] ?? fallbackConfigs[profile]?.config }
 }

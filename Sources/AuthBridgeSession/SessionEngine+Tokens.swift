@@ -3,6 +3,7 @@
 
 import AuthBridgeCrypto
 import AuthBridgeJSON
+import AuthBridgeNetwork
 import AuthBridgePluginHost
 import AuthBridgeProtocol
 import AuthBridgeURL
@@ -125,7 +126,7 @@ extension SessionEngine {
             "body": params.body.map(JSON.string), "timeoutMs": params.timeoutMs.map(JSON.int),
         ])
         let lookup = AnswerCache.Lookup(profile: profile, account: params.account)
-        let (context, key, current) = try await usableSession(lookup, observation: store.answers.observe(observation(lookup)))
+        var (context, key, current) = try await usableSession(lookup, observation: store.answers.observe(observation(lookup)))
         var session = current
         // A request for other scopes, or to a configured resource, goes with that purpose's token.
         let purpose = Self.fetchPurpose(params, resources: grantResources(current, context: context))
@@ -140,6 +141,7 @@ extension SessionEngine {
             session = try await refreshOrThrow(key, context: context, stale: session)
         }
         var replayed = false
+        var steppedUp = params.stepUp == false
         while true {
             let authorized = try await authorize(request, session: session, context: context, requestID: requestID)
             var outgoing = authorized["request"] ?? request
@@ -187,10 +189,39 @@ extension SessionEngine {
             default:
                 break
             }
+            if !steppedUp,
+                let added = Self.stepUpScopes(response, held: session.signInScopes ?? context.config["scopes"]?.arrayValue?.compactMap(\.stringValue))
+            {
+                // RFC 6750 §3.1 (the MCP step-up): the resource needs scopes the sign-in does not hold.
+                // The user is asked once for them on top of the account's (incremental consent), then the request is replayed.
+                steppedUp = true
+                logger.info("the resource asks for more scopes; signing in again for them", metadata: ["provider": "\(profile)"])
+                _ = try await requestOAuthTokens(RequestOAuthTokensParams(provider: profile, scopes: added), requestID: requestID)
+                (context, key, current) = try await usableSession(lookup, observation: nil)
+                session = current
+                if let purpose {
+                    session.tokens = try await purposeToken(
+                        purpose, lookup: lookup, minimumValidity: 0, forceRefresh: true, requestID: requestID
+                    ).3
+                }
+                continue
+            }
             return FetchResult(
                 status: response["status"]?.intValue ?? 0, headers: (response["headers"]?.objectValue ?? [:]).compactMapValues(\.stringValue),
                 body: response["body"]?.stringValue ?? "")
         }
+    }
+
+    /// The scopes a 403 `insufficient_scope` challenge (RFC 6750 §3.1) asks for that `held` lacks,
+    /// or nil: no such answer, or nothing new to ask for (another reason, which asking again would not change).
+    static func stepUpScopes(_ response: JSON, held: [String]?) -> [String]? {
+        guard response["status"]?.intValue == 403, let field = response["headers"]?["www-authenticate"]?.stringValue,
+            let challenge = AuthenticationChallenge.parse(field).first(where: { $0.error == "insufficient_scope" }),
+            let wanted = challenge.scopes
+        else { return nil }
+        let held = held ?? []
+        let added = wanted.filter { !held.contains($0) }
+        return added.isEmpty ? nil : wanted
     }
 
     /// Which purpose's token a `fetch` uses: its `scopes` and `resource`, else the configured
@@ -408,6 +439,8 @@ extension SessionEngine {
             _ = try? await markLicenseRevoked(key, session: stale, context: context, message: failure.message, holdingLock: true)
             return .failure(failure)
         case .failure(let failure) where failure.kind == .definitive && failure.oauthError != "invalid_target":
+            // A client AuthBridge registered that the server no longer knows: the next sign-in registers again.
+            if failure.oauthError == "invalid_client" { await forgetRegistration(context, refusedClient: stale.client?.clientId) }
             _ = try? await endSession(
                 key, reason: EndReason(refusal: failure.reason), message: failure.message, ended: stale, context: context,
                 holdingLock: true)

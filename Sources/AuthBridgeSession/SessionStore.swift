@@ -200,6 +200,26 @@ public struct SessionStore: Sendable {
         try await answers.invalidating { try await vault.delete(ResolvedProfile.vaultKey(profile)) }
     }
 
+    /// The client AuthBridge registered at `issuer` (RFC 7591), or nil.
+    nonisolated(nonsending) func registration(at issuer: String) async throws -> ClientRegistration? {
+        guard let record = try await vault.load(ClientRegistration.vaultKey(issuer)) else { return nil }
+        return ClientRegistration(json: record.secret)
+    }
+
+    nonisolated(nonsending) func save(_ registration: ClientRegistration) async throws {
+        let record = VaultRecord(profile: ClientRegistration.vaultKey(registration.issuer), account: nil, secret: registration.json)
+        try await answers.invalidating { try await vault.save(record) }
+    }
+
+    nonisolated(nonsending) func deleteRegistration(at issuer: String) async throws {
+        try await answers.invalidating { try await vault.delete(ClientRegistration.vaultKey(issuer)) }
+    }
+
+    /// Runs `body` holding the cross-process lock of the registration at `issuer`.
+    nonisolated(nonsending) func withRegistrationLock<T: Sendable>(_ issuer: String, _ body: () async throws -> T) async throws -> T {
+        try await vault.withExclusiveAccess(to: ClientRegistration.vaultKey(issuer), body)
+    }
+
     /// The accounts stored for one profile.
     nonisolated(nonsending) func keys(of profile: String) async throws -> [SessionKey] {
         try await vault.keys(of: profile).map(SessionKey.init(vaultKey:))

@@ -57,15 +57,32 @@ public enum StandardSteps {
 
     static func discover(_ settings: JSON, call: HookCall, http: HookHTTP) -> Result<JSON, ProviderFailure> {
         guard case .object(var config) = settings else { return .success(settings) }
-        guard let issuer = config["issuer"]?.stringValue, config["authorizationEndpoint"] == nil || config["tokenEndpoint"] == nil else {
+        let explicitEndpoints = config["authorizationEndpoint"] != nil && config["tokenEndpoint"] != nil
+        // A protected resource's URL alone (RFC 9728): it names its authorization server.
+        let fromResource = config["issuer"] == nil && !explicitEndpoints && config["resource"] != nil
+        if fromResource {
+            switch discoverProtectedResource(config, call: call, http: http) {
+            case .failure(let failure): return .failure(failure)
+            case .success(let found): config = found
+            }
+        }
+        config = withResourceSetting(config)
+        guard let issuer = config["issuer"]?.stringValue, !explicitEndpoints else {
             return choosingDPoP(config, advertised: nil, discovered: false)
         }
         guard let issuerURL = ParsedURL(issuer), issuerURL.isSecureTransport else { return .failure(insecure("issuer")) }
         let trimmed = issuer.hasSuffix("/") ? String(issuer.dropLast()) : issuer
-        let candidates = [
-            trimmed + "/.well-known/openid-configuration",
-            issuerURL.origin + "/.well-known/oauth-authorization-server" + (issuerURL.path == "/" ? "" : issuerURL.path),
-        ]
+        let pathSuffix = issuerURL.path == "/" ? "" : issuerURL.path
+        let openID = trimmed + "/.well-known/openid-configuration"
+        let oauth = issuerURL.origin + "/.well-known/oauth-authorization-server" + pathSuffix
+        // An issuer a resource named is read as MCP clients read theirs: RFC 8414 first, then
+        // OpenID Connect Discovery with the path inserted, then appended; a configured issuer as
+        // before (OpenID Connect first, RFC 8414 filling what it lacks).
+        let candidates =
+            fromResource
+            ? [oauth] + (pathSuffix.isEmpty ? [] : [issuerURL.origin + "/.well-known/openid-configuration" + pathSuffix]) + [openID]
+            : [openID, oauth]
+        var codeChallengeMethods: [String]?
         var lastFailure = ProviderFailure(.transient, reason: "discovery", message: "The issuer's discovery document could not be read.")
         var found = false
         var dpopAlgorithms: [String]?
@@ -111,9 +128,34 @@ public enum StandardSteps {
             if config["requirePushedAuthorizationRequests"] == nil, document["require_pushed_authorization_requests"]?.boolValue == true {
                 config["requirePushedAuthorizationRequests"] = true
             }
-            if config["revocationEndpoint"] != nil { break }
+            if config["registrationEndpoint"] == nil, let value = document["registration_endpoint"]?.stringValue {
+                guard ParsedURL(value)?.isSecureTransport == true else { return .failure(insecure("registration_endpoint")) }
+                config["registrationEndpoint"] = .string(value)
+            }
+            if document["client_id_metadata_document_supported"]?.boolValue == true { config["clientIdMetadataDocuments"] = true }
+            if codeChallengeMethods == nil {
+                codeChallengeMethods = document["code_challenge_methods_supported"]?.arrayValue?.compactMap(\.stringValue)
+            }
+            if config["scopesSupported"] == nil, let scopes = document["scopes_supported"]?.arrayValue, !scopes.isEmpty {
+                config["scopesSupported"] = .array(scopes.filter { $0.stringValue != nil })
+            }
+            if fromResource || config["revocationEndpoint"] != nil { break }
         }
-        return found ? choosingDPoP(config, advertised: dpopAlgorithms, discovered: true) : .failure(lastFailure)
+        guard found else { return .failure(lastFailure) }
+        // PKCE with S256 or nothing (RFC 9700 §2.1.1): a server that lists its methods without S256
+        // would take the verifier in the clear or not at all. The MCP authorization spec also
+        // refuses a server that lists none, for the servers a resource names.
+        if let methods = codeChallengeMethods ?? (fromResource ? [] : nil), !methods.contains("S256") {
+            return .failure(
+                ProviderFailure(
+                    .configuration, reason: "pkceUnsupported",
+                    message: "The authorization server \(issuer) "
+                        + (methods.isEmpty
+                            ? "does not say that it supports PKCE (no code_challenge_methods_supported)"
+                            : "supports PKCE only with \(methods.map { providerText($0) }.joined(separator: ", "))")
+                        + "; AuthBridge signs in only with S256 (RFC 7636, RFC 9700)."))
+        }
+        return choosingDPoP(config, advertised: dpopAlgorithms, discovered: true)
     }
 
     /// The profile setting `dpop` ("auto", the default: when the server advertises it; true:

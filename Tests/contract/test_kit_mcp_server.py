@@ -15,6 +15,8 @@ import secrets
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -189,6 +191,10 @@ def test_register_authorize_exchange_and_use(server: McpServer, http: httpx.Clie
     assert unknown.status_code == 400
     assert unknown.json() == {"error": "invalid_request", "error_description": "Client ID 'no-such-client' not found",
                               "state": "s-1"}
+    plain = http.get(server.issuer + "authorize", params={
+        "client_id": client_id, "response_type": "code", "redirect_uri": REDIRECTS[0], "code_challenge": verifier,
+        "code_challenge_method": "plain", "state": "p"})
+    assert plain.status_code == 302 and httpx.URL(plain.headers["location"]).params["error"] == "invalid_request"
     second = authorize(http, server, client_id, challenge, redirect_uri=REDIRECTS[1], state="second")
     assert second.status_code == 302 and second.headers["location"].startswith(REDIRECTS[1] + "?")
 
@@ -314,12 +320,39 @@ def test_forgotten_client(server: McpServer, http: httpx.Client) -> None:
     assert server.grants[-1] == ("refresh_token", 401)
 
 
-def test_stop_frees_the_port() -> None:
+def test_stop_frees_the_port(http: httpx.Client) -> None:
+    """Promptly, even with a client's SSE stream (GET) open."""
     server = McpServer().start()
     port = int(server.url.split(":")[2].split("/")[0])
+    token = sign_in(http, server, register(http, server))["access_token"]
+    session = open_session(http, server, token)
+    opened = threading.Event()
+
+    def listen() -> None:
+        headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream", "mcp-session-id": session,
+                   "mcp-protocol-version": PROTOCOL}
+        try:
+            with httpx.stream("GET", server.url, headers=headers, timeout=10) as stream:
+                assert stream.status_code == 200
+                opened.set()
+                for _ in stream.iter_bytes():
+                    pass
+        except httpx.HTTPError:
+            pass
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    assert opened.wait(10)
+    started = time.monotonic()
     server.stop()
-    with socket.socket() as probe:
+    assert time.monotonic() - started < 0.9   # uvicorn's graceful timeout is 1 s: the sessions were ended first
+    listener.join(10)
+    with pytest.raises(httpx.ConnectError):
+        http.get(server.issuer + ".well-known/oauth-authorization-server")
+    with socket.socket() as probe:   # free for a new listener (the closed connections' TIME_WAIT aside)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", port))
+        probe.listen(1)
 
 
 # ── the SDK's own client ────────────────────────────────────────────────────

@@ -18,9 +18,27 @@ struct OIDCPlugin: ProviderPlugin {
             "capabilities": ["revoke", "fetch", "scopedTokens"],
             "settings": [
                 "type": "object",
-                "required": ["clientId"],
                 "properties": [
-                    "clientId": ["type": "string", "description": "The client (application) id registered at the server"],
+                    "resource": [
+                        "type": "string", "format": "uri",
+                        "description": .string(
+                            "A protected resource's URL (an MCP server, an API): alone, it is the whole profile — its authorization server is "
+                                + "found by RFC 9728 metadata and the client registers itself (RFC 7591); the resource goes on every request (RFC 8707)"
+                        ),
+                    ],
+                    "authorizationServer": [
+                        "type": "string", "format": "uri",
+                        "description": "Which of the resource's authorization_servers to use (default: the first it lists)",
+                    ],
+                    "clientId": [
+                        "type": "string",
+                        "description": .string(
+                            "The client (application) id registered at the server. Without it, AuthBridge registers itself where the server "
+                                + "allows dynamic registration (RFC 7591) and keeps the registration in the vault"),
+                    ],
+                    "clientName": [
+                        "type": "string", "description": "The client_name of a dynamic registration (default: the app's clientInfo name)",
+                    ],
                     "clientSecret": ["type": "string", "description": "Only for confidential clients; public clients use PKCE alone"],
                     "clientAuthentication": [
                         "enum": ["client_secret_basic", "client_secret_post", "client_secret_jwt", "private_key_jwt", "none"],
@@ -85,13 +103,22 @@ struct OIDCPlugin: ProviderPlugin {
 
     func configure(_ input: JSON, _ call: PluginCall) throws(ProviderFailure) -> JSON? {
         let settings = input["settings"] ?? [:]
-        if settings["issuer"]?.stringValue == nil {
-            for key in ["tokenEndpoint"] where settings[key]?.stringValue == nil {
-                throw .configuration("missingSetting", "The profile needs \"issuer\" (for discovery) or \"\(key)\".")
-            }
+        if settings["issuer"]?.stringValue == nil, settings["resource"]?.stringValue == nil, settings["tokenEndpoint"]?.stringValue == nil {
+            throw .configuration(
+                "missingSetting", "The profile needs \"resource\" (a protected resource's URL), \"issuer\" (for discovery) or \"tokenEndpoint\".")
         }
-        // The host's standard configure reads the issuer's discovery document.
-        return try call.standard(.configure, input)
+        // The host's standard configure reads the resource's and the issuer's metadata.
+        let config = try call.standard(.configure, input)
+        // Without a client id, the client registers itself at sign-in (RFC 7591): the server must allow it.
+        if config["clientId"]?.stringValue == nil, config["registrationEndpoint"]?.stringValue == nil {
+            let server =
+                config["issuer"]?.stringValue.map { "\($0) offers no dynamic client registration" } ?? "no dynamic client registration is possible"
+            throw .configuration("missingSetting", "The profile needs \"clientId\": \(server) (RFC 7591). Register a client there and set it.")
+        }
+        if config["clientId"]?.stringValue == nil, settings["clientCredentials"]?.boolValue == true {
+            throw .configuration("missingSetting", "\"clientCredentials\" needs \"clientId\" and its credentials.")
+        }
+        return config
     }
 }
 

@@ -61,7 +61,8 @@ resource_metadata="…"` in both cases and never a scope; its 403 for a missing 
 has no scope either.
 
 What mcp 2.3.0 does (measured, tests in Tests/contract/test_kit_mcp_server.py):
-- PKCE S256 only (/authorize refuses another code_challenge_method); metadata lists
+- PKCE S256 only: /authorize with code_challenge_method=plain redirects back with
+  error=invalid_request ("code_challenge_method: Input should be 'S256'"); metadata lists
   token_endpoint_auth_methods_supported ["client_secret_post", "client_secret_basic"] without
   "none", yet a public client (token_endpoint_auth_method "none") registers (201, no secret);
 - /authorize with an unknown client_id: 400 JSON {"error": "invalid_request",
@@ -81,6 +82,7 @@ What mcp 2.3.0 does (measured, tests in Tests/contract/test_kit_mcp_server.py):
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import secrets
@@ -364,6 +366,7 @@ class _Uvicorn(uvicorn.Server):
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets)
+        self.loop = asyncio.get_running_loop()
         self.ready.set()
 
     def install_signal_handlers(self) -> None:  # the thread's server: the process's signals are not its own
@@ -437,6 +440,7 @@ class McpServer:
 
     def stop(self) -> None:
         if self._server is not None:
+            self._end_sessions()
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -445,6 +449,23 @@ class McpServer:
             self._socket.close()
             self._socket = None
         self._server = None
+
+    def _end_sessions(self) -> None:
+        """Ends the MCP sessions first, so that an open SSE stream (a client's GET) does not hold the
+        shutdown for uvicorn's graceful timeout. The session manager's table is the SDK's own."""
+        server, manager = self._server, getattr(self, "_session_manager", None)
+        transports = list(getattr(manager, "_server_instances", {}).values())
+        if server is None or not transports or not server.ready.is_set():
+            return
+
+        async def end() -> None:
+            for transport in transports:
+                await transport.terminate()
+
+        try:
+            asyncio.run_coroutine_threadsafe(end(), server.loop).result(timeout=5)
+        except Exception:   # a session that will not end: uvicorn's graceful timeout still bounds the stop
+            pass
 
     def __enter__(self) -> "McpServer":
         return self.start()
@@ -483,6 +504,7 @@ class McpServer:
             return f"admin echo: {message}"
 
         app = mcp.streamable_http_app(streamable_http_path="/mcp")
+        self._session_manager = mcp.session_manager
         metadata = build_metadata(issuer, None, registration, revocation)
         metadata_document = metadata.model_dump(mode="json", exclude_none=True)
         if self.pkce_methods is None:
