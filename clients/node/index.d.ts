@@ -95,6 +95,12 @@ export interface ProfileInfo {
   source: 'config' | 'runtime';
   /** Settings neither the plugin nor the host reads (ignored), each with the key probably meant. */
   warnings?: string[];
+  /** The authorization server, once resolved (the setting issuer, or discovered from `resource`, RFC 9728). */
+  issuer?: string;
+  /** true when it signs in with a client AuthBridge registered itself (RFC 7591). */
+  dynamicClient?: boolean;
+  /** The protected resource the profile is for (setting resource). */
+  resource?: string;
 }
 
 /** The state of one profile's session. */
@@ -119,6 +125,10 @@ export interface SignInStatus {
   storage?: StorageInfo;
   /** listAccounts only: whether this is the profile's current account. */
   current?: boolean;
+  /** As ProfileInfo's: the profile's authorization server. */
+  issuer?: string;
+  /** As ProfileInfo's: the session's client was registered by AuthBridge (RFC 7591). */
+  dynamicClient?: boolean;
 }
 
 export interface RevocationFailure {
@@ -276,6 +286,11 @@ export interface FetchParams {
   scopes?: string[];
   /** Authorize with this resource's token (default: the configured resource the URL is under, if any). */
   resource?: Resources;
+  /**
+   * A 403 insufficient_scope naming scopes the sign-in lacks asks the user for them once (a sign-in
+   * with those scopes added; its signIn/progress goes to `onProgress`) and replays (default true).
+   */
+  stepUp?: boolean;
 }
 
 // ── Results ─────────────────────────────────────────────────────────────────
@@ -759,7 +774,8 @@ export declare class AuthBridge extends EventEmitter<BridgeEvents> {
   getAccessToken(params: GetAccessTokenParams | string, options?: CallOptions): Promise<AccessTokenResult>;
   /** Token exchange (RFC 8693): the session's access (or ID) token exchanged for one for another audience, resource or scopes. */
   exchangeToken(params: ExchangeTokenParams | string, options?: CallOptions): Promise<AccessTokenResult>;
-  fetch(params: FetchParams, options?: CallOptions): Promise<FetchResult>;
+  /** `options.onProgress`: the signIn/progress of a step-up (`stepUp`). */
+  fetch(params: FetchParams, options?: SignInOptions): Promise<FetchResult>;
   signOut(params: SignOutParams | string, options?: CallOptions): Promise<SignOutResult>;
   /** rpc.discover: the OpenRPC document. */
   discover(options?: CallOptions): Promise<Record<string, unknown>>;

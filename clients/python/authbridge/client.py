@@ -559,15 +559,19 @@ class AuthBridge(Listeners):
                     headers: Mapping[str, str] | None = None, body: str | None = None,
                     account: str | None = None, timeout_ms: int | None = None,
                     scopes: Sequence[str] | None = None, resource: str | Sequence[str] | None = None,
+                    step_up: bool | None = None, on_progress: ProgressCallback | None = None,
                     timeout: float | None = None) -> FetchResult:
         """An HTTP request made and authorized by the host (refreshing and replaying once on an
         expired session). `url` is absolute, or a path against the profile's `apiBaseUrl`. Any
         HTTP status is a result. `scopes` / `resource`: authorize it with the token for exactly
-        those (as `get_access_token`'s; default: the configured resource `url` is under, if any)."""
+        those (as `get_access_token`'s; default: the configured resource `url` is under, if any).
+        A 403 `insufficient_scope` asks the user for the scopes it names once and replays (unless
+        `step_up=False`); that sign-in's progress goes to `on_progress`."""
         params = _drop_none(provider=provider, account=account, url=url, method=method,
                             headers=dict(headers) if headers is not None else None, body=body, timeoutMs=timeout_ms,
-                            scopes=list(scopes) if scopes is not None else None, resource=_resource(resource))
-        return FetchResult.from_wire(await self.request("fetch", params, timeout=timeout))
+                            scopes=list(scopes) if scopes is not None else None, resource=_resource(resource),
+                            stepUp=step_up)
+        return FetchResult.from_wire(await self.request("fetch", params, timeout=timeout, on_progress=on_progress))
 
     async def sign_out(self, provider: str, *, account: str | None = None, end_session: bool | None = None,
                        flow: Literal["browser", "external"] | None = None, end_session_timeout_ms: int | None = None,

@@ -160,6 +160,9 @@ async def test_the_session_and_registration_outlive_the_host(host_options, mcp_s
     async with authbridge.connect(**options) as bridge:
         status = await bridge.sign_in_to_url(mcp_server.url, flow="external", on_progress=External(bridge))
         assert status.signed_in and status.provider == authbridge.profile_name_for_url(mcp_server.url)
+        assert status.issuer == mcp_server.issuer and status.dynamic_client is True
+        [profile] = [p for p in (await bridge.list_providers()).profiles if p.name == status.provider]
+        assert profile.resource == mcp_server.url and profile.issuer == mcp_server.issuer and profile.dynamic_client
     async with authbridge.connect(**options) as bridge:
         again = await bridge.sign_in_to_url(mcp_server.url, on_progress=None)
         assert again.signed_in and again.account == status.account
@@ -221,3 +224,20 @@ def test_requests_and_blocking_httpx_step_up_through_a_blocking_bridge(host_opti
             answer = http.post(mcp_server.url, json=INITIALIZE, headers={"Accept": ACCEPT})
             assert answer.status_code == 200 and len(completed) == 2
     assert [p.get("scopes") for p in sent(frames, "requestOAuthTokens")] == [None, ["mcp:tools", "mcp:admin"]]
+
+
+async def test_the_hosts_fetch_steps_up_too(host_options, mcp_server, frames):
+    """`bridge.fetch` (the host makes the request): its step-up's sign-in reports to `on_progress`."""
+    async with authbridge.connect(**host_options()) as bridge:
+        external = External(bridge)
+        profile = (await bridge.sign_in_to_url(mcp_server.url, flow="external", on_progress=external)).provider
+        opened = await bridge.fetch(profile, mcp_server.url, method="POST", headers={"Accept": ACCEPT, "Content-Type": "application/json"},
+                                    body=json.dumps(INITIALIZE))
+        assert opened.status == 200
+        headers = {"Accept": ACCEPT, "Content-Type": "application/json", "mcp-session-id": opened.headers["mcp-session-id"]}
+        refused = await bridge.fetch(profile, mcp_server.url, method="POST", headers=headers, step_up=False,
+                                     body=json.dumps(call("admin_echo", {"message": "no"})))
+        assert refused.status == 403 and external.completed == 1
+        answer = await bridge.fetch(profile, mcp_server.url, method="POST", headers=headers, on_progress=external,
+                                    body=json.dumps(call("admin_echo", {"message": "host"}, 3)))
+        assert answer.status == 200 and "admin echo: host" in answer.body and external.completed == 2
