@@ -101,6 +101,17 @@ test('fetchForUrl signs in by the URL alone; McpClient lists and calls tools; ad
   assert.ok(who.scopes.includes('mcp:admin'), who.scopes);
 });
 
+test('concurrent 403s make one step-up', { timeout: 60_000 }, async () => {
+  const bridge = await startBridge(box);
+  const user = external(bridge);
+  const mcp = new McpClient(server.url, await bridge.fetchForUrl(server.url, { flow: 'external', onProgress: user.onProgress }));
+  await mcp.initialize();
+  const answers = await Promise.all([1, 2, 3, 4].map((n) => mcp.callTool('admin_echo', { message: `${n}` })));
+  assert.deepEqual(answers.map((answer) => answer.content[0].text), ['admin echo: 1', 'admin echo: 2', 'admin echo: 3', 'admin echo: 4']);
+  assert.equal(user.completed.length, 2, 'the sign-in and one step-up');
+  await Promise.all(user.completed);
+});
+
 test('stepUp: false leaves the 403 as the answer', { timeout: 60_000 }, async () => {
   const bridge = await startBridge(box);
   const user = external(bridge);

@@ -241,3 +241,17 @@ async def test_the_hosts_fetch_steps_up_too(host_options, mcp_server, frames):
         answer = await bridge.fetch(profile, mcp_server.url, method="POST", headers=headers, on_progress=external,
                                     body=json.dumps(call("admin_echo", {"message": "host"}, 3)))
         assert answer.status == 200 and "admin echo: host" in answer.body and external.completed == 2
+
+
+async def test_concurrent_403s_make_one_step_up(host_options, mcp_server, frames):
+    async with authbridge.connect(**host_options()) as bridge:
+        external = External(bridge)
+        auth = await bridge.auth_for_url(mcp_server.url, flow="external", on_progress=external)
+        async with httpx.AsyncClient(auth=auth, timeout=WAIT) as http:
+            session = await initialize(http, mcp_server.url)
+            answers = await asyncio.gather(*(http.post(mcp_server.url, json=call("admin_echo", {"message": str(n)}, 10 + n),
+                                                       headers=session) for n in range(4)))
+        assert [a.status_code for a in answers] == [200] * 4
+        assert [[r.status_code for r in a.history] for a in answers] == [[403]] * 4
+        assert external.completed == 2, "the sign-in and one step-up"
+        assert len(sent(frames, "requestOAuthTokens")) == 2
