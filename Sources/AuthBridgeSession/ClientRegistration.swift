@@ -114,7 +114,9 @@ struct ClientRegistration: Sendable, Equatable {
         guard (200..<300).contains(status) else {
             if status >= 500 || status == 429 || status == 0 {
                 return .failure(
-                    ProviderFailure(.transient, reason: "serverError", message: "The client registration endpoint is unavailable (HTTP \(status)).", status: status))
+                    ProviderFailure(
+                        .transient, reason: "serverError", message: "The client registration endpoint is unavailable (HTTP \(status)).",
+                        status: status))
             }
             // RFC 7591 §3.2.2: invalid_redirect_uri, invalid_client_metadata, …
             let error = body["error"]?.stringValue.flatMap { ProviderFailure.isWord($0) ? $0 : nil }

@@ -39,7 +39,9 @@ extension StandardSteps {
                     failure.kind, reason: failure.reason,
                     message: "The protected resource \(resource) could not be reached: \(failure.message)", status: failure.status))
         case .success(let answer):
-            if answer["status"]?.intValue == 401, let challenge = AuthenticationChallenge.bearer(in: answer["headers"]?["www-authenticate"]?.stringValue) {
+            if answer["status"]?.intValue == 401,
+                let challenge = AuthenticationChallenge.bearer(in: answer["headers"]?["www-authenticate"]?.stringValue)
+            {
                 challengeScopes = challenge.scopes
                 if let metadata = challenge.resourceMetadata {
                     guard ParsedURL(metadata)?.isSecureTransport == true else {
@@ -112,7 +114,9 @@ extension StandardSteps {
         config["protectedResource"] = .string(resource)
         config["resourceMetadataUrl"] = candidates.first.map(JSON.string)
         // RFC 9728 §2: scopes_supported; the 401's scope is what the resource needs (MCP: use it first).
-        if config["scopes"] == nil, let scopes = challengeScopes ?? document["scopes_supported"]?.arrayValue?.compactMap(\.stringValue), !scopes.isEmpty {
+        if config["scopes"] == nil, let scopes = challengeScopes ?? document["scopes_supported"]?.arrayValue?.compactMap(\.stringValue),
+            !scopes.isEmpty
+        {
             config["scopes"] = .array(scopes.map(JSON.string))
         }
         if let supported = document["scopes_supported"]?.arrayValue?.compactMap(\.stringValue), !supported.isEmpty {

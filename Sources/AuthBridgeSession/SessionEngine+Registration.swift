@@ -80,7 +80,9 @@ extension SessionEngine {
         } catch {
             logger.notice("a refused client registration could not be forgotten", metadata: ["provider": "\(context.profile.name)"])
         }
-        logger.notice("the authorization server refused the registered client; the next sign-in registers again", metadata: ["provider": "\(context.profile.name)"])
+        logger.notice(
+            "the authorization server refused the registered client; the next sign-in registers again",
+            metadata: ["provider": "\(context.profile.name)"])
         for (name, config) in configs where config["issuer"]?.stringValue == issuer && config["dynamicClient"]?.boolValue == true {
             configs[name] = nil
         }

@@ -140,6 +140,8 @@ final class AgentSessions: Sessions {
         try await call(ListProvidersParams()).profiles
     }
 
+    func configureProfile(_ params: ConfigureProfileParams) async throws(SessionError) -> ProfileInfo { try await call(params) }
+
     func signIn(_ params: RequestOAuthTokensParams) async throws(SessionError) -> SignInStatus {
         let flow = params.flow?.rawValue ?? flows(ofProfile: params.provider).first
         browserSignIn.withLock { $0 = flow == Flow.browser.rawValue }

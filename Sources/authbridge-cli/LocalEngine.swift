@@ -78,8 +78,12 @@ struct LocalEngine: Sessions {
 
     func profiles() async -> [ProfileInfo] { await engine.profileList() }
 
+    func configureProfile(_ params: ConfigureProfileParams) async throws(SessionError) -> ProfileInfo {
+        try await engine.configureProfile(params)
+    }
+
     func signIn(_ params: RequestOAuthTokensParams) async throws(SessionError) -> SignInStatus {
-        try await engine.requestOAuthTokens(params, requestID: "cli")
+        try await engine.requestOAuthTokens(params, requestID: "cli", clientName: "authbridge-cli")
     }
 
     func status(_ params: CheckSignInStatusParams) async throws(SessionError) -> SignInStatus {

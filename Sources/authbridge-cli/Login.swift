@@ -4,6 +4,7 @@ import AuthBridgeJSON
 import AuthBridgeProtocol
 import AuthBridgeLaunch
 import AuthBridgeSession
+import AuthBridgeURL
 import Dispatch
 import Synchronization
 
@@ -23,6 +24,12 @@ struct Login: HumanCommand {
             Progress goes to stderr; Ctrl-C cancels (exit 4). A sign-in not completed within \
             --timeout exits 1.
 
+            With a URL instead of a profile (authbridge login https://host/mcp), it signs in to \
+            that protected resource with nothing else configured: the resource names its \
+            authorization server (RFC 9728), AuthBridge registers itself there (RFC 7591), and \
+            the profile — named after the host unless --profile names it — is added to the \
+            profiles file, so later commands, the agent and the credential helpers know it.
+
             --client-credentials signs the profile's own client in (the client credentials \
             grant: a machine identity, no user and no browser; the profile needs a client secret \
             or a private key). --scope asks for these scopes (repeatable; an account already \
@@ -30,8 +37,13 @@ struct Login: HumanCommand {
             the protected resources the sign-in is for (RFC 8707; repeatable).
             """)
 
-    @Argument(help: ArgumentHelp("The profile to sign in to.", valueName: "PROFILE"))
+    @Argument(help: ArgumentHelp("The profile to sign in to, or a protected resource's URL (an MCP server, an API).", valueName: "PROFILE|URL"))
     var profile: String
+
+    @Option(
+        name: .customLong("profile"),
+        help: ArgumentHelp("With a URL: the name of the profile it makes (default: the URL's host).", valueName: "NAME"))
+    var profileName: String?
 
     @Flag(help: "Use the device authorization grant (RFC 8628): for machines without a browser.")
     var device = false
@@ -60,18 +72,68 @@ struct Login: HumanCommand {
 
     func validate() throws {
         if clientCredentials && device { throw ValidationError("--client-credentials and --device are two different flows: choose one") }
+        if profileName != nil && ResourceProfile.url(profile) == nil {
+            throw ValidationError("--profile names the profile a URL makes: give the protected resource's URL, not a profile name")
+        }
+        if let profileName, profileName.isEmpty || profileName.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+            throw ValidationError("--profile must be a name without control characters")
+        }
     }
 
     func execute() async throws {
         let stage = LastStage()
         let openBrowser = !(noBrowser || device || clientCredentials)
         let sessions = try await Login.sessions(options: options, agent: agent, openBrowser: openBrowser, stage: stage)
+        var target = profile
+        if let url = ResourceProfile.url(profile) {
+            target = try await Login.resourceProfile(profile, url: url, name: profileName, sessions: sessions, options: options)
+        }
         let wanted = TokenFor(scopes: scopes, resources: resources)
         let status = try await Login.signIn(
-            profile, sessions: sessions, device: device, timeout: wait.seconds, stage: stage,
+            target, sessions: sessions, device: device, timeout: wait.seconds, stage: stage,
             flow: clientCredentials ? .clientCredentials : nil, scopes: wanted.scopes, resource: wanted.resource)
         let out = Terminal.standardOutput
-        out.line(out.styled("✓", .green) + " Signed in to \(profile) as \(accountLabel(status.account))")
+        out.line(out.styled("✓", .green) + " Signed in to \(target) as \(accountLabel(status.account))")
+    }
+
+    /// The profile of a protected resource's URL: configured in the sessions' host (which
+    /// discovers its authorization server, so that a URL that names none fails before anything
+    /// is written), then kept in the profiles file. Returns its name.
+    static func resourceProfile(
+        _ resource: String, url: ParsedURL, name: String?, sessions: any Sessions, options: HostOptions
+    ) async throws -> String {
+        let err = Terminal.standardError
+        let name = name ?? ResourceProfile.defaultName(for: url)
+        guard let path = options.settings.configPath else {
+            err.error("no profiles file: set HOME or XDG_CONFIG_HOME, or name one with --config FILE")
+            throw ExitCode(CommandExit.configuration)
+        }
+        // A profile of that name for something else is never replaced (its sessions would go).
+        let known = try? await sessions.profiles().first { $0.name == name }
+        if let known, known.plugin != "oidc" || known.resource != resource {
+            err.error("there is already a profile \"\(name)\" for something else; name another with --profile NAME")
+            throw ExitCode(CommandExit.configuration)
+        }
+        if let problem = ResourceProfile.conflict(name, resource: resource, in: path) {
+            err.error(problem)
+            throw ExitCode(CommandExit.configuration)
+        }
+        let entry = ResourceProfile.entry(resource)
+        do {
+            _ = try await sessions.configureProfile(
+                ConfigureProfileParams(name: name, plugin: "oidc", settings: entry["settings"]?.objectValue))
+        } catch {
+            throw sessions.report(error)
+        }
+        do {
+            if try ResourceProfile.add(name, resource: resource, to: path) == .added {
+                err.line(err.styled("Added profile \"\(name)\" for \(resource) to \(path)", .dim))
+            }
+        } catch {
+            err.error(error.message)
+            throw ExitCode(CommandExit.configuration)
+        }
+        return name
     }
 
     /// The sessions for an interactive sign-in (the running agent's, or this process's):

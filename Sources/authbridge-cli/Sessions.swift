@@ -15,6 +15,8 @@ import AuthBridgeSession
 protocol Sessions: Sendable {
     /// The configured profiles.
     func profiles() async throws(SessionError) -> [ProfileInfo]
+    /// `configureProfile`: adds or replaces a profile in the sessions' host (for this process, or the agent's run).
+    func configureProfile(_ params: ConfigureProfileParams) async throws(SessionError) -> ProfileInfo
     /// `requestOAuthTokens`; progress goes to the events sink the sessions were opened with.
     func signIn(_ params: RequestOAuthTokensParams) async throws(SessionError) -> SignInStatus
     /// `checkSignInStatus`.

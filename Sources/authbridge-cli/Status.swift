@@ -196,6 +196,11 @@ struct Status: HumanCommand {
                 }
             out.line(table.line(line, on: out) { $0 == 2 ? colour : nil })
         }
+        // A profile made from a resource's URL: where it signs in, which the table does not say.
+        for row in rows {
+            guard case .checked(let status) = row, let issuer = status.issuer, status.dynamicClient == true else { continue }
+            out.line(out.styled(Terminal.clean("\(row.provider): signs in at \(issuer) as a client AuthBridge registered there (RFC 7591)"), .dim))
+        }
         for row in rows {
             if let message = row.message, row.state != .signedIn {
                 Terminal.standardError.line(Terminal.clean("\(row.provider): \(message)"))

@@ -20,6 +20,10 @@ Before issue 31 a profile `{"resource": URL}` was refused -32013 (clientId requi
 from __future__ import annotations
 
 import json
+import os
+import stat
+import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -29,7 +33,8 @@ from typing import Any
 import pytest
 
 from authbridge_testkit.mcp_server import McpServer
-from conftest import sign_in_external
+from conftest import HOST_BIN, sign_in_external
+from test_browser import chromium  # noqa: F401 - the headless Chromium fixture
 
 CONFIGURATION_ERROR = -32013
 NOT_SIGNED_IN = -32001
@@ -270,3 +275,71 @@ def test_without_a_scope_in_the_challenge_the_resource_s_scopes_are_asked_for(st
     host = start_host([oidc_plugin_dir], profiles={"tools": {"plugin": "oidc", "settings": {"resource": server.url}}})
     sign_in_external(host, McpBrowser(server), "tools")
     assert set(server.token_info(access_token(host, "tools"))["scopes"]) == {"mcp:read", "mcp:tools", "mcp:admin"}
+
+
+BROWSER = """#!{python}
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=30).read()   # the test user approves at once; the redirect reaches the listener
+"""
+
+
+def test_authbridge_login_with_only_the_url_makes_a_profile_and_signs_in(tmp_path, oidc_plugin_dir, mcp):
+
+    server = mcp()
+    for name in ("config", "data", "home", "bin"):
+        (tmp_path / name).mkdir()
+    browser = tmp_path / "bin" / "xdg-open"
+    browser.write_text(BROWSER.format(python=sys.executable))
+    browser.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("DBUS_SESSION_BUS_ADDRESS", "AUTHBRIDGE_VAULT_KEY", "NO_COLOR")}
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"), HOME=str(tmp_path / "home"),
+               PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    common = ["--no-default-plugins", "--plugins", str(oidc_plugin_dir)]
+
+    def authbridge(command: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(HOST_BIN), command, *common, *args], env=env, capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+
+    login = authbridge("login", server.url)
+    assert login.returncode == 0, login.stderr
+    name = f"127.0.0.1-{urllib.parse.urlsplit(server.url).port}"
+    assert login.stdout.startswith(f"✓ Signed in to {name}"), login.stdout
+    config = tmp_path / "config" / "authbridge" / "config.json"
+    assert json.loads(config.read_text())["profiles"] == {name: {"plugin": "oidc", "settings": {"resource": server.url}}}
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600 and stat.S_IMODE(config.parent.stat().st_mode) == 0o700
+    (client_id, registration), = server.clients.items()
+    assert registration["client_name"] == "authbridge-cli"
+
+    status, = json.loads(authbridge("status", name, "--json").stdout)
+    assert status["state"] == "signedIn" and status["issuer"] == server.issuer and status["dynamicClient"] is True
+    assert "registered there (RFC 7591)" in authbridge("status").stdout
+    token = authbridge("token", name)
+    assert token.returncode == 0 and server.token_info(token.stdout.strip())["resource"] == server.url
+
+    # A second profile of the same server by name: the registration is reused; the file keeps both.
+    second = authbridge("login", server.url, "--profile", "work-mcp")
+    assert second.returncode == 0, second.stderr
+    assert len(server.clients) == 1
+    assert set(json.loads(config.read_text())["profiles"]) == {name, "work-mcp"}
+    # A name already used for something else is refused, and nothing changes.
+    other = mcp()
+    clash = authbridge("login", other.url, "--profile", "work-mcp")
+    assert clash.returncode == 78 and "already" in clash.stderr and "--profile" in clash.stderr
+    assert json.loads(config.read_text())["profiles"]["work-mcp"]["settings"]["resource"] == server.url
+    assert authbridge("status", "work-mcp").returncode == 0, "the clash signed nobody out"
+
+
+def test_the_browser_flow_in_headless_chromium_comes_back_to_a_registered_port(start_host, oidc_plugin_dir, mcp, chromium):
+    server = mcp()
+    host = start_host([oidc_plugin_dir], profiles={"tools": {"plugin": "oidc", "settings": {"resource": server.url}}})
+    request_id = host.send_request("requestOAuthTokens", {"provider": "tools", "flow": "browser"})
+    opened = host.wait_for_notification(
+        "signIn/progress", lambda p: p.get("stage") == "openUrl" and p.get("requestId") == request_id)
+    redirect = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(opened["url"]).query))["redirect_uri"]
+    (_, registration), = server.clients.items()
+    assert redirect == registration["redirect_uris"][0], "the first registered port, exactly"
+    chromium.get(opened["url"])   # the test user approves at once: straight back to the host's listener
+    answer = host.wait_response(request_id)
+    assert "result" in answer and answer["result"]["state"] == "signedIn", answer
+    assert chromium.current_url.startswith(redirect.rsplit("/", 1)[0])
+    assert server.token_info(access_token(host, "tools"))["resource"] == server.url
