@@ -95,6 +95,12 @@ export interface ProfileInfo {
   source: 'config' | 'runtime';
   /** Settings neither the plugin nor the host reads (ignored), each with the key probably meant. */
   warnings?: string[];
+  /** The authorization server, once resolved (the setting issuer, or discovered from `resource`, RFC 9728). */
+  issuer?: string;
+  /** true when it signs in with a client AuthBridge registered itself (RFC 7591). */
+  dynamicClient?: boolean;
+  /** The protected resource the profile is for (setting resource). */
+  resource?: string;
 }
 
 /** The state of one profile's session. */
@@ -119,6 +125,10 @@ export interface SignInStatus {
   storage?: StorageInfo;
   /** listAccounts only: whether this is the profile's current account. */
   current?: boolean;
+  /** As ProfileInfo's: the profile's authorization server. */
+  issuer?: string;
+  /** As ProfileInfo's: the session's client was registered by AuthBridge (RFC 7591). */
+  dynamicClient?: boolean;
 }
 
 export interface RevocationFailure {
@@ -276,6 +286,11 @@ export interface FetchParams {
   scopes?: string[];
   /** Authorize with this resource's token (default: the configured resource the URL is under, if any). */
   resource?: Resources;
+  /**
+   * A 403 insufficient_scope naming scopes the sign-in lacks asks the user for them once (a sign-in
+   * with those scopes added; its signIn/progress goes to `onProgress`) and replays (default true).
+   */
+  stepUp?: boolean;
 }
 
 // ── Results ─────────────────────────────────────────────────────────────────
@@ -680,6 +695,37 @@ export interface AuthorizedFetchOptions {
   scopes?: string[];
   /** Every request gets the token for this resource, or these (getAccessToken's `resource`). */
   resource?: Resources;
+  /**
+   * A 403 whose WWW-Authenticate challenge (Bearer, or DPoP) says `error="insufficient_scope"` with
+   * a `scope` asks the user for those scopes once (requestOAuthTokens with `scopes`: incremental
+   * consent) and sends the request again (default true; false: the 403 is the answer).
+   */
+  stepUp?: boolean;
+  /** The step-up's sign-in flow (default: the profile's first). */
+  flow?: Flow;
+  /** The step-up's signIn/progress events (open `url` on stage "openUrl"). */
+  onProgress?: (params: SignInProgressParams) => void;
+}
+
+/** Options of `bridge.signInToUrl(url, options)` and `bridge.fetchForUrl(url, options)`. */
+export interface ResourceSignInOptions extends CallOptions {
+  /** The profile to configure (default: profileNameForUrl(url)). */
+  profile?: string;
+  /** The sign-in's flow (default: the profile's first, the browser). */
+  flow?: Flow;
+  /** The scopes to sign in with (default: those the resource's metadata lists). */
+  scopes?: string[];
+  /** The sign-ins' signIn/progress events (default: openInBrowser; null: none). */
+  onProgress?: ((params: SignInProgressParams) => void) | null;
+  /** fetchForUrl: step up on a 403 insufficient_scope (default true). */
+  stepUp?: boolean;
+}
+
+/** One challenge of a WWW-Authenticate field (param names in lower case, quoted values unescaped). */
+export interface Challenge {
+  scheme: string;
+  params: Record<string, string>;
+  token68?: string;
 }
 
 /** What `bridge.authorizedFetch()` returns: a function with fetch's signature. */
@@ -728,7 +774,8 @@ export declare class AuthBridge extends EventEmitter<BridgeEvents> {
   getAccessToken(params: GetAccessTokenParams | string, options?: CallOptions): Promise<AccessTokenResult>;
   /** Token exchange (RFC 8693): the session's access (or ID) token exchanged for one for another audience, resource or scopes. */
   exchangeToken(params: ExchangeTokenParams | string, options?: CallOptions): Promise<AccessTokenResult>;
-  fetch(params: FetchParams, options?: CallOptions): Promise<FetchResult>;
+  /** `options.onProgress`: the signIn/progress of a step-up (`stepUp`). */
+  fetch(params: FetchParams, options?: SignInOptions): Promise<FetchResult>;
   signOut(params: SignOutParams | string, options?: CallOptions): Promise<SignOutResult>;
   /** rpc.discover: the OpenRPC document. */
   discover(options?: CallOptions): Promise<Record<string, unknown>>;
@@ -744,7 +791,25 @@ export declare class AuthBridge extends EventEmitter<BridgeEvents> {
    * (else InsecureUrlError). `init.signal` also cancels the token calls.
    */
   authorizedFetch(profile: string, options?: AuthorizedFetchOptions): AuthorizedFetch;
+
+  /**
+   * Signs in to the protected resource at `url` (an MCP server's endpoint) knowing nothing else:
+   * configures the `oidc` profile `profile` (default profileNameForUrl(url)) with settings
+   * `{resource: url}` (the host discovers the authorization server, RFC 9728 and RFC 8414, and
+   * registers itself, RFC 7591) and signs in unless that profile is signed in already (the vault
+   * keeps sessions across runs). Resolves with the status; `provider` is the profile's name.
+   */
+  signInToUrl(url: string | URL, options?: ResourceSignInOptions): Promise<SignInStatus>;
+  /** signInToUrl(url, options), then authorizedFetch(profile, {flow, onProgress, stepUp}). */
+  fetchForUrl(url: string | URL, options?: ResourceSignInOptions): Promise<AuthorizedFetch>;
 }
+
+/** The profile signInToUrl configures for a URL: its host, `-PORT` for a port that is not the default ("127.0.0.1-8080"). */
+export declare function profileNameForUrl(url: string | URL): string;
+/** signIn/progress for a person here: opens `url` with $BROWSER (else xdg-open / open), or prints it on stderr. */
+export declare function openInBrowser(params: SignInProgressParams): void;
+/** The challenges of a WWW-Authenticate field value (RFC 9110 §11.6.1). */
+export declare function parseChallenges(value: string): Challenge[];
 
 /** The argv of `authbridge serve` for the options. */
 export declare function hostArguments(options?: AuthBridgeOptions): string[];

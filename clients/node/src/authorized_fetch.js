@@ -101,21 +101,128 @@ function dpopNonceRequested(response) {
   return nonce && /use_dpop_nonce/.test(response.headers.get('www-authenticate') ?? '') ? nonce : undefined;
 }
 
+// ── WWW-Authenticate (RFC 9110 §11.6.1) ──────────────────────────────────────
+
+const TCHAR = /[!#$%&'*+\-.^_`|~0-9A-Za-z]/;
+const TOKEN68 = /[\-._~+/0-9A-Za-z]/;
+
+/**
+ * The challenges of a `WWW-Authenticate` field value (fetch joins several fields with ", "):
+ * `challenge = auth-scheme [ 1*SP ( token68 / #auth-param ) ]`, comma separated, an auth-param's
+ * value a token or a quoted string (`\` escapes the next character). Param names are lower case;
+ * the first of a repeated name wins. What cannot be parsed ends the list.
+ * @param {string} value
+ * @returns {Array<{scheme: string, params: Record<string, string>, token68?: string}>}
+ */
+export function parseChallenges(value) {
+  const challenges = [];
+  const n = value.length;
+  const skip = (i, chars = ' \t') => { while (i < n && chars.includes(value[i])) i += 1; return i; };
+  const token = (i) => { const start = i; while (i < n && TCHAR.test(value[i])) i += 1; return [value.slice(start, i), i]; };
+  const paramAt = (i) => {
+    const [name, after] = token(i);
+    let j = skip(after);
+    if (!name || j >= n || value[j] !== '=') return false;
+    j = skip(j + 1);
+    return j < n && value[j] !== ',' && value[j] !== '=';
+  };
+  let i = 0;
+  for (;;) {
+    i = skip(i, ' \t,');
+    if (i >= n) return challenges;
+    const [scheme, afterScheme] = token(i);
+    if (!scheme) return challenges;
+    const params = Object.create(null);
+    i = skip(afterScheme);
+    if (i === afterScheme && i < n && value[i] !== ',') return challenges; // a scheme is followed by SP, a comma or the end
+    if (i < n && value[i] !== ',' && !paramAt(i)) {
+      const start = i;
+      while (i < n && TOKEN68.test(value[i])) i += 1;
+      if (i === start) return challenges;
+      while (i < n && value[i] === '=') i += 1;
+      challenges.push({ scheme, params, token68: value.slice(start, i) });
+      i = skip(i);
+      if (i < n && value[i] !== ',') return challenges;
+      continue;
+    }
+    while (i < n && paramAt(i)) {
+      let name;
+      [name, i] = token(i);
+      i = skip(skip(i) + 1);
+      let text;
+      if (value[i] === '"') {
+        i += 1;
+        text = '';
+        while (i < n && value[i] !== '"') {
+          if (value[i] === '\\' && i + 1 < n) i += 1;
+          text += value[i];
+          i += 1;
+        }
+        if (i >= n) return challenges; // an unterminated quoted string
+        i += 1;
+      } else {
+        [text, i] = token(i);
+      }
+      const key = name.toLowerCase();
+      if (!(key in params)) params[key] = text;
+      i = skip(i);
+      if (i < n && value[i] !== ',') {
+        challenges.push({ scheme, params });
+        return challenges;
+      }
+      i = skip(i, ' \t,');
+    }
+    challenges.push({ scheme, params });
+  }
+}
+
+/**
+ * The scopes a 403 asks for (RFC 6750 §3.1: a `Bearer` — or, for a DPoP-bound token, `DPoP` —
+ * challenge with `error="insufficient_scope"` and a `scope`), in its order; else undefined.
+ * @param {Response} response
+ */
+export function insufficientScope(response) {
+  if (response.status !== 403) return undefined;
+  for (const { scheme, params } of parseChallenges(response.headers.get('www-authenticate') ?? '')) {
+    if (!['bearer', 'dpop'].includes(scheme.toLowerCase()) || params.error !== 'insufficient_scope') continue;
+    const scopes = [...new Set((params.scope ?? '').split(/[ \t]+/).filter(Boolean))];
+    if (scopes.length) return scopes;
+  }
+  return undefined;
+}
+
+/**
+ * The bridge's error after a failed step-up (see renewalFailed).
+ * @param {unknown} error
+ * @param {string} profile
+ * @param {Request} request
+ * @param {string[]} scopes
+ */
+function stepUpFailed(error, profile, request, scopes) {
+  const Class = error?.constructor;
+  if (!(error instanceof AuthBridgeError) || (Class !== AuthBridgeError && errorClasses[error.code] !== Class)) return error;
+  const url = new URL(request.url);
+  return new Class(`${request.method} ${url.origin}${url.pathname} answered 403 (insufficient_scope: it needs ${scopes.join(' ')}) `
+    + `and signing in to "${profile}" with those scopes failed: ${error.message}`,
+  { code: error.code, data: error.data, method: error.method, requestId: error.requestId, cause: error });
+}
+
 /**
  * The function behind `bridge.authorizedFetch(profile, options)` (see index.d.ts and the README).
  * @param {import('./client.js').AuthBridge} bridge
  * @param {string} profile
  * @param {{account?: string, minValidityMs?: number, scopes?: string[], resource?: string | string[]}} [options]
  */
-export function authorizedFetch(bridge, profile, { account, minValidityMs, scopes, resource } = {}) {
+export function authorizedFetch(bridge, profile, { account, minValidityMs, scopes, resource, stepUp = true, flow, onProgress } = {}) {
   if (typeof profile !== 'string' || profile === '') throw new TypeError('authorizedFetch(profile): a profile name is needed');
   // The request's method and URL: a DPoP-bound session's answer carries the proof for exactly
-  // that request (RFC 9449); a bearer session's ignores them.
-  const params = (forceRefresh, request, dpopNonce) => ({
+  // that request (RFC 9449); a bearer session's ignores them. `added`: the scopes a step-up asked
+  // for, which a token for `scopes` must then carry too.
+  const params = (forceRefresh, request, dpopNonce, added = []) => ({
     provider: profile,
     ...(account !== undefined && { account }),
     ...(minValidityMs !== undefined && { minValidityMs }),
-    ...(scopes !== undefined && { scopes: [...scopes] }),
+    ...(scopes !== undefined && { scopes: [...new Set([...scopes, ...added])] }),
     ...(resource !== undefined && { resource: typeof resource === 'string' ? resource : [...resource] }),
     ...(forceRefresh && { forceRefresh: true }),
     method: request.method,
@@ -139,6 +246,24 @@ export function authorizedFetch(bridge, profile, { account, minValidityMs, scope
     renewals = turn.catch(() => {});
     return turn;
   };
+  // A step-up takes its turn with the renewals: the user is asked for the scopes once (incremental
+  // consent, keeping the account), unless another request stepped up meanwhile.
+  const steppedUp = (rejected, request, added) => {
+    const signal = request.signal;
+    const turn = renewals.then(async () => {
+      try {
+        const current = await bridge.getAccessToken(params(false, request, undefined, added), { signal });
+        if (current.accessToken !== rejected.accessToken) return current;
+        await bridge.requestOAuthTokens({ provider: profile, ...(flow !== undefined && { flow }), scopes: added },
+          { signal, ...(onProgress && { onProgress }) });
+        return await bridge.getAccessToken(params(false, request, undefined, added), { signal });
+      } catch (error) {
+        throw stepUpFailed(error, profile, request, added);
+      }
+    });
+    renewals = turn.catch(() => {});
+    return turn;
+  };
 
   return async function fetchAuthorized(input, init) {
     const request = new Request(input, init);
@@ -149,7 +274,17 @@ export function authorizedFetch(bridge, profile, { account, minValidityMs, scope
     const extra = init?.dispatcher === undefined ? undefined : { dispatcher: init.dispatcher };
     const token = await bridge.getAccessToken(params(false, request), { signal: request.signal });
     const response = await fetch(authorize(request, token), extra);
-    if (response.status !== 401 || new URL(response.url || url.href).origin !== url.origin) return response;
+    if (new URL(response.url || url.href).origin !== url.origin) return response;
+    const wanted = stepUp ? insufficientScope(response) : undefined;
+    if (wanted) {
+      // A 403 insufficient_scope (RFC 6750 §3.1, an MCP server's step-up): the user is asked for
+      // the scopes once, then the request goes again; a second 403 is the answer.
+      const stepped = await steppedUp(token, request, wanted);
+      if (!again) return response;
+      await response.body?.cancel();
+      return fetch(authorize(new Request(input, init), stepped), extra);
+    }
+    if (response.status !== 401) return response;
     const nonce = dpopNonceRequested(response);
     if (nonce && again) {
       // The token is fine; the server wants its nonce in the proof (RFC 9449 §9): once more with it.

@@ -13,6 +13,7 @@ import { EventEmitter } from 'node:events';
 import { accessSync, constants } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { authorizedFetch } from './authorized_fetch.js';
+import { openInBrowser, profileNameForUrl } from './resource_url.js';
 import { AgentSocket, HostProcess, agentSocketPath } from './transport.js';
 import {
   AbortError,
@@ -619,6 +620,44 @@ export class AuthBridge extends EventEmitter {
    * @param {{account?: string, minValidityMs?: number, scopes?: string[], resource?: string | string[]}} [options]
    */
   authorizedFetch(profile, options) { return authorizedFetch(this, profile, options); }
+
+  // ── A protected resource by its URL alone (RFC 9728) ────────────────────
+
+  /**
+   * Signs in to the protected resource at `url` (an MCP server's endpoint, an API) knowing nothing
+   * else: configures the `oidc` profile `profile` (default profileNameForUrl(url)) with settings
+   * `{resource: url}` — the host finds the authorization server from the resource's metadata and
+   * registers itself there — and, unless that profile is signed in already (a session the vault
+   * kept counts), signs in with `flow` (default the profile's first) and `scopes`, `onProgress`
+   * getting its progress (default openInBrowser). Resolves with the SignInStatus (`provider`: the
+   * profile's name).
+   * @param {string | URL} url
+   * @param {{profile?: string, flow?: string, scopes?: string[], onProgress?: Function | null, timeoutMs?: number, signal?: AbortSignal}} [options]
+   */
+  async signInToUrl(url, { profile, flow, scopes, onProgress = openInBrowser, timeoutMs, signal } = {}) {
+    const resource = String(url);
+    const name = profile ?? profileNameForUrl(resource);
+    const options = { ...(signal && { signal }), ...(timeoutMs !== undefined && { timeoutMs }) };
+    await this.configureProfile({ name, plugin: 'oidc', settings: { resource } }, options);
+    const status = await this.checkSignInStatus({ provider: name }, options);
+    if (status.state === 'signedIn' || status.state === 'offline') return status;
+    return this.requestOAuthTokens({ provider: name, ...(flow !== undefined && { flow }), ...(scopes !== undefined && { scopes }) },
+      { ...options, ...(onProgress && { onProgress }) });
+  }
+
+  /**
+   * signInToUrl(url, options), then authorizedFetch for that profile (its step-ups sign in with the
+   * same `flow` and `onProgress`; `stepUp: false` turns them off).
+   * @param {string | URL} url
+   * @param {{profile?: string, flow?: string, scopes?: string[], onProgress?: Function | null, stepUp?: boolean, timeoutMs?: number, signal?: AbortSignal}} [options]
+   */
+  async fetchForUrl(url, options = {}) {
+    const status = await this.signInToUrl(url, options);
+    const { flow, onProgress = openInBrowser, stepUp } = options;
+    return authorizedFetch(this, status.provider, {
+      ...(flow !== undefined && { flow }), ...(onProgress && { onProgress }), ...(stepUp !== undefined && { stepUp }),
+    });
+  }
 }
 
 /**

@@ -34,4 +34,6 @@ export {
   AgentNotRunningError,
   InsecureUrlError,
 } from './protocol.js';
+export { openInBrowser, profileNameForUrl } from './resource_url.js';
+export { parseChallenges } from './authorized_fetch.js';
 export { LineDecoder, MAX_LINE_BYTES, agentSocketPath } from './transport.js';

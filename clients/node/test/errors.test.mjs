@@ -164,10 +164,17 @@ test('-32012 NoPendingSignInError: a callback with no sign-in waiting', async ()
 });
 
 test('-32013 ConfigurationError: settings the plugin\'s schema refuses', async () => {
-  const error = await expectError(bridge.configureProfile({ name: 'bad', plugin: 'oidc', settings: { issuer: dot.issuer } }),
+  const error = await expectError(bridge.configureProfile({ name: 'bad', plugin: 'oidc', settings: { issuer: dot.issuer, clientId: 42 } }),
     bridgeErrors.ConfigurationError, -32013);
   assert.equal(error.reason, 'invalidSettings');
   assert.match(error.message, /clientId/);
+});
+
+test('-32013 ConfigurationError: no clientId, and a server that offers no dynamic client registration', async () => {
+  const error = await expectError(bridge.configureProfile({ name: 'bad', plugin: 'oidc', settings: { issuer: dot.issuer } }),
+    bridgeErrors.ConfigurationError, -32013);
+  assert.equal(error.reason, 'missingSetting');
+  assert.match(error.message, /"clientId"/);
 });
 
 test('-32602 InvalidParamsError, -32601 MethodNotFoundError, -32600 InvalidRequestError', async () => {

@@ -12,18 +12,19 @@
 Modules: `transport` (the process and its pipes), `protocol` (JSON-RPC: ids, cancellation,
 events), `client` (the typed asyncio API), `errors`, `types`, `sync` (a blocking wrapper).
 No third-party dependencies; Python 3.10+. Imported only when asked for, as they need their
-library: `authbridge.requests` and `authbridge.httpx`, `auth=` objects for those HTTP clients.
+library: `authbridge.requests`, `authbridge.httpx` and `authbridge.httpx2` (the `mcp` SDK's),
+`auth=` objects for those HTTP clients.
 """
 
 __version__ = "0.1.0"
 
-from .client import PROTOCOL_VERSION, AuthBridge, connect  # noqa: E402
+from .client import PROTOCOL_VERSION, AuthBridge, connect, open_in_browser, profile_name_for_url  # noqa: E402
 from .errors import *  # noqa: E402,F401,F403
 from .errors import __all__ as _errors_all  # noqa: E402
 from .protocol import EventStream  # noqa: E402
 from .types import *  # noqa: E402,F401,F403
 from .types import __all__ as _types_all  # noqa: E402
 
-__all__ = ["__version__", "PROTOCOL_VERSION", "AuthBridge", "connect", "EventStream", *_errors_all, *_types_all]
+__all__ = ["__version__", "PROTOCOL_VERSION", "AuthBridge", "connect", "open_in_browser", "profile_name_for_url", "EventStream", *_errors_all, *_types_all]
 
 from . import sync  # noqa: E402,F401  (authbridge.sync.connect after a plain `import authbridge`)

@@ -15,14 +15,17 @@ import threading
 import urllib.parse
 import weakref
 from collections.abc import MutableMapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .client import AuthBridge
 from .errors import AuthBridgeError, InsecureURL, NotSignedIn
+from .protocol import ProgressCallback
 from .sync import SyncAuthBridge
-from .types import AccessTokenResult, Cookie
+from .types import AccessTokenResult, Cookie, Flow
 
-__all__ = ["TokenSource", "authorize", "check_url", "dpop_nonce_requested", "origin", "same_origin", "where"]
+__all__ = ["Challenge", "TokenSource", "authorize", "check_url", "dpop_nonce_requested", "insufficient_scope", "origin",
+           "parse_challenges", "same_origin", "where"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -114,6 +117,116 @@ def dpop_nonce_requested(status: int, headers: Any) -> str | None:
     return None
 
 
+# ── WWW-Authenticate (RFC 9110 §11.6.1) ─────────────────────────────────────
+
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_TOKEN68 = frozenset("-._~+/0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """One challenge of a `WWW-Authenticate` field: its scheme (as sent), its auth-params (names in
+    lower case, quoted values unescaped; the first of a repeated name wins) or its token68."""
+    scheme: str
+    params: dict[str, str]
+    token68: str | None = None
+
+
+def parse_challenges(value: str) -> list[Challenge]:
+    """The challenges of a `WWW-Authenticate` field value (several fields: join them with ", ").
+    `challenge = auth-scheme [ 1*SP ( token68 / #auth-param ) ]`, comma separated, where an
+    auth-param's value is a token or a quoted string (`\\` escapes the next character). What
+    cannot be parsed ends the list: the challenges before it are kept."""
+    challenges: list[Challenge] = []
+    n, i = len(value), 0
+
+    def skip(i: int, chars: str = " \t") -> int:
+        while i < n and value[i] in chars:
+            i += 1
+        return i
+
+    def token(i: int) -> tuple[str, int]:
+        start = i
+        while i < n and value[i] in _TCHAR:
+            i += 1
+        return value[start:i], i
+
+    def param_at(i: int) -> bool:
+        """Whether an auth-param (`token BWS "="`, not a token68's padding) starts at `i`."""
+        name, j = token(i)
+        j = skip(j)
+        if not name or j >= n or value[j] != "=":
+            return False
+        j = skip(j + 1)
+        return j < n and value[j] not in ",="
+
+    while True:
+        i = skip(i, " \t,")
+        if i >= n:
+            return challenges
+        scheme, i = token(i)
+        if not scheme:
+            return challenges
+        params: dict[str, str] = {}
+        j = skip(i)
+        if j == i and j < n and value[j] != ",":   # a scheme must be followed by SP, a comma or the end
+            return challenges
+        i = j
+        if i < n and value[i] != "," and not param_at(i):
+            start = i                                  # token68
+            while i < n and value[i] in _TOKEN68:
+                i += 1
+            if i == start:
+                return challenges
+            while i < n and value[i] == "=":
+                i += 1
+            challenges.append(Challenge(scheme, params, value[start:i]))
+            i = skip(i)
+            if i < n and value[i] != ",":
+                return challenges
+            continue
+        while i < n and param_at(i):
+            name, i = token(i)
+            i = skip(skip(i) + 1)
+            if value[i] == '"':
+                i += 1
+                chars: list[str] = []
+                while i < n and value[i] != '"':
+                    if value[i] == "\\" and i + 1 < n:
+                        i += 1
+                    chars.append(value[i])
+                    i += 1
+                if i >= n:                              # an unterminated quoted string
+                    return challenges
+                i += 1
+                text = "".join(chars)
+            else:
+                text, i = token(i)
+            params.setdefault(name.lower(), text)
+            i = skip(i)
+            if i < n and value[i] != ",":
+                challenges.append(Challenge(scheme, params))
+                return challenges
+            i = skip(i, " \t,")
+        challenges.append(Challenge(scheme, params))
+
+
+def insufficient_scope(status: int, headers: Any) -> list[str] | None:
+    """The scopes a 403 asks for (RFC 6750 §3.1: a `Bearer` — or, for a DPoP-bound token, `DPoP` —
+    challenge with `error="insufficient_scope"` and a `scope`), in its order; None otherwise.
+    `headers`: the response's (a case-insensitive mapping; httpx's several fields are joined)."""
+    if status != 403:
+        return None
+    get_list = getattr(headers, "get_list", None)
+    fields = get_list("WWW-Authenticate") if callable(get_list) else [headers.get("WWW-Authenticate") or ""]
+    for challenge in parse_challenges(", ".join(str(f) for f in fields)):
+        if challenge.scheme.lower() in ("bearer", "dpop") and challenge.params.get("error") == "insufficient_scope":
+            scopes = list(dict.fromkeys(challenge.params.get("scope", "").split()))
+            if scopes:
+                return scopes
+    return None
+
+
 class TokenSource:
     """One profile (and account) of a bridge, as an auth object asks it for tokens.
 
@@ -126,7 +239,8 @@ class TokenSource:
 
     def __init__(self, owner: str, bridge: AuthBridge | SyncAuthBridge, profile: str, *, account: str | None,
                  min_validity_ms: int | None, scopes: Sequence[str] | None = None,
-                 resource: str | Sequence[str] | None = None) -> None:
+                 resource: str | Sequence[str] | None = None, step_up: bool = True, flow: Flow | None = None,
+                 on_progress: ProgressCallback | None = None) -> None:
         if not isinstance(bridge, (AuthBridge, SyncAuthBridge)):
             raise TypeError(f"{owner} needs a bridge from authbridge.connect() or authbridge.sync.connect(), "
                             f"not {type(bridge).__name__}")
@@ -137,6 +251,9 @@ class TokenSource:
         self.min_validity_ms = min_validity_ms
         self.scopes = tuple(scopes) if scopes is not None else None
         self.resource = resource if resource is None or isinstance(resource, str) else tuple(resource)
+        self.step_up = step_up
+        self.flow = flow
+        self.on_progress = on_progress
         self._lock = threading.Lock()
         self._loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
@@ -145,11 +262,25 @@ class TokenSource:
                         if value is not None)
         return f"{self.owner}(profile={self.profile!r}, account={self.account!r}{extra})"
 
-    def _params(self, force: bool, method: str, url: str, dpop_nonce: str | None = None) -> dict[str, Any]:
+    def _params(self, force: bool, method: str, url: str, dpop_nonce: str | None = None,
+                added: Sequence[str] = ()) -> dict[str, Any]:
         """The request's method and URL go along: a DPoP-bound session's answer carries the proof
-        for exactly that request (RFC 9449); a bearer session's ignores them."""
+        for exactly that request (RFC 9449); a bearer session's ignores them. `added`: scopes a
+        step-up asked for, which a token for `scopes` must then carry too."""
+        scopes = self.scopes if self.scopes is None or not added else tuple(dict.fromkeys((*self.scopes, *added)))
         return {"account": self.account, "min_validity_ms": self.min_validity_ms, "force_refresh": True if force else None,
-                "method": method, "url": url, "dpop_nonce": dpop_nonce, "scopes": self.scopes, "resource": self.resource}
+                "method": method, "url": url, "dpop_nonce": dpop_nonce, "scopes": scopes, "resource": self.resource}
+
+    def _sign_in_params(self, scopes: Sequence[str]) -> dict[str, Any]:
+        return {"flow": self.flow, "scopes": list(scopes), "on_progress": self.on_progress}
+
+    def _step_up_failed(self, error: AuthBridgeError, request: str, scopes: Sequence[str]) -> AuthBridgeError:
+        """As `_renewal_failed`, for a step-up that did not end signed in."""
+        if type(error).__init__ is not AuthBridgeError.__init__:
+            return error
+        message = (f"{request} answered 403 (insufficient_scope: it needs {' '.join(scopes)}) and signing in to "
+                   f"{self.profile!r} with those scopes failed: {error.message}")
+        return type(error)(message, code=error.code, data=error.data, request_method=error.request_method)
 
     # ── Blocking (requests, httpx.Client) ────────────────────────────────────
 
@@ -186,10 +317,26 @@ class TokenSource:
             except AuthBridgeError as error:
                 raise self._renewal_failed(error, where(method, url)) from error
 
+    def stepped_up(self, rejected: AccessTokenResult, scopes: Sequence[str], method: str, url: str) -> AccessTokenResult:
+        """The token to replay `method url` with after a 403 `insufficient_scope` asked for
+        `scopes`: the user is asked for them (`requestOAuthTokens` with `scopes`: incremental
+        consent, keeping the account), unless another request stepped up meanwhile."""
+        bridge = self._blocking()
+        with self._lock:
+            try:
+                current = bridge.get_access_token(self.profile, **self._params(False, method, url, added=scopes))
+                if current.access_token != rejected.access_token:
+                    return current
+                bridge.request_oauth_tokens(self.profile, **self._sign_in_params(scopes))
+                return bridge.get_access_token(self.profile, **self._params(False, method, url, added=scopes))
+            except AuthBridgeError as error:
+                raise self._step_up_failed(error, where(method, url), scopes) from error
+
     # ── asyncio (httpx.AsyncClient) ──────────────────────────────────────────
 
-    async def _ask(self, force: bool, method: str, url: str, dpop_nonce: str | None = None) -> AccessTokenResult:
-        params = self._params(force, method, url, dpop_nonce)
+    async def _ask(self, force: bool, method: str, url: str, dpop_nonce: str | None = None,
+                   added: Sequence[str] = ()) -> AccessTokenResult:
+        params = self._params(force, method, url, dpop_nonce, added)
         if isinstance(self.bridge, SyncAuthBridge):
             # Runs on the blocking bridge's own loop; this loop goes on meanwhile.
             call = self.bridge._bridge.get_access_token(self.profile, **params)
@@ -209,3 +356,20 @@ class TokenSource:
                 return await self._ask(True, method, url)
             except AuthBridgeError as error:
                 raise self._renewal_failed(error, where(method, url)) from error
+
+    async def stepped_up_async(self, rejected: AccessTokenResult, scopes: Sequence[str], method: str,
+                               url: str) -> AccessTokenResult:
+        lock = self._loop_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        async with lock:
+            try:
+                current = await self._ask(False, method, url, added=scopes)
+                if current.access_token != rejected.access_token:
+                    return current
+                params = self._sign_in_params(scopes)
+                if isinstance(self.bridge, SyncAuthBridge):
+                    await self.bridge._await_from(self.bridge._bridge.request_oauth_tokens(self.profile, **params))
+                else:
+                    await self.bridge.request_oauth_tokens(self.profile, **params)
+                return await self._ask(False, method, url, added=scopes)
+            except AuthBridgeError as error:
+                raise self._step_up_failed(error, where(method, url), scopes) from error

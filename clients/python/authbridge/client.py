@@ -11,11 +11,16 @@ shutting it down cleanly belong together, in one `async with`.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
+import re
 import subprocess
+import sys
+import threading
+import urllib.parse
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import __version__
 from .errors import AgentNotRunning, AuthBridgeError, BridgeClosed, HostExited, ProviderUnknown
@@ -24,7 +29,15 @@ from .transport import DEFAULT_MAX_FRAME_BYTES, AgentNotYours, AgentSocket, Host
 from .types import (AccessTokenResult, Event, FetchResult, Flow, InitializeResult, ProfileInfo, ProvidersList,
                     SessionChanged, SignInProgress, SignInStatus, SignOutProgress, SignOutResult, ProfilesChanged)
 
-__all__ = ["AuthBridge", "connect", "PROTOCOL_VERSION"]
+if TYPE_CHECKING:   # imported only when asked for: each needs its HTTP library
+    from . import httpx as _httpx
+    from . import httpx2 as _httpx2
+    from . import requests as _requests
+
+__all__ = ["AuthBridge", "connect", "PROTOCOL_VERSION", "open_in_browser", "profile_name_for_url"]
+
+#: The HTTP libraries `auth_for_url` makes an `auth=` object for.
+HttpLibrary = Literal["httpx", "httpx2", "requests"]
 
 log = logging.getLogger("authbridge")
 
@@ -43,6 +56,52 @@ def _resource(resource: str | Sequence[str] | None) -> str | list[str] | None:
     if resource is None or isinstance(resource, str):
         return resource
     return list(resource)
+
+
+def profile_name_for_url(url: str) -> str:
+    """The profile `sign_in_to_url` and `auth_for_url` configure for a protected resource's URL:
+    its host in lower case, with `-PORT` when the URL names a port that is not the scheme's
+    default ("mcp.example.com", "127.0.0.1-8080"); any other character than a letter, digit,
+    dot or hyphen becomes a hyphen (an IPv6 address)."""
+    parts = urllib.parse.urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme.lower() not in ("http", "https") or not host:
+        raise ValueError(f"not an http(s) URL with a host: {url!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"not a valid port in {url!r}") from None
+    try:
+        host = str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    name = re.sub(r"[^a-z0-9.-]", "-", host)
+    default = 443 if parts.scheme.lower() == "https" else 80
+    return f"{name}-{port}" if port is not None and port != default else name
+
+
+def open_in_browser(event: SignInProgress) -> None:
+    """A sign-in's progress for a person at this computer: at stage "openUrl" the page opens in
+    their browser (`webbrowser`: `$BROWSER`, else the desktop's), or its address is printed on
+    stderr when none opens; at "deviceCode" the code and where to enter it are printed. The
+    browser is started on a thread of its own (the bridge's loop goes on meanwhile)."""
+    if event.stage == "deviceCode" and event.user_code:
+        print(f"To sign in, open {event.verification_uri} and enter the code {event.user_code}", file=sys.stderr,
+              flush=True)
+        return
+    if event.stage != "openUrl" or not event.url:
+        return
+    url = event.url
+
+    def run() -> None:
+        import webbrowser   # only when a page is to be opened
+        try:
+            opened = webbrowser.open(url)
+        except Exception:  # noqa: BLE001 - a broken browser setting: show the page instead
+            opened = False
+        if not opened:
+            print(f"Open this page to sign in: {url}", file=sys.stderr, flush=True)
+    threading.Thread(target=run, name="authbridge-browser", daemon=True).start()
 
 
 class AuthBridge(Listeners):
@@ -500,15 +559,19 @@ class AuthBridge(Listeners):
                     headers: Mapping[str, str] | None = None, body: str | None = None,
                     account: str | None = None, timeout_ms: int | None = None,
                     scopes: Sequence[str] | None = None, resource: str | Sequence[str] | None = None,
+                    step_up: bool | None = None, on_progress: ProgressCallback | None = None,
                     timeout: float | None = None) -> FetchResult:
         """An HTTP request made and authorized by the host (refreshing and replaying once on an
         expired session). `url` is absolute, or a path against the profile's `apiBaseUrl`. Any
         HTTP status is a result. `scopes` / `resource`: authorize it with the token for exactly
-        those (as `get_access_token`'s; default: the configured resource `url` is under, if any)."""
+        those (as `get_access_token`'s; default: the configured resource `url` is under, if any).
+        A 403 `insufficient_scope` asks the user for the scopes it names once and replays (unless
+        `step_up=False`); that sign-in's progress goes to `on_progress`."""
         params = _drop_none(provider=provider, account=account, url=url, method=method,
                             headers=dict(headers) if headers is not None else None, body=body, timeoutMs=timeout_ms,
-                            scopes=list(scopes) if scopes is not None else None, resource=_resource(resource))
-        return FetchResult.from_wire(await self.request("fetch", params, timeout=timeout))
+                            scopes=list(scopes) if scopes is not None else None, resource=_resource(resource),
+                            stepUp=step_up)
+        return FetchResult.from_wire(await self.request("fetch", params, timeout=timeout, on_progress=on_progress))
 
     async def sign_out(self, provider: str, *, account: str | None = None, end_session: bool | None = None,
                        flow: Literal["browser", "external"] | None = None, end_session_timeout_ms: int | None = None,
@@ -523,6 +586,71 @@ class AuthBridge(Listeners):
         params = _drop_none(provider=provider, account=account, endSession=end_session, flow=flow,
                             timeoutMs=end_session_timeout_ms)
         return SignOutResult.from_wire(await self.request("signOut", params, timeout=timeout))
+
+
+    # ── A protected resource by its URL alone (RFC 9728) ─────────────────────
+
+    async def sign_in_to_url(self, url: str, *, profile: str | None = None, flow: Flow | None = None,
+                             scopes: Sequence[str] | None = None,
+                             on_progress: ProgressCallback | None = open_in_browser, timeout_ms: int | None = None,
+                             timeout: float | None = None) -> SignInStatus:
+        """Signs in to the protected resource at `url` (an MCP server's endpoint, an API) knowing
+        nothing else: configures the `oidc` profile `profile` (default `profile_name_for_url(url)`)
+        with settings `{"resource": url}` — the host finds the authorization server from the
+        resource's metadata (RFC 9728, RFC 8414) and registers itself there (RFC 7591) — and, unless
+        that profile is signed in already (a session kept in the vault from an earlier run counts),
+        signs in with `flow` (default the profile's first, the browser) and `scopes`, `on_progress`
+        getting the sign-in's progress (default `open_in_browser`). Returns the status; its
+        `provider` is the profile's name. Configuring a profile again with other settings ends its
+        session: give each resource of one host its own `profile`."""
+        name = profile if profile is not None else profile_name_for_url(url)
+        await self.configure_profile(name, "oidc", {"resource": url}, timeout=timeout)
+        status = await self.check_sign_in_status(name, timeout=timeout)
+        if status.state in ("signedIn", "offline"):
+            return status
+        return await self.request_oauth_tokens(name, flow=flow, scopes=scopes, on_progress=on_progress,
+                                               timeout_ms=timeout_ms, timeout=timeout)
+
+    @overload
+    async def auth_for_url(self, url: str, *, library: Literal["httpx"] = ..., profile: str | None = ...,
+                           flow: Flow | None = ..., scopes: Sequence[str] | None = ...,
+                           on_progress: ProgressCallback | None = ..., step_up: bool = ...,
+                           timeout_ms: int | None = ..., timeout: float | None = ...) -> _httpx.AuthBridgeAuth: ...
+    @overload
+    async def auth_for_url(self, url: str, *, library: Literal["httpx2"], profile: str | None = ...,
+                           flow: Flow | None = ..., scopes: Sequence[str] | None = ...,
+                           on_progress: ProgressCallback | None = ..., step_up: bool = ...,
+                           timeout_ms: int | None = ..., timeout: float | None = ...) -> _httpx2.AuthBridgeAuth: ...
+
+    async def auth_for_url(self, url: str, *, library: Literal["httpx", "httpx2"] = "httpx",
+                           profile: str | None = None, flow: Flow | None = None, scopes: Sequence[str] | None = None,
+                           on_progress: ProgressCallback | None = open_in_browser, step_up: bool = True,
+                           timeout_ms: int | None = None,
+                           timeout: float | None = None) -> _httpx.AuthBridgeAuth | _httpx2.AuthBridgeAuth:
+        """`sign_in_to_url(url, ...)`, then the `auth=` object of that profile for `library`:
+        `authbridge.httpx.AuthBridgeAuth` (default) or `authbridge.httpx2.AuthBridgeAuth` (the
+        `mcp` SDK's HTTP library). Its step-ups (a 403 `insufficient_scope`) sign in with the same
+        `flow` and `on_progress`; `step_up=False` turns them off."""
+        status = await self.sign_in_to_url(url, profile=profile, flow=flow, scopes=scopes, on_progress=on_progress,
+                                           timeout_ms=timeout_ms, timeout=timeout)
+        auth: _httpx.AuthBridgeAuth | _httpx2.AuthBridgeAuth = _auth_object(
+            library, self, status.provider, flow=flow, on_progress=on_progress, step_up=step_up)
+        return auth
+
+
+def _auth_object(library: HttpLibrary, bridge: Any, profile: str, *, flow: Flow | None,
+                 on_progress: ProgressCallback | None, step_up: bool) -> Any:
+    """The `auth=` object of `library` (imported now: each needs its HTTP library)."""
+    if library == "httpx":
+        from .httpx import AuthBridgeAuth as HttpxAuth
+        return HttpxAuth(bridge, profile, flow=flow, on_progress=on_progress, step_up=step_up)
+    if library == "httpx2":
+        from .httpx2 import AuthBridgeAuth as Httpx2Auth
+        return Httpx2Auth(bridge, profile, flow=flow, on_progress=on_progress, step_up=step_up)
+    if library == "requests":
+        from .requests import AuthBridgeAuth as RequestsAuth
+        return RequestsAuth(bridge, profile, flow=flow, on_progress=on_progress, step_up=step_up)
+    raise ValueError(f'library must be "httpx", "httpx2" or "requests", not {library!r}')
 
 
 #: `async with connect(...) as bridge:` or `bridge = await connect(...)`: the class itself, so

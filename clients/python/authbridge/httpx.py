@@ -17,34 +17,24 @@ path match its URL. When the server answers 401, the auth object renews the toke
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Generator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
 try:
     import httpx
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ImportError("authbridge.httpx needs the httpx package: pip install httpx") from missing
 
-from ._httpauth import TokenSource, authorize, check_url, dpop_nonce_requested, same_origin
+from ._httpauth import TokenSource
+from ._httpxflow import AuthFlow
 from .client import AuthBridge
+from .protocol import ProgressCallback
 from .sync import SyncAuthBridge
-from .types import AccessTokenResult
+from .types import Flow
 
 __all__ = ["AuthBridgeAuth"]
 
 
-@dataclass(frozen=True)
-class _Token:
-    """A step of the flow: the token to authorize the request `method url` with (`rejected`: the
-    one a 401 refused; `dpop_nonce`: the nonce a 401 asked the next DPoP proof to carry)."""
-    method: str
-    url: str
-    rejected: AccessTokenResult | None = None
-    dpop_nonce: str | None = None
-
-
-class AuthBridgeAuth(httpx.Auth):
+class AuthBridgeAuth(AuthFlow, httpx.Auth):
     """`auth=` for `httpx.Client` and `httpx.AsyncClient`: the access token of `profile` (its
     `account`, default the current one) on every request, taken from `bridge`.
 
@@ -68,6 +58,13 @@ class AuthBridgeAuth(httpx.Auth):
       (a second 401 included). A body httpx cannot send twice (`content=` a generator, iterator
       or file; `files=` uploads) is not: the 401 is the result, and the token is renewed for the
       caller's own retry. Bytes, text, `data=` forms and `json=` are sent again.
+    - A 403 from the URL's origin whose `WWW-Authenticate` challenge (`Bearer`, or `DPoP`) says
+      `error="insufficient_scope"` with a `scope` (RFC 6750 §3.1; an MCP server's step-up) asks
+      the user for those scopes once (`requestOAuthTokens` with `scopes`: incremental consent,
+      keeping the account; `flow` and `on_progress` are that sign-in's) and sends the request
+      again with the new token; a second 403 is the result. `step_up=False`: the 403 is the
+      result at once. A failed step-up raises the bridge's error (`UserCancelled`…), its
+      message naming the request.
     - When the token cannot be had, the bridge's error is raised. When a 401 cannot be answered
       with a renewed token, an error of the bridge's class and `reason` is raised whose message
       names the request and what failed: `NotSignedIn` ("revoked": the provider ended the
@@ -78,59 +75,15 @@ class AuthBridgeAuth(httpx.Auth):
     - Neither its repr nor any error it raises contains a token.
     """
 
+    _byte_stream = httpx.ByteStream
+
     def __init__(self, bridge: AuthBridge | SyncAuthBridge, profile: str, *, account: str | None = None,
                  min_validity_ms: int | None = None, scopes: Sequence[str] | None = None,
-                 resource: str | Sequence[str] | None = None) -> None:
-        self._source = TokenSource("authbridge.httpx.AuthBridgeAuth", bridge, profile, account=account,
-                                   min_validity_ms=min_validity_ms, scopes=scopes, resource=resource)
+                 resource: str | Sequence[str] | None = None, step_up: bool = True, flow: Flow | None = None,
+                 on_progress: ProgressCallback | None = None) -> None:
+        self._source = TokenSource(f"{__name__}.AuthBridgeAuth", bridge, profile, account=account,
+                                   min_validity_ms=min_validity_ms, scopes=scopes, resource=resource,
+                                   step_up=step_up, flow=flow, on_progress=on_progress)
 
     def __repr__(self) -> str:
         return repr(self._source)
-
-    def _flow(self, request: httpx.Request) -> Generator[httpx.Request | _Token, Any, None]:
-        """The flow of both clients, without I/O: it yields the requests to send (and is sent their
-        responses) and `_Token` steps (and is sent the token)."""
-        url = str(request.url)
-        check_url(url)
-        token: AccessTokenResult = yield _Token(request.method, url)
-        authorize(request.headers, token, url)
-        response: httpx.Response = yield request
-        if response.status_code != 401 or not same_origin(str(response.request.url), url):
-            return
-        # A DPoP server that wants its nonce in the proof (RFC 9449 §9) gets a new proof, not a refresh.
-        nonce = dpop_nonce_requested(response.status_code, response.headers)
-        fresh: AccessTokenResult = yield (_Token(request.method, url, dpop_nonce=nonce) if nonce
-                                          else _Token(request.method, url, rejected=token))
-        if not isinstance(request.stream, httpx.ByteStream):   # streamed: it cannot be sent again
-            return
-        authorize(request.headers, fresh, url)
-        yield request
-
-    def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        steps = self._flow(request)
-        answer: httpx.Response | AccessTokenResult | None = None   # None starts the generator
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration:
-                return
-            if isinstance(step, httpx.Request):
-                answer = yield step
-            else:
-                answer = (self._source.renewed(step.rejected, step.method, step.url) if step.rejected
-                          else self._source.token(step.method, step.url, step.dpop_nonce))
-
-    async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
-        steps = self._flow(request)
-        answer: httpx.Response | AccessTokenResult | None = None   # None starts the generator
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration:
-                return
-            if isinstance(step, httpx.Request):
-                answer = yield step
-            elif step.rejected:
-                answer = await self._source.renewed_async(step.rejected, step.method, step.url)
-            else:
-                answer = await self._source.token_async(step.method, step.url, step.dpop_nonce)

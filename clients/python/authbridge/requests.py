@@ -29,9 +29,10 @@ try:
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ImportError("authbridge.requests needs the requests package: pip install requests") from missing
 
-from ._httpauth import TokenSource, authorize, check_url, dpop_nonce_requested, same_origin
+from ._httpauth import TokenSource, authorize, check_url, dpop_nonce_requested, insufficient_scope, same_origin
+from .protocol import ProgressCallback
 from .sync import SyncAuthBridge
-from .types import AccessTokenResult
+from .types import AccessTokenResult, Flow
 
 __all__ = ["AuthBridgeAuth"]
 
@@ -71,6 +72,13 @@ class AuthBridgeAuth(requests.auth.AuthBase):
       (a second 401 included). A body requests cannot rewind (a generator, an iterator, a file
       whose position it did not note) is not sent twice: the 401 is the result, and the token is
       renewed for the caller's own retry.
+    - A 403 from the URL's origin whose `WWW-Authenticate` challenge (`Bearer`, or `DPoP`) says
+      `error="insufficient_scope"` with a `scope` (RFC 6750 §3.1; an MCP server's step-up) asks
+      the user for those scopes once (`requestOAuthTokens` with `scopes`: incremental consent,
+      keeping the account; `flow` and `on_progress` are that sign-in's) and sends the request
+      again with the new token; a second 403 is the result. `step_up=False`: the 403 is the
+      result at once. A failed step-up raises the bridge's error (`UserCancelled`…), its
+      message naming the request.
     - When the token cannot be had, the bridge's error is raised. When a 401 cannot be answered
       with a renewed token, an error of the bridge's class and `reason` is raised whose message
       names the request and what failed: `NotSignedIn` ("revoked": the provider ended the
@@ -83,9 +91,11 @@ class AuthBridgeAuth(requests.auth.AuthBase):
 
     def __init__(self, bridge: SyncAuthBridge, profile: str, *, account: str | None = None,
                  min_validity_ms: int | None = None, scopes: Sequence[str] | None = None,
-                 resource: str | Sequence[str] | None = None) -> None:
+                 resource: str | Sequence[str] | None = None, step_up: bool = True, flow: Flow | None = None,
+                 on_progress: ProgressCallback | None = None) -> None:
         self._source = TokenSource("authbridge.requests.AuthBridgeAuth", bridge, profile, account=account,
-                                   min_validity_ms=min_validity_ms, scopes=scopes, resource=resource)
+                                   min_validity_ms=min_validity_ms, scopes=scopes, resource=resource,
+                                   step_up=step_up, flow=flow, on_progress=on_progress)
         self._source._blocking()   # refuse an asyncio bridge now, not at the first request
 
     def __repr__(self) -> str:
@@ -102,15 +112,22 @@ class AuthBridgeAuth(requests.auth.AuthBase):
 
     def _on_response(self, response: requests.Response, *, sent: AccessTokenResult, url: str,
                      **send_options: Any) -> requests.Response:
-        """The response hook: a 401 from where the token went → renew, and send again once."""
+        """The response hook: a 401 from where the token went → renew, and send again once; a 403
+        `insufficient_scope` → step up, and send again once."""
         request = response.request
-        if response.status_code != 401 or not same_origin(str(request.url), url):
+        if response.status_code not in (401, 403) or not same_origin(str(request.url), url):
             return response
         method = request.method or "GET"
+        scopes = insufficient_scope(response.status_code, response.headers) if self._source.step_up else None
+        if response.status_code == 403 and not scopes:
+            return response
         # A DPoP server that wants its nonce in the proof (RFC 9449 §9) gets a new proof, not a refresh.
         nonce = dpop_nonce_requested(response.status_code, response.headers)
         try:
-            fresh = self._source.token(method, url, nonce) if nonce else self._source.renewed(sent, method, url)
+            if scopes:
+                fresh = self._source.stepped_up(sent, scopes, method, url)
+            else:
+                fresh = self._source.token(method, url, nonce) if nonce else self._source.renewed(sent, method, url)
         except BaseException:
             response.close()
             raise

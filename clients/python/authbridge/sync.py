@@ -19,12 +19,18 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-from .client import AuthBridge
+from .client import AuthBridge, HttpLibrary, _auth_object, open_in_browser
 from .errors import BridgeClosed
-from .protocol import E_co, EventStream, Listeners
-from .types import Event, InitializeResult, ProfilesChanged, SessionChanged, SignInProgress, SignOutProgress
+from .protocol import E_co, EventStream, Listeners, ProgressCallback
+from .types import Event, Flow, InitializeResult, ProfilesChanged, SessionChanged, SignInProgress, SignOutProgress
+
+if TYPE_CHECKING:   # imported only when asked for: each needs its HTTP library
+    from . import httpx as _httpx
+    from . import httpx2 as _httpx2
+    from . import requests as _requests
 
 __all__ = ["SyncAuthBridge", "SyncEventStream", "connect"]
 
@@ -220,6 +226,32 @@ class SyncAuthBridge(Listeners):
     exchange_token = _blocking(AuthBridge.exchange_token)
     fetch = _blocking(AuthBridge.fetch)
     sign_out = _blocking(AuthBridge.sign_out)
+    sign_in_to_url = _blocking(AuthBridge.sign_in_to_url)
+
+    @overload
+    def auth_for_url(self, url: str, *, library: Literal["httpx"] = ..., profile: str | None = ...,
+                     flow: Flow | None = ..., scopes: Sequence[str] | None = ...,
+                     on_progress: ProgressCallback | None = ..., step_up: bool = ...,
+                     timeout_ms: int | None = ..., timeout: float | None = ...) -> _httpx.AuthBridgeAuth: ...
+    @overload
+    def auth_for_url(self, url: str, *, library: Literal["httpx2"], profile: str | None = ...,
+                     flow: Flow | None = ..., scopes: Sequence[str] | None = ...,
+                     on_progress: ProgressCallback | None = ..., step_up: bool = ...,
+                     timeout_ms: int | None = ..., timeout: float | None = ...) -> _httpx2.AuthBridgeAuth: ...
+    @overload
+    def auth_for_url(self, url: str, *, library: Literal["requests"], profile: str | None = ...,
+                     flow: Flow | None = ..., scopes: Sequence[str] | None = ...,
+                     on_progress: ProgressCallback | None = ..., step_up: bool = ...,
+                     timeout_ms: int | None = ..., timeout: float | None = ...) -> _requests.AuthBridgeAuth: ...
+
+    def auth_for_url(self, url: str, *, library: HttpLibrary = "httpx", profile: str | None = None,
+                     flow: Flow | None = None, scopes: Sequence[str] | None = None,
+                     on_progress: ProgressCallback | None = open_in_browser, step_up: bool = True,
+                     timeout_ms: int | None = None, timeout: float | None = None) -> Any:
+        """As `AuthBridge.auth_for_url`, blocking; `library` may also be "requests"."""
+        status = self.sign_in_to_url(url, profile=profile, flow=flow, scopes=scopes, on_progress=on_progress,
+                                     timeout_ms=timeout_ms, timeout=timeout)
+        return _auth_object(library, self, status.provider, flow=flow, on_progress=on_progress, step_up=step_up)
 
 
 def _options_of(_: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[P, R]]:

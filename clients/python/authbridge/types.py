@@ -89,6 +89,9 @@ class SignInStatus:
     details: dict[str, str | int | float | bool | None] | None = None
     #: "DPoP" when the session's tokens are bound to its key (RFC 9449), else "Bearer"; None when signed out.
     token_type: str | None = None
+    #: As `ProfileInfo`'s: the profile's authorization server, and whether AuthBridge registered its client.
+    issuer: str | None = None
+    dynamic_client: bool | None = None
 
     @property
     def signed_in(self) -> bool:
@@ -101,7 +104,8 @@ class SignInStatus:
                    reason=data.get("reason"), account=Account.from_wire(data.get("account")),
                    expires_at=data.get("expiresAt"), message=data.get("message"),
                    storage=StorageInfo.from_wire(data.get("storage")), current=data.get("current"),
-                   details=_details(data.get("details")), token_type=data.get("tokenType"))
+                   details=_details(data.get("details")), token_type=data.get("tokenType"), issuer=data.get("issuer"),
+                   dynamic_client=data.get("dynamicClient"))
 
 
 @dataclass(frozen=True)
@@ -247,13 +251,20 @@ class ProfileInfo:
     message: str | None = None
     #: Settings neither the plugin nor the host reads (ignored), each named with the key probably meant.
     warnings: list[str] = field(default_factory=list)
+    #: The authorization server, once resolved (the setting issuer, or discovered from `resource`, RFC 9728).
+    issuer: str | None = None
+    #: True when it signs in with a client AuthBridge registered itself (RFC 7591).
+    dynamic_client: bool | None = None
+    #: The protected resource the profile is for (setting resource).
+    resource: str | None = None
 
     @classmethod
     def from_wire(cls, data: Any) -> ProfileInfo:
         data = _dict(data)
         return cls(name=data.get("name", ""), plugin=data.get("plugin", ""), status=data.get("status", "error"),
                    flows=list(_list(data.get("flows"))), source=data.get("source", "runtime"),
-                   message=data.get("message"), warnings=list(_list(data.get("warnings"))))
+                   message=data.get("message"), warnings=list(_list(data.get("warnings"))), issuer=data.get("issuer"),
+                   dynamic_client=data.get("dynamicClient"), resource=data.get("resource"))
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,13 @@ async def test_request_errors_map_to_their_classes(host_options, dot, frames):
         assert (raised.value.reason, raised.value.field) == ("unsupportedFlow", "flow")
 
         with pytest.raises(authbridge.ConfigurationError) as raised:
-            await bridge.configure_profile("bad", "oidc", {"issuer": f"{dot.base}/o"})
+            await bridge.configure_profile("bad", "oidc", {"issuer": f"{dot.base}/o", "clientId": 42})
         assert (raised.value.reason, raised.value.field) == ("invalidSettings", "settings.clientId")
+
+        # No clientId: the host would register itself (RFC 7591), but DOT offers no registration.
+        with pytest.raises(authbridge.ConfigurationError) as raised:
+            await bridge.configure_profile("bad", "oidc", {"issuer": f"{dot.base}/o"})
+        assert raised.value.reason == "missingSetting" and '"clientId"' in raised.value.message
 
         with pytest.raises(authbridge.ProviderUnavailable) as raised:
             await bridge.configure_profile("down", "oidc", {"issuer": f"http://127.0.0.1:{free_port()}/o", "clientId": "c"})

@@ -95,7 +95,8 @@ def test_a_new_user_installs_the_client_and_runs_the_quick_start_twice(tmp_path,
 
     # The client README's blocking variant: still signed in; signs out.
     blocks = code_blocks(CLIENT_README.read_text(encoding="utf-8"), "python")
-    assert len(blocks) == 3, "the async quick start, the blocking one, requests and httpx (test_http_auth.py runs it)"
+    assert len(blocks) == 4, ("the async quick start, the blocking one, requests and httpx (test_http_auth.py runs it), "
+                              "MCP (test_mcp_example.py runs it)")
     (work / "blocking.py").write_text(blocks[1])
     done = subprocess.run([str(python), "blocking.py"], cwd=work, env=env, text=True,
                           capture_output=True, timeout=RUN_TIMEOUT)

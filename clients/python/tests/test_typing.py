@@ -12,14 +12,14 @@ from conftest import CLIENT_DIR, CLIENT_README, REPO, code_blocks, root_quick_st
 
 TIMEOUT = 300
 EXAMPLES = ("python_example.py", "salesforce_session.py", "salesforce_requests.py", "salesforce_simple.py",
-            "authorized_request.py")
+            "authorized_request.py", "mcp_client.py")
 
 
 def test_mypy_strict_accepts_the_package_the_example_and_the_readmes(tmp_path):
     sources = {"root_readme_quick_start.py": root_quick_start()}
     for number, block in enumerate(code_blocks(CLIENT_README.read_text(encoding="utf-8"), "python"), start=1):
         sources[f"client_readme_{number}.py"] = block
-    assert len(sources) == 4, "the root quick start, and the client README's async, blocking, requests and httpx ones"
+    assert len(sources) == 5, "the root quick start, and the client README's async, blocking, requests and httpx, and MCP ones"
     for name, code in sources.items():
         (tmp_path / name).write_text(code, encoding="utf-8")
     argv = [sys.executable, "-m", "mypy", "--strict", "--python-version", "3.10", "--cache-dir", str(tmp_path / "cache"),

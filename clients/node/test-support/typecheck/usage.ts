@@ -2,7 +2,8 @@
 // index.d.ts must accept these, and reject the lines marked @ts-expect-error.
 import {
   AbortError, AccessTokenResult, AuthBridge, AuthorizedFetch, ErrorCodes, HostExitedError, HostNotFoundError, InitializeResult,
-  InsecureUrlError, NotSignedInError, SignInStatus, SignOutResult, UnsupportedProtocolVersionError,
+  InsecureUrlError, NotSignedInError, SignInStatus, SignOutResult, UnsupportedProtocolVersionError, openInBrowser, parseChallenges,
+  profileNameForUrl,
 } from '@authbridge/client';
 
 export async function typicalUse(): Promise<void> {
@@ -50,6 +51,13 @@ export async function typicalUse(): Promise<void> {
   } catch (error) {
     if (error instanceof InsecureUrlError) console.log(error.url, error.reason);
   }
+  const mcp: AuthorizedFetch = await bridge.fetchForUrl('https://mcp.example.com/mcp');
+  const admin: AuthorizedFetch = await bridge.fetchForUrl(new URL('https://mcp.example.com/mcp'), { profile: 'mcp', flow: 'external',
+    onProgress: (progress) => console.log(progress.url), stepUp: false, timeoutMs: 60_000 });
+  const byUrl: SignInStatus = await bridge.signInToUrl('https://mcp.example.com/mcp', { onProgress: openInBrowser, scopes: ['mcp:tools'] });
+  const stepping: AuthorizedFetch = bridge.authorizedFetch('mcp', { stepUp: true, flow: 'browser', onProgress: openInBrowser });
+  console.log((await mcp('https://mcp.example.com/mcp')).status, admin, byUrl.provider, stepping, profileNameForUrl('http://127.0.0.1:1/'),
+    parseChallenges('Bearer scope="a"').map((challenge) => challenge.params['scope'] ?? challenge.token68));
   const fresh: InitializeResult = await bridge.restart({ timeoutMs: 10_000 });
   console.log(fresh.warnings?.length);
   await AuthBridge.start({ env: { AUTHBRIDGE: '/opt/authbridge/bin/authbridge' }, onWarning: (warning) => console.warn(warning.length) });
@@ -70,6 +78,10 @@ export async function typicalUse(): Promise<void> {
   bridge.authorizedFetch();
   // @ts-expect-error an option authorizedFetch does not have
   bridge.authorizedFetch('corp', { forceRefresh: true });
+  // @ts-expect-error fetchForUrl needs a URL
+  await bridge.fetchForUrl();
+  // @ts-expect-error a flow the spec does not have
+  await bridge.signInToUrl('https://mcp.example.com/mcp', { flow: 'popup' });
   // @ts-expect-error warnings are text
   await AuthBridge.start({ onWarning: (warning: number) => warning });
 }

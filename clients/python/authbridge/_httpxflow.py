@@ -1,0 +1,102 @@
+"""The auth flow of `authbridge.httpx` and `authbridge.httpx2` (the MCP SDK's HTTP library, a
+fork of httpx with the same `Auth` protocol): one generator without I/O, driven by each
+library's `sync_auth_flow` and `async_auth_flow`. Requests, responses and streams are duck-typed:
+the two libraries' classes are distinct but alike."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from ._httpauth import TokenSource, authorize, check_url, dpop_nonce_requested, insufficient_scope, same_origin
+from .types import AccessTokenResult
+
+__all__ = ["AuthFlow"]
+
+
+@dataclass(frozen=True)
+class _Token:
+    """A step of the flow: the token to authorize the request `method url` with (`rejected`: the
+    one a 401 refused, or a 403 found short of `step_up`, the scopes it asked for; `dpop_nonce`:
+    the nonce a 401 asked the next DPoP proof to carry)."""
+    method: str
+    url: str
+    rejected: AccessTokenResult | None = None
+    dpop_nonce: str | None = None
+    step_up: tuple[str, ...] = ()
+
+
+class AuthFlow:
+    """What both auth classes share: `_source` (the profile's tokens) and the flow. `_byte_stream`
+    is the library's `ByteStream` (a body it can send twice)."""
+
+    _source: TokenSource
+    _byte_stream: type
+
+    def _flow(self, request: Any) -> Generator[Any, Any, None]:
+        """Yields the requests to send (and is sent their responses) and `_Token` steps (and is
+        sent the token). A 401 renews the token once, a 403 `insufficient_scope` steps up once."""
+        url = str(request.url)
+        check_url(url)
+        token: AccessTokenResult = yield _Token(request.method, url)
+        authorize(request.headers, token, url)
+        renewed = stepped = False
+        while True:
+            response = yield request
+            status = response.status_code
+            if not same_origin(str(response.request.url), url):
+                return
+            step: _Token
+            if status == 401 and not renewed:
+                renewed = True
+                # A DPoP server that wants its nonce in the proof (RFC 9449 §9) gets a new proof, not a refresh.
+                nonce = dpop_nonce_requested(status, response.headers)
+                step = (_Token(request.method, url, dpop_nonce=nonce) if nonce
+                        else _Token(request.method, url, rejected=token))
+            elif status == 403 and not stepped and self._source.step_up:
+                scopes = insufficient_scope(status, response.headers)
+                if not scopes:
+                    return
+                stepped = True
+                step = _Token(request.method, url, rejected=token, step_up=tuple(scopes))
+            else:
+                return
+            token = yield step
+            if not isinstance(request.stream, self._byte_stream):   # streamed: it cannot be sent again
+                return
+            authorize(request.headers, token, url)
+
+    def sync_auth_flow(self, request: Any) -> Generator[Any, Any, None]:
+        steps = self._flow(request)
+        answer: Any = None   # None starts the generator
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration:
+                return
+            if not isinstance(step, _Token):
+                answer = yield step
+            elif step.step_up and step.rejected:
+                answer = self._source.stepped_up(step.rejected, step.step_up, step.method, step.url)
+            elif step.rejected:
+                answer = self._source.renewed(step.rejected, step.method, step.url)
+            else:
+                answer = self._source.token(step.method, step.url, step.dpop_nonce)
+
+    async def async_auth_flow(self, request: Any) -> AsyncGenerator[Any, Any]:
+        steps = self._flow(request)
+        answer: Any = None   # None starts the generator
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration:
+                return
+            if not isinstance(step, _Token):
+                answer = yield step
+            elif step.step_up and step.rejected:
+                answer = await self._source.stepped_up_async(step.rejected, step.step_up, step.method, step.url)
+            elif step.rejected:
+                answer = await self._source.renewed_async(step.rejected, step.method, step.url)
+            else:
+                answer = await self._source.token_async(step.method, step.url, step.dpop_nonce)
