@@ -18,7 +18,9 @@ struct ResourceDiscoveryTests {
     }
 
     @Test func theResourceSettingComesFirstAmongTheResources() {
-        let config = StandardSteps.withResourceSetting(["resource": "https://a.example/mcp", "resources": ["https://b.example", "https://a.example/mcp"]])
+        let config = StandardSteps.withResourceSetting([
+            "resource": "https://a.example/mcp", "resources": ["https://b.example", "https://a.example/mcp"],
+        ])
         #expect(config["resources"] == ["https://a.example/mcp", "https://b.example"])
         #expect(StandardSteps.withResourceSetting(["issuer": "https://as.example"])["resources"] == nil)
     }
@@ -67,7 +69,9 @@ struct ResourceDiscoveryTests {
         #expect(!ClientRegistration.isNeeded(["issuer": "https://as.example/"], settings: [:]))
         // A Client ID Metadata Document URL is sent as is only where the server reads those.
         #expect(ClientRegistration.isNeeded(server, settings: ["clientId": "https://app.example/client.json"]))
-        #expect(!ClientRegistration.isNeeded(server.setting("clientIdMetadataDocuments", true), settings: ["clientId": "https://app.example/client.json"]))
+        #expect(
+            !ClientRegistration.isNeeded(server.setting("clientIdMetadataDocuments", true), settings: ["clientId": "https://app.example/client.json"])
+        )
     }
 
     @Test func aStepUpAsksOnlyForWhatTheSignInLacks() {
