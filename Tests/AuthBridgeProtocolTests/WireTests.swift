@@ -74,7 +74,7 @@ struct WireTests {
             "requestOAuthTokens": ["provider": "p", "flow": "session", "sessionId": "s", "scopes": ["a"], "timeoutMs": 5_000],
             "fetch": [
                 "provider": "p", "url": "https://api/x", "method": "POST", "headers": ["A": "b"], "body": "{}", "timeoutMs": 2_000, "scopes": ["s"],
-                "resource": "https://api/",
+                "resource": "https://api/", "stepUp": false,
             ],
             "getAccessToken": [
                 "provider": "p", "account": "a", "minValidityMs": 0, "forceRefresh": true, "method": "POST", "url": "https://api/x", "dpopNonce": "n",

@@ -5,12 +5,15 @@ the two libraries' classes are distinct but alike."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ._httpauth import TokenSource, authorize, check_url, dpop_nonce_requested, insufficient_scope, same_origin
-from .types import AccessTokenResult
+from .client import AuthBridge
+from .protocol import ProgressCallback
+from .sync import SyncAuthBridge
+from .types import AccessTokenResult, Flow
 
 __all__ = ["AuthFlow"]
 
@@ -33,6 +36,17 @@ class AuthFlow:
 
     _source: TokenSource
     _byte_stream: type
+
+    def __init__(self, bridge: AuthBridge | SyncAuthBridge, profile: str, *, account: str | None = None,
+                 min_validity_ms: int | None = None, scopes: Sequence[str] | None = None,
+                 resource: str | Sequence[str] | None = None, step_up: bool = True, flow: Flow | None = None,
+                 on_progress: ProgressCallback | None = None) -> None:
+        self._source = TokenSource(f"{type(self).__module__}.AuthBridgeAuth", bridge, profile, account=account,
+                                   min_validity_ms=min_validity_ms, scopes=scopes, resource=resource,
+                                   step_up=step_up, flow=flow, on_progress=on_progress)
+
+    def __repr__(self) -> str:
+        return repr(self._source)
 
     def _flow(self, request: Any) -> Generator[Any, Any, None]:
         """Yields the requests to send (and is sent their responses) and `_Token` steps (and is
@@ -75,14 +89,11 @@ class AuthFlow:
                 step = steps.send(answer)
             except StopIteration:
                 return
-            if not isinstance(step, _Token):
-                answer = yield step
-            elif step.step_up and step.rejected:
-                answer = self._source.stepped_up(step.rejected, step.step_up, step.method, step.url)
-            elif step.rejected:
-                answer = self._source.renewed(step.rejected, step.method, step.url)
+            if isinstance(step, _Token):
+                name, arguments = self._source_call(step)
+                answer = getattr(self._source, name)(*arguments)
             else:
-                answer = self._source.token(step.method, step.url, step.dpop_nonce)
+                answer = yield step
 
     async def async_auth_flow(self, request: Any) -> AsyncGenerator[Any, Any]:
         steps = self._flow(request)
@@ -92,11 +103,17 @@ class AuthFlow:
                 step = steps.send(answer)
             except StopIteration:
                 return
-            if not isinstance(step, _Token):
-                answer = yield step
-            elif step.step_up and step.rejected:
-                answer = await self._source.stepped_up_async(step.rejected, step.step_up, step.method, step.url)
-            elif step.rejected:
-                answer = await self._source.renewed_async(step.rejected, step.method, step.url)
+            if isinstance(step, _Token):
+                name, arguments = self._source_call(step)
+                answer = await getattr(self._source, name + "_async")(*arguments)
             else:
-                answer = await self._source.token_async(step.method, step.url, step.dpop_nonce)
+                answer = yield step
+
+    @staticmethod
+    def _source_call(step: _Token) -> tuple[str, tuple[Any, ...]]:
+        """Which `TokenSource` method answers `step` (its blocking name; `_async` for asyncio), with what."""
+        if step.step_up and step.rejected:
+            return "stepped_up", (step.rejected, step.step_up, step.method, step.url)
+        if step.rejected:
+            return "renewed", (step.rejected, step.method, step.url)
+        return "token", (step.method, step.url, step.dpop_nonce)

@@ -17,19 +17,13 @@ path match its URL. When the server answers 401, the auth object renews the toke
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
 try:
     import httpx
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ImportError("authbridge.httpx needs the httpx package: pip install httpx") from missing
 
-from ._httpauth import TokenSource
 from ._httpxflow import AuthFlow
-from .client import AuthBridge
-from .protocol import ProgressCallback
-from .sync import SyncAuthBridge
-from .types import Flow
 
 __all__ = ["AuthBridgeAuth"]
 
@@ -76,14 +70,3 @@ class AuthBridgeAuth(AuthFlow, httpx.Auth):
     """
 
     _byte_stream = httpx.ByteStream
-
-    def __init__(self, bridge: AuthBridge | SyncAuthBridge, profile: str, *, account: str | None = None,
-                 min_validity_ms: int | None = None, scopes: Sequence[str] | None = None,
-                 resource: str | Sequence[str] | None = None, step_up: bool = True, flow: Flow | None = None,
-                 on_progress: ProgressCallback | None = None) -> None:
-        self._source = TokenSource(f"{__name__}.AuthBridgeAuth", bridge, profile, account=account,
-                                   min_validity_ms=min_validity_ms, scopes=scopes, resource=resource,
-                                   step_up=step_up, flow=flow, on_progress=on_progress)
-
-    def __repr__(self) -> str:
-        return repr(self._source)

@@ -19,19 +19,13 @@ object for it (same arguments and behaviour: see `authbridge.httpx.AuthBridgeAut
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
 try:
     import httpx2
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ImportError("authbridge.httpx2 needs the httpx2 package: pip install httpx2 (the mcp SDK brings it)") from missing
 
-from ._httpauth import TokenSource
 from ._httpxflow import AuthFlow
-from .client import AuthBridge
-from .protocol import ProgressCallback
-from .sync import SyncAuthBridge
-from .types import Flow
 
 __all__ = ["AuthBridgeAuth"]
 
@@ -43,14 +37,3 @@ class AuthBridgeAuth(AuthFlow, httpx2.Auth):
     documentation holds for this one word for word."""
 
     _byte_stream = httpx2.ByteStream
-
-    def __init__(self, bridge: AuthBridge | SyncAuthBridge, profile: str, *, account: str | None = None,
-                 min_validity_ms: int | None = None, scopes: Sequence[str] | None = None,
-                 resource: str | Sequence[str] | None = None, step_up: bool = True, flow: Flow | None = None,
-                 on_progress: ProgressCallback | None = None) -> None:
-        self._source = TokenSource(f"{__name__}.AuthBridgeAuth", bridge, profile, account=account,
-                                   min_validity_ms=min_validity_ms, scopes=scopes, resource=resource,
-                                   step_up=step_up, flow=flow, on_progress=on_progress)
-
-    def __repr__(self) -> str:
-        return repr(self._source)
