@@ -1,5 +1,4 @@
 import AuthBridgeJSON
-import AuthBridgePluginABI
 import AuthBridgePluginHost
 import Testing
 
