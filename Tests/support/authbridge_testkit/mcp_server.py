@@ -292,24 +292,30 @@ class Recorder:
         status = 0
         answer: list[bytes] = []
 
+        def record() -> None:
+            with self.server._lock:
+                if path == "/token":
+                    grant_type = urllib.parse.parse_qs(body.decode("utf-8", "replace")).get("grant_type", [""])[0]
+                    self.server.grants.append((grant_type, status))
+                elif status == 201:
+                    try:
+                        self.server.clients[json.loads(b"".join(answer))["client_id"]] = json.loads(body)
+                    except (ValueError, KeyError, TypeError):
+                        pass
+
         async def recording(message: dict[str, Any]) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
             elif message["type"] == "http.response.body":
                 answer.append(message.get("body", b""))
+                # Recorded before the last of the answer leaves: whoever reads the answer then
+                # finds it in `grants` and `clients` (no race with the caller).
+                if not message.get("more_body", False):
+                    record()
             await send(message)
 
         await self.app(scope, replay(body, receive), recording)
-        with self.server._lock:
-            if path == "/token":
-                grant_type = urllib.parse.parse_qs(body.decode("utf-8", "replace")).get("grant_type", [""])[0]
-                self.server.grants.append((grant_type, status))
-            elif status == 201:
-                try:
-                    self.server.clients[json.loads(b"".join(answer))["client_id"]] = json.loads(body)
-                except (ValueError, KeyError, TypeError):
-                    pass
 
 
 class McpGate:
