@@ -11,11 +11,12 @@
 #   make dev-server           the bundled django-oauth-toolkit, to try the quick starts against
 #   make install PREFIX=DIR   a self-contained, relocatable tree: DIR/bin, DIR/lib/authbridge/…
 #   make dist                 dist/: tarball, Python wheel, .deb, npm package, SHA256SUMS
-#   make bench                throughput, cold start and a hook round trip next to a C baseline
+#   make bench                throughput, cold start and a hook round trip next to a C baseline; the agent
+#                             and its commands next to oidc-agent
 #   make fuzz N=1000000       the seeded frame fuzzer, long (SEED=…); it prints its figures
 #
 # Everything it installs is local (apt packages, a venv in .venv), and only `make deps` (or its
-# parts, deps-build, deps-dist, deps-test) installs: test, demo, install, dist and bench call the
+# parts, deps-build, deps-dist, deps-test, deps-bench) installs: test, demo, install, dist and bench call the
 # parts they need; build, release and the test-* targets never run apt-get.
 #
 # The test targets read one set of environment variables (each has a default, so a suite also
@@ -70,7 +71,7 @@ DEV_STATE   ?= .build/dev-server
 BUNDLED_PLUGINS := oidc salesforce tableau marketsharp
 BUNDLED_C_PLUGINS := duke
 
-.PHONY: all deps deps-build deps-dist deps-test build release test test-swift test-contract test-python-client test-node \
+.PHONY: all deps deps-build deps-dist deps-test deps-bench build release test test-swift test-contract test-python-client test-node \
         test-node-client test-dist install stage-tree dist demo dev-server bench clean spec ladder fuzz lint format
 
 all: build
@@ -104,6 +105,11 @@ deps-test: $(VENV)/.ready
 	$(call apt_install,command -v git,git)
 	$(call apt_install,command -v kubectl,kubernetes-client)
 	$(call apt_install,command -v glewlwyd,glewlwyd,$(GLEWLWYD_DEBCONF))
+
+## deps-bench: what `make bench` needs beyond the tests: oidc-agent (Debian's oidc-agent-cli), the peer
+## bench/oidc_agent.py measures the agent and its commands next to. Not part of `make deps`.
+deps-bench:
+	$(call apt_install,command -v oidc-agent && command -v oidc-gen && command -v oidc-add && command -v oidc-token,oidc-agent-cli)
 
 $(VENV)/.ready: requirements-test.txt
 	@echo "==> creating $(VENV)"
@@ -240,10 +246,11 @@ demo: deps-build $(VENV)/.ready
 ## bench: the host (its test plugin in-process, then isolated: the hook round trip) next to the C answerer;
 ## then the vaults (bench/VaultBench, bench/postgres.py: the PostgreSQL vault next to the encrypted file);
 ## then the agent under hostile connections (bench/hostile.py: its memory, what a reading app sees);
+## then the agent and its commands next to oidc-agent (bench/oidc_agent.py: both on django-oauth-toolkit);
 ## then the start-up of the `authbridge` command the wheel installs next to the tarball's (bench/startup.py, on dist/);
 ## first, what a runner's sandbox costs to set up (bench/sandbox-cost.c).
 BENCH_HOST_ARGS := serve --no-default-plugins --vault memory --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json --log-level warning
-bench: deps-build deps-test
+bench: deps-build deps-test deps-bench
 	@$(MAKE) --no-print-directory release build
 	gcc -O2 -o .build/c-answerer bench/c-answerer.c -ljansson
 	gcc -O2 -o .build/hook-cost bench/hook-cost.c -ISources/CAuthBridgePlugin/include -ldl
@@ -263,6 +270,7 @@ bench: deps-build deps-test
 	  --keyring-lib $(CURDIR)/$(RELEASE_DIR)/libAuthBridgeKeyring.so 2>&1 | grep -v -e 'fd limit' -e dbus-daemon -e SystemPrompter -e Gtk-WARNING -e '^$$'
 	$(VPY) bench/postgres.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
 	$(VPY) bench/hostile.py --host $(RELEASE_DIR)/authbridge --plugins $(RELEASE_DIR)/test-plugins --config bench/bench-config.json
+	$(VPY) bench/oidc_agent.py --bin $(RELEASE_DIR)
 	@$(MAKE) --no-print-directory dist
 	$(PYTHON) bench/startup.py --dist $(DIST)
 	@echo "Cross-process refresh (4 hosts sharing one vault: 1 s access tokens for 7 s; then 50 calls each on an expired token; the fake, then django-oauth-toolkit):"

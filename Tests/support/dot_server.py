@@ -61,6 +61,8 @@ parser.add_argument("--access-lifetime", type=int, default=3600)
 parser.add_argument("--grace", type=int, default=0)
 parser.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
 parser.add_argument("--device-interval", type=int, default=1, help="RFC 8628 polling interval (s)")
+parser.add_argument("--extra-scope", action="append", default=[], metavar="SCOPE",
+                    help="a scope DOT also accepts (repeatable), e.g. offline_access, which oidc-agent always asks for")
 parser.add_argument("--banner", action="store_true", help="print what a person needs to try the quick starts")
 parser.add_argument("--checkout-export", action="append", default=[], metavar="NAME=VALUE",
                     help="an export in the banner that runs this checkout's build, printed apart and marked as such")
@@ -123,7 +125,8 @@ settings.configure(
         "OAUTH_DEVICE_VERIFICATION_URI": f"{BASE}/o/device/",
         "OAUTH_DEVICE_VERIFICATION_URI_COMPLETE": f"{BASE}/o/device/?user_code={{user_code}}",
         "DEVICE_FLOW_INTERVAL": args.device_interval,
-        "SCOPES": {"openid": "OpenID Connect", "read": "Read", "introspection": "Introspect tokens"},
+        "SCOPES": {"openid": "OpenID Connect", "read": "Read", "introspection": "Introspect tokens",
+                   **{scope: scope for scope in args.extra_scope}},
         "OIDC_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_post", "client_secret_basic"],
         "OAUTH2_VALIDATOR_CLASS": f"{__name__}.NamingValidator",
     },

@@ -54,8 +54,10 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 class DotAuthServer:
-    def __init__(self, state: Path, access_lifetime: int = 3600, grace_period: int = 0, port: int = 0) -> None:
+    def __init__(self, state: Path, access_lifetime: int = 3600, grace_period: int = 0, port: int = 0,
+                 extra_scopes: tuple[str, ...] = ()) -> None:
         self.state = state
+        self.extra_scopes = extra_scopes   # scopes DOT also accepts (dot_server.py --extra-scope)
         self.port = port
         self.access_lifetime = access_lifetime
         self.grace_period = grace_period
@@ -68,7 +70,8 @@ class DotAuthServer:
         self.state.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
             [sys.executable, str(SERVER), "--state", str(self.state), "--access-lifetime", str(int(self.access_lifetime)),
-             "--grace", str(max(1, round(self.grace_period)) if self.grace_period else 0), "--port", str(self.port)],
+             "--grace", str(max(1, round(self.grace_period)) if self.grace_period else 0), "--port", str(self.port),
+             *(arg for scope in self.extra_scopes for arg in ("--extra-scope", scope))],
             stdout=subprocess.PIPE, stderr=open(self.state / "server.log", "wb"))
         line = self.process.stdout.readline().decode()  # bounded: the process exits on any set-up error
         if not line.startswith("READY "):
@@ -225,9 +228,9 @@ class DotOpenIDServer(DotAuthServer):
     name = "dot"
     has_device_flow = True
 
-    def __init__(self, state: Path, access_lifetime: int = 3600) -> None:
+    def __init__(self, state: Path, access_lifetime: int = 3600, extra_scopes: tuple[str, ...] = ()) -> None:
         from .openid_servers import EXTERNAL_REDIRECT, free_port
-        super().__init__(state, access_lifetime=access_lifetime)
+        super().__init__(state, access_lifetime=access_lifetime, extra_scopes=extra_scopes)
         self.redirect_uri = EXTERNAL_REDIRECT
         # DOT accepts any port of a loopback redirect (RFC 8252 §7.3); a pinned one works too.
         self.loopback_port = free_port()
