@@ -23,7 +23,11 @@ import PackageDescription
 ///                              │
 ///                      AuthBridgeLaunch                   (host settings, serve, agent, plugin-runner: no ArgumentParser)
 ///                         │          │
-///                    authbridge   authbridge-cli          (the host frontends run │ the CLI it hands other commands to)
+///               authbridge-host   authbridge-cli          (the host: serve, agent, plugin-runner │ the CLI: ArgumentParser)
+///                         ┆          ┆
+///                    authbridge  (C, built by the Makefile, not a target: the Swift driver would link the Swift
+///                                 runtime into it; it execs one or the other, and answers token,
+///                                 exec-credential and git's get from the agent itself: Sources/authbridge/front_door.h)
 ///
 /// authbridge-cli also imports the session, plugin host, RPC, JSON, Crypto and System modules itself (declared below:
 /// Tests/contract/test_architecture.py holds every target's imports to its declared dependencies).
@@ -61,7 +65,7 @@ let package = Package(
     products: [
         // The host frontends run (`serve`, `agent`, and the isolated plugins' `plugin-runner`), and the
         // command-line tool it hands every other command line to (installed in lib/authbridge).
-        .executable(name: "authbridge", targets: ["authbridge"]),
+        .executable(name: "authbridge-host", targets: ["authbridge-host"]),
         .executable(name: "authbridge-cli", targets: ["authbridge-cli"]),
         .library(name: "AuthBridgePluginSDK", targets: ["AuthBridgePluginSDK"]),
         // The HTTP transport (libcurl), dlopen'ed by the host on the first request, so that
@@ -174,7 +178,7 @@ let package = Package(
                 "AuthBridgeJSON", "AuthBridgeSystem", "CAuthBridgeProcess",
                 .product(name: "Logging", package: "swift-log"),
             ]),
-        .executableTarget(name: "authbridge", dependencies: ["AuthBridgeLaunch", "AuthBridgeSystem"]),
+        .executableTarget(name: "authbridge-host", dependencies: ["AuthBridgeLaunch", "AuthBridgeSystem"]),
         .executableTarget(
             name: "authbridge-cli",
             dependencies: [

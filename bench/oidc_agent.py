@@ -399,6 +399,10 @@ def main():
     ab_env.update(XDG_CONFIG_HOME=str(home / "config"), XDG_DATA_HOME=str(home / "data"), XDG_RUNTIME_DIR=str(home / "runtime"),
                   HOME=str(home / "home"), AUTHBRIDGE_VAULT_KEY=base64.b64encode(os.urandom(32)).decode(),
                   PATH="%s:%s" % (home / "bin", os.environ.get("PATH", "/usr/bin:/bin")))
+    # The commands' environment: the vault's key is the agent's (a service's credential), not in
+    # every shell — with it set, the commands say that it goes unused (the CLI's warning), which
+    # the front door leaves to the CLI. `--no-agent` (d) opens the vault itself, with the key.
+    user_env = {k: v for k, v in ab_env.items() if k != "AUTHBRIDGE_VAULT_KEY"}
     (home / "bin" / "git-credential-authbridge").symlink_to(binary)
     (home / "bin" / "authbridge").symlink_to(binary)
 
@@ -456,15 +460,15 @@ def main():
         request_file.write_bytes(GIT_REQUEST)
         theirs = ([oidc_token, ACCOUNT], oagent.env, None)
         # The commands below find the agent by its default socket: `--agent` fails when none answers.
-        run_timed([binary, "token", "--agent", PROFILE], ab_env, scratch=str(scratch))
+        run_timed([binary, "token", "--agent", PROFILE], user_env, scratch=str(scratch))
         figures = {}
-        figures["token"] = paired(([binary, "token", PROFILE], ab_env, None), theirs, args.runs, args.warmups, str(scratch))
+        figures["token"] = paired(([binary, "token", PROFILE], user_env, None), theirs, args.runs, args.warmups, str(scratch))
         helper = str(home / "bin" / "git-credential-authbridge")
-        figures["git_credential"] = paired(([helper, "--profile", PROFILE, "get"], ab_env, str(request_file)), theirs,
+        figures["git_credential"] = paired(([helper, "--profile", PROFILE, "get"], user_env, str(request_file)), theirs,
                                            args.runs, args.warmups, str(scratch))
         if git:
             git_envs = []
-            for side, (env, value) in enumerate(((ab_env, "authbridge --profile %s" % PROFILE),
+            for side, (env, value) in enumerate(((user_env, "authbridge --profile %s" % PROFILE),
                                                  (oagent.env, "!f() { echo username=oauth2; echo password=$(oidc-token %s); }; f" % ACCOUNT))):
                 config = root / ("gitconfig-%d" % side)
                 config.write_text("[credential]\n\thelper = \"%s\"\n" % value.replace("\\", "\\\\").replace('"', '\\"'))
@@ -472,7 +476,7 @@ def main():
             fill = [git, "credential", "fill"]
             figures["git_fill"] = paired((fill, git_envs[0], str(request_file)), (fill, git_envs[1], str(request_file)),
                                          args.runs, args.warmups, str(scratch))
-        figures["exec_credential"] = paired(([binary, "exec-credential", PROFILE], ab_env, None), theirs, args.runs,
+        figures["exec_credential"] = paired(([binary, "exec-credential", PROFILE], user_env, None), theirs, args.runs,
                                             args.warmups, str(scratch))
         results["processes"] = figures
 

@@ -305,7 +305,8 @@ public final class BridgeServer: ConnectionDelegate {
         return InitializeResult(
             protocolVersion: "\(Self.protocolVersion.major).\(agreedMinor)", serverInfo: .init(version: Self.serverVersion),
             capabilities: ServerCapabilities(flows: flows.sorted().compactMap(Flow.init(rawValue:)), notifications: notifications),
-            providers: runtime.reports.map(\.json), profiles: await runtime.engine.profileList(), storage: runtime.engine.storageInfo,
+            providers: params.settingsSchemas ? runtime.reports.map(\.json) : runtime.reports.map(\.jsonWithoutSettings),
+            profiles: await runtime.engine.profileList(), storage: runtime.engine.storageInfo,
             warnings: configuration.warnings + (await runtime.engine.configurationSettingsWarnings()).map { "configuration file \($0)" },
             configurationProblem: host.configurationProblem)
     }

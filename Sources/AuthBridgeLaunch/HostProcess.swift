@@ -75,7 +75,12 @@ struct HostProcess {
     /// Runs `service` over `host` until it ends, shuts down in the order above, and exits.
     /// `stopSignals` are handled before the service starts: one sent as soon as the process says
     /// it is ready is not lost.
-    func run(_ service: some HostService, host: BridgeHost, stopSignals: [Int32]) async -> Never {
+    ///
+    /// `any`, not `some`: specialised for the agent's service, Swift 6.3.1's release build of
+    /// this function never ran the service (no ready line, `serve` returned at once) and then
+    /// released a freed closure context (SIGSEGV in the signal thread); the debug build and the
+    /// existential one are sound. Tests/dist's agent test runs the release build's agent.
+    func run(_ service: any HostService, host: BridgeHost, stopSignals: [Int32]) async -> Never {
         let termination = Interrupt(signals: stopSignals) { service.stop() }
         service.start()
         let code = await service.serve()

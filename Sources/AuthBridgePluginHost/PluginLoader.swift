@@ -40,7 +40,15 @@ public struct PluginReport: Sendable {
         return nil
     }
 
-    /// The entry in `initialize`'s provider list (bridge-spec: PluginStatus).
+    /// The entry in `initialize`'s provider list without the settings schema, as `initialize` answers
+    /// unless asked for them (`settingsSchemas`): the schemas are most of its size, read by few.
+    public var jsonWithoutSettings: JSON {
+        guard case .object(var members) = json else { return json }
+        members["settings"] = nil
+        return .object(members)
+    }
+
+    /// The entry in `listProviders`' provider list (bridge-spec: PluginStatus).
     public var json: JSON {
         switch status {
         case .loaded(let plugin):

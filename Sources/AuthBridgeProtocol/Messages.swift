@@ -30,7 +30,7 @@ public struct InitializeResult: WireCodable {
     public var protocolVersion: String
     public var serverInfo: InitializeResult.ServerInfo
     public var capabilities: ServerCapabilities
-    /// Every plugin manifest found.
+    /// Every plugin manifest found; loaded plugins without their settings schema unless settingsSchemas was true (listProviders has them).
     public var providers: [JSON]
     public var profiles: [ProfileInfo]
     public var storage: StorageInfo
@@ -271,11 +271,16 @@ public struct InitializeParams: BridgeRequest {
     public var clientInfo: InitializeParams.ClientInfo?
     /// Client capabilities; none are defined in 1.0.
     public var capabilities: [String: JSON]?
+    /// Include each loaded plugin's settings JSON Schema (PluginStatus.settings) in providers.
+    public var settingsSchemas: Bool
 
-    public init(protocolVersion: String, clientInfo: InitializeParams.ClientInfo? = nil, capabilities: [String: JSON]? = nil) {
+    public init(
+        protocolVersion: String, clientInfo: InitializeParams.ClientInfo? = nil, capabilities: [String: JSON]? = nil, settingsSchemas: Bool = false
+    ) {
         self.protocolVersion = protocolVersion
         self.clientInfo = clientInfo
         self.capabilities = capabilities
+        self.settingsSchemas = settingsSchemas
     }
 
     public init(wire: JSON) throws(WireError) {
@@ -283,10 +288,11 @@ public struct InitializeParams: BridgeRequest {
         self.protocolVersion = try object.required("protocolVersion")
         self.clientInfo = try object.optional("clientInfo")
         self.capabilities = try object.optional("capabilities")
+        self.settingsSchemas = try object.optional("settingsSchemas") ?? false
     }
 
     public var wire: JSON {
-        var members: [String: JSON] = ["protocolVersion": protocolVersion.wire]
+        var members: [String: JSON] = ["protocolVersion": protocolVersion.wire, "settingsSchemas": settingsSchemas.wire]
         if let clientInfo { members["clientInfo"] = clientInfo.wire }
         if let capabilities { members["capabilities"] = capabilities.wire }
         return .object(members)

@@ -70,7 +70,7 @@ struct WireTests {
 
     @Test func everyMethodsParamsReadBackWhatTheyWrite() throws {
         let samples: [String: JSON] = [
-            "initialize": ["protocolVersion": "1.0", "clientInfo": ["name": "app", "version": "2"], "capabilities": [:]],
+            "initialize": ["protocolVersion": "1.0", "clientInfo": ["name": "app", "version": "2"], "capabilities": [:], "settingsSchemas": true],
             "requestOAuthTokens": ["provider": "p", "flow": "session", "sessionId": "s", "scopes": ["a"], "timeoutMs": 5_000],
             "fetch": [
                 "provider": "p", "url": "https://api/x", "method": "POST", "headers": ["A": "b"], "body": "{}", "timeoutMs": 2_000, "scopes": ["s"],

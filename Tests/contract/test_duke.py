@@ -385,7 +385,7 @@ def test_bad_settings_are_configuration_errors(start_host, duke_plugin_dir, sett
 
 def test_the_plugin_describes_itself(start_host, duke_plugin_dir):
     host = start_host([duke_plugin_dir], profiles={})
-    plugin = next(p for p in host.init_result["providers"] if p["id"] == "duke")
+    plugin = next(p for p in host.request("listProviders")["result"]["plugins"] if p["id"] == "duke")
     assert plugin["status"] == "loaded" and plugin["flows"] == ["external"]
     assert plugin["settings"]["required"] == ["clientName"]
     assert set(plugin["settings"]["properties"]) == {"clientName", "environment", "baseUrl", "apiBaseUrl"}

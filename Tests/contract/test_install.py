@@ -22,6 +22,7 @@ def make_prefix(root: Path) -> Path:
         folder.chmod(0o755)
     shutil.copy2(HOST_BIN, prefix / "bin" / "authbridge")
     shutil.copy2(BUILD_DIR / "authbridge-cli", prefix / "lib" / "authbridge")
+    shutil.copy2(BUILD_DIR / "authbridge-host", prefix / "lib" / "authbridge")
     for name in ("libAuthBridgeHTTP.so", "libAuthBridgeSwiftCrypto.so"):
         shutil.copy2(BUILD_DIR / name, prefix / "lib" / "authbridge")
     for name in ("oidc.json", "libauthbridge-oidc.so"):

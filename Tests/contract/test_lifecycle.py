@@ -12,6 +12,14 @@ import pytest
 from conftest import DEFAULT_PROFILES, HOST_BIN, REPO, SPEC_PATH, TIMEOUT, begin_sign_in, error_code, host_command, short, sign_in_session
 
 
+def test_initialize_gives_the_settings_schemas_when_asked(start_host, plugin_dir):
+    host = start_host([plugin_dir], profiles=DEFAULT_PROFILES, initialize=False)
+    result = host.request("initialize", {"protocolVersion": "1.0", "settingsSchemas": True})["result"]
+    providers = {p["id"]: p for p in result["providers"]}
+    assert providers["ctest"]["settings"]["required"] == ["server"]
+    assert providers["swifttest"]["settings"]["type"] == "object"
+
+
 def test_initialize_reports_server_providers_profiles_and_storage(host):
     result = host.init_result
     assert result["protocolVersion"] == "1.0"
@@ -42,8 +50,11 @@ def test_initialize_reports_server_providers_profiles_and_storage(host):
         assert entry["displayName"] == display
         assert entry["flows"] == ["external", "session"]
         assert entry["capabilities"] == ["revoke", "checkSession", "fetch"]
-        assert entry["settings"]["type"] == "object"
+        assert "settings" not in entry, "initialize leaves the settings schemas out unless asked (settingsSchemas)"
         assert entry["path"].endswith(".so")
+    # listProviders has them, as initialize with settingsSchemas: true does.
+    listed = {p["id"]: p for p in host.request("listProviders")["result"]["plugins"]}
+    assert all(listed[plugin_id]["settings"]["type"] == "object" for plugin_id in ("ctest", "swifttest"))
 
     profiles = {p["name"]: p for p in result["profiles"]}
     assert profiles["c"] == {"name": "c", "plugin": "ctest", "status": "ready",

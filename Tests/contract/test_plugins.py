@@ -35,13 +35,14 @@ def start(start_host, plugin_dir, *folders, profiles=None):
 
 
 def entry_for(host, manifest: Path) -> dict:
-    """The provider entry of `manifest`, which must be the same in initialize and listProviders."""
+    """The provider entry of `manifest` as listProviders gives it, which must be initialize's plus
+    the settings schema (initialize leaves it out unless asked)."""
     target = os.path.realpath(manifest)
     found = [p for p in host.init_result["providers"] if os.path.realpath(p["path"]) == target]
     assert len(found) == 1, f"no single provider entry for {target}: {host.init_result['providers']}"
     listed = [p for p in host.result("listProviders", {})["plugins"] if os.path.realpath(p["path"]) == target]
-    assert listed == found, "listProviders and initialize disagree"
-    return found[0]
+    assert [{k: v for k, v in p.items() if k != "settings"} for p in listed] == found, "listProviders and initialize disagree"
+    return listed[0]
 
 
 def assert_refused(host, manifest: Path, reason: str, plugin_id: str | None = None, check_others: bool = True) -> dict:

@@ -1,6 +1,7 @@
-"""The two executables: `authbridge` starts `serve` (and the isolated plugins' runners) itself
-and hands every other command line to `authbridge-cli`, with the same arguments and
-environment; the pieces it loads on first use are really off its start-up path."""
+"""The three executables: `authbridge` (C) hands `serve`, `agent` and the isolated plugins' runners
+to `authbridge-host` and every other command line to `authbridge-cli`, with the same arguments and
+environment (test_front_door.py: the commands it answers itself); the pieces the host loads on
+first use are really off its start-up path."""
 
 from __future__ import annotations
 
@@ -23,11 +24,17 @@ def run(argv: list[str], env: dict[str, str] | None = None, stdin: str = "") -> 
 
 
 def lone_host(tmp_path: Path) -> Path:
-    """A copy of `authbridge` in a folder of its own: no authbridge-cli, no helper libraries."""
+    """Copies of `authbridge` and `authbridge-host` in a folder of their own: no authbridge-cli,
+    no helper libraries."""
     folder = tmp_path / "lone" / "bin"
     folder.mkdir(parents=True)
     shutil.copy2(HOST_BIN, folder / "authbridge")
+    shutil.copy2(HOST_EXE, folder / "authbridge-host")
     return folder / "authbridge"
+
+
+# The Swift host the front door hands `serve`, `agent` and `plugin-runner` to.
+HOST_EXE = BUILD_DIR / "authbridge-host"
 
 
 def test_serve_needs_nothing_but_its_own_executable(tmp_path):
@@ -79,13 +86,15 @@ def test_options_without_a_command_serve(tmp_path):
 
 def test_what_the_host_loads_at_start(tmp_path):
     """No ArgumentParser, Foundation, Dispatch overlay, _StringProcessing or swift-crypto in the
-    executable frontends start; the CLI keeps ArgumentParser (and with it FoundationEssentials)."""
-    needed = needed_libraries(HOST_BIN)
+    host frontends start; the CLI keeps ArgumentParser (and with it FoundationEssentials); the
+    front door (`authbridge`) needs no Swift at all: jansson and the C library."""
+    assert sorted(needed_libraries(HOST_BIN)) == ["libc.so.6", "libjansson.so.4"]
+    needed = needed_libraries(HOST_EXE)
     for library in ("libFoundationEssentials.so", "libswiftDispatch.so", "libswift_StringProcessing.so",
                     "libswift_RegexParser.so", "libFoundation.so"):
         assert library not in needed, needed
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(HOST_BIN)], capture_output=True, text=True).stdout
-    symbols += subprocess.run(["nm", str(HOST_BIN)], capture_output=True, text=True).stdout
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(HOST_EXE)], capture_output=True, text=True).stdout
+    symbols += subprocess.run(["nm", str(HOST_EXE)], capture_output=True, text=True).stdout
     assert "ArgumentParser" not in symbols and "CCryptoBoringSSL" not in symbols
     assert "libFoundationEssentials.so" in needed_libraries(BUILD_DIR / "authbridge-cli")
 

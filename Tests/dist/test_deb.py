@@ -36,7 +36,7 @@ def test_files_under_usr(unpacked):
     for name in ("usr/bin/authbridge", "usr/include/authbridge/plugin.h", "usr/include/authbridge/plugin_jansson.h", "usr/share/authbridge/openrpc.json",
                  "usr/share/man/man1/authbridge.1.gz", "usr/share/bash-completion/completions/authbridge",
                  "usr/share/zsh/vendor-completions/_authbridge", "usr/share/fish/vendor_completions.d/authbridge.fish",
-                 "usr/share/doc/authbridge/copyright", "usr/lib/authbridge/libswiftCore.so", "usr/lib/authbridge/authbridge-cli"):
+                 "usr/share/doc/authbridge/copyright", "usr/lib/authbridge/libswiftCore.so", "usr/lib/authbridge/authbridge-cli", "usr/lib/authbridge/authbridge-host"):
         assert (root / name).is_file(), name
     for plugin in BUNDLED_PLUGINS:
         assert (root / "usr/lib/authbridge/plugins" / f"{plugin}.json").is_file()

@@ -26,11 +26,12 @@ def test_the_tree_holds_what_the_issue_lists(unpacked):
                 "share/doc/authbridge/LICENSE", "share/doc/authbridge/THIRD-PARTY-NOTICES",
                 "lib/authbridge/libAuthBridgeHTTP.so", "lib/authbridge/libAuthBridgeJWT.so", "lib/authbridge/libAuthBridgeSwiftCrypto.so",
                 "lib/authbridge/libAuthBridgeKeyring.so", "lib/authbridge/libAuthBridgePostgres.so", "lib/authbridge/libpq.so.5",
-                "lib/authbridge/libswiftCore.so", "lib/authbridge/authbridge-cli"]
+                "lib/authbridge/libswiftCore.so", "lib/authbridge/authbridge-cli", "lib/authbridge/authbridge-host"]
     expected += [f"lib/authbridge/plugins/{p}.json" for p in BUNDLED_PLUGINS]
     assert [name for name in expected if not (top / name).is_file()] == []
     assert (top / "bin" / "authbridge").stat().st_mode & 0o777 == 0o755
     assert (top / "lib" / "authbridge" / "authbridge-cli").stat().st_mode & 0o777 == 0o755
+    assert (top / "lib" / "authbridge" / "authbridge-host").stat().st_mode & 0o777 == 0o755
     assert os.readlink(top / "bin" / "git-credential-authbridge") == "authbridge", "git's name for the helper"
     assert (top / "share" / "authbridge" / "openrpc.json").read_bytes() == (REPO / "bridge-spec" / "openrpc.json").read_bytes()
     man = run(["sh", "-c", f"zcat '{top}/share/man/man1/authbridge.1.gz'"]).stdout
@@ -112,6 +113,37 @@ def test_the_terminal_quick_start_as_written(unpacked, tmp_path, dot):
     assert userinfo and json.loads(userinfo.group(1))["sub"], "curl got the userinfo with the token"
     secrets = handed_out_secrets(dot)
     assert secrets and not [secret for secret in secrets if secret in output], "no code or token printed"
+
+
+def test_the_terminal_quick_start_through_the_agent(unpacked, tmp_path, dot):
+    """The same commands with `authbridge agent` running (the release build's agent: a miscompile
+    once kept it from ever serving), and the token answered by bin/authbridge itself."""
+    top = extract_tarball(unpacked)
+    block = code_blocks(section("### From a terminal"), "sh")[0]
+    browser = fake_browser(tmp_path / "browser")
+    env = clean_env(tmp_path / "home", f"{top / 'bin'}:{browser}:{SYSTEM_PATH}") | dot_exports(dot)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env["XDG_RUNTIME_DIR"] = str(runtime)
+    # The configuration first (the agent would read it when it appears, but not before the login runs).
+    setup, commands = block.split("authbridge login", 1)
+    subprocess.run(["/bin/sh", "-e", "-c", setup], env=env, cwd=tmp_path, check=True, timeout=TIMEOUT)
+    agent = subprocess.Popen([str(top / "bin" / "authbridge"), "agent", "--log-level", "debug"], env=env, stdout=subprocess.PIPE,
+                             stderr=open(tmp_path / "agent.log", "wb"), stdin=subprocess.DEVNULL)
+    try:
+        assert agent.stdout.readline().decode().strip() == str(runtime / "authbridge" / "agent.sock"), "the agent's ready line"
+        token_too = "authbridge login" + commands.replace("authbridge logout", "authbridge token corp > token.txt\nauthbridge logout", 1)
+        done = subprocess.run(["/bin/sh", "-e", "-c", token_too], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.splitlines()[0].startswith("✓ Signed in to corp as "), done.stdout
+        assert (tmp_path / "token.txt").read_text().strip() in handed_out_secrets(dot)
+    finally:
+        agent.terminate()
+        code = agent.wait(TIMEOUT)
+    log = (tmp_path / "agent.log").read_text()
+    assert code == 0, log
+    assert "connection accepted" in log, "the commands went through the agent"
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])

@@ -39,7 +39,8 @@ def test_the_platform_tag_is_what_auditwheel_finds():
     assert f'is consistent with the following platform tag: "{tag.group(1)}"' in " ".join(report.split()), report
     with zipfile.ZipFile(wheel) as archive:
         assert f"Tag: py3-none-{tag.group(1)}" in archive.read(f"authbridge-{VERSION}.dist-info/WHEEL").decode()
-        for name in (f"authbridge-{VERSION}.data/data/bin/authbridge", f"authbridge-{VERSION}.data/data/lib/authbridge/authbridge-cli"):
+        for name in (f"authbridge-{VERSION}.data/data/bin/authbridge", f"authbridge-{VERSION}.data/data/lib/authbridge/authbridge-cli",
+                     f"authbridge-{VERSION}.data/data/lib/authbridge/authbridge-host"):
             assert archive.getinfo(name).external_attr >> 16 & 0o111, f"{name} is executable in the wheel"
 
 

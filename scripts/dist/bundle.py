@@ -3,8 +3,9 @@
 
     bundle.py TREE --mode portable|system --generate-manual TOOL [--checkouts DIR]
 
-The tree holds bin/authbridge, lib/authbridge/authbridge-cli (the command-line tool
-bin/authbridge hands every command but `serve` to), lib/authbridge/*.so (the helper libraries)
+The tree holds bin/authbridge (C: it answers tokens from the agent and hands every other command
+line to lib/authbridge/authbridge-host — serve, agent, plugin-runner — or to
+lib/authbridge/authbridge-cli, the command-line tool), lib/authbridge/*.so (the helper libraries)
 and lib/authbridge/plugins/*.so, straight from the build: their RUNPATH names the
 toolchain (/opt/swift/usr/lib/swift/linux) and $ORIGIN. This script
 
@@ -17,7 +18,7 @@ toolchain (/opt/swift/usr/lib/swift/linux) and $ORIGIN. This script
    (patchelf), so that nothing names the toolchain or the build folder,
 4. generates the man page (swift-argument-parser's generate-manual) and the bash, zsh and fish
    completions from the relocated host, and writes the license notices of what was bundled,
-5. normalises modes (folders and executables — bin/*, lib/authbridge/authbridge-cli — 0755, other files 0644) and, with
+5. normalises modes (folders and executables — bin/*, lib/authbridge/authbridge-{host,cli} — 0755, other files 0644) and, with
    SOURCE_DATE_EPOCH set, every mtime — so that packing the tree is reproducible.
 
 It checks its own result: every ELF file's RUNPATH is $ORIGIN-relative and every library it
@@ -202,7 +203,7 @@ def normalise(tree: Path, epoch: int | None) -> None:
             continue
         if path.is_dir():
             path.chmod(0o755)
-        elif path.parent.name == "bin" or path.relative_to(tree) == LIB / "authbridge-cli":
+        elif path.parent.name == "bin" or path.relative_to(tree) in (LIB / "authbridge-cli", LIB / "authbridge-host"):
             path.chmod(0o755)
         else:
             path.chmod(0o644)

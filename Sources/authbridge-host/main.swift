@@ -5,13 +5,12 @@ import AuthBridgeSystem
 import Glibc
 #endif
 
-// `authbridge`: the host frontends run. `serve`, `agent` and `plugin-runner` — what frontends, the
-// service manager and the host itself start, many times a day or for a whole session — start here
-// with only what serving needs. Every other command line (help, login, status, token, logout,
-// plugins, the credential helpers, exec, and serve or agent spelled in ways only ArgumentParser
-// reads) goes to authbridge-cli, which this process becomes with the same arguments and
-// environment (and name: started as git-credential-authbridge it is git's credential helper):
-// git and kubectl dispatch to their subcommands' executables the same way.
+// `authbridge-host`: the host. `authbridge` (the C front door on PATH, Sources/authbridge) hands it
+// `serve`, `agent` and `plugin-runner` — what frontends, the service manager and the host itself
+// start, many times a day or for a whole session — which start here with only what serving needs.
+// Every other command line (serve or agent spelled in ways only ArgumentParser reads, say) goes to
+// authbridge-cli, which this process becomes with the same arguments and environment (and name:
+// started as git-credential-authbridge it is git's credential helper).
 
 // Started as `git-credential-authbridge` (git's name for the helper), it is the CLI's git helper.
 let program = CommandLine.arguments.first ?? ""
