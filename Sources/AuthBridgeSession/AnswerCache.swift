@@ -38,7 +38,8 @@ public struct Answer: Sendable, Equatable {
 ///   (`TokenSet.freshness`, the rule the engine itself follows);
 /// - **the plugin**: one refused meanwhile, or a `check_session` that no
 ///   longer runs inline or answers other than `valid`, sends the call to
-///   the engine.
+///   the engine; an isolated plugin's inline `check_session` is asked again
+///   (through the engine, in its runner) once its last `valid` is a second old.
 /// License-revoked sessions, kept configurations used while the provider is
 /// down, and answers that refreshed are never kept.
 final class AnswerCache: Sendable {
@@ -65,7 +66,17 @@ final class AnswerCache: Sendable {
         case clock
         /// The hook's input, and the same as JSON text (made once).
         case inlineHook(plugin: LoadedPlugin, input: JSON, text: [UInt8])
+        /// An isolated plugin's inline `check_session` answered `valid` at this host-clock time:
+        /// reused for `runnerCheckReuseMilliseconds`, the same input going to the same quick
+        /// check, rather than a round trip to the runner for every call (bench/README, "Next to
+        /// oidc-agent").
+        case runnerCheck(confirmedAt: Int64)
     }
+
+    /// How long an isolated plugin's inline `check_session` answer `valid` stands for its session
+    /// (plugin.h: an inline hook is quick and never uses HTTP, so what it can notice that the host
+    /// does not is time): the answer is at most this old, while in-process plugins are asked every time.
+    static let runnerCheckReuseMilliseconds: Int64 = 1000
 
     struct Entry: Sendable {
         let observation: Observation

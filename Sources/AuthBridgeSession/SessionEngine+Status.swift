@@ -46,9 +46,12 @@ extension SessionEngine {
                 switch answer["state"]?.stringValue.flatMap(SessionCheck.init(rawValue:)) {
                 case .valid:
                     let signedIn = status(profile, state: .signedIn, session: session, reason: .valid)
-                    keepStatus(
-                        signedIn, lookup, observation, session: session, context: context,
-                        check: AnswerCache.StatusCheck.inlineHook(plugin: context.plugin, input: hookInput(input, profile: profile)))
+                    let plugin = context.plugin
+                    let check: AnswerCache.StatusCheck =
+                        plugin.isolation == .process && plugin.inlineHooks.contains(.checkSession)
+                        ? .runnerCheck(confirmedAt: HostClock.nowMilliseconds())
+                        : .inlineHook(plugin: plugin, input: hookInput(input, profile: profile))
+                    keepStatus(signedIn, lookup, observation, session: session, context: context, check: check)
                     return signedIn
                 case .expired: expired = true
                 case .licenseRevoked:
@@ -110,7 +113,8 @@ extension SessionEngine {
     }
 
     /// `checkSignInStatus`'s answer for a session that is still valid, without
-    /// the actor (see `AnswerCache`): confirmed by the clock, or — when
+    /// the actor (see `AnswerCache`): confirmed by the clock, by an isolated plugin's
+    /// inline `check_session` less than a second ago, or — when
     /// `runningHooks` — by the plugin's `check_session` run inline on the
     /// caller's thread; `ifBlocked` is called if it runs past the inline mark.
     /// Nil when only the engine can answer (then the hook runs again there).
@@ -122,6 +126,10 @@ extension SessionEngine {
         switch check {
         case .clock:
             return entry.tokens.isExpired(at: HostClock.nowMilliseconds()) ? nil : answer
+        case .runnerCheck(let confirmedAt):
+            let now = HostClock.nowMilliseconds()
+            let recent = now >= confirmedAt && now - confirmedAt < AnswerCache.runnerCheckReuseMilliseconds
+            return recent && !entry.tokens.isExpired(at: now) ? answer : nil
         case .inlineHook where !runningHooks:
             return nil
         case .inlineHook(let plugin, let input, let text):

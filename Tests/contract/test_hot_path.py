@@ -98,14 +98,16 @@ def test_params_the_engine_refuses_are_refused_alike(host):
     assert host.error("getAccessToken", {"provider": "nobody"})["data"]["reason"] == "unknownProfile"
 
 
-def test_an_isolated_plugins_check_session_never_runs_on_the_reader(host):
-    # The `host` fixture's ctest runs in a runner process: its check_session is no inline hook
-    # here, so every status is the engine's (a token, which needs no plugin code, may come at once).
+def test_an_isolated_plugins_check_session_runs_in_its_runner_and_its_valid_stands_a_second(host):
+    # The `host` fixture's ctest runs in a runner process: its check_session never runs on the
+    # reader; the first status is the engine's (asked in the runner), and since ctest lists
+    # check_session in inlineHooks (quick, no HTTP), its `valid` answers the next ones at once for
+    # a second of the host's clock (test_isolation.py stops the runner to show it).
     host.result("requestOAuthTokens", {"provider": "c", "flow": "session", "sessionId": "x"})
     until_answered_at_once(host, "getAccessToken", {"provider": "c"})
     for _ in range(20):
         assert host.result("checkSignInStatus", {"provider": "c"})["state"] == "signedIn"
-    assert at_once_count(host, "checkSignInStatus") == 0
+    assert 1 <= at_once_count(host, "checkSignInStatus") < 20
 
 
 def test_an_inline_check_session_sees_each_sessions_own_input(start_host, plugin_dir):

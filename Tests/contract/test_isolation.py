@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import pytest
 
-from conftest import (DEFAULT_PROFILES, TEST_PLUGINS_DIR, TIMEOUT, Host, begin_sign_in, copy_plugins,
+from conftest import (DEFAULT_PROFILES, TEST_PLUGINS_DIR, TIMEOUT, Host, HostError, advance_clock, begin_sign_in, copy_plugins,
                       sign_in_external, sign_in_session, start_on_data_home, stop_cleanly)
 from authbridge_testkit.dot_auth import dot_fixture
 
@@ -532,3 +532,32 @@ def test_plugins_failing_while_others_load_never_cut_a_good_plugins_channel(star
         for index in range(8):
             assert sign_in_session(host, f"g{index}", "s1")["state"] == "signedIn"   # through its runner
         exits_cleanly_leaving_nothing(host)
+
+
+def test_an_isolated_plugins_quick_check_stands_for_a_second_instead_of_a_round_trip_each_time(start_host, plugin_dir):
+    # ctest lists check_session in inlineHooks (quick, no HTTP): in the host it runs on every
+    # checkSignInStatus; isolated, its `valid` stands for a second of the host's clock, so a frontend
+    # asking before every call does not cross to the runner each time (issue 32).
+    host = start_host([plugin_dir], profiles=DEFAULT_PROFILES, test_clock=True)
+    assert plugin_entries(host.init_result["providers"])["ctest"]["isolation"] == "process"
+    sign_in_session(host, "c", "quick")
+    assert host.result("checkSignInStatus", {"provider": "c"})["state"] == "signedIn"   # asked in the runner
+    runners = runners_of(host.proc.pid)   # and what they forked (the PID namespace's holder)
+    assert runners
+    for pid in runners:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        # The runners cannot answer anything now: these are the host's own.
+        for _ in range(50):
+            assert host.result("checkSignInStatus", {"provider": "c"}, timeout=5)["state"] == "signedIn"
+        advance_clock(host, 1000)
+        pending = host.send_request("checkSignInStatus", {"provider": "c"})
+        try:
+            early = host.wait_response(pending, timeout=0.5)
+        except HostError:
+            early = None   # a second on: asked again, in the (stopped) runner
+        assert early is None, early
+    finally:
+        for pid in runners:
+            os.kill(pid, signal.SIGCONT)
+    assert host.wait_response(pending)["result"]["state"] == "signedIn"

@@ -107,7 +107,9 @@
  *   in the host — an inline check_session may run on the thread that reads
  *   the protocol stream, to answer checkSignInStatus at once; one that takes
  *   over 50 ms loses the plugin its inline hooks (and the host moves its
- *   reading to a new thread).
+ *   reading to a new thread). In a runner, an inline check_session's "valid"
+ *   answers the session's checkSignInStatus for up to a second of the host's
+ *   clock without asking again (any change to the session asks at once).
  * - Host services may be called from any thread while the hook's `call` is
  *   live; `call` is invalid once the hook returns. log/now_ms also accept
  *   call == NULL, from any thread, at any time between init and shutdown.
