@@ -28,6 +28,13 @@ public struct AgentSettings: Sendable, Equatable {
 /// `BridgeHost.reloadConfiguration` says what a reload keeps).
 public enum AgentRunning {
     /// Runs the agent and exits the process: 0 when stopped, 1 when it could not listen.
+    ///
+    /// Not optimized: Swift 6.3.1's optimizer (-c release) drops the service's `start`, `serve`
+    /// and `finish` from the `process.run` it inlines here — the release agent wrote no ready
+    /// line, accepted nothing and exited 0 at once (issue 32: found measuring it), while the debug
+    /// build runs. `@inline(never)` on `HostProcess.run` only made it return without running the
+    /// service at all. What runs here is start-up, once: nothing is lost by not optimizing it.
+    @_optimize(none)
     public static func run(_ settings: AgentSettings) async -> Never {
         // Nothing a plugin prints may reach whoever reads the ready line: it goes to the private copy of fd 1.
         let process = HostProcess.start(logLevel: settings.host.logLevel, failure: "error: cannot set up stdout")
