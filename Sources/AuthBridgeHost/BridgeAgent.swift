@@ -55,6 +55,12 @@ public final class BridgeAgent: Sendable {
     /// grow is dropped and answered -32600 (issue 26: 16 connections × 60 MiB
     /// took the agent to 1.5 GiB).
     public static let unfinishedFrameBudget = 64 << 20
+    /// How many requests of one connection run at once; the others wait in its backlog, in
+    /// arrival order, as frames (a few hundred bytes each). A running request is a task with its
+    /// frames, ~25 KiB at its peak: 4 apps that pipeline requests 256 at a time (`Connection`'s
+    /// default) took the agent to 80 MiB, and glibc kept it after they were done (issue 32).
+    /// Plugin hooks run one at a time per plugin process anyway.
+    public static let concurrentRequestsPerConnection = 32
     /// Requests numbered in arrival order across connections (which sign-in is newer).
     private let arrivalOrder = ArrivalOrder()
     private let state = Mutex(State())
@@ -206,7 +212,8 @@ public final class BridgeAgent: Sendable {
             connectionLogger[metadataKey: "connection"] = "\(id)"
             connectionLogger[metadataKey: "pid"] = "\(peer.pid)"
             let connection = Connection(
-                input: fd, output: fd, logger: connectionLogger, arrivalOrder: arrivalOrder, frameBudget: frameBudget)
+                input: fd, output: fd, logger: connectionLogger, maxConcurrentRequests: BridgeAgent.concurrentRequestsPerConnection,
+                arrivalOrder: arrivalOrder, frameBudget: frameBudget)
             let server = BridgeServer(host: host, connection: connection)
             let task = Task { [self] in
                 _ = await server.serve()
