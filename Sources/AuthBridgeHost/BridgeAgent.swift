@@ -55,6 +55,12 @@ public final class BridgeAgent: Sendable {
     /// grow is dropped and answered -32600 (issue 26: 16 connections × 60 MiB
     /// took the agent to 1.5 GiB).
     public static let unfinishedFrameBudget = 64 << 20
+    /// How many requests of one connection run at once; the others wait in its backlog, in
+    /// arrival order, as frames (a few hundred bytes each). A running request is a task with its
+    /// frames, ~25 KiB at its peak: 4 apps that pipeline requests 256 at a time (`Connection`'s
+    /// default) took the agent to 80 MiB, and glibc kept it after they were done (issue 32).
+    /// Plugin hooks run one at a time per plugin process anyway.
+    public static let concurrentRequestsPerConnection = 32
     /// Requests numbered in arrival order across connections (which sign-in is newer).
     private let arrivalOrder = ArrivalOrder()
     private let state = Mutex(State())
@@ -64,7 +70,18 @@ public final class BridgeAgent: Sendable {
 
     private struct State {
         var connections: [UInt64: (connection: Connection, task: Task<Void, Never>)] = [:]
+        /// The connections whose handshake deadline has not passed, by id: the accepting thread
+        /// drops those still without a session then. A table the accepting thread sweeps, not a
+        /// timer per connection: a cancelled `Task.sleep` keeps its task, and with it the closed
+        /// connection it captured (~800 bytes), until its deadline passes (issue 32).
+        var handshakes: [UInt64: Handshake] = [:]
         var lastID: UInt64 = 0
+    }
+
+    private struct Handshake {
+        let server: BridgeServer
+        let connection: Connection
+        let deadline: ContinuousClock.Instant
     }
 
     /// `listener`: a listening Unix stream socket, non-blocking; its owner
@@ -126,13 +143,14 @@ public final class BridgeAgent: Sendable {
         while !stopped.load(ordering: .acquiring) {
             fds[0].revents = 0
             fds[1].revents = 0
-            let ready = poll(&fds, 2, -1)
+            let ready = poll(&fds, 2, dropLateHandshakes())
             if ready < 0 {
                 if errno == EINTR { continue }
                 logger.critical("the agent cannot wait for connections", metadata: ["errno": "\(errno)"])
                 return
             }
             if fds[1].revents != 0 { return }
+            if ready == 0 { continue }
             switch UnixSocket.accept(listener) {
             case .success(let fd):
                 admit(fd)
@@ -146,6 +164,34 @@ public final class BridgeAgent: Sendable {
                 _ = poll(&wake, 1, 100)
             }
         }
+    }
+
+    /// Drops the connections whose handshake deadline has passed without `initialize` (a
+    /// deadline, not synchronisation) and forgets those whose deadline has passed; the poll
+    /// timeout (ms) until the next deadline, -1 when none is pending.
+    private func dropLateHandshakes() -> Int32 {
+        let now = ContinuousClock.now
+        var late: [Handshake] = []
+        var next: ContinuousClock.Instant?
+        state.withLock { current in
+            guard !current.handshakes.isEmpty else { return }
+            current.handshakes = current.handshakes.filter { _, handshake in
+                if handshake.deadline <= now {
+                    late.append(handshake)
+                    return false
+                }
+                if handshake.server.receivesEvents { return false }   // initialized: nothing to wait for
+                next = min(next ?? handshake.deadline, handshake.deadline)
+                return true
+            }
+        }
+        for handshake in late where !handshake.server.receivesEvents {
+            handshake.connection.drop(because: "it did not initialize within \(handshakeDeadline.components.seconds) s")
+        }
+        guard let next else { return -1 }
+        let (seconds, attoseconds) = (next - now).components
+        // Rounded up: a wake-up a little early would only poll again.
+        return Int32(clamping: seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
     }
 
     /// Serves a new connection, or closes it unread: another user, or too many.
@@ -166,25 +212,23 @@ public final class BridgeAgent: Sendable {
             connectionLogger[metadataKey: "connection"] = "\(id)"
             connectionLogger[metadataKey: "pid"] = "\(peer.pid)"
             let connection = Connection(
-                input: fd, output: fd, logger: connectionLogger, arrivalOrder: arrivalOrder, frameBudget: frameBudget)
+                input: fd, output: fd, logger: connectionLogger, maxConcurrentRequests: BridgeAgent.concurrentRequestsPerConnection,
+                arrivalOrder: arrivalOrder, frameBudget: frameBudget)
             let server = BridgeServer(host: host, connection: connection)
-            let deadline = handshakeDeadline
             let task = Task { [self] in
-                let handshake = Task {
-                    // A deadline, not synchronisation: a connection still without a session then is dropped.
-                    guard (try? await Task.sleep(for: deadline)) != nil, !server.receivesEvents else { return }
-                    connection.drop(because: "it did not initialize within \(deadline.components.seconds) s")
-                }
                 _ = await server.serve()
-                handshake.cancel()
                 // The peer may be reading nothing: shutdown ends a write blocked on it.
                 _ = shutdown(fd, Int32(SHUT_RDWR))
                 connection.close()
-                _ = self.state.withLock { $0.connections.removeValue(forKey: id) }
+                self.state.withLock {
+                    $0.connections.removeValue(forKey: id)
+                    $0.handshakes.removeValue(forKey: id)
+                }
                 close(fd)
                 logger.debug("connection closed", metadata: ["pid": "\(peer.pid)"])
             }
             current.connections[id] = (connection, task)
+            current.handshakes[id] = Handshake(server: server, connection: connection, deadline: .now + handshakeDeadline)
             return false
         }
         if refused {

@@ -73,8 +73,8 @@ private final class LockWaiter: Sendable {
     init(fd: Int32) { self.fd = fd }
 
     func acquire(path: String, within limit: Duration) async throws {
-        let timer = Task { [self] in
-            guard (try? await Task.sleep(for: limit)) != nil else { return }
+        // Not a Task.sleep: cancelled, it would keep this waiter until the limit passed (issue 32).
+        let timer = Deadlines.shared.after(limit) { [self] in
             giveUp(VaultError(.lockTimeout, "The account's lock (\(path)) was not free within \(limit.components.seconds) s."))
         }
         defer { timer.cancel() }

@@ -247,3 +247,20 @@ int ab_process_return_freed_blocks(void)
 {
     return mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1 ? 0 : -1;
 }
+
+int ab_process_trim_freed_memory(size_t threshold)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    /* The figures of the last trim: equal ones mean nothing was allocated or freed since. One caller. */
+    static size_t last_free = 0, last_used = 0;
+    struct mallinfo2 info = mallinfo2();
+    if (info.fordblks < threshold || (info.fordblks == last_free && info.uordblks == last_used))
+        return 0;
+    last_free = info.fordblks;
+    last_used = info.uordblks;
+    return malloc_trim(0);
+#else
+    (void)threshold;
+    return 0;
+#endif
+}

@@ -235,7 +235,7 @@ def test_no_core_dumps_and_not_dumpable():
     # root; it is observed as a non-root user (root may read anything anyway).
     import os
     import subprocess
-    from conftest import HOST_BIN
+    from conftest import BUILD_DIR
     import shutil
     import tempfile
     from pathlib import Path
@@ -247,7 +247,7 @@ def test_no_core_dumps_and_not_dumpable():
     shared = Path(tempfile.mkdtemp(prefix="authbridge-nobody-"))
     shared.chmod(0o755)
     host = shared / "authbridge"
-    shutil.copy2(HOST_BIN, host)
+    shutil.copy2(BUILD_DIR / "authbridge-host", host)   # the host itself (the front door would look for it beside)
     host.chmod(0o755)
     process = subprocess.Popen([str(host), "serve", "--no-default-plugins", "--vault", "memory"], env=env, cwd="/",
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

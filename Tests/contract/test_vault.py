@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from authbridge_testkit.paths import BUILD_DIR
 from conftest import (DEFAULT_PROFILES, HOST_BIN, Host, host_command, session_records, sign_in_session, start_on_data_home,
                       stop_cleanly)
 
@@ -90,9 +91,9 @@ def test_without_the_cryptography_library_a_stored_session_is_an_error_and_is_ke
 
     lone = tmp_path / "lone" / "bin"
     lone.mkdir(parents=True)
-    shutil.copy2(HOST_BIN, lone / "authbridge")
+    shutil.copy2(BUILD_DIR / "authbridge-host", lone / "authbridge-host")   # the host itself, alone
     argv, environment = host_command(tmp_path / "broken", [plugin_dir], profiles=DEFAULT_PROFILES)
-    argv[0] = str(lone / "authbridge")
+    argv[0] = str(lone / "authbridge-host")
     environment["XDG_DATA_HOME"] = str(data_home)
     broken = Host(argv, environment, tmp_path / "broken")
     broken.initialize()

@@ -76,4 +76,13 @@ int ab_process_run_command(const char *file, char *const argv[], char *const env
    from arenas that keep their pages. Returns 0, or -1 if glibc refused. */
 int ab_process_return_freed_blocks(void);
 
+/* For the same process: gives back to the system the pages of what was freed, when glibc's arenas
+   hold `threshold` bytes or more of free memory and something was allocated or freed since the
+   last call that gave pages back (glibc returns only the top of an arena by itself: a burst of
+   requests — tens of MiB of task frames and answers, over as many arenas as threads — stays
+   resident after it is over, issue 32). malloc_trim(0) walks every arena and releases each free
+   page inside it. Returns 1 if pages were given back, else 0 (also without glibc 2.33's
+   mallinfo2). Not thread-safe: one caller (the agent's trimming thread). */
+int ab_process_trim_freed_memory(size_t threshold);
+
 #endif
