@@ -38,7 +38,7 @@ VPY         := $(VENV)/bin/python
 DEBUG_DIR   := .build/debug
 RELEASE_DIR := .build/release
 TEST_PLUGINS := .build/test-plugins
-BUILD_PACKAGES := libjansson-dev libcurl4-openssl-dev libpq-dev pkg-config gcc
+BUILD_PACKAGES := libjansson-dev libcurl4-openssl-dev libpq-dev nettle-dev pkg-config gcc
 # patchelf: RUNPATHs of the install tree; lintian checks the .deb in the tests.
 DIST_PACKAGES  := patchelf
 # clang-format: make lint (the Swift formatter comes with the toolchain); postgresql: the PostgreSQL
@@ -89,7 +89,7 @@ deps: deps-build deps-dist deps-test
 
 ## deps-build: what building needs (jansson, libcurl, libpq, a C compiler for the C plugins).
 deps-build:
-	$(call apt_install,pkg-config --exists jansson libcurl libpq && command -v gcc,$(BUILD_PACKAGES))
+	$(call apt_install,pkg-config --exists jansson libcurl libpq nettle && command -v gcc,$(BUILD_PACKAGES))
 
 ## deps-dist: what making the install tree needs beyond the build (patchelf).
 deps-dist:
@@ -224,7 +224,7 @@ stage-tree:
 	@install -m 0755 $(RELEASE_DIR)/authbridge $(DEST)/bin/authbridge
 	@install -m 0755 $(RELEASE_DIR)/authbridge-host $(RELEASE_DIR)/authbridge-cli $(DEST)/lib/authbridge/
 	@ln -s authbridge $(DEST)/bin/git-credential-authbridge
-	@install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeJWT.so $(RELEASE_DIR)/libAuthBridgeSwiftCrypto.so $(RELEASE_DIR)/libAuthBridgeKeyring.so \
+	@install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeJWT.so $(RELEASE_DIR)/libAuthBridgeSwiftCrypto.so $(RELEASE_DIR)/libAuthBridgeNettle.so $(RELEASE_DIR)/libAuthBridgeKeyring.so \
 		$(RELEASE_DIR)/libAuthBridgePostgres.so $(DEST)/lib/authbridge/
 	@$(MAKE) --no-print-directory stage-plugins BUILD_DIR=$(RELEASE_DIR) DEST=$(DEST)/lib/authbridge/plugins
 	@install -m 0644 Sources/CAuthBridgePlugin/include/authbridge/plugin.h Sources/CAuthBridgePlugin/include/authbridge/plugin_jansson.h \

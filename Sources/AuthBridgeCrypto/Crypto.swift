@@ -1,10 +1,12 @@
 import AuthBridgeSystem
 
 // AuthBridgeCrypto: the host's cryptography. AES-256-GCM and HKDF-SHA256 — what seals and opens
-// vault records — are swift-crypto's, in libAuthBridgeSwiftCrypto.so, opened on first use: linked
-// into the host, swift-crypto (BoringSSL) and the FoundationEssentials it needs cost every start
-// 1.7 MB of resident memory and 1.5–2 ms, though only the encrypted-file and PostgreSQL vaults
-// ever seal anything (bench/README, "Start-up"). SHA-256 and SHA-1 are in SHA.swift.
+// vault records — and HMAC-SHA256 are GNU Nettle's, in libAuthBridgeNettle.so; the signing keys
+// (Signing.swift) are swift-crypto's, in libAuthBridgeSwiftCrypto.so. Each is opened on first use:
+// linked into the host, swift-crypto (BoringSSL) and the FoundationEssentials it needs cost every
+// start 1.7 MB of resident memory and 1.5–2 ms (bench/README, "Start-up"); opened to seal the first
+// vault record, 5.1 MB, where Nettle costs 0.45 MB (bench/README, "The agent's memory"). SHA-256
+// and SHA-1 are in SHA.swift.
 //
 // Threading: every function may be called from any thread and returns when done. The first call
 // opens the library (under HelperLibrary's lock); a host whose library is missing gets
@@ -13,7 +15,7 @@ import AuthBridgeSystem
 /// Why a cryptographic operation did not give a result.
 public struct CryptoFailure: Error, Sendable, Equatable, CustomStringConvertible {
     public enum Reason: Sendable, Equatable {
-        /// libAuthBridgeSwiftCrypto.so is not installed next to authbridge (or lacks an entry point).
+        /// libAuthBridgeNettle.so or libAuthBridgeSwiftCrypto.so is not installed next to the host (or lacks an entry point).
         case unavailable
         /// AES-GCM: the sealed bytes, their associated data or the key do not match.
         case authenticationFailed
@@ -51,10 +53,10 @@ public enum AESGCM {
 
     /// One of the library's AEAD entry points over `input` into `outputCount` bytes.
     private static func run(
-        _ entry: KeyPath<CryptoLibrary.Functions, CryptoLibrary.AEAD>, _ key: SymmetricKey, _ input: [UInt8], _ associated: [UInt8],
+        _ entry: KeyPath<SymmetricLibrary.Functions, CryptoLibrary.AEAD>, _ key: SymmetricKey, _ input: [UInt8], _ associated: [UInt8],
         outputCount: Int, _ what: String
     ) throws(CryptoFailure) -> [UInt8] {
-        let function = try CryptoLibrary.functions()[keyPath: entry]
+        let function = try SymmetricLibrary.functions()[keyPath: entry]
         var output = [UInt8](repeating: 0, count: outputCount)
         let status = key.bytes.withUnsafeBufferPointer { key in
             input.withUnsafeBufferPointer { input in
@@ -75,7 +77,7 @@ public enum AESGCM {
 /// HMAC-SHA256 (RFC 2104), for HS256 client assertions (RFC 7523 client_secret_jwt).
 public enum HMACSHA256 {
     public static func authenticationCode(_ message: [UInt8], key: [UInt8]) throws(CryptoFailure) -> [UInt8] {
-        let functions = try CryptoLibrary.functions()
+        let functions = try SymmetricLibrary.functions()
         var code = [UInt8](repeating: 0, count: SHA256.byteCount)
         let status = key.withUnsafeBufferPointer { key in
             message.withUnsafeBufferPointer { message in
@@ -91,7 +93,7 @@ public enum HMACSHA256 {
 
 public enum HKDF {
     public static func sha256(inputKeyMaterial: [UInt8], salt: [UInt8], info: [UInt8], outputByteCount: Int) throws(CryptoFailure) -> SymmetricKey {
-        let functions = try CryptoLibrary.functions()
+        let functions = try SymmetricLibrary.functions()
         var key = [UInt8](repeating: 0, count: outputByteCount)
         let status = inputKeyMaterial.withUnsafeBufferPointer { ikm in
             salt.withUnsafeBufferPointer { salt in
@@ -105,6 +107,36 @@ public enum HKDF {
         }
         try CryptoLibrary.check(status, "HKDF")
         return SymmetricKey(bytes: key)
+    }
+}
+
+/// libAuthBridgeNettle.so's entry points (Sources/Helpers/Nettle/include/authbridge_nettle.h: their
+/// contract, the same statuses as CryptoLibrary's).
+enum SymmetricLibrary {
+    struct Functions: @unchecked Sendable {
+        let seal: CryptoLibrary.AEAD
+        let open: CryptoLibrary.AEAD
+        let hkdf: CryptoLibrary.KDF
+        let hmacSHA256: CryptoLibrary.MAC
+    }
+
+    static let file = "libAuthBridgeNettle.so"
+
+    static let library = HelperLibrary<Functions>("The cryptography library (\(file))", candidates: HelperLibraryLocation.candidates(file)) {
+        symbols in
+        guard let seal = symbols.function("authbridge_nettle_aes_gcm_seal_v1", as: CryptoLibrary.AEAD.self),
+            let open = symbols.function("authbridge_nettle_aes_gcm_open_v1", as: CryptoLibrary.AEAD.self),
+            let hkdf = symbols.function("authbridge_nettle_hkdf_sha256_v1", as: CryptoLibrary.KDF.self),
+            let hmacSHA256 = symbols.function("authbridge_nettle_hmac_sha256_v1", as: CryptoLibrary.MAC.self)
+        else { return nil }
+        return Functions(seal: seal, open: open, hkdf: hkdf, hmacSHA256: hmacSHA256)
+    }
+
+    static func functions() throws(CryptoFailure) -> Functions {
+        switch library.load() {
+        case .success(let functions): return functions
+        case .failure(let failure): throw CryptoFailure(reason: .unavailable, message: failure.notInstalledMessage)
+        }
     }
 }
 
@@ -141,34 +173,24 @@ enum CryptoLibrary {
     typealias MAC = @convention(c) (UnsafePointer<UInt8>?, Int, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt8>?) -> Int32
 
     struct Functions: @unchecked Sendable {
-        let seal: AEAD
-        let open: AEAD
-        let hkdf: KDF
         let keyGenerate: KeyGenerate
         let keyOpen: KeyOpen
         let keySign: KeySign
         let keyClose: KeyClose
         let keyImportPEM: KeyImportPEM
-        let hmacSHA256: MAC
     }
 
     static let file = "libAuthBridgeSwiftCrypto.so"
 
     static let library = HelperLibrary<Functions>("The cryptography library (\(file))", candidates: HelperLibraryLocation.candidates(file)) {
         symbols in
-        guard let seal = symbols.function("authbridge_crypto_aes_gcm_seal_v1", as: AEAD.self),
-            let open = symbols.function("authbridge_crypto_aes_gcm_open_v1", as: AEAD.self),
-            let hkdf = symbols.function("authbridge_crypto_hkdf_sha256_v1", as: KDF.self),
-            let keyGenerate = symbols.function("authbridge_crypto_key_generate_v1", as: KeyGenerate.self),
+        guard let keyGenerate = symbols.function("authbridge_crypto_key_generate_v1", as: KeyGenerate.self),
             let keyOpen = symbols.function("authbridge_crypto_key_open_v1", as: KeyOpen.self),
             let keySign = symbols.function("authbridge_crypto_key_sign_v1", as: KeySign.self),
             let keyClose = symbols.function("authbridge_crypto_key_close_v1", as: KeyClose.self),
-            let keyImportPEM = symbols.function("authbridge_crypto_key_import_pem_v1", as: KeyImportPEM.self),
-            let hmacSHA256 = symbols.function("authbridge_crypto_hmac_sha256_v1", as: MAC.self)
+            let keyImportPEM = symbols.function("authbridge_crypto_key_import_pem_v1", as: KeyImportPEM.self)
         else { return nil }
-        return Functions(
-            seal: seal, open: open, hkdf: hkdf, keyGenerate: keyGenerate, keyOpen: keyOpen, keySign: keySign, keyClose: keyClose,
-            keyImportPEM: keyImportPEM, hmacSHA256: hmacSHA256)
+        return Functions(keyGenerate: keyGenerate, keyOpen: keyOpen, keySign: keySign, keyClose: keyClose, keyImportPEM: keyImportPEM)
     }
 
     static func functions() throws(CryptoFailure) -> Functions {

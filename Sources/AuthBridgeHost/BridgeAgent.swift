@@ -180,7 +180,7 @@ public final class BridgeAgent: Sendable {
                     late.append(handshake)
                     return false
                 }
-                if handshake.server.receivesEvents { return false }   // initialized: nothing to wait for
+                if handshake.server.receivesEvents { return false } // initialized: nothing to wait for
                 next = min(next ?? handshake.deadline, handshake.deadline)
                 return true
             }

@@ -157,7 +157,7 @@ private final class AgentService: HostService {
 /// and anything was allocated or freed since it last did (`ab_process_trim_freed_memory`): an
 /// idle agent costs one `mallinfo2` per period. bench/agent_memory.py measures it.
 enum FreedMemory {
-    static let period: UInt32 = 5   // seconds
+    static let period: UInt32 = 5 // seconds
     static let threshold = 4 << 20
 
     /// Starts the thread; false when it could not be started (the agent runs without it).

@@ -383,7 +383,7 @@ public enum StandardSteps {
                 return .failure(ProviderFailure(.internal, reason: "missingCode", message: "The device flow needs the device code."))
             }
             guard let clientID = config["clientId"]?.stringValue else { return .failure(missingSetting("clientId")) }
-            var form: [String: JSON] = [
+            let form: [String: JSON] = [
                 "grant_type": "urn:ietf:params:oauth:grant-type:device_code",
                 "device_code": .string(deviceCode), "client_id": .string(clientID),
             ]

@@ -2,7 +2,7 @@ import AuthBridgeCrypto
 import Testing
 
 /// The hashes against FIPS 180-4 and swift-crypto; AES-GCM and HKDF through
-/// libAuthBridgeSwiftCrypto.so in the build folder (built with the host: `make build`).
+/// libAuthBridgeNettle.so in the build folder (built with the host: `make build`).
 @Suite("The host's cryptography")
 struct CryptoTests {
     static func hex(_ bytes: [UInt8]) -> String { bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() }

@@ -50,7 +50,7 @@ struct DeadlinesTests {
             }
             deadline.cancel()
         }
-        #expect(released.take())   // an hour early: the action and its captures are gone
+        #expect(released.take()) // an hour early: the action and its captures are gone
         _ = deadlines.after(.milliseconds(5)) { next.put(true) }
         #expect(next.take())
         #expect(ran.values.withLock { $0 }.isEmpty)

@@ -23,7 +23,7 @@ def make_prefix(root: Path) -> Path:
     shutil.copy2(HOST_BIN, prefix / "bin" / "authbridge")
     shutil.copy2(BUILD_DIR / "authbridge-cli", prefix / "lib" / "authbridge")
     shutil.copy2(BUILD_DIR / "authbridge-host", prefix / "lib" / "authbridge")
-    for name in ("libAuthBridgeHTTP.so", "libAuthBridgeSwiftCrypto.so"):
+    for name in ("libAuthBridgeHTTP.so", "libAuthBridgeSwiftCrypto.so", "libAuthBridgeNettle.so"):
         shutil.copy2(BUILD_DIR / name, prefix / "lib" / "authbridge")
     for name in ("oidc.json", "libauthbridge-oidc.so"):
         shutil.copy2(BUILD_DIR / "plugins" / name, plugins / name)

@@ -83,7 +83,7 @@ def test_a_damaged_record_signs_out_only_its_profile(tmp_path, plugin_dir):
 
 
 def test_without_the_cryptography_library_a_stored_session_is_an_error_and_is_kept(tmp_path, plugin_dir):
-    """A host whose libAuthBridgeSwiftCrypto.so is missing (a broken installation) cannot open
+    """A host whose libAuthBridgeNettle.so is missing (a broken installation) cannot open
     records: that is an error naming the library, never a damaged record set aside or a sign-out."""
     data_home = tmp_path / "data"
     vault, record = one_stored_session(tmp_path, plugin_dir, data_home, "kept")
@@ -99,7 +99,7 @@ def test_without_the_cryptography_library_a_stored_session_is_an_error_and_is_ke
     broken.initialize()
     for method in ("checkSignInStatus", "getAccessToken"):
         error = broken.error(method, {"provider": "c"})
-        assert "libAuthBridgeSwiftCrypto.so" in error["message"], error
+        assert "libAuthBridgeNettle.so" in error["message"], error
         assert error["data"].get("reason") != "corruptRecord", error
     stop(broken)
     assert record.read_bytes() == before and not (vault / "quarantine").exists()

@@ -1,75 +1,20 @@
 import Crypto
 import CryptoExtras
 
-// The host's AES-GCM and HKDF as C entry points of libAuthBridgeSwiftCrypto.so, over swift-crypto
-// (Sources/AuthBridgeCrypto calls them; it opens the library on first use).
+// The host's signing keys as C entry points of libAuthBridgeSwiftCrypto.so, over swift-crypto
+// (Sources/AuthBridgeCrypto calls them; it opens the library on first use). AES-GCM, HKDF and
+// HMAC, which the vault needs from its first record, are libAuthBridgeNettle.so's: lighter.
 //
 // Every entry point is synchronous, may be called from any thread, reads its inputs and writes
-// its output before it returns, and answers a status: 0 done, 1 authentication failed (AES-GCM
-// opening), 2 invalid input (a key that is not 128, 192 or 256 bits, a length the output cannot
-// hold). Pointers may be null when their length is 0. Versioned by name (`_v1`): a changed
+// its output before it returns, and answers a status: 0 done, 2 invalid input (a length the
+// output cannot hold, a key it cannot read). Pointers may be null when their length is 0. Versioned by name (`_v1`): a changed
 // contract is a new name, so an older library is refused rather than misused.
 
 private let done: Int32 = 0
-private let authenticationFailed: Int32 = 1
 private let invalidInput: Int32 = 2
 
 private func bytes(_ pointer: UnsafePointer<UInt8>?, _ count: Int) -> UnsafeRawBufferPointer {
     UnsafeRawBufferPointer(start: count > 0 ? pointer : nil, count: count > 0 ? count : 0)
-}
-
-private func write(_ source: some Sequence<UInt8>, to output: UnsafeMutablePointer<UInt8>?, count: Int) -> Int32 {
-    var written = 0
-    for byte in source {
-        guard written < count, let output else { return invalidInput }
-        output[written] = byte
-        written += 1
-    }
-    return written == count ? done : invalidInput
-}
-
-/// AES-GCM with a random nonce: `plain` sealed under `key`, authenticating `associated`, as
-/// nonce ‖ ciphertext ‖ tag (plainCount + 28 bytes) to `output`.
-@_cdecl("authbridge_crypto_aes_gcm_seal_v1")
-public func seal(
-    _ key: UnsafePointer<UInt8>?, _ keyCount: Int, _ plain: UnsafePointer<UInt8>?, _ plainCount: Int,
-    _ associated: UnsafePointer<UInt8>?, _ associatedCount: Int, _ output: UnsafeMutablePointer<UInt8>?
-) -> Int32 {
-    guard [16, 24, 32].contains(keyCount) else { return invalidInput }
-    let key = SymmetricKey(data: bytes(key, keyCount))
-    guard let box = try? AES.GCM.seal(bytes(plain, plainCount), using: key, authenticating: bytes(associated, associatedCount)),
-        let combined = box.combined
-    else { return invalidInput }
-    return write(combined, to: output, count: plainCount + 28)
-}
-
-/// AES-GCM opening of nonce ‖ ciphertext ‖ tag (`sealedCount` ≥ 28): the plain text
-/// (sealedCount − 28 bytes) to `output`, or 1 when it is not authentic.
-@_cdecl("authbridge_crypto_aes_gcm_open_v1")
-public func open(
-    _ key: UnsafePointer<UInt8>?, _ keyCount: Int, _ sealed: UnsafePointer<UInt8>?, _ sealedCount: Int,
-    _ associated: UnsafePointer<UInt8>?, _ associatedCount: Int, _ output: UnsafeMutablePointer<UInt8>?
-) -> Int32 {
-    guard [16, 24, 32].contains(keyCount), sealedCount >= 28 else { return invalidInput }
-    let key = SymmetricKey(data: bytes(key, keyCount))
-    guard let box = try? AES.GCM.SealedBox(combined: bytes(sealed, sealedCount)) else { return invalidInput }
-    guard let plain = try? AES.GCM.open(box, using: key, authenticating: bytes(associated, associatedCount)) else {
-        return authenticationFailed
-    }
-    return write(plain, to: output, count: sealedCount - 28)
-}
-
-/// HKDF-SHA256 (RFC 5869): `outputCount` bytes (at most 255 × 32) of key to `output`.
-@_cdecl("authbridge_crypto_hkdf_sha256_v1")
-public func hkdf(
-    _ inputKeyMaterial: UnsafePointer<UInt8>?, _ inputCount: Int, _ salt: UnsafePointer<UInt8>?, _ saltCount: Int,
-    _ info: UnsafePointer<UInt8>?, _ infoCount: Int, _ output: UnsafeMutablePointer<UInt8>?, _ outputCount: Int
-) -> Int32 {
-    guard outputCount > 0, outputCount <= 255 * SHA256.byteCount else { return invalidInput }
-    let key = HKDF<SHA256>.deriveKey(
-        inputKeyMaterial: SymmetricKey(data: bytes(inputKeyMaterial, inputCount)), salt: bytes(salt, saltCount),
-        info: bytes(info, infoCount), outputByteCount: outputCount)
-    return key.withUnsafeBytes { write($0, to: output, count: outputCount) }
 }
 
 // Signing keys for proofs of possession (RFC 9449 DPoP): made, kept and used by the host, never
@@ -213,14 +158,4 @@ public func keyImportPEM(
     algorithm.pointee = code
     let status = write(key.privateBytes, to: privateKey, capacity: privateCapacity, length: privateLength)
     return status == done ? write(publicBytes, to: publicKey, capacity: publicCapacity, length: publicLength) : status
-}
-
-/// HMAC-SHA256 (RFC 2104) of `message` under `key`: 32 bytes to `output` (RFC 7518 HS256, for
-/// client_secret_jwt assertions).
-@_cdecl("authbridge_crypto_hmac_sha256_v1")
-public func hmacSHA256(
-    _ key: UnsafePointer<UInt8>?, _ keyCount: Int, _ message: UnsafePointer<UInt8>?, _ messageCount: Int, _ output: UnsafeMutablePointer<UInt8>?
-) -> Int32 {
-    let code = HMAC<SHA256>.authenticationCode(for: bytes(message, messageCount), using: SymmetricKey(data: bytes(key, keyCount)))
-    return code.withUnsafeBytes { write($0, to: output, count: SHA256.byteCount) }
 }
