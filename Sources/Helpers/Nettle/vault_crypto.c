@@ -18,7 +18,10 @@ enum { NONCE = 12, TAG = GCM_DIGEST_SIZE };
 /* What a zero-length input points at (Nettle may copy from it). */
 static const uint8_t nothing[1];
 
-static const uint8_t *or_nothing(const uint8_t *bytes, size_t count) { return count > 0 && bytes != NULL ? bytes : nothing; }
+static const uint8_t *or_nothing(const uint8_t *bytes, size_t count)
+{
+    return count > 0 && bytes != NULL ? bytes : nothing;
+}
 
 static int random_nonce(uint8_t nonce[NONCE])
 {
@@ -38,22 +41,22 @@ static int random_nonce(uint8_t nonce[NONCE])
 
 /* One GCM pass for a key size: the associated data, then `count` bytes of `input` encrypted
    (`encrypting`) or decrypted into `output`, then the tag into `tag`. */
-#define GCM_PASS(bits)                                                                          \
-    static void gcm_pass_##bits(const uint8_t *key, const uint8_t *nonce, const uint8_t *associated, \
-                                size_t associated_count, const uint8_t *input, size_t count, uint8_t *output,    \
-                                int encrypting, uint8_t *tag)                                                   \
-    {                                                                                                           \
-        struct gcm_aes##bits##_ctx context;                                                                     \
-        gcm_aes##bits##_set_key(&context, key);                                                                 \
-        gcm_aes##bits##_set_iv(&context, NONCE, nonce);                                                         \
-        gcm_aes##bits##_update(&context, associated_count, associated);                                         \
-        if (encrypting) {                                                                                       \
-            gcm_aes##bits##_encrypt(&context, count, output, input);                                            \
-        } else {                                                                                                \
-            gcm_aes##bits##_decrypt(&context, count, output, input);                                            \
-        }                                                                                                       \
-        gcm_aes##bits##_digest(&context, TAG, tag);                                                             \
-        memset(&context, 0, sizeof context);                                                                    \
+#define GCM_PASS(bits)                                                                                        \
+    static void gcm_pass_##bits(const uint8_t *key, const uint8_t *nonce, const uint8_t *associated,          \
+                                size_t associated_count, const uint8_t *input, size_t count, uint8_t *output, \
+                                int encrypting, uint8_t *tag)                                                 \
+    {                                                                                                         \
+        struct gcm_aes##bits##_ctx context;                                                                   \
+        gcm_aes##bits##_set_key(&context, key);                                                               \
+        gcm_aes##bits##_set_iv(&context, NONCE, nonce);                                                       \
+        gcm_aes##bits##_update(&context, associated_count, associated);                                       \
+        if (encrypting) {                                                                                     \
+            gcm_aes##bits##_encrypt(&context, count, output, input);                                          \
+        } else {                                                                                              \
+            gcm_aes##bits##_decrypt(&context, count, output, input);                                          \
+        }                                                                                                     \
+        gcm_aes##bits##_digest(&context, TAG, tag);                                                           \
+        memset(&context, 0, sizeof context);                                                                  \
     }
 GCM_PASS(128)
 GCM_PASS(192)
@@ -90,7 +93,8 @@ int authbridge_nettle_aes_gcm_seal_v1(const uint8_t *key, size_t key_count, cons
 int authbridge_nettle_aes_gcm_open_v1(const uint8_t *key, size_t key_count, const uint8_t *sealed, size_t sealed_count,
                                       const uint8_t *associated, size_t associated_count, uint8_t *output)
 {
-    if (key == NULL || sealed == NULL || sealed_count < NONCE + TAG || (key_count != 16 && key_count != 24 && key_count != 32)) {
+    if (key == NULL || sealed == NULL || sealed_count < NONCE + TAG ||
+        (key_count != 16 && key_count != 24 && key_count != 32)) {
         return INVALID_INPUT;
     }
     size_t count = sealed_count - NONCE - TAG;
@@ -99,8 +103,8 @@ int authbridge_nettle_aes_gcm_open_v1(const uint8_t *key, size_t key_count, cons
     }
     uint8_t tag[TAG];
     uint8_t scratch[1];
-    gcm_pass(key, key_count, sealed, associated, associated_count, sealed + NONCE, count, count > 0 ? output : scratch, 0,
-             tag);
+    gcm_pass(key, key_count, sealed, associated, associated_count, sealed + NONCE, count, count > 0 ? output : scratch,
+             0, tag);
     if (!memeql_sec(tag, sealed + NONCE + count, TAG)) {
         /* Nothing of an inauthentic text is handed out. */
         if (count > 0) {
