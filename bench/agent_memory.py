@@ -43,7 +43,6 @@ import http.server
 import json
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,66 +50,14 @@ import threading
 import time
 from pathlib import Path
 
+from agent_link import BenchError, Link, mib
+
 HERE = Path(__file__).resolve().parent
 KINDS = ("tokens", "fetch", "connects", "events")
 SHARES = {"fetch": 0.05, "connects": 0.01, "events": 0.01}   # tokens: the rest
 TOKEN_LINKS, TOKEN_BATCH = 4, 64
 FETCH_LINKS, FETCH_WINDOW = 2, 8
 READERS = 8
-
-
-class BenchError(Exception):
-    pass
-
-
-def mib(kib):
-    return round(kib / 1024.0, 1)
-
-
-class Link:
-    """One connection to the agent: raw frames, a line reader; answers checked for errors."""
-
-    def __init__(self, agent, initialize=True):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(str(agent.socket))
-        self.pending = bytearray()
-        self.next_id = 1
-        if initialize:
-            self.call("initialize", {"protocolVersion": "1.0"})
-
-    def line(self):
-        end = self.pending.find(b"\n")
-        while end < 0:
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                raise BenchError("the agent closed the connection")
-            start = len(self.pending)
-            self.pending += chunk
-            end = self.pending.find(b"\n", start)
-        frame = bytes(self.pending[:end])
-        del self.pending[:end + 1]
-        return frame
-
-    def answer(self, request_id):
-        """The answer to `request_id` (notifications skipped)."""
-        while True:
-            frame = json.loads(self.line())
-            if frame.get("id") == request_id:
-                if "error" in frame:
-                    raise BenchError("request %s failed: %s" % (request_id, frame["error"]))
-                return frame["result"]
-
-    def send(self, method, params):
-        request_id = self.next_id
-        self.next_id += 1
-        self.sock.sendall(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode() + b"\n")
-        return request_id
-
-    def call(self, method, params):
-        return self.answer(self.send(method, params))
-
-    def close(self):
-        self.sock.close()
 
 
 class LocalServer:

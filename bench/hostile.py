@@ -27,7 +27,6 @@ an agent that died). Memory figures are VmRSS from /proc; times are wall clock o
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -35,58 +34,10 @@ import threading
 import time
 from pathlib import Path
 
+from agent_link import BenchError, Link, mib
+
 HERE = Path(__file__).resolve().parent
 LOCKED_OUT_S = 40.0   # how long part (m) waits for a new app to be served before it says "never"
-
-
-class BenchError(Exception):
-    pass
-
-
-class Link:
-    """One connection to the agent, with a small line reader."""
-
-    def __init__(self, agent, initialize=True):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(str(agent.socket))
-        self.pending = bytearray()
-        if initialize:
-            self.call(0, "initialize", {"protocolVersion": "1.0"})
-
-    def answer(self, request_id):
-        """The answer to `request_id`, skipping notifications."""
-        while True:
-            end = self.pending.find(b"\n")
-            while end < 0:
-                chunk = self.sock.recv(1 << 16)
-                if not chunk:
-                    raise BenchError("the agent closed the connection")
-                self.pending += chunk
-                end = self.pending.find(b"\n")
-            frame = json.loads(bytes(self.pending[:end]))
-            del self.pending[:end + 1]
-            if frame.get("id") == request_id:
-                return frame
-
-    def call(self, request_id, method, params):
-        self.sock.sendall(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode() + b"\n")
-        answer = self.answer(request_id)
-        if "error" in answer:
-            raise BenchError("%s failed: %s" % (method, answer["error"]))
-        return answer["result"]
-
-    def send_unfinished(self, mib):
-        """`mib` MiB of one line that never ends; False when the agent closed the connection meanwhile."""
-        chunk = b"x" * (1 << 20)
-        try:
-            for _ in range(mib):
-                self.sock.sendall(chunk)
-        except OSError:
-            return False
-        return True
-
-    def close(self):
-        self.sock.close()
 
 
 def settle(agent, closed, limit=60.0):
@@ -99,16 +50,12 @@ def settle(agent, closed, limit=60.0):
         time.sleep(0.05)
 
 
-def mib(kib):
-    return round(kib / 1024.0, 1)
-
-
 def silent_apps(start, silent_count, events):
     """(k): events to apps that never read, one app that reads timed meanwhile."""
     agent = start()
     driver = Link(agent)
     reader = Link(agent)
-    reader.call(1, "listAccounts", {})
+    reader.call("listAccounts", {})
     before = agent.rss_kib()
     silent = [Link(agent) for _ in range(silent_count)]
     after_connect = agent.rss_kib()
@@ -117,11 +64,9 @@ def silent_apps(start, silent_count, events):
     latencies = []
 
     def read_loop():
-        request_id = 100
         while not stop.is_set():
-            request_id += 1
             began = time.perf_counter()
-            reader.call(request_id, "listAccounts", {})
+            reader.call("listAccounts", {})
             latencies.append((time.perf_counter() - began) * 1000.0)
             peak[0] = max(peak[0], agent.rss_kib())
 
@@ -129,8 +74,8 @@ def silent_apps(start, silent_count, events):
     reading.start()
     began = time.monotonic()
     for cycle in range(events // 2):
-        driver.call(10 + 2 * cycle, "requestOAuthTokens", {"provider": "bench", "flow": "session", "sessionId": "s%d" % cycle})
-        driver.call(11 + 2 * cycle, "signOut", {"provider": "bench"})
+        driver.call("requestOAuthTokens", {"provider": "bench", "flow": "session", "sessionId": "s%d" % cycle})
+        driver.call("signOut", {"provider": "bench"})
         if cycle % 50 == 0:
             peak[0] = max(peak[0], agent.rss_kib())
     elapsed = time.monotonic() - began
@@ -163,7 +108,7 @@ def held_frames(start, held, held_mib):
     """(l): unfinished lines held, then closed."""
     agent = start(log_level="debug")
     app = Link(agent)
-    app.call(1, "listAccounts", {})
+    app.call("listAccounts", {})
     before = agent.rss_kib()
     links = open_unfinished(agent, held, held_mib)
     holding = agent.rss_kib()
@@ -171,7 +116,7 @@ def held_frames(start, held, held_mib):
         link.close()
     settle(agent, held)
     after = agent.rss_kib()
-    app.call(2, "listAccounts", {})
+    app.call("listAccounts", {})
     app.close()
     agent.stop()
     return {"connections": held, "mib_each": held_mib, "rss_before_mib": mib(before), "rss_holding_mib": mib(holding),

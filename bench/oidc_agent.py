@@ -56,6 +56,8 @@ import threading
 import time
 from pathlib import Path
 
+from agent_link import BenchError, Link, mib
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "Tests" / "support"))
@@ -64,10 +66,6 @@ PROFILE = ACCOUNT = "bench"
 GIT_REQUEST = b"protocol=https\nhost=git.example.com\n\n"
 NO_AGENT_GOAL_MS = 10.0
 TIMEOUT = 60.0
-
-
-class BenchError(Exception):
-    pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,61 +152,8 @@ def children(pid):
     return found
 
 
-def mib(kib):
-    return round(kib / 1024.0, 1)
-
-
 # ---------------------------------------------------------------------------------------------
 # The AuthBridge agent
-
-
-class Link:
-    """One JSON-RPC connection to the agent, with a small line reader."""
-
-    def __init__(self, path):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(TIMEOUT)
-        self.sock.connect(str(path))
-        self.pending = bytearray()
-        self.next_id = 0
-        self.call("initialize", {"protocolVersion": "1.0", "clientInfo": {"name": "bench"}})
-        self.notify("initialized", {})
-
-    def frame(self):
-        end = self.pending.find(b"\n")
-        while end < 0:
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                raise BenchError("the agent closed the connection")
-            self.pending += chunk
-            end = self.pending.find(b"\n")
-        frame = json.loads(bytes(self.pending[:end]))
-        del self.pending[:end + 1]
-        return frame
-
-    def send(self, method, params):
-        self.next_id += 1
-        self.sock.sendall(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}).encode() + b"\n")
-        return self.next_id
-
-    def notify(self, method, params):
-        self.sock.sendall(json.dumps({"jsonrpc": "2.0", "method": method, "params": params}).encode() + b"\n")
-
-    def answer(self, request_id, on_notification=None):
-        while True:
-            frame = self.frame()
-            if frame.get("id") == request_id and "method" not in frame:
-                if "error" in frame:
-                    raise BenchError("request %d failed: %s" % (request_id, frame["error"]))
-                return frame["result"]
-            if on_notification and "method" in frame:
-                on_notification(frame)
-
-    def call(self, method, params):
-        return self.answer(self.send(method, params))
-
-    def close(self):
-        self.sock.close()
 
 
 class AuthBridgeAgent:
@@ -242,7 +187,7 @@ class AuthBridgeAgent:
 
 
 def device_sign_in(agent, dot):
-    link = Link(agent.socket)
+    link = Link(agent.socket, timeout=TIMEOUT)
     pending = link.send("requestOAuthTokens", {"provider": PROFILE, "flow": "device"})
     approved = []
 
@@ -437,7 +382,7 @@ def main():
         memory["oidc_agent"]["started"] = oagent.rss_kib()
         oidc_add(oagent)
         memory["oidc_agent"]["account_loaded"] = oagent.rss_kib()
-        link = Link(agent.socket)
+        link = Link(agent.socket, timeout=TIMEOUT)
         token = link.call("getAccessToken", {"provider": PROFILE})["accessToken"]
         if not dot.is_issued(token):
             raise BenchError("the agent's token is not one DOT issued")
