@@ -497,6 +497,9 @@ def main():
           "%.2fx at p50; initialize answer %d bytes" % (
               args.one_shots, os_["authbridge"]["p50"], os_["authbridge"]["p90"], os_["oidc_agent"]["p50"],
               os_["oidc_agent"]["p90"], os_["authbridge"]["p50"] / os_["oidc_agent"]["p50"], os_["initialize_bytes"]))
+    print("      the same with the three frames written at once (as `authbridge token`): p50 %.0f / p90 %.0f us; %.2fx at p50" % (
+        os_["authbridge_pipelined"]["p50"], os_["authbridge_pipelined"]["p90"],
+        os_["authbridge_pipelined"]["p50"] / os_["oidc_agent"]["p50"]))
     mem = results["memory_kib"]
     print("  (f) VmRSS (MiB)                    started  loaded  1st token  1st refresh  end")
     print("      authbridge agent               %6.1f      -    %6.1f     %6.1f     %6.1f" % (

@@ -15,7 +15,10 @@
  * After WARMUP untimed exchanges with each, N exchanges with each, one by one, alternating
  * (A B, B A, A B ...). Prints one line:
  *
- *   ONE_SHOT {"authbridge":{"p50":U,"p90":U,"p99":U,"max":U},"oidc_agent":{...},"initialize_bytes":B}
+ *   ONE_SHOT {"authbridge":{"p50":U,"p90":U,"p99":U,"max":U},"authbridge_pipelined":{...},"oidc_agent":{...},
+ *             "initialize_bytes":B}
+ *
+ * (`authbridge_pipelined`: the three frames written at once, as `authbridge token` does.)
  *
  * (microseconds; B: the size of the agent's `initialize` answer line, its newline included) and
  * exits 0, or 1 with a message when an exchange failed.
@@ -131,6 +134,36 @@ static size_t authbridge_exchange(const char *path, const char *profile)
     return initialize_bytes;
 }
 
+/* The front door's exchange (Sources/authbridge/agent_link.c): the three frames written at once,
+ * both answers read (the agent may answer the token first). */
+static void authbridge_pipelined(const char *path, const char *profile)
+{
+    char request[768];
+    int length =
+        snprintf(request, sizeof request,
+                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":"
+                 "{\"protocolVersion\":\"1.0\",\"clientInfo\":{\"name\":\"bench\"}}}\n"
+                 "{\"jsonrpc\":\"2.0\",\"method\":\"initialized\",\"params\":{}}\n"
+                 "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"getAccessToken\",\"params\":{\"provider\":\"%s\"}}\n",
+                 profile);
+    int fd = connect_to(path);
+    write_all(fd, request, (size_t)length);
+    size_t have = 0;
+    int seen = 0;
+    while (seen != 3) {
+        size_t line = read_answer(fd, &have, "\"id\":");
+        if (memmem(buffer, line, "\"id\":1", 6) != NULL)
+            seen |= 1;
+        else if (memmem(buffer, line, "\"result\"", 8) != NULL)
+            seen |= 2;
+        else
+            fail("getAccessToken failed", NULL);
+        memmove(buffer, buffer + line, have - line);
+        have -= line;
+    }
+    close(fd);
+}
+
 static void oidc_exchange(const char *path, const char *account)
 {
     char request[512];
@@ -184,20 +217,26 @@ int main(int argc, char **argv)
     if (n < 1 || warmup < 0)
         fail("N must be at least 1", NULL);
     double *ours = calloc((size_t)n, sizeof *ours), *theirs = calloc((size_t)n, sizeof *theirs);
-    if (!ours || !theirs)
+    double *pipelined = calloc((size_t)n, sizeof *pipelined);
+    if (!ours || !theirs || !pipelined)
         fail("out of memory", NULL);
     size_t initialize_bytes = 0;
     for (int i = 0; i < warmup; i++) {
         initialize_bytes = authbridge_exchange(argv[3], argv[4]);
+        authbridge_pipelined(argv[3], argv[4]);
         oidc_exchange(argv[5], argv[6]);
     }
     for (int i = 0; i < n; i++) {
-        /* A B, then B A: whatever the first of a pair pays (or saves) falls on both alike. */
-        for (int turn = 0; turn < 2; turn++) {
+        /* A B C, B C A, C A B: whatever the first of a round pays (or saves) falls on all alike. */
+        for (int turn = 0; turn < 3; turn++) {
+            int which = (turn + i) % 3;
             double t0 = now_us();
-            if ((turn ^ (i & 1)) == 0) {
+            if (which == 0) {
                 initialize_bytes = authbridge_exchange(argv[3], argv[4]);
                 ours[i] = now_us() - t0;
+            } else if (which == 1) {
+                authbridge_pipelined(argv[3], argv[4]);
+                pipelined[i] = now_us() - t0;
             } else {
                 oidc_exchange(argv[5], argv[6]);
                 theirs[i] = now_us() - t0;
@@ -206,6 +245,7 @@ int main(int argc, char **argv)
     }
     printf("ONE_SHOT {");
     print_summary("authbridge", ours, n, 0);
+    print_summary("authbridge_pipelined", pipelined, n, 0);
     print_summary("oidc_agent", theirs, n, 0);
     printf("\"initialize_bytes\":%zu}\n", initialize_bytes);
     return 0;
