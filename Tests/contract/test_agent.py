@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEFAULT_PROFILES, HOST_BIN, REPO, TIMEOUT, begin_sign_in, sign_in_external, sign_in_session
+from conftest import BUILD_DIR, DEFAULT_PROFILES, HOST_BIN, REPO, TIMEOUT, begin_sign_in, sign_in_external, sign_in_session
 from authbridge_testkit import leak_scan
 from authbridge_testkit.agent import Agent, AgentClient, NodeBridge, frame_recorder
 from authbridge_testkit.host import HostError
@@ -304,7 +304,9 @@ def test_root_is_refused_unless_allowed(tmp_path):
                 os.chown(path, NOBODY, NOBODY)
             agent = Agent(home, extra_args=["--vault", "memory", *(["--allow-root"] if allow_root else [])],
                           socket_path=sockets / "agent.sock",
-                          command=["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"])
+                          command=["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"],
+                          # The host itself: the front door could not exec it from a checkout nobody may enter.
+                          binary=BUILD_DIR / "authbridge-host")
             try:
                 probe = subprocess.run([sys.executable, "-c", PEER_PROBE.format(path=str(agent.socket), mode="send")],
                                        capture_output=True, text=True, timeout=TIMEOUT)

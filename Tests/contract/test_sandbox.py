@@ -200,7 +200,7 @@ def test_a_user_who_is_not_root_gets_the_same_sandbox(ctest_variants):
         # The host and its helper libraries, copied where that user can read them: the checkout may
         # sit in a folder only its owner can enter (a clone in `mktemp -d`, as CI may make one).
         executables = new_folder(top / "bin")
-        for library in [HOST_BIN, *BUILD_DIR.glob("libAuthBridge*.so")]:
+        for library in [HOST_BIN, BUILD_DIR / "authbridge-host", *BUILD_DIR.glob("libAuthBridge*.so")]:
             shutil.copy(library, executables / library.name)
         argv[0] = str(executables / HOST_BIN.name)
         for path in [top / "host", *(top / "host").rglob("*")]:

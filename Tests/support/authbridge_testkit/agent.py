@@ -41,7 +41,7 @@ class Agent:
     def __init__(self, workdir: Path, plugin_dirs: Iterable[Path] = (), profiles: dict | None = None,
                  extra_args: Iterable[str] = (), socket_path: Path | None = None, env: dict[str, str] | None = None,
                  log_level: str = "debug", test_clock: bool = False, command: Iterable[str] = (),
-                 wait_ready: bool = True) -> None:
+                 wait_ready: bool = True, binary: Path = HOST_BIN) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.config = workdir / "config.json"
@@ -54,7 +54,7 @@ class Agent:
             self.host_args += ["--plugins", str(folder)]
         if test_clock:
             self.host_args.append("--test-clock")
-        self.argv = [*command, str(HOST_BIN), "agent", *self.host_args, *extra_args]
+        self.argv = [*command, str(binary), "agent", *self.host_args, *extra_args]
         if socket_path:
             self.argv += ["--socket", str(socket_path)]
         self.stderr_path = workdir / "agent.log"
