@@ -177,12 +177,14 @@ let package = Package(
         // Process hardening the executable does first, and the plugin runner's spawn
         // (prctl is variadic, posix_spawn attributes are clumsy in Swift: C).
         .target(name: "CAuthBridgeProcess"),
-        // What `serve`, `agent` and `plugin-runner` need from the command line, without ArgumentParser:
-        // the host settings, the vault they choose, process hardening, the bridge on stdio or a socket.
+        // What `serve`, `agent`, `plugin-runner` and `token` without an agent need from the command
+        // line, without ArgumentParser: the host settings, the vault they choose, process hardening,
+        // the bridge on stdio or a socket.
         .target(
             name: "AuthBridgeLaunch",
             dependencies: [
                 "AuthBridgeHost", "AuthBridgeSession", "AuthBridgePluginHost", "AuthBridgeVault", "AuthBridgeRPC", "AuthBridgeURL",
+                "AuthBridgeProtocol",
                 "AuthBridgeJSON", "AuthBridgeSystem", "CAuthBridgeProcess",
                 .product(name: "Logging", package: "swift-log"),
             ]),

@@ -314,7 +314,8 @@ def main():
     parser.add_argument("--runs", type=int, default=40, help="timed pairs per process figure")
     parser.add_argument("--warmups", type=int, default=3, help="untimed runs of each before a process figure")
     parser.add_argument("--one-shots", type=int, default=2000, help="timed one-shot clients of each (e)")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, configurations)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, configurations; the vault's key in vault-key, "
+                        "0600, to run the commands again by hand)")
     args = parser.parse_args()
     binary = os.path.join(os.path.abspath(args.bin), "authbridge")
     agent_binary = os.path.join(os.path.abspath(args.agent_bin or args.bin), "authbridge")
@@ -348,6 +349,10 @@ def main():
     # every shell — with it set, the commands say that it goes unused (the CLI's warning), which
     # the front door leaves to the CLI. `--no-agent` (d) opens the vault itself, with the key.
     user_env = {k: v for k, v in ab_env.items() if k != "AUTHBRIDGE_VAULT_KEY"}
+    if args.keep:
+        key_file = os.open(str(root / "vault-key"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(key_file, ab_env["AUTHBRIDGE_VAULT_KEY"].encode())
+        os.close(key_file)
     (home / "bin" / "git-credential-authbridge").symlink_to(binary)
     (home / "bin" / "authbridge").symlink_to(binary)
 

@@ -16,6 +16,8 @@ public enum FastCommandLine {
         case serve(ServeSettings)
         case agent(AgentSettings)
         case pluginRunner(PluginRunnerCommandLine)
+        /// `token` when no agent serves it (`TokenPrinting`).
+        case token(TokenCommandLine)
     }
 
     /// The name under which the program is git's credential helper (`git credential-authbridge`):
@@ -35,6 +37,7 @@ public enum FastCommandLine {
     /// The command `arguments` (without the program name) ask for; nil to leave them to the CLI.
     public static func command(_ arguments: [String], standardInputIsTerminal: Bool) -> Command? {
         if let runner = PluginRunnerCommandLine(arguments) { return .pluginRunner(runner) }
+        if let token = TokenCommandLine(arguments) { return .token(token) }
         var words = arguments[...]
         var agent = false
         if words.first == "serve" || words.first == "agent" {
@@ -157,5 +160,53 @@ public struct PluginRunnerCommandLine: Sendable, Equatable {
         self.parent = parent
         plugin = arguments[4]
         memoryLimitMB = limit
+    }
+}
+
+/// `token PROFILE [--account ID] [--min-validity SECONDS] [--no-agent]`, each option once, as
+/// `--name value` or `--name=value`; anything else (`--json`, `--header`, `--scope`, host
+/// options, `--agent`, a value out of range) goes to the CLI, which explains.
+public struct TokenCommandLine: Sendable, Equatable {
+    public var profile: String
+    public var account: String?
+    /// Seconds, 0…86400 (the CLI's `--min-validity`); nil for the bridge's default.
+    public var minValiditySeconds: Int64?
+    /// `--no-agent`: this process opens the vault even when an agent runs.
+    public var noAgent = false
+
+    public init?(_ arguments: [String]) {
+        guard arguments.first == "token" else { return nil }
+        var words = arguments.dropFirst()
+        var profile: String?
+        var values: [String: String] = [:]
+        while let word = words.popFirst() {
+            guard word.hasPrefix("--") else {
+                guard profile == nil, !word.isEmpty, !word.hasPrefix("-") else { return nil }
+                profile = word
+                continue
+            }
+            if word == "--no-agent" {
+                guard !noAgent else { return nil }
+                noAgent = true
+                continue
+            }
+            var name = String(word.dropFirst(2))
+            var value: String?
+            if let equals = name.firstIndex(of: "=") {
+                value = String(name[name.index(after: equals)...])
+                name = String(name[..<equals])
+            } else if let next = words.first, !next.hasPrefix("-") {
+                value = words.popFirst()
+            }
+            guard name == "account" || name == "min-validity", let value, !value.isEmpty, values.updateValue(value, forKey: name) == nil
+            else { return nil }
+        }
+        guard let profile else { return nil }
+        self.profile = profile
+        account = values["account"]
+        if let text = values["min-validity"] {
+            guard let seconds = Int64(text), text.first != "+", (0...86_400).contains(seconds) else { return nil }
+            minValiditySeconds = seconds
+        }
     }
 }

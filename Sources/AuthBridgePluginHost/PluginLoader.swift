@@ -105,6 +105,10 @@ public struct PluginLoader: Sendable {
     var launch: @Sendable (Int) -> RunnerBackend.Launch = { RunnerBackend.spawnLaunch(memoryLimitMB: $0) }
     /// Runs between vetting and opening (tests swap the library there).
     var beforeOpen: (@Sendable (VettedLibrary) -> Void)?
+    /// The plugin ids to load; nil for all. The others' manifests are still read (an id
+    /// still goes to its first folder), but their libraries are neither vetted nor opened and
+    /// they get no report: a command that needs one profile's plugin loads that one alone.
+    public var only: Set<String>?
 
     /// Loads from install-tree folders: every plugin in-process unless `policy` says otherwise.
     public init(folders: [String], policy: IsolationPolicy = IsolationPolicy(), logger: Logger) {
@@ -155,6 +159,7 @@ public struct PluginLoader: Sendable {
                     if let other = seen[manifest.id] {
                         throw PluginLoadError(.duplicateID, "plugin id \"\(manifest.id)\" is already provided by \(other)")
                     }
+                    if let only, !only.contains(manifest.id) { continue }
                     candidate = .vetted(try vet(manifest, folder: realFolder), origin: folder.origin)
                     seen[manifest.id] = manifestPath
                 } catch {

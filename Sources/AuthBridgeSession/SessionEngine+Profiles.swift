@@ -210,16 +210,8 @@ extension SessionEngine {
         let name = profile.name
         let fingerprint = Self.fingerprint(profile, plugin: plugin)
         let kept = await keptConfiguration(name, fingerprint: fingerprint)
-        for (key, value) in profile.settings.objectValue ?? [:] where Redaction.isSecretName(key.lowercased()) || key.lowercased().hasSuffix("secret")
-        {
-            KnownSecrets.shared.remember(value.stringValue)
-        }
         let now = HostClock.nowMilliseconds()
-        if let kept, now - kept.resolvedAt < Self.resolvedConfigurationLifetimeMilliseconds, kept.resolvedAt <= now {
-            let config = await withStoredRegistration(kept.config, profile: profile)
-            adopt(config, for: profile, keys: kept.signingKeys)
-            return .success(config)
-        }
+        if let config = await adoptIfFresh(kept, for: profile, now: now) { return .success(config) }
         let input: JSON = ["profile": .string(name), "settings": profile.settings]
         switch await run(.configure, input: input, plugin: plugin, profile: name, requestID: nil) {
         case .success(let config):
@@ -261,6 +253,32 @@ extension SessionEngine {
     }
 
     /// The kept configuration when it was made for this plugin, version and settings.
+    /// The profile's context when no `configure` has to run for it (resolved in this process,
+    /// or kept and fresh); nil when resolving it would ask the provider, or the profile or its
+    /// plugin is not there.
+    func contextWithoutDiscovery(for name: String) async -> Context? {
+        guard let profile = profiles[name], let plugin = plugins[profile.plugin] else { return nil }
+        if let config = configs[name] { return Context(profile: profile, plugin: plugin, config: config) }
+        guard SettingsValidator.problem(in: profile.settings, schema: plugin.descriptor["settings"]) == nil else { return nil }
+        let kept = await keptConfiguration(name, fingerprint: Self.fingerprint(profile, plugin: plugin))
+        guard let config = await adoptIfFresh(kept, for: profile, now: HostClock.nowMilliseconds()) else { return nil }
+        return Context(profile: profile, plugin: plugin, config: config)
+    }
+
+    /// `kept` made the profile's configuration (with its stored registration) while it is
+    /// fresh; nil when it is missing or stale. The profile's secret settings are noted for
+    /// redaction either way, before a plugin or provider sees them.
+    private func adoptIfFresh(_ kept: ResolvedProfile?, for profile: Profile, now: Int64) async -> JSON? {
+        for (key, value) in profile.settings.objectValue ?? [:] where Redaction.isSecretName(key.lowercased()) || key.lowercased().hasSuffix("secret")
+        {
+            KnownSecrets.shared.remember(value.stringValue)
+        }
+        guard let kept, now - kept.resolvedAt < Self.resolvedConfigurationLifetimeMilliseconds, kept.resolvedAt <= now else { return nil }
+        let config = await withStoredRegistration(kept.config, profile: profile)
+        adopt(config, for: profile, keys: kept.signingKeys)
+        return config
+    }
+
     private func keptConfiguration(_ name: String, fingerprint: String) async -> ResolvedProfile? {
         do {
             guard let kept = try await store.resolvedProfile(name), kept.fingerprint == fingerprint else { return nil }

@@ -100,6 +100,23 @@ extension SessionEngine {
         return dpop.text(with: proof)
     }
 
+    /// `getAccessToken`'s answer for the session's own token when the stored one serves as it is,
+    /// else nil with nothing done: no discovery, refresh (due or ahead), sign-in or sign-out, no
+    /// write. For `authbridge token` without an agent, which hands every other case — and the
+    /// explaining of errors — to the command line tool, whose `getAccessToken` then does it all.
+    /// Nil too for a DPoP-bound session (each use needs a proof) and a revoked license.
+    public func accessTokenAsStored(profile: String, account: String?, minimumValidity: Int64?) async -> AccessTokenResult? {
+        guard let context = await contextWithoutDiscovery(for: profile),
+            let found = try? await readSession(AnswerCache.Lookup(profile: profile, account: account), observation: nil)
+        else { return nil }
+        let session = found.1
+        guard session.client?.change(to: SessionClient(config: context.config)) == nil, !session.licenseRevoked, session.dpopKey == nil,
+            session.tokens.freshness(at: HostClock.nowMilliseconds(), minimumValidity: minimumValidity ?? Self.defaultMinimumValidityMilliseconds)
+                == .usable
+        else { return nil }
+        return try? await accessTokenAnswer(session, context: context, params: nil, requestID: nil)
+    }
+
     /// How to tell whether the session a call means changed since it was read.
     func observation(_ lookup: AnswerCache.Lookup) -> ChangeProbe? {
         guard let account = lookup.account else { return store.changeProbe(recordsOf: lookup.profile) }

@@ -60,20 +60,22 @@ static bool socket_path(struct sockaddr_un *address)
     return length > 0 && (size_t)length < sizeof address->sun_path;
 }
 
-/* A connected socket to this user's agent, or -1. */
+/* A connected socket to this user's agent; AB_NO_AGENT when none runs (no socket path, nothing
+   there, nothing listening: the CLI then goes on without one in silence), -1 for the rest. */
 static int connect_agent(void)
 {
     struct sockaddr_un address;
     if (!socket_path(&address)) {
-        return -1;
+        return AB_NO_AGENT;
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return -1;
     }
     if (connect(fd, (struct sockaddr *)&address, sizeof address) != 0) {
+        int failure = errno;
         close(fd);
-        return -1;
+        return failure == ENOENT || failure == ECONNREFUSED ? AB_NO_AGENT : -1;
     }
     /* Anyone may listen at a path others can write to; only this user's agent gets the request. */
     struct ucred peer;
@@ -250,12 +252,13 @@ int ab_agent_access_token(const char *profile, const char *account, long long mi
     token->access_token = NULL;
     token->token_type = NULL;
     token->expires_at_ms = -1;
-    /* The variable is the key of a vault in this process; the CLI says the agent keeps its own. */
-    if (set_variable("AUTHBRIDGE_VAULT_KEY") != NULL) {
-        return -1;
-    }
     int fd = connect_agent();
     if (fd < 0) {
+        return fd;
+    }
+    /* The variable is the key of a vault in this process; the CLI says the agent keeps its own. */
+    if (set_variable("AUTHBRIDGE_VAULT_KEY") != NULL) {
+        close(fd);
         return -1;
     }
     char *request = request_text(profile, account, min_validity_ms);

@@ -28,8 +28,10 @@ bool ab_visible_ascii(const char *text)
 }
 
 /* The options a command takes here, each at most once, as `--name value` or `--name=value`
-   (`--agent` alone); one positional word. */
+   (`--agent` and `--no-agent` alone); one positional word. */
 typedef struct {
+    bool agent;
+    bool no_agent;
     const char *positional;
     const char *account;
     const char *profile;
@@ -43,7 +45,6 @@ typedef struct {
 static bool read_options(int count, char **args, const char *const *allowed, options *found)
 {
     memset(found, 0, sizeof *found);
-    bool agent = false;
     for (int i = 0; i < count; i++) {
         const char *word = args[i];
         if (strncmp(word, "--", 2) != 0) {
@@ -54,11 +55,17 @@ static bool read_options(int count, char **args, const char *const *allowed, opt
             continue;
         }
         const char *name = word + 2;
-        if (strcmp(name, "agent") == 0) {
-            if (agent) {
+        bool *flag = strcmp(name, "agent") == 0      ? &found->agent
+                     : strcmp(name, "no-agent") == 0 ? &found->no_agent
+                                                     : NULL;
+        if (flag != NULL) {
+            if (*flag) {
                 return false;
             }
-            agent = true;
+            *flag = true;
+            if (found->agent && found->no_agent) {
+                return false;
+            }
             continue;
         }
         const char *equals = strchr(name, '=');
@@ -155,9 +162,14 @@ int ab_token_command(int count, char **args)
     if (seconds == -2) {
         return DECLINE;
     }
+    if (found.no_agent) {
+        return AB_NO_AGENT;
+    }
     ab_token token;
-    if (ab_agent_access_token(found.positional, found.account, seconds >= 0 ? seconds * 1000 : -1, &token) != 0) {
-        return DECLINE;
+    int asked = ab_agent_access_token(found.positional, found.account, seconds >= 0 ? seconds * 1000 : -1, &token);
+    if (asked != 0) {
+        /* With --agent, no agent is an error the CLI explains. */
+        return asked == AB_NO_AGENT && !found.agent ? AB_NO_AGENT : DECLINE;
     }
     /* Given with a warning by the CLI: a DPoP-bound token, one valid for less than asked. */
     bool short_lived = seconds >= 0 && token.expires_at_ms >= 0 && (token.expires_at_ms - now_ms()) / 1000 < seconds;
@@ -201,7 +213,7 @@ int ab_exec_credential_command(int count, char **args)
     options found;
     const char *api_version = NULL;
     bool interactive = false;
-    if (!read_options(count, args, allowed, &found) || found.positional == NULL ||
+    if (!read_options(count, args, allowed, &found) || found.positional == NULL || found.no_agent ||
         !exec_info(&api_version, &interactive)) {
         return DECLINE;
     }
@@ -423,7 +435,7 @@ int ab_git_credential_command(int count, char **args, char **request, size_t *le
     options found;
     *request = NULL;
     *length = 0;
-    if (!read_options(count, args, allowed, &found) || found.positional == NULL) {
+    if (!read_options(count, args, allowed, &found) || found.positional == NULL || found.no_agent) {
         return DECLINE;
     }
     bool get = strcmp(found.positional, "get") == 0;

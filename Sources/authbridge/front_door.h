@@ -33,15 +33,22 @@ typedef struct {
 
 void ab_token_clear(ab_token *token);
 
+/* What a command or ab_agent_access_token returns when no agent runs (no socket path, no
+   socket, nothing listening), as opposed to -1 (the CLI answers). */
+#define AB_NO_AGENT (-2)
+
 /* Asks the running agent of this user for `profile`'s access token (`account`: NULL for the
    latest sign-in; `min_validity_ms`: -1 for the bridge's default). Returns 0 with `token`
-   filled, or -1 when the Swift CLI must answer instead: no agent (or one of another user),
-   AUTHBRIDGE_VAULT_KEY set (the CLI says it goes unused), an error answer, an agent whose
-   configuration has a problem, anything unexpected. Nothing is printed. */
+   filled; AB_NO_AGENT when no agent runs; or -1 when the Swift CLI must answer instead: an
+   agent of another user or one that cannot be reached, AUTHBRIDGE_VAULT_KEY set (the CLI says
+   it goes unused), an error answer, an agent whose configuration has a problem, anything
+   unexpected. Nothing is printed. */
 int ab_agent_access_token(const char *profile, const char *account, long long min_validity_ms, ab_token *token);
 
 /* The three commands. Each returns the exit code after printing its answer, or -1 when
-   the CLI must run instead (nothing printed). `args` are the words after the command. */
+   the CLI must run instead (nothing printed). `args` are the words after the command.
+   ab_token_command returns AB_NO_AGENT when the token is this process's to find without an
+   agent (`--no-agent`, or none running): authbridge-host answers that (TokenPrinting). */
 int ab_token_command(int count, char **args);
 int ab_exec_credential_command(int count, char **args);
 /* git's helper; `request` and `request_length` receive what it read from stdin (malloc'ed),

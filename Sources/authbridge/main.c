@@ -5,6 +5,7 @@
  *   authbridge-cli   everything else (help, login, status, …), and whatever this program
  *                    declines below
  *   this program     token, exec-credential, git's get and store: answered from the agent
+ *   authbridge-host  also `token` when no agent runs or --no-agent says so (from the vault)
  *
  * Both are found as authbridge-host finds authbridge-cli (AuthBridgeSystem's
  * HelperLibraryLocation): in lib/authbridge beside bin/ (the install tree), else beside this
@@ -130,6 +131,9 @@ int main(int argc, char **argv)
         answered = ab_git_credential_command(count - spelled_out, args + spelled_out, &request, &length);
     } else if (strcmp(args[0], "token") == 0) {
         answered = ab_token_command(count - 1, args + 1);
+        if (answered == AB_NO_AGENT) {
+            return run("authbridge-host", argv);
+        }
     } else if (strcmp(args[0], "exec-credential") == 0) {
         answered = ab_exec_credential_command(count - 1, args + 1);
     } else if (strcmp(args[0], "git-credential") == 0) {

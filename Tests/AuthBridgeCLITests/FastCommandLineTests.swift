@@ -4,7 +4,7 @@ import Testing
 
 @testable import authbridge_cli
 
-/// `authbridge`'s fast start reads `serve`'s and `agent`'s command lines without ArgumentParser;
+/// `authbridge`'s fast start reads `serve`'s, `agent`'s and `token`'s command lines without ArgumentParser;
 /// whatever it accepts must mean exactly what the CLI's declarations make of it, and whatever it
 /// declines goes to the CLI, which explains.
 @Suite("The fast start's command line against ArgumentParser")
@@ -15,6 +15,17 @@ struct FastCommandLineTests {
         guard let command = try? AuthBridgeCommand.parseAsRoot(arguments) else { return nil }
         if let serve = command as? Serve { return .serve(serve.settings) }
         if let agent = command as? Agent { return .agent(agent.settings) }
+        // `token` is taken with the session's own token in plain text, without host options or --agent.
+        if let token = command as? Token {
+            guard !token.json, token.request.isEmpty, token.purpose.tokenFor == .session, token.options.settings == HostSettings(),
+                token.agent.agent != true
+            else { return nil }
+            var words = ["token", token.selection.profile]
+            if let account = token.selection.account { words += ["--account", account] }
+            if let seconds = token.minValidity { words += ["--min-validity", String(seconds)] }
+            if token.agent.agent == false { words.append("--no-agent") }
+            return TokenCommandLine(words).map { .token($0) }
+        }
         if let runner = command as? PluginRunner {
             return PluginRunnerCommandLine([
                 "plugin-runner", "--parent", String(runner.parent), "--plugin", runner.plugin,
@@ -46,6 +57,8 @@ struct FastCommandLineTests {
         ["agent", "--socket", "/run/user/1000/authbridge/agent.sock", "--allow-root"],
         ["agent", "--socket=/s.sock", "--open-browser", "--test-clock", "--no-default-plugins", "--plugins", "/p", "--vault", "memory"],
         ["plugin-runner", "--parent", "42", "--plugin", "oidc", "--memory-limit-mb", "512"],
+        ["token", "work"], ["token", "--no-agent", "work"], ["token", "work", "--account", "ada@example.com", "--min-validity=300"],
+        ["token", "--account=a", "work", "--no-agent", "--min-validity", "0"], ["token", "work", "--min-validity", "86400"],
     ]
 
     static let declined: [[String]] = [
@@ -60,6 +73,13 @@ struct FastCommandLineTests {
         ["agent", "--allow-root", "--allow-root"], ["agent", "extra"],
         ["plugin-runner", "--plugin", "oidc", "--parent", "42", "--memory-limit-mb", "512"],
         ["plugin-runner", "--parent", "x", "--plugin", "oidc", "--memory-limit-mb", "512"],
+        ["token"], ["token", "--help"], ["token", "work", "--json"], ["token", "work", "--agent"], ["token", "work", "--no-agent", "--agent"],
+        ["token", "work", "--no-agent", "--no-agent"], ["token", "work", "--header", "GET", "https://a.example/"],
+        ["token", "work", "--scope", "read"], ["token", "work", "--resource", "https://a.example/"], ["token", "work", "--vault", "memory"],
+        ["token", "work", "--plugins", "/p"], ["token", "work", "--config", "/c.json"], ["token", "work", "other"],
+        ["token", "work", "--min-validity", "86401"], ["token", "work", "--min-validity", "-1"], ["token", "work", "--min-validity", "+5"],
+        ["token", "work", "--min-validity", "soon"], ["token", "work", "--account"], ["token", "work", "--account="],
+        ["token", "work", "--account", "a", "--account", "b"], ["token", "-work"], ["token", "work", "--"],
     ]
 
     @Test(arguments: accepted)

@@ -103,6 +103,24 @@ final class PluginLoaderTests: Sendable {
         #expect(reports[1].json["reason"] == "duplicateId")
     }
 
+    /// `only` (a command that needs one profile's plugin): the others are neither vetted nor
+    /// opened — a broken one is not even refused — and an id is still looked for in folder order.
+    @Test func onlyTheNamedPluginsAreOpened() throws {
+        let first = folder.subfolder("first"), second = folder.subfolder("second")
+        try installSwiftTestPlugin(into: second)
+        writeFile(first + "/ghost.json", manifestText(id: "ghost", library: "libghost.so"))
+        writeFile(first + "/swifttest.json", manifestText(id: "swifttest", library: "libmissing.so"))
+        var loader = PluginLoader(folders: [first, second], logger: quietLogger)
+        loader.only = ["swifttest"]
+        let reports = loader.loadAll()
+        #expect(reports.map(\.id) == ["swifttest", "swifttest"], "ghost's missing library was not looked at")
+        #expect(reports.first?.refusal?.reason == .loadFailed, "the first folder's copy was tried first")
+        let plugin = try #require(reports.last?.plugin)
+        plugin.shutdown()
+        loader.only = ["ghost"]
+        #expect(loader.loadAll().map { $0.refusal?.reason } == [.loadFailed], "swifttest was not opened")
+    }
+
     @Test func aFolderListedTwiceIsLoadedOnce() throws {
         writeFile(folder.path + "/ghost.json", manifestText(id: "ghost", library: "libghost.so"))
         #expect(loadAll(folder.path, folder.path + "/.").count == 1)

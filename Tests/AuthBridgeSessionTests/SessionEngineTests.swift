@@ -86,6 +86,29 @@ struct SessionEngineTests {
         }
     }
 
+    /// `authbridge token` without an agent (issue 32) prints a token only when the stored one
+    /// serves as it is; for everything else it gets nil with nothing done, and the CLI's
+    /// `getAccessToken` does the rest.
+    @Test func aTokenAsStoredIsGivenOnlyWhenNothingIsDue() async throws {
+        try await withEngine { engine, events, store in
+            #expect(await engine.accessTokenAsStored(profile: "work", account: nil, minimumValidity: nil) == nil, "not signed in")
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "x"), requestID: 1)
+            let stored = try #require(await engine.accessTokenAsStored(profile: "work", account: nil, minimumValidity: nil))
+            #expect(stored.wire == (try await engine.getAccessToken(GetAccessTokenParams(provider: "work"))).wire)
+            #expect(stored.headers["X-SwiftTest"] == "1", "the plugin's authorize_request ran")
+
+            // The latest sign-in has an expired token: a refresh is due, which is not done here.
+            _ = try await engine.requestOAuthTokens(RequestOAuthTokensParams(provider: "work", flow: .session, sessionId: "expired"), requestID: 2)
+            let seen = events.all.count
+            #expect(await engine.accessTokenAsStored(profile: "work", account: nil, minimumValidity: nil) == nil)
+            #expect(events.all.count == seen, "nothing was refreshed")
+            #expect(try await store.load(SessionKey(profile: "work", account: "expired"))?.tokens.accessToken == "sat-expired")
+            #expect(await engine.accessTokenAsStored(profile: "work", account: "x", minimumValidity: nil)?.accessToken == "sat-x")
+            #expect(await engine.accessTokenAsStored(profile: "work", account: "nobody", minimumValidity: nil) == nil)
+            #expect(await engine.accessTokenAsStored(profile: "other", account: nil, minimumValidity: nil) == nil)
+        }
+    }
+
     /// Issue 12 §6: at exit, a plugin still inside a hook (a background refresh,
     /// a sign-in) is not shut down under it; the others are.
     @Test func shutdownWaitsForHooksInFlightAndSparesABusyPlugin() async throws {
