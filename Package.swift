@@ -312,7 +312,9 @@ let package = Package(
                     "authbridge-cli", "AuthBridgeLaunch", "AuthBridgeSession", "AuthBridgeProtocol", "AuthBridgeJSON",
                     .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 ], swiftSettings: testSwiftSettings),
-            .testTarget(name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "TestSupport"], swiftSettings: testSwiftSettings),
+            .testTarget(
+                name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "AuthBridgeThreads", "TestSupport"],
+                swiftSettings: testSwiftSettings),
             .testTarget(
                 name: "HelperJWTTests",
                 dependencies: [

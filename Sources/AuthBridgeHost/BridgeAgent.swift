@@ -215,8 +215,10 @@ public final class BridgeAgent: Sendable {
                 input: fd, output: fd, logger: connectionLogger, maxConcurrentRequests: BridgeAgent.concurrentRequestsPerConnection,
                 arrivalOrder: arrivalOrder, frameBudget: frameBudget)
             let server = BridgeServer(host: host, connection: connection)
+            // Read from now on: a one-shot client's frames are answered without waiting for a task.
+            server.start()
             let task = Task { [self] in
-                _ = await server.serve()
+                _ = await server.ended()
                 // The peer may be reading nothing: shutdown ends a write blocked on it.
                 _ = shutdown(fd, Int32(SHUT_RDWR))
                 connection.close()

@@ -18,6 +18,8 @@ public final class BridgeHost: Sendable {
     /// The engine once it exists, for answers given on the reader thread.
     let readyEngine: ReadyEngine
     let events: EventRoutes
+    /// `initialize` answers kept for the next connections that ask the same.
+    let initializeAnswers = InitializeAnswers()
     /// Why the configuration file in use could not be read the last time it was (see
     /// `HostConfiguration.configurationProblem`); nil when it was read.
     private let problem: Mutex<String?>

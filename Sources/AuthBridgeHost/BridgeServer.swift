@@ -92,9 +92,21 @@ public final class BridgeServer: ConnectionDelegate {
     /// going away; the host goes on (one connection of an agent ends; `serve`'s
     /// process then shuts the host down: AuthBridgeLaunch's `HostProcess`).
     public func serve() async -> Connection.Ending {
+        start()
+        return await ended()
+    }
+
+    /// Starts serving (the reader thread), from the calling thread: `serve` without its wait,
+    /// for the agent's accepting thread. `ended` waits for the end.
+    public func start() {
         host.events.attach(self)
+        connection.start(delegate: self)
+    }
+
+    /// Waits for the end of what `start` began (`serve`).
+    public func ended() async -> Connection.Ending {
         defer { host.events.detach(self) }
-        return await connection.run(delegate: self)
+        return await connection.ended()
     }
 
     /// Whether the host's events reach this connection: once it is initialized.
@@ -157,6 +169,14 @@ public final class BridgeServer: ConnectionDelegate {
     public func answerAtOnce(_ request: Request, ifBlocked: @escaping @Sendable () -> Void) -> [UInt8]? {
         guard let engine = host.readyEngine.engine.withLock({ $0 }) else { return nil }
         switch request.method {
+        case InitializeParams.method:
+            // Admitted: its params passed the spec's check. The answer the last connection got, if
+            // nothing it shows has changed since (`InitializeAnswers`).
+            guard let params = try? Self.decodedParams(request) as? InitializeParams,
+                let text = host.initializeAnswers.answer(Self.shape(params), at: InitializeAnswers.stamp(engine, host: host))
+            else { return nil }
+            clientName.withLock { $0 = params.clientInfo?.name }
+            return text
         case GetAccessTokenParams.method:
             guard let call = decodedAtOnce(request, remembering: lastTokenCall), !call.forceRefresh, call.scopes == nil, call.resource == nil
             else { return nil }
@@ -200,7 +220,7 @@ public final class BridgeServer: ConnectionDelegate {
         if request.method == "$/test/advanceClock" && configuration.testClock { return try Self.advanceClock(request) }
         let params = try Self.decodedParams(request)
         switch params {
-        case let params as InitializeParams: return try await initialize(params).wire
+        case let params as InitializeParams: return try await initialize(params)
         case is ShutdownParams: return .null
         case is DiscoverParams: return try JSON.parse(OpenRPCDocument.text)
         default: break
@@ -295,10 +315,24 @@ public final class BridgeServer: ConnectionDelegate {
         return min(minor, protocolVersion.minor)
     }
 
-    private func initialize(_ params: InitializeParams) async throws -> InitializeResult {
+    /// What shapes an `initialize` answer beyond the host's state.
+    static func shape(_ params: InitializeParams) -> InitializeAnswers.Shape {
+        InitializeAnswers.Shape(minor: negotiatedMinor(params.protocolVersion) ?? 0, settingsSchemas: params.settingsSchemas)
+    }
+
+    /// The answer, kept for the connections that ask the same next (`InitializeAnswers`).
+    private func initialize(_ params: InitializeParams) async throws -> JSON {
         clientName.withLock { $0 = params.clientInfo?.name }
-        let agreedMinor = Self.negotiatedMinor(params.protocolVersion) ?? 0
         let runtime = await runtime.value
+        let before = InitializeAnswers.stamp(runtime.engine, host: host)
+        let answer = await initializeResult(params, runtime: runtime).wire
+        host.initializeAnswers.keep(
+            answer.serialized(), for: Self.shape(params), before: before, after: InitializeAnswers.stamp(runtime.engine, host: host))
+        return answer
+    }
+
+    private func initializeResult(_ params: InitializeParams, runtime: BridgeHost.Runtime) async -> InitializeResult {
+        let agreedMinor = Self.shape(params).minor
         let flows = Set(runtime.reports.compactMap(\.plugin).flatMap { $0.descriptor["flows"]?.arrayValue?.compactMap(\.stringValue) ?? [] })
         let notifications: [ServerCapabilities.NotificationMethod] =
             [.sessionChanged, .signInProgress, .signOutProgress] + (configuration.reloadsConfiguration ? [.profilesChanged] : [])

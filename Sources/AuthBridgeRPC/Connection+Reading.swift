@@ -53,10 +53,7 @@ extension Connection {
         guard !replaced else { return }
         flushAnsweredAtOnce()
         let reason: Ending = exitCode.map { .exit(code: $0) } ?? ending.value.withLock { $0 } ?? .endOfInput
-        readerEnd.continuation.withLock { continuation in
-            continuation?.resume(returning: reason)
-            continuation = nil
-        }
+        readerEnd.end(reason)
     }
 
     /// `answerAtOnce` of the reader of `generation` is taking long (a plugin's

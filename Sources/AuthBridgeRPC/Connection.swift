@@ -111,8 +111,36 @@ public final class Connection: Sendable {
     /// never read hold at most 16 MiB of events in the agent.
     public static let maxUnreadEventBytes = 64 << 10
 
+    /// How the reader's end reaches `ended`: the continuation it waits on, or the reason, kept
+    /// when the reader ended before anyone waited.
     final class ReaderEnd: Sendable {
-        let continuation = Mutex<CheckedContinuation<Ending, Never>?>(nil)
+        private enum State {
+            case waiting(CheckedContinuation<Ending, Never>?)
+            case ended(Ending)
+        }
+
+        private let state = Mutex(State.waiting(nil))
+
+        /// Called once, by the reader that ends the run.
+        func end(_ reason: Ending) {
+            let waiter: CheckedContinuation<Ending, Never>? = state.withLock { state in
+                defer { state = .ended(reason) }
+                if case .waiting(let continuation) = state { return continuation }
+                return nil
+            }
+            waiter?.resume(returning: reason)
+        }
+
+        func wait() async -> Ending {
+            await withCheckedContinuation { continuation in
+                let ended: Ending? = state.withLock { state in
+                    if case .ended(let reason) = state { return reason }
+                    state = .waiting(continuation)
+                    return nil
+                }
+                if let ended { continuation.resume(returning: ended) }
+            }
+        }
     }
 
     /// Closes the stop pipe's write end, once, from whichever side asks first.
@@ -170,18 +198,28 @@ public final class Connection: Sendable {
     }
 
     /// Reads and dispatches frames until end of input, `exit`, or the peer
-    /// going away. After end of input, running and waiting requests get
-    /// `drainGrace` to finish — `echo '{…initialize…}' | authbridge` still
-    /// gets its answer — then, as after `exit`, the rest (e.g. a sign-in
-    /// waiting for a callback that can no longer arrive) are cancelled and
-    /// answered -32800. What is queued is written before `run` returns,
-    /// unless the peer reads nothing for `flushGrace`.
+    /// going away: `start`, then `ended`.
     public func run(delegate: ConnectionDelegate, drainGrace: Duration = .seconds(1)) async -> Ending {
+        start(delegate: delegate)
+        return await ended(drainGrace: drainGrace)
+    }
+
+    /// Starts reading and dispatching frames, on the reader thread, from the calling thread: the
+    /// agent's accepting thread starts a connection's reader itself, with no task in between
+    /// (the first frames of a one-shot client are read at once). Once per connection.
+    public func start(delegate: ConnectionDelegate) {
         state.lock.withLock { state.delegate = delegate }
-        let reason: Ending = await withCheckedContinuation { continuation in
-            readerEnd.continuation.withLock { $0 = continuation }
-            startReader(generation: 0, delegate: delegate)
-        }
+        startReader(generation: 0, delegate: delegate)
+    }
+
+    /// Waits for the end of what `start` began: end of input, `exit`, or the peer going away.
+    /// After end of input, running and waiting requests get `drainGrace` to finish — `echo
+    /// '{…initialize…}' | authbridge` still gets its answer — then, as after `exit`, the rest
+    /// (e.g. a sign-in waiting for a callback that can no longer arrive) are cancelled and
+    /// answered -32800. What is queued is written before it returns, unless the peer reads
+    /// nothing for `flushGrace`.
+    public func ended(drainGrace: Duration = .seconds(1)) async -> Ending {
+        let reason = await readerEnd.wait()
         if reason == .endOfInput && drainGrace > .zero { await drain(grace: drainGrace) }
         cancelAll()
         await waitUntilIdle()

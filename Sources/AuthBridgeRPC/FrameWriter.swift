@@ -14,7 +14,9 @@ import Darwin
 /// written whole, in the order `send` was called, by a dedicated thread that
 /// coalesces whatever is queued into one `write(2)`. It never blocks a caller
 /// on I/O. After a write error (the peer closed its end: EPIPE), frames are
-/// dropped and `onFailure` runs once.
+/// dropped and `onFailure` runs once. The thread starts with the first frame
+/// queued: a connection whose answers all go out through `sendNow` (a
+/// one-shot client of the agent) never needs one.
 ///
 /// The queue has a soft bound, `maxQueuedBytes`: `send` always queues (an
 /// answer must never be lost), but `hasRoom` turns false past the bound, and
@@ -36,6 +38,8 @@ public final class FrameWriter: @unchecked Sendable {
     /// locks the caller of `sendNow` holds).
     private var unreportedFailure: Int32 = 0
     private var closing = false
+    /// Whether the writer thread was started (`startLocked`).
+    private var started = false
     private var stopped = false
     private var failed = false
     /// True while the writer thread sleeps for work: only then does `send`
@@ -62,6 +66,15 @@ public final class FrameWriter: @unchecked Sendable {
         self.maxQueuedBytes = max(1, maxQueuedBytes)
         self.onFailure = onFailure
         self.onWritten = onWritten
+    }
+
+    /// Whether the writer thread was started (it is only when something was queued).
+    var hasThread: Bool { lock.withLock { started } }
+
+    /// Starts the writer thread unless it runs (or has run); with the lock held.
+    private func startLocked() {
+        guard !started else { return }
+        started = true
         guard startThread(stackSize: 16 << 20, { [self] in self.loop() }) else { fatalError("cannot start the ab-writer thread") }
     }
 
@@ -72,6 +85,7 @@ public final class FrameWriter: @unchecked Sendable {
             queued.append(contentsOf: frame)
             queued.append(0x0A)
             accepted += frame.count + 1
+            startLocked()
             if idle { lock.broadcast() }
         }
     }
@@ -97,6 +111,7 @@ public final class FrameWriter: @unchecked Sendable {
             accepted += size
             unwrittenEvents.append((end: accepted, size: size))
             unwrittenEventBytes += size
+            startLocked()
             if idle { lock.broadcast() }
             return true
         }
@@ -119,6 +134,7 @@ public final class FrameWriter: @unchecked Sendable {
             accepted += line.count
             guard queued.isEmpty, !busy, line.count <= Self.directLimit else {
                 queued.append(contentsOf: line)
+                startLocked()
                 if idle { lock.broadcast() }
                 return false
             }
@@ -138,10 +154,12 @@ public final class FrameWriter: @unchecked Sendable {
             if !writable {
                 // Ahead of what others queued meanwhile: it was sent first.
                 queued.insert(contentsOf: line, at: 0)
+                startLocked()
             } else if error != 0 {
                 failed = true
                 queued.removeAll()
                 unreportedFailure = error
+                startLocked() // which reports it
             }
             // Waking the writer thread is the hand-off this avoids: only for work or waiters.
             if (idle && !queued.isEmpty) || flushWaiters > 0 || error != 0 { lock.broadcast() }
@@ -195,6 +213,7 @@ public final class FrameWriter: @unchecked Sendable {
         flush()
         lock.withLock {
             closing = true
+            if !started { stopped = true }
             lock.broadcast()
             while !stopped { lock.wait() }
         }
@@ -222,6 +241,7 @@ public final class FrameWriter: @unchecked Sendable {
         lock.withLock {
             queued.removeAll()
             closing = true
+            if !started { stopped = true }
             lock.broadcast()
             while !stopped { lock.wait() }
         }

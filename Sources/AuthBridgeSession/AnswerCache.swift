@@ -92,6 +92,9 @@ final class AnswerCache: Sendable {
     private let generation = Atomic<UInt64>(0)
     private let entries = Mutex<[Lookup: Entry]>([:])
 
+    /// Moves whenever `invalidate` runs: what a cache of other answers (`initialize`'s) compares.
+    var currentGeneration: UInt64 { generation.load(ordering: .sequentiallyConsistent) }
+
     /// Something answers depend on changes in this process.
     func invalidate() {
         generation.add(1, ordering: .sequentiallyConsistent)

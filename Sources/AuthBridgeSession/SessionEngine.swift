@@ -115,6 +115,13 @@ public actor SessionEngine {
     /// The plugins the engine runs (one per id).
     nonisolated var loadedPlugins: [LoadedPlugin] { Array(plugins.values) }
 
+    /// Moves with every change of a profile, of its resolved configuration and of what the vault
+    /// holds (the answer cache's generation): what keeps a copy of the profile list compares.
+    public nonisolated var answerGeneration: UInt64 { store.answers.currentGeneration }
+
+    /// How many of the engine's plugins were refused after they loaded (repeated faults).
+    public nonisolated var refusedPluginCount: Int { plugins.values.reduce(0) { $0 + ($1.refusal == nil ? 0 : 1) } }
+
     /// Where this engine keeps tokens, as `initialize` and every status say. The vaults' own
     /// words are bridge-spec's (`Vault.backend`, `protection`).
     public nonisolated var storageInfo: StorageInfo {

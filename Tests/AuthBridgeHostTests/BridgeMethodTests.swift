@@ -1,9 +1,15 @@
+import AuthBridgeHost
 import AuthBridgeJSON
 import AuthBridgeRPC
 import AuthBridgeSession
 import BridgeTestSupport
 import Testing
+import Logging
 import TestSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Bridge methods over a bridge served in-process (`BridgeHarness`): the lifecycle, the errors a
 /// frontend relies on, and cancellation, without spawning `authbridge`.
@@ -23,6 +29,40 @@ struct BridgeMethodTests {
         #expect(providers.map { $0["id"] } == ["swifttest"])
         #expect(providers.first?["status"] == "loaded")
         #expect(result["profiles"]?.arrayValue?.map { $0["name"] } == ["s"])
+    }
+
+    /// Issue 32: a connection's `initialize` is the answer the last one got, given on its reader
+    /// thread, while nothing it shows has changed; a change (a profile configured) is shown to the
+    /// next connection at once.
+    @Test func theNextConnectionsInitializeIsTheLastAnswerUntilSomethingItShowsChanges() async throws {
+        let bridge = try BridgeHarness(profiles: [Self.swiftTestProfile])
+        let given = try await bridge.call("initialize", ["protocolVersion": "1.0", "clientInfo": ["name": "first"]])
+        let request = Request(id: .int(1), method: "initialize", params: ["protocolVersion": "1.0", "clientInfo": ["name": "next"]])
+        let next = try OtherConnection(host: bridge.host)
+        #expect(next.server.admit(request) == nil)
+        let answered = next.server.answerAtOnce(request, ifBlocked: {})
+        let atOnce = try #require(answered, "answered without a task")
+        #expect(try JSON.parse(atOnce) == given)
+        // Another shape (settings schemas) has no answer yet: it is made, then kept too.
+        let schemas = Request(id: .int(1), method: "initialize", params: ["protocolVersion": "1.0", "settingsSchemas": true])
+        let withSchemas = try OtherConnection(host: bridge.host)
+        #expect(withSchemas.server.admit(schemas) == nil)
+        let notYet = withSchemas.server.answerAtOnce(schemas, ifBlocked: {})
+        #expect(notYet == nil)
+
+        _ = try await bridge.call("configureProfile", ["name": "added", "plugin": "swifttest", "settings": ["clientId": "y"]])
+        let after = try OtherConnection(host: bridge.host)
+        #expect(after.server.admit(request) == nil)
+        let stale = after.server.answerAtOnce(request, ifBlocked: {})
+        #expect(stale == nil, "the kept answer lists one profile less")
+        let made = try await after.server.handle(request)
+        #expect(made["profiles"]?.arrayValue?.map { $0["name"] } == ["added", "s"])
+        let last = try OtherConnection(host: bridge.host)
+        #expect(last.server.admit(request) == nil)
+        let kept = last.server.answerAtOnce(request, ifBlocked: {})
+        #expect(try kept.map { try JSON.parse($0) } == made)
+        for connection in [next, withSchemas, after, last] { connection.close() }
+        await bridge.close()
     }
 
     @Test func aBridgeWithoutPluginsListsNone() async throws {
@@ -98,5 +138,26 @@ struct BridgeMethodTests {
         await bridge.close()
         #expect(running, "the slow sign-in reported it was exchanging")
         #expect(answer??.code == .requestCancelled, "the cancelled sign-in was answered -32800 well before its 30 s")
+    }
+}
+
+/// A second connection to a harness's host, not served: its `BridgeServer` is driven directly.
+private final class OtherConnection: Sendable {
+    let server: BridgeServer
+    private let connection: Connection
+    private let fds: (Int32, Int32)
+
+    init(host: BridgeHost) throws {
+        var pair: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0 else { throw TestSupportError("socketpair failed") }
+        fds = (pair[0], pair[1])
+        connection = Connection(input: pair[0], output: pair[0], logger: Logger(label: "other") { _ in SwiftLogNoOpLogHandler() })
+        server = BridgeServer(host: host, connection: connection)
+    }
+
+    func close() {
+        connection.close()
+        Glibc.close(fds.0)
+        Glibc.close(fds.1)
     }
 }

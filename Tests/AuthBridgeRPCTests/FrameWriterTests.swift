@@ -52,6 +52,25 @@ struct FrameWriterTests {
 
     /// An answer given at once is in the pipe when `sendNow` returns: written on the caller's
     /// thread, with no hand-off to the writer thread.
+    /// Issue 32: a connection whose answers all go out on the caller's thread (`sendNow`: a
+    /// one-shot client of the agent) starts no writer thread; the first frame queued starts it.
+    @Test func theWriterThreadStartsWithTheFirstFrameQueued() {
+        let pipe = Pipe()
+        defer { pipe.close() }
+        let idle = FrameWriter(fd: pipe.write)
+        idle.stop()
+        #expect(!idle.hasThread, "stopped without ever writing")
+
+        let writer = FrameWriter(fd: pipe.write)
+        writer.sendNow(Array("{\"id\":1}".utf8))
+        #expect(pipe.read(count: 9) == Array("{\"id\":1}\n".utf8))
+        #expect(!writer.hasThread)
+        writer.send(Array("{\"id\":2}".utf8))
+        #expect(writer.hasThread)
+        #expect(pipe.read(count: 9) == Array("{\"id\":2}\n".utf8))
+        writer.close()
+    }
+
     @Test func sendNowWritesOnTheCallersThreadWhenTheWriterIsIdle() {
         let pipe = Pipe()
         defer { pipe.close() }
