@@ -145,7 +145,8 @@ let package = Package(
         .target(name: "AuthBridgeCrypto", dependencies: ["AuthBridgeSystem"]),
         // … AES-GCM, HKDF and HMAC (what seals vault records) over GNU Nettle: 0.45 MB resident
         // where swift-crypto's took 5.1 MB (bench/README, "The agent's memory"); and the JWS signatures
-        // of ID tokens over its hogweed and GMP, where jwt-kit took 6.5 MiB (bench/README, "Next to oidc-agent").
+        // of ID tokens over its hogweed and GMP, where jwt-kit and its Foundation took 7 MiB (bench/README,
+        // "ID tokens by GNU Nettle").
         .systemLibrary(name: "CNettle", pkgConfig: "nettle", providers: [.apt(["nettle-dev"])]),
         .target(
             name: "HelperNettle", dependencies: ["CNettle"], path: "Sources/Helpers/Nettle", exclude: ["exports.map"],

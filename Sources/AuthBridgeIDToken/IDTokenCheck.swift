@@ -4,8 +4,9 @@ import AuthBridgeURL
 
 // OpenID Connect ID-token verification (OIDC Core 3.1.3.7) against the provider's JWKS: the
 // compact JWS, the key, the claims in Swift without Foundation; the signature by GNU Nettle
-// (JWSSignature, libAuthBridgeNettle.so). Until issue 32 this was jwt-kit in libAuthBridgeJWT.so,
-// 6.5 MiB of the agent's memory after its first ID token (bench/README, "Next to oidc-agent").
+// (JWSSignature, libAuthBridgeNettle.so). Until issue 32 this was jwt-kit in libAuthBridgeJWT.so:
+// with the Foundation it loaded, 7 MiB of the agent's memory from its first ID token on
+// (bench/README, "ID tokens by GNU Nettle").
 //
 // Request JSON:  {"token","jwks":{…},"issuer","audience","nonce"?,"nowMs",
 //                 "leewaySeconds"? (60),"algorithms"? (see SignatureAlgorithm)}
