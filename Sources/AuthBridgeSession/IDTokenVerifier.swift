@@ -2,7 +2,6 @@ import AuthBridgeIDToken
 import AuthBridgeJSON
 import AuthBridgeNetwork
 import AuthBridgePluginHost
-import AuthBridgeSystem
 import Synchronization
 
 /// Verifies OpenID Connect ID tokens (OIDC Core §3.1.3.7): the signature
