@@ -224,7 +224,7 @@ stage-tree:
 	@install -m 0755 $(RELEASE_DIR)/authbridge $(DEST)/bin/authbridge
 	@install -m 0755 $(RELEASE_DIR)/authbridge-host $(RELEASE_DIR)/authbridge-cli $(DEST)/lib/authbridge/
 	@ln -s authbridge $(DEST)/bin/git-credential-authbridge
-	@install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeJWT.so $(RELEASE_DIR)/libAuthBridgeSwiftCrypto.so $(RELEASE_DIR)/libAuthBridgeNettle.so $(RELEASE_DIR)/libAuthBridgeKeyring.so \
+	@install -m 0644 $(RELEASE_DIR)/libAuthBridgeHTTP.so $(RELEASE_DIR)/libAuthBridgeSwiftCrypto.so $(RELEASE_DIR)/libAuthBridgeNettle.so $(RELEASE_DIR)/libAuthBridgeKeyring.so \
 		$(RELEASE_DIR)/libAuthBridgePostgres.so $(DEST)/lib/authbridge/
 	@$(MAKE) --no-print-directory stage-plugins BUILD_DIR=$(RELEASE_DIR) DEST=$(DEST)/lib/authbridge/plugins
 	@install -m 0644 Sources/CAuthBridgePlugin/include/authbridge/plugin.h Sources/CAuthBridgePlugin/include/authbridge/plugin_jansson.h \

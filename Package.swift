@@ -16,8 +16,10 @@ import PackageDescription
 ///                              │
 ///                      AuthBridgeSession ── AuthBridgeVault  (profiles, sessions, flows │ token storage)
 ///                              ├── AuthBridgeNetwork      (the HTTP service: libAuthBridgeHTTP.so, dlopen'ed; the loopback listener)
+///                              ├── AuthBridgeIDToken      (ID tokens: JWS, JWKS, OIDC claims; no Foundation)
 ///                              └──────┬──────────┘
-///                              AuthBridgeCrypto  (hashes, AES-GCM, HKDF: libAuthBridgeSwiftCrypto.so, dlopen'ed)
+///                              AuthBridgeCrypto  (hashes, AES-GCM, HKDF, JWS signatures: libAuthBridgeNettle.so, signing keys:
+///                                                 libAuthBridgeSwiftCrypto.so, each dlopen'ed)
 ///                              │
 ///                       AuthBridgeHost  ── AuthBridgeRPC  (bridge methods, lifecycle)
 ///                              │
@@ -34,7 +36,7 @@ import PackageDescription
 /// The vault dlopens libAuthBridgePostgres.so (HelperPostgres over CLibPQ) for `--vault postgresql`.
 /// The helper libraries opened with dlopen on first use are the `Helper*` targets, in Sources/Helpers/;
 /// a `C*` target is a C shim or a system library, linked at build time.
-/// AuthBridgeURL depends on nothing; the plugin host, the session, the JWT helper and the SDK use it.
+/// AuthBridgeURL depends on nothing; the plugin host, the session, the ID-token check and the SDK use it.
 /// AuthBridgeSystem (threads, ConditionLock, the dlopen'ed helper libraries, POSIX file reading)
 /// depends on nothing; the RPC, plugin host, vault, session and host modules and the plugin SDK use it.
 /// Plugin authors use AuthBridgePluginSDK (Swift, over AuthBridgePluginABI and AuthBridgeURL) or the
@@ -75,10 +77,8 @@ let package = Package(
         // dlopen on first use, so that neither it nor the FoundationEssentials it needs weighs on
         // the host's start-up.
         .library(name: "AuthBridgeSwiftCrypto", type: .dynamic, targets: ["HelperSwiftCrypto"]),
+        // GNU Nettle: the vault's AES-GCM and HKDF, HMAC, and the signatures of ID tokens (AuthBridgeIDToken).
         .library(name: "AuthBridgeNettle", type: .dynamic, targets: ["HelperNettle"]),
-        // ID-token verification (jwt-kit, swift-crypto): likewise, on the first ID token. Apart from
-        // the above, so that a host that only seals records does not load jwt-kit and X.509 too.
-        .library(name: "AuthBridgeJWT", type: .dynamic, targets: ["HelperJWT"]),
         // Likewise for the Secret Service (glib, gio, D-Bus): dlopen'ed on first use.
         .library(name: "AuthBridgeKeyring", type: .dynamic, targets: ["HelperKeyring"]),
         // And for the PostgreSQL vault (libpq): dlopen'ed the first time a `--vault postgresql` host uses it.
@@ -90,16 +90,15 @@ let package = Package(
     ],
     // Exact versions: a release is built from exactly these (Package.resolved is not committed,
     // because this machine's package mirror has other commit ids than the upstream repositories).
-    // jwt-kit's own dependencies are named too, so that they are pinned as well.
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", exact: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", exact: "1.16.2"),
         // jwt-kit 5.7.1/5.8.0 needs swift-crypto >= 4.1.
         .package(url: "https://github.com/apple/swift-crypto", exact: "4.5.2"),
+        // TEST-ONLY: jwt-kit signs the ID tokens AuthBridgeIDTokenTests verifies (a signer independent
+        // of the verifier). Nothing in Sources uses it, nor swift-certificates, swift-asn1 or
+        // swift-extras-base64 (jwt-kit's own, no longer pinned here), since issue 32.
         .package(url: "https://github.com/vapor/jwt-kit", exact: "5.8.0"),
-        .package(url: "https://github.com/apple/swift-certificates", exact: "1.21.1"),
-        .package(url: "https://github.com/apple/swift-asn1", exact: "1.7.4"),
-        .package(url: "https://github.com/swift-extras/swift-extras-base64", exact: "1.2.0"),
     ],
     targets: [
         .systemLibrary(
@@ -145,11 +144,16 @@ let package = Package(
         // and libAuthBridgeSwiftCrypto.so, each opened on first use.
         .target(name: "AuthBridgeCrypto", dependencies: ["AuthBridgeSystem"]),
         // … AES-GCM, HKDF and HMAC (what seals vault records) over GNU Nettle: 0.45 MB resident
-        // where swift-crypto's took 5.1 MB (bench/README, "The agent's memory").
+        // where swift-crypto's took 5.1 MB (bench/README, "The agent's memory"); and the JWS signatures
+        // of ID tokens over its hogweed and GMP, where jwt-kit and its Foundation took 7 MiB (bench/README,
+        // "ID tokens by GNU Nettle").
         .systemLibrary(name: "CNettle", pkgConfig: "nettle", providers: [.apt(["nettle-dev"])]),
         .target(
             name: "HelperNettle", dependencies: ["CNettle"], path: "Sources/Helpers/Nettle", exclude: ["exports.map"],
-            linkerSettings: soname("libAuthBridgeNettle.so") + exportsOnly("Sources/Helpers/Nettle/exports.map")),
+            linkerSettings: soname("libAuthBridgeNettle.so") + exportsOnly("Sources/Helpers/Nettle/exports.map") + [
+                // hogweed (RSA, ECDSA, Ed25519) and the GMP it needs: pkg-config's nettle names neither.
+                .linkedLibrary("hogweed"), .linkedLibrary("gmp"),
+            ]),
         // … the signing keys (DPoP, private_key_jwt) over swift-crypto.
         .target(
             name: "HelperSwiftCrypto",
@@ -162,11 +166,14 @@ let package = Package(
             name: "AuthBridgeNetwork",
             dependencies: ["AuthBridgePluginABI", "AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeSystem", "AuthBridgeCrypto"]),
         .target(name: "AuthBridgeVault", dependencies: ["AuthBridgeJSON", "AuthBridgeSystem", "AuthBridgeCrypto", "AuthBridgeURL"]),
+        // OpenID Connect ID-token verification (OIDC Core 3.1.3.7): the compact JWS, the JWKS key, the
+        // claims, without Foundation; the signature is Nettle's (AuthBridgeCrypto's JWSSignature).
+        .target(name: "AuthBridgeIDToken", dependencies: ["AuthBridgeJSON", "AuthBridgeURL", "AuthBridgeCrypto"]),
         .target(
             name: "AuthBridgeSession",
             dependencies: [
                 "AuthBridgeProtocol", "AuthBridgePluginHost", "AuthBridgeRedaction", "AuthBridgeNetwork", "AuthBridgeJSON", "AuthBridgeURL",
-                "AuthBridgeVault", "AuthBridgeSystem", "AuthBridgeCrypto", .product(name: "Logging", package: "swift-log"),
+                "AuthBridgeVault", "AuthBridgeSystem", "AuthBridgeCrypto", "AuthBridgeIDToken", .product(name: "Logging", package: "swift-log"),
             ]),
         .target(
             name: "AuthBridgeHost",
@@ -206,17 +213,6 @@ let package = Package(
         .target(
             name: "HelperPostgres", dependencies: ["CLibPQ"], path: "Sources/Helpers/Postgres",
             linkerSettings: soname("libAuthBridgePostgres.so")),
-        .target(
-            name: "HelperJWT",
-            dependencies: [
-                "AuthBridgeJSON", "AuthBridgeURL",
-                .product(name: "JWTKit", package: "jwt-kit"),
-                // Linked through JWTKit anyway; named so that their versions are pinned above.
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
-                .product(name: "ExtrasBase64", package: "swift-extras-base64"),
-            ], path: "Sources/Helpers/JWT", exclude: ["exports.map"],
-            linkerSettings: soname("libAuthBridgeJWT.so") + exportsOnly("Sources/Helpers/JWT/exports.map")),
         .executableTarget(name: "authbridge-vault-bench", dependencies: ["AuthBridgeVault", "AuthBridgeJSON"], path: "bench/VaultBench"),
 
         .target(
@@ -315,11 +311,13 @@ let package = Package(
             .testTarget(
                 name: "AuthBridgeSystemTests", dependencies: ["AuthBridgeSystem", "AuthBridgeThreads", "TestSupport"],
                 swiftSettings: testSwiftSettings),
+            // ID tokens signed by jwt-kit and swift-crypto, verified by AuthBridgeIDToken over Nettle.
             .testTarget(
-                name: "HelperJWTTests",
+                name: "AuthBridgeIDTokenTests",
                 dependencies: [
-                    "HelperJWT", "AuthBridgeJSON",
+                    "AuthBridgeIDToken", "AuthBridgeCrypto", "AuthBridgeJSON",
                     .product(name: "JWTKit", package: "jwt-kit"),
+                    .product(name: "Crypto", package: "swift-crypto"),
                     .product(name: "CryptoExtras", package: "swift-crypto"),
                 ], swiftSettings: testSwiftSettings),
         ]
@@ -333,7 +331,7 @@ func soname(_ file: String) -> [LinkerSetting] {
 }
 
 /// A helper library's exports limited to its entry points (a linker version script): the rest —
-/// swift-crypto, BoringSSL, jwt-kit — stays hidden, and what nothing reaches is dropped. Opening
+/// swift-crypto, BoringSSL — stays hidden, and what nothing reaches is dropped. Opening
 /// libAuthBridgeSwiftCrypto.so costs 0.5 MB and 1 ms less (bench/README, "Start-up").
 func exportsOnly(_ script: String) -> [LinkerSetting] {
     [.unsafeFlags(["-Xlinker", "--version-script=\(Context.packageDirectory)/\(script)"])]

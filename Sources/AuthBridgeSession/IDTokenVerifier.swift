@@ -1,21 +1,15 @@
+import AuthBridgeIDToken
 import AuthBridgeJSON
 import AuthBridgeNetwork
 import AuthBridgePluginHost
-import AuthBridgeSystem
 import Synchronization
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 
 /// Verifies OpenID Connect ID tokens (OIDC Core §3.1.3.7): the signature
 /// against the provider's JWKS, then `iss`, `aud`/`azp`, `exp`, `iat` and
 /// `nonce` with a clock skew.
 ///
-/// The cryptography is jwt-kit's, in `libAuthBridgeJWT.so`, which is
-/// dlopened on first use (jwt-kit brings Foundation; start-up stays fast).
+/// The checks are AuthBridgeIDToken's, the signature GNU Nettle's in
+/// `libAuthBridgeNettle.so`, dlopened on first use (no Foundation, no jwt-kit: issue 32).
 /// JWKS documents are cached per URI and fetched again once when a token
 /// names a key the cache does not hold (key rotation).
 public final class IDTokenVerifier: Sendable {
@@ -23,11 +17,6 @@ public final class IDTokenVerifier: Sendable {
 
     public static let defaultClockSkewSeconds: Int64 = 60
 
-    private let library = HelperLibrary<VerifyFunction>(
-        "The ID-token verifier (libAuthBridgeJWT.so)", candidates: HelperLibraryLocation.candidates("libAuthBridgeJWT.so")
-    ) { symbols in
-        symbols.function("authbridge_jwt_verify_v1", as: Verify.self).map(VerifyFunction.init(verify:))
-    }
     private let keySets = Mutex<[String: JSON]>([:])
 
     public init() {}
@@ -73,13 +62,13 @@ public final class IDTokenVerifier: Sendable {
                 "audience": .string(expectation.clientID), "nonce": expectation.nonce.map(JSON.string),
                 "nowMs": .int(HostClock.nowMilliseconds()), "leewaySeconds": .int(expectation.clockSkewSeconds),
             ])
-            let answer: JSON
-            switch await call(request) {
-            case .success(let value): answer = value
-            case .failure(let failure): return .failure(failure)
-            }
+            let answer = IDTokenCheck.verify(request: request)
             if let claims = answer["claims"], case .object = claims { return .success(claims) }
             let reason = answer["error"]?["reason"]?.stringValue ?? "invalidIdToken"
+            if reason == "noCryptoLibrary" {
+                let message = answer["error"]?["message"]?.stringValue ?? "The cryptography library is not installed next to authbridge."
+                return .failure(ProviderFailure(.internal, reason: "noJWTLibrary", message: message))
+            }
             if reason == "unknownKey" && !refetched {
                 // The provider may have rotated its keys since they were cached.
                 refetched = true
@@ -118,43 +107,5 @@ public final class IDTokenVerifier: Sendable {
             keySets.withLock { $0[uri] = document }
             return .success(document)
         }
-    }
-
-    // MARK: - The helper library
-
-    private typealias Done = @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int) -> Void
-    private typealias Verify = @convention(c) (UnsafePointer<UInt8>, Int, UnsafeMutableRawPointer?, Done) -> Void
-    private struct VerifyFunction: @unchecked Sendable { let verify: Verify }
-
-    /// One answer from the library, delivered on its thread.
-    private final class Waiter: @unchecked Sendable {
-        let continuation: CheckedContinuation<JSON?, Never>
-        init(_ continuation: CheckedContinuation<JSON?, Never>) { self.continuation = continuation }
-    }
-
-    private func call(_ request: JSON) async -> Result<JSON, ProviderFailure> {
-        let function: VerifyFunction
-        switch loadLibrary() {
-        case .success(let value): function = value
-        case .failure(let failure): return .failure(failure)
-        }
-        let text = request.serialized()
-        let answer: JSON? = await withCheckedContinuation { continuation in
-            let context = Unmanaged.passRetained(Waiter(continuation)).toOpaque()
-            text.withUnsafeBufferPointer { buffer in
-                function.verify(buffer.baseAddress!, buffer.count, context) { context, bytes, count in
-                    let waiter = Unmanaged<Waiter>.fromOpaque(context!).takeRetainedValue()
-                    waiter.continuation.resume(returning: bytes.flatMap { try? JSON.parse(UnsafeRawBufferPointer(start: $0, count: count)) })
-                }
-            }
-        }
-        guard let answer else {
-            return .failure(ProviderFailure(.internal, reason: "jwtLibrary", message: "The ID-token verifier gave no answer."))
-        }
-        return .success(answer)
-    }
-
-    private func loadLibrary() -> Result<VerifyFunction, ProviderFailure> {
-        library.load().mapError { ProviderFailure(.internal, reason: "noJWTLibrary", message: $0.notInstalledMessage) }
     }
 }

@@ -11,15 +11,18 @@ import Glibc
 struct HelperLibraryTests {
     private typealias Cosine = @convention(c) (Double) -> Double
 
-    /// The messages the HTTP transport, the ID-token verifier and the keyring gave before they
+    /// The messages the HTTP transport, the cryptography libraries and the keyring gave before they
     /// shared this loader; the keyring names the loader's error for the last candidate that would
-    /// not open (a missing file is one), the HTTP transport and the verifier do not.
+    /// not open (a missing file is one), the others do not.
     @Test(arguments: [
         (
             "The HTTP transport library (libAuthBridgeHTTP.so)",
             "The HTTP transport library (libAuthBridgeHTTP.so) is not installed next to authbridge."
         ),
-        ("The ID-token verifier (libAuthBridgeJWT.so)", "The ID-token verifier (libAuthBridgeJWT.so) is not installed next to authbridge."),
+        (
+            "The cryptography library (libAuthBridgeNettle.so)",
+            "The cryptography library (libAuthBridgeNettle.so) is not installed next to authbridge."
+        ),
         (
             "The cryptography library (libAuthBridgeSwiftCrypto.so)",
             "The cryptography library (libAuthBridgeSwiftCrypto.so) is not installed next to authbridge."

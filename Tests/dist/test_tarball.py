@@ -24,7 +24,7 @@ def test_the_tree_holds_what_the_issue_lists(unpacked):
                 "share/man/man1/authbridge.1.gz", "share/bash-completion/completions/authbridge",
                 "share/zsh/site-functions/_authbridge", "share/fish/vendor_completions.d/authbridge.fish",
                 "share/doc/authbridge/LICENSE", "share/doc/authbridge/THIRD-PARTY-NOTICES",
-                "lib/authbridge/libAuthBridgeHTTP.so", "lib/authbridge/libAuthBridgeJWT.so", "lib/authbridge/libAuthBridgeSwiftCrypto.so", "lib/authbridge/libAuthBridgeNettle.so",
+                "lib/authbridge/libAuthBridgeHTTP.so", "lib/authbridge/libAuthBridgeSwiftCrypto.so", "lib/authbridge/libAuthBridgeNettle.so",
                 "lib/authbridge/libAuthBridgeKeyring.so", "lib/authbridge/libAuthBridgePostgres.so", "lib/authbridge/libpq.so.5",
                 "lib/authbridge/libswiftCore.so", "lib/authbridge/authbridge-cli", "lib/authbridge/authbridge-host"]
     expected += [f"lib/authbridge/plugins/{p}.json" for p in BUNDLED_PLUGINS]

@@ -212,8 +212,7 @@ License: Apache-2.0
  /usr/share/common-licenses/Apache-2.0.
  .
  The notices of the Swift packages linked into the binaries (swift-argument-parser,
- swift-log, swift-crypto with BoringSSL, jwt-kit, swift-certificates, swift-asn1,
- swift-extras-base64) are in /usr/share/doc/authbridge/THIRD-PARTY-NOTICES.gz.
+ swift-log, swift-crypto with BoringSSL) are in /usr/share/doc/authbridge/THIRD-PARTY-NOTICES.gz.
 """
 
 DEB_CONTROL = """Package: authbridge

@@ -1,11 +1,17 @@
+import AuthBridgeCrypto
 import AuthBridgeJSON
 import AuthBridgeURL
-import JWTKit
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
+
+// OpenID Connect ID-token verification (OIDC Core 3.1.3.7) against the provider's JWKS: the
+// compact JWS, the key, the claims in Swift without Foundation; the signature by GNU Nettle
+// (JWSSignature, libAuthBridgeNettle.so). Until issue 32 this was jwt-kit in libAuthBridgeJWT.so:
+// with the Foundation it loaded, 7 MiB of the agent's memory from its first ID token on
+// (bench/README, "ID tokens by GNU Nettle").
+//
+// Request JSON:  {"token","jwks":{…},"issuer","audience","nonce"?,"nowMs",
+//                 "leewaySeconds"? (60),"algorithms"? (see SignatureAlgorithm)}
+// Answer JSON:   {"claims":{…}}
+//             or {"error":{"reason":"malformed"|"unknownKey"|…,"message":"…"}}
 
 /// Why a token was refused: the ABI's reason word and a sentence for people.
 ///
@@ -15,6 +21,8 @@ struct Rejection: Error {
     enum Reason: String {
         case invalidRequest, malformed, unsupportedAlgorithm, unknownKey, invalidSignature, badJWKS
         case issuerMismatch, audienceMismatch, azpMismatch, expired, issuedInFuture, nonceMismatch
+        /// libAuthBridgeNettle.so is not installed (IDTokenVerifier answers `noJWTLibrary`).
+        case noCryptoLibrary
     }
 
     var reason: Reason
@@ -26,22 +34,54 @@ struct Rejection: Error {
     }
 }
 
-/// The claims OIDC Core 3.1.3.7 checks, as jwt-kit decodes them after the signature verified.
+/// The claims OIDC Core 3.1.3.7 checks, read from the payload after the signature verified.
 ///
-/// All optional so that a missing claim gets its own reason instead of "malformed";
-/// a claim of the wrong type still fails decoding (malformed).
-struct IDTokenClaims: JWTPayload {
-    var iss: IssuerClaim?
-    var aud: AudienceClaim?
+/// All optional (absent or null) so that a missing claim gets its own reason instead of
+/// "malformed"; a claim of the wrong type is malformed.
+struct IDTokenClaims {
+    var iss: String?
+    var aud: [String]?
     var azp: String?
-    var exp: ExpirationClaim?
-    var iat: IssuedAtClaim?
-    var nbf: NotBeforeClaim?
+    /// NumericDates (RFC 7519 §2): seconds since the epoch, integers or fractions.
+    var exp: Double?
+    var iat: Double?
+    var nbf: Double?
     var nonce: String?
 
-    /// Nothing here: the checks need the host's clock and exact reasons, so
-    /// `IDTokenCheck` makes them once jwt-kit has returned the payload.
-    func verify(using algorithm: some JWTAlgorithm) async throws {}
+    init(_ payload: [String: JSON]) throws(Rejection) {
+        let undecodable = Rejection(.malformed, "the ID token could not be decoded")
+        func string(_ name: String) throws(Rejection) -> String? {
+            switch payload[name] {
+            case nil, .null?: return nil
+            case .string(let value)?: return value
+            default: throw undecodable
+            }
+        }
+        func numericDate(_ name: String) throws(Rejection) -> Double? {
+            switch payload[name] {
+            case nil, .null?: return nil
+            case .int(let value)?: return Double(value)
+            case .double(let value)?: return value
+            default: throw undecodable
+            }
+        }
+        iss = try string("iss")
+        azp = try string("azp")
+        nonce = try string("nonce")
+        exp = try numericDate("exp")
+        iat = try numericDate("iat")
+        nbf = try numericDate("nbf")
+        // RFC 7519 §4.1.3: one string, or an array of strings.
+        switch payload["aud"] {
+        case nil, .null?: aud = nil
+        case .string(let value)?: aud = [value]
+        case .array(let values)?:
+            let strings = values.compactMap(\.stringValue)
+            guard strings.count == values.count else { throw undecodable }
+            aud = strings
+        default: throw undecodable
+        }
+    }
 }
 
 /// What the host asks: the token and everything it is checked against.
@@ -100,6 +140,9 @@ struct CompactToken {
     var keyID: String?
     /// The decoded payload bytes: parsed only after the signature verified.
     var payload: [UInt8]
+    /// ASCII(BASE64URL(header) ‖ '.' ‖ BASE64URL(payload)): what was signed (RFC 7515 §5.2 step 8).
+    var signingInput: [UInt8]
+    var signature: [UInt8]
 
     init(_ token: String) throws(Rejection) {
         let malformed = Rejection(.malformed, "the ID token is not a signed JWT in compact form")
@@ -110,7 +153,7 @@ struct CompactToken {
         guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty,
             let headerBytes = Base64URL.decode(parts[0]),
             let payload = Base64URL.decode(parts[1]),
-            Base64URL.decode(parts[2]) != nil,
+            let signature = Base64URL.decode(parts[2]),
             let header = (try? JSON.parse(headerBytes))?.objectValue
         else { throw malformed }
         guard let algorithm = header["alg"]?.stringValue else {
@@ -127,22 +170,25 @@ struct CompactToken {
         }
         self.algorithm = algorithm
         self.payload = payload
+        self.signingInput = Array(token.utf8[..<parts[1].endIndex])
+        self.signature = signature
     }
 }
 
 /// OpenID Connect ID-token verification (OIDC Core 3.1.3.7) against the provider's JWKS.
-enum IDTokenCheck {
+public enum IDTokenCheck {
     /// Answers `{"claims": {…}}` or `{"error": {"reason", "message"}}`; never throws.
-    static func verify(request: JSON) async -> JSON {
+    /// Synchronous (the signature check is Nettle's, on the calling thread); any thread.
+    public static func verify(request: JSON) -> JSON {
         do throws(Rejection) {
-            return ["claims": try await check(request)]
+            return ["claims": try check(request)]
         } catch {
             return ["error": ["reason": .string(error.reason.rawValue), "message": .string(error.message)]]
         }
     }
 
     /// The token's claims once the signature and every claim check passed.
-    static func check(_ json: JSON) async throws(Rejection) -> JSON {
+    static func check(_ json: JSON) throws(Rejection) -> JSON {
         let request = try VerificationRequest(json)
         let token = try CompactToken(request.token)
         guard request.algorithms.contains(token.algorithm) else {
@@ -160,76 +206,50 @@ enum IDTokenCheck {
                     ? "no key in the provider's key set fits the ID token's algorithm"
                     : "no key in the provider's key set has the ID token's key id and algorithm")
         }
-        let verified = try await verifySignature(request.token, algorithm: token.algorithm, candidates: candidates)
-        // Signature checked: from here on the payload is the provider's word. The answer's
-        // claims come from jansson, which refuses duplicate names and invalid UTF-8, so it
-        // reads the very members jwt-kit decoded for the checks below.
-        guard let claims = try? JSON.parse(token.payload), claims.objectValue != nil else {
+        try verifySignature(token, candidates: candidates)
+        // Signature checked: from here on the payload is the provider's word. jansson refuses
+        // duplicate names and invalid UTF-8, so the claims checked are the claims answered.
+        guard let claims = try? JSON.parse(token.payload), let members = claims.objectValue else {
             throw Rejection(.malformed, "the ID token's payload is not a JSON object")
         }
-        try checkClaims(verified, request)
+        try checkClaims(IDTokenClaims(members), request)
         return claims
     }
 
-    /// The payload as jwt-kit decodes it, after one of `candidates` verified the signature.
+    /// Returns when one of `candidates` verifies the token's signature.
     ///
     /// Several candidates only when the token has no `kid` or the JWKS repeats one;
-    /// badJWKS only when no candidate could even be turned into a key.
-    static func verifySignature(
-        _ token: String, algorithm: String,
-        candidates: [JSON]
-    ) async throws(Rejection) -> IDTokenClaims {
+    /// badJWKS only when no candidate could even be used as a key.
+    static func verifySignature(_ token: CompactToken, candidates: [JSON]) throws(Rejection) {
         var triedKey = false
         for candidate in candidates {
-            guard let keys = await keyCollection(candidate, algorithm: algorithm) else { continue }
-            triedKey = true
-            switch await attempt(token, with: keys) {
-            case .verified(let claims): return claims
-            case .malformed: throw Rejection(.malformed, "the ID token could not be decoded")
-            case .refused: continue
+            guard let key = KeySelection.publicKey(candidate) else { continue }
+            let verdict: JWSSignature.Verdict
+            do {
+                verdict = try JWSSignature.verify(token.signature, of: token.signingInput, algorithm: token.algorithm, key: key)
+            } catch {
+                guard error.reason == .unavailable else { continue }
+                throw Rejection(.noCryptoLibrary, error.message)
+            }
+            switch verdict {
+            case .verified: return
+            case .refused: triedKey = true
+            case .unusableKey: continue
             }
         }
         guard triedKey else { throw Rejection(.badJWKS, "the provider's signing key is incomplete or invalid") }
         throw Rejection(.invalidSignature, "the ID token's signature does not verify with the provider's key")
     }
 
-    /// A jwt-kit key collection holding only `candidate`, or nil if jwt-kit cannot use it.
-    private static func keyCollection(_ candidate: JSON, algorithm: String) async -> JWTKeyCollection? {
-        guard let jwk = try? KeySelection.makeJWK(candidate, algorithm: algorithm) else { return nil }
-        let keys = JWTKeyCollection()
-        do {
-            try await keys.add(jwk: jwk)
-        } catch {
-            return nil
-        }
-        return keys
-    }
-
-    private enum Attempt {
-        case verified(IDTokenClaims), malformed, refused
-    }
-
-    /// jwt-kit's verdict; it checks the signature before it decodes the payload.
-    private static func attempt(_ token: String, with keys: JWTKeyCollection) async -> Attempt {
-        do {
-            return .verified(try await keys.verify(token, as: IDTokenClaims.self))
-        } catch let error as JWTError where error.errorType == .malformedToken {
-            return .malformed
-        } catch {
-            // signatureVerificationFailed, or a signature the crypto library cannot even read.
-            return .refused
-        }
-    }
-
     /// OIDC Core 3.1.3.7 steps 2–5 and 9–11, on a payload whose signature verified.
     static func checkClaims(_ claims: IDTokenClaims, _ request: VerificationRequest) throws(Rejection) {
-        guard let issuer = claims.iss?.value else {
+        guard let issuer = claims.iss else {
             throw Rejection(.issuerMismatch, "the ID token names no issuer; expected \(quoted(request.issuer))")
         }
         guard issuer == request.issuer else {
             throw Rejection(.issuerMismatch, "the ID token was issued by \(quoted(issuer)), not \(quoted(request.issuer))")
         }
-        guard let audiences = claims.aud?.value, audiences.contains(request.audience) else {
+        guard let audiences = claims.aud, audiences.contains(request.audience) else {
             throw Rejection(.audienceMismatch, "the ID token is not meant for the client \(quoted(request.audience))")
         }
         if let azp = claims.azp {
@@ -242,19 +262,19 @@ enum IDTokenCheck {
 
         let now = Double(request.nowMs)
         let leeway = Double(request.leewaySeconds) * 1000
-        guard let expiry = claims.exp?.value else {
+        guard let expiry = claims.exp else {
             throw Rejection(.expired, "the ID token has no expiry time (exp)")
         }
         guard milliseconds(expiry) + leeway > now else {
             throw Rejection(.expired, "the ID token has expired")
         }
-        guard let issuedAt = claims.iat?.value else {
+        guard let issuedAt = claims.iat else {
             throw Rejection(.issuedInFuture, "the ID token has no issue time (iat)")
         }
         guard milliseconds(issuedAt) - leeway <= now else {
             throw Rejection(.issuedInFuture, "the ID token's issue time is in the future")
         }
-        if let notBefore = claims.nbf?.value, milliseconds(notBefore) - leeway > now {
+        if let notBefore = claims.nbf, milliseconds(notBefore) - leeway > now {
             throw Rejection(.issuedInFuture, "the ID token is not valid yet (nbf)")
         }
 
@@ -268,7 +288,7 @@ enum IDTokenCheck {
         }
     }
 
-    private static func milliseconds(_ date: Date) -> Double { date.timeIntervalSince1970 * 1000 }
+    private static func milliseconds(_ seconds: Double) -> Double { seconds * 1000 }
 
     /// `text` in quotes, cut short: issuers and client ids are echoed, never unbounded.
     private static func quoted(_ text: String) -> String {

@@ -1,4 +1,5 @@
 import AuthBridgeJSON
+import Crypto
 import CryptoExtras
 import Foundation
 import JWTKit
@@ -17,7 +18,8 @@ struct TestClaims: JWTPayload {
     func verify(using algorithm: some JWTAlgorithm) async throws {}
 }
 
-/// An OpenID provider with real keys: signs ID tokens with jwt-kit and publishes their JWKS.
+/// An OpenID provider with real keys: signs ID tokens with jwt-kit (or swift-crypto, for what jwt-kit
+/// will not make) and publishes their JWKS.
 enum TestProvider {
     static let issuer = "https://id.example.com"
     static let clientID = "client-a"
@@ -25,9 +27,12 @@ enum TestProvider {
     static let now = Date(timeIntervalSince1970: Double(nowMs) / 1000)
 
     // RSA key generation is slow in a debug build: each key is made once per run.
-    static let rsa = makeRSAKey()
+    static let rsaBacking = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
+    static let rsa = try! JWTKit.Insecure.RSA.PrivateKey(backing: rsaBacking)
     static let otherRSA = makeRSAKey()
     static let ec = ES256PrivateKey()
+    static let ec384 = ES384PrivateKey()
+    static let ec521 = ES512PrivateKey()
     static let ed = try! EdDSA.PrivateKey()
 
     static func makeRSAKey() -> JWTKit.Insecure.RSA.PrivateKey {
@@ -53,12 +58,49 @@ enum TestProvider {
         ]
     }
 
-    static func rsaJWK(_ key: JWTKit.Insecure.RSA.PublicKey, kid: String) -> JSON {
+    static func rsaJWK(_ key: JWTKit.Insecure.RSA.PublicKey, kid: String, alg: String = "RS256") -> JSON {
         let primitives = try! key.getKeyPrimitives()
         return [
-            "kty": "RSA", "kid": .string(kid), "use": "sig", "alg": "RS256",
+            "kty": "RSA", "kid": .string(kid), "use": "sig", "alg": .string(alg),
             "n": .string(base64URL(primitives.modulus)), "e": .string(base64URL(primitives.publicExponent)),
         ]
+    }
+
+    /// The JWK of a jwt-kit ECDSA key on `crv`, without alg.
+    static func ecJWK(_ parameters: ECDSAParameters?, crv: String, kid: String) -> JSON {
+        ["kty": "EC", "crv": .string(crv), "kid": .string(kid), "x": .string(parameters!.x), "y": .string(parameters!.y)]
+    }
+
+    /// The provider's claims as JSON, for tokens this test signs itself.
+    static var claimsJSON: [String: JSON] {
+        [
+            "iss": .string(issuer), "sub": "user-4711", "aud": .string(clientID), "exp": .int(nowMs / 1000 + 300),
+            "iat": .int(nowMs / 1000 - 10), "nonce": "n-0S6_WzA2Mj",
+        ]
+    }
+
+    /// A token over `header` and `claims` with the signature `sign` makes of its signing input.
+    static func token(header: JSON, claims: JSON, sign: (Data) throws -> Data) rethrows -> String {
+        let input = base64URL(Data(header.serialized())) + "." + base64URL(Data(claims.serialized()))
+        return input + "." + base64URL(try sign(Data(input.utf8)))
+    }
+
+    static func sign(pss digest: DigestAlgorithm, kid: JWKIdentifier) async throws -> String {
+        let keys = JWTKeyCollection()
+        await keys.add(pss: rsa, digestAlgorithm: digest, kid: kid)
+        return try await keys.sign(TestClaims(), kid: kid)
+    }
+
+    static func signES384(kid: JWKIdentifier = "ec-384") async throws -> String {
+        let keys = JWTKeyCollection()
+        await keys.add(ecdsa: ec384, kid: kid)
+        return try await keys.sign(TestClaims(), kid: kid)
+    }
+
+    static func signES512(kid: JWKIdentifier = "ec-521") async throws -> String {
+        let keys = JWTKeyCollection()
+        await keys.add(ecdsa: ec521, kid: kid)
+        return try await keys.sign(TestClaims(), kid: kid)
     }
 
     static func sign(
