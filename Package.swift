@@ -298,7 +298,7 @@ let package = Package(
                 name: "AuthBridgeHostTests",
                 dependencies: [
                     "AuthBridgeHost", "AuthBridgeProtocol", "AuthBridgeSession", "AuthBridgeRPC", "AuthBridgeJSON", "BridgeTestSupport",
-                    "TestSupport",
+                    "TestSupport", .product(name: "Logging", package: "swift-log"),
                 ],
                 swiftSettings: testSwiftSettings),
             // The fast start's command line against the CLI's ArgumentParser declarations.

@@ -21,7 +21,9 @@ import pytest
 from authbridge_testkit.host import Host
 from authbridge_testkit.isolation import copy_plugins, isolated_environment
 from authbridge_testkit.paths import BUILD_DIR, HOST_BIN
-from test_front_door import CLI_BIN, run, same_as_cli
+# test_front_door's short `tmp_path` too: the agent's socket is looked for under it, and a path
+# longer than a socket address takes is "an agent that cannot be reached" (the CLI says so).
+from test_front_door import CLI_BIN, run, same_as_cli, tmp_path  # noqa: F401
 
 PROFILES = {"bench": {"plugin": "ctest", "settings": {"server": "https://b.example"}},
             "idle": {"plugin": "ctest", "settings": {"server": "https://i.example"}},
