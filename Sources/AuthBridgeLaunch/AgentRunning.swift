@@ -34,6 +34,8 @@ public enum AgentRunning {
         let logger = process.logger
         // What a connection held goes back to the system when it ends (issue 26).
         if ab_process_return_freed_blocks() != 0 { logger.warning("cannot set how freed memory is returned (mallopt)") }
+        // Its threads share two arenas, which keep less free memory between bursts (issue 32).
+        if ab_process_limit_arenas(2) != 0 { logger.warning("cannot limit the memory arenas (mallopt)") }
         // And what a burst of requests held, once it is over (issue 32).
         if !FreedMemory.startTrimming() { logger.warning("cannot start the thread that returns freed memory") }
 

@@ -248,6 +248,11 @@ int ab_process_return_freed_blocks(void)
     return mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1 ? 0 : -1;
 }
 
+int ab_process_limit_arenas(int count)
+{
+    return mallopt(M_ARENA_MAX, count) == 1 ? 0 : -1;
+}
+
 int ab_process_trim_freed_memory(size_t threshold)
 {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))

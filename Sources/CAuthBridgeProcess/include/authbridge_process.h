@@ -76,6 +76,13 @@ int ab_process_run_command(const char *file, char *const argv[], char *const env
    from arenas that keep their pages. Returns 0, or -1 if glibc refused. */
 int ab_process_return_freed_blocks(void);
 
+/* For the same process: its threads (two per connection, the cooperative pool, plugins') share
+   at most `count` malloc arenas. glibc's default, eight per core, spreads a burst of requests over
+   as many arenas as threads, each keeping its own free pages between bursts (issue 32: over
+   1,000,000 mixed requests the agent grew 3.0 MiB with 15 arenas, 1.8 MiB with 2; its peak went
+   from 43 to 38 MiB; bench/README, "The agent's memory"). Returns 0, or -1 if glibc refused. */
+int ab_process_limit_arenas(int count);
+
 /* For the same process: gives back to the system the pages of what was freed, when glibc's arenas
    hold `threshold` bytes or more of free memory and something was allocated or freed since the
    last call that gave pages back (glibc returns only the top of an arena by itself: a burst of
