@@ -66,13 +66,21 @@ struct DPoPKey: Sendable, Equatable, CustomStringConvertible {
         try proof(method: method, url: url, ath: accessToken.map(Self.ath), nonce: nonce, now: now)
     }
 
+    /// A proof's `iat` for a proof made at `now` (ms): the second before. A server compares it with
+    /// its own clock and may refuse one from its future (RFC 9449 §11.1); glewlwyd does with no
+    /// leeway against `time(2)`, a coarse clock that can read the previous second for a few
+    /// milliseconds after ours has turned: about one proof in 150 was refused "Invalid iat", a
+    /// refresh failing for nothing. A second older is inside every server's window (glewlwyd's
+    /// default is 10 s, idpyoidc's 60).
+    static func issuedAt(_ now: Int64) -> Int64 { now / 1000 - 1 }
+
     /// `proof` with the access token's hash (`ath`) made before: the answer cache keeps it.
     func proof(method: String, url: String, ath: String?, nonce: String?, now: Int64) throws(CryptoFailure) -> String {
         // Written out rather than built as JSON and serialised: this runs once per request a frontend makes.
         var claims =
             #"{"jti":""# + PKCE.randomToken() + #"","htm":"#
             + Self.quoted(method.utf8.contains { (97...122).contains($0) } ? method.uppercased() : method)
-        claims += #","htu":"# + Self.quoted(Self.target(url)) + #","iat":"# + String(now / 1000)
+        claims += #","htu":"# + Self.quoted(Self.target(url)) + #","iat":"# + String(Self.issuedAt(now))
         if let ath { claims += #","ath":"# + Self.quoted(ath) }
         if let nonce { claims += #","nonce":"# + Self.quoted(nonce) }
         claims += "}"

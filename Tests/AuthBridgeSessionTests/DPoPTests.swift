@@ -27,7 +27,7 @@ struct DPoPTests {
         let (header, claims, _, signature) = try Self.parts(proof)
         #expect(header["typ"] == "dpop+jwt" && header["alg"] == "ES256")
         #expect(header["jwk"]?.objectValue?.keys.sorted() == ["crv", "kty", "x", "y"], "the public key only")
-        #expect(claims["htm"] == "GET" && claims["htu"] == "https://api.example/v1/me" && claims["iat"] == 1_700_000_000)
+        #expect(claims["htm"] == "GET" && claims["htu"] == "https://api.example/v1/me" && claims["iat"] == 1_699_999_999)
         #expect(claims["ath"]?.stringValue == Base64URL.encode(SHA256.hash(Array("at-123".utf8))))
         #expect(claims["nonce"] == "n-1" && (claims["jti"]?.stringValue?.count ?? 0) >= 22)
         #expect(signature.count == 64)
@@ -134,12 +134,21 @@ struct DPoPTests {
 }
 
 extension DPoPTests {
+    /// A proof's `iat` is the second before it was made: glewlwyd refuses one from its future with
+    /// no leeway, and its clock (`time(2)`) can still read the previous second when ours turned.
+    @Test(arguments: [1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_999] as [Int64])
+    func aProofIsNeverFromTheServersFuture(_ now: Int64) throws {
+        let key = try DPoPKey.generate(.es256)
+        let claims = try Self.parts(try key.proof(method: "POST", url: "https://as.example/token", now: now)).claims
+        #expect(claims["iat"] == 1_699_999_999)
+    }
+
     /// The claims are written out by hand: whatever a URL or nonce holds, they stay one JSON object.
     @Test func claimsStayJSONWhateverTheURLAndNonceHold() throws {
         let key = try DPoPKey.generate(.es256)
         let url = "https://api.example/a\"b\\c/\u{e9}"
         let claims = try Self.parts(try key.proof(method: "post", url: url + "?q", ath: "x", nonce: "n\"1\\", now: 5_000)).claims
-        #expect(claims["htu"]?.stringValue == url && claims["nonce"] == "n\"1\\" && claims["htm"] == "POST" && claims["iat"] == 5)
+        #expect(claims["htu"]?.stringValue == url && claims["nonce"] == "n\"1\\" && claims["htm"] == "POST" && claims["iat"] == 4)
         #expect(claims.objectValue?.keys.sorted() == ["ath", "htm", "htu", "iat", "jti", "nonce"])
     }
 }

@@ -121,6 +121,19 @@ def test_fetch_sends_a_proof_with_the_token(start_host, oidc_plugin_dir, op):
     assert json.loads(answer["body"])["sub"] == status["account"]["id"]
 
 
+@pytest.mark.parametrize("op", ["glewlwyd"], indirect=True)
+def test_refreshes_in_a_row_are_never_refused_for_the_time_of_their_proof(start_host, oidc_plugin_dir, op):
+    """glewlwyd refuses a proof whose iat is ahead of its clock, with no leeway, and its clock
+    (time(2), coarse) can still read the previous second for a few milliseconds after the host's
+    has turned: with iat the current second, about one refresh in 150 was refused "invalid_dpop_proof:
+    Invalid DPoP" (its log: "Invalid iat"). Proofs are dated a second earlier (DPoPKey.issuedAt)."""
+    host = start_host([oidc_plugin_dir], profiles=profile(op))
+    sign_in_external(host, op, "p")
+    for attempt in range(300):
+        answer = host.request("getAccessToken", {"provider": "p", "forceRefresh": True})
+        assert "result" in answer, f"refresh {attempt + 1} of 300: {answer.get('error')}"
+
+
 def test_a_frontends_own_request_with_the_headers_of_getAccessToken(start_host, oidc_plugin_dir, op):
     host = start_host([oidc_plugin_dir], profiles=profile(op))
     sign_in_external(host, op, "p")
