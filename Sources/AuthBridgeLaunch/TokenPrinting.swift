@@ -79,7 +79,7 @@ public enum TokenPrinting {
     /// The line `token` prints for `answer`; nil when the CLI would add a warning (a token valid
     /// for less than asked, one not Bearer) or clean it (bytes outside visible ASCII).
     static func printable(_ answer: AccessTokenResult, asked seconds: Int64?, now: Int64 = HostClock.nowMilliseconds()) -> String? {
-        if let seconds, let expiresAt = answer.expiresAt, (expiresAt - now) / 1000 < seconds { return nil }
+        if let seconds, answer.secondsLeft(lessThan: seconds, now: now) != nil { return nil }
         guard answer.tokenType.lowercased() == "bearer", !answer.accessToken.isEmpty,
             answer.accessToken.utf8.allSatisfy({ (0x21...0x7E).contains($0) })
         else { return nil }
@@ -97,5 +97,15 @@ public enum TokenPrinting {
             offset += written
         }
         return true
+    }
+}
+
+extension AccessTokenResult {
+    /// The seconds this token has left when that is less than `asked`; nil otherwise, or when
+    /// no expiry is known: what `token --min-validity` warns of (the CLI) or hands on (`TokenPrinting`).
+    public func secondsLeft(lessThan asked: Int64, now: Int64) -> Int64? {
+        guard let expiresAt else { return nil }
+        let left = max(0, (expiresAt - now) / 1000)
+        return left < asked ? left : nil
     }
 }

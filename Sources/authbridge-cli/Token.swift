@@ -1,5 +1,6 @@
 import ArgumentParser
 import AuthBridgeJSON
+import AuthBridgeLaunch
 import AuthBridgeProtocol
 import AuthBridgeSession
 import AuthBridgePluginHost
@@ -116,9 +117,7 @@ enum MinimumValidity {
 
     /// The seconds `answer`'s token has left when that is less than `asked`; nil otherwise (or no expiry known).
     static func shortfall(_ answer: AccessTokenResult, asked: Int64, now: Int64) -> Int64? {
-        guard let expiresAt = answer.expiresAt else { return nil }
-        let left = max(0, (expiresAt - now) / 1000)
-        return left < asked ? left : nil
+        answer.secondsLeft(lessThan: asked, now: now)
     }
 }
 
